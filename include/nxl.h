@@ -1,0 +1,500 @@
+/**
+ * @file nxl.h
+ * @brief nxl — moving KV-cache blocks and other data between memories,
+ *        processes and hosts, with transfers as futures on a libevent reactor.
+ *
+ * # Objects
+ *
+ * - @ref nxl_agent_t   one named endpoint: its reactor, its registered memory,
+ *                      what it knows of remote agents, its transports.
+ * - @ref nxl_backend_t one transport instance inside an agent ("UCX", ...).
+ * - @ref nxl_desc_t    one address range (or file range, object, ...).
+ * - @ref nxl_dlist_t   a view of an array of descriptors of one memory type.
+ * - @ref nxl_prepped_t a descriptor list resolved against registered regions,
+ *                      local or of a remote agent, addressed later by index.
+ * - @ref nxl_xfer_t    a re-postable READ or WRITE plan.
+ * - @ref nxl_future_t  one asynchronous operation in flight.
+ *
+ * # The contract of futures and callbacks
+ *
+ * 1. A call that returns an error starts nothing: no future, no callback.
+ * 2. Otherwise each callback attached to the future runs exactly once: on
+ *    success, on failure, on cancel (@ref NXL_ERR_CANCELED), on peer loss
+ *    (@ref NXL_ERR_REMOTE_DISCONNECT) and on agent teardown (pending futures
+ *    complete with @ref NXL_ERR_CANCELED inside nxl_agent_destroy()).
+ * 3. Callbacks run on the reactor thread, and never inside the call that
+ *    started the operation: an operation that finishes at once is completed
+ *    on the next reactor turn.
+ * 4. The library holds the future until its callbacks have returned. Calls
+ *    that start an operation take an optional @c nxl_future_t **out: when it
+ *    is NULL the future is released by the library after its callback; when
+ *    it is not, the caller owns one reference and gives it back with
+ *    nxl_future_release() — inside the callback too.
+ * 5. For a WRITE with a notification, the notification reaches the target
+ *    only after all of the transfer's data is visible there.
+ * 6. A transfer can be posted again once its previous post completed;
+ *    posting while one is in flight returns @ref NXL_ERR_REPOST_ACTIVE.
+ *
+ * # Threads
+ *
+ * An agent belongs to the thread that runs its reactor: every call on an
+ * agent, on its transfers and on its futures must be made from that thread
+ * (as with libevent's event_base and hiredis' contexts). Different agents may
+ * live on different threads. Callbacks always run on the reactor thread.
+ *
+ * # Errors
+ *
+ * Every call that can fail returns an @ref nxl_status_t. A failing call also
+ * leaves one sentence in nxl_agent_last_error() naming the transport, the
+ * call and what to try; an operation that fails asynchronously leaves its
+ * sentence in nxl_future_error() (and in nxl_agent_last_error()).
+ */
+#ifndef NXL_H
+#define NXL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(NXL_BUILDING) && defined(__GNUC__)
+#define NXL_API __attribute__((visibility("default")))
+#else
+#define NXL_API
+#endif
+
+struct event_base;
+
+/** Version of this header: major * 10000 + minor * 100 + patch. */
+#define NXL_VERSION_NUM 100
+
+/**
+ * The status codes: NIXL's names and values. X(name, value, sentence).
+ * Values are never renumbered; retired codes stay as NXL_ERR_OBSOLETEnn.
+ */
+#define NXL_STATUS_MAP(X)                                                      \
+    X(IN_PROG, 1, "operation in progress")                                     \
+    X(SUCCESS, 0, "success")                                                   \
+    X(ERR_NOT_POSTED, -1, "transfer was never posted")                         \
+    X(ERR_INVALID_PARAM, -2, "invalid parameter")                              \
+    X(ERR_BACKEND, -3, "transport (backend) error")                            \
+    X(ERR_NOT_FOUND, -4, "not found")                                          \
+    X(ERR_MISMATCH, -5, "mismatch or malformed metadata")                      \
+    X(ERR_NOT_ALLOWED, -6, "operation not allowed")                            \
+    X(ERR_REPOST_ACTIVE, -7, "transfer is still in flight")                    \
+    X(ERR_UNKNOWN, -8, "unknown error")                                        \
+    X(ERR_NOT_SUPPORTED, -9, "not supported")                                  \
+    X(ERR_REMOTE_DISCONNECT, -10, "remote agent disconnected")                 \
+    X(ERR_CANCELED, -11, "operation canceled")                                 \
+    X(ERR_NO_TELEMETRY, -12, "telemetry not enabled")
+
+/** Status of every call and every completed operation. */
+typedef enum nxl_status {
+#define NXL_STATUS_ENUM_(name, value, text) NXL_##name = value,
+    NXL_STATUS_MAP(NXL_STATUS_ENUM_)
+#undef NXL_STATUS_ENUM_
+} nxl_status_t;
+
+/** @return a sentence describing @p st ("unknown status" for other values). */
+NXL_API const char *nxl_strerror(nxl_status_t st);
+/** @return the code's name without prefix, e.g. "ERR_CANCELED". */
+NXL_API const char *nxl_status_name(nxl_status_t st);
+/** @return the library's version string, e.g. "0.1.0". */
+NXL_API const char *nxl_version(void);
+
+/** Memory types (NIXL's segment types). */
+typedef enum nxl_mem {
+    NXL_DRAM = 0, /**< host memory */
+    NXL_VRAM = 1, /**< GPU memory; dev_id is the CUDA device */
+    NXL_BLK = 2,  /**< block device range */
+    NXL_OBJ = 3,  /**< object in an object store */
+    NXL_FILE = 4, /**< file range; dev_id is an fd */
+    NXL_MEM_TYPES
+} nxl_mem_t;
+
+/** @return "DRAM", "VRAM", "BLK", "OBJ", "FILE", or "?" */
+NXL_API const char *nxl_mem_name(nxl_mem_t t);
+
+/** Direction of a transfer, seen from the initiator. */
+typedef enum nxl_op {
+    NXL_READ = 0, /**< remote → local */
+    NXL_WRITE = 1 /**< local → remote */
+} nxl_op_t;
+
+typedef struct nxl_agent nxl_agent_t;
+typedef struct nxl_backend nxl_backend_t;
+typedef struct nxl_prepped nxl_prepped_t;
+typedef struct nxl_xfer nxl_xfer_t;
+typedef struct nxl_future nxl_future_t;
+
+/** Log levels; the level also comes from $NXL_LOG_LEVEL (a name or number). */
+typedef enum nxl_log_level {
+    NXL_LOG_NONE = 0,
+    NXL_LOG_ERROR = 1,
+    NXL_LOG_WARN = 2,
+    NXL_LOG_INFO = 3,
+    NXL_LOG_DEBUG = 4,
+    NXL_LOG_TRACE = 5
+} nxl_log_level_t;
+
+/** Receives each log line (no trailing newline). */
+typedef void (*nxl_log_cb)(nxl_log_level_t level, const char *msg, void *arg);
+
+/** A key/value parameter for nxl_backend_create(). */
+typedef struct nxl_param {
+    const char *key;
+    const char *value;
+} nxl_param_t;
+
+/**
+ * One descriptor. For DRAM/VRAM an address range on device @c dev_id; for
+ * FILE @c addr is the offset and @c dev_id an fd; @c meta / @c meta_len carry
+ * what a memory type needs beyond that (a path, an object key).
+ */
+typedef struct nxl_desc {
+    uintptr_t addr;
+    size_t len;
+    uint64_t dev_id;
+    const void *meta;
+    size_t meta_len;
+} nxl_desc_t;
+
+/** A list of descriptors of one memory type: a view, the array stays the caller's. */
+typedef struct nxl_dlist {
+    nxl_mem_t type;
+    const nxl_desc_t *descs;
+    size_t n;
+} nxl_dlist_t;
+
+/**
+ * Agent configuration. Initialise with nxl_agent_config_init(), then set
+ * fields: the leading @c size lets later versions add fields.
+ */
+typedef struct nxl_agent_config {
+    size_t size;              /**< sizeof(nxl_agent_config_t) */
+    const char *name;         /**< agent name, unique among peers (required) */
+    struct event_base *base;  /**< the application's base to embed into; NULL: own one */
+    const char *listen_addr;  /**< metadata listener address; NULL: no listener */
+    uint16_t listen_port;     /**< its port; 0: an ephemeral one, see nxl_agent_listen_port() */
+    int log_level;            /**< nxl_log_level_t, or -1 (default): $NXL_LOG_LEVEL, else NONE */
+    nxl_log_cb log_cb;        /**< NULL: lines go to stderr */
+    void *log_arg;
+    unsigned busy_poll_us;    /**< keep polling transports this long after activity (0: sleep at once) */
+    const char *etcd_endpoints; /**< reserved for etcd discovery */
+    unsigned io_timeout_ms;   /**< metadata exchange timeout (0: 10000) */
+} nxl_agent_config_t;
+
+/** Fills @p cfg with defaults. */
+NXL_API void nxl_agent_config_init(nxl_agent_config_t *cfg);
+
+/**
+ * Creates an agent.
+ * @param [in]  cfg  configuration (name required)
+ * @param [out] out  the agent
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (no name, bad config size, bad
+ *         listen address); NXL_ERR_BACKEND (event base or listener failed:
+ *         the port is taken). On failure *out is NULL and a sentence is
+ *         available from nxl_agent_last_error(NULL).
+ */
+NXL_API nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out);
+
+/**
+ * Destroys an agent: every pending future completes with NXL_ERR_CANCELED
+ * (its callbacks run inside this call), transfers and prepared lists are
+ * released, transports closed. Must not be called from a callback.
+ */
+NXL_API void nxl_agent_destroy(nxl_agent_t *a);
+
+/** @return the agent's name. */
+NXL_API const char *nxl_agent_name(const nxl_agent_t *a);
+/** @return the event base the agent runs on (its own or the application's). */
+NXL_API struct event_base *nxl_agent_base(nxl_agent_t *a);
+/** @return the port the metadata listener is bound to, 0 if none. */
+NXL_API uint16_t nxl_agent_listen_port(const nxl_agent_t *a);
+
+/**
+ * Runs the reactor until nxl_agent_stop().
+ * @return NXL_SUCCESS; NXL_ERR_NOT_ALLOWED when called from a callback.
+ */
+NXL_API nxl_status_t nxl_agent_run(nxl_agent_t *a);
+/**
+ * Runs one reactor turn, waiting at most @p timeout_ms for an event
+ * (0: do not wait; negative: wait without limit).
+ * @return NXL_SUCCESS; NXL_ERR_NOT_ALLOWED when called from a callback.
+ */
+NXL_API nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms);
+/** Makes nxl_agent_run() return after the current turn. */
+NXL_API void nxl_agent_stop(nxl_agent_t *a);
+
+/**
+ * @return the last error sentence for @p a, or for the last failed
+ *         nxl_agent_create() of this thread when @p a is NULL; "" if none.
+ */
+NXL_API const char *nxl_agent_last_error(const nxl_agent_t *a);
+
+/** What this build can create, and why not where it cannot. */
+typedef struct nxl_plugin_info {
+    const char *name;       /**< "UCX", ... */
+    int available;          /**< 1: nxl_backend_create() can try it */
+    char reason[160];       /**< why not, or what it offers */
+    uint32_t mem_mask;      /**< bit (1 << nxl_mem_t) per memory type served */
+} nxl_plugin_info_t;
+
+/**
+ * Lists the transports this build knows.
+ * @param [out] out  array of @p cap entries (may be NULL when cap is 0)
+ * @param [in]  cap  its size
+ * @return how many transports there are (may exceed @p cap).
+ */
+NXL_API size_t nxl_plugins_available(nxl_plugin_info_t *out, size_t cap);
+
+/**
+ * Creates a transport in the agent. Creation order is preference order.
+ * @param [in]  name    "UCX", ...
+ * @param [in]  params  key/value parameters (see each transport's README section)
+ * @param [out] out     the backend (may be NULL)
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (no such transport in this build);
+ *         NXL_ERR_INVALID_PARAM (unknown or bad parameter); NXL_ERR_NOT_ALLOWED
+ *         (already created); NXL_ERR_BACKEND (the library underneath failed:
+ *         the sentence lists what it found and what to check).
+ */
+NXL_API nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name,
+                                        const nxl_param_t *params, size_t nparams,
+                                        nxl_backend_t **out);
+/** @return the backend's transport name. */
+NXL_API const char *nxl_backend_name(const nxl_backend_t *b);
+/** @return the agent's backend named @p name, or NULL. */
+NXL_API nxl_backend_t *nxl_backend_get(nxl_agent_t *a, const char *name);
+
+/**
+ * Registers regions with one backend, or with every backend that serves
+ * @p type when @p b is NULL. Registering an already registered region with
+ * another backend adds that backend to it.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (zero length, NULL address);
+ *         NXL_ERR_NOT_SUPPORTED (no backend serves @p type);
+ *         NXL_ERR_NOT_ALLOWED (already registered with that backend, or
+ *         overlapping another region partly); NXL_ERR_BACKEND. All or nothing.
+ */
+NXL_API nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                      size_t n, nxl_backend_t *b);
+/**
+ * Deregisters regions exactly as registered.
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (a region that was never registered:
+ *         nothing changes). Prepared lists and transfers that use a region
+ *         keep it alive until they are released.
+ */
+NXL_API nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                        size_t n);
+
+/**
+ * Allocates @p len bytes of @p type memory and registers it. With UCX the
+ * memory is mapped by UCX itself, which its shared-memory transports can
+ * write one-sided; otherwise it is page-aligned host memory.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM; NXL_ERR_NOT_SUPPORTED; NXL_ERR_BACKEND.
+ */
+NXL_API nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id,
+                                   void **ptr);
+/** Deregisters and frees memory from nxl_mem_alloc(). @return NXL_ERR_NOT_FOUND if unknown. */
+NXL_API nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr);
+
+/* ---------------------------------------------------------------- metadata */
+
+/**
+ * Serialises this agent's metadata (connection info and every region).
+ * @param [out] blob  malloc'd JSON text, free with nxl_free()
+ * @param [out] len   its length
+ */
+NXL_API nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len);
+/**
+ * Partial metadata: connection info plus the regions that hold @p descs
+ * (connection info only when @p n is 0).
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (a descriptor in no registered region).
+ */
+NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                          size_t n, void **blob, size_t *len);
+/**
+ * Loads a remote agent's metadata (untrusted input: every field is
+ * checked). Loading an agent already known replaces what was known of it
+ * when the blob carries every region, and adds the regions when it is
+ * partial. Nothing changes on failure.
+ * @param [out] name_out  the remote agent's name (may be NULL)
+ * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed, unknown version, its
+ *         name is ours); NXL_ERR_BACKEND (a transport refused its part).
+ */
+NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
+                                 size_t cap);
+/**
+ * Forgets a remote agent. Prepared lists and transfers naming it keep
+ * working until released; new ones fail with NXL_ERR_NOT_FOUND.
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND.
+ */
+NXL_API nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote);
+/** @return NXL_SUCCESS if @p remote's metadata is loaded, else NXL_ERR_NOT_FOUND. */
+NXL_API nxl_status_t nxl_md_check(nxl_agent_t *a, const char *remote);
+
+/** Completion callback of a future: object, status, user data. */
+typedef void (*nxl_done_cb)(nxl_future_t *f, nxl_status_t status, void *arg);
+
+/**
+ * Sends this agent's metadata to the listener at @p host : @p port, which
+ * loads it. The future succeeds when the peer has loaded it.
+ * @return NXL_SUCCESS (started); NXL_ERR_INVALID_PARAM (bad host).
+ *         Completes with NXL_ERR_REMOTE_DISCONNECT when nothing listens or
+ *         the connection breaks, NXL_ERR_MISMATCH when the peer refused it.
+ */
+NXL_API nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
+                                 void *arg, nxl_future_t **out);
+/**
+ * Fetches the metadata of the agent listening at @p host : @p port and
+ * loads it. @p remote, when not NULL, is the name expected there (a
+ * different name completes with NXL_ERR_MISMATCH). The loaded name is then
+ * available from nxl_future_peer().
+ */
+NXL_API nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char *host,
+                                  uint16_t port, nxl_done_cb cb, void *arg, nxl_future_t **out);
+/** Tells the agent listening at @p host : @p port to forget this agent. */
+NXL_API nxl_status_t nxl_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
+                                            nxl_done_cb cb, void *arg, nxl_future_t **out);
+
+/** Frees memory the library handed out (metadata blobs). */
+NXL_API void nxl_free(void *p);
+
+/* --------------------------------------------------------------- transfers */
+
+/**
+ * Resolves a descriptor list once against registered regions: this
+ * agent's own when @p agent is NULL, a loaded remote agent's otherwise (this
+ * agent's own name gives loopback transfers within the agent).
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (unknown agent, or a descriptor
+ *         outside every registered region: nothing is created);
+ *         NXL_ERR_INVALID_PARAM.
+ */
+NXL_API nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                              const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
+/** Releases a prepared list; transfers made from it keep what they need. */
+NXL_API void nxl_prepped_release(nxl_prepped_t *p);
+/** @return the number of descriptors of a prepared list. */
+NXL_API size_t nxl_prepped_count(const nxl_prepped_t *p);
+
+/** Options of a transfer; initialise with nxl_xfer_opts_init(). */
+typedef struct nxl_xfer_opts {
+    size_t size;            /**< sizeof(nxl_xfer_opts_t) */
+    const void *notif;      /**< notification sent to the remote agent after the data (NULL: none) */
+    size_t notif_len;
+    nxl_backend_t *backend; /**< force a backend (NULL: first that holds both sides) */
+} nxl_xfer_opts_t;
+
+NXL_API void nxl_xfer_opts_init(nxl_xfer_opts_t *o);
+
+/** Longest notification message, in bytes. */
+#define NXL_NOTIF_MAX (64 * 1024)
+
+/**
+ * Makes a transfer from index lists into two prepared lists: element i moves
+ * local[lidx[i]] to or from remote[ridx[i]] (equal lengths required).
+ * A NULL index list means 0 .. n-1.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (index out of range, lengths
+ *         differ, notification too long); NXL_ERR_NOT_SUPPORTED (no backend
+ *         holds both sides); NXL_ERR_MISMATCH (the lists belong to other agents).
+ */
+NXL_API nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *local,
+                                   const size_t *lidx, nxl_prepped_t *remote, const size_t *ridx,
+                                   size_t n, const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
+/**
+ * One-call transfer: prepares @p local against this agent and @p remote
+ * against @p remote_agent and pairs them element by element.
+ */
+NXL_API nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *local,
+                                     const nxl_dlist_t *remote, const char *remote_agent,
+                                     const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
+/** Replaces the notification sent by the next post (NULL: none). */
+NXL_API nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len);
+/**
+ * Posts a transfer.
+ * @param [in]  cb   completion callback (may be NULL)
+ * @param [out] out  the future (may be NULL: released after the callback)
+ * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);
+ *         NXL_ERR_REMOTE_DISCONNECT (the peer is known dead);
+ *         NXL_ERR_BACKEND. On error nothing started.
+ */
+NXL_API nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out);
+/**
+ * @return NXL_ERR_NOT_POSTED (never posted), NXL_IN_PROG (in flight), or
+ *         the status of the last completed post.
+ */
+NXL_API nxl_status_t nxl_xfer_status(const nxl_xfer_t *x);
+/** @return the backend chosen for the transfer. */
+NXL_API nxl_backend_t *nxl_xfer_backend(const nxl_xfer_t *x);
+/**
+ * Releases a transfer. One in flight is canceled: its future completes with
+ * NXL_ERR_CANCELED on the next reactor turn.
+ */
+NXL_API void nxl_xfer_release(nxl_xfer_t *x);
+
+/* ----------------------------------------------------------------- futures */
+
+/**
+ * Adds a callback. On a future already complete it runs on the next reactor
+ * turn. @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM.
+ */
+NXL_API nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg);
+/**
+ * Runs the reactor until the future is complete and its callbacks ran, or
+ * @p timeout_ms passed (negative: no limit).
+ * @return its final status; NXL_IN_PROG on timeout; NXL_ERR_NOT_ALLOWED
+ *         when called from inside a callback (the reactor cannot be re-entered).
+ */
+NXL_API nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms);
+/** @return NXL_IN_PROG while pending, then the final status. */
+NXL_API nxl_status_t nxl_future_status(const nxl_future_t *f);
+/** @return the sentence of a failed future ("" otherwise). */
+NXL_API const char *nxl_future_error(const nxl_future_t *f);
+/** @return for a metadata fetch, the peer's name once loaded; else NULL. */
+NXL_API const char *nxl_future_peer(const nxl_future_t *f);
+/**
+ * Cancels the operation: the future completes with NXL_ERR_CANCELED on the
+ * next turn (the data may have moved in part). No effect on a complete future.
+ */
+NXL_API void nxl_future_cancel(nxl_future_t *f);
+/**
+ * A future completed when all of @p fs are: with NXL_SUCCESS, or with the
+ * first failure's status in array order. The inputs keep their owners.
+ */
+NXL_API nxl_status_t nxl_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n,
+                                    nxl_done_cb cb, void *arg, nxl_future_t **out);
+/** Gives back the caller's reference. Allowed inside the future's callback. */
+NXL_API void nxl_future_release(nxl_future_t *f);
+
+/* ----------------------------------------------------------- notifications */
+
+/** Receives a notification from agent @p from. @p msg is valid during the call. */
+typedef void (*nxl_notif_cb)(nxl_agent_t *a, const char *from, const void *msg, size_t len,
+                             void *arg);
+
+/**
+ * Sets the notification callback (NULL: notifications queue for
+ * nxl_notifs_drain()). Notifications queued before are delivered to the new
+ * callback on the next turn.
+ */
+NXL_API void nxl_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
+/**
+ * Sends a standalone notification to a loaded remote agent.
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (unknown agent);
+ *         NXL_ERR_INVALID_PARAM (too long); NXL_ERR_NOT_SUPPORTED (no
+ *         backend with notifications reaches it); NXL_ERR_REMOTE_DISCONNECT.
+ */
+NXL_API nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
+                                    size_t len, nxl_done_cb cb, void *arg, nxl_future_t **out);
+/**
+ * Pull interface (NIXL's getNotifs): hands each queued notification to
+ * @p cb, in arrival order, and removes it. Does not run the reactor.
+ * @return how many were handed over.
+ */
+NXL_API size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NXL_H */

@@ -1,0 +1,125 @@
+/**
+ * @file nxl/transport.h
+ * @brief The south-bound API: what every transport implements, and what the
+ *        engine offers it.
+ *
+ * A transport is a table of functions (@ref nxlt_ops_t) with an ABI
+ * version, a name, the memory types it serves and its capabilities. The
+ * engine owns regions, remote agents, transfers and futures; a transport
+ * owns only its own handles (a registration, a packed key, a connection, an
+ * unpacked remote key) and reports completions with nxlt_op_done().
+ *
+ * Everything runs on the agent's reactor thread. A transport hooks its file
+ * descriptors into the reactor through the event base from
+ * nxlt_base() and never blocks in a call.
+ */
+#ifndef NXL_TRANSPORT_H
+#define NXL_TRANSPORT_H
+
+#include <nxl.h>
+#include <stdarg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NXLT_ABI_VERSION 1
+
+/** Capabilities. */
+#define NXLT_CAP_REMOTE (1u << 0) /**< moves data to and from other agents */
+#define NXLT_CAP_LOCAL (1u << 1)  /**< moves data within the agent (loopback) */
+#define NXLT_CAP_NOTIF (1u << 2)  /**< carries notifications */
+
+/** What the engine gives a transport instance. */
+typedef struct nxlt_ctx nxlt_ctx_t;
+/** One posted operation: a transfer or a notification send. */
+typedef struct nxlt_op nxlt_op_t;
+
+/** One element of a transfer, resolved by the engine. */
+typedef struct nxlt_iov {
+    void *laddr;      /**< local address (or offset) */
+    void *lmd;        /**< the transport's handle of the local region */
+    uint64_t raddr;   /**< remote address (or offset) */
+    void *rkey;       /**< the transport's handle of the remote region */
+    size_t len;
+} nxlt_iov_t;
+
+/** A transfer as the transport sees it. */
+typedef struct nxlt_xfer {
+    nxl_op_t op;
+    nxl_mem_t ltype, rtype;
+    void *conn;              /**< connection to the remote agent (from load_conn) */
+    const nxlt_iov_t *iov;
+    size_t n;
+    const void *notif;       /**< copy it if needed after post returns */
+    size_t notif_len;
+} nxlt_xfer_t;
+
+typedef struct nxlt_ops {
+    uint32_t abi_version;    /**< NXLT_ABI_VERSION */
+    const char *name;
+    uint32_t mem_mask;       /**< bit (1 << nxl_mem_t) per type served */
+    uint32_t caps;           /**< NXLT_CAP_* */
+
+    /** Can this machine create it? Writes why not into @p why. */
+    int (*probe)(char *why, size_t cap);
+    /** Creates an instance; writes a sentence with nxlt_error() on failure. */
+    nxl_status_t (*create)(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **state);
+    /** Destroys it; every op not yet done must be reported done (CANCELED) first. */
+    void (*destroy)(void *state);
+
+    /** Registers a local region. */
+    nxl_status_t (*reg)(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md);
+    void (*dereg)(void *state, void *md);
+    /** Packs the public key of a region for metadata (malloc'd). */
+    nxl_status_t (*pack_key)(void *state, void *md, void **buf, size_t *len);
+    /** Optional: allocates memory suited to the transport and registers it. */
+    nxl_status_t (*mem_alloc)(void *state, nxl_mem_t type, size_t len, uint64_t dev_id,
+                              void **ptr, void **md);
+    void (*mem_free)(void *state, void *ptr, void *md);
+
+    /** Packs this instance's connection info (malloc'd). */
+    nxl_status_t (*conn_info)(void *state, void **buf, size_t *len);
+    /** Connects to a remote agent from its connection info. */
+    nxl_status_t (*load_conn)(void *state, const char *agent, const void *info, size_t len,
+                              void **conn);
+    /** Unpacks a remote region's key for a connection. */
+    nxl_status_t (*load_key)(void *state, void *conn, const void *buf, size_t len, void **rkey);
+    void (*unload_key)(void *state, void *rkey);
+    /** Disconnects (non-blocking); outstanding ops complete with an error. */
+    void (*unload_conn)(void *state, void *conn);
+
+    /** Posts a transfer; reports with nxlt_op_done() later, never inside. */
+    nxl_status_t (*post)(void *state, nxlt_op_t *op, const nxlt_xfer_t *x);
+    /** Sends a notification (copied). */
+    nxl_status_t (*notif_send)(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                               size_t len);
+    /** Optional: a one-line description for logs ("UCX 1.13.1: sysv, tcp"). */
+    const char *(*describe)(void *state);
+} nxlt_ops_t;
+
+/* ---- what the engine offers a transport ---- */
+
+/** The reactor's event base. */
+NXL_API struct event_base *nxlt_base(nxlt_ctx_t *ctx);
+NXL_API nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx);
+/** Busy-poll window of the agent, in microseconds. */
+NXL_API unsigned nxlt_busy_poll_us(nxlt_ctx_t *ctx);
+/** Leaves a sentence in the agent's last error. */
+NXL_API void nxlt_error(nxlt_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+NXL_API void nxlt_log(nxlt_ctx_t *ctx, nxl_log_level_t lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/**
+ * Reports an operation done (exactly once per op). @p why may be NULL on
+ * success; otherwise a sentence naming the transport and the call.
+ */
+NXL_API void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why);
+/** A notification arrived from @p from. */
+NXL_API void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t len);
+/** Per-op slot for the transport (one pointer). */
+NXL_API void **nxlt_op_priv(nxlt_op_t *op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

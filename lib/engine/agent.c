@@ -1,0 +1,332 @@
+/* The agent: its reactor, its backends, notifications. */
+#include "internal.h"
+
+#include <string.h>
+
+void nxl_agent_config_init(nxl_agent_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->size = sizeof(*cfg);
+    cfg->log_level = -1;
+}
+
+/* One reactor event delivers completed futures and queued notifications,
+ * so that no user callback runs inside a transport's progress call. */
+static void deliver_cb(evutil_socket_t fd, short what, void *arg)
+{
+    nxl_agent_t *a = arg;
+    nxli_deliver(a);
+    if (a->notif_cb)
+        nxl_notifs_drain(a, a->notif_cb, a->notif_arg);
+}
+
+static void timeout_cb(evutil_socket_t fd, short what, void *arg) {}
+
+nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !out) {
+        nxli_set_create_error("nxl_agent_create: config and out pointer are required");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (cfg->size < offsetof(nxl_agent_config_t, io_timeout_ms) || cfg->size > sizeof(*cfg)) {
+        nxli_set_create_error("nxl_agent_create: config size %zu is not one this library knows; "
+                              "initialise it with nxl_agent_config_init()", cfg->size);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (!cfg->name || !*cfg->name || strlen(cfg->name) >= NXLI_NAME_MAX) {
+        nxli_set_create_error("nxl_agent_create: an agent needs a name of 1 to %d bytes",
+                              NXLI_NAME_MAX - 1);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxl_agent_t *a = calloc(1, sizeof(*a));
+    if (!a) {
+        nxli_set_create_error("nxl_agent_create: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    a->name = strdup(cfg->name);
+    a->log_level = cfg->log_level < 0 ? nxli_log_level_env() : (nxl_log_level_t)cfg->log_level;
+    a->log_cb = cfg->log_cb;
+    a->log_arg = cfg->log_arg;
+    a->busy_poll_us = cfg->busy_poll_us;
+    a->io_timeout_ms = cfg->size > offsetof(nxl_agent_config_t, io_timeout_ms) && cfg->io_timeout_ms
+                           ? cfg->io_timeout_ms
+                           : 10000;
+    LIST_INIT(&a->remotes);
+    LIST_INIT(&a->xfers);
+    LIST_INIT(&a->prepped);
+    LIST_INIT(&a->ops);
+    TAILQ_INIT(&a->pending);
+    TAILQ_INIT(&a->deliver);
+    STAILQ_INIT(&a->notifs);
+    if (cfg->base) {
+        a->base = cfg->base;
+    } else {
+        a->base = event_base_new();
+        a->own_base = true;
+    }
+    if (!a->base || !(a->ev_deliver = event_new(a->base, -1, 0, deliver_cb, a)) ||
+        !(a->ev_timeout = evtimer_new(a->base, timeout_cb, a))) {
+        nxli_set_create_error("nxl_agent_create: libevent could not make an event base");
+        nxl_agent_destroy(a);
+        return NXL_ERR_BACKEND;
+    }
+    if (cfg->listen_addr) {
+        nxl_status_t st = nxli_exchange_listen(a, cfg->listen_addr, cfg->listen_port);
+        if (st != NXL_SUCCESS) {
+            nxli_set_create_error("%s", a->err);
+            nxl_agent_destroy(a);
+            return st;
+        }
+    }
+    nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s event base%s)", a->name,
+             a->own_base ? "own" : "embedded", a->listen_port ? ", metadata listener up" : "");
+    *out = a;
+    return NXL_SUCCESS;
+}
+
+void nxl_agent_destroy(nxl_agent_t *a)
+{
+    if (!a)
+        return;
+    /* pending futures complete with CANCELED, their callbacks run here */
+    nxli_futures_cancel_all(a);
+    nxli_exchange_cleanup(a);
+    nxli_xfers_cleanup(a);
+    nxli_remote_cleanup(a);
+    nxli_mem_cleanup(a);
+    for (int i = a->nbackends - 1; i >= 0; i--) {
+        nxl_backend_t *b = a->backends[i];
+        b->ops->destroy(b->state);
+        free(b);
+    }
+    /* ops a transport left behind have no future anymore */
+    while (!LIST_EMPTY(&a->ops))
+        nxli_op_free(LIST_FIRST(&a->ops));
+    nxli_deliver(a);
+    nxli_notif_t *n;
+    while ((n = STAILQ_FIRST(&a->notifs))) {
+        STAILQ_REMOVE_HEAD(&a->notifs, link);
+        free(n->from);
+        free(n->msg);
+        free(n);
+    }
+    if (a->ev_deliver)
+        event_free(a->ev_deliver);
+    if (a->ev_timeout)
+        event_free(a->ev_timeout);
+    if (a->own_base && a->base)
+        event_base_free(a->base);
+    free(a->name);
+    free(a);
+}
+
+const char *nxl_agent_name(const nxl_agent_t *a) { return a->name; }
+struct event_base *nxl_agent_base(nxl_agent_t *a) { return a->base; }
+uint16_t nxl_agent_listen_port(const nxl_agent_t *a) { return a->listen_port; }
+
+static nxl_status_t loop_guard(nxl_agent_t *a, const char *call)
+{
+    if (a->cb_depth > 0 || a->loop_depth > 0) {
+        nxli_err(a, "%s: the reactor is already running on this thread (called from a "
+                    "callback?); it cannot be re-entered", call);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_agent_run(nxl_agent_t *a)
+{
+    nxl_status_t st = loop_guard(a, "nxl_agent_run");
+    if (st != NXL_SUCCESS)
+        return st;
+    a->stopping = false;
+    a->loop_depth++;
+    int rc = 0;
+    while (!a->stopping && rc == 0)
+        rc = event_base_loop(a->base, EVLOOP_ONCE);
+    a->loop_depth--;
+    if (rc < 0) {
+        nxli_err(a, "nxl_agent_run: event_base_loop failed (is the application's loop "
+                    "running this base already?)");
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
+{
+    nxl_status_t st = loop_guard(a, "nxl_agent_run_once");
+    if (st != NXL_SUCCESS)
+        return st;
+    int rc;
+    a->loop_depth++;
+    if (timeout_ms == 0) {
+        rc = event_base_loop(a->base, EVLOOP_NONBLOCK);
+    } else if (timeout_ms < 0) {
+        rc = event_base_loop(a->base, EVLOOP_ONCE);
+    } else {
+        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        event_add(a->ev_timeout, &tv);
+        rc = event_base_loop(a->base, EVLOOP_ONCE);
+        event_del(a->ev_timeout);
+    }
+    a->loop_depth--;
+    if (rc < 0) {
+        nxli_err(a, "nxl_agent_run_once: event_base_loop failed (is the application's loop "
+                    "running this base already?)");
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    return NXL_SUCCESS;
+}
+
+void nxl_agent_stop(nxl_agent_t *a)
+{
+    a->stopping = true;
+    event_base_loopbreak(a->base);
+}
+
+/* ---- backends */
+
+size_t nxl_plugins_available(nxl_plugin_info_t *out, size_t cap)
+{
+    size_t n;
+    const nxlt_ops_t *const *t = nxli_transports(&n);
+    for (size_t i = 0; i < n && i < cap; i++) {
+        memset(&out[i], 0, sizeof(out[i]));
+        out[i].name = t[i]->name;
+        out[i].mem_mask = t[i]->mem_mask;
+        out[i].available = t[i]->probe ? t[i]->probe(out[i].reason, sizeof(out[i].reason)) : 1;
+    }
+    return n;
+}
+
+nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
+                                size_t nparams, nxl_backend_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!name) {
+        nxli_err(a, "nxl_backend_create: no transport name given");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    size_t n;
+    const nxlt_ops_t *const *t = nxli_transports(&n);
+    const nxlt_ops_t *ops = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!strcasecmp(t[i]->name, name))
+            ops = t[i];
+    if (!ops) {
+        char list[128] = "";
+        for (size_t i = 0; i < n; i++)
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+                     t[i]->name);
+        nxli_err(a, "nxl_backend_create: no transport '%s' in this build (built: %s); see "
+                    "nxl_plugins_available() and configure's summary", name, n ? list : "none");
+        return NXL_ERR_NOT_FOUND;
+    }
+    if (ops->abi_version != NXLT_ABI_VERSION) {
+        nxli_err(a, "nxl_backend_create: transport %s speaks ABI %u, the engine %u", ops->name,
+                 ops->abi_version, NXLT_ABI_VERSION);
+        return NXL_ERR_MISMATCH;
+    }
+    if (nxl_backend_get(a, ops->name)) {
+        nxli_err(a, "nxl_backend_create: agent '%s' already has a %s transport", a->name,
+                 ops->name);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    if (a->nbackends == NXLI_MAX_BACKENDS) {
+        nxli_err(a, "nxl_backend_create: an agent holds at most %d transports", NXLI_MAX_BACKENDS);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    for (size_t i = 0; i < nparams; i++)
+        if (!params[i].key || !params[i].value) {
+            nxli_err(a, "nxl_backend_create(%s): parameter %zu has a NULL key or value", ops->name,
+                     i);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    nxl_backend_t *b = calloc(1, sizeof(*b));
+    if (!b) {
+        nxli_err(a, "nxl_backend_create: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    b->agent = a;
+    b->ops = ops;
+    b->index = a->nbackends;
+    b->ctx.agent = a;
+    b->ctx.backend = b;
+    a->err[0] = 0;
+    nxl_status_t st = ops->create(&b->ctx, params, nparams, &b->state);
+    if (st != NXL_SUCCESS) {
+        if (!a->err[0])
+            nxli_err(a, "nxl_backend_create: transport %s failed to start (%s)", ops->name,
+                     nxl_strerror(st));
+        free(b);
+        return st;
+    }
+    a->backends[a->nbackends++] = b;
+    a->mem_gen++; /* connection info changed */
+    nxli_log(a, NXL_LOG_INFO, "transport %s is up%s%s", ops->name,
+             ops->describe ? ": " : "", ops->describe ? ops->describe(b->state) : "");
+    if (out)
+        *out = b;
+    return NXL_SUCCESS;
+}
+
+const char *nxl_backend_name(const nxl_backend_t *b) { return b->ops->name; }
+
+nxl_backend_t *nxl_backend_get(nxl_agent_t *a, const char *name)
+{
+    for (int i = 0; i < a->nbackends; i++)
+        if (!strcasecmp(a->backends[i]->ops->name, name))
+            return a->backends[i];
+    return NULL;
+}
+
+/* ---- notifications */
+
+void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t len)
+{
+    nxl_agent_t *a = ctx->agent;
+    nxli_notif_t *n = calloc(1, sizeof(*n));
+    if (!n || !(n->from = strdup(from)) || !(n->msg = malloc(len ? len : 1))) {
+        nxli_log(a, NXL_LOG_ERROR, "out of memory: notification from '%s' dropped", from);
+        if (n)
+            free(n->from);
+        free(n);
+        return;
+    }
+    memcpy(n->msg, msg, len);
+    n->len = len;
+    STAILQ_INSERT_TAIL(&a->notifs, n, link);
+    if (a->notif_cb)
+        event_active(a->ev_deliver, EV_READ, 0);
+}
+
+size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
+{
+    size_t k = 0;
+    nxli_notif_t *n;
+    while ((n = STAILQ_FIRST(&a->notifs))) {
+        STAILQ_REMOVE_HEAD(&a->notifs, link);
+        if (cb) {
+            a->cb_depth++;
+            cb(a, n->from, n->msg, n->len, arg);
+            a->cb_depth--;
+        }
+        free(n->from);
+        free(n->msg);
+        free(n);
+        k++;
+    }
+    return k;
+}
+
+void nxl_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
+{
+    a->notif_cb = cb;
+    a->notif_arg = arg;
+    if (cb && !STAILQ_EMPTY(&a->notifs))
+        event_active(a->ev_deliver, EV_READ, 0);
+}

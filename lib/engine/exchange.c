@@ -1,0 +1,416 @@
+/* Metadata exchange over TCP, on the reactor: a libevent listener serves
+ * requests; each client request is a future on a bufferevent.
+ *
+ * Frame: "NXLX" | version u8 | type u8 | status i8 | 0 u8 | length u32 (big
+ * endian) | 4 zero bytes | payload. A request gets exactly one reply frame
+ * (type REPLY) carrying the status and, for a fetch, the metadata, or the
+ * peer's error sentence. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define HDR_LEN 16
+#define FRAME_MAX NXLI_MD_MAX_BYTES
+
+enum { T_SEND_MD = 1, T_FETCH_MD = 2, T_INVALIDATE = 3, T_REPLY = 0x81 };
+
+typedef struct srv_conn {
+    nxl_agent_t *a;
+    struct bufferevent *bev;
+    LIST_ENTRY(srv_conn) link;
+} srv_conn_t;
+
+typedef struct client {
+    nxl_agent_t *a;
+    nxl_future_t *f;
+    struct bufferevent *bev;
+    int type;
+    char *expect;           /* fetch: the name expected */
+    char where[300];        /* "host:port" for sentences */
+    LIST_ENTRY(client) link;
+} client_t;
+
+struct nxli_exchange {
+    struct evconnlistener *lis;
+    LIST_HEAD(, srv_conn) conns;
+    LIST_HEAD(, client) clients;
+};
+
+static struct nxli_exchange *ex_get(nxl_agent_t *a)
+{
+    if (!a->ex) {
+        a->ex = calloc(1, sizeof(*a->ex));
+        if (a->ex) {
+            LIST_INIT(&a->ex->conns);
+            LIST_INIT(&a->ex->clients);
+        }
+    }
+    return a->ex;
+}
+
+static void put_hdr(unsigned char *h, int type, int status, uint32_t len)
+{
+    memcpy(h, "NXLX", 4);
+    h[4] = 1;
+    h[5] = (unsigned char)type;
+    h[6] = (unsigned char)(int8_t)status;
+    h[7] = 0;
+    uint32_t n = htonl(len);
+    memcpy(h + 8, &n, 4);
+    memset(h + 12, 0, 4);
+}
+
+static void send_frame(struct bufferevent *bev, int type, int status, const void *p, size_t len)
+{
+    unsigned char h[HDR_LEN];
+    put_hdr(h, type, status, (uint32_t)len);
+    bufferevent_write(bev, h, HDR_LEN);
+    if (len)
+        bufferevent_write(bev, p, len);
+}
+
+/* 1: a whole frame is there (header in h, payload pulled into *payload);
+ * 0: need more; -1: garbage */
+static int take_frame(struct evbuffer *in, unsigned char *h, char **payload, uint32_t *plen)
+{
+    if (evbuffer_get_length(in) < HDR_LEN)
+        return 0;
+    evbuffer_copyout(in, h, HDR_LEN);
+    if (memcmp(h, "NXLX", 4) || h[4] != 1)
+        return -1;
+    uint32_t len;
+    memcpy(&len, h + 8, 4);
+    len = ntohl(len);
+    if (len > FRAME_MAX)
+        return -1;
+    if (evbuffer_get_length(in) < HDR_LEN + (size_t)len)
+        return 0;
+    evbuffer_drain(in, HDR_LEN);
+    *payload = malloc(len + 1);
+    if (!*payload)
+        return -1;
+    evbuffer_remove(in, *payload, len);
+    (*payload)[len] = 0;
+    *plen = len;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ server */
+
+static void srv_close(srv_conn_t *c)
+{
+    LIST_REMOVE(c, link);
+    bufferevent_free(c->bev);
+    free(c);
+}
+
+static void srv_read(struct bufferevent *bev, void *arg)
+{
+    srv_conn_t *c = arg;
+    nxl_agent_t *a = c->a;
+    unsigned char h[HDR_LEN];
+    char *p;
+    uint32_t len;
+    int r;
+    while ((r = take_frame(bufferevent_get_input(bev), h, &p, &len)) == 1) {
+        nxl_status_t st = NXL_SUCCESS;
+        switch (h[5]) {
+        case T_SEND_MD: {
+            char name[NXLI_NAME_MAX];
+            st = nxl_md_load(a, p, len, name, sizeof(name));
+            if (st == NXL_SUCCESS)
+                nxli_log(a, NXL_LOG_INFO, "metadata of agent '%s' received and loaded", name);
+            break;
+        }
+        case T_FETCH_MD: {
+            void *blob;
+            size_t bl;
+            st = nxl_md_local(a, &blob, &bl);
+            if (st == NXL_SUCCESS) {
+                send_frame(bev, T_REPLY, st, blob, bl);
+                free(blob);
+                free(p);
+                continue;
+            }
+            break;
+        }
+        case T_INVALIDATE:
+            st = nxl_md_invalidate(a, p);
+            break;
+        default:
+            nxli_err(a, "metadata listener: unknown request type %d", h[5]);
+            st = NXL_ERR_NOT_SUPPORTED;
+        }
+        free(p);
+        const char *why = st == NXL_SUCCESS ? "" : a->err;
+        send_frame(bev, T_REPLY, st, why, strlen(why));
+    }
+    if (r < 0) {
+        nxli_log(a, NXL_LOG_WARN, "metadata listener: a client sent a malformed frame; closed");
+        srv_close(c);
+    }
+}
+
+static void srv_event(struct bufferevent *bev, short what, void *arg)
+{
+    srv_close(arg);
+}
+
+static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int slen,
+                       void *arg)
+{
+    nxl_agent_t *a = arg;
+    srv_conn_t *c = calloc(1, sizeof(*c));
+    struct bufferevent *bev =
+        c ? bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    if (!bev) {
+        free(c);
+        evutil_closesocket(fd);
+        return;
+    }
+    c->a = a;
+    c->bev = bev;
+    LIST_INSERT_HEAD(&a->ex->conns, c, link);
+    struct timeval tv = {a->io_timeout_ms / 1000 * 6, 0};
+    bufferevent_set_timeouts(bev, &tv, &tv);
+    bufferevent_setcb(bev, srv_read, NULL, srv_event, c);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *sl)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    char ps[8];
+    snprintf(ps, sizeof(ps), "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc)
+        return rc;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *sl = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int rc = resolve(addr, port, &ss, &sl);
+    if (rc) {
+        nxli_err(a, "metadata listener: cannot resolve listen address '%s': %s", addr,
+                 gai_strerror(rc));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (!ex_get(a))
+        return NXL_ERR_UNKNOWN;
+    a->ex->lis = evconnlistener_new_bind(a->base, srv_accept, a,
+                                         LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+                                             LEV_OPT_CLOSE_ON_EXEC,
+                                         64, (struct sockaddr *)&ss, (int)sl);
+    if (!a->ex->lis) {
+        nxli_err(a, "metadata listener: cannot listen on %s:%u: %s (is the port taken? use port "
+                    "0 for any free one)", addr, port, strerror(errno));
+        return NXL_ERR_BACKEND;
+    }
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof(bound);
+    getsockname(evconnlistener_get_fd(a->ex->lis), (struct sockaddr *)&bound, &bl);
+    a->listen_port = ntohs(bound.ss_family == AF_INET6
+                               ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                               : ((struct sockaddr_in *)&bound)->sin_port);
+    nxli_log(a, NXL_LOG_INFO, "metadata listener on %s:%u", addr, a->listen_port);
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ client */
+
+static void client_free(client_t *c)
+{
+    LIST_REMOVE(c, link);
+    if (c->bev)
+        bufferevent_free(c->bev);
+    free(c->expect);
+    free(c);
+}
+
+static void client_finish(client_t *c, nxl_status_t st, const char *why)
+{
+    nxl_future_t *f = c->f;
+    c->f = NULL;
+    f->owner = NULL;
+    client_free(c);
+    nxli_future_complete(f, st, why);
+}
+
+static void client_read(struct bufferevent *bev, void *arg)
+{
+    client_t *c = arg;
+    nxl_agent_t *a = c->a;
+    unsigned char h[HDR_LEN];
+    char *p;
+    uint32_t len;
+    int r = take_frame(bufferevent_get_input(bev), h, &p, &len);
+    if (r == 0)
+        return;
+    if (r < 0 || h[5] != T_REPLY) {
+        if (r > 0)
+            free(p);
+        char why[400];
+        snprintf(why, sizeof(why), "metadata exchange with %s: the peer answered with a "
+                 "malformed frame (is an nxl agent listening there?)", c->where);
+        client_finish(c, NXL_ERR_MISMATCH, why);
+        return;
+    }
+    nxl_status_t st = (nxl_status_t)(int8_t)h[6];
+    char why[NXLI_ERR_MAX + 400] = "";
+    if (st != NXL_SUCCESS) {
+        snprintf(why, sizeof(why), "metadata exchange with %s: the peer answered %s: %.*s",
+                 c->where, nxl_status_name(st), (int)(len > NXLI_ERR_MAX ? NXLI_ERR_MAX : len), p);
+    } else if (c->type == T_FETCH_MD) {
+        char name[NXLI_NAME_MAX];
+        st = nxl_md_load(a, p, len, name, sizeof(name));
+        if (st != NXL_SUCCESS) {
+            snprintf(why, sizeof(why), "%s", a->err);
+        } else if (c->expect && strcmp(c->expect, name)) {
+            nxl_md_invalidate(a, name);
+            st = NXL_ERR_MISMATCH;
+            snprintf(why, sizeof(why), "nxl_md_fetch: the agent at %s is '%s', not '%s' as "
+                     "expected", c->where, name, c->expect);
+        } else {
+            free(c->f->peer);
+            c->f->peer = strdup(name);
+        }
+    }
+    free(p);
+    client_finish(c, st, why);
+}
+
+static void client_event(struct bufferevent *bev, short what, void *arg)
+{
+    client_t *c = arg;
+    char why[400];
+    if (what & BEV_EVENT_CONNECTED)
+        return;
+    if (what & BEV_EVENT_TIMEOUT)
+        snprintf(why, sizeof(why), "metadata exchange with %s: no answer within %u ms",
+                 c->where, c->a->io_timeout_ms);
+    else if (what & BEV_EVENT_EOF)
+        snprintf(why, sizeof(why), "metadata exchange with %s: the peer closed the connection "
+                 "before answering", c->where);
+    else
+        snprintf(why, sizeof(why), "metadata exchange with %s: %s (is the peer's listener "
+                 "running?)", c->where, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
+}
+
+static void client_cancel(nxl_future_t *f)
+{
+    client_t *c = f->owner;
+    if (c) {
+        c->f = NULL;
+        f->owner = NULL;
+        client_free(c);
+    }
+}
+
+static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const char *host,
+                            uint16_t port, const void *payload, size_t plen, const char *expect,
+                            nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!host || !port) {
+        nxli_err(a, "%s: a host and a port are required", call);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int rc = resolve(host, port, &ss, &sl);
+    if (rc) {
+        nxli_err(a, "%s: cannot resolve '%s': %s", call, host, gai_strerror(rc));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    client_t *c = calloc(1, sizeof(*c));
+    nxl_future_t *f = NULL;
+    if (!c || !ex_get(a) || !(f = nxli_future_new(a, NXLI_F_MD, cb, arg)) ||
+        !(c->bev = bufferevent_socket_new(a->base, -1, BEV_OPT_CLOSE_ON_FREE)) ||
+        (expect && !(c->expect = strdup(expect)))) {
+        if (c && c->bev)
+            bufferevent_free(c->bev);
+        if (c)
+            free(c->expect);
+        free(c);
+        if (f)
+            nxli_future_discard(f);
+        nxli_err(a, "%s: out of memory", call);
+        return NXL_ERR_UNKNOWN;
+    }
+    c->a = a;
+    c->f = f;
+    c->type = type;
+    snprintf(c->where, sizeof(c->where), "%s:%u", host, port);
+    f->owner = c;
+    f->on_cancel = client_cancel;
+    LIST_INSERT_HEAD(&a->ex->clients, c, link);
+    struct timeval tv = {a->io_timeout_ms / 1000, (a->io_timeout_ms % 1000) * 1000};
+    bufferevent_set_timeouts(c->bev, &tv, &tv);
+    bufferevent_setcb(c->bev, client_read, NULL, client_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    send_frame(c->bev, type, 0, payload, plen);
+    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&ss, (int)sl) < 0) {
+        char why[400];
+        snprintf(why, sizeof(why), "%s: cannot connect to %s: %s", call, c->where,
+                 strerror(errno));
+        client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
+    }
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
+                         void *arg, nxl_future_t **out)
+{
+    void *blob;
+    size_t len;
+    nxl_status_t st = nxl_md_local(a, &blob, &len);
+    if (st != NXL_SUCCESS)
+        return st;
+    st = request(a, "nxl_md_send", T_SEND_MD, host, port, blob, len, NULL, cb, arg, out);
+    free(blob);
+    return st;
+}
+
+nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char *host, uint16_t port,
+                          nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    return request(a, "nxl_md_fetch", T_FETCH_MD, host, port, NULL, 0, remote, cb, arg, out);
+}
+
+nxl_status_t nxl_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
+                                    nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    return request(a, "nxl_md_send_invalidate", T_INVALIDATE, host, port, a->name,
+                   strlen(a->name), NULL, cb, arg, out);
+}
+
+void nxli_exchange_cleanup(nxl_agent_t *a)
+{
+    if (!a->ex)
+        return;
+    while (!LIST_EMPTY(&a->ex->clients))
+        client_free(LIST_FIRST(&a->ex->clients));
+    while (!LIST_EMPTY(&a->ex->conns))
+        srv_close(LIST_FIRST(&a->ex->conns));
+    if (a->ex->lis)
+        evconnlistener_free(a->ex->lis);
+    free(a->ex);
+    a->ex = NULL;
+}

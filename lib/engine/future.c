@@ -1,0 +1,315 @@
+/* Futures: completion is recorded at once, callbacks are delivered from a
+ * reactor event, so that no callback runs inside the call that started the
+ * operation and each runs exactly once.
+ *
+ * References: the caller's (when it asked for the future), one while the
+ * operation is pending, one while callbacks are queued for delivery, one
+ * held by a nxl_future_all() parent per child. */
+#include "internal.h"
+
+#include <string.h>
+
+static void future_unref(nxl_future_t *f);
+
+static void future_free(nxl_future_t *f)
+{
+    nxli_cb_t *c = f->cbs;
+    while (c) {
+        nxli_cb_t *n = c->next;
+        free(c);
+        c = n;
+    }
+    for (size_t i = 0; i < f->nchildren; i++)
+        future_unref(f->children[i]);
+    free(f->children);
+    free(f->err);
+    free(f->peer);
+    free(f);
+}
+
+static void future_unref(nxl_future_t *f)
+{
+    if (--f->refs == 0)
+        future_free(f);
+}
+
+static nxl_status_t add_cb(nxl_future_t *f, nxl_done_cb cb, void *arg)
+{
+    nxli_cb_t *c = malloc(sizeof(*c));
+    if (!c)
+        return NXL_ERR_UNKNOWN;
+    c->cb = cb;
+    c->arg = arg;
+    c->next = NULL;
+    *f->cbs_tail = c;
+    f->cbs_tail = &c->next;
+    return NXL_SUCCESS;
+}
+
+nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
+{
+    nxl_future_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    f->agent = a;
+    f->kind = kind;
+    f->status = NXL_IN_PROG;
+    f->refs = 2; /* the caller's and the pending one */
+    f->cbs_tail = &f->cbs;
+    if (cb && add_cb(f, cb, arg) != NXL_SUCCESS) {
+        free(f);
+        return NULL;
+    }
+    TAILQ_INSERT_TAIL(&a->pending, f, plink);
+    return f;
+}
+
+void nxli_future_give(nxl_future_t *f, nxl_future_t **out)
+{
+    if (out)
+        *out = f;
+    else
+        future_unref(f);
+}
+
+void nxli_future_discard(nxl_future_t *f)
+{
+    TAILQ_REMOVE(&f->agent->pending, f, plink);
+    f->refs = 1;
+    future_unref(f);
+}
+
+static void enqueue(nxl_future_t *f)
+{
+    nxl_agent_t *a = f->agent;
+    if (f->queued || !f->cbs)
+        return;
+    f->queued = true;
+    f->refs++;
+    bool was_empty = TAILQ_EMPTY(&a->deliver);
+    TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
+    if (was_empty && a->ev_deliver)
+        event_active(a->ev_deliver, EV_READ, 0);
+}
+
+void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why)
+{
+    if (f->done)
+        return;
+    nxl_agent_t *a = f->agent;
+    f->done = true;
+    f->status = st;
+    if (st != NXL_SUCCESS && why) {
+        f->err = nxli_strdup(why);
+        snprintf(a->err, sizeof(a->err), "%s", why);
+    }
+    TAILQ_REMOVE(&a->pending, f, plink);
+    if (f->kind == NXLI_F_XFER && f->owner) {
+        nxl_xfer_t *x = f->owner;
+        x->active = NULL;
+        x->last = st;
+        f->owner = NULL;
+    }
+    enqueue(f);
+    future_unref(f); /* the pending reference */
+}
+
+void nxli_deliver(nxl_agent_t *a)
+{
+    nxl_future_t *f;
+    while ((f = TAILQ_FIRST(&a->deliver))) {
+        TAILQ_REMOVE(&a->deliver, f, dlink);
+        /* callbacks added while these run are delivered in this loop too */
+        while (f->cbs) {
+            nxli_cb_t *c = f->cbs;
+            f->cbs = c->next;
+            if (!f->cbs)
+                f->cbs_tail = &f->cbs;
+            a->cb_depth++;
+            c->cb(f, f->status, c->arg);
+            a->cb_depth--;
+            free(c);
+        }
+        f->queued = false;
+        future_unref(f);
+    }
+}
+
+void nxli_futures_cancel_all(nxl_agent_t *a)
+{
+    nxl_future_t *f;
+    while ((f = TAILQ_FIRST(&a->pending)))
+        nxl_future_cancel(f);
+    nxli_deliver(a);
+}
+
+nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f)
+{
+    nxlt_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    op->agent = a;
+    op->backend = b;
+    op->future = f;
+    f->op = op;
+    LIST_INSERT_HEAD(&a->ops, op, link);
+    return op;
+}
+
+void nxli_op_free(nxlt_op_t *op)
+{
+    if (op->future)
+        op->future->op = NULL;
+    LIST_REMOVE(op, link);
+    free(op);
+}
+
+void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)
+{
+    nxl_future_t *f = op->future;
+    if (f) {
+        f->op = NULL;
+        op->future = NULL;
+        nxli_future_complete(f, st, why);
+    }
+    nxli_op_free(op);
+}
+
+void **nxlt_op_priv(nxlt_op_t *op)
+{
+    return &op->priv;
+}
+
+/* ---- public */
+
+nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
+{
+    if (!f || !cb)
+        return NXL_ERR_INVALID_PARAM;
+    if (add_cb(f, cb, arg) != NXL_SUCCESS) {
+        nxli_err(f->agent, "nxl_future_then: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    if (f->done && !f->queued)
+        enqueue(f);
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_future_status(const nxl_future_t *f)
+{
+    return f->done ? f->status : NXL_IN_PROG;
+}
+
+const char *nxl_future_error(const nxl_future_t *f)
+{
+    return f->err ? f->err : "";
+}
+
+const char *nxl_future_peer(const nxl_future_t *f)
+{
+    return f->done && f->status == NXL_SUCCESS ? f->peer : NULL;
+}
+
+void nxl_future_release(nxl_future_t *f)
+{
+    if (f)
+        future_unref(f);
+}
+
+void nxl_future_cancel(nxl_future_t *f)
+{
+    if (!f || f->done)
+        return;
+    f->refs++;
+    if (f->op) {
+        f->op->future = NULL; /* the transport finishes it on its own */
+        f->op = NULL;
+    }
+    if (f->on_cancel)
+        f->on_cancel(f);
+    nxli_future_complete(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+    future_unref(f);
+}
+
+nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
+{
+    if (!f)
+        return NXL_ERR_INVALID_PARAM;
+    nxl_agent_t *a = f->agent;
+    if (a->cb_depth > 0 || a->loop_depth > 0) {
+        nxli_err(a, "nxl_future_wait: called from inside a callback; the reactor cannot be "
+                    "re-entered — chain with nxl_future_then() instead");
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    f->refs++;
+    uint64_t deadline = timeout_ms < 0 ? 0 : nxli_now_us() + (uint64_t)timeout_ms * 1000u;
+    nxl_status_t st = NXL_SUCCESS;
+    while (!(f->done && !f->queued)) {
+        int left = -1;
+        if (timeout_ms >= 0) {
+            uint64_t now = nxli_now_us();
+            if (now >= deadline)
+                break;
+            left = (int)((deadline - now + 999) / 1000);
+        }
+        st = nxl_agent_run_once(a, left);
+        if (st != NXL_SUCCESS)
+            break;
+    }
+    nxl_status_t res = st != NXL_SUCCESS ? st : f->done && !f->queued ? f->status : NXL_IN_PROG;
+    future_unref(f);
+    return res;
+}
+
+/* ---- nxl_future_all */
+
+static void all_child_done(nxl_future_t *child, nxl_status_t st, void *arg)
+{
+    nxl_future_t *p = arg;
+    if (!p->done && --p->nleft == 0) {
+        nxl_status_t fin = NXL_SUCCESS;
+        const char *why = NULL;
+        for (size_t i = 0; i < p->nchildren; i++)
+            if (p->children[i]->status != NXL_SUCCESS) {
+                fin = p->children[i]->status;
+                why = p->children[i]->err;
+                break;
+            }
+        nxli_future_complete(p, fin, why ? why : "a future of the group failed");
+    }
+    future_unref(p); /* the child's hold on the group */
+}
+
+nxl_status_t nxl_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n, nxl_done_cb cb,
+                            void *arg, nxl_future_t **out)
+{
+    if (!a || (n && !fs)) {
+        if (a)
+            nxli_err(a, "nxl_future_all: NULL future array");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!fs[i] || fs[i]->agent != a) {
+            nxli_err(a, "nxl_future_all: future %zu is NULL or belongs to another agent", i);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    nxl_future_t *p = nxli_future_new(a, NXLI_F_ALL, cb, arg);
+    if (!p || (n && !(p->children = calloc(n, sizeof(*p->children))))) {
+        if (p)
+            nxli_future_discard(p);
+        nxli_err(a, "nxl_future_all: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    p->nchildren = n;
+    p->nleft = n;
+    for (size_t i = 0; i < n; i++) {
+        p->children[i] = fs[i];
+        fs[i]->refs++;  /* released when the group is freed */
+        p->refs++;      /* released by the child's callback */
+        nxl_future_then(fs[i], all_child_done, p);
+    }
+    if (n == 0)
+        nxli_future_complete(p, NXL_SUCCESS, NULL);
+    nxli_future_give(p, out);
+    return NXL_SUCCESS;
+}

@@ -1,0 +1,270 @@
+/* The engine's private structures: agent, regions, remote agents, prepared
+ * lists, transfers, futures. Nothing here is part of the public API. */
+#ifndef NXL_INTERNAL_H
+#define NXL_INTERNAL_H
+
+#include "config.h"
+#include <nxl.h>
+#include <nxl/transport.h>
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/queue.h>
+
+#define NXLI_MAX_BACKENDS 8
+#define NXLI_NAME_MAX 256
+#define NXLI_ERR_MAX 512
+/* Bounds on untrusted metadata. */
+#define NXLI_MD_MAX_BYTES (256u << 20)
+#define NXLI_MD_MAX_REGIONS (1u << 20)
+#define NXLI_MD_MAX_KEY (64u << 10)
+#define NXLI_MD_VERSION 1
+
+#define NXLI_UNUSED(x) ((void)(x))
+
+typedef struct nxli_region nxli_region_t;
+typedef struct nxli_remote nxli_remote_t;
+
+/* ---- backends */
+struct nxlt_ctx {
+    nxl_agent_t *agent;
+    nxl_backend_t *backend;
+};
+
+struct nxl_backend {
+    nxl_agent_t *agent;
+    const nxlt_ops_t *ops;
+    void *state;
+    int index;              /* preference order */
+    struct nxlt_ctx ctx;
+};
+
+/* ---- local memory: a region registered with one or more backends */
+struct nxli_region {
+    nxl_mem_t type;
+    uint64_t dev;
+    uintptr_t addr;
+    size_t len;
+    int refs;               /* the section's, plus one per prepped list / xfer */
+    bool alloc;             /* from nxl_mem_alloc() */
+    nxl_backend_t *alloc_backend;
+    void *md[NXLI_MAX_BACKENDS];
+    void *key[NXLI_MAX_BACKENDS];   /* packed public key, cached */
+    size_t key_len[NXLI_MAX_BACKENDS];
+};
+
+/* A sorted array of regions of one kind, searched by address. */
+typedef struct nxli_rtab {
+    nxli_region_t **v;
+    size_t n, cap;
+} nxli_rtab_t;
+
+/* ---- remote agents */
+typedef struct nxli_rregion {
+    nxl_mem_t type;
+    uint64_t dev;
+    uintptr_t addr;
+    size_t len;
+    void *rkey[NXLI_MAX_BACKENDS];
+} nxli_rregion_t;
+
+struct nxli_remote {
+    char *name;
+    int refs;               /* the agent's table, plus prepped lists */
+    bool invalid;           /* invalidated: no longer in the table */
+    bool self;              /* loopback: built from our own metadata */
+    nxl_agent_t *agent;
+    void *conn[NXLI_MAX_BACKENDS];
+    nxli_rregion_t **regs;  /* sorted by (type, dev, addr); entries never move */
+    size_t nregs, cap;
+    void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
+    size_t conn_info_len[NXLI_MAX_BACKENDS];
+    LIST_ENTRY(nxli_remote) link;
+};
+
+/* ---- futures */
+typedef struct nxli_cb {
+    nxl_done_cb cb;
+    void *arg;
+    struct nxli_cb *next;
+} nxli_cb_t;
+
+typedef enum { NXLI_F_XFER, NXLI_F_NOTIF, NXLI_F_MD, NXLI_F_ALL } nxli_fkind_t;
+
+struct nxl_future {
+    nxl_agent_t *agent;
+    nxli_fkind_t kind;
+    nxl_status_t status;
+    int refs;               /* user's + library's */
+    bool done;
+    bool queued;            /* on the agent's delivery queue */
+    nxli_cb_t *cbs, **cbs_tail;
+    char *err;
+    char *peer;
+    /* what to do on cancel (xfer, exchange, all), and the owner */
+    void (*on_cancel)(nxl_future_t *f);
+    void *owner;
+    nxlt_op_t *op;          /* transport op behind it, if any */
+    /* nxl_future_all */
+    nxl_future_t **children;
+    size_t nchildren, nleft;
+    TAILQ_ENTRY(nxl_future) plink;  /* pending list */
+    TAILQ_ENTRY(nxl_future) dlink;  /* delivery queue */
+};
+TAILQ_HEAD(nxli_fq, nxl_future);
+
+/* one posted transport operation */
+struct nxlt_op {
+    nxl_agent_t *agent;
+    nxl_future_t *future;   /* NULL once canceled */
+    nxl_backend_t *backend;
+    void *priv;
+    LIST_ENTRY(nxlt_op) link;
+};
+
+/* ---- prepared lists and transfers */
+typedef struct nxli_pent {
+    uintptr_t addr;
+    size_t len;
+    void *region;           /* nxli_region_t* (local) or nxli_rregion_t* (remote) */
+} nxli_pent_t;
+
+struct nxl_prepped {
+    nxl_agent_t *agent;
+    nxli_remote_t *remote;  /* NULL: local */
+    nxl_mem_t type;
+    size_t n;
+    nxli_pent_t *e;
+    nxli_region_t **lregs;  /* local regions referenced (deduplicated) */
+    size_t nlregs;
+    LIST_ENTRY(nxl_prepped) link;
+};
+
+struct nxl_xfer {
+    nxl_agent_t *agent;
+    nxl_op_t op;
+    nxl_mem_t ltype, rtype;
+    nxl_backend_t *backend;
+    nxli_remote_t *remote;
+    nxli_region_t **lregs;  /* local regions kept alive while the transfer lives */
+    size_t nlregs;
+    nxlt_iov_t *iov;
+    size_t n;
+    void *notif;
+    size_t notif_len;
+    nxl_future_t *active;
+    nxl_status_t last;
+    bool posted;
+    LIST_ENTRY(nxl_xfer) link;
+};
+
+/* ---- notifications waiting for nxl_notifs_drain or a callback */
+typedef struct nxli_notif {
+    char *from;
+    void *msg;
+    size_t len;
+    STAILQ_ENTRY(nxli_notif) link;
+} nxli_notif_t;
+
+struct nxli_exchange;
+
+/* ---- the agent */
+struct nxl_agent {
+    char *name;
+    struct event_base *base;
+    bool own_base;
+    int loop_depth;         /* >0 while inside the reactor through our calls */
+    int cb_depth;           /* >0 while a user callback runs */
+    bool stopping;
+    nxl_log_level_t log_level;
+    nxl_log_cb log_cb;
+    void *log_arg;
+    unsigned busy_poll_us;
+    unsigned io_timeout_ms;
+    char err[NXLI_ERR_MAX];
+
+    nxl_backend_t *backends[NXLI_MAX_BACKENDS];
+    int nbackends;
+
+    nxli_rtab_t regions[NXL_MEM_TYPES];
+    uint64_t mem_gen;       /* bumped on every (de)registration */
+
+    LIST_HEAD(, nxli_remote) remotes;
+    nxli_remote_t *self;    /* loopback view of ourselves */
+    uint64_t self_gen;
+
+    LIST_HEAD(, nxl_xfer) xfers;
+    LIST_HEAD(, nxl_prepped) prepped;
+    LIST_HEAD(, nxlt_op) ops;
+    struct nxli_fq pending;
+    struct nxli_fq deliver;
+    struct event *ev_deliver;
+    struct event *ev_timeout;   /* bounds nxl_agent_run_once() */
+
+    nxl_notif_cb notif_cb;
+    void *notif_arg;
+    STAILQ_HEAD(, nxli_notif) notifs;
+
+    struct nxli_exchange *ex;   /* metadata exchange over TCP */
+    uint16_t listen_port;
+};
+
+/* util.c */
+void nxli_err(nxl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void nxli_verr(nxl_agent_t *a, const char *fmt, va_list ap);
+void nxli_log(nxl_agent_t *a, nxl_log_level_t lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void nxli_vlog(nxl_agent_t *a, nxl_log_level_t lvl, const char *fmt, va_list ap);
+nxl_log_level_t nxli_log_level_env(void);
+char *nxli_strdup(const char *s);
+char *nxli_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void nxli_set_create_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t nxli_now_us(void);
+
+/* base64.c */
+char *nxli_b64_encode(const void *buf, size_t len);
+/* @return malloc'd bytes, NULL when not valid base64 */
+void *nxli_b64_decode(const char *s, size_t *len);
+
+/* future.c */
+nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg);
+/* hands the caller's reference out, or drops it */
+void nxli_future_give(nxl_future_t *f, nxl_future_t **out);
+void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
+void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks */
+void nxli_deliver(nxl_agent_t *a);
+void nxli_futures_cancel_all(nxl_agent_t *a);
+nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f);
+void nxli_op_free(nxlt_op_t *op);
+
+/* mem.c */
+nxli_region_t *nxli_region_find(nxl_agent_t *a, nxl_mem_t t, uint64_t dev, uintptr_t addr,
+                                size_t len);
+void nxli_region_put(nxl_agent_t *a, nxli_region_t *r);
+void nxli_mem_cleanup(nxl_agent_t *a);
+nxl_status_t nxli_region_key(nxl_agent_t *a, nxli_region_t *r, int bi, const void **key,
+                             size_t *len);
+
+/* md.c */
+nxli_remote_t *nxli_remote_find(nxl_agent_t *a, const char *name);
+nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name); /* incl. self; takes a ref */
+void nxli_remote_put(nxli_remote_t *r);
+void nxli_remote_cleanup(nxl_agent_t *a);
+const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev,
+                                        uintptr_t addr, size_t len);
+nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool self,
+                             nxli_remote_t **out, char *name_out, size_t cap);
+
+/* xfer.c */
+void nxli_xfers_cleanup(nxl_agent_t *a);
+
+/* exchange.c */
+nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);
+void nxli_exchange_cleanup(nxl_agent_t *a);
+
+/* transports.c */
+const nxlt_ops_t *const *nxli_transports(size_t *n);
+
+#endif

@@ -1,0 +1,563 @@
+/* Metadata: this agent's description as JSON, and loading other agents'
+ * descriptions — untrusted input, checked field by field, committed only
+ * when every part was accepted.
+ *
+ *   { "nxl": 1, "agent": "decode-0", "partial": false,
+ *     "conn": { "UCX": "<base64 worker address>" },
+ *     "regions": [ { "type": "DRAM", "dev": "0", "addr": "140211...",
+ *                    "len": "4096", "keys": { "UCX": "<base64 rkey>" } } ] }
+ *
+ * 64-bit numbers travel as decimal strings (JSON numbers are doubles). */
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- remotes */
+
+static void remote_free(nxli_remote_t *r)
+{
+    nxl_agent_t *a = r->agent;
+    for (size_t i = 0; i < r->nregs; i++) {
+        for (int b = 0; b < a->nbackends; b++)
+            if (r->regs[i]->rkey[b])
+                a->backends[b]->ops->unload_key(a->backends[b]->state, r->regs[i]->rkey[b]);
+        free(r->regs[i]);
+    }
+    for (int b = 0; b < a->nbackends; b++) {
+        if (r->conn[b])
+            a->backends[b]->ops->unload_conn(a->backends[b]->state, r->conn[b]);
+        free(r->conn_info[b]);
+    }
+    free(r->regs);
+    free(r->name);
+    free(r);
+}
+
+void nxli_remote_put(nxli_remote_t *r)
+{
+    if (r && --r->refs == 0)
+        remote_free(r);
+}
+
+nxli_remote_t *nxli_remote_find(nxl_agent_t *a, const char *name)
+{
+    nxli_remote_t *r;
+    LIST_FOREACH(r, &a->remotes, link)
+    if (!strcmp(r->name, name))
+        return r;
+    return NULL;
+}
+
+static void remote_unlink(nxli_remote_t *r)
+{
+    LIST_REMOVE(r, link);
+    r->invalid = true;
+    nxli_remote_put(r);
+}
+
+static int rcmp(nxl_mem_t t, uint64_t dev, uintptr_t addr, const nxli_rregion_t *r)
+{
+    if (t != r->type)
+        return t < r->type ? -1 : 1;
+    if (dev != r->dev)
+        return dev < r->dev ? -1 : 1;
+    if (addr != r->addr)
+        return addr < r->addr ? -1 : 1;
+    return 0;
+}
+
+static size_t rupper(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr)
+{
+    size_t lo = 0, hi = r->nregs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (rcmp(t, dev, addr, r->regs[mid]) >= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev,
+                                        uintptr_t addr, size_t len)
+{
+    size_t i = rupper(r, t, dev, addr);
+    if (!i)
+        return NULL;
+    const nxli_rregion_t *g = r->regs[i - 1];
+    if (g->type != t || g->dev != dev || addr < g->addr || len > g->len ||
+        addr - g->addr > g->len - len)
+        return NULL;
+    return g;
+}
+
+void nxli_remote_cleanup(nxl_agent_t *a)
+{
+    while (!LIST_EMPTY(&a->remotes))
+        remote_unlink(LIST_FIRST(&a->remotes));
+    nxli_remote_put(a->self);
+    a->self = NULL;
+}
+
+nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name)
+{
+    nxli_remote_t *r;
+    if (!strcmp(name, a->name)) {
+        if (!a->self || a->self_gen != a->mem_gen) {
+            void *blob;
+            size_t len;
+            if (nxl_md_local(a, &blob, &len) != NXL_SUCCESS)
+                return NULL;
+            nxl_status_t st = nxli_md_load_ex(a, blob, len, true, &r, NULL, 0);
+            free(blob);
+            if (st != NXL_SUCCESS)
+                return NULL;
+            nxli_remote_put(a->self);
+            a->self = r;
+            a->self_gen = a->mem_gen;
+        }
+        r = a->self;
+    } else {
+        r = nxli_remote_find(a, name);
+        if (!r) {
+            nxli_err(a, "no metadata of agent '%s' is loaded in agent '%s'; load it first "
+                        "(nxl_md_load, nxl_md_fetch)", name, a->name);
+            return NULL;
+        }
+    }
+    r->refs++;
+    return r;
+}
+
+nxl_status_t nxl_md_check(nxl_agent_t *a, const char *remote)
+{
+    return remote && nxli_remote_find(a, remote) ? NXL_SUCCESS : NXL_ERR_NOT_FOUND;
+}
+
+nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote)
+{
+    nxli_remote_t *r = remote ? nxli_remote_find(a, remote) : NULL;
+    if (!r) {
+        nxli_err(a, "nxl_md_invalidate: agent '%s' knows no agent '%s'", a->name,
+                 remote ? remote : "(null)");
+        return NXL_ERR_NOT_FOUND;
+    }
+    nxli_log(a, NXL_LOG_INFO, "metadata of agent '%s' invalidated", remote);
+    remote_unlink(r);
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------- serialising */
+
+static bool add_u64(cJSON *o, const char *k, uint64_t v)
+{
+    char buf[24];
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+    return cJSON_AddStringToObject(o, k, buf) != NULL;
+}
+
+static bool add_b64(cJSON *o, const char *k, const void *buf, size_t len)
+{
+    char *s = nxli_b64_encode(buf, len);
+    bool ok = s && cJSON_AddStringToObject(o, k, s);
+    free(s);
+    return ok;
+}
+
+static nxl_status_t add_region(nxl_agent_t *a, cJSON *arr, nxli_region_t *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(arr, o))
+        return NXL_ERR_UNKNOWN;
+    cJSON *keys;
+    if (!cJSON_AddStringToObject(o, "type", nxl_mem_name(r->type)) || !add_u64(o, "dev", r->dev) ||
+        !add_u64(o, "addr", r->addr) || !add_u64(o, "len", r->len) ||
+        !(keys = cJSON_AddObjectToObject(o, "keys")))
+        return NXL_ERR_UNKNOWN;
+    for (int b = 0; b < a->nbackends; b++) {
+        const void *k;
+        size_t kl;
+        nxl_status_t st = nxli_region_key(a, r, b, &k, &kl);
+        if (st != NXL_SUCCESS)
+            return st;
+        if (k && !add_b64(keys, a->backends[b]->ops->name, k, kl))
+            return NXL_ERR_UNKNOWN;
+    }
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t md_build(nxl_agent_t *a, bool partial, nxli_region_t **regs, size_t nregs,
+                             bool all, void **blob, size_t *len)
+{
+    nxl_status_t st = NXL_ERR_UNKNOWN;
+    cJSON *root = cJSON_CreateObject(), *conn, *arr;
+    if (!root || !cJSON_AddNumberToObject(root, "nxl", NXLI_MD_VERSION) ||
+        !cJSON_AddStringToObject(root, "agent", a->name) ||
+        !cJSON_AddBoolToObject(root, "partial", partial) ||
+        !(conn = cJSON_AddObjectToObject(root, "conn")) ||
+        !(arr = cJSON_AddArrayToObject(root, "regions")))
+        goto out;
+    for (int b = 0; b < a->nbackends; b++) {
+        nxl_backend_t *be = a->backends[b];
+        if (!be->ops->conn_info)
+            continue;
+        void *ci;
+        size_t cl;
+        if ((st = be->ops->conn_info(be->state, &ci, &cl)) != NXL_SUCCESS)
+            goto out;
+        bool ok = add_b64(conn, be->ops->name, ci, cl);
+        free(ci);
+        if (!ok) {
+            st = NXL_ERR_UNKNOWN;
+            goto out;
+        }
+    }
+    if (all) {
+        for (int t = 0; t < NXL_MEM_TYPES; t++)
+            for (size_t i = 0; i < a->regions[t].n; i++)
+                if ((st = add_region(a, arr, a->regions[t].v[i])) != NXL_SUCCESS)
+                    goto out;
+    } else {
+        for (size_t i = 0; i < nregs; i++)
+            if ((st = add_region(a, arr, regs[i])) != NXL_SUCCESS)
+                goto out;
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    if (!s) {
+        st = NXL_ERR_UNKNOWN;
+        goto out;
+    }
+    *blob = s;
+    *len = strlen(s);
+    st = NXL_SUCCESS;
+out:
+    if (st != NXL_SUCCESS && !a->err[0])
+        nxli_err(a, "nxl_md_local: could not serialise metadata (out of memory?)");
+    cJSON_Delete(root);
+    return st;
+}
+
+nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len)
+{
+    if (!blob || !len) {
+        nxli_err(a, "nxl_md_local: blob and len pointers are required");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    a->err[0] = 0;
+    return md_build(a, false, NULL, 0, true, blob, len);
+}
+
+nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                  size_t n, void **blob, size_t *len)
+{
+    if (!blob || !len || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
+        nxli_err(a, "nxl_md_local_partial: invalid arguments");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxli_region_t **regs = calloc(n + 1, sizeof(*regs));
+    size_t nr = 0;
+    if (!regs)
+        return NXL_ERR_UNKNOWN;
+    for (size_t i = 0; i < n; i++) {
+        nxli_region_t *r = nxli_region_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
+        if (!r) {
+            nxli_err(a, "nxl_md_local_partial: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies in "
+                        "no registered region", i, nxl_mem_name(type),
+                     (unsigned long)descs[i].addr, descs[i].len,
+                     (unsigned long long)descs[i].dev_id);
+            free(regs);
+            return NXL_ERR_NOT_FOUND;
+        }
+        bool seen = false;
+        for (size_t j = 0; j < nr && !seen; j++)
+            seen = regs[j] == r;
+        if (!seen)
+            regs[nr++] = r;
+    }
+    a->err[0] = 0;
+    nxl_status_t st = md_build(a, true, regs, nr, false, blob, len);
+    free(regs);
+    return st;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        nxli_err(a, "nxl_md_load: " __VA_ARGS__);                                                  \
+        st = NXL_ERR_MISMATCH;                                                                     \
+        goto out;                                                                                  \
+    } while (0)
+
+static bool get_u64(const cJSON *o, const char *k, uint64_t *v)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) > 20)
+        return false;
+    for (const char *p = it->valuestring; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    errno = 0;
+    char *end;
+    unsigned long long x = strtoull(it->valuestring, &end, 10);
+    if (errno || *end)
+        return false;
+    *v = x;
+    return true;
+}
+
+static int mem_from_name(const char *s)
+{
+    for (int t = 0; t < NXL_MEM_TYPES; t++)
+        if (!strcmp(s, nxl_mem_name((nxl_mem_t)t)))
+            return t;
+    return -1;
+}
+
+/* Every key of an object appears once; cJSON keeps duplicates. */
+static const char *dup_key(const cJSON *o)
+{
+    for (const cJSON *x = o->child; x; x = x->next)
+        for (const cJSON *y = x->next; y; y = y->next)
+            if (x->string && y->string && !strcmp(x->string, y->string))
+                return x->string;
+    return NULL;
+}
+
+static int rr_sort(const void *pa, const void *pb)
+{
+    const nxli_rregion_t *x = *(nxli_rregion_t *const *)pa, *y = *(nxli_rregion_t *const *)pb;
+    return rcmp(x->type, x->dev, x->addr, y);
+}
+
+static bool same_conn(nxl_agent_t *a, const nxli_remote_t *old, void *const *ci,
+                      const size_t *cl)
+{
+    for (int b = 0; b < a->nbackends; b++)
+        if (old->conn_info_len[b] != cl[b] ||
+            (cl[b] && memcmp(old->conn_info[b], ci[b], cl[b])))
+            return false;
+    return true;
+}
+
+nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool self,
+                             nxli_remote_t **out, char *name_out, size_t cap)
+{
+    nxl_status_t st = NXL_SUCCESS;
+    cJSON *root = NULL;
+    nxli_remote_t *r = NULL, *old = NULL;
+    nxli_rregion_t **add = NULL;
+    size_t nadd = 0;
+    void *ci[NXLI_MAX_BACKENDS] = {0};
+    size_t cl[NXLI_MAX_BACKENDS] = {0};
+    bool merge = false;
+
+    if (!blob || !len)
+        BAD("empty metadata blob");
+    if (len > NXLI_MD_MAX_BYTES)
+        BAD("metadata blob of %zu bytes exceeds the %u-byte limit", len, NXLI_MD_MAX_BYTES);
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts(blob, len, &end, false);
+    if (!root)
+        BAD("metadata is not valid JSON (truncated or corrupt near byte %zu of %zu)",
+            end ? (size_t)(end - (const char *)blob) : (size_t)0, len);
+    if (!cJSON_IsObject(root))
+        BAD("metadata is not a JSON object");
+    if (dup_key(root))
+        BAD("metadata repeats the field \"%s\"", dup_key(root));
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "nxl");
+    if (!cJSON_IsNumber(ver))
+        BAD("metadata has no \"nxl\" format version (is it nxl metadata?)");
+    if (ver->valuedouble != NXLI_MD_VERSION)
+        BAD("metadata format version %g is not %d, the one this library reads", ver->valuedouble,
+            NXLI_MD_VERSION);
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(root, "agent");
+    if (!cJSON_IsString(jn) || !jn->valuestring[0] || strlen(jn->valuestring) >= NXLI_NAME_MAX)
+        BAD("metadata \"agent\" must be a name of 1 to %d bytes", NXLI_NAME_MAX - 1);
+    const char *name = jn->valuestring;
+    if (!self && !strcmp(name, a->name))
+        BAD("metadata names agent '%s', which is this agent itself; agent names must be unique "
+            "(loopback transfers name the agent itself in nxl_prep without loading)", name);
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(root, "partial");
+    if (jp && !cJSON_IsBool(jp))
+        BAD("metadata \"partial\" must be true or false");
+    bool partial = jp && cJSON_IsTrue(jp);
+    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(root, "conn");
+    if (!cJSON_IsObject(jc))
+        BAD("metadata of '%s' has no \"conn\" object", name);
+    if (dup_key(jc))
+        BAD("metadata of '%s' names transport %s twice in \"conn\"", name, dup_key(jc));
+    for (const cJSON *c = jc->child; c; c = c->next) {
+        if (!cJSON_IsString(c) || strlen(c->valuestring) > 4 * NXLI_MD_MAX_KEY)
+            BAD("connection info of '%s' for %s is not a base64 string of at most %u bytes", name,
+                c->string, NXLI_MD_MAX_KEY);
+        nxl_backend_t *b = nxl_backend_get(a, c->string);
+        if (!b)
+            continue; /* a transport we do not have */
+        ci[b->index] = nxli_b64_decode(c->valuestring, &cl[b->index]);
+        if (!ci[b->index] || !cl[b->index])
+            BAD("connection info of '%s' for %s is not valid base64", name, c->string);
+    }
+    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(root, "regions");
+    if (!cJSON_IsArray(jr))
+        BAD("metadata of '%s' has no \"regions\" array", name);
+    size_t nr = (size_t)cJSON_GetArraySize(jr);
+    if (nr > NXLI_MD_MAX_REGIONS)
+        BAD("metadata of '%s' lists %zu regions, more than the limit of %u", name, nr,
+            NXLI_MD_MAX_REGIONS);
+
+    /* The same peer, partial metadata: add regions to what we know. */
+    old = self ? NULL : nxli_remote_find(a, name);
+    merge = old && partial && same_conn(a, old, ci, cl);
+
+    if (merge) {
+        r = old;
+    } else {
+        r = calloc(1, sizeof(*r));
+        if (!r || !(r->name = strdup(name)))
+            BAD("out of memory");
+        r->agent = a;
+        r->refs = 1;
+        r->self = self;
+        for (int b = 0; b < a->nbackends; b++) {
+            if (!ci[b])
+                continue;
+            nxl_backend_t *be = a->backends[b];
+            a->err[0] = 0;
+            st = be->ops->load_conn(be->state, name, ci[b], cl[b], &r->conn[b]);
+            if (st != NXL_SUCCESS) {
+                if (!a->err[0])
+                    nxli_err(a, "nxl_md_load: %s could not connect to agent '%s'", be->ops->name,
+                             name);
+                goto out;
+            }
+            r->conn_info[b] = ci[b];
+            r->conn_info_len[b] = cl[b];
+            ci[b] = NULL;
+        }
+    }
+
+    add = calloc(nr + 1, sizeof(*add));
+    if (!add)
+        BAD("out of memory");
+    size_t idx = 0;
+    for (const cJSON *g = jr->child; g; g = g->next, idx++) {
+        if (!cJSON_IsObject(g))
+            BAD("region %zu of '%s' is not an object", idx, name);
+        if (dup_key(g))
+            BAD("region %zu of '%s' repeats the field \"%s\"", idx, name, dup_key(g));
+        const cJSON *jt = cJSON_GetObjectItemCaseSensitive(g, "type");
+        int t = cJSON_IsString(jt) ? mem_from_name(jt->valuestring) : -1;
+        uint64_t dev, addr, rlen;
+        if (t < 0)
+            BAD("region %zu of '%s' has no valid \"type\" (DRAM, VRAM, BLK, OBJ, FILE)", idx, name);
+        if (!get_u64(g, "dev", &dev) || !get_u64(g, "addr", &addr) || !get_u64(g, "len", &rlen))
+            BAD("region %zu of '%s' needs \"dev\", \"addr\" and \"len\" as decimal strings", idx,
+                name);
+        if (!rlen || addr + rlen < addr)
+            BAD("region %zu of '%s' has length 0 or wraps around the address space", idx, name);
+        const cJSON *jk = cJSON_GetObjectItemCaseSensitive(g, "keys");
+        if (!cJSON_IsObject(jk))
+            BAD("region %zu of '%s' has no \"keys\" object", idx, name);
+        if (dup_key(jk))
+            BAD("region %zu of '%s' names transport %s twice", idx, name, dup_key(jk));
+        nxli_rregion_t *rr = calloc(1, sizeof(*rr));
+        if (!rr)
+            BAD("out of memory");
+        add[nadd++] = rr;
+        rr->type = (nxl_mem_t)t;
+        rr->dev = dev;
+        rr->addr = (uintptr_t)addr;
+        rr->len = (size_t)rlen;
+        for (const cJSON *k = jk->child; k; k = k->next) {
+            if (!cJSON_IsString(k) || strlen(k->valuestring) > 4 * NXLI_MD_MAX_KEY)
+                BAD("region %zu of '%s': key for %s is not a base64 string of at most %u bytes",
+                    idx, name, k->string, NXLI_MD_MAX_KEY);
+            nxl_backend_t *b = nxl_backend_get(a, k->string);
+            if (!b || !r->conn[b->index])
+                continue;
+            size_t kl;
+            void *kb = nxli_b64_decode(k->valuestring, &kl);
+            if (!kb || !kl) {
+                free(kb);
+                BAD("region %zu of '%s': key for %s is not valid base64", idx, name, k->string);
+            }
+            a->err[0] = 0;
+            st = b->ops->load_key(b->state, r->conn[b->index], kb, kl, &rr->rkey[b->index]);
+            free(kb);
+            if (st != NXL_SUCCESS) {
+                if (!a->err[0])
+                    nxli_err(a, "nxl_md_load: %s refused the key of region %zu of '%s'",
+                             b->ops->name, idx, name);
+                goto out;
+            }
+        }
+    }
+    /* overlapping regions in one blob are refused */
+    qsort(add, nadd, sizeof(*add), rr_sort);
+    for (size_t i = 1; i < nadd; i++)
+        if (add[i]->type == add[i - 1]->type && add[i]->dev == add[i - 1]->dev &&
+            add[i - 1]->addr + add[i - 1]->len > add[i]->addr)
+            BAD("metadata of '%s' lists overlapping %s regions at 0x%lx and 0x%lx", name,
+                nxl_mem_name(add[i]->type), (unsigned long)add[i - 1]->addr,
+                (unsigned long)add[i]->addr);
+
+    /* commit */
+    size_t need = (merge ? r->nregs : 0) + nadd;
+    if (need > r->cap) {
+        nxli_rregion_t **v = realloc(r->regs, (need + 1) * sizeof(*v));
+        if (!v)
+            BAD("out of memory");
+        r->regs = v;
+        r->cap = need;
+    }
+    for (size_t i = 0; i < nadd; i++) {
+        nxli_rregion_t *g = add[i];
+        if (merge && nxli_rregion_find(r, g->type, g->dev, g->addr, g->len)) {
+            /* already known: keep the old entry, prepped lists point at it */
+            for (int b = 0; b < a->nbackends; b++)
+                if (g->rkey[b])
+                    a->backends[b]->ops->unload_key(a->backends[b]->state, g->rkey[b]);
+            free(g);
+            continue;
+        }
+        r->regs[r->nregs++] = g;
+    }
+    nadd = 0;
+    qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
+    if (!merge && !self) {
+        if (old)
+            remote_unlink(old);
+        LIST_INSERT_HEAD(&a->remotes, r, link);
+        nxli_log(a, NXL_LOG_INFO, "loaded metadata of agent '%s' (%zu regions)%s", name,
+                 r->nregs, old ? ", replacing what was known" : "");
+    }
+    if (out)
+        *out = r;
+    if (name_out && cap)
+        snprintf(name_out, cap, "%s", name);
+    r = NULL;
+out:
+    for (size_t i = 0; i < nadd; i++) {
+        for (int b = 0; b < a->nbackends; b++)
+            if (add[i]->rkey[b])
+                a->backends[b]->ops->unload_key(a->backends[b]->state, add[i]->rkey[b]);
+        free(add[i]);
+    }
+    free(add);
+    if (r && !merge)
+        remote_free(r);
+    for (int b = 0; b < NXLI_MAX_BACKENDS; b++)
+        free(ci[b]);
+    cJSON_Delete(root);
+    return st;
+}
+
+nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
+                         size_t cap)
+{
+    return nxli_md_load_ex(a, blob, len, false, NULL, name_out, cap);
+}

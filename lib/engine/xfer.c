@@ -1,0 +1,455 @@
+/* Prepared lists, transfers, notifications sent. */
+#include "internal.h"
+
+#include <string.h>
+
+/* ---- prepared lists */
+
+static void prepped_free(nxl_prepped_t *p)
+{
+    for (size_t i = 0; i < p->nlregs; i++)
+        nxli_region_put(p->agent, p->lregs[i]);
+    nxli_remote_put(p->remote);
+    free(p->lregs);
+    free(p->e);
+    LIST_REMOVE(p, link);
+    free(p);
+}
+
+nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const nxl_desc_t *descs,
+                      size_t n, nxl_prepped_t **out)
+{
+    if (!out || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
+        nxli_err(a, "nxl_prep: invalid arguments (out pointer, descriptors, memory type)");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *out = NULL;
+    nxli_remote_t *r = NULL;
+    if (agent && !(r = nxli_remote_get(a, agent)))
+        return NXL_ERR_NOT_FOUND; /* sentence left by nxli_remote_get */
+    nxl_prepped_t *p = calloc(1, sizeof(*p));
+    if (!p || !(p->e = calloc(n + 1, sizeof(*p->e)))) {
+        free(p);
+        nxli_remote_put(r);
+        nxli_err(a, "nxl_prep: out of memory for %zu descriptors", n);
+        return NXL_ERR_UNKNOWN;
+    }
+    p->agent = a;
+    p->remote = r;
+    p->type = type;
+    p->n = n;
+    LIST_INSERT_HEAD(&a->prepped, p, link);
+    nxli_region_t *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const nxl_desc_t *d = &descs[i];
+        p->e[i].addr = d->addr;
+        p->e[i].len = d->len;
+        if (r) {
+            const nxli_rregion_t *g = nxli_rregion_find(r, type, d->dev_id, d->addr, d->len);
+            if (!g) {
+                nxli_err(a, "nxl_prep: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
+                            "%s region agent '%s' registered; nothing was prepared", i,
+                         nxl_mem_name(type), (unsigned long)d->addr, d->len,
+                         (unsigned long long)d->dev_id, nxl_mem_name(type), r->name);
+                prepped_free(p);
+                return NXL_ERR_NOT_FOUND;
+            }
+            p->e[i].region = (void *)g;
+        } else {
+            nxli_region_t *g = last && last->dev == d->dev_id && d->addr >= last->addr &&
+                                       d->len <= last->len && d->addr - last->addr <= last->len - d->len
+                                   ? last
+                                   : nxli_region_find(a, type, d->dev_id, d->addr, d->len);
+            if (!g) {
+                nxli_err(a, "nxl_prep: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
+                            "%s region registered with agent '%s'; nothing was prepared", i,
+                         nxl_mem_name(type), (unsigned long)d->addr, d->len,
+                         (unsigned long long)d->dev_id, nxl_mem_name(type), a->name);
+                prepped_free(p);
+                return NXL_ERR_NOT_FOUND;
+            }
+            p->e[i].region = g;
+            if (g != last) {
+                bool seen = false;
+                for (size_t j = 0; j < p->nlregs && !seen; j++)
+                    seen = p->lregs[j] == g;
+                if (!seen) {
+                    nxli_region_t **v = realloc(p->lregs, (p->nlregs + 1) * sizeof(*v));
+                    if (!v) {
+                        prepped_free(p);
+                        nxli_err(a, "nxl_prep: out of memory");
+                        return NXL_ERR_UNKNOWN;
+                    }
+                    p->lregs = v;
+                    p->lregs[p->nlregs++] = g;
+                    g->refs++;
+                }
+                last = g;
+            }
+        }
+    }
+    *out = p;
+    return NXL_SUCCESS;
+}
+
+void nxl_prepped_release(nxl_prepped_t *p)
+{
+    if (p)
+        prepped_free(p);
+}
+
+size_t nxl_prepped_count(const nxl_prepped_t *p)
+{
+    return p->n;
+}
+
+/* ---- transfers */
+
+void nxl_xfer_opts_init(nxl_xfer_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+static bool backend_holds(nxl_backend_t *b, const nxl_prepped_t *lp, const nxl_prepped_t *rp)
+{
+    int i = b->index;
+    const nxlt_ops_t *ops = b->ops;
+    if (!(ops->mem_mask & (1u << lp->type)) || !(ops->mem_mask & (1u << rp->type)))
+        return false;
+    if (!rp->remote->conn[i])
+        return false;
+    for (size_t k = 0; k < lp->nlregs; k++)
+        if (!lp->lregs[k]->md[i])
+            return false;
+    /* remote regions: only the distinct ones need checking, entries repeat them */
+    const nxli_rregion_t *last = NULL;
+    for (size_t k = 0; k < rp->n; k++) {
+        const nxli_rregion_t *g = rp->e[k].region;
+        if (g != last && !g->rkey[i])
+            return false;
+        last = g;
+    }
+    return true;
+}
+
+static nxl_status_t set_notif(nxl_xfer_t *x, const void *msg, size_t len)
+{
+    if (len > NXL_NOTIF_MAX || (len && !msg)) {
+        nxli_err(x->agent, "notification of %zu bytes: at most %d bytes, and a message pointer",
+                 len, NXL_NOTIF_MAX);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    void *m = NULL;
+    if (msg) {
+        m = malloc(len ? len : 1);
+        if (!m)
+            return NXL_ERR_UNKNOWN;
+        memcpy(m, msg, len);
+    }
+    free(x->notif);
+    x->notif = m;
+    x->notif_len = len;
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
+                           nxl_prepped_t *rp, const size_t *ridx, size_t n,
+                           const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
+{
+    if (!out || !lp || !rp || (op != NXL_READ && op != NXL_WRITE)) {
+        nxli_err(a, "nxl_xfer_make: needs an out pointer, two prepared lists and READ or WRITE");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *out = NULL;
+    if (lp->agent != a || rp->agent != a || lp->remote || !rp->remote) {
+        nxli_err(a, "nxl_xfer_make: the local list must be prepared against this agent (agent "
+                    "NULL) and the remote list against a named agent, both by agent '%s'",
+                 a->name);
+        return NXL_ERR_MISMATCH;
+    }
+    if (rp->remote->invalid) {
+        nxli_err(a, "nxl_xfer_make: agent '%s' was invalidated; reload its metadata and prepare "
+                    "again", rp->remote->name);
+        return NXL_ERR_NOT_FOUND;
+    }
+    if (opts && opts->size != sizeof(*opts)) {
+        nxli_err(a, "nxl_xfer_make: options size %zu unknown; use nxl_xfer_opts_init()",
+                 opts->size);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t li = lidx ? lidx[i] : i, ri = ridx ? ridx[i] : i;
+        if (li >= lp->n || ri >= rp->n) {
+            nxli_err(a, "nxl_xfer_make: element %zu names index %zu of a list of %zu", i,
+                     li >= lp->n ? li : ri, li >= lp->n ? lp->n : rp->n);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        if (lp->e[li].len != rp->e[ri].len) {
+            nxli_err(a, "nxl_xfer_make: element %zu pairs %zu local bytes with %zu remote bytes",
+                     i, lp->e[li].len, rp->e[ri].len);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    nxl_backend_t *b = opts ? opts->backend : NULL;
+    if (b) {
+        if (b->agent != a || !backend_holds(b, lp, rp)) {
+            nxli_err(a, "nxl_xfer_make: transport %s does not hold both sides (register the "
+                        "memory with it on both agents)", b->ops->name);
+            return NXL_ERR_NOT_SUPPORTED;
+        }
+    } else {
+        for (int i = 0; i < a->nbackends && !b; i++)
+            if (backend_holds(a->backends[i], lp, rp))
+                b = a->backends[i];
+        if (!b) {
+            nxli_err(a, "nxl_xfer_make: no transport of agent '%s' holds both the local %s "
+                        "regions and agent '%s''s %s regions; both agents need a common "
+                        "transport with the memory registered on it",
+                     a->name, nxl_mem_name(lp->type), rp->remote->name, nxl_mem_name(rp->type));
+            return NXL_ERR_NOT_SUPPORTED;
+        }
+    }
+    nxl_xfer_t *x = calloc(1, sizeof(*x));
+    if (!x || !(x->iov = calloc(n + 1, sizeof(*x->iov))) ||
+        !(x->lregs = calloc(lp->nlregs + 1, sizeof(*x->lregs)))) {
+        if (x)
+            free(x->iov);
+        free(x);
+        nxli_err(a, "nxl_xfer_make: out of memory for %zu elements", n);
+        return NXL_ERR_UNKNOWN;
+    }
+    x->agent = a;
+    x->op = op;
+    x->ltype = lp->type;
+    x->rtype = rp->type;
+    x->backend = b;
+    x->n = n;
+    x->last = NXL_ERR_NOT_POSTED;
+    if (opts && opts->notif) {
+        nxl_status_t st = set_notif(x, opts->notif, opts->notif_len);
+        if (st != NXL_SUCCESS) {
+            free(x->lregs);
+            free(x->iov);
+            free(x);
+            return st;
+        }
+    }
+    int bi = b->index;
+    for (size_t i = 0; i < n; i++) {
+        const nxli_pent_t *le = &lp->e[lidx ? lidx[i] : i], *re = &rp->e[ridx ? ridx[i] : i];
+        const nxli_region_t *lg = le->region;
+        const nxli_rregion_t *rg = re->region;
+        x->iov[i].laddr = (void *)le->addr;
+        x->iov[i].lmd = lg->md[bi];
+        x->iov[i].raddr = re->addr;
+        x->iov[i].rkey = rg->rkey[bi];
+        x->iov[i].len = le->len;
+    }
+    /* the regions and the remote agent stay alive as long as the transfer */
+    for (size_t k = 0; k < lp->nlregs; k++) {
+        x->lregs[k] = lp->lregs[k];
+        x->lregs[k]->refs++;
+    }
+    x->nlregs = lp->nlregs;
+    x->remote = rp->remote;
+    x->remote->refs++;
+    LIST_INSERT_HEAD(&a->xfers, x, link);
+    *out = x;
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *local,
+                             const nxl_dlist_t *remote, const char *remote_agent,
+                             const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
+{
+    if (!local || !remote || !remote_agent || !out) {
+        nxli_err(a, "nxl_xfer_create: local and remote lists, the remote agent's name and an out "
+                    "pointer are required");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *out = NULL;
+    if (local->n != remote->n) {
+        nxli_err(a, "nxl_xfer_create: %zu local descriptors but %zu remote ones", local->n,
+                 remote->n);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxl_prepped_t *lp, *rp;
+    nxl_status_t st = nxl_prep(a, NULL, local->type, local->descs, local->n, &lp);
+    if (st != NXL_SUCCESS)
+        return st;
+    st = nxl_prep(a, remote_agent, remote->type, remote->descs, remote->n, &rp);
+    if (st == NXL_SUCCESS) {
+        st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, local->n, opts, out);
+        nxl_prepped_release(rp);
+    }
+    nxl_prepped_release(lp);
+    return st;
+}
+
+nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
+{
+    if (x->active) {
+        nxli_err(x->agent, "nxl_xfer_set_notif: the transfer is in flight");
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    return set_notif(x, msg, len);
+}
+
+static nxl_status_t check_peer(nxl_agent_t *a, nxli_remote_t *r, const char *call)
+{
+    if (r->invalid) {
+        nxli_err(a, "%s: agent '%s' was invalidated (it left, or its metadata was replaced); "
+                    "reload its metadata and make the transfer again", call, r->name);
+        return NXL_ERR_REMOTE_DISCONNECT;
+    }
+    return NXL_SUCCESS;
+}
+
+static void xfer_cancel(nxl_future_t *f)
+{
+    /* nothing to undo: the op is detached and finishes on its own */
+    NXLI_UNUSED(f);
+}
+
+nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    nxl_agent_t *a = x->agent;
+    if (out)
+        *out = NULL;
+    if (x->active) {
+        nxli_err(a, "nxl_xfer_post: the transfer's previous post is still in flight; wait for "
+                    "its callback before posting again");
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    if (st != NXL_SUCCESS)
+        return st;
+    nxl_future_t *f = nxli_future_new(a, NXLI_F_XFER, cb, arg);
+    nxlt_op_t *op = f ? nxli_op_new(a, x->backend, f) : NULL;
+    if (!op) {
+        if (f)
+            nxli_future_discard(f);
+        nxli_err(a, "nxl_xfer_post: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    nxlt_xfer_t tx = {
+        .op = x->op,
+        .ltype = x->ltype,
+        .rtype = x->rtype,
+        .conn = x->remote->conn[x->backend->index],
+        .iov = x->iov,
+        .n = x->n,
+        .notif = x->notif,
+        .notif_len = x->notif_len,
+    };
+    /* the transport may finish at once: the transfer is active before it posts */
+    nxl_status_t prev = x->last;
+    f->owner = x;
+    f->on_cancel = xfer_cancel;
+    x->active = f;
+    x->last = NXL_IN_PROG;
+    a->err[0] = 0;
+    st = x->backend->ops->post(x->backend->state, op, &tx);
+    if (st != NXL_SUCCESS) {
+        if (!a->err[0])
+            nxli_err(a, "nxl_xfer_post: %s could not post the transfer to '%s' (%s)",
+                     x->backend->ops->name, x->remote->name, nxl_strerror(st));
+        x->active = NULL;
+        x->last = prev;
+        nxli_op_free(op);
+        nxli_future_discard(f);
+        return st;
+    }
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_xfer_status(const nxl_xfer_t *x)
+{
+    return x->active ? NXL_IN_PROG : x->last;
+}
+
+nxl_backend_t *nxl_xfer_backend(const nxl_xfer_t *x)
+{
+    return x->backend;
+}
+
+static void xfer_free(nxl_xfer_t *x)
+{
+    if (x->active) {
+        nxl_future_t *f = x->active;
+        nxl_future_cancel(f);
+    }
+    for (size_t k = 0; k < x->nlregs; k++)
+        nxli_region_put(x->agent, x->lregs[k]);
+    nxli_remote_put(x->remote);
+    LIST_REMOVE(x, link);
+    free(x->lregs);
+    free(x->notif);
+    free(x->iov);
+    free(x);
+}
+
+void nxl_xfer_release(nxl_xfer_t *x)
+{
+    if (x)
+        xfer_free(x);
+}
+
+void nxli_xfers_cleanup(nxl_agent_t *a)
+{
+    while (!LIST_EMPTY(&a->xfers))
+        xfer_free(LIST_FIRST(&a->xfers));
+    while (!LIST_EMPTY(&a->prepped))
+        prepped_free(LIST_FIRST(&a->prepped));
+}
+
+/* ---- notifications */
+
+nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
+                            nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!remote || (len && !msg) || len > NXL_NOTIF_MAX) {
+        nxli_err(a, "nxl_notif_send: needs a remote agent and a message of at most %d bytes",
+                 NXL_NOTIF_MAX);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxli_remote_t *r = nxli_remote_get(a, remote);
+    if (!r)
+        return NXL_ERR_NOT_FOUND;
+    nxl_backend_t *b = NULL;
+    for (int i = 0; i < a->nbackends && !b; i++)
+        if ((a->backends[i]->ops->caps & NXLT_CAP_NOTIF) && r->conn[i])
+            b = a->backends[i];
+    if (!b) {
+        nxli_err(a, "nxl_notif_send: no transport with notifications connects agent '%s' to '%s'",
+                 a->name, remote);
+        nxli_remote_put(r);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    nxl_future_t *f = nxli_future_new(a, NXLI_F_NOTIF, cb, arg);
+    nxlt_op_t *op = f ? nxli_op_new(a, b, f) : NULL;
+    if (!op) {
+        if (f)
+            nxli_future_discard(f);
+        nxli_remote_put(r);
+        nxli_err(a, "nxl_notif_send: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    a->err[0] = 0;
+    nxl_status_t st = b->ops->notif_send(b->state, op, r->conn[b->index], msg, len);
+    nxli_remote_put(r);
+    if (st != NXL_SUCCESS) {
+        if (!a->err[0])
+            nxli_err(a, "nxl_notif_send: %s could not send to '%s' (%s)", b->ops->name, remote,
+                     nxl_strerror(st));
+        nxli_op_free(op);
+        nxli_future_discard(f);
+        return st;
+    }
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}

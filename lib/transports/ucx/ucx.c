@@ -1,0 +1,765 @@
+/* The UCX transport: DRAM to and from other agents and within the agent,
+ * through one UCP worker driven by the reactor.
+ *
+ * Progress: the worker's event fd sits in the reactor. On wake-up the worker
+ * is progressed until idle and re-armed; when arming answers UCS_ERR_BUSY
+ * (shared-memory transports with queued sends) it is retried a bounded
+ * number of times, then progress continues from a zero-delay timer on the
+ * next reactor turn, so the loop stays fair and an idle agent sleeps.
+ *
+ * A transfer posts one put or get per element, then flushes the endpoint;
+ * the flush completing means the data is at the target, and only then is
+ * the notification sent as an active message. While operations are in
+ * flight a slow timer keeps progressing the worker so that UCX's keepalive
+ * notices a dead peer even when no fd wakes us. */
+#include "config.h"
+#include <nxl/transport.h>
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+#define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
+#define ARM_TRIES 16
+#define WATCH_MS 100
+
+typedef struct ucx_conn ucx_conn_t;
+
+typedef struct ucx_state {
+    nxlt_ctx_t *ctx;
+    ucp_context_h ucp;
+    ucp_worker_h w;
+    void *addr;
+    size_t addr_len;
+    int efd;
+    struct event *ev_efd, *ev_kick, *ev_watch;
+    unsigned inflight;          /* ops not done yet */
+    uint64_t busy_until_us;
+    LIST_HEAD(, ucx_conn) conns;
+    LIST_HEAD(, ucx_op) ops;
+    unsigned closing;           /* endpoint closes in flight */
+    char desc[256];
+    unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
+} ucx_t;
+
+struct ucx_conn {
+    ucx_t *u;
+    ucp_ep_h ep;
+    char *name;
+    int refs;                   /* the engine's, plus one per op */
+    bool failed;
+    bool unloaded;
+    ucs_status_t why;
+    LIST_ENTRY(ucx_conn) link;
+};
+
+typedef struct ucx_md {
+    ucp_mem_h memh;
+    void *addr;
+    size_t len;
+} ucx_md_t;
+
+typedef struct ucx_op {
+    ucx_t *u;
+    nxlt_op_t *op;
+    ucx_conn_t *conn;
+    ucs_status_t st;            /* first error */
+    void *notif;                /* [u16 name length][name][message] */
+    size_t notif_len;
+    LIST_ENTRY(ucx_op) link;
+} ucx_op_t;
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ------------------------------------------------------------ progress */
+
+static void kick(ucx_t *u)
+{
+    static const struct timeval zero = {0, 0};
+    if (!evtimer_pending(u->ev_kick, NULL))
+        evtimer_add(u->ev_kick, &zero);
+}
+
+static void progress(ucx_t *u)
+{
+    unsigned n = 0;
+    for (int tries = 0; tries < ARM_TRIES; tries++) {
+        unsigned k;
+        while ((k = ucp_worker_progress(u->w)))
+            n += k;
+        if (n && nxlt_busy_poll_us(u->ctx))
+            u->busy_until_us = now_us() + nxlt_busy_poll_us(u->ctx);
+        if (u->busy_until_us && now_us() < u->busy_until_us) {
+            kick(u); /* busy-poll window: keep polling from the loop */
+            return;
+        }
+        ucs_status_t st = ucp_worker_arm(u->w);
+        if (st == UCS_OK)
+            return;
+        if (st != UCS_ERR_BUSY) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: ucp_worker_arm failed: %s",
+                     ucs_status_string(st));
+            kick(u);
+            return;
+        }
+    }
+    /* still busy: hand back to the loop and continue on the next turn */
+    u->busy_rounds++;
+    kick(u);
+}
+
+static void on_efd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
+static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg); }
+
+static void on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    ucx_t *u = arg;
+    progress(u);
+    if (u->inflight) {
+        struct timeval tv = {0, WATCH_MS * 1000};
+        evtimer_add(u->ev_watch, &tv);
+    }
+}
+
+static void op_started(ucx_t *u)
+{
+    if (u->inflight++ == 0) {
+        struct timeval tv = {0, WATCH_MS * 1000};
+        evtimer_add(u->ev_watch, &tv);
+    }
+}
+
+/* -------------------------------------------------------- connections */
+
+static void conn_put(ucx_conn_t *c)
+{
+    if (--c->refs)
+        return;
+    LIST_REMOVE(c, link);
+    free(c->name);
+    free(c);
+}
+
+static void close_cb(void *req, ucs_status_t st, void *arg)
+{
+    ucx_t *u = arg;
+    u->closing--;
+    ucp_request_free(req);
+}
+
+static void ep_close(ucx_t *u, ucp_ep_h ep, bool force)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .cb.send = close_cb,
+        .user_data = u,
+    };
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(r))
+        u->closing++;
+    kick(u);
+}
+
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_conn_t *c = arg;
+    if (c->failed)
+        return;
+    c->failed = true;
+    c->why = status;
+    nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: connection to agent '%s' failed: %s", c->name,
+             ucs_status_string(status));
+}
+
+static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
+                              void **out)
+{
+    ucx_t *u = state;
+    ucx_conn_t *c = calloc(1, sizeof(*c));
+    if (!c || !(c->name = strdup(agent))) {
+        free(c);
+        return NXL_ERR_UNKNOWN;
+    }
+    c->u = u;
+    c->refs = 1;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = info,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_error, .arg = c},
+    };
+    ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: ucp_ep_create to agent '%s' failed: %s (no UCX transport of "
+                   "this agent reaches it: check UCX_TLS / UCX_NET_DEVICES on both sides)",
+                   agent, ucs_status_string(st));
+        free(c->name);
+        free(c);
+        return NXL_ERR_BACKEND;
+    }
+    LIST_INSERT_HEAD(&u->conns, c, link);
+    kick(u);
+    *out = c;
+    return NXL_SUCCESS;
+}
+
+static void unload_conn(void *state, void *conn)
+{
+    ucx_conn_t *c = conn;
+    c->unloaded = true;
+    ep_close(c->u, c->ep, c->failed);
+    c->ep = NULL;
+    conn_put(c);
+}
+
+/* ------------------------------------------------------------- memory */
+
+static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out)
+{
+    ucx_t *u = state;
+    ucx_md_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NXL_ERR_UNKNOWN;
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address = (void *)d->addr,
+        .length = d->len,
+    };
+    ucs_status_t st = ucp_mem_map(u->ucp, &mp, &m->memh);
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: ucp_mem_map of %s 0x%lx+%zu failed: %s (is the range mapped? "
+                   "is the locked-memory limit, ulimit -l, large enough for RDMA devices?)",
+                   nxl_mem_name(type), (unsigned long)d->addr, d->len, ucs_status_string(st));
+        free(m);
+        return NXL_ERR_BACKEND;
+    }
+    m->addr = (void *)d->addr;
+    m->len = d->len;
+    *out = m;
+    return NXL_SUCCESS;
+}
+
+static void dereg(void *state, void *md)
+{
+    ucx_t *u = state;
+    ucx_md_t *m = md;
+    ucp_mem_unmap(u->ucp, m->memh);
+    free(m);
+}
+
+static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t dev, void **ptr,
+                              void **md)
+{
+    ucx_t *u = state;
+    ucx_md_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NXL_ERR_UNKNOWN;
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .address = NULL,
+        .length = len,
+        .flags = UCP_MEM_MAP_ALLOCATE,
+    };
+    ucs_status_t st = ucp_mem_map(u->ucp, &mp, &m->memh);
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
+    if (st == UCS_OK)
+        st = ucp_mem_query(m->memh, &attr);
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: ucp_mem_map(ALLOCATE, %zu bytes) failed: %s", len,
+                   ucs_status_string(st));
+        free(m);
+        return NXL_ERR_BACKEND;
+    }
+    m->addr = attr.address;
+    m->len = len;
+    *ptr = attr.address;
+    *md = m;
+    return NXL_SUCCESS;
+}
+
+static void mem_free(void *state, void *ptr, void *md)
+{
+    dereg(state, md); /* unmapping memory UCX allocated frees it */
+}
+
+static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
+{
+    ucx_t *u = state;
+    ucx_md_t *m = md;
+    void *rb;
+    size_t rl;
+    ucs_status_t st = ucp_rkey_pack(u->ucp, m->memh, &rb, &rl);
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: ucp_rkey_pack failed: %s", ucs_status_string(st));
+        return NXL_ERR_BACKEND;
+    }
+    *buf = malloc(rl);
+    if (*buf)
+        memcpy(*buf, rb, rl);
+    *len = rl;
+    ucp_rkey_buffer_release(rb);
+    return *buf ? NXL_SUCCESS : NXL_ERR_UNKNOWN;
+}
+
+static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
+{
+    ucx_t *u = state;
+    ucx_conn_t *c = conn;
+    ucp_rkey_h rk;
+    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, buf, &rk);
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: ucp_ep_rkey_unpack of a key of agent '%s' failed: %s", c->name,
+                   ucs_status_string(st));
+        return NXL_ERR_BACKEND;
+    }
+    *rkey = rk;
+    return NXL_SUCCESS;
+}
+
+static void unload_key(void *state, void *rkey)
+{
+    ucp_rkey_destroy(rkey);
+}
+
+static nxl_status_t conn_info(void *state, void **buf, size_t *len)
+{
+    ucx_t *u = state;
+    *buf = malloc(u->addr_len);
+    if (!*buf)
+        return NXL_ERR_UNKNOWN;
+    memcpy(*buf, u->addr, u->addr_len);
+    *len = u->addr_len;
+    return NXL_SUCCESS;
+}
+
+/* ---------------------------------------------------------- operations */
+
+static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
+{
+    if (st == UCS_OK)
+        return NXL_SUCCESS;
+    if (c->failed || c->unloaded || st == UCS_ERR_CONNECTION_RESET ||
+        st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_CANCELED)
+        return NXL_ERR_REMOTE_DISCONNECT;
+    return NXL_ERR_BACKEND;
+}
+
+static void op_finish(ucx_op_t *o, ucs_status_t st)
+{
+    ucx_t *u = o->u;
+    if (st != UCS_OK && o->st == UCS_OK)
+        o->st = st;
+    char why[512];
+    nxl_status_t ns = map_status(o->conn, o->st);
+    if (ns != NXL_SUCCESS)
+        snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: %s%s", o->conn->name,
+                 ucs_status_string(o->conn->failed ? o->conn->why : o->st),
+                 ns == NXL_ERR_REMOTE_DISCONNECT
+                     ? " (the peer is gone or unreachable; reload its metadata once it is back)"
+                     : "");
+    LIST_REMOVE(o, link);
+    u->inflight--;
+    nxlt_op_done(o->op, ns, ns == NXL_SUCCESS ? NULL : why);
+    conn_put(o->conn);
+    free(o->notif);
+    free(o);
+}
+
+static void am_done(void *req, ucs_status_t st, void *arg)
+{
+    op_finish(arg, st);
+    ucp_request_free(req);
+}
+
+static void send_notif(ucx_op_t *o)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = am_done,
+        .user_data = o,
+    };
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(o->conn->ep, NXL_UCX_AM_NOTIF, NULL, 0, o->notif, o->notif_len, &p);
+    if (!UCS_PTR_IS_PTR(r))
+        op_finish(o, UCS_PTR_STATUS(r));
+}
+
+static void flush_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_op_t *o = arg;
+    if (req)
+        ucp_request_free(req);
+    if (st != UCS_OK || o->st != UCS_OK || !o->notif)
+        op_finish(o, st);
+    else
+        send_notif(o);
+}
+
+static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, const void *msg,
+                        size_t len, bool with_notif)
+{
+    ucx_op_t *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    if (with_notif) {
+        size_t nl = strlen(me);
+        o->notif_len = 2 + nl + len;
+        o->notif = malloc(o->notif_len);
+        if (!o->notif) {
+            free(o);
+            return NULL;
+        }
+        unsigned char *b = o->notif;
+        b[0] = (unsigned char)(nl >> 8);
+        b[1] = (unsigned char)nl;
+        memcpy(b + 2, me, nl);
+        if (len)
+            memcpy(b + 2 + nl, msg, len);
+    }
+    o->u = u;
+    o->op = op;
+    o->conn = c;
+    c->refs++;
+    LIST_INSERT_HEAD(&u->ops, o, link);
+    op_started(u);
+    return o;
+}
+
+static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
+{
+    if (!c->failed && c->ep)
+        return NXL_SUCCESS;
+    nxlt_error(u->ctx, "UCX: %s: the connection to agent '%s' failed earlier (%s); reload its "
+               "metadata once it is back", call, c->name,
+               c->failed ? ucs_status_string(c->why) : "closed");
+    return NXL_ERR_REMOTE_DISCONNECT;
+}
+
+static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
+{
+    ucx_t *u = state;
+    ucx_conn_t *c = x->conn;
+    nxl_status_t ns = check_conn(u, c, "post");
+    if (ns != NXL_SUCCESS)
+        return ns;
+    ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif, x->notif_len,
+                         x->notif != NULL);
+    if (!o)
+        return NXL_ERR_UNKNOWN;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH};
+    for (size_t i = 0; i < x->n; i++) {
+        const nxlt_iov_t *v = &x->iov[i];
+        p.memh = ((ucx_md_t *)v->lmd)->memh;
+        ucs_status_ptr_t r = x->op == NXL_WRITE
+                                 ? ucp_put_nbx(c->ep, v->laddr, v->len, v->raddr, v->rkey, &p)
+                                 : ucp_get_nbx(c->ep, v->laddr, v->len, v->raddr, v->rkey, &p);
+        if (UCS_PTR_IS_ERR(r)) {
+            if (i == 0) {
+                /* nothing went out: fail the call itself */
+                nxlt_error(u->ctx, "UCX: %s to agent '%s' failed at once: %s",
+                           x->op == NXL_WRITE ? "ucp_put_nbx" : "ucp_get_nbx", c->name,
+                           ucs_status_string(UCS_PTR_STATUS(r)));
+                LIST_REMOVE(o, link);
+                u->inflight--;
+                conn_put(c);
+                free(o->notif);
+                free(o);
+                return map_status(c, UCS_PTR_STATUS(r));
+            }
+            o->st = UCS_PTR_STATUS(r);
+            break;
+        }
+        if (r)
+            ucp_request_free(r); /* completes on its own; the flush below waits for it */
+    }
+    ucp_request_param_t fp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = flush_done,
+        .user_data = o,
+    };
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(c->ep, &fp);
+    if (!UCS_PTR_IS_PTR(r))
+        flush_done(NULL, UCS_PTR_STATUS(r), o);
+    kick(u);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                               size_t len)
+{
+    ucx_t *u = state;
+    ucx_conn_t *c = conn;
+    nxl_status_t ns = check_conn(u, c, "notif_send");
+    if (ns != NXL_SUCCESS)
+        return ns;
+    ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), msg, len, true);
+    if (!o)
+        return NXL_ERR_UNKNOWN;
+    send_notif(o);
+    kick(u);
+    return NXL_SUCCESS;
+}
+
+static ucs_status_t am_recv(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                            const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a notification arrived by rendezvous; dropped");
+        return UCS_OK;
+    }
+    const unsigned char *b = data;
+    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if (len < 2 || nl == 0 || nl >= 256 || 2 + nl > len) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed notification of %zu bytes dropped", len);
+        return UCS_OK;
+    }
+    char from[256];
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    nxlt_notif_recv(u->ctx, from, b + 2 + nl, len - 2 - nl);
+    return UCS_OK;
+}
+
+/* ------------------------------------------------------------ life */
+
+static void list_tls(ucx_t *u)
+{
+    char *buf = NULL;
+    size_t bl = 0;
+    FILE *f = open_memstream(&buf, &bl);
+    if (!f)
+        return;
+    ucp_context_print_info(u->ucp, f);
+    fclose(f);
+    char *save, *line;
+    size_t o = 0;
+    u->desc[0] = 0;
+    for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *p = strstr(line, "resource");
+        char *t = strstr(line, "flags ");
+        if (!p || !t)
+            continue;
+        t = strrchr(t, ' ');
+        if (t && o < sizeof(u->desc) - 1)
+            o += (size_t)snprintf(u->desc + o, sizeof(u->desc) - o, "%s%s", o ? ", " : "",
+                                  t + 1);
+    }
+    free(buf);
+}
+
+static int probe(char *why, size_t cap)
+{
+    snprintf(why, cap, "UCX %s: DRAM, remote and loopback, notifications", ucp_get_version_string());
+    return 1;
+}
+
+static void destroy(void *state);
+
+static const char *param(const nxl_param_t *p, size_t n, const char *k)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(p[i].key, k))
+            return p[i].value;
+    return NULL;
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling"};
+    for (size_t i = 0; i < n; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
+            ok |= !strcmp(params[i].key, known[k]);
+        if (!ok) {
+            nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
+                       "shm_error_handling)", params[i].key);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    /* Peer error handling is on for every endpoint; UCX then refuses its
+     * shared-memory transports unless they handle errors too. */
+    const char *seh = param(params, n, "shm_error_handling");
+    if (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1")) {
+        setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+        setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    }
+    ucx_t *u = calloc(1, sizeof(*u));
+    if (!u)
+        return NXL_ERR_UNKNOWN;
+    u->ctx = ctx;
+    u->efd = -1;
+    LIST_INIT(&u->conns);
+    LIST_INIT(&u->ops);
+    ucp_config_t *cfg;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK) {
+        nxlt_error(ctx, "UCX: ucp_config_read failed: %s (check UCX_* environment variables)",
+                   ucs_status_string(st));
+        free(u);
+        return NXL_ERR_BACKEND;
+    }
+    const char *tls = param(params, n, "tls"), *dev = param(params, n, "devices");
+    const char *ka = param(params, n, "keepalive");
+    if ((tls && (st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) ||
+        (dev && (st = ucp_config_modify(cfg, "NET_DEVICES", dev)) != UCS_OK) ||
+        (st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka ? ka : "1s")) != UCS_OK) {
+        nxlt_error(ctx, "UCX: a parameter was refused by ucp_config_modify: %s",
+                   ucs_status_string(st));
+        ucp_config_release(cfg);
+        free(u);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    ucp_params_t up = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+    };
+    st = ucp_init(&up, cfg, &u->ucp);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        nxlt_error(ctx, "UCX: ucp_init failed: %s — no usable UCX transport (UCX_TLS=%s); run "
+                   "'ucx_info -d' to see what UCX finds here", ucs_status_string(st),
+                   tls ? tls : getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
+        free(u);
+        return NXL_ERR_BACKEND;
+    }
+    list_tls(u);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    st = ucp_worker_create(u->ucp, &wp, &u->w);
+    if (st == UCS_OK)
+        st = ucp_worker_get_efd(u->w, &u->efd);
+    if (st == UCS_OK) {
+        ucp_address_t *a;
+        st = ucp_worker_get_address(u->w, &a, &u->addr_len);
+        if (st == UCS_OK) {
+            u->addr = malloc(u->addr_len);
+            if (u->addr)
+                memcpy(u->addr, a, u->addr_len);
+            ucp_worker_release_address(u->w, a);
+        }
+    }
+    if (st != UCS_OK) {
+        nxlt_error(ctx, "UCX: the worker could not start: %s (UCX found: %s); check UCX_TLS "
+                   "and UCX_NET_DEVICES", ucs_status_string(st), u->desc[0] ? u->desc : "nothing");
+        destroy(u);
+        return NXL_ERR_BACKEND;
+    }
+    ucp_am_handler_param_t ap = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = NXL_UCX_AM_NOTIF,
+        .cb = am_recv,
+        .arg = u,
+    };
+    st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    struct event_base *base = nxlt_base(ctx);
+    u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, on_efd, u);
+    u->ev_kick = evtimer_new(base, on_kick, u);
+    u->ev_watch = evtimer_new(base, on_watch, u);
+    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch ||
+        event_add(u->ev_efd, NULL)) {
+        nxlt_error(ctx, "UCX: setting up the worker in the reactor failed (%s)",
+                   ucs_status_string(st));
+        destroy(u);
+        return NXL_ERR_BACKEND;
+    }
+    kick(u);
+    nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s)",
+             ucp_get_version_string(), u->desc,
+             strstr(u->desc, "rc") || strstr(u->desc, "ud") || strstr(u->desc, "dc")
+                 ? "with RDMA"
+                 : "shared memory and TCP, no RDMA");
+    *out = u;
+    return NXL_SUCCESS;
+}
+
+static void destroy(void *state)
+{
+    ucx_t *u = state;
+    while (!LIST_EMPTY(&u->ops)) {
+        ucx_op_t *o = LIST_FIRST(&u->ops);
+        o->st = UCS_ERR_CANCELED;
+        LIST_REMOVE(o, link);
+        nxlt_op_done(o->op, NXL_ERR_CANCELED, "UCX: transport destroyed");
+        conn_put(o->conn);
+        free(o->notif);
+        free(o);
+    }
+    ucx_conn_t *c, *next;
+    for (c = LIST_FIRST(&u->conns); c; c = next) {
+        next = LIST_NEXT(c, link);
+        if (c->ep) {
+            ep_close(u, c->ep, true);
+            c->ep = NULL;
+        }
+    }
+    if (u->w) {
+        uint64_t until = now_us() + 1000000;
+        while (u->closing && now_us() < until)
+            ucp_worker_progress(u->w);
+    }
+    while (!LIST_EMPTY(&u->conns)) {
+        c = LIST_FIRST(&u->conns);
+        LIST_REMOVE(c, link);
+        free(c->name);
+        free(c);
+    }
+    if (u->ev_efd)
+        event_free(u->ev_efd);
+    if (u->ev_kick)
+        event_free(u->ev_kick);
+    if (u->ev_watch)
+        event_free(u->ev_watch);
+    free(u->addr);
+    if (u->w)
+        ucp_worker_destroy(u->w);
+    if (u->ucp)
+        ucp_cleanup(u->ucp);
+    free(u);
+}
+
+static const char *describe(void *state)
+{
+    return ((ucx_t *)state)->desc;
+}
+
+const nxlt_ops_t nxl_ucx_ops = {
+    .abi_version = NXLT_ABI_VERSION,
+    .name = "UCX",
+    .mem_mask = 1u << NXL_DRAM,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF,
+    .probe = probe,
+    .create = create,
+    .destroy = destroy,
+    .reg = reg,
+    .dereg = dereg,
+    .pack_key = pack_key,
+    .mem_alloc = mem_alloc,
+    .mem_free = mem_free,
+    .conn_info = conn_info,
+    .load_conn = load_conn,
+    .load_key = load_key,
+    .unload_key = unload_key,
+    .unload_conn = unload_conn,
+    .post = post,
+    .notif_send = notif_send,
+    .describe = describe,
+};
