@@ -1,13 +1,527 @@
-/* placeholder: being written */
+/* Status codes and their strings, memory type names, the version; agent
+ * creation errors; transports (listing, creation errors); the reactor:
+ * embedding into the application's event_base, nxl_agent_run/stop from a
+ * callback, and an idle agent that sleeps instead of spinning. */
 #include "testlib.h"
-START_TEST(t_todo) { ck_abort_msg("suite status not written yet"); }
+
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* An error sentence: several words, not an empty string. */
+static int is_sentence(const char *s)
+{
+    return s && strlen(s) >= 16 && strchr(s, ' ') != NULL;
+}
+#define ck_sentence(s, word)                                                                       \
+    do {                                                                                           \
+        const char *s_ = (s);                                                                      \
+        ck_assert_msg(is_sentence(s_), "not an error sentence: '%s'", s_ ? s_ : "(null)");         \
+        ck_assert_msg(strstr(s_, (word)) != NULL, "sentence '%s' does not mention '%s'", s_,       \
+                      (word));                                                                     \
+    } while (0)
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------ statuses */
+
+static const struct {
+    nxl_status_t st;
+    int value;
+    const char *name, *text;
+} codes[] = {
+#define ROW_(name, value, text) {NXL_##name, value, #name, text},
+    NXL_STATUS_MAP(ROW_)
+#undef ROW_
+};
+#define NCODES (sizeof(codes) / sizeof(codes[0]))
+
+START_TEST(t_status_values)
+{
+    /* NIXL's values, never renumbered */
+    ck_assert_int_eq(NXL_IN_PROG, 1);
+    ck_assert_int_eq(NXL_SUCCESS, 0);
+    ck_assert_int_eq(NXL_ERR_NOT_POSTED, -1);
+    ck_assert_int_eq(NXL_ERR_INVALID_PARAM, -2);
+    ck_assert_int_eq(NXL_ERR_BACKEND, -3);
+    ck_assert_int_eq(NXL_ERR_NOT_FOUND, -4);
+    ck_assert_int_eq(NXL_ERR_MISMATCH, -5);
+    ck_assert_int_eq(NXL_ERR_NOT_ALLOWED, -6);
+    ck_assert_int_eq(NXL_ERR_REPOST_ACTIVE, -7);
+    ck_assert_int_eq(NXL_ERR_UNKNOWN, -8);
+    ck_assert_int_eq(NXL_ERR_NOT_SUPPORTED, -9);
+    ck_assert_int_eq(NXL_ERR_REMOTE_DISCONNECT, -10);
+    ck_assert_int_eq(NXL_ERR_CANCELED, -11);
+    ck_assert_int_eq(NXL_ERR_NO_TELEMETRY, -12);
+    ck_assert_uint_eq(NCODES, 14);
+    /* the map is dense from 1 down to -12 */
+    for (size_t i = 0; i < NCODES; i++)
+        ck_assert_int_eq(codes[i].value, 1 - (int)i);
+}
 END_TEST
+
+START_TEST(t_status_strings)
+{
+    for (size_t i = 0; i < NCODES; i++) {
+        ck_assert_int_eq((int)codes[i].st, codes[i].value);
+        const char *n = nxl_status_name(codes[i].st), *t = nxl_strerror(codes[i].st);
+        ck_assert_ptr_nonnull(n);
+        ck_assert_ptr_nonnull(t);
+        ck_assert_str_eq(n, codes[i].name);
+        ck_assert_str_eq(t, codes[i].text);
+        ck_assert_str_ne(t, "unknown status");
+        /* names and sentences are distinct */
+        for (size_t j = 0; j < i; j++) {
+            ck_assert_str_ne(n, nxl_status_name(codes[j].st));
+            ck_assert_str_ne(t, nxl_strerror(codes[j].st));
+        }
+    }
+    ck_assert_str_eq(nxl_status_name(NXL_ERR_CANCELED), "ERR_CANCELED");
+    ck_assert_str_eq(nxl_status_name(NXL_SUCCESS), "SUCCESS");
+    ck_assert_str_eq(nxl_strerror(NXL_SUCCESS), "success");
+}
+END_TEST
+
+START_TEST(t_status_unknown)
+{
+    static const int bad[] = {2, 3, 100, -13, -14, -100, 127, -128, 0x7fffffff, -0x7fffffff - 1};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        nxl_status_t st = (nxl_status_t)bad[i];
+        ck_assert_str_eq(nxl_strerror(st), "unknown status");
+        const char *n = nxl_status_name(st);
+        ck_assert_ptr_nonnull(n);
+        ck_assert(strlen(n) > 0);
+        for (size_t j = 0; j < NCODES; j++)
+            ck_assert_str_ne(n, codes[j].name);
+    }
+}
+END_TEST
+
+START_TEST(t_mem_names_version)
+{
+    ck_assert_str_eq(nxl_mem_name(NXL_DRAM), "DRAM");
+    ck_assert_str_eq(nxl_mem_name(NXL_VRAM), "VRAM");
+    ck_assert_str_eq(nxl_mem_name(NXL_BLK), "BLK");
+    ck_assert_str_eq(nxl_mem_name(NXL_OBJ), "OBJ");
+    ck_assert_str_eq(nxl_mem_name(NXL_FILE), "FILE");
+    ck_assert_str_eq(nxl_mem_name(NXL_MEM_TYPES), "?");
+    ck_assert_str_eq(nxl_mem_name((nxl_mem_t)-1), "?");
+    ck_assert_str_eq(nxl_mem_name((nxl_mem_t)1000), "?");
+
+    const char *v = nxl_version();
+    ck_assert_ptr_nonnull(v);
+    int maj = -1, min = -1, pat = -1, used = 0;
+    ck_assert_msg(sscanf(v, "%d.%d.%d%n", &maj, &min, &pat, &used) == 3 && v[used] == 0,
+                  "version '%s' is not MAJOR.MINOR.PATCH", v);
+    /* the library and its header agree */
+    ck_assert_int_eq(maj * 10000 + min * 100 + pat, NXL_VERSION_NUM);
+}
+END_TEST
+
+/* --------------------------------------------------------------- agents */
+
+START_TEST(t_create_errors)
+{
+    nxl_agent_t *a = (nxl_agent_t *)&a; /* must come back NULL */
+    ck_assert_int_eq(nxl_agent_create(NULL, &a), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(a);
+    ck_sentence(nxl_agent_last_error(NULL), "config");
+
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    ck_assert_uint_eq(c.size, sizeof(c));
+    ck_assert_ptr_null(c.base);
+    ck_assert_int_eq(c.log_level, -1);
+
+    /* no name, an empty name, a name too long */
+    a = (nxl_agent_t *)&a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(a);
+    ck_sentence(nxl_agent_last_error(NULL), "name");
+    c.name = "";
+    a = (nxl_agent_t *)&a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(a);
+    ck_sentence(nxl_agent_last_error(NULL), "name");
+    char longname[1024];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = 0;
+    c.name = longname;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(a);
+
+    /* a size this library does not know */
+    c.name = "A";
+    static const size_t sizes[] = {0, 1, 8, sizeof(c) + 1, sizeof(c) * 2, (size_t)-1};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(*sizes); i++) {
+        c.size = sizes[i];
+        a = (nxl_agent_t *)&a;
+        ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+        ck_assert_ptr_null(a);
+        ck_sentence(nxl_agent_last_error(NULL), "size");
+    }
+
+    /* a listen address that is none */
+    nxl_agent_config_init(&c);
+    c.name = "A";
+    c.listen_addr = "no.such.host.invalid";
+    a = (nxl_agent_t *)&a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(a);
+    ck_sentence(nxl_agent_last_error(NULL), "no.such.host.invalid");
+
+    /* a port that is taken */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert(s >= 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sin);
+    ck_assert(bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+    ck_assert(listen(s, 1) == 0);
+    ck_assert(getsockname(s, (struct sockaddr *)&sin, &sl) == 0);
+    c.listen_addr = "127.0.0.1";
+    c.listen_port = ntohs(sin.sin_port);
+    a = (nxl_agent_t *)&a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_BACKEND);
+    ck_assert_ptr_null(a);
+    ck_sentence(nxl_agent_last_error(NULL), "listen");
+    close(s);
+
+    /* and a good one after all that */
+    nxl_agent_config_init(&c);
+    c.name = "A";
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_str_eq(nxl_agent_name(a), "A");
+    ck_assert_ptr_nonnull(nxl_agent_base(a));
+    ck_assert_uint_eq(nxl_agent_listen_port(a), 0);
+    ck_assert_str_eq(nxl_agent_last_error(a), "");
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(NULL);
+}
+END_TEST
+
+START_TEST(t_plugins)
+{
+    size_t n = nxl_plugins_available(NULL, 0);
+    ck_assert_uint_ge(n, 1);
+    nxl_plugin_info_t *p = calloc(n + 1, sizeof(*p));
+    memset(&p[n], 0x5a, sizeof(p[n])); /* one more than asked: untouched */
+    ck_assert_uint_eq(nxl_plugins_available(p, n), n);
+    int ucx = -1;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_ptr_nonnull(p[i].name);
+        if (!strcmp(p[i].name, "UCX"))
+            ucx = (int)i;
+    }
+    ck_assert_msg(ucx >= 0, "UCX is not listed");
+    ck_assert_int_eq(p[ucx].available, 1);
+    ck_assert_msg(strlen(p[ucx].reason) > 0 && strstr(p[ucx].reason, "UCX"),
+                  "UCX reason '%s'", p[ucx].reason);
+    ck_assert(p[ucx].mem_mask & (1u << NXL_DRAM));
+    unsigned char *tail = (unsigned char *)&p[n];
+    for (size_t i = 0; i < sizeof(p[n]); i++)
+        ck_assert_uint_eq(tail[i], 0x5a);
+    /* a smaller array still reports the total */
+    nxl_plugin_info_t one;
+    ck_assert_uint_eq(nxl_plugins_available(&one, 1), n);
+    ck_assert_str_eq(one.name, p[0].name);
+    free(p);
+}
+END_TEST
+
+START_TEST(t_backend_errors)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "A";
+    nxl_agent_t *a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    nxl_backend_t *b = (nxl_backend_t *)&b;
+
+    ck_assert_int_eq(nxl_backend_create(a, "NOPE", NULL, 0, &b), NXL_ERR_NOT_FOUND);
+    ck_assert_ptr_null(b);
+    ck_sentence(nxl_agent_last_error(a), "NOPE");
+    ck_assert_ptr_null(nxl_backend_get(a, "NOPE"));
+
+    b = (nxl_backend_t *)&b;
+    ck_assert_int_eq(nxl_backend_create(a, NULL, NULL, 0, &b), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(b);
+    ck_sentence(nxl_agent_last_error(a), "name");
+
+    /* unknown parameter key, then a NULL value: nothing is created */
+    nxl_param_t bad = {"no_such_param", "1"};
+    b = (nxl_backend_t *)&b;
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", &bad, 1, &b), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(b);
+    ck_sentence(nxl_agent_last_error(a), "no_such_param");
+    ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
+    nxl_param_t nul = {"tls", NULL};
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", &nul, 1, &b), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(b);
+    ck_sentence(nxl_agent_last_error(a), "NULL");
+    ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
+
+    /* now for real, then a second time */
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, &b), NXL_SUCCESS);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_eq(nxl_backend_name(b), "UCX");
+    ck_assert_ptr_eq(nxl_backend_get(a, "UCX"), b);
+    nxl_backend_t *b2 = (nxl_backend_t *)&b2;
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, &b2), NXL_ERR_NOT_ALLOWED);
+    ck_assert_ptr_null(b2);
+    ck_sentence(nxl_agent_last_error(a), "UCX");
+    ck_assert_ptr_eq(nxl_backend_get(a, "UCX"), b);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
+/* ------------------------------------------------------------ reactor */
+
+static int n_done;
+static nxl_status_t last_st;
+
+static void count_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    n_done++;
+    last_st = st;
+    if (arg)
+        ++*(int *)arg;
+}
+
+static void user_timer(evutil_socket_t fd, short what, void *arg) { ++*(int *)arg; }
+
+/* The agent lives in the application's base: the application's loop runs
+ * the agent's callbacks next to its own events, and the agent leaves no
+ * event behind when destroyed. */
+START_TEST(t_embedded)
+{
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "A";
+    c.base = base;
+    c.listen_addr = "127.0.0.1";
+    nxl_agent_t *a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    ck_assert_ptr_eq(nxl_agent_base(a), base);
+    ck_assert_uint_ne(nxl_agent_listen_port(a), 0);
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+
+    int fired = 0, mine = 0;
+    struct event *tev = evtimer_new(base, user_timer, &mine);
+    struct timeval tv = {0, 1000};
+    evtimer_add(tev, &tv);
+    n_done = 0;
+    ck_assert_int_eq(nxl_future_all(a, NULL, 0, count_cb, &fired, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(fired, 0); /* never inline */
+    uint64_t end = tl_now_ms() + 5000;
+    while ((fired < 1 || mine < 1) && tl_now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    ck_assert_int_eq(fired, 1);
+    ck_assert_int_eq(mine, 1);
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    /* a metadata fetch from itself, driven by the application's loop */
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_md_fetch(a, NULL, "127.0.0.1", nxl_agent_listen_port(a), count_cb,
+                                  &fired, &f),
+                     NXL_SUCCESS);
+    end = tl_now_ms() + 5000;
+    while (fired < 2 && tl_now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    ck_assert_int_eq(fired, 2);
+    /* its own name: refused as a remote agent, but the exchange ran */
+    ck_assert_int_eq(nxl_future_status(f), NXL_ERR_MISMATCH);
+    ck_sentence(nxl_future_error(f), "itself");
+    nxl_future_release(f);
+
+    event_free(tev);
+    nxl_agent_destroy(a);
+    /* nothing of the agent stays: bufferevents it freed leave finalizers
+     * that libevent runs on the base's next turn, then the base is empty */
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    ck_assert_int_eq(event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED |
+                                                         EVENT_BASE_COUNT_ACTIVE |
+                                                         EVENT_BASE_COUNT_VIRTUAL),
+                     0);
+    /* the base is the application's and still works */
+    tev = evtimer_new(base, user_timer, &mine);
+    evtimer_add(tev, &tv);
+    ck_assert_int_eq(event_base_loop(base, EVLOOP_ONCE), 0);
+    ck_assert_int_eq(mine, 2);
+    event_free(tev);
+    event_base_free(base);
+}
+END_TEST
+
+START_TEST(t_own_bases)
+{
+    nxl_agent_t *a = tl_agent("A", 0), *b = tl_agent("B", 0);
+    ck_assert_ptr_nonnull(nxl_agent_base(a));
+    ck_assert_ptr_nonnull(nxl_agent_base(b));
+    ck_assert_ptr_ne(nxl_agent_base(a), nxl_agent_base(b));
+    /* a future of A completes on A's base only */
+    int fa = 0;
+    ck_assert_int_eq(nxl_future_all(a, NULL, 0, count_cb, &fa, NULL), NXL_SUCCESS);
+    for (int i = 0; i < 5; i++)
+        nxl_agent_run_once(b, 0);
+    ck_assert_int_eq(fa, 0);
+    ck_assert(tl_run_until(a, &fa, 1, 5000));
+    ck_assert_int_eq(fa, 1);
+    nxl_agent_destroy(b);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
+static struct {
+    nxl_agent_t *a;
+    int turns;
+    nxl_status_t run_inside, once_inside, wait_inside;
+    char err[512];
+} R;
+
+/* chains three operations, then stops the loop from the third callback */
+static void chain_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    R.turns++;
+    if (R.turns == 1) {
+        R.run_inside = nxl_agent_run(R.a);
+        snprintf(R.err, sizeof(R.err), "%s", nxl_agent_last_error(R.a));
+        R.once_inside = nxl_agent_run_once(R.a, 0);
+        R.wait_inside = nxl_future_wait(f, 0);
+    }
+    if (R.turns < 3)
+        ck_assert_int_eq(nxl_future_all(R.a, NULL, 0, chain_cb, NULL, NULL), NXL_SUCCESS);
+    else
+        nxl_agent_stop(R.a);
+}
+
+START_TEST(t_run_stop)
+{
+    R.a = tl_agent("A", 0);
+    R.turns = 0;
+    ck_assert_int_eq(nxl_future_all(R.a, NULL, 0, chain_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(R.turns, 0);
+    ck_assert_int_eq(nxl_agent_run(R.a), NXL_SUCCESS);
+    ck_assert_int_eq(R.turns, 3);
+    ck_assert_int_eq(R.run_inside, NXL_ERR_NOT_ALLOWED);
+    ck_assert_int_eq(R.once_inside, NXL_ERR_NOT_ALLOWED);
+    ck_assert_int_eq(R.wait_inside, NXL_ERR_NOT_ALLOWED);
+    ck_sentence(R.err, "nxl_agent_run");
+    /* run again: it runs until the next stop, not one turn */
+    R.turns = 1;
+    ck_assert_int_eq(nxl_future_all(R.a, NULL, 0, chain_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_agent_run(R.a), NXL_SUCCESS);
+    ck_assert_int_eq(R.turns, 3);
+    nxl_agent_destroy(R.a);
+}
+END_TEST
+
+/* Over ~window seconds of nxl_agent_run_once(a, 300): returns each time,
+ * and the process sleeps (CPU time well below wall time, few turns). */
+static void assert_idle(nxl_agent_t *a, const char *when)
+{
+    /* let start-up or the last activity settle */
+    for (int i = 0; i < 5; i++)
+        nxl_agent_run_once(a, 20);
+    double w0 = wall_s(), c0 = cpu_s();
+    int turns = 0;
+    while (wall_s() - w0 < 0.6) {
+        ck_assert_int_eq(nxl_agent_run_once(a, 300), NXL_SUCCESS);
+        turns++;
+    }
+    double w = wall_s() - w0, c = cpu_s() - c0;
+    fprintf(stderr, "check_status: idle %s: %d turns, %.1f ms CPU in %.1f ms\n", when, turns,
+            c * 1e3, w * 1e3);
+    ck_assert_msg(w < 1.5, "%s: nxl_agent_run_once(300) overran: %.3f s", when, w);
+    ck_assert_msg(c < 0.2 * w, "%s: busy: %.1f ms CPU in %.1f ms wall", when, c * 1e3, w * 1e3);
+    ck_assert_msg(turns <= 6, "%s: %d reactor turns in %.0f ms: something wakes it", when,
+                  turns, w * 1e3);
+}
+
+START_TEST(t_idle)
+{
+    nxl_agent_t *a = tl_agent("A", 1);
+    assert_idle(a, "after start");
+    /* some activity: a loopback notification and transfer, then idle */
+    char *buf = malloc(1 << 20);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = 1 << 20};
+    ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = 4096},
+               r = {.addr = (uintptr_t)buf + 8192, .len = 4096};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &ll, &rl, "A", NULL, &x), NXL_SUCCESS);
+    int fired = 0;
+    tl_fill(buf, 4096, 7);
+    ck_assert_int_eq(nxl_xfer_post(x, count_cb, &fired, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_notif_send(a, "A", "hi", 2, count_cb, &fired, NULL), NXL_SUCCESS);
+    ck_assert(tl_run_until(a, &fired, 2, 5000));
+    ck_assert_int_eq(nxl_xfer_status(x), NXL_SUCCESS);
+    ck_assert(tl_check(buf + 8192, 4096, 7) < 0);
+    ck_assert_uint_eq(nxl_notifs_drain(a, NULL, NULL), 1);
+    assert_idle(a, "after activity");
+    nxl_xfer_release(x);
+    nxl_agent_destroy(a);
+    free(buf);
+}
+END_TEST
+
+/* run_once with a timeout returns about then when nothing happens; with 0
+ * it does not wait. */
+START_TEST(t_run_once_timeouts)
+{
+    nxl_agent_t *a = tl_agent("A", 0);
+    for (int i = 0; i < 5; i++)
+        nxl_agent_run_once(a, 20);
+    double t0 = wall_s();
+    ck_assert_int_eq(nxl_agent_run_once(a, 0), NXL_SUCCESS);
+    ck_assert_msg(wall_s() - t0 < 0.05, "run_once(0) waited %.3f s", wall_s() - t0);
+    t0 = wall_s();
+    ck_assert_int_eq(nxl_agent_run_once(a, 200), NXL_SUCCESS);
+    double w = wall_s() - t0;
+    ck_assert_msg(w >= 0.15 && w < 1.0, "run_once(200) took %.3f s", w);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("status");
-    TCase *tc = tcase_create("todo");
-    tcase_add_test(tc, t_todo);
+    TCase *tc = tcase_create("codes");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, t_status_values);
+    tcase_add_test(tc, t_status_strings);
+    tcase_add_test(tc, t_status_unknown);
+    tcase_add_test(tc, t_mem_names_version);
     suite_add_tcase(s, tc);
+    TCase *ta = tcase_create("agent");
+    tcase_set_timeout(ta, 30);
+    tcase_add_test(ta, t_create_errors);
+    tcase_add_test(ta, t_plugins);
+    tcase_add_test(ta, t_backend_errors);
+    suite_add_tcase(s, ta);
+    TCase *tr = tcase_create("reactor");
+    tcase_set_timeout(tr, 30);
+    tcase_add_test(tr, t_embedded);
+    tcase_add_test(tr, t_own_bases);
+    tcase_add_test(tr, t_run_stop);
+    tcase_add_test(tr, t_idle);
+    tcase_add_test(tr, t_run_once_timeouts);
+    suite_add_tcase(s, tr);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int nf = srunner_ntests_failed(r);
