@@ -247,9 +247,12 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
         }
     }
     for (size_t i = 0; i < n; i++)
-        if (!descs[i].len || (type <= NXL_VRAM && !descs[i].addr)) {
+        if (!descs[i].len || (type <= NXL_VRAM && !descs[i].addr) ||
+            descs[i].addr + descs[i].len < descs[i].addr) {
             nxli_err(a, "nxl_mem_register: descriptor %zu has %s", i,
-                     descs[i].len ? "a NULL address" : "length 0");
+                     !descs[i].len  ? "length 0"
+                     : descs[i].addr ? "a range that wraps around the address space"
+                                     : "a NULL address");
             return NXL_ERR_INVALID_PARAM;
         }
     /* all or nothing: remember what was done to undo it */
