@@ -125,6 +125,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
 {
     ucx_t *u = arg;
     progress(u);
+
     if (u->inflight) {
         struct timeval tv = {0, WATCH_MS * 1000};
         evtimer_add(u->ev_watch, &tv);
@@ -172,6 +173,8 @@ static void ep_close(ucx_t *u, ucp_ep_h ep, bool force)
     kick(u);
 }
 
+static void op_report(ucx_op_t *o, ucs_status_t st);
+
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucx_conn_t *c = arg;
@@ -181,6 +184,13 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     c->why = status;
     nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: connection to agent '%s' failed: %s", c->name,
              ucs_status_string(status));
+    /* UCX 1.13 does not always complete a flush pending on a failed
+     * endpoint: report every op on it now; each is freed when (if) UCX
+     * calls back, or when the transport is destroyed. */
+    ucx_op_t *o;
+    LIST_FOREACH(o, &c->u->ops, link)
+    if (o->conn == c)
+        op_report(o, status);
 }
 
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
@@ -358,9 +368,11 @@ static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
     return NXL_ERR_BACKEND;
 }
 
-static void op_finish(ucx_op_t *o, ucs_status_t st)
+/* Tells the engine (once); the op itself lives on until UCX is done with it. */
+static void op_report(ucx_op_t *o, ucs_status_t st)
 {
-    ucx_t *u = o->u;
+    if (!o->op)
+        return;
     if (st != UCS_OK && o->st == UCS_OK)
         o->st = st;
     char why[512];
@@ -371,12 +383,25 @@ static void op_finish(ucx_op_t *o, ucs_status_t st)
                  ns == NXL_ERR_REMOTE_DISCONNECT
                      ? " (the peer is gone or unreachable; reload its metadata once it is back)"
                      : "");
+    nxlt_op_t *op = o->op;
+    o->op = NULL;
+    o->u->inflight--;
+    nxlt_op_done(op, ns, ns == NXL_SUCCESS ? NULL : why);
+}
+
+static void op_free(ucx_op_t *o)
+{
     LIST_REMOVE(o, link);
-    u->inflight--;
-    nxlt_op_done(o->op, ns, ns == NXL_SUCCESS ? NULL : why);
     conn_put(o->conn);
     free(o->notif);
     free(o);
+}
+
+/* UCX finished with the op: report it if nobody did, then free it. */
+static void op_finish(ucx_op_t *o, ucs_status_t st)
+{
+    op_report(o, st);
+    op_free(o);
 }
 
 static void am_done(void *req, ucs_status_t st, void *arg)
@@ -475,11 +500,9 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
                 nxlt_error(u->ctx, "UCX: %s to agent '%s' failed at once: %s",
                            x->op == NXL_WRITE ? "ucp_put_nbx" : "ucp_get_nbx", c->name,
                            ucs_status_string(UCS_PTR_STATUS(r)));
-                LIST_REMOVE(o, link);
+                o->op = NULL;
                 u->inflight--;
-                conn_put(c);
-                free(o->notif);
-                free(o);
+                op_free(o);
                 return map_status(c, UCS_PTR_STATUS(r));
             }
             o->st = UCS_PTR_STATUS(r);
@@ -596,7 +619,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     /* Peer error handling is on for every endpoint; UCX then refuses its
      * shared-memory transports unless they handle errors too. */
     const char *seh = param(params, n, "shm_error_handling");
-    if (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1")) {
+    const char *tl = param(params, n, "tls") ? param(params, n, "tls") : getenv("UCX_TLS");
+    bool shm = !tl || strstr(tl, "all") || strstr(tl, "sm") || strstr(tl, "mm") ||
+               strstr(tl, "posix") || strstr(tl, "sysv");
+    if (shm && (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1"))) {
         setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
         setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
     }
@@ -694,14 +720,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
 static void destroy(void *state)
 {
     ucx_t *u = state;
-    while (!LIST_EMPTY(&u->ops)) {
-        ucx_op_t *o = LIST_FIRST(&u->ops);
-        o->st = UCS_ERR_CANCELED;
-        LIST_REMOVE(o, link);
-        nxlt_op_done(o->op, NXL_ERR_CANCELED, "UCX: transport destroyed");
-        conn_put(o->conn);
-        free(o->notif);
-        free(o);
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->op) {
+        nxlt_op_t *op = o->op;
+        o->op = NULL;
+        u->inflight--;
+        nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
@@ -716,12 +741,6 @@ static void destroy(void *state)
         while (u->closing && now_us() < until)
             ucp_worker_progress(u->w);
     }
-    while (!LIST_EMPTY(&u->conns)) {
-        c = LIST_FIRST(&u->conns);
-        LIST_REMOVE(c, link);
-        free(c->name);
-        free(c);
-    }
     if (u->ev_efd)
         event_free(u->ev_efd);
     if (u->ev_kick)
@@ -731,6 +750,15 @@ static void destroy(void *state)
     free(u->addr);
     if (u->w)
         ucp_worker_destroy(u->w);
+    /* ops UCX never called back for: their requests died with the worker */
+    while (!LIST_EMPTY(&u->ops))
+        op_free(LIST_FIRST(&u->ops));
+    while (!LIST_EMPTY(&u->conns)) {
+        c = LIST_FIRST(&u->conns);
+        LIST_REMOVE(c, link);
+        free(c->name);
+        free(c);
+    }
     if (u->ucp)
         ucp_cleanup(u->ucp);
     free(u);
