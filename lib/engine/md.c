@@ -364,6 +364,13 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
     if (!root)
         BAD("metadata is not valid JSON (truncated or corrupt near byte %zu of %zu)",
             end ? (size_t)(end - (const char *)blob) : (size_t)0, len);
+    /* one JSON value and nothing after it but white space (and a final NUL) */
+    size_t at = (size_t)(end - (const char *)blob);
+    while (at < len && ((const char *)blob)[at] && strchr(" \t\r\n", ((const char *)blob)[at]))
+        at++;
+    if (at < len && !(at == len - 1 && ((const char *)blob)[at] == 0))
+        BAD("metadata has %zu bytes of trailing data after its JSON object (corrupt, or two "
+            "blobs run together?)", len - at);
     if (!cJSON_IsObject(root))
         BAD("metadata is not a JSON object");
     if (dup_key(root))
