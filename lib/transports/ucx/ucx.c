@@ -660,9 +660,26 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     st = ucp_init(&up, cfg, &u->ucp);
     ucp_config_release(cfg);
     if (st != UCS_OK) {
-        nxlt_error(ctx, "UCX: ucp_init failed: %s — no usable UCX transport (UCX_TLS=%s); run "
-                   "'ucx_info -d' to see what UCX finds here", ucs_status_string(st),
-                   tls ? tls : getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
+        /* say what UCX does find here with its defaults */
+        ucp_params_t dp = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+        ucp_config_t *dc = NULL;
+        u->desc[0] = 0;
+        if (ucp_config_read(NULL, NULL, &dc) == UCS_OK) {
+            ucp_config_modify(dc, "TLS", "all");
+            ucp_config_modify(dc, "NET_DEVICES", "all");
+            if (ucp_init(&dp, dc, &u->ucp) == UCS_OK) {
+                list_tls(u);
+                ucp_cleanup(u->ucp);
+            }
+            ucp_config_release(dc);
+        }
+        nxlt_error(ctx, "UCX: ucp_init failed: %s — no usable UCX transport with tls=%s, "
+                   "devices=%s; UCX finds here: %s. Check the 'tls'/'devices' parameters and "
+                   "UCX_TLS / UCX_NET_DEVICES ('ucx_info -d' lists devices)",
+                   ucs_status_string(st),
+                   tls ? tls : getenv("UCX_TLS") ? getenv("UCX_TLS") : "all",
+                   dev ? dev : getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "all",
+                   u->desc[0] ? u->desc : "nothing");
         free(u);
         return NXL_ERR_BACKEND;
     }
