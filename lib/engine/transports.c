@@ -4,10 +4,16 @@
 #ifdef NXL_HAVE_UCX
 extern const nxlt_ops_t nxl_ucx_ops;
 #endif
+#ifdef NXL_HAVE_POSIX
+extern const nxlt_ops_t nxl_posix_ops;
+#endif
 
 static const nxlt_ops_t *const builtin[] = {
 #ifdef NXL_HAVE_UCX
     &nxl_ucx_ops,
+#endif
+#ifdef NXL_HAVE_POSIX
+    &nxl_posix_ops,
 #endif
     NULL,
 };
