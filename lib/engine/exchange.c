@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -276,6 +277,20 @@ static void client_read(struct bufferevent *bev, void *arg)
                  c->where, nxl_status_name(st), (int)(len > NXLI_ERR_MAX ? NXLI_ERR_MAX : len), p);
     } else if (c->type == T_FETCH_MD) {
         char name[NXLI_NAME_MAX];
+        /* another agent than expected: refused before loading, so that what
+         * was known of the agent it names stays as it was */
+        cJSON *peek = c->expect ? cJSON_ParseWithLength(p, len) : NULL;
+        const cJSON *jn = peek ? cJSON_GetObjectItemCaseSensitive(peek, "agent") : NULL;
+        if (cJSON_IsString(jn) && strcmp(jn->valuestring, c->expect)) {
+            snprintf(why, sizeof(why), "nxl_md_fetch: the agent at %s is '%.*s', not '%s' as "
+                     "expected; nothing was loaded", c->where, NXLI_NAME_MAX, jn->valuestring,
+                     c->expect);
+            cJSON_Delete(peek);
+            free(p);
+            client_finish(c, NXL_ERR_MISMATCH, why);
+            return;
+        }
+        cJSON_Delete(peek);
         st = nxl_md_load(a, p, len, name, sizeof(name));
         if (st != NXL_SUCCESS) {
             snprintf(why, sizeof(why), "%s", a->err);
