@@ -299,6 +299,30 @@ NXL_API nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, u
 /** Deregisters and frees memory from nxl_mem_alloc(). @return NXL_ERR_NOT_FOUND if unknown. */
 NXL_API nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr);
 
+/** What nxl_mem_query() found out about one descriptor. */
+typedef struct nxl_query {
+    int exists;    /**< 1: the file, block device (or object) exists */
+    uint64_t size; /**< its size in bytes; 0 when it does not exist */
+} nxl_query_t;
+
+/**
+ * Asks a transport about storage without registering it: whether each
+ * descriptor's file or block device exists, and its size. For FILE and BLK
+ * (POSIX transport) a descriptor names the file as registration does: by
+ * an open fd in @c dev_id, or by "path=..." in @c meta; @c addr and @c len
+ * are not used.
+ * @param [in]  b        the backend to ask; NULL: the first that serves
+ *                       @p type and answers queries
+ * @param [out] results  @p n entries, one per descriptor
+ * @return NXL_SUCCESS (a missing file is a result, exists = 0, not an
+ *         error); NXL_ERR_INVALID_PARAM (NULL arrays, bad type or meta);
+ *         NXL_ERR_NOT_SUPPORTED (no backend answers queries about @p type);
+ *         NXL_ERR_NOT_ALLOWED, NXL_ERR_BACKEND (the system refused to say:
+ *         permissions, I/O error). On error the results are unspecified.
+ */
+NXL_API nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                   size_t n, nxl_backend_t *b, nxl_query_t *results);
+
 /* ---------------------------------------------------------------- metadata */
 
 /**

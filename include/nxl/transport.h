@@ -96,6 +96,12 @@ typedef struct nxlt_ops {
                                size_t len);
     /** Optional: a one-line description for logs ("UCX 1.13.1: sysv, tcp"). */
     const char *(*describe)(void *state);
+    /**
+     * Optional: answers nxl_mem_query() for one descriptor without
+     * registering it (does the file exist, how large is it). Something that
+     * does not exist is not an error: @p res->exists stays 0.
+     */
+    nxl_status_t (*query)(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res);
 } nxlt_ops_t;
 
 /* ---- what the engine offers a transport ---- */

@@ -394,6 +394,43 @@ nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
     return NXL_ERR_NOT_FOUND;
 }
 
+nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
+                           nxl_backend_t *b, nxl_query_t *results)
+{
+    nxl_status_t st = check_type(a, "nxl_mem_query", type);
+    if (st != NXL_SUCCESS)
+        return st;
+    if (n && (!descs || !results)) {
+        nxli_err(a, "nxl_mem_query: NULL descriptor or result array");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (b && (b->agent != a || !serves(b, type) || !b->ops->query)) {
+        nxli_err(a, "nxl_mem_query: transport %s does not answer queries about %s memory",
+                 b->ops->name, nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    for (int i = 0; i < a->nbackends && !b; i++)
+        if (serves(a->backends[i], type) && a->backends[i]->ops->query)
+            b = a->backends[i];
+    if (!b) {
+        nxli_err(a, "nxl_mem_query: no transport of agent '%s' answers queries about %s memory "
+                    "(the POSIX transport does for FILE and BLK)", a->name, nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a->err[0] = 0;
+        memset(&results[i], 0, sizeof(results[i]));
+        st = b->ops->query(b->state, type, &descs[i], &results[i]);
+        if (st != NXL_SUCCESS) {
+            if (!a->err[0])
+                nxli_err(a, "nxl_mem_query: %s could not answer for descriptor %zu (%s)",
+                         b->ops->name, i, nxl_strerror(st));
+            return st;
+        }
+    }
+    return NXL_SUCCESS;
+}
+
 void nxli_mem_cleanup(nxl_agent_t *a)
 {
     for (int t = 0; t < NXL_MEM_TYPES; t++) {
