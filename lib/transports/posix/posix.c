@@ -1,0 +1,918 @@
+/* The POSIX transport: host memory (DRAM) to and from files and block
+ * devices, within the agent.
+ *
+ * As NIXL's storage backends, it moves data locally: the agent is its own
+ * peer. The application prepares its DRAM side against itself (agent NULL)
+ * and the file side against its own name, and makes a WRITE (DRAM → file)
+ * or a READ (file → DRAM). The engine's loopback view loads our own
+ * metadata back: conn_info is a token unique to this transport instance,
+ * load_conn accepts only that token (any other agent's POSIX token gives a
+ * NULL connection, which the engine takes as "does not reach that agent"),
+ * and a region's key is its registration id.
+ *
+ * Registration of FILE and BLK ranges (desc.addr = offset, desc.len =
+ * length):
+ *   - by fd: desc.dev_id is an open fd; the transport keeps its own
+ *     duplicate (the caller may close theirs);
+ *   - by path: desc.meta = "path=/x/y;mode=M" where M is r, w, rw (default)
+ *     or create (rw, created when missing), optionally with ",direct";
+ *     desc.dev_id is then the caller's id for that file.
+ * DRAM registration only records that the region may be used.
+ *
+ * I/O runs on one of two engines (backend parameter engine=auto|uring|
+ * threads): io_uring with its eventfd in the reactor, or a few threads doing
+ * pread/pwrite that signal an eventfd in the reactor; auto takes io_uring
+ * and falls back to threads when io_uring cannot be set up. With direct=1
+ * (or ",direct" in a file's mode) aligned I/O (buffer, offset and length
+ * multiples of 4096) goes through an O_DIRECT descriptor, the rest buffered.
+ *
+ * Completion statuses: NXL_SUCCESS once every byte moved; NXL_ERR_NOT_FOUND
+ * for a read that reaches the end of the file (the data is not there);
+ * NXL_ERR_BACKEND for an error of the system (ENOSPC, EIO, ...). The sentence
+ * names the file, the offset, the element and how far it got. A failed
+ * transfer starts nothing more and completes once none of its I/O is in
+ * flight, so its buffers are free when the callback runs. */
+#include "posix.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define PX_MARK_DEFINED(p, n) VALGRIND_MAKE_MEM_DEFINED(p, n)
+#endif
+#endif
+#ifndef PX_MARK_DEFINED
+#define PX_MARK_DEFINED(p, n) ((void)0)
+#endif
+
+#define KEY_MAGIC 0x314b5850u  /* "PXK1" */
+#define CONN_MAGIC 0x31435850u /* "PXC1" */
+
+/* The md of a DRAM registration: nothing to keep. */
+static char px_dram_md;
+
+typedef struct px_blob {
+    uint32_t magic;
+    uint32_t pad;
+    uint64_t token;
+    uint64_t regid;
+} px_blob_t;
+
+/* ------------------------------------------------------------ files */
+
+static void file_put(px_file_t *f)
+{
+    if (--f->refs > 0)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->dfd >= 0)
+        close(f->dfd);
+    free(f);
+}
+
+static size_t bucket(px_t *u, uint64_t id)
+{
+    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (u->nbuckets - 1);
+}
+
+static int reg_insert(px_t *u, px_file_t *f)
+{
+    if (u->nreg + 1 > 2 * u->nbuckets) {
+        size_t nb = u->nbuckets * 4;
+        px_file_t **v = calloc(nb, sizeof(*v));
+        if (!v)
+            return -1;
+        px_file_t **old = u->reg;
+        size_t ob = u->nbuckets;
+        u->reg = v;
+        u->nbuckets = nb;
+        for (size_t i = 0; i < ob; i++)
+            for (px_file_t *g = old[i], *n; g; g = n) {
+                n = g->hnext;
+                size_t b = bucket(u, g->regid);
+                g->hnext = u->reg[b];
+                u->reg[b] = g;
+            }
+        free(old);
+    }
+    size_t b = bucket(u, f->regid);
+    f->hnext = u->reg[b];
+    u->reg[b] = f;
+    u->nreg++;
+    return 0;
+}
+
+static px_file_t *reg_find(px_t *u, uint64_t regid)
+{
+    for (px_file_t *f = u->reg[bucket(u, regid)]; f; f = f->hnext)
+        if (f->regid == regid)
+            return f;
+    return NULL;
+}
+
+static void reg_remove(px_t *u, px_file_t *f)
+{
+    for (px_file_t **p = &u->reg[bucket(u, f->regid)]; *p; p = &(*p)->hnext)
+        if (*p == f) {
+            *p = f->hnext;
+            u->nreg--;
+            return;
+        }
+}
+
+/* Parses "path=...;mode=...;direct=0|1". */
+typedef struct px_meta {
+    char path[PATH_MAX];
+    int acc;        /* O_RDONLY, O_WRONLY, O_RDWR */
+    bool create;
+    int direct;     /* -1: not said */
+} px_meta_t;
+
+static nxl_status_t parse_meta(px_t *u, const nxl_desc_t *d, px_meta_t *m)
+{
+    m->path[0] = 0;
+    m->acc = O_RDWR;
+    m->create = false;
+    m->direct = -1;
+    if (d->meta_len > 2 * PATH_MAX || !d->meta || memchr(d->meta, 0, d->meta_len)) {
+        /* a trailing NUL is tolerated */
+        if (!(d->meta && d->meta_len <= 2 * PATH_MAX && d->meta_len &&
+              memchr(d->meta, 0, d->meta_len) == (const char *)d->meta + d->meta_len - 1)) {
+            nxlt_error(u->ctx, "POSIX: descriptor meta must be text such as "
+                               "\"path=/data/kv.bin;mode=create\" (at most %d bytes)",
+                       2 * PATH_MAX);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    char buf[2 * PATH_MAX + 1];
+    memcpy(buf, d->meta, d->meta_len);
+    buf[d->meta_len] = 0;
+    char *save = NULL;
+    for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            nxlt_error(u->ctx, "POSIX: descriptor meta field '%s' is not key=value (keys: path, "
+                               "mode, direct)", kv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        *eq = 0;
+        const char *v = eq + 1;
+        if (!strcmp(kv, "path")) {
+            if (!*v || strlen(v) >= sizeof(m->path)) {
+                nxlt_error(u->ctx, "POSIX: descriptor meta has an empty or too long path");
+                return NXL_ERR_INVALID_PARAM;
+            }
+            snprintf(m->path, sizeof(m->path), "%s", v);
+        } else if (!strcmp(kv, "mode")) {
+            char mb[64], *s2 = NULL;
+            snprintf(mb, sizeof(mb), "%s", v);
+            bool r = false, w = false;
+            for (char *t = strtok_r(mb, ",|+", &s2); t; t = strtok_r(NULL, ",|+", &s2)) {
+                if (!strcmp(t, "r"))
+                    r = true;
+                else if (!strcmp(t, "w"))
+                    w = true;
+                else if (!strcmp(t, "rw"))
+                    r = w = true;
+                else if (!strcmp(t, "create"))
+                    r = w = m->create = true;
+                else if (!strcmp(t, "direct"))
+                    m->direct = 1;
+                else if (!strcmp(t, "buffered"))
+                    m->direct = 0;
+                else {
+                    nxlt_error(u->ctx, "POSIX: unknown mode '%s' in descriptor meta (r, w, rw, "
+                                       "create, direct, buffered)", t);
+                    return NXL_ERR_INVALID_PARAM;
+                }
+            }
+            if (r || w)
+                m->acc = r && w ? O_RDWR : r ? O_RDONLY : O_WRONLY;
+        } else if (!strcmp(kv, "direct")) {
+            m->direct = !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "true");
+        } else {
+            nxlt_error(u->ctx, "POSIX: unknown descriptor meta key '%s' (path, mode, direct)", kv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    if (!m->path[0]) {
+        nxlt_error(u->ctx, "POSIX: descriptor meta names no path (\"path=/x/y;mode=rw\")");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t errno_status(int e)
+{
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR:
+        return NXL_ERR_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return NXL_ERR_NOT_ALLOWED;
+    case EISDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+        return NXL_ERR_INVALID_PARAM;
+    default:
+        return NXL_ERR_BACKEND;
+    }
+}
+
+static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out)
+{
+    px_t *u = state;
+    if (type == NXL_DRAM) {
+        *out = &px_dram_md;
+        return NXL_SUCCESS;
+    }
+    if (type != NXL_FILE && type != NXL_BLK) {
+        nxlt_error(u->ctx, "POSIX: serves DRAM, FILE and BLK, not %s", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    const char *tn = nxl_mem_name(type);
+    px_file_t *f = calloc(1, sizeof(*f));
+    if (!f) {
+        nxlt_error(u->ctx, "POSIX: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    f->refs = 1;
+    f->fd = f->dfd = -1;
+    f->type = type;
+    f->id = d->dev_id;
+    f->off = d->addr;
+    f->len = d->len;
+    nxl_status_t st;
+    int direct = u->direct, acc;
+    char dpath[PATH_MAX + 32];
+    if (d->meta_len) {
+        px_meta_t m;
+        if ((st = parse_meta(u, d, &m)) != NXL_SUCCESS)
+            goto fail;
+        acc = m.acc;
+        if (m.direct >= 0)
+            direct = m.direct;
+        f->fd = open(m.path, acc | O_CLOEXEC | (m.create ? O_CREAT : 0), 0644);
+        if (f->fd < 0) {
+            int e = errno;
+            st = errno_status(e);
+            nxlt_error(u->ctx, "POSIX: cannot open '%s' to register %s range %llu+%zu (id %llu): "
+                               "%s%s", m.path, tn, (unsigned long long)d->addr, d->len,
+                       (unsigned long long)d->dev_id, strerror(e),
+                       e == ENOENT && !m.create ? " (mode=create creates a missing file)" : "");
+            goto fail;
+        }
+        snprintf(f->name, sizeof(f->name), "'%.120s' (id %llu)", m.path,
+                 (unsigned long long)d->dev_id);
+        snprintf(dpath, sizeof(dpath), "%s", m.path);
+    } else {
+        if (d->dev_id > INT_MAX) {
+            nxlt_error(u->ctx, "POSIX: %s dev_id %llu is not a file descriptor; register an open "
+                               "fd, or a path in desc.meta (\"path=/x/y;mode=rw\")",
+                       tn, (unsigned long long)d->dev_id);
+            st = NXL_ERR_INVALID_PARAM;
+            goto fail;
+        }
+        int ufd = (int)d->dev_id;
+        int fl = fcntl(ufd, F_GETFL);
+        if (fl < 0) {
+            int e = errno;
+            nxlt_error(u->ctx, "POSIX: fd %d given to register %s range %llu+%zu is not open "
+                               "(%s): pass an open fd in dev_id, or a path in desc.meta",
+                       ufd, tn, (unsigned long long)d->addr, d->len, strerror(e));
+            st = NXL_ERR_INVALID_PARAM;
+            goto fail;
+        }
+        acc = fl & O_ACCMODE;
+        if ((fl & O_APPEND) && acc != O_RDONLY) {
+            nxlt_error(u->ctx, "POSIX: fd %d is opened with O_APPEND, where positional writes "
+                               "append instead; open it without O_APPEND", ufd);
+            st = NXL_ERR_INVALID_PARAM;
+            goto fail;
+        }
+        f->fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0);
+        if (f->fd < 0) {
+            int e = errno;
+            nxlt_error(u->ctx, "POSIX: cannot duplicate fd %d: %s", ufd, strerror(e));
+            st = NXL_ERR_BACKEND;
+            goto fail;
+        }
+        snprintf(f->name, sizeof(f->name), "fd %d", ufd);
+        snprintf(dpath, sizeof(dpath), "/proc/self/fd/%d", f->fd);
+    }
+    struct stat sb;
+    if (fstat(f->fd, &sb) < 0 || !(S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode))) {
+        nxlt_error(u->ctx, "POSIX: %s is not a regular file or a block device; %s ranges are "
+                           "read and written with positional I/O", f->name, tn);
+        st = NXL_ERR_INVALID_PARAM;
+        goto fail;
+    }
+    if (S_ISBLK(sb.st_mode)) {
+        uint64_t size = 0;
+        if (ioctl(f->fd, BLKGETSIZE64, &size) == 0 && (f->off > size || f->len > size - f->off)) {
+            nxlt_error(u->ctx, "POSIX: %s range %llu+%zu ends past the end of block device %s "
+                               "(%llu bytes)", tn, (unsigned long long)f->off, f->len, f->name,
+                       (unsigned long long)size);
+            st = NXL_ERR_INVALID_PARAM;
+            goto fail;
+        }
+    }
+    f->can_read = acc != O_WRONLY;
+    f->can_write = acc != O_RDONLY;
+    if (direct) {
+        f->dfd = open(dpath, acc | O_DIRECT | O_CLOEXEC);
+        if (f->dfd < 0)
+            nxlt_log(u->ctx, NXL_LOG_INFO, "POSIX: O_DIRECT open of %s refused (%s); its I/O "
+                                           "stays buffered", f->name, strerror(errno));
+    }
+    f->regid = ++u->next_regid;
+    if (reg_insert(u, f) < 0) {
+        nxlt_error(u->ctx, "POSIX: out of memory");
+        st = NXL_ERR_UNKNOWN;
+        goto fail;
+    }
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: registered %s %s range %llu+%zu (%s%s%s)", tn,
+             f->name, (unsigned long long)f->off, f->len, f->can_read ? "r" : "",
+             f->can_write ? "w" : "", f->dfd >= 0 ? ", O_DIRECT" : "");
+    *out = f;
+    return NXL_SUCCESS;
+fail:
+    file_put(f);
+    return st;
+}
+
+static void dereg(void *state, void *md)
+{
+    px_t *u = state;
+    if (!md || md == &px_dram_md)
+        return;
+    px_file_t *f = md;
+    reg_remove(u, f);
+    file_put(f);
+}
+
+static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
+{
+    px_t *u = state;
+    *buf = NULL;
+    *len = 0;
+    if (md == &px_dram_md)
+        return NXL_SUCCESS; /* DRAM regions are only ever the local side */
+    px_blob_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NXL_ERR_UNKNOWN;
+    k->magic = KEY_MAGIC;
+    k->token = u->token;
+    k->regid = ((px_file_t *)md)->regid;
+    *buf = k;
+    *len = sizeof(*k);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t conn_info(void *state, void **buf, size_t *len)
+{
+    px_t *u = state;
+    px_blob_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NXL_ERR_UNKNOWN;
+    c->magic = CONN_MAGIC;
+    c->token = u->token;
+    *buf = c;
+    *len = sizeof(*c);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
+                              void **conn)
+{
+    px_t *u = state;
+    px_blob_t c;
+    *conn = NULL;
+    if (len == sizeof(c)) {
+        memcpy(&c, info, sizeof(c));
+        if (c.magic == CONN_MAGIC && c.token == u->token)
+            *conn = u; /* ourselves: the loopback view */
+    }
+    /* another agent's files are not reachable from here: no connection,
+     * which the engine reads as "this transport does not reach it" */
+    return NXL_SUCCESS;
+}
+
+static void unload_conn(void *state, void *conn) {}
+
+static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
+{
+    px_t *u = state;
+    px_blob_t k;
+    *rkey = NULL;
+    if (conn != u || len != sizeof(k)) {
+        nxlt_error(u->ctx, "POSIX: a region key of %zu bytes that is not this transport's", len);
+        return NXL_ERR_MISMATCH;
+    }
+    memcpy(&k, buf, sizeof(k));
+    px_file_t *f = k.magic == KEY_MAGIC && k.token == u->token ? reg_find(u, k.regid) : NULL;
+    if (!f) {
+        nxlt_error(u->ctx, "POSIX: region key %llu names no registered file range",
+                   (unsigned long long)k.regid);
+        return NXL_ERR_NOT_FOUND;
+    }
+    f->refs++;
+    *rkey = f;
+    return NXL_SUCCESS;
+}
+
+static void unload_key(void *state, void *rkey)
+{
+    if (rkey)
+        file_put(rkey);
+}
+
+/* ------------------------------------------------------------ transfers */
+
+int px_seg_fd(px_t *u, px_seg_t *s, size_t *len)
+{
+    size_t n = s->left < PX_MAX_IO ? s->left : PX_MAX_IO;
+    px_file_t *f = s->file;
+    s->direct = f->dfd >= 0 && !s->no_direct && !((uintptr_t)s->buf % PX_ALIGN) &&
+                !(s->off % PX_ALIGN) && !(n % PX_ALIGN);
+    if (s->direct)
+        u->n_direct++;
+    else
+        u->n_buffered++;
+    s->iofd = s->direct ? f->dfd : f->fd;
+    s->ion = n;
+    *len = n;
+    return s->iofd;
+}
+
+static void xop_finish(px_t *u, px_xop_t *x)
+{
+    LIST_REMOVE(x, link);
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: %s of %zu segments done: %s", x->write ? "write" : "read",
+             x->nseg, x->failed ? x->why : "ok");
+    nxlt_op_done(x->op, x->failed ? x->st : NXL_SUCCESS, x->failed ? x->why : NULL);
+    for (size_t i = 0; i < x->nseg; i++)
+        file_put(x->seg[i].file);
+    free(x);
+}
+
+static void seg_done(px_t *u, px_seg_t *s)
+{
+    px_xop_t *x = s->xop;
+    s->state = PX_S_DONE;
+    if (--x->nleft == 0 && !u->closing)
+        xop_finish(u, x);
+}
+
+static void xop_fail(px_t *u, px_seg_t *s, nxl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void xop_fail(px_t *u, px_seg_t *s, nxl_status_t st, const char *fmt, ...)
+{
+    px_xop_t *x = s->xop;
+    if (!x->failed) {
+        x->failed = true;
+        x->st = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->why, sizeof(x->why), fmt, ap);
+        va_end(ap);
+        nxlt_log(u->ctx, NXL_LOG_INFO, "%s", x->why);
+    }
+    /* start nothing more of this transfer */
+    for (size_t i = 0; i < x->nseg; i++)
+        if (x->seg[i].state == PX_S_QUEUED) {
+            TAILQ_REMOVE(&u->pending, &x->seg[i], link);
+            x->seg[i].state = PX_S_IDLE;
+            seg_done(u, &x->seg[i]);
+        }
+    seg_done(u, s);
+}
+
+static void requeue(px_t *u, px_seg_t *s)
+{
+    s->state = PX_S_QUEUED;
+    TAILQ_INSERT_HEAD(&u->pending, s, link);
+}
+
+void px_seg_result(px_t *u, px_seg_t *s, ssize_t res)
+{
+    px_xop_t *x = s->xop;
+    if (res > 0 && !x->write)
+        PX_MARK_DEFINED(s->buf, (size_t)res);
+    if (u->closing || x->failed) {
+        seg_done(u, s);
+        return;
+    }
+    const char *verb = x->write ? "write to" : "read from";
+    size_t moved = s->total - s->left;
+    if (res == -EINTR || res == -EAGAIN) {
+        requeue(u, s);
+        return;
+    }
+    if (res == -EINVAL && s->direct) {
+        /* the file system wants another alignment: continue buffered */
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: O_DIRECT %s %s at offset %llu refused (EINVAL); "
+                                        "continuing buffered", verb, s->file->name,
+                 (unsigned long long)s->off);
+        s->no_direct = true;
+        requeue(u, s);
+        return;
+    }
+    if (res < 0) {
+        xop_fail(u, s, NXL_ERR_BACKEND, "POSIX: %s %s at offset %llu (element %zu) failed after "
+                                        "%zu of %zu bytes: %s", verb, s->file->name,
+                 (unsigned long long)s->off, s->elem, moved, s->total, strerror((int)-res));
+        return;
+    }
+    if (res == 0) {
+        if (!x->write) {
+            struct stat sb;
+            long long size = fstat(s->file->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+            xop_fail(u, s, NXL_ERR_NOT_FOUND, "POSIX: read from %s at offset %llu (element %zu) "
+                                              "reached the end of the file (%lld bytes long) "
+                                              "after %zu of %zu bytes",
+                     s->file->name, (unsigned long long)s->off, s->elem, size, moved, s->total);
+        } else {
+            xop_fail(u, s, NXL_ERR_BACKEND, "POSIX: write to %s at offset %llu (element %zu) "
+                                            "wrote nothing after %zu of %zu bytes",
+                     s->file->name, (unsigned long long)s->off, s->elem, moved, s->total);
+        }
+        return;
+    }
+    if ((size_t)res < s->ion)
+        u->n_short++;
+    s->buf += res;
+    s->off += (uint64_t)res;
+    s->left -= (size_t)res;
+    if (s->left) {
+        requeue(u, s); /* short, or longer than one I/O: continue */
+        return;
+    }
+    seg_done(u, s);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    px_t *u = arg;
+    px_xop_t *x, *n;
+    for (x = LIST_FIRST(&u->xops); x; x = n) {
+        n = LIST_NEXT(x, link);
+        if (!x->nleft)
+            xop_finish(u, x);
+    }
+    u->eng->pump(u);
+}
+
+static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
+{
+    px_t *u = state;
+    if (t->conn != u) {
+        nxlt_error(u->ctx, "POSIX: moves data only within the agent (its own name as the remote "
+                           "agent)");
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    if (t->ltype != NXL_DRAM || (t->rtype != NXL_FILE && t->rtype != NXL_BLK)) {
+        nxlt_error(u->ctx, "POSIX: moves DRAM (the local list) to and from FILE or BLK (the list "
+                           "prepared against the agent itself), not %s and %s",
+                   nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    bool write = t->op == NXL_WRITE;
+    size_t nseg = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        px_file_t *f = t->iov[i].rkey;
+        if (!f) {
+            nxlt_error(u->ctx, "POSIX: element %zu has no registered file range", i);
+            return NXL_ERR_NOT_SUPPORTED;
+        }
+        if (write ? !f->can_write : !f->can_read) {
+            nxlt_error(u->ctx, "POSIX: element %zu %s %s, which is registered %s", i,
+                       write ? "writes to" : "reads from", f->name,
+                       write ? "read-only (open it for writing, or mode=rw)"
+                             : "write-only (open it for reading, or mode=rw)");
+            return NXL_ERR_NOT_ALLOWED;
+        }
+        nseg += t->iov[i].len ? (t->iov[i].len + u->chunk - 1) / u->chunk : 0;
+    }
+    px_xop_t *x = calloc(1, sizeof(*x) + nseg * sizeof(px_seg_t));
+    if (!x) {
+        nxlt_error(u->ctx, "POSIX: out of memory for a transfer of %zu elements", t->n);
+        return NXL_ERR_UNKNOWN;
+    }
+    x->u = u;
+    x->op = op;
+    x->write = write;
+    x->nseg = x->nleft = nseg;
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const nxlt_iov_t *v = &t->iov[i];
+        for (size_t at = 0; at < v->len; at += u->chunk) {
+            px_seg_t *s = &x->seg[k++];
+            s->xop = x;
+            s->file = v->rkey;
+            s->file->refs++;
+            s->buf = (char *)v->laddr + at;
+            s->off = v->raddr + at;
+            s->total = s->left = v->len - at < u->chunk ? v->len - at : u->chunk;
+            s->elem = i;
+            s->state = PX_S_QUEUED;
+            TAILQ_INSERT_TAIL(&u->pending, s, link);
+        }
+    }
+    LIST_INSERT_HEAD(&u->xops, x, link);
+    u->n_xfers++;
+    if (!nseg)
+        event_active(u->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
+    else
+        u->eng->pump(u);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                               size_t len)
+{
+    px_t *u = state;
+    nxlt_error(u->ctx, "POSIX: carries no notifications");
+    return NXL_ERR_NOT_SUPPORTED;
+}
+
+/* ------------------------------------------------------------ query */
+
+static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
+{
+    px_t *u = state;
+    memset(res, 0, sizeof(*res));
+    if (type != NXL_FILE && type != NXL_BLK) {
+        nxlt_error(u->ctx, "POSIX: answers queries about FILE and BLK, not %s",
+                   nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    struct stat sb;
+    int fd = -1, rc;
+    char what[PATH_MAX + 16];
+    if (d->meta_len) {
+        px_meta_t m;
+        nxl_status_t st = parse_meta(u, d, &m);
+        if (st != NXL_SUCCESS)
+            return st;
+        rc = stat(m.path, &sb);
+        snprintf(what, sizeof(what), "'%s'", m.path);
+        if (rc == 0 && S_ISBLK(sb.st_mode))
+            fd = open(m.path, O_RDONLY | O_CLOEXEC);
+    } else {
+        if (d->dev_id > INT_MAX)
+            return NXL_SUCCESS; /* not an fd: nothing there */
+        rc = fstat((int)d->dev_id, &sb);
+        snprintf(what, sizeof(what), "fd %d", (int)d->dev_id);
+        if (rc == 0 && S_ISBLK(sb.st_mode))
+            fd = fcntl((int)d->dev_id, F_DUPFD_CLOEXEC, 0);
+    }
+    if (rc < 0) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR || e == EBADF)
+            return NXL_SUCCESS; /* does not exist */
+        nxlt_error(u->ctx, "POSIX: cannot query %s: %s", what, strerror(e));
+        return errno_status(e) == NXL_ERR_NOT_FOUND ? NXL_ERR_BACKEND : errno_status(e);
+    }
+    res->exists = 1;
+    res->size = (uint64_t)sb.st_size;
+    if (fd >= 0) {
+        uint64_t size;
+        if (ioctl(fd, BLKGETSIZE64, &size) == 0)
+            res->size = size;
+        close(fd);
+    }
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ instance */
+
+static int probe(char *why, size_t cap)
+{
+#ifdef NXL_HAVE_LIBURING
+    snprintf(why, cap, "files and block devices through io_uring (thread-pool fallback)");
+#else
+    snprintf(why, cap, "files and block devices through a thread pool (built without liburing)");
+#endif
+    return 1;
+}
+
+static void destroy(void *state);
+
+static const char *param(const nxl_param_t *p, size_t n, const char *k)
+{
+    const char *v = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(p[i].key, k))
+            v = p[i].value;
+    return v;
+}
+
+static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 0);
+    if (errno || !*s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
+        *out = true;
+    else if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "false") ||
+             !strcasecmp(s, "off"))
+        *out = false;
+    else
+        return -1;
+    return 0;
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    static const char *const known[] = {"engine", "direct", "queue_depth", "threads", "chunk"};
+    for (size_t i = 0; i < n; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
+            ok |= !strcmp(params[i].key, known[k]);
+        if (!ok) {
+            nxlt_error(ctx, "POSIX: unknown parameter '%s' (engine=auto|uring|threads, "
+                            "direct=0|1, queue_depth=N, threads=N, chunk=BYTES)",
+                       params[i].key);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    px_t *u = calloc(1, sizeof(*u));
+    if (!u) {
+        nxlt_error(ctx, "POSIX: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    u->ctx = ctx;
+    u->chunk = PX_DEF_CHUNK;
+    u->depth = PX_DEF_DEPTH;
+    u->nthreads = PX_DEF_THREADS;
+    TAILQ_INIT(&u->pending);
+    LIST_INIT(&u->xops);
+    const char *v, *engine = param(params, n, "engine");
+    unsigned long x;
+    if ((v = param(params, n, "direct")) && parse_bool(v, &u->direct) < 0) {
+        nxlt_error(ctx, "POSIX: direct=%s: use 0 or 1", v);
+        goto bad;
+    }
+    if ((v = param(params, n, "queue_depth"))) {
+        if (parse_uint(v, 1, 32768, &x) < 0) {
+            nxlt_error(ctx, "POSIX: queue_depth=%s: a number from 1 to 32768", v);
+            goto bad;
+        }
+        u->depth = (unsigned)x;
+    }
+    if ((v = param(params, n, "threads"))) {
+        if (parse_uint(v, 1, 64, &x) < 0) {
+            nxlt_error(ctx, "POSIX: threads=%s: a number from 1 to 64", v);
+            goto bad;
+        }
+        u->nthreads = (unsigned)x;
+    }
+    if ((v = param(params, n, "chunk"))) {
+        if (parse_uint(v, PX_ALIGN, PX_MAX_IO, &x) < 0 || x % PX_ALIGN) {
+            nxlt_error(ctx, "POSIX: chunk=%s: a multiple of %u up to %u bytes", v, PX_ALIGN,
+                       PX_MAX_IO);
+            goto bad;
+        }
+        u->chunk = x;
+    }
+    if (engine && strcmp(engine, "auto") && strcmp(engine, "uring") && strcmp(engine, "threads")) {
+        nxlt_error(ctx, "POSIX: engine=%s: use auto, uring or threads", engine);
+        goto bad;
+    }
+    if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
+        u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
+    u->nbuckets = 64;
+    u->reg = calloc(u->nbuckets, sizeof(*u->reg));
+    u->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, u);
+    if (!u->reg || !u->kick) {
+        nxlt_error(ctx, "POSIX: out of memory");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
+    char why[256] = "";
+    if (!engine || strcmp(engine, "threads")) {
+        if (px_engine_uring.start(u, why, sizeof(why)) == 0) {
+            u->eng = &px_engine_uring;
+        } else if (engine && !strcmp(engine, "uring")) {
+            nxlt_error(ctx, "POSIX: engine=uring asked for, but %s; use engine=auto or threads",
+                       why);
+            destroy(u);
+#ifdef NXL_HAVE_LIBURING
+            return NXL_ERR_BACKEND;
+#else
+            return NXL_ERR_NOT_SUPPORTED;
+#endif
+        } else {
+            nxlt_log(ctx, NXL_LOG_INFO, "POSIX: io_uring unavailable (%s); using the thread-pool "
+                                        "engine", why);
+        }
+    }
+    if (!u->eng) {
+        char twhy[256] = "";
+        if (px_engine_threads.start(u, twhy, sizeof(twhy)) != 0) {
+            nxlt_error(ctx, "POSIX: the thread-pool engine failed to start: %s", twhy);
+            destroy(u);
+            return NXL_ERR_BACKEND;
+        }
+        u->eng = &px_engine_threads;
+    }
+    size_t l = strlen(u->desc);
+    snprintf(u->desc + l, sizeof(u->desc) - l, "; O_DIRECT %s; chunks of %zu KiB",
+             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", u->chunk >> 10);
+    nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", u->desc);
+    *out = u;
+    return NXL_SUCCESS;
+bad:
+    free(u);
+    return NXL_ERR_INVALID_PARAM;
+}
+
+static void destroy(void *state)
+{
+    px_t *u = state;
+    u->closing = true;
+    /* wait for what the kernel or the workers hold: their buffers are the
+     * application's */
+    if (u->eng)
+        u->eng->stop(u);
+    px_seg_t *s;
+    while ((s = TAILQ_FIRST(&u->pending))) {
+        TAILQ_REMOVE(&u->pending, s, link);
+        s->state = PX_S_DONE;
+    }
+    px_xop_t *x;
+    while ((x = LIST_FIRST(&u->xops))) {
+        LIST_REMOVE(x, link);
+        nxlt_op_done(x->op, NXL_ERR_CANCELED,
+                     "POSIX: transport destroyed with the transfer in flight (agent teardown)");
+        for (size_t i = 0; i < x->nseg; i++)
+            file_put(x->seg[i].file);
+        free(x);
+    }
+    if (u->kick)
+        event_free(u->kick);
+    if (u->reg) {
+        for (size_t i = 0; i < u->nbuckets; i++)
+            for (px_file_t *f = u->reg[i], *nx; f; f = nx) {
+                nx = f->hnext;
+                file_put(f);
+            }
+        free(u->reg);
+    }
+    free(u);
+}
+
+static const char *describe(void *state)
+{
+    return ((px_t *)state)->desc;
+}
+
+const nxlt_ops_t nxl_posix_ops = {
+    .abi_version = NXLT_ABI_VERSION,
+    .name = "POSIX",
+    .mem_mask = (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK),
+    .caps = NXLT_CAP_LOCAL,
+    .probe = probe,
+    .create = create,
+    .destroy = destroy,
+    .reg = reg,
+    .dereg = dereg,
+    .pack_key = pack_key,
+    .conn_info = conn_info,
+    .load_conn = load_conn,
+    .load_key = load_key,
+    .unload_key = unload_key,
+    .unload_conn = unload_conn,
+    .post = post,
+    .notif_send = notif_send,
+    .describe = describe,
+    .query = query,
+};

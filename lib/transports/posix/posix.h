@@ -1,0 +1,120 @@
+/* The POSIX transport's private structures, shared by its core (posix.c)
+ * and its two I/O engines (engine_uring.c, engine_threads.c).
+ *
+ * The core turns a transfer into segments (one per element, or per chunk
+ * of a large element) and keeps them in a pending queue; an engine takes
+ * segments from that queue as it has room, performs one read or write per
+ * segment and hands each result back with px_seg_result() on the reactor
+ * thread. The core continues short transfers, retries, and completes the
+ * transfer once none of its segments is in flight anymore. */
+#ifndef NXL_POSIX_H
+#define NXL_POSIX_H
+
+#include "config.h"
+#include <nxl/transport.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#define PX_ALIGN 4096u               /* O_DIRECT alignment of buffers, offsets, lengths */
+#define PX_MAX_IO (1u << 30)         /* one read/write at most (io_uring lengths are 32-bit) */
+#define PX_DEF_CHUNK (1u << 20)      /* elements larger than this run as parallel chunks */
+#define PX_DEF_DEPTH 256u            /* io_uring submission queue entries */
+#define PX_DEF_THREADS 4u
+
+struct event;
+typedef struct px px_t;
+typedef struct px_xop px_xop_t;
+
+/* A registered file or block device range, shared by its registration,
+ * the keys loaded from it and the transfers that use it. */
+typedef struct px_file {
+    int refs;
+    int fd;                  /* buffered I/O: our dup of the user's fd, or what we opened */
+    int dfd;                 /* O_DIRECT, -1 when not asked for or not supported */
+    bool can_read, can_write;
+    nxl_mem_t type;
+    uint64_t id;             /* the descriptor's dev_id */
+    uint64_t off;            /* registered range */
+    size_t len;
+    uint64_t regid;          /* what pack_key hands out */
+    char name[160];          /* "'/path' (id 3)" or "fd 7", for sentences */
+    struct px_file *hnext;   /* registry chain */
+} px_file_t;
+
+enum { PX_S_IDLE, PX_S_QUEUED, PX_S_INFLIGHT, PX_S_DONE };
+
+/* One read or write of a contiguous range, continued until done. */
+typedef struct px_seg {
+    px_xop_t *xop;
+    px_file_t *file;
+    char *buf;               /* next byte to move */
+    uint64_t off;            /* its file offset */
+    size_t left;             /* bytes still to move */
+    size_t total;            /* bytes of the segment */
+    size_t elem;             /* element index, for sentences */
+    int state;
+    bool direct;             /* the submission in flight uses the O_DIRECT fd */
+    bool no_direct;          /* the O_DIRECT fd refused it once: stay buffered */
+    int iofd;                /* fd of the submission in flight */
+    size_t ion;              /* its length */
+    ssize_t res;             /* thread engine: result of the syscall */
+    TAILQ_ENTRY(px_seg) link;
+} px_seg_t;
+TAILQ_HEAD(px_segq, px_seg);
+
+struct px_xop {
+    px_t *u;
+    nxlt_op_t *op;
+    bool write;
+    bool failed;             /* stop submitting; complete once nothing is in flight */
+    nxl_status_t st;
+    char why[384];
+    size_t nseg, nleft;      /* segments, and those not done */
+    LIST_ENTRY(px_xop) link;
+    px_seg_t seg[];
+};
+
+/* An I/O engine. */
+typedef struct px_engine {
+    const char *name;
+    /* starts; on failure writes why into @p why */
+    int (*start)(px_t *u, char *why, size_t cap);
+    /* moves pending segments to the kernel or the workers, as room allows */
+    void (*pump)(px_t *u);
+    /* waits for every submission in flight to finish, then frees itself;
+     * results still arrive through px_seg_result() (u->closing is set) */
+    void (*stop)(px_t *u);
+} px_engine_t;
+
+struct px {
+    nxlt_ctx_t *ctx;
+    const px_engine_t *eng;
+    void *eng_state;
+    struct event *kick;      /* completes empty transfers on the next turn */
+    bool closing;
+    bool direct;             /* backend parameter direct=1 */
+    size_t chunk;
+    unsigned depth;          /* io_uring entries */
+    unsigned nthreads;
+    uint64_t token;          /* identifies this instance in conn_info and keys */
+    uint64_t next_regid;
+    px_file_t **reg;         /* registry of FILE/BLK regions, by regid */
+    size_t nbuckets, nreg;
+    struct px_segq pending;  /* waiting for the engine */
+    LIST_HEAD(, px_xop) xops;
+    uint64_t n_direct, n_buffered, n_short, n_xfers; /* statistics */
+    char desc[256];
+};
+
+extern const px_engine_t px_engine_uring;   /* .start fails when built without liburing */
+extern const px_engine_t px_engine_threads;
+
+/* core → engines */
+void px_seg_result(px_t *u, px_seg_t *s, ssize_t res);
+/* the fd a segment's next submission uses, and its length */
+int px_seg_fd(px_t *u, px_seg_t *s, size_t *len);
+
+#endif
