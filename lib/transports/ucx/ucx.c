@@ -42,7 +42,8 @@ typedef struct ucx_state {
     uint64_t busy_until_us;
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
-    unsigned closing;           /* endpoint closes in flight */
+    void **closing;             /* endpoint close requests in flight */
+    unsigned nclosing, capclosing;
     char desc[256];
     unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
 } ucx_t;
@@ -151,10 +152,19 @@ static void conn_put(ucx_conn_t *c)
     free(c);
 }
 
+static void close_forget(ucx_t *u, void *req)
+{
+    for (unsigned i = 0; i < u->nclosing; i++)
+        if (u->closing[i] == req) {
+            u->closing[i] = u->closing[--u->nclosing];
+            return;
+        }
+}
+
 static void close_cb(void *req, ucs_status_t st, void *arg)
 {
     ucx_t *u = arg;
-    u->closing--;
+    close_forget(u, req);
     ucp_request_free(req);
 }
 
@@ -168,8 +178,20 @@ static void ep_close(ucx_t *u, ucp_ep_h ep, bool force)
         .user_data = u,
     };
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-    if (UCS_PTR_IS_PTR(r))
-        u->closing++;
+    if (UCS_PTR_IS_PTR(r)) {
+        if (u->nclosing == u->capclosing) {
+            unsigned cap = u->capclosing ? u->capclosing * 2 : 8;
+            void **v = realloc(u->closing, cap * sizeof(*v));
+            if (!v) {
+                ucp_request_free(r); /* completes on its own, unobserved */
+                kick(u);
+                return;
+            }
+            u->closing = v;
+            u->capclosing = cap;
+        }
+        u->closing[u->nclosing++] = r;
+    }
     kick(u);
 }
 
@@ -755,9 +777,14 @@ static void destroy(void *state)
     }
     if (u->w) {
         uint64_t until = now_us() + 1000000;
-        while (u->closing && now_us() < until)
+        while (u->nclosing && now_us() < until)
             ucp_worker_progress(u->w);
+        /* closes a silent peer never acknowledged: give them back to UCX
+         * before the worker goes (it asserts on requests still owned) */
+        while (u->nclosing)
+            ucp_request_free(u->closing[--u->nclosing]);
     }
+    free(u->closing);
     if (u->ev_efd)
         event_free(u->ev_efd);
     if (u->ev_kick)
