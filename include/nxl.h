@@ -182,8 +182,10 @@ typedef struct nxl_agent_config {
     nxl_log_cb log_cb;        /**< NULL: lines go to stderr */
     void *log_arg;
     unsigned busy_poll_us;    /**< keep polling transports this long after activity (0: sleep at once) */
-    const char *etcd_endpoints; /**< reserved for etcd discovery */
+    const char *etcd_endpoints; /**< "http://host:port[,...]" of etcd; NULL: $NXL_ETCD_ENDPOINTS */
     unsigned io_timeout_ms;   /**< metadata exchange timeout (0: 10000) */
+    const char *etcd_prefix;  /**< key prefix (NULL: "/nxl/agents/") */
+    unsigned etcd_lease_ttl_s; /**< lease of published keys (0: 10 s); a crashed agent's keys expire after it */
 } nxl_agent_config_t;
 
 /** Fills @p cfg with defaults. */
@@ -381,6 +383,41 @@ NXL_API nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char
 /** Tells the agent listening at @p host : @p port to forget this agent. */
 NXL_API nxl_status_t nxl_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
                                             nxl_done_cb cb, void *arg, nxl_future_t **out);
+
+/* ------------------------------------------------------- etcd discovery
+ *
+ * With etcd endpoints configured, an agent publishes its metadata under
+ * <prefix><agent>/metadata (full) and <prefix><agent>/<label> (partial),
+ * attached to a lease the agent keeps alive, so that a crashed agent's keys
+ * expire on their own. Fetching a peer's metadata watches the peer's keys
+ * afterwards: a new full metadata replaces what was known (a peer restarted
+ * under the same name), and its deletion or expiry invalidates the peer —
+ * transfers in flight to it complete with NXL_ERR_REMOTE_DISCONNECT. All of
+ * it runs on the reactor through libcurl's multi interface. */
+
+/**
+ * Publishes this agent's full metadata.
+ * @return NXL_SUCCESS (started); NXL_ERR_NOT_SUPPORTED (no etcd endpoints,
+ *         or built without libcurl). Completes with NXL_ERR_BACKEND when etcd
+ *         is unreachable or answers an error (the sentence says which).
+ */
+NXL_API nxl_status_t nxl_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out);
+/** Publishes partial metadata (see nxl_md_local_partial) under @p label. */
+NXL_API nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                                            const nxl_desc_t *descs, size_t n, nxl_done_cb cb,
+                                            void *arg, nxl_future_t **out);
+/** Deletes every key this agent published and revokes its lease. */
+NXL_API nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg,
+                                      nxl_future_t **out);
+/**
+ * Fetches @p remote's metadata from etcd (@p label NULL: the full one) and
+ * loads it, waiting up to @p timeout_ms for it to appear. Completes with
+ * NXL_ERR_NOT_FOUND when it did not appear in time. Afterwards the peer's
+ * keys are watched (see above).
+ */
+NXL_API nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
+                                       int timeout_ms, nxl_done_cb cb, void *arg,
+                                       nxl_future_t **out);
 
 /** Frees memory the library handed out (metadata blobs). */
 NXL_API void nxl_free(void *p);

@@ -53,6 +53,13 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     a->io_timeout_ms = cfg->size > offsetof(nxl_agent_config_t, io_timeout_ms) && cfg->io_timeout_ms
                            ? cfg->io_timeout_ms
                            : 10000;
+    const char *eps = cfg->etcd_endpoints ? cfg->etcd_endpoints : getenv("NXL_ETCD_ENDPOINTS");
+    bool has_etcd_fields = cfg->size >= offsetof(nxl_agent_config_t, etcd_lease_ttl_s) +
+                                            sizeof(cfg->etcd_lease_ttl_s);
+    a->etcd_endpoints = eps && *eps ? strdup(eps) : NULL;
+    a->etcd_prefix = strdup(has_etcd_fields && cfg->etcd_prefix ? cfg->etcd_prefix
+                                                                 : "/nxl/agents/");
+    a->etcd_ttl_s = has_etcd_fields && cfg->etcd_lease_ttl_s ? cfg->etcd_lease_ttl_s : 10;
     LIST_INIT(&a->remotes);
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
@@ -92,6 +99,7 @@ void nxl_agent_destroy(nxl_agent_t *a)
         return;
     /* pending futures complete with CANCELED, their callbacks run here */
     nxli_futures_cancel_all(a);
+    nxli_etcd_cleanup(a, true);
     nxli_exchange_cleanup(a);
     nxli_xfers_cleanup(a);
     nxli_remote_cleanup(a);
@@ -118,6 +126,8 @@ void nxl_agent_destroy(nxl_agent_t *a)
         event_free(a->ev_timeout);
     if (a->own_base && a->base)
         event_base_free(a->base);
+    free(a->etcd_endpoints);
+    free(a->etcd_prefix);
     free(a->name);
     free(a);
 }

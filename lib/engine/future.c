@@ -216,7 +216,7 @@ void nxl_future_release(nxl_future_t *f)
         future_unref(f);
 }
 
-void nxl_future_cancel(nxl_future_t *f)
+void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why)
 {
     if (!f || f->done)
         return;
@@ -227,8 +227,13 @@ void nxl_future_cancel(nxl_future_t *f)
     }
     if (f->on_cancel)
         f->on_cancel(f);
-    nxli_future_complete(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+    nxli_future_complete(f, st, why);
     future_unref(f);
+}
+
+void nxl_future_cancel(nxl_future_t *f)
+{
+    nxli_future_abort(f, NXL_ERR_CANCELED, "operation canceled before it completed");
 }
 
 nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)

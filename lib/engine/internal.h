@@ -208,6 +208,10 @@ struct nxl_agent {
     STAILQ_HEAD(, nxli_notif) notifs;
 
     struct nxli_exchange *ex;   /* metadata exchange over TCP */
+    struct etcd *etcd;          /* metadata discovery through etcd */
+    char *etcd_endpoints;
+    char *etcd_prefix;
+    unsigned etcd_ttl_s;
     uint16_t listen_port;
 };
 
@@ -263,6 +267,13 @@ void nxli_xfers_cleanup(nxl_agent_t *a);
 /* exchange.c */
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);
 void nxli_exchange_cleanup(nxl_agent_t *a);
+
+/* etcd.c */
+void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish);
+
+/* a peer is gone: fail transfers in flight to it, forget it */
+void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why);
+void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why);
 
 /* transports.c */
 const nxlt_ops_t *const *nxli_transports(size_t *n);

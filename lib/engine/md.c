@@ -132,6 +132,18 @@ nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name)
     return r;
 }
 
+void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why)
+{
+    nxli_remote_t *r = nxli_remote_find(a, name);
+    if (!r)
+        return;
+    nxl_xfer_t *x;
+    LIST_FOREACH(x, &a->xfers, link)
+    if (x->remote == r && x->active)
+        nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT, why);
+    remote_unlink(r);
+}
+
 nxl_status_t nxl_md_check(nxl_agent_t *a, const char *remote)
 {
     return remote && nxli_remote_find(a, remote) ? NXL_SUCCESS : NXL_ERR_NOT_FOUND;

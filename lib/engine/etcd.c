@@ -1,0 +1,1095 @@
+/* Metadata discovery through etcd's v3 HTTP/JSON API, on the reactor:
+ * libcurl's multi-socket interface with its sockets and timer as libevent
+ * events (curl's docs/examples/multi-event.c is the model).
+ *
+ * Keys: <prefix><agent>/metadata (full), <prefix><agent>/<label>
+ * (partial), all attached to one lease per agent, kept alive every TTL/3.
+ * A fetch watches the peer's prefix afterwards: PUT of its full metadata
+ * reloads it, DELETE (unpublish, lease expiry) invalidates it and fails
+ * the transfers in flight to it. Broken watches and failed keep-alives are
+ * retried with backoff; the rest of the agent goes on. */
+#include "internal.h"
+
+#ifdef NXL_HAVE_ETCD
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <string.h>
+
+#define RETRY_MIN_MS 200
+#define RETRY_MAX_MS 5000
+
+typedef struct ereq ereq_t;
+typedef void (*ereq_done_fn)(ereq_t *r, const char *err, cJSON *resp);
+typedef void (*ereq_line_fn)(ereq_t *r, cJSON *msg);
+
+struct ereq {
+    nxl_agent_t *a;
+    CURL *easy;
+    char *url, *body;
+    struct curl_slist *hdr;
+    char *buf;              /* response, or the unparsed rest of a stream */
+    size_t len, cap;
+    ereq_done_fn done;
+    ereq_line_fn line;      /* streaming (watch): one call per JSON line */
+    void *arg;
+    LIST_ENTRY(ereq) link;
+};
+
+typedef struct ewatch {
+    nxl_agent_t *a;
+    char *peer;             /* the peer watched */
+    char *key;              /* prefix watched */
+    char *mdkey;            /* the peer's full metadata key */
+    int64_t rev;            /* next revision wanted */
+    char *loaded[4];        /* keys whose metadata we loaded: their deletion means the peer left */
+    ereq_t *req;
+    struct event *retry;
+    unsigned backoff_ms;
+    /* a fetch waiting for the key to appear */
+    LIST_HEAD(, efetch) waiters;
+    LIST_ENTRY(ewatch) link;
+} ewatch_t;
+
+typedef struct efetch {
+    nxl_agent_t *a;
+    nxl_future_t *f;
+    char *peer, *key;
+    ewatch_t *w;
+    struct event *timeout;
+    LIST_ENTRY(efetch) link;   /* in the watch's waiters */
+} efetch_t;
+
+typedef struct epub {
+    char *key;
+    char *val;                 /* base64 */
+    LIST_ENTRY(epub) link;
+} epub_t;
+
+typedef struct etcd {
+    nxl_agent_t *a;
+    CURLM *multi;
+    struct event *timer;
+    char **ep;
+    int nep, cur;
+    char *prefix;
+    unsigned ttl;
+    char lease[32];            /* "" until granted */
+    bool granting;
+    struct event *ka;          /* keep-alive timer */
+    unsigned ka_backoff_ms;
+    LIST_HEAD(, ereq) reqs;
+    LIST_HEAD(, ewatch) watches;
+    LIST_HEAD(, epub) pubs;    /* what we published, to put again on a new lease */
+    /* publishes waiting for the lease */
+    struct pending_pub { nxl_future_t *f; char *key, *val; struct pending_pub *next; } *waiting;
+} etcd_t;
+
+typedef struct { etcd_t *e; struct event *ev; curl_socket_t s; } esock_t;
+
+/* ------------------------------------------------------------ curl glue */
+
+static void ereq_free(ereq_t *r)
+{
+    LIST_REMOVE(r, link);
+    etcd_t *e = r->a->etcd;
+    curl_multi_remove_handle(e->multi, r->easy);
+    curl_easy_cleanup(r->easy);
+    curl_slist_free_all(r->hdr);
+    free(r->url);
+    free(r->body);
+    free(r->buf);
+    free(r);
+}
+
+static void feed_lines(ereq_t *r)
+{
+    char *start = r->buf, *nl;
+    while ((nl = memchr(start, '\n', r->len - (size_t)(start - r->buf)))) {
+        *nl = 0;
+        cJSON *j = cJSON_Parse(start);
+        if (j) {
+            r->line(r, j);
+            cJSON_Delete(j);
+        }
+        start = nl + 1;
+    }
+    size_t rest = r->len - (size_t)(start - r->buf);
+    memmove(r->buf, start, rest);
+    r->len = rest;
+}
+
+static size_t on_write(char *p, size_t sz, size_t nm, void *arg)
+{
+    ereq_t *r = arg;
+    size_t n = sz * nm;
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = (r->len + n + 1) * 2;
+        char *b = realloc(r->buf, cap);
+        if (!b)
+            return 0;
+        r->buf = b;
+        r->cap = cap;
+    }
+    memcpy(r->buf + r->len, p, n);
+    r->len += n;
+    r->buf[r->len] = 0;
+    if (r->line)
+        feed_lines(r);
+    return n;
+}
+
+static void check_done(etcd_t *e)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(e->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        ereq_t *r;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+        CURLcode rc = m->data.result;
+        long http = 0;
+        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
+        char err[512] = "";
+        cJSON *j = NULL;
+        if (rc != CURLE_OK) {
+            snprintf(err, sizeof(err), "etcd at %s: %s (is etcd running?)", r->url,
+                     curl_easy_strerror(rc));
+            e->cur = (e->cur + 1) % e->nep; /* try the next endpoint next time */
+        } else if (http != 200) {
+            snprintf(err, sizeof(err), "etcd at %s answered HTTP %ld: %.200s", r->url, http,
+                     r->buf ? r->buf : "");
+        } else if (!r->line && !(j = cJSON_ParseWithLength(r->buf ? r->buf : "", r->len))) {
+            snprintf(err, sizeof(err), "etcd at %s answered something that is not JSON", r->url);
+        } else if (j && cJSON_GetObjectItem(j, "error")) {
+            const cJSON *msg = cJSON_GetObjectItem(j, "message");
+            snprintf(err, sizeof(err), "etcd at %s: %s", r->url,
+                     cJSON_IsString(msg) ? msg->valuestring : "error");
+        }
+        ereq_done_fn done = r->done;
+        void *arg = r->arg;
+        r->done = NULL;
+        if (done)
+            done(r, err[0] ? err : NULL, j);
+        cJSON_Delete(j);
+        NXLI_UNUSED(arg);
+        ereq_free(r);
+    }
+}
+
+static void on_sock(evutil_socket_t fd, short what, void *arg)
+{
+    etcd_t *e = arg;
+    int running, flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
+                         (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    curl_multi_socket_action(e->multi, fd, flags, &running);
+    check_done(e);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    etcd_t *e = arg;
+    int running;
+    curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(e);
+}
+
+static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    etcd_t *e = userp;
+    esock_t *es = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (es) {
+            event_free(es->ev);
+            free(es);
+            curl_multi_assign(e->multi, s, NULL);
+        }
+        return 0;
+    }
+    short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) |
+               (what & CURL_POLL_OUT ? EV_WRITE : 0);
+    if (!es) {
+        es = calloc(1, sizeof(*es));
+        if (!es)
+            return -1;
+        es->e = e;
+        es->s = s;
+        curl_multi_assign(e->multi, s, es);
+    } else {
+        event_free(es->ev);
+    }
+    es->ev = event_new(e->a->base, s, ev, on_sock, e);
+    event_add(es->ev, NULL);
+    return 0;
+}
+
+static int timer_cb(CURLM *m, long ms, void *userp)
+{
+    etcd_t *e = userp;
+    if (ms < 0) {
+        evtimer_del(e->timer);
+    } else {
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        evtimer_add(e->timer, &tv);
+    }
+    return 0;
+}
+
+/* POST a JSON body to /v3/<path>; done runs exactly once (not inline). */
+static ereq_t *post(etcd_t *e, const char *path, cJSON *body, ereq_done_fn done, ereq_line_fn line,
+                    void *arg, long timeout_ms)
+{
+    ereq_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->a = e->a;
+    r->done = done;
+    r->line = line;
+    r->arg = arg;
+    r->url = nxli_sprintf("%s/v3/%s", e->ep[e->cur], path);
+    r->body = cJSON_PrintUnformatted(body);
+    r->easy = curl_easy_init();
+    r->hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    if (!r->url || !r->body || !r->easy || !r->hdr) {
+        if (r->easy)
+            curl_easy_cleanup(r->easy);
+        curl_slist_free_all(r->hdr);
+        free(r->url);
+        free(r->body);
+        free(r);
+        return NULL;
+    }
+    curl_easy_setopt(r->easy, CURLOPT_URL, r->url);
+    curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, r->body);
+    curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->hdr);
+    curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(r->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+    if (timeout_ms > 0)
+        curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, timeout_ms);
+    LIST_INSERT_HEAD(&e->reqs, r, link);
+    curl_multi_add_handle(e->multi, r->easy);
+    return r;
+}
+
+static char *b64s(const char *s)
+{
+    return nxli_b64_encode(s, strlen(s));
+}
+
+/* the key just past every key starting with p */
+static char *range_end(const char *p)
+{
+    size_t n = strlen(p);
+    char *s = strdup(p);
+    if (s && n)
+        s[n - 1]++;
+    return s;
+}
+
+static int64_t jint(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (cJSON_IsString(v))
+        return strtoll(v->valuestring, NULL, 10);
+    if (cJSON_IsNumber(v))
+        return (int64_t)v->valuedouble;
+    return 0;
+}
+
+/* ------------------------------------------------------------ setup */
+
+static nxl_status_t etcd_get(nxl_agent_t *a, const char *call, etcd_t **out)
+{
+    if (a->etcd) {
+        *out = a->etcd;
+        return NXL_SUCCESS;
+    }
+    const char *eps = a->etcd_endpoints;
+    if (!eps || !*eps) {
+        nxli_err(a, "%s: no etcd endpoints: set etcd_endpoints in the agent's config or "
+                    "NXL_ETCD_ENDPOINTS (e.g. http://127.0.0.1:2379)", call);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    static bool global;
+    if (!global) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+            nxli_err(a, "%s: curl_global_init failed", call);
+            return NXL_ERR_BACKEND;
+        }
+        global = true;
+    }
+    etcd_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NXL_ERR_UNKNOWN;
+    e->a = a;
+    e->ttl = a->etcd_ttl_s;
+    e->prefix = strdup(a->etcd_prefix);
+    LIST_INIT(&e->reqs);
+    LIST_INIT(&e->watches);
+    LIST_INIT(&e->pubs);
+    char *list = strdup(eps), *save, *tok;
+    for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (!*tok)
+            continue;
+        char **v = realloc(e->ep, (size_t)(e->nep + 1) * sizeof(*v));
+        if (!v)
+            break;
+        e->ep = v;
+        size_t n = strlen(tok);
+        while (n && tok[n - 1] == '/')
+            tok[--n] = 0;
+        e->ep[e->nep++] = strstr(tok, "://") ? strdup(tok) : nxli_sprintf("http://%s", tok);
+    }
+    free(list);
+    e->multi = curl_multi_init();
+    e->timer = evtimer_new(a->base, on_timer, e);
+    if (!e->nep || !e->multi || !e->timer || !e->prefix) {
+        nxli_err(a, "%s: could not set up etcd client for endpoints '%s'", call, eps);
+        a->etcd = e;
+        nxli_etcd_cleanup(a, false);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+    curl_multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
+    curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
+    a->etcd = e;
+    *out = e;
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ lease */
+
+static void put_key(etcd_t *e, nxl_future_t *f, const char *key, const char *val);
+static void grant(etcd_t *e);
+
+static unsigned backoff(unsigned *b)
+{
+    *b = *b ? (*b * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : *b * 2) : RETRY_MIN_MS;
+    return *b;
+}
+
+static void ka_arm(etcd_t *e, unsigned ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(e->ka, &tv);
+}
+
+static void republish(etcd_t *e)
+{
+    epub_t *p;
+    LIST_FOREACH(p, &e->pubs, link)
+    put_key(e, NULL, p->key, p->val);
+}
+
+static void ka_done(ereq_t *r, const char *err, cJSON *j)
+{
+    etcd_t *e = r->a->etcd;
+    if (err) {
+        nxli_log(e->a, NXL_LOG_WARN, "lease keep-alive failed: %s; retrying", err);
+        ka_arm(e, backoff(&e->ka_backoff_ms));
+        return;
+    }
+    const cJSON *res = cJSON_GetObjectItem(j, "result");
+    if (!res || jint(res, "TTL") <= 0) {
+        /* the lease expired (etcd was away longer than the TTL): new lease, publish again */
+        nxli_log(e->a, NXL_LOG_WARN, "etcd lease %s expired; granting a new one and publishing "
+                                     "again", e->lease);
+        e->lease[0] = 0;
+        grant(e);
+        return;
+    }
+    e->ka_backoff_ms = 0;
+    ka_arm(e, e->ttl * 1000 / 3);
+}
+
+static void on_ka(evutil_socket_t fd, short what, void *arg)
+{
+    etcd_t *e = arg;
+    if (!e->lease[0]) {
+        /* no lease (a grant failed): grant again while there is something to publish */
+        if (!LIST_EMPTY(&e->pubs))
+            grant(e);
+        return;
+    }
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "ID", e->lease);
+    if (!post(e, "lease/keepalive", b, ka_done, NULL, NULL, 3000))
+        ka_arm(e, backoff(&e->ka_backoff_ms));
+    cJSON_Delete(b);
+}
+
+static void grant_done(ereq_t *r, const char *err, cJSON *j)
+{
+    etcd_t *e = r->a->etcd;
+    e->granting = false;
+    const cJSON *id = j ? cJSON_GetObjectItem(j, "ID") : NULL;
+    if (!err && !cJSON_IsString(id))
+        err = "etcd granted a lease without an ID";
+    if (err) {
+        /* fail the publishes waiting for it */
+        while (e->waiting) {
+            struct pending_pub *p = e->waiting;
+            e->waiting = p->next;
+            if (p->f)
+                nxli_future_complete(p->f, NXL_ERR_BACKEND, err);
+            free(p->key);
+            free(p->val);
+            free(p);
+        }
+        if (!LIST_EMPTY(&e->pubs)) {
+            nxli_log(e->a, NXL_LOG_WARN, "lease grant failed: %s; retrying", err);
+            ka_arm(e, backoff(&e->ka_backoff_ms));
+        }
+        return;
+    }
+    snprintf(e->lease, sizeof(e->lease), "%s", id->valuestring);
+    nxli_log(e->a, NXL_LOG_INFO, "etcd lease %s granted (TTL %u s)", e->lease, e->ttl);
+    e->ka_backoff_ms = 0;
+    ka_arm(e, e->ttl * 1000 / 3);
+    republish(e);
+    while (e->waiting) {
+        struct pending_pub *p = e->waiting;
+        e->waiting = p->next;
+        put_key(e, p->f, p->key, p->val);
+        free(p->key);
+        free(p->val);
+        free(p);
+    }
+}
+
+static void grant(etcd_t *e)
+{
+    if (e->granting)
+        return;
+    if (!e->ka)
+        e->ka = evtimer_new(e->a->base, on_ka, e);
+    /* the keep-alive timer also retries a failed grant (on_ka) */
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddNumberToObject(b, "TTL", e->ttl);
+    e->granting = post(e, "lease/grant", b, grant_done, NULL, NULL, 5000) != NULL;
+    cJSON_Delete(b);
+}
+
+/* ------------------------------------------------------------ publish */
+
+static void put_done(ereq_t *r, const char *err, cJSON *j)
+{
+    nxl_future_t *f = r->arg;
+    if (f)
+        nxli_future_complete(f, err ? NXL_ERR_BACKEND : NXL_SUCCESS, err);
+    else if (err)
+        nxli_log(r->a, NXL_LOG_WARN, "publishing again failed: %s", err);
+}
+
+static void put_key(etcd_t *e, nxl_future_t *f, const char *key, const char *val)
+{
+    cJSON *b = cJSON_CreateObject();
+    char *k = b64s(key);
+    cJSON_AddStringToObject(b, "key", k);
+    cJSON_AddStringToObject(b, "value", val);
+    cJSON_AddStringToObject(b, "lease", e->lease);
+    if (!post(e, "kv/put", b, put_done, NULL, f, 5000) && f)
+        nxli_future_complete(f, NXL_ERR_UNKNOWN, "etcd: out of memory");
+    free(k);
+    cJSON_Delete(b);
+}
+
+static void remember(etcd_t *e, const char *key, const char *val)
+{
+    epub_t *p;
+    LIST_FOREACH(p, &e->pubs, link)
+    if (!strcmp(p->key, key)) {
+        free(p->val);
+        p->val = strdup(val);
+        return;
+    }
+    p = calloc(1, sizeof(*p));
+    if (!p)
+        return;
+    p->key = strdup(key);
+    p->val = strdup(val);
+    LIST_INSERT_HEAD(&e->pubs, p, link);
+}
+
+static nxl_status_t publish(nxl_agent_t *a, const char *call, const char *label, void *blob,
+                            size_t len, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    etcd_t *e;
+    nxl_status_t st = etcd_get(a, call, &e);
+    if (st != NXL_SUCCESS) {
+        free(blob);
+        return st;
+    }
+    char *key = nxli_sprintf("%s%s/%s", e->prefix, a->name, label);
+    char *val = nxli_b64_encode(blob, len);
+    free(blob);
+    nxl_future_t *f = key && val ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
+    if (!f) {
+        free(key);
+        free(val);
+        nxli_err(a, "%s: out of memory", call);
+        return NXL_ERR_UNKNOWN;
+    }
+    remember(e, key, val);
+    if (e->lease[0]) {
+        put_key(e, f, key, val);
+        free(key);
+        free(val);
+    } else {
+        struct pending_pub *p = calloc(1, sizeof(*p));
+        p->f = f;
+        p->key = key;
+        p->val = val;
+        p->next = e->waiting;
+        e->waiting = p;
+        grant(e);
+    }
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    void *blob;
+    size_t len;
+    nxl_status_t st = nxl_md_local(a, &blob, &len);
+    if (st != NXL_SUCCESS)
+        return st;
+    return publish(a, "nxl_md_publish", "metadata", blob, len, cb, arg, out);
+}
+
+nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                                    const nxl_desc_t *descs, size_t n, nxl_done_cb cb, void *arg,
+                                    nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!label || !*label || strchr(label, '/') || !strcmp(label, "metadata")) {
+        nxli_err(a, "nxl_md_publish_partial: a label is a non-empty name without '/', other "
+                    "than \"metadata\" (the full metadata's key)");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    void *blob;
+    size_t len;
+    nxl_status_t st = nxl_md_local_partial(a, type, descs, n, &blob, &len);
+    if (st != NXL_SUCCESS)
+        return st;
+    return publish(a, "nxl_md_publish_partial", label, blob, len, cb, arg, out);
+}
+
+static void unpub_done(ereq_t *r, const char *err, cJSON *j)
+{
+    nxl_future_t *f = r->arg;
+    if (f)
+        nxli_future_complete(f, err ? NXL_ERR_BACKEND : NXL_SUCCESS, err);
+}
+
+nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    etcd_t *e;
+    nxl_status_t st = etcd_get(a, "nxl_md_unpublish", &e);
+    if (st != NXL_SUCCESS)
+        return st;
+    char *pre = nxli_sprintf("%s%s/", e->prefix, a->name);
+    char *end = pre ? range_end(pre) : NULL;
+    char *k = pre ? b64s(pre) : NULL, *re = end ? b64s(end) : NULL;
+    nxl_future_t *f = k && re ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
+    if (f) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "key", k);
+        cJSON_AddStringToObject(b, "range_end", re);
+        if (!post(e, "kv/deleterange", b, unpub_done, NULL, f, 5000))
+            nxli_future_complete(f, NXL_ERR_UNKNOWN, "etcd: out of memory");
+        cJSON_Delete(b);
+        /* stop keeping the lease: revoke it */
+        if (e->lease[0]) {
+            cJSON *rb = cJSON_CreateObject();
+            cJSON_AddStringToObject(rb, "ID", e->lease);
+            post(e, "lease/revoke", rb, NULL, NULL, NULL, 3000);
+            cJSON_Delete(rb);
+            e->lease[0] = 0;
+            if (e->ka)
+                evtimer_del(e->ka);
+        }
+        while (!LIST_EMPTY(&e->pubs)) {
+            epub_t *p = LIST_FIRST(&e->pubs);
+            LIST_REMOVE(p, link);
+            free(p->key);
+            free(p->val);
+            free(p);
+        }
+    }
+    free(pre);
+    free(end);
+    free(k);
+    free(re);
+    if (!f) {
+        nxli_err(a, "nxl_md_unpublish: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ watches */
+
+static void watch_start(ewatch_t *w);
+
+static void fetch_finish(efetch_t *q, nxl_status_t st, const char *why)
+{
+    nxl_future_t *f = q->f;
+    LIST_REMOVE(q, link);
+    event_free(q->timeout);
+    free(q->peer);
+    free(q->key);
+    free(q);
+    f->owner = NULL;
+    nxli_future_complete(f, st, why);
+}
+
+/* loads a value seen for key; completes the fetches waiting for it */
+static void seen_value(ewatch_t *w, const char *key, const char *b64)
+{
+    nxl_agent_t *a = w->a;
+    size_t len;
+    void *blob = nxli_b64_decode(b64, &len);
+    char name[NXLI_NAME_MAX] = "";
+    nxl_status_t st = blob ? nxl_md_load(a, blob, len, name, sizeof(name)) : NXL_ERR_MISMATCH;
+    free(blob);
+    if (st == NXL_SUCCESS && strcmp(name, w->peer)) {
+        nxl_md_invalidate(a, name);
+        nxli_err(a, "etcd: key %s holds metadata of agent '%s', not '%s'", key, name, w->peer);
+        st = NXL_ERR_MISMATCH;
+    } else if (!blob) {
+        nxli_err(a, "etcd: key %s holds a value that is not base64", key);
+    }
+    efetch_t *q, *next;
+    for (q = LIST_FIRST(&w->waiters); q; q = next) {
+        next = LIST_NEXT(q, link);
+        if (!strcmp(q->key, key)) {
+            if (st == NXL_SUCCESS) {
+                free(q->f->peer);
+                q->f->peer = strdup(name);
+            }
+            fetch_finish(q, st, st == NXL_SUCCESS ? NULL : a->err);
+        }
+    }
+    if (st == NXL_SUCCESS) {
+        nxli_log(a, NXL_LOG_INFO, "etcd: metadata of agent '%s' loaded from %s", name, key);
+        bool have = false;
+        for (int i = 0; i < 4 && w->loaded[i] && !have; i++)
+            have = !strcmp(w->loaded[i], key);
+        for (int i = 0; i < 4 && !have; i++)
+            if (!w->loaded[i]) {
+                w->loaded[i] = strdup(key);
+                have = true;
+            }
+    }
+}
+
+static bool was_loaded(const ewatch_t *w, const char *key)
+{
+    for (int i = 0; i < 4 && w->loaded[i]; i++)
+        if (!strcmp(w->loaded[i], key))
+            return true;
+    return false;
+}
+
+static void forget_loaded(ewatch_t *w)
+{
+    for (int i = 0; i < 4; i++) {
+        free(w->loaded[i]);
+        w->loaded[i] = NULL;
+    }
+}
+
+static void watch_line(ereq_t *r, cJSON *msg)
+{
+    ewatch_t *w = r->arg;
+    const cJSON *res = cJSON_GetObjectItem(msg, "result");
+    if (!res)
+        return;
+    if (cJSON_IsTrue(cJSON_GetObjectItem(res, "canceled"))) {
+        /* compacted past our revision: read afresh */
+        w->rev = 0;
+        return;
+    }
+    const cJSON *hdr = cJSON_GetObjectItem(res, "header");
+    const cJSON *evs = cJSON_GetObjectItem(res, "events");
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, evs)
+    {
+        const cJSON *kv = cJSON_GetObjectItem(ev, "kv");
+        const cJSON *type = cJSON_GetObjectItem(ev, "type");
+        const cJSON *k = cJSON_GetObjectItem(kv, "key");
+        if (!cJSON_IsString(k))
+            continue;
+        size_t kl;
+        char *key = nxli_b64_decode(k->valuestring, &kl);
+        if (!key)
+            continue;
+        char *ks = nxli_sprintf("%.*s", (int)kl, key);
+        free(key);
+        int64_t mod = jint(kv, "mod_revision");
+        if (mod >= w->rev)
+            w->rev = mod + 1;
+        bool del = cJSON_IsString(type) && !strcmp(type->valuestring, "DELETE");
+        if (del && ks && was_loaded(w, ks)) {
+            nxli_log(w->a, NXL_LOG_WARN, "etcd: agent '%s' left (its key %s was deleted or its "
+                                         "lease expired); invalidating it", w->peer, ks);
+            forget_loaded(w);
+            nxli_remote_lost(w->a, w->peer, "etcd: the peer's metadata was deleted (it left, or "
+                                            "its lease expired); transfers to it are aborted");
+        } else if (!del && ks) {
+            const cJSON *v = cJSON_GetObjectItem(kv, "value");
+            bool waited = false;
+            efetch_t *q;
+            LIST_FOREACH(q, &w->waiters, link)
+            waited |= !strcmp(q->key, ks);
+            /* a new full metadata (peer restarted) replaces the old one */
+            if (cJSON_IsString(v) && (waited || (!strcmp(ks, w->mdkey) &&
+                                                  nxl_md_check(w->a, w->peer) == NXL_SUCCESS)))
+                seen_value(w, ks, v->valuestring);
+        }
+        free(ks);
+    }
+    if (hdr && !w->rev)
+        w->rev = jint(hdr, "revision") + 1;
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    watch_start(arg);
+}
+
+static void watch_done(ereq_t *r, const char *err, cJSON *j)
+{
+    ewatch_t *w = r->arg;
+    w->req = NULL;
+    /* the stream ended (etcd restarted, connection cut): watch again */
+    unsigned ms = backoff(&w->backoff_ms);
+    nxli_log(w->a, NXL_LOG_INFO, "etcd: watch on %s ended (%s); again in %u ms", w->key,
+             err ? err : "stream closed", ms);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(w->retry, &tv);
+}
+
+static void range_done(ereq_t *r, const char *err, cJSON *j);
+
+static void watch_start(ewatch_t *w)
+{
+    etcd_t *e = w->a->etcd;
+    if (w->rev == 0) {
+        /* read the current state first, then watch from the next revision */
+        char *k = b64s(w->key), *end = range_end(w->key), *re = end ? b64s(end) : NULL;
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "key", k);
+        cJSON_AddStringToObject(b, "range_end", re);
+        ereq_t *r = post(e, "kv/range", b, range_done, NULL, w, 5000);
+        cJSON_Delete(b);
+        free(k);
+        free(end);
+        free(re);
+        w->req = r;
+        if (!r)
+            watch_done(&(ereq_t){.arg = w}, "out of memory", NULL);
+        return;
+    }
+    cJSON *b = cJSON_CreateObject(), *c = cJSON_AddObjectToObject(b, "create_request");
+    char *k = b64s(w->key), *end = range_end(w->key), *re = end ? b64s(end) : NULL;
+    char rev[24];
+    snprintf(rev, sizeof(rev), "%lld", (long long)w->rev);
+    cJSON_AddStringToObject(c, "key", k);
+    cJSON_AddStringToObject(c, "range_end", re);
+    cJSON_AddStringToObject(c, "start_revision", rev);
+    w->req = post(e, "watch", b, watch_done, watch_line, w, 0);
+    cJSON_Delete(b);
+    free(k);
+    free(end);
+    free(re);
+    if (!w->req)
+        watch_done(&(ereq_t){.arg = w}, "out of memory", NULL);
+}
+
+static void range_done(ereq_t *r, const char *err, cJSON *j)
+{
+    ewatch_t *w = r->arg;
+    w->req = NULL;
+    if (err) {
+        /* fetches waiting fail now: etcd is not answering */
+        while (!LIST_EMPTY(&w->waiters))
+            fetch_finish(LIST_FIRST(&w->waiters), NXL_ERR_BACKEND, err);
+        watch_done(r, err, NULL);
+        return;
+    }
+    w->backoff_ms = 0;
+    const cJSON *hdr = cJSON_GetObjectItem(j, "header");
+    w->rev = jint(hdr, "revision") + 1;
+    const cJSON *kvs = cJSON_GetObjectItem(j, "kvs"), *kv;
+    int present = 0;
+    cJSON_ArrayForEach(kv, kvs)
+    {
+        const cJSON *k = cJSON_GetObjectItem(kv, "key"), *v = cJSON_GetObjectItem(kv, "value");
+        size_t kl;
+        char *key = cJSON_IsString(k) ? nxli_b64_decode(k->valuestring, &kl) : NULL;
+        char *ks = key ? nxli_sprintf("%.*s", (int)kl, key) : NULL;
+        free(key);
+        if (ks && cJSON_IsString(v)) {
+            bool waited = false;
+            efetch_t *q;
+            LIST_FOREACH(q, &w->waiters, link)
+            waited |= !strcmp(q->key, ks);
+            if (waited)
+                seen_value(w, ks, v->valuestring);
+            present += was_loaded(w, ks);
+        }
+        free(ks);
+    }
+    /* keys we loaded from vanished while the watch was down: the peer left */
+    int loaded = 0;
+    for (int i = 0; i < 4 && w->loaded[i]; i++)
+        loaded++;
+    if (loaded && present < loaded && nxl_md_check(w->a, w->peer) == NXL_SUCCESS) {
+        forget_loaded(w);
+        nxli_remote_lost(w->a, w->peer, "etcd: the peer's metadata is gone (it left, or its "
+                                        "lease expired); transfers to it are aborted");
+    }
+    watch_start(w);
+}
+
+static ewatch_t *watch_get(etcd_t *e, const char *peer)
+{
+    ewatch_t *w;
+    LIST_FOREACH(w, &e->watches, link)
+    if (!strcmp(w->peer, peer))
+        return w;
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    w->a = e->a;
+    w->peer = strdup(peer);
+    w->key = nxli_sprintf("%s%s/", e->prefix, peer);
+    w->mdkey = nxli_sprintf("%s%s/metadata", e->prefix, peer);
+    w->retry = evtimer_new(e->a->base, on_retry, w);
+    LIST_INIT(&w->waiters);
+    LIST_INSERT_HEAD(&e->watches, w, link);
+    watch_start(w);
+    return w;
+}
+
+static void watch_free(ewatch_t *w)
+{
+    LIST_REMOVE(w, link);
+    if (w->req) {
+        w->req->done = NULL;
+        ereq_free(w->req);
+    }
+    event_free(w->retry);
+    forget_loaded(w);
+    free(w->peer);
+    free(w->key);
+    free(w->mdkey);
+    free(w);
+}
+
+static void fetch_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    efetch_t *q = arg;
+    char why[600];
+    snprintf(why, sizeof(why), "nxl_md_fetch_etcd: no metadata of agent '%s' appeared at %s "
+             "within the timeout (is the agent up and publishing to the same etcd and prefix?)",
+             q->peer, q->key);
+    fetch_finish(q, NXL_ERR_NOT_FOUND, why);
+}
+
+static void fetch_cancel(nxl_future_t *f)
+{
+    efetch_t *q = f->owner;
+    if (q) {
+        LIST_REMOVE(q, link);
+        event_free(q->timeout);
+        free(q->peer);
+        free(q->key);
+        free(q);
+        f->owner = NULL;
+    }
+}
+
+nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
+                               int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!remote || !*remote || strchr(remote, '/') || (label && (!*label || strchr(label, '/')))) {
+        nxli_err(a, "nxl_md_fetch_etcd: needs an agent name (and a label) without '/'");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (!strcmp(remote, a->name)) {
+        nxli_err(a, "nxl_md_fetch_etcd: '%s' is this agent itself", remote);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    etcd_t *e;
+    nxl_status_t st = etcd_get(a, "nxl_md_fetch_etcd", &e);
+    if (st != NXL_SUCCESS)
+        return st;
+    ewatch_t *w = watch_get(e, remote);
+    efetch_t *q = w ? calloc(1, sizeof(*q)) : NULL;
+    nxl_future_t *f = q ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
+    if (!f) {
+        free(q);
+        nxli_err(a, "nxl_md_fetch_etcd: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    q->a = a;
+    q->f = f;
+    q->peer = strdup(remote);
+    q->key = nxli_sprintf("%s%s/%s", e->prefix, remote, label ? label : "metadata");
+    q->timeout = evtimer_new(a->base, fetch_timeout, q);
+    f->owner = q;
+    f->on_cancel = fetch_cancel;
+    q->w = w;
+    LIST_INSERT_HEAD(&w->waiters, q, link);
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    evtimer_add(q->timeout, &tv);
+    /* a watch already running: read the key now */
+    if (w->req && w->rev) {
+        w->req->done = NULL;
+        ereq_free(w->req);
+        w->req = NULL;
+        evtimer_del(w->retry);
+        w->rev = 0;
+        watch_start(w);
+    }
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ teardown */
+
+void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish)
+{
+    etcd_t *e = a->etcd;
+    if (!e)
+        return;
+    if (unpublish && e->lease[0] && e->nep) {
+        /* clean destroy: delete our keys and revoke the lease, briefly blocking */
+        char *pre = nxli_sprintf("%s%s/", e->prefix, a->name), *end = range_end(pre);
+        char *k = b64s(pre), *re = b64s(end);
+        char *body1 = nxli_sprintf("{\"key\":\"%s\",\"range_end\":\"%s\"}", k, re);
+        char *body2 = nxli_sprintf("{\"ID\":\"%s\"}", e->lease);
+        const char *paths[2] = {"kv/deleterange", "lease/revoke"};
+        char *bodies[2] = {body1, body2};
+        for (int i = 0; i < 2; i++) {
+            CURL *c = curl_easy_init();
+            if (!c)
+                break;
+            char *url = nxli_sprintf("%s/v3/%s", e->ep[e->cur], paths[i]);
+            FILE *null = fopen("/dev/null", "w");
+            curl_easy_setopt(c, CURLOPT_URL, url);
+            curl_easy_setopt(c, CURLOPT_POSTFIELDS, bodies[i]);
+            curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 1000L);
+            curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+            if (null)
+                curl_easy_setopt(c, CURLOPT_WRITEDATA, null);
+            curl_easy_perform(c);
+            curl_easy_cleanup(c);
+            if (null)
+                fclose(null);
+            free(url);
+        }
+        free(pre);
+        free(end);
+        free(k);
+        free(re);
+        free(body1);
+        free(body2);
+    }
+    while (!LIST_EMPTY(&e->watches)) {
+        ewatch_t *w = LIST_FIRST(&e->watches);
+        while (!LIST_EMPTY(&w->waiters))
+            fetch_finish(LIST_FIRST(&w->waiters), NXL_ERR_CANCELED, "agent destroyed");
+        watch_free(w);
+    }
+    while (!LIST_EMPTY(&e->reqs)) {
+        ereq_t *r = LIST_FIRST(&e->reqs);
+        r->done = NULL;
+        ereq_free(r);
+    }
+    while (e->waiting) {
+        struct pending_pub *p = e->waiting;
+        e->waiting = p->next;
+        free(p->key);
+        free(p->val);
+        free(p);
+    }
+    while (!LIST_EMPTY(&e->pubs)) {
+        epub_t *p = LIST_FIRST(&e->pubs);
+        LIST_REMOVE(p, link);
+        free(p->key);
+        free(p->val);
+        free(p);
+    }
+    if (e->multi)
+        curl_multi_cleanup(e->multi);
+    if (e->timer)
+        event_free(e->timer);
+    if (e->ka)
+        event_free(e->ka);
+    for (int i = 0; i < e->nep; i++)
+        free(e->ep[i]);
+    free(e->ep);
+    free(e->prefix);
+    free(e);
+    a->etcd = NULL;
+}
+
+#else /* !NXL_HAVE_ETCD */
+
+static nxl_status_t no_etcd(nxl_agent_t *a, const char *call, nxl_future_t **out)
+{
+    if (out)
+        *out = NULL;
+    nxli_err(a, "%s: this build has no etcd support (configure found no libcurl)", call);
+    return NXL_ERR_NOT_SUPPORTED;
+}
+
+nxl_status_t nxl_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    return no_etcd(a, "nxl_md_publish", out);
+}
+
+nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                                    const nxl_desc_t *descs, size_t n, nxl_done_cb cb, void *arg,
+                                    nxl_future_t **out)
+{
+    return no_etcd(a, "nxl_md_publish_partial", out);
+}
+
+nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    return no_etcd(a, "nxl_md_unpublish", out);
+}
+
+nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
+                               int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    return no_etcd(a, "nxl_md_fetch_etcd", out);
+}
+
+void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish) {}
+
+#endif
