@@ -822,7 +822,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         if (px_engine_uring.start(u, why, sizeof(why)) == 0) {
             u->eng = &px_engine_uring;
         } else if (engine && !strcmp(engine, "uring")) {
-            nxlt_error(ctx, "POSIX: engine=uring asked for, but %s; use engine=auto or threads",
+            nxlt_error(ctx, "POSIX: engine=uring asked for, but the io_uring engine could not "
+                            "start: %s; use engine=auto or threads",
                        why);
             destroy(u);
 #ifdef NXL_HAVE_LIBURING
@@ -831,8 +832,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
             return NXL_ERR_NOT_SUPPORTED;
 #endif
         } else {
-            nxlt_log(ctx, NXL_LOG_INFO, "POSIX: io_uring unavailable (%s); using the thread-pool "
-                                        "engine", why);
+            nxlt_log(ctx, NXL_LOG_INFO, "POSIX: the io_uring engine could not start (%s); using "
+                                        "the thread-pool engine", why);
         }
     }
     if (!u->eng) {
