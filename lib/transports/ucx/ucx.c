@@ -46,6 +46,7 @@ typedef struct ucx_state {
     unsigned nclosing, capclosing;
     char desc[256];
     unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
+    uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
 } ucx_t;
 
 struct ucx_conn {
@@ -55,7 +56,10 @@ struct ucx_conn {
     int refs;                   /* the engine's, plus one per op */
     bool failed;
     bool unloaded;
+    bool stalled;               /* failed by our stall timeout, not by UCX */
     ucs_status_t why;
+    unsigned inflight;          /* ops reported to the engine not yet */
+    uint64_t progress_us;       /* last completion (or first post) of an op on it */
     LIST_ENTRY(ucx_conn) link;
 };
 
@@ -122,10 +126,20 @@ static void progress(ucx_t *u)
 static void on_efd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
 static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg); }
 
+static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
+
+/* While ops are in flight: progress now and then (UCX's keepalive runs from
+ * progress), and declare lost a peer whose ops stopped completing: over TCP
+ * a cut link raises no error until the kernel gives up, minutes later. */
 static void on_watch(evutil_socket_t fd, short what, void *arg)
 {
     ucx_t *u = arg;
     progress(u);
+    uint64_t now = now_us();
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->inflight && !c->failed && u->stall_us && now - c->progress_us > u->stall_us)
+        conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
 
     if (u->inflight) {
         struct timeval tv = {0, WATCH_MS * 1000};
@@ -199,13 +213,23 @@ static void op_report(ucx_op_t *o, ucs_status_t st);
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    ucx_conn_t *c = arg;
+    conn_fail(arg, status, false);
+}
+
+static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
+{
     if (c->failed)
         return;
     c->failed = true;
+    c->stalled = stalled;
     c->why = status;
-    nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: connection to agent '%s' failed: %s", c->name,
-             ucs_status_string(status));
+    if (stalled)
+        nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: no transfer to agent '%s' completed for %llu ms; "
+                 "declaring the connection lost", c->name,
+                 (unsigned long long)(c->u->stall_us / 1000));
+    else
+        nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: connection to agent '%s' failed: %s", c->name,
+                 ucs_status_string(status));
     /* UCX 1.13 does not always complete a flush pending on a failed
      * endpoint: report every op on it now; each is freed when (if) UCX
      * calls back, or when the transport is destroyed. */
@@ -213,6 +237,11 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     LIST_FOREACH(o, &c->u->ops, link)
     if (o->conn == c)
         op_report(o, status);
+    if (stalled && c->ep) {
+        /* stop UCX retrying: its requests on the endpoint end as canceled */
+        ep_close(c->u, c->ep, true);
+        c->ep = NULL;
+    }
 }
 
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
@@ -252,7 +281,8 @@ static void unload_conn(void *state, void *conn)
 {
     ucx_conn_t *c = conn;
     c->unloaded = true;
-    ep_close(c->u, c->ep, c->failed);
+    if (c->ep)
+        ep_close(c->u, c->ep, c->failed);
     c->ep = NULL;
     conn_put(c);
 }
@@ -405,9 +435,16 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
                  ns == NXL_ERR_REMOTE_DISCONNECT
                      ? " (the peer is gone or unreachable; reload its metadata once it is back)"
                      : "");
+    if (ns != NXL_SUCCESS && o->conn->stalled)
+        snprintf(why, sizeof(why), "UCX: no transfer to agent '%s' completed within %llu ms "
+                 "(link down, or the peer hung); the connection is given up — reload its "
+                 "metadata once it is reachable", o->conn->name,
+                 (unsigned long long)(o->u->stall_us / 1000));
     nxlt_op_t *op = o->op;
     o->op = NULL;
     o->u->inflight--;
+    o->conn->inflight--;
+    o->conn->progress_us = now_us();
     nxlt_op_done(op, ns, ns == NXL_SUCCESS ? NULL : why);
 }
 
@@ -441,6 +478,10 @@ static void send_notif(ucx_op_t *o)
         .cb.send = am_done,
         .user_data = o,
     };
+    if (!o->conn->ep) {
+        op_finish(o, UCS_ERR_CANCELED); /* the connection was given up meanwhile */
+        return;
+    }
     ucs_status_ptr_t r =
         ucp_am_send_nbx(o->conn->ep, NXL_UCX_AM_NOTIF, NULL, 0, o->notif, o->notif_len, &p);
     if (!UCS_PTR_IS_PTR(r))
@@ -483,6 +524,8 @@ static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, 
     o->op = op;
     o->conn = c;
     c->refs++;
+    if (c->inflight++ == 0)
+        c->progress_us = now_us();
     LIST_INSERT_HEAD(&u->ops, o, link);
     op_started(u);
     return o;
@@ -524,6 +567,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
                            ucs_status_string(UCS_PTR_STATUS(r)));
                 o->op = NULL;
                 u->inflight--;
+                c->inflight--;
                 op_free(o);
                 return map_status(c, UCS_PTR_STATUS(r));
             }
@@ -627,14 +671,15 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling"};
+    static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
+                                        "stall_timeout"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
-                       "shm_error_handling)", params[i].key);
+                       "shm_error_handling, stall_timeout)", params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
@@ -648,10 +693,23 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
         setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
     }
+    uint64_t stall_ms = 10000;
+    const char *stv = param(params, n, "stall_timeout");
+    if (stv) {
+        char *end;
+        double v = strtod(stv, &end);
+        if (end == stv || v < 0 || (*end && strcmp(end, "s") && strcmp(end, "ms"))) {
+            nxlt_error(ctx, "UCX: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
+                       stv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        stall_ms = (uint64_t)(strcmp(end, "ms") ? v * 1000 : v);
+    }
     ucx_t *u = calloc(1, sizeof(*u));
     if (!u)
         return NXL_ERR_UNKNOWN;
     u->ctx = ctx;
+    u->stall_us = stall_ms * 1000;
     u->efd = -1;
     LIST_INIT(&u->conns);
     LIST_INIT(&u->ops);
@@ -765,6 +823,7 @@ static void destroy(void *state)
         nxlt_op_t *op = o->op;
         o->op = NULL;
         u->inflight--;
+        o->conn->inflight--;
         nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
     ucx_conn_t *c, *next;
