@@ -1,0 +1,394 @@
+/* Hosts made with network namespaces and a veth pair: agents on two
+ * "hosts" move data over UCX's TCP transport through the veth link, and
+ * survive the link being cut mid-transfer and brought back.
+ *
+ * Needs root (ip netns); otherwise the suite is skipped with the reason.
+ * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
+ * makes and deletes; nothing leaves them. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char ns_a[32], ns_b[32], if_a[16], if_b[16], ip_a[32], ip_b[32];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    char full[600];
+    snprintf(full, sizeof(full), "%s >/dev/null 2>&1", cmd);
+    return system(full);
+}
+
+static void hosts_down(void)
+{
+    sh("ip netns del %s", ns_a);
+    sh("ip netns del %s", ns_b);
+}
+
+static void hosts_up(void)
+{
+    int id = getpid() % 250 + 1;
+    snprintf(ns_a, sizeof(ns_a), "nxlt%da", (int)getpid());
+    snprintf(ns_b, sizeof(ns_b), "nxlt%db", (int)getpid());
+    snprintf(if_a, sizeof(if_a), "nxa%d", (int)getpid() % 100000);
+    snprintf(if_b, sizeof(if_b), "nxb%d", (int)getpid() % 100000);
+    snprintf(ip_a, sizeof(ip_a), "10.213.%d.1", id);
+    snprintf(ip_b, sizeof(ip_b), "10.213.%d.2", id);
+    hosts_down();
+    ck_assert(sh("ip netns add %s", ns_a) == 0);
+    ck_assert(sh("ip netns add %s", ns_b) == 0);
+    ck_assert(sh("ip link add %s type veth peer name %s", if_a, if_b) == 0);
+    ck_assert(sh("ip link set %s netns %s", if_a, ns_a) == 0);
+    ck_assert(sh("ip link set %s netns %s", if_b, ns_b) == 0);
+    ck_assert(sh("ip -n %s addr add %s/24 dev %s", ns_a, ip_a, if_a) == 0);
+    ck_assert(sh("ip -n %s addr add %s/24 dev %s", ns_b, ip_b, if_b) == 0);
+    ck_assert(sh("ip -n %s link set %s up", ns_a, if_a) == 0);
+    ck_assert(sh("ip -n %s link set %s up", ns_b, if_b) == 0);
+    ck_assert(sh("ip -n %s link set lo up", ns_a) == 0);
+    ck_assert(sh("ip -n %s link set lo up", ns_b) == 0);
+    ck_assert_msg(sh("ip netns exec %s ping -c1 -W2 %s", ns_a, ip_b) == 0 ||
+                      sh("ip netns exec %s true", ns_a) == 0,
+                  "namespaces not usable");
+}
+
+static void enter(const char *ns)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/run/netns/%s", ns);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        _exit(90);
+    close(fd);
+    /* as `ip netns exec` does: a /sys of this namespace, where UCX looks
+     * for network devices */
+    if (unshare(CLONE_NEWNS) != 0 || mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0 ||
+        umount2("/sys", MNT_DETACH) != 0 || mount("sysfs", "/sys", "sysfs", 0, NULL) != 0)
+        _exit(95);
+}
+
+/* UCX over TCP only, on the veth device: these are different hosts */
+static nxl_agent_t *host_agent(const char *name, const char *dev, const char *listen)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = name;
+    c.listen_addr = listen;
+    nxl_agent_t *a;
+    if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
+        _exit(91);
+    nxl_param_t p[3] = {{"tls", "tcp"}, {"devices", dev}, {"stall_timeout", "2s"}};
+    if (nxl_backend_create(a, "UCX", p, 3, NULL) != NXL_SUCCESS) {
+        fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(a));
+        _exit(92);
+    }
+    return a;
+}
+
+#define TBUF (8u << 20)
+
+/* the target host: registers a buffer, answers "addr", "chk SEED LEN" */
+static nxl_agent_t *T;
+static unsigned char *tbuf;
+static int t_quit;
+
+static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    char m[128], out[128];
+    snprintf(m, sizeof(m), "%.*s", (int)(len < 127 ? len : 127), (const char *)msg);
+    unsigned seed;
+    size_t n;
+    if (!strcmp(m, "addr"))
+        snprintf(out, sizeof(out), "addr %llu", (unsigned long long)(uintptr_t)tbuf);
+    else if (sscanf(m, "chk %u %zu", &seed, &n) == 2)
+        snprintf(out, sizeof(out), "%s", tl_check(tbuf, n, seed) < 0 ? "ok" : "bad");
+    else if (!strcmp(m, "quit")) {
+        t_quit = 1;
+        return;
+    } else
+        return;
+    nxl_notif_send(T, from, out, strlen(out), NULL, NULL, NULL);
+}
+
+static pid_t target(int wfd)
+{
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid)
+        return pid;
+    enter(ns_b);
+    T = host_agent("T", if_b, ip_b);
+    tbuf = calloc(1, TBUF);
+    nxl_desc_t d = {.addr = (uintptr_t)tbuf, .len = TBUF};
+    if (nxl_mem_register(T, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS)
+        _exit(93);
+    nxl_agent_on_notif(T, t_notif, NULL);
+    uint16_t port = nxl_agent_listen_port(T);
+    if (write(wfd, &port, 2) != 2)
+        _exit(94);
+    uint64_t end = tl_now_ms() + 60000;
+    while (!t_quit && tl_now_ms() < end && getppid() != 1)
+        nxl_agent_run_once(T, 200);
+    nxl_agent_destroy(T);
+    _exit(0);
+}
+
+static int wait_exit(pid_t pid, int secs);
+
+/* the initiator host */
+static nxl_agent_t *I;
+static unsigned char *ibuf;
+static int nrep;
+static char rep[128];
+
+static void i_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    snprintf(rep, sizeof(rep), "%.*s", (int)(len < 127 ? len : 127), (const char *)msg);
+    nrep++;
+}
+
+#define REQUIRE(c, code)                                                                           \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "initiator: %s failed (line %d): %s\n", #c, __LINE__,                  \
+                    nxl_agent_last_error(I));                                                      \
+            _exit(code);                                                                           \
+        }                                                                                          \
+    } while (0)
+
+static const char *ask(const char *m)
+{
+    int before = nrep;
+    REQUIRE(nxl_notif_send(I, "T", m, strlen(m), NULL, NULL, NULL) == NXL_SUCCESS, 60);
+    REQUIRE(tl_run_until(I, &nrep, before + 1, 10000), 61);
+    return rep;
+}
+
+static void connect_t(uint16_t port)
+{
+    nxl_future_t *f;
+    REQUIRE(nxl_md_fetch(I, "T", ip_b, port, NULL, NULL, &f) == NXL_SUCCESS, 62);
+    nxl_status_t st = nxl_future_wait(f, 10000);
+    if (st != NXL_SUCCESS)
+        fprintf(stderr, "fetch: %s\n", nxl_future_error(f));
+    nxl_future_release(f);
+    REQUIRE(st == NXL_SUCCESS, 63);
+    REQUIRE(nxl_md_send(I, ip_b, port, NULL, NULL, &f) == NXL_SUCCESS, 64);
+    st = nxl_future_wait(f, 10000);
+    nxl_future_release(f);
+    REQUIRE(st == NXL_SUCCESS, 65);
+}
+
+static nxl_xfer_t *mk(nxl_op_t op, uintptr_t raddr, size_t len)
+{
+    nxl_desc_t l = {.addr = (uintptr_t)ibuf, .len = len}, r = {.addr = raddr, .len = len};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_t *x;
+    REQUIRE(nxl_xfer_create(I, op, &ll, &rl, "T", NULL, &x) == NXL_SUCCESS, 66);
+    return x;
+}
+
+static nxl_status_t run_x(nxl_xfer_t *x, int ms)
+{
+    nxl_future_t *f;
+    REQUIRE(nxl_xfer_post(x, NULL, NULL, &f) == NXL_SUCCESS, 67);
+    nxl_status_t st = nxl_future_wait(f, ms);
+    nxl_future_release(f);
+    return st;
+}
+
+static void i_setup(uint16_t port, uintptr_t *raddr)
+{
+    enter(ns_a);
+    I = host_agent("I", if_a, NULL);
+    ibuf = malloc(TBUF);
+    nxl_desc_t d = {.addr = (uintptr_t)ibuf, .len = TBUF};
+    REQUIRE(nxl_mem_register(I, NXL_DRAM, &d, 1, NULL) == NXL_SUCCESS, 68);
+    nxl_agent_on_notif(I, i_notif, NULL);
+    connect_t(port);
+    const char *r = ask("addr");
+    REQUIRE(!strncmp(r, "addr ", 5), 69);
+    *raddr = (uintptr_t)strtoull(r + 5, NULL, 10);
+}
+
+/* data both ways across the link, every byte checked */
+static int initiator_data(uint16_t port)
+{
+    uintptr_t raddr;
+    i_setup(port, &raddr);
+    static const size_t sizes[] = {8, 4096, 1u << 20, 8u << 20};
+    for (size_t k = 0; k < 4; k++) {
+        tl_fill(ibuf, sizes[k], 50 + (unsigned)k);
+        nxl_xfer_t *w = mk(NXL_WRITE, raddr, sizes[k]);
+        REQUIRE(run_x(w, 20000) == NXL_SUCCESS, 70);
+        char m[64];
+        snprintf(m, sizeof(m), "chk %u %zu", 50 + (unsigned)k, sizes[k]);
+        REQUIRE(!strcmp(ask(m), "ok"), 71);
+        memset(ibuf, 0, sizes[k]);
+        nxl_xfer_t *r = mk(NXL_READ, raddr, sizes[k]);
+        REQUIRE(run_x(r, 20000) == NXL_SUCCESS, 72);
+        REQUIRE(tl_check(ibuf, sizes[k], 50 + (unsigned)k) < 0, 73);
+        nxl_xfer_release(w);
+        nxl_xfer_release(r);
+    }
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+/* writes until the parent cuts the link: the transfers in flight fail
+ * with REMOTE_DISCONNECT within the stall timeout; once the link is back
+ * and the metadata reloaded, transfers work again */
+static int initiator_cut(uint16_t port, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    i_setup(port, &raddr);
+    nxl_xfer_t *x = mk(NXL_WRITE, raddr, 1u << 20);
+    tl_fill(ibuf, 1u << 20, 7);
+    for (int i = 0; i < 5; i++)
+        REQUIRE(run_x(x, 10000) == NXL_SUCCESS, 74);
+    char b = 1;
+    REQUIRE(write(to_parent, &b, 1) == 1, 75);
+    REQUIRE(read(from_parent, &b, 1) == 1, 76); /* the link is down now */
+    uint64_t t0 = tl_now_ms();
+    nxl_status_t st = NXL_SUCCESS;
+    int posts = 0;
+    while (st == NXL_SUCCESS && tl_now_ms() - t0 < 20000) {
+        nxl_future_t *f;
+        nxl_status_t ps = nxl_xfer_post(x, NULL, NULL, &f);
+        if (ps != NXL_SUCCESS) {
+            st = ps;
+            break;
+        }
+        posts++;
+        st = nxl_future_wait(f, 20000);
+        nxl_future_release(f);
+    }
+    uint64_t took = tl_now_ms() - t0;
+    fprintf(stderr, "check_netns: link cut noticed after %llu ms: %s\n",
+            (unsigned long long)took, nxl_agent_last_error(I));
+    REQUIRE(posts > 0 && st == NXL_ERR_REMOTE_DISCONNECT, 84);
+    REQUIRE(took < 8000, 78);
+    /* later posts fail fast */
+    nxl_future_t *f;
+    REQUIRE(nxl_xfer_post(x, NULL, NULL, &f) == NXL_ERR_REMOTE_DISCONNECT, 79);
+    nxl_xfer_release(x);
+    REQUIRE(write(to_parent, &b, 1) == 1, 80);
+    REQUIRE(read(from_parent, &b, 1) == 1, 81); /* the link is back */
+    connect_t(port);                              /* reload the metadata */
+    x = mk(NXL_WRITE, raddr, 1u << 20);
+    tl_fill(ibuf, 1u << 20, 8);
+    REQUIRE(run_x(x, 10000) == NXL_SUCCESS, 82);
+    REQUIRE(!strcmp(ask("chk 8 1048576"), "ok"), 83);
+    nxl_xfer_release(x);
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+static int wait_exit(pid_t pid, int secs)
+{
+    int st;
+    for (int i = 0; i < secs * 10; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+START_TEST(t_two_hosts_tcp)
+{
+    hosts_up();
+    int p[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t = target(p[1]);
+    close(p[1]);
+    uint16_t port;
+    if (read(p[0], &port, 2) != 2) {
+        int rt = wait_exit(t, 5);
+        hosts_down();
+        ck_abort_msg("the target host's agent did not start (exit %d)", rt);
+    }
+    pid_t i = fork();
+    if (i == 0)
+        _exit(initiator_data(port));
+    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+}
+END_TEST
+
+START_TEST(t_link_cut)
+{
+    hosts_up();
+    int p[2], up[2], down[2];
+    ck_assert(pipe(p) == 0 && pipe(up) == 0 && pipe(down) == 0);
+    pid_t t = target(p[1]);
+    close(p[1]);
+    uint16_t port;
+    if (read(p[0], &port, 2) != 2) {
+        int rt = wait_exit(t, 5);
+        hosts_down();
+        ck_abort_msg("the target host's agent did not start (exit %d)", rt);
+    }
+    pid_t i = fork();
+    if (i == 0)
+        _exit(initiator_cut(port, up[1], down[0]));
+    char b;
+    ck_assert(read(up[0], &b, 1) == 1);
+    ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
+    ck_assert(write(down[1], &b, 1) == 1);
+    ck_assert(read(up[0], &b, 1) == 1);
+    ck_assert(sh("ip -n %s link set %s up", ns_a, if_a) == 0);
+    ck_assert(sh("ip -n %s link set %s up", ns_a, if_a) == 0);
+    usleep(200000);
+    ck_assert(write(down[1], &b, 1) == 1);
+    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+}
+END_TEST
+
+int main(void)
+{
+    if (geteuid() != 0) {
+        printf("SKIP: network-namespace hosts need root (ip netns add)\n");
+        return 77;
+    }
+    char probe[32];
+    snprintf(probe, sizeof(probe), "nxlprobe%d", (int)getpid());
+    if (sh("ip netns add %s", probe) != 0) {
+        printf("SKIP: 'ip netns add' is not permitted here (or iproute2 is missing)\n");
+        return 77;
+    }
+    sh("ip netns del %s", probe);
+    Suite *s = suite_create("netns");
+    TCase *tc = tcase_create("hosts");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, t_two_hosts_tcp);
+    tcase_add_test(tc, t_link_cut);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int nf = srunner_ntests_failed(r);
+    srunner_free(r);
+    return nf ? 1 : 0;
+}
