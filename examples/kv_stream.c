@@ -51,6 +51,7 @@ typedef struct opts {
     unsigned timeout_s;
     unsigned inflight;
     bool quiet, warmup;
+    char etcd[512];         /* --etcd_endpoints: discover each other through etcd */
 } opts_t;
 
 static uint64_t now_us(void)
@@ -169,13 +170,15 @@ static bool run_until(nxl_agent_t *a, const int *flag, uint64_t deadline_us)
     return true;
 }
 
-static nxl_agent_t *make_agent(const char *name, const char *listen, uint16_t port)
+static nxl_agent_t *make_agent(const char *name, const char *listen, uint16_t port,
+                               const opts_t *o)
 {
     nxl_agent_config_t cfg;
     nxl_agent_config_init(&cfg);
     cfg.name = name;
     cfg.listen_addr = listen;
     cfg.listen_port = port;
+    cfg.etcd_endpoints = o->etcd[0] ? o->etcd : NULL;
     nxl_agent_t *a;
     if (nxl_agent_create(&cfg, &a) != NXL_SUCCESS) {
         fprintf(stderr, "%s: cannot create the agent: %s\n", name, nxl_agent_last_error(NULL));
@@ -220,6 +223,7 @@ typedef struct decode {
     int done_sent;
     nxl_status_t done_st;
     char done_err[512];
+    char pending[160];      /* etcd mode: the reply waiting for the peer's metadata */
 } decode_t;
 
 static void decode_reply_cb(nxl_future_t *f, nxl_status_t st, void *arg)
@@ -251,6 +255,18 @@ static void decode_send(decode_t *d, const char *msg, nxl_done_cb cb)
             d->done_st = NXL_ERR_UNKNOWN;
         }
     }
+}
+
+static void decode_fetched(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    decode_t *d = arg;
+    if (st != NXL_SUCCESS) {
+        fprintf(stderr, "decode: cannot fetch the metadata of '%s' from etcd: %s\n", d->peer,
+                nxl_future_error(f));
+        d->fatal = 1;
+        return;
+    }
+    decode_send(d, d->pending, decode_reply_cb);
 }
 
 static void decode_finish(decode_t *d)
@@ -347,6 +363,17 @@ static void decode_notif(nxl_agent_t *a, const char *from, const void *msg, size
             printf("decode: '%s' connected; receiving %lu layers of %s\n", from, o->layers,
                    size_text(d->layer_bytes).s);
         }
+        if (o->etcd[0] && nxl_md_check(d->a, from) != NXL_SUCCESS) {
+            /* etcd mode: answer once the peer's metadata is fetched */
+            snprintf(d->pending, sizeof(d->pending), "%s", reply);
+            if (nxl_md_fetch_etcd(d->a, from, NULL, (int)o->timeout_s * 1000, decode_fetched, d,
+                                  NULL) != NXL_SUCCESS) {
+                fprintf(stderr, "decode: cannot fetch '%s' from etcd: %s\n", from,
+                        nxl_agent_last_error(d->a));
+                d->fatal = 1;
+            }
+            return;
+        }
         decode_send(d, reply, decode_reply_cb);
         return;
     }
@@ -375,7 +402,7 @@ static int run_decode(const opts_t *o, int port_fd)
     int rc = 1;
     d.layer_bytes = o->blocks * o->block_size;
     d.total = o->layers * d.layer_bytes;
-    d.a = make_agent("decode", o->host, o->port);
+    d.a = make_agent("decode", o->have_addr ? o->host : NULL, o->port, o);
     if (!d.a)
         goto out;
     uint16_t port = nxl_agent_listen_port(d.a);
@@ -396,6 +423,20 @@ static int run_decode(const opts_t *o, int port_fd)
         goto out;
     }
     nxl_agent_on_notif(d.a, decode_notif, &d);
+    if (o->etcd[0]) {
+        nxl_future_t *pf;
+        nxl_status_t pst = nxl_md_publish(d.a, NULL, NULL, &pf);
+        if (pst == NXL_SUCCESS)
+            pst = nxl_future_wait(pf, (int)o->timeout_s * 1000);
+        if (pst != NXL_SUCCESS) {
+            fprintf(stderr, "decode: cannot publish its metadata to etcd at %s: %s\n", o->etcd,
+                    pst == NXL_IN_PROG ? "no answer" : nxl_future_error(pf));
+            nxl_future_release(pf);
+            goto out;
+        }
+        nxl_future_release(pf);
+        printf("decode: metadata published to etcd at %s\n", o->etcd);
+    }
     printf("decode: listening on %s:%u for %lu layers x %lu blocks x %s = %s\n", o->host, port,
            o->layers, o->blocks, size_text(o->block_size).s, size_text(d.total).s);
     uint64_t start = now_us(), limit = (uint64_t)o->timeout_s * 1000000u;
@@ -644,17 +685,33 @@ static int run_prefill(const opts_t *o)
     size_t n = o->layers * o->blocks;
     p.layer_bytes = o->blocks * o->block_size;
     p.total = o->layers * p.layer_bytes;
-    if (!(p.a = make_agent("prefill", NULL, 0)) || !(p.kv = alloc_kv(p.a, "prefill", p.total)))
+    if (!(p.a = make_agent("prefill", NULL, 0, o)) || !(p.kv = alloc_kv(p.a, "prefill", p.total)))
         goto out;
     nxl_agent_on_notif(p.a, prefill_notif, &p);
 
     /* 1. learn decode's transport address and regions; 2. tell it ours */
-    if (!prefill_fetch(&p))
-        goto out;
-    if (step(&p, nxl_md_send(p.a, o->host, o->port, prefill_step_cb, &p, NULL)) != NXL_SUCCESS) {
-        fprintf(stderr, "prefill: cannot send its metadata to %s:%u: %s\n", o->host, o->port,
-                p.step_err);
-        goto out;
+    if (o->etcd[0]) {
+        if (step(&p, nxl_md_publish(p.a, prefill_step_cb, &p, NULL)) != NXL_SUCCESS) {
+            fprintf(stderr, "prefill: cannot publish its metadata to etcd at %s: %s\n", o->etcd,
+                    p.step_err);
+            goto out;
+        }
+        if (step(&p, nxl_md_fetch_etcd(p.a, "decode", NULL, (int)o->timeout_s * 1000,
+                                       prefill_step_cb, &p, NULL)) != NXL_SUCCESS) {
+            fprintf(stderr, "prefill: cannot fetch 'decode' from etcd at %s: %s\n", o->etcd,
+                    p.step_err);
+            goto out;
+        }
+        printf("prefill: found 'decode' through etcd at %s\n", o->etcd);
+    } else {
+        if (!prefill_fetch(&p))
+            goto out;
+        if (step(&p, nxl_md_send(p.a, o->host, o->port, prefill_step_cb, &p, NULL)) !=
+            NXL_SUCCESS) {
+            fprintf(stderr, "prefill: cannot send its metadata to %s:%u: %s\n", o->host,
+                    o->port, p.step_err);
+            goto out;
+        }
     }
     /* 3. handshake: the shape out, where decode's cache lives back */
     char hello[96];
@@ -823,6 +880,7 @@ static int run_both(opts_t *o)
         close(fds[0]);
         snprintf(o->host, sizeof(o->host), "127.0.0.1");
         o->port = 0;
+        o->have_addr = true;
         int rc = run_decode(o, fds[1]);
         fflush(stdout);
         fflush(stderr);
@@ -872,6 +930,7 @@ static void usage(FILE *f)
 "usage: kv_stream [both|--spawn] [shape] [--compute_us N] [--inflight N] [--timeout S]\n"
 "       kv_stream decode  --listen HOST:PORT   [shape] [--timeout S]\n"
 "       kv_stream prefill --connect HOST:PORT  [shape] [--compute_us N] [--inflight N]\n"
+"       kv_stream decode|prefill|both --etcd_endpoints URL [shape] ...\n"
 "shape: --layers L (32)  --blocks B (64)  --block_size S (64K; suffixes K, M)\n"
 "       prefill and decode must be given the same shape.\n"
 "  --compute_us N  time to \"compute\" each layer before its WRITE (0)\n"
@@ -880,6 +939,8 @@ static void usage(FILE *f)
 "  --warmup        prefill writes every layer once, untimed and without\n"
 "                  notifications, before the stream (first-touch page faults)\n"
 "  --quiet         no line per layer\n"
+"  --etcd_endpoints URL  find each other through etcd (e.g. http://127.0.0.1:2379)\n"
+"                  instead of --listen/--connect\n"
 "Flags take '--flag value' or '--flag=value'. UCX_TLS and NXL_LOG_LEVEL apply.\n");
 }
 
@@ -978,6 +1039,10 @@ static int parse(int argc, char **argv, opts_t *o)
         bool ok;
         if (!strcmp(name, "listen") || !strcmp(name, "connect")) {
             ok = parse_addr(val, o);
+        } else if (!strcmp(name, "etcd_endpoints")) {
+            ok = strlen(val) < sizeof(o->etcd) && *val;
+            if (ok)
+                snprintf(o->etcd, sizeof(o->etcd), "%s", val);
         } else if (!strcmp(name, "layers")) {
             ok = parse_size(val, 1ull << 24, &v) && v;
             o->layers = (unsigned long)v;
@@ -1032,14 +1097,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(o.mode, "decode")) {
-        if (!o.have_addr) {
+        if (!o.have_addr && !o.etcd[0]) {
             fprintf(stderr, "kv_stream decode: --listen HOST:PORT is required\n");
             return 2;
         }
         return run_decode(&o, -1);
     }
     if (!strcmp(o.mode, "prefill")) {
-        if (!o.have_addr || !o.port) {
+        if ((!o.have_addr || !o.port) && !o.etcd[0]) {
             fprintf(stderr, "kv_stream prefill: --connect HOST:PORT is required\n");
             return 2;
         }
