@@ -1,0 +1,43 @@
+#!/bin/sh
+# nxlbench must not rot: run each mode with tiny sizes, every byte checked,
+# and require a zero exit and the JSON keys each mode promises.
+set -u
+B=${builddir:-.}/bench/nxlbench
+[ -x "$B" ] || { echo "nxlbench_smoke: $B not built"; exit 99; }
+T=$(mktemp -d /tmp/nxlbench_smoke.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail=0
+
+run() { # NAME KEYS... -- ARGS...
+    name=$1; shift
+    keys=
+    while [ "$1" != "--" ]; do keys="$keys $1"; shift; done
+    shift
+    if ! timeout 60 "$B" --spawn --check_consistency --quiet --json "$T/$name.json" "$@" \
+        >"$T/$name.out" 2>&1; then
+        echo "FAIL $name: nxlbench $* exited nonzero:"; cat "$T/$name.out"; fail=1; return
+    fi
+    for k in rows env ucx_version nxl_version transports flags $keys; do
+        grep -q "\"$k\":" "$T/$name.json" || { echo "FAIL $name: no \"$k\" in the JSON"; fail=1; }
+    done
+    echo "ok   $name"
+}
+
+BW="block_size batch_size bw_gbps avg_lat_us avg_prep_us p99_prep_us avg_post_us p99_post_us avg_tx_us p99_tx_us"
+run write $BW -- --block_sizes 8,4K,64K --num_iter 20 --warmup_iter 2
+run read $BW -- --op_type READ --start_block_size 4K --max_block_size 16K --max_batch_size 2 \
+    --num_iter 10 --warmup_iter 1 --pipeline_depth 2 --mem_source nxl
+run recreate $BW -- --recreate_xfer --block_sizes 4K --num_iter 10 --warmup_iter 1 --pipeline_depth 3
+run latency $BW p50_us p99_us -- --mode latency --block_sizes 8,1K --num_iter 20 --warmup_iter 2
+run latency_notif p50_us p99_us -- --mode latency --latency_reply notif --block_sizes 8 --num_iter 20 \
+    --busy_poll_us 100
+run desc_rate descs prep_us post_us complete_us -- --mode desc_rate --start_batch_size 64 \
+    --num_iter 3 --warmup_iter 1
+run idle role wakeups_per_s cpu_s -- --mode idle --duration 0.3
+grep -q '"role": "target"' "$T/idle.json" || { echo "FAIL idle: no target row"; fail=1; }
+
+# a clear refusal for memory types not supported yet
+if "$B" --spawn --initiator_seg_type VRAM >"$T/vram.out" 2>&1 || ! grep -q "not supported" "$T/vram.out"; then
+    echo "FAIL vram: expected a refusal"; cat "$T/vram.out"; fail=1
+fi
+exit $fail
