@@ -17,8 +17,13 @@ fi
 dir=$(mktemp -d /tmp/nxl-kvetcd-XXXXXX)
 pid=
 cleanup() {
-    [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    local rc=$?
+    if [[ -n $pid ]]; then
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
     rm -rf "$dir"
+    exit "$rc"
 }
 trap cleanup EXIT
 for _ in 1 2 3 4 5; do
