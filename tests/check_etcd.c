@@ -25,9 +25,16 @@ static void teardown(void)
 /* Buffers at fixed addresses, so that every process knows where each
  * agent's buffer is without asking. */
 #define BUF_LEN (4u << 20)
+/* (0x5000... is clear of the heap, the libraries and AddressSanitizer's
+ * allocator at 0x6000...) */
+static void *slot_addr(int i)
+{
+    return (void *)(uintptr_t)(0x500000000000ull + (uint64_t)i * (64u << 20));
+}
+
 static unsigned char *buf_at(int i)
 {
-    void *want = (void *)(uintptr_t)(0x600000000000ull + (uint64_t)i * (64u << 20));
+    void *want = slot_addr(i);
     void *p = mmap(want, BUF_LEN, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     ck_assert_msg(p == want, "mmap at %p failed", want);
@@ -321,11 +328,6 @@ static void kill_reap(pid_t pid)
 {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-}
-
-static void *slot_addr(int i)
-{
-    return (void *)(uintptr_t)(0x600000000000ull + (uint64_t)i * (64u << 20));
 }
 
 /* WRITE then READ back len bytes between a's slot 0 and remote's slot */

@@ -546,7 +546,8 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
         r->regs[r->nregs++] = g;
     }
     nadd = 0;
-    qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
+    if (r->nregs)
+        qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
     if (!merge && !self) {
         if (old)
             remote_unlink(old);
