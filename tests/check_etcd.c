@@ -600,9 +600,5 @@ int main(void)
     tcase_add_test(tc, t_etcd_restarts);
     tcase_add_test(tc, t_ring_of_eight);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int nf = srunner_ntests_failed(r);
-    srunner_free(r);
-    return nf ? 1 : 0;
+    return tl_run(s);
 }

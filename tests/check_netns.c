@@ -386,9 +386,5 @@ int main(void)
     tcase_add_test(tc, t_two_hosts_tcp);
     tcase_add_test(tc, t_link_cut);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int nf = srunner_ntests_failed(r);
-    srunner_free(r);
-    return nf ? 1 : 0;
+    return tl_run(s);
 }

@@ -506,9 +506,5 @@ int main(void)
     tcase_add_test(tt, t_write_sizes);
     tcase_add_test(tt, t_peer_killed_tcp);
     suite_add_tcase(s, tt);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int nf = srunner_ntests_failed(r);
-    srunner_free(r);
-    return nf ? 1 : 0;
+    return tl_run(s);
 }

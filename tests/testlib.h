@@ -73,4 +73,29 @@ static inline long tl_check(const void *buf, size_t len, uint32_t seed)
     return -1;
 }
 
+/* An error sentence: a few words, not a code. */
+static inline int is_sentence(const char *s)
+{
+    return s && strlen(s) >= 16 && strchr(s, ' ') != NULL;
+}
+
+/* Asserts that s is an error sentence that mentions word. */
+#define ck_sentence(s, word)                                                                       \
+    do {                                                                                           \
+        const char *s_ = (s);                                                                      \
+        ck_assert_msg(is_sentence(s_), "not an error sentence: '%s'", s_ ? s_ : "(null)");         \
+        ck_assert_msg(strstr(s_, (word)) != NULL, "sentence '%s' does not mention '%s'", s_,       \
+                      (word));                                                                     \
+    } while (0)
+
+/* Runs a suite; the exit status of a suite program. */
+static inline int tl_run(Suite *s)
+{
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int nf = srunner_ntests_failed(r);
+    srunner_free(r);
+    return nf ? 1 : 0;
+}
+
 #endif
