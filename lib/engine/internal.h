@@ -171,6 +171,9 @@ typedef struct nxli_notif {
 struct nxli_exchange;
 
 /* ---- the agent */
+#define NXLI_SPARES 4            /* large arrays an agent keeps for reuse */
+#define NXLI_SPARE_MIN (64 * 1024) /* smaller ones go back to malloc at once */
+
 struct nxl_agent {
     char *name;
     struct event_base *base;
@@ -206,6 +209,11 @@ struct nxl_agent {
     nxl_notif_cb notif_cb;
     void *notif_arg;
     STAILQ_HEAD(, nxli_notif) notifs;
+
+    /* large descriptor arrays of released prepared lists and transfers,
+     * kept for the next ones: fresh pages cost a page fault each */
+    void *spare[NXLI_SPARES];
+    size_t spare_cap[NXLI_SPARES];
 
     struct nxli_exchange *ex;   /* metadata exchange over TCP */
     struct etcd *etcd;          /* metadata discovery through etcd */
