@@ -1476,7 +1476,7 @@ static int plot(const char *png, char **files, int nfiles)
     char script[4096 + 512 * 16];
     size_t so = (size_t)snprintf(script, sizeof(script),
                                  "set terminal png size 1000,600\nset output '%s'\n"
-                                 "set logscale x 2\nset format x '%%.0s%%cB'\n"
+                                 "set logscale x 2\nset format x '%%.0b%%BB'\n"
                                  "set xlabel 'block size'\nset ylabel 'bandwidth (GB/s)'\n"
                                  "set key top left\nset grid\nplot ",
                                  png);
@@ -1490,7 +1490,12 @@ static int plot(const char *png, char **files, int nfiles)
         char line[4096];
         size_t batch0 = 0;
         int rows = 0;
+        char label[160] = "";
         while (fgets(line, sizeof(line), in)) {
+            char *fl = strstr(line, "\"op_type\": \""), *ms = strstr(line, "\"mem_source\": \"");
+            if (fl && ms)
+                snprintf(label, sizeof(label), " (%.*s, %.*s)", (int)strcspn(fl + 12, "\""), fl + 12,
+                         (int)strcspn(ms + 15, "\""), ms + 15);
             char *b = strstr(line, "\"block_size\": "), *n = strstr(line, "\"batch_size\": "),
                  *w = strstr(line, "\"bw_gbps\": ");
             if (!b || !w || !n)
@@ -1510,8 +1515,8 @@ static int plot(const char *png, char **files, int nfiles)
             fprintf(stderr, "nxlbench: --plot: %s has no bandwidth rows\n", files[i]);
         const char *base = strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i];
         so += (size_t)snprintf(script + so, sizeof(script) - so,
-                               "%s'%s' using 1:2 with linespoints title '%s'", i ? ", " : "",
-                               dpath, base);
+                               "%s'%s' using 1:2 with linespoints title '%s%s'", i ? ", " : "",
+                               dpath, base, label);
     }
     so += (size_t)snprintf(script + so, sizeof(script) - so, "\n");
     char spath[512];
