@@ -9,6 +9,7 @@
  * registration errors; nxl_mem_query; 64 transfers in flight; teardown and
  * release with I/O in flight (CANCELED exactly once). Tests that cannot run
  * here say why and pass. */
+#include "config.h"
 #include "testlib.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
+#define NO_URING "no io_uring engine here (built without liburing, or io_uring_setup fails)"
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 
@@ -54,9 +56,11 @@ static void teardown(void)
 
 /* ---------------------------------------------------------------- helpers */
 
+/* Does this build have its io_uring engine, and does the kernel let us
+ * set up a ring? Then engine=uring must work. */
 static int uring_works(void)
 {
-#ifdef __NR_io_uring_setup
+#if defined(NXL_HAVE_LIBURING) && defined(__NR_io_uring_setup)
     struct io_uring_params p;
     memset(&p, 0, sizeof(p));
     int fd = (int)syscall(__NR_io_uring_setup, 4, &p);
@@ -80,6 +84,8 @@ static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 }
 
 /* An agent with only a POSIX transport. */
+static const char *extra_key, *extra_val; /* one more backend parameter, when set */
+
 static nxl_agent_t *px_agent(const char *name, const char *engine, const char *direct)
 {
     nxl_agent_config_t c;
@@ -90,8 +96,10 @@ static nxl_agent_t *px_agent(const char *name, const char *engine, const char *d
     nxl_agent_t *a = NULL;
     nxl_status_t st = nxl_agent_create(&c, &a);
     ck_assert_msg(st == NXL_SUCCESS, "agent: %s", nxl_agent_last_error(NULL));
-    nxl_param_t p[2];
+    nxl_param_t p[3];
     size_t np = 0;
+    if (extra_key)
+        p[np++] = (nxl_param_t){extra_key, extra_val};
     if (engine)
         p[np++] = (nxl_param_t){"engine", engine};
     if (direct)
@@ -244,7 +252,7 @@ START_TEST(t_roundtrip)
     const char *engine = _i & 1 ? "threads" : "uring";
     int direct = !!(_i & 2), by_path = !!(_i & 4);
     if (!strcmp(engine, "uring") && !uring_works()) {
-        printf("check_posix: t_roundtrip[%d] skipped: io_uring_setup fails on this kernel\n", _i);
+        printf("check_posix: t_roundtrip[%d] skipped: " NO_URING "\n", _i);
         return;
     }
     nxl_agent_t *a = px_agent("px", engine, direct ? "1" : "0");
@@ -347,7 +355,7 @@ START_TEST(t_unaligned_direct)
 {
     const char *engine = _i ? "threads" : "uring";
     if (!_i && !uring_works()) {
-        printf("check_posix: t_unaligned_direct[uring] skipped: no io_uring here\n");
+        printf("check_posix: t_unaligned_direct[uring] skipped: " NO_URING "\n");
         return;
     }
     nxl_agent_t *a = px_agent("px", engine, "1");
@@ -399,6 +407,10 @@ START_TEST(t_engine_params)
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad2, 1, NULL), NXL_ERR_INVALID_PARAM);
     ck_assert_msg(strstr(nxl_agent_last_error(a), "colour"), "%s", nxl_agent_last_error(a));
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad3, 1, NULL), NXL_ERR_INVALID_PARAM);
+#ifndef NXL_HAVE_LIBURING
+    nxl_param_t pu = {"engine", "uring"};
+    ck_assert_int_eq(nxl_backend_create(a, "POSIX", &pu, 1, NULL), NXL_ERR_NOT_SUPPORTED);
+#endif
     /* still none created: a good one works */
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", NULL, 0, NULL), NXL_SUCCESS);
     nxl_agent_destroy(a);
@@ -495,8 +507,8 @@ static int fallback_child(char *msg, size_t cap)
 START_TEST(t_fallback)
 {
     if (!uring_works()) {
-        printf("check_posix: t_fallback: io_uring already fails here; the other tests cover "
-               "the fallback\n");
+        printf("check_posix: t_fallback skipped: no io_uring engine here to fail; the other "
+               "tests run on the thread pool\n");
         return;
     }
     int pp[2];
@@ -591,7 +603,7 @@ START_TEST(t_read_past_eof)
 {
     const char *engine = _i ? "threads" : "uring";
     if (!_i && !uring_works()) {
-        printf("check_posix: t_read_past_eof[uring] skipped: no io_uring here\n");
+        printf("check_posix: t_read_past_eof[uring] skipped: " NO_URING "\n");
         return;
     }
     nxl_agent_t *a = px_agent("px", engine, NULL);
@@ -701,7 +713,7 @@ START_TEST(t_efbig)
 {
     const char *engine = _i ? "threads" : "uring";
     if (!_i && !uring_works()) {
-        printf("check_posix: t_efbig[uring] skipped: no io_uring here\n");
+        printf("check_posix: t_efbig[uring] skipped: " NO_URING "\n");
         return;
     }
     int pp[2];
@@ -734,7 +746,7 @@ START_TEST(t_full_fs)
 {
     const char *engine = _i ? "threads" : "uring";
     if (!_i && !uring_works()) {
-        printf("check_posix: t_full_fs[uring] skipped: no io_uring here\n");
+        printf("check_posix: t_full_fs[uring] skipped: " NO_URING "\n");
         return;
     }
     if (geteuid() != 0) {
@@ -949,14 +961,23 @@ END_TEST
 
 /* ------------------------------------------------- many, teardown, peers */
 
+/* 64 transfers of 4 blocks at once; [2]: a ring of 8 entries, so that the
+ * 256 reads and writes are submitted in chunks and refilled as they end */
 START_TEST(t_many_inflight)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_many_inflight[uring] skipped: no io_uring here\n");
+    const char *engine = _i == 1 ? "threads" : "uring";
+    if (_i != 1 && !uring_works()) {
+        printf("check_posix: t_many_inflight[%d] skipped: " NO_URING "\n", _i);
         return;
     }
+    if (_i == 2) {
+        extra_key = "queue_depth";
+        extra_val = "8";
+    }
     nxl_agent_t *a = px_agent("px", engine, NULL);
+    extra_key = NULL;
+    if (_i == 2)
+        ck_assert_msg(strstr(engine_line, "(8 entries"), "%s", engine_line);
     enum { NX = 64, NB = 4 };
     size_t bs = 64 * KiB, per = NB * bs, total = NX * per;
     char *src = xalloc(total), *dst = xalloc(total);
@@ -1029,7 +1050,7 @@ START_TEST(t_teardown_inflight)
 {
     const char *engine = _i ? "threads" : "uring";
     if (!_i && !uring_works()) {
-        printf("check_posix: t_teardown_inflight[uring] skipped: no io_uring here\n");
+        printf("check_posix: t_teardown_inflight[uring] skipped: " NO_URING "\n");
         return;
     }
     nxl_agent_t *a = px_agent("px", engine, NULL);
@@ -1154,7 +1175,7 @@ int main(void)
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);
-    tcase_add_loop_test(tc, t_many_inflight, 0, 2);
+    tcase_add_loop_test(tc, t_many_inflight, 0, 3);
     tcase_add_loop_test(tc, t_teardown_inflight, 0, 2);
     tcase_add_test(tc, t_release_inflight);
     tcase_add_test(tc, t_other_agent);
