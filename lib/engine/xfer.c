@@ -165,7 +165,11 @@ void nxl_xfer_opts_init(nxl_xfer_opts_t *o)
     o->size = sizeof(*o);
 }
 
-static bool backend_holds(nxl_backend_t *b, const nxl_prepped_t *lp, const nxl_prepped_t *rp)
+/* Does b hold the local regions and the remote regions of the n entries
+ * the transfer uses (ridx, or 0 .. n-1)? Only those are looked at: a
+ * transfer of one block out of a list of a million costs one check. */
+static bool backend_holds(nxl_backend_t *b, const nxl_prepped_t *lp, const nxl_prepped_t *rp,
+                          const size_t *ridx, size_t n)
 {
     int i = b->index;
     const nxlt_ops_t *ops = b->ops;
@@ -178,8 +182,8 @@ static bool backend_holds(nxl_backend_t *b, const nxl_prepped_t *lp, const nxl_p
             return false;
     /* remote regions: only the distinct ones need checking, entries repeat them */
     const nxli_rregion_t *last = NULL;
-    for (size_t k = 0; k < rp->n; k++) {
-        const nxli_rregion_t *g = rp->e[k].region;
+    for (size_t k = 0; k < n; k++) {
+        const nxli_rregion_t *g = rp->e[ridx ? ridx[k] : k].region;
         if (g != last && !g->rkey[i])
             return false;
         last = g;
@@ -247,14 +251,14 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
     }
     nxl_backend_t *b = opts ? opts->backend : NULL;
     if (b) {
-        if (b->agent != a || !backend_holds(b, lp, rp)) {
+        if (b->agent != a || !backend_holds(b, lp, rp, ridx, n)) {
             nxli_err(a, "nxl_xfer_make: transport %s does not hold both sides (register the "
                         "memory with it on both agents)", b->ops->name);
             return NXL_ERR_NOT_SUPPORTED;
         }
     } else {
         for (int i = 0; i < a->nbackends && !b; i++)
-            if (backend_holds(a->backends[i], lp, rp))
+            if (backend_holds(a->backends[i], lp, rp, ridx, n))
                 b = a->backends[i];
         if (!b) {
             nxli_err(a, "nxl_xfer_make: no transport of agent '%s' holds both the local %s "
