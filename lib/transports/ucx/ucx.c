@@ -27,6 +27,7 @@
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define ARM_TRIES 16
 #define WATCH_MS 100
+#define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
 
 typedef struct ucx_conn ucx_conn_t;
 
@@ -46,6 +47,7 @@ typedef struct ucx_state {
     unsigned nclosing, capclosing;
     char desc[256];
     unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
+    bool hit;                   /* an op completed or a notification came: the engine has work */
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
 } ucx_t;
 
@@ -95,6 +97,35 @@ static void kick(ucx_t *u)
         evtimer_add(u->ev_kick, &zero);
 }
 
+/* Busy polling without a reactor turn per round: each turn costs an
+ * epoll_wait(), more than a message over shared memory takes. Spins on the
+ * worker for a short slice, until UCX reports work, one of our operations
+ * completes or a notification arrives (UCX does not count every completion:
+ * a flush completes with a count of 0), or anything else in the loop is
+ * ready to run (a delivery the engine queued outside this call, another
+ * transport's event): then the loop gets its turn. */
+static void spin(ucx_t *u, unsigned bp)
+{
+    struct event_base *base = nxlt_base(u->ctx);
+    if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
+        return;
+    uint64_t end = now_us() + SPIN_SLICE_US;
+    if (end > u->busy_until_us)
+        end = u->busy_until_us;
+    u->hit = false;
+    for (unsigned i = 1;; i++) {
+        if (ucp_worker_progress(u->w) || u->hit) {
+            while (ucp_worker_progress(u->w))
+                ;
+            u->busy_until_us = now_us() + bp;
+            return;
+        }
+        if (!(i & 15) &&
+            (now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+            return;
+    }
+}
+
 static void progress(ucx_t *u)
 {
     unsigned n = 0;
@@ -102,9 +133,12 @@ static void progress(ucx_t *u)
         unsigned k;
         while ((k = ucp_worker_progress(u->w)))
             n += k;
-        if (n && nxlt_busy_poll_us(u->ctx))
-            u->busy_until_us = now_us() + nxlt_busy_poll_us(u->ctx);
+        unsigned bp = nxlt_busy_poll_us(u->ctx);
+        if (n && bp)
+            u->busy_until_us = now_us() + bp;
         if (u->busy_until_us && now_us() < u->busy_until_us) {
+            if (!n)
+                spin(u, bp);
             kick(u); /* busy-poll window: keep polling from the loop */
             return;
         }
@@ -445,6 +479,7 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
     o->u->inflight--;
     o->conn->inflight--;
     o->conn->progress_us = now_us();
+    o->u->hit = true;
     nxlt_op_done(op, ns, ns == NXL_SUCCESS ? NULL : why);
 }
 
@@ -622,6 +657,7 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t hlen, void *da
     char from[256];
     memcpy(from, b + 2, nl);
     from[nl] = 0;
+    u->hit = true;
     nxlt_notif_recv(u->ctx, from, b + 2 + nl, len - 2 - nl);
     return UCS_OK;
 }
