@@ -1045,37 +1045,72 @@ static void cancel_cb(nxl_future_t *f, nxl_status_t st, void *arg)
     (*mine)++;
 }
 
-/* Agent teardown with I/O in flight: every callback once, CANCELED. */
+static char *poison_base;
+static size_t poison_len;
+static int tear_mine[64];
+
+/* a CANCELED callback may free its buffer: here it overwrites it, and
+ * nothing may write into it afterwards */
+static void poison_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    size_t i = (size_t)((int *)arg - tear_mine);
+    memset(poison_base + i * poison_len, 0xee, poison_len);
+    cancel_cb(f, st, arg);
+}
+
+/* Agent teardown with I/O in flight: every callback once, CANCELED, and
+ * only when the I/O has stopped. loop index: bit 0 engine, bit 1 reads
+ * (O_DIRECT, from a file written before) whose callbacks overwrite their
+ * buffers, which must then stay as the callbacks left them. */
 START_TEST(t_teardown_inflight)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_teardown_inflight[uring] skipped: " NO_URING "\n");
+    const char *engine = _i & 1 ? "threads" : "uring";
+    int reads = !!(_i & 2);
+    if (!(_i & 1) && !uring_works()) {
+        printf("check_posix: t_teardown_inflight[%d] skipped: " NO_URING "\n", _i);
         return;
     }
-    nxl_agent_t *a = px_agent("px", engine, NULL);
+    nxl_agent_t *a = px_agent("px", engine, reads ? "1" : NULL);
     enum { NX = 64 };
     size_t per = 1 * MiB, total = NX * per;
-    char *src = xalloc(total);
-    memset(src, 0x5a, total);
-    reg_dram(a, src, total);
+    char *buf = xalloc(total);
+    memset(buf, 0x5a, total);
+    reg_dram(a, buf, total);
     char path[300];
     snprintf(path, sizeof(path), "%s/teardown", tdir);
     ck_assert_int_eq(reg_path(a, NXL_FILE, 1, path, "create", 0, total), NXL_SUCCESS);
-    static int mine[NX];
+    if (reads) {
+        nxl_xfer_t *w = make_blocks(a, NXL_WRITE, NXL_FILE, 1, buf, 0, per, NX, NULL);
+        res_t res;
+        post(w, &res);
+        wait_res(a, &res, 20000);
+        ck_assert_int_eq(res.st, NXL_SUCCESS);
+        nxl_xfer_release(w);
+    }
+    int *mine = tear_mine;
     cancel_calls = cancel_other = 0;
+    poison_base = buf;
+    poison_len = per;
     for (int i = 0; i < NX; i++) {
         mine[i] = 0;
-        nxl_xfer_t *x = make_blocks(a, NXL_WRITE, NXL_FILE, 1, src + i * per, (uint64_t)i * per,
-                                    per / 4, 4, NULL);
-        ck_assert_int_eq(nxl_xfer_post(x, cancel_cb, &mine[i], NULL), NXL_SUCCESS);
+        nxl_xfer_t *x = make_blocks(a, reads ? NXL_READ : NXL_WRITE, NXL_FILE, 1, buf + i * per,
+                                    (uint64_t)i * per, per / 4, 4, NULL);
+        ck_assert_int_eq(nxl_xfer_post(x, reads ? poison_cb : cancel_cb, &mine[i], NULL),
+                         NXL_SUCCESS);
     }
     nxl_agent_destroy(a);
     ck_assert_int_eq(cancel_calls, NX);
     ck_assert_int_eq(cancel_other, 0);
     for (int i = 0; i < NX; i++)
         ck_assert_int_eq(mine[i], 1);
-    free(src);
+    if (reads) {
+        size_t k = 0;
+        while (k < total && (unsigned char)buf[k] == 0xee)
+            k++;
+        ck_assert_msg(k == total, "byte %zu of the buffers was written after its transfer's "
+                      "CANCELED callback", k);
+    }
+    free(buf);
 }
 END_TEST
 
@@ -1176,7 +1211,7 @@ int main(void)
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);
     tcase_add_loop_test(tc, t_many_inflight, 0, 3);
-    tcase_add_loop_test(tc, t_teardown_inflight, 0, 2);
+    tcase_add_loop_test(tc, t_teardown_inflight, 0, 4);
     tcase_add_test(tc, t_release_inflight);
     tcase_add_test(tc, t_other_agent);
     suite_add_tcase(s, tc);

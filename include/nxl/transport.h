@@ -102,6 +102,14 @@ typedef struct nxlt_ops {
      * does not exist is not an error: @p res->exists stays 0.
      */
     nxl_status_t (*query)(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res);
+    /**
+     * Optional: called first in nxl_agent_destroy(), before pending futures
+     * are canceled and their callbacks run: waits until nothing in flight
+     * uses application memory anymore and reports every op done
+     * (NXL_ERR_CANCELED), so that a callback may free its buffers. Only
+     * destroy() follows.
+     */
+    void (*quiesce)(void *state);
 } nxlt_ops_t;
 
 /* ---- what the engine offers a transport ---- */

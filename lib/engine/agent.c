@@ -97,6 +97,11 @@ void nxl_agent_destroy(nxl_agent_t *a)
 {
     if (!a)
         return;
+    /* transports that move data on their own (the kernel, worker threads)
+     * stop first, so that no callback sees its buffer still in use */
+    for (int i = 0; i < a->nbackends; i++)
+        if (a->backends[i]->ops->quiesce)
+            a->backends[i]->ops->quiesce(a->backends[i]->state);
     /* pending futures complete with CANCELED, their callbacks run here */
     nxli_futures_cancel_all(a);
     nxli_etcd_cleanup(a, true);

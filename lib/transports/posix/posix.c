@@ -585,6 +585,10 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     px_t *u = state;
+    if (u->closing) {
+        nxlt_error(u->ctx, "POSIX: the transport is shutting down");
+        return NXL_ERR_NOT_ALLOWED;
+    }
     if (t->conn != u) {
         nxlt_error(u->ctx, "POSIX: moves data only within the agent (its own name as the remote "
                            "agent)");
@@ -856,12 +860,14 @@ bad:
     return NXL_ERR_INVALID_PARAM;
 }
 
-static void destroy(void *state)
+/* Waits for what the kernel or the workers hold (their buffers are the
+ * application's), then reports every transfer CANCELED. */
+static void quiesce(void *state)
 {
     px_t *u = state;
+    if (u->closing)
+        return;
     u->closing = true;
-    /* wait for what the kernel or the workers hold: their buffers are the
-     * application's */
     if (u->eng)
         u->eng->stop(u);
     px_seg_t *s;
@@ -878,6 +884,12 @@ static void destroy(void *state)
             file_put(x->seg[i].file);
         free(x);
     }
+}
+
+static void destroy(void *state)
+{
+    px_t *u = state;
+    quiesce(u);
     if (u->kick)
         event_free(u->kick);
     if (u->reg) {
@@ -916,4 +928,5 @@ const nxlt_ops_t nxl_posix_ops = {
     .notif_send = notif_send,
     .describe = describe,
     .query = query,
+    .quiesce = quiesce,
 };
