@@ -31,7 +31,14 @@
  * NXL_ERR_BACKEND for an error of the system (ENOSPC, EIO, ...). The sentence
  * names the file, the offset, the element and how far it got. A failed
  * transfer starts nothing more and completes once none of its I/O is in
- * flight, so its buffers are free when the callback runs. */
+ * flight, so its buffers are free when the callback runs.
+ *
+ * Teardown (quiesce) waits for what the kernel or the workers hold before
+ * any CANCELED callback runs. A transfer canceled on its own
+ * (nxl_future_cancel, nxl_xfer_release while in flight) is detached by the
+ * engine at once: its callback may run while its last reads and writes are
+ * still under way, so its buffers must outlive them (at most one chunk per
+ * element in flight). */
 #include "posix.h"
 
 #include <errno.h>
