@@ -63,6 +63,7 @@ static struct {
     long busy_poll_us;
     bool mem_nxl;
     const char *listen, *connect;
+    const char *etcd;       /* --etcd_endpoints: discovery through etcd */
     const char *json, *plot;
     int mode;
     double duration;
@@ -100,6 +101,9 @@ static void usage(FILE *f)
 "Roles\n"
 "  --spawn                   fork a target and an initiator on this host\n"
 "  --listen HOST:PORT        be the target: serve until the initiator says quit\n"
+"  --etcd_endpoints URL      find each other through etcd instead of TCP metadata\n"
+"                            exchange (with --spawn; or run --listen etcd on one\n"
+"                            side and --connect etcd on the other)\n"
 "  --connect HOST:PORT       be the initiator and drive the sweep\n"
 "  --pin                     pin the initiator to CPU 0 and the target to CPU 1\n"
 "\n"
@@ -310,6 +314,8 @@ static void parse_args(int argc, char **argv)
                 O.reply_notif = true;
             else
                 die("--latency_reply: write or notif, not '%s'", val);
+        } else if (!strcmp(name, "--etcd_endpoints")) {
+            O.etcd = val;
         } else if (!strcmp(name, "--listen")) {
             O.listen = val;
         } else if (!strcmp(name, "--connect")) {
@@ -485,8 +491,9 @@ static nxl_agent_t *make_agent(const char *name, const char *host, uint16_t port
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
     c.name = name;
-    c.listen_addr = host;
+    c.listen_addr = O.etcd ? NULL : host;
     c.listen_port = port;
+    c.etcd_endpoints = O.etcd;
     c.busy_poll_us = (unsigned)O.busy_poll_us;
     c.log_level = NXL_LOG_INFO;
     c.log_cb = log_cb;
@@ -604,6 +611,16 @@ static void t_pong(void)
         fprintf(stderr, "nxlbench target: pong: %s\n", nxl_agent_last_error(T.a));
 }
 
+static void t_published(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    char out[600];
+    if (st == NXL_SUCCESS)
+        snprintf(out, sizeof(out), "%s", (const char *)arg);
+    else
+        snprintf(out, sizeof(out), "bad: %s", nxl_future_error(f));
+    t_reply(out);
+}
+
 static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
     if (len == 1 && *(const char *)msg == 'p') {
@@ -628,6 +645,16 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
             return;
         }
         snprintf(out, sizeof(out), "ready %llu", (unsigned long long)(uintptr_t)T.buf.p);
+        if (O.etcd) {
+            /* the initiator fetches the new buffer from etcd: answer once it is there */
+            static char pending[256];
+            snprintf(pending, sizeof(pending), "%s", out);
+            if (nxl_md_publish(T.a, t_published, pending, NULL) != NXL_SUCCESS) {
+                snprintf(out, sizeof(out), "bad: %s", nxl_agent_last_error(T.a));
+                t_reply(out);
+            }
+            return;
+        }
         t_reply(out);
     } else if (sscanf(m, "fill %llu %llu %llu", &seed, &off, &n) == 3) {
         if (!T.buf.p || off + n > T.buf.len) {
@@ -695,13 +722,35 @@ static int target_main(const char *host, uint16_t port, int port_fd)
 {
     T.a = make_agent(T_NAME, host, port, "target");
     nxl_agent_on_notif(T.a, t_notif, NULL);
+    if (O.etcd) {
+        /* discovery through etcd: publish ours, load the initiator's */
+        nxl_future_t *f;
+        nxl_status_t st = nxl_md_publish(T.a, NULL, NULL, &f);
+        if (st == NXL_SUCCESS)
+            st = nxl_future_wait(f, 10000);
+        if (st != NXL_SUCCESS)
+            die("target: publishing to etcd at %s: %s", O.etcd,
+                st == NXL_IN_PROG ? "no answer" : nxl_future_error(f));
+        nxl_future_release(f);
+    }
     uint16_t p = nxl_agent_listen_port(T.a);
     if (port_fd >= 0) {
         if (write(port_fd, &p, sizeof(p)) != sizeof(p))
             return 3;
         close(port_fd);
-    } else {
+    } else if (!O.etcd) {
         fprintf(stderr, "nxlbench target: listening on %s:%u\n", host, p);
+    }
+    if (O.etcd) {
+        nxl_future_t *f;
+        nxl_status_t st = nxl_md_fetch_etcd(T.a, I_NAME, NULL, 120000, NULL, NULL, &f);
+        if (st == NXL_SUCCESS)
+            st = nxl_future_wait(f, 125000);
+        if (st != NXL_SUCCESS)
+            die("target: no initiator '%s' appeared in etcd at %s: %s", I_NAME, O.etcd,
+                st == NXL_IN_PROG ? "timeout" : nxl_future_error(f));
+        nxl_future_release(f);
+        fprintf(stderr, "nxlbench target: found the initiator through etcd at %s\n", O.etcd);
     }
     while (!T.quit)
         if (nxl_agent_run(T.a) != NXL_SUCCESS)
@@ -1553,12 +1602,21 @@ static int initiator_main(const char *host, uint16_t port)
         die("initiator: %zu bytes (%s): %s", need, O.mem_nxl ? "nxl_mem_alloc" : "malloc",
             nxl_agent_last_error(I.a));
     nxl_future_t *f;
-    if (nxl_md_fetch(I.a, T_NAME, host, port, NULL, NULL, &f) != NXL_SUCCESS)
-        die("initiator: nxl_md_fetch: %s", nxl_agent_last_error(I.a));
-    wait_future(f, "fetching the target's metadata");
-    if (nxl_md_send(I.a, host, port, NULL, NULL, &f) != NXL_SUCCESS)
-        die("initiator: nxl_md_send: %s", nxl_agent_last_error(I.a));
-    wait_future(f, "sending metadata to the target");
+    if (O.etcd) {
+        if (nxl_md_publish(I.a, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_publish: %s", nxl_agent_last_error(I.a));
+        wait_future(f, "publishing to etcd");
+        if (nxl_md_fetch_etcd(I.a, T_NAME, NULL, 120000, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_fetch_etcd: %s", nxl_agent_last_error(I.a));
+        wait_future(f, "fetching the target's metadata from etcd");
+    } else {
+        if (nxl_md_fetch(I.a, T_NAME, host, port, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_fetch: %s", nxl_agent_last_error(I.a));
+        wait_future(f, "fetching the target's metadata");
+        if (nxl_md_send(I.a, host, port, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_send: %s", nxl_agent_last_error(I.a));
+        wait_future(f, "sending metadata to the target");
+    }
     const char *r = ask("setup %zu %s %llu %zu", need, O.mem_nxl ? "nxl" : "malloc",
                         (unsigned long long)(uintptr_t)I.buf.p, need);
     unsigned long long ra;
@@ -1566,8 +1624,12 @@ static int initiator_main(const char *host, uint16_t port)
         die("initiator: unexpected answer '%s' to setup", r);
     I.raddr = (uintptr_t)ra;
     I.rlen = need;
-    if (nxl_md_fetch(I.a, T_NAME, host, port, NULL, NULL, &f) != NXL_SUCCESS)
+    if (O.etcd) {
+        if (nxl_md_fetch_etcd(I.a, T_NAME, NULL, 10000, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_fetch_etcd: %s", nxl_agent_last_error(I.a));
+    } else if (nxl_md_fetch(I.a, T_NAME, host, port, NULL, NULL, &f) != NXL_SUCCESS) {
         die("initiator: nxl_md_fetch: %s", nxl_agent_last_error(I.a));
+    }
     wait_future(f, "fetching the target's metadata (with its buffer)");
 
     switch (O.mode) {
@@ -1609,6 +1671,14 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     char host[256];
     uint16_t port;
+    if (O.etcd && (O.listen || O.connect)) {
+        /* roles through etcd: the address given is not used */
+        snprintf(host, sizeof(host), "127.0.0.1");
+        port = 0;
+        if (O.pin)
+            pin_cpu(O.listen ? 1 : 0);
+        return O.listen ? target_main(host, port, -1) : initiator_main(host, port);
+    }
     if (O.listen) {
         split_hostport(O.listen, host, sizeof(host), &port);
         if (O.pin)

@@ -5,7 +5,8 @@ set -u
 B=${builddir:-.}/bench/nxlbench
 [ -x "$B" ] || { echo "nxlbench_smoke: $B not built"; exit 99; }
 T=$(mktemp -d /tmp/nxlbench_smoke.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/etcd.sh"
+trap 'nxl_etcd_stop; rm -rf "$T"' EXIT
 fail=0
 
 run() { # NAME KEYS... -- ARGS...
@@ -35,6 +36,17 @@ run desc_rate descs prep_us post_us complete_us -- --mode desc_rate --start_batc
     --num_iter 3 --warmup_iter 1
 run idle role wakeups_per_s cpu_s -- --mode idle --duration 0.3
 grep -q '"role": "target"' "$T/idle.json" || { echo "FAIL idle: no target row"; fail=1; }
+
+# discovery through etcd instead of the TCP listener
+erc=0
+nxl_etcd_start || erc=$?
+if [ $erc -eq 0 ]; then
+    run etcd $BW -- --etcd_endpoints "$NXL_TEST_ETCD" --block_sizes 4K,64K --num_iter 10 --warmup_iter 1
+elif [ $erc -eq 1 ]; then
+    echo "skip etcd: no etcd server binary (apt-get install etcd-server)"
+else
+    echo "FAIL etcd: etcd did not start"; fail=1
+fi
 
 # a clear refusal for memory types not supported yet
 if "$B" --spawn --initiator_seg_type VRAM >"$T/vram.out" 2>&1 || ! grep -q "not supported" "$T/vram.out"; then
