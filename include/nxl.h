@@ -490,7 +490,7 @@ NXL_API nxl_status_t nxl_xfer_status(const nxl_xfer_t *x);
 NXL_API nxl_backend_t *nxl_xfer_backend(const nxl_xfer_t *x);
 /**
  * Releases a transfer. One in flight is canceled: its future completes with
- * NXL_ERR_CANCELED on the next reactor turn.
+ * NXL_ERR_CANCELED as nxl_future_cancel() says.
  */
 NXL_API void nxl_xfer_release(nxl_xfer_t *x);
 
@@ -515,8 +515,11 @@ NXL_API const char *nxl_future_error(const nxl_future_t *f);
 /** @return for a metadata fetch, the peer's name once loaded; else NULL. */
 NXL_API const char *nxl_future_peer(const nxl_future_t *f);
 /**
- * Cancels the operation: the future completes with NXL_ERR_CANCELED on the
- * next turn (the data may have moved in part). No effect on a complete future.
+ * Cancels the operation: the future completes with NXL_ERR_CANCELED (the
+ * data may have moved in part) on the next turn; with transports whose I/O
+ * runs on its own (POSIX: the kernel or worker threads), once the reads and
+ * writes already started have ended, so that the buffers are free when the
+ * callback runs. No effect on a complete future.
  */
 NXL_API void nxl_future_cancel(nxl_future_t *f);
 /**

@@ -1114,6 +1114,89 @@ START_TEST(t_teardown_inflight)
 }
 END_TEST
 
+/* Canceling transfers in flight (nxl_future_cancel, and nxl_xfer_release):
+ * each callback once, CANCELED, and only when their I/O has ended: the
+ * callbacks overwrite their buffers, which must then stay as they left
+ * them. The canceled transfers can be posted again and move the data. */
+START_TEST(t_cancel_inflight)
+{
+    const char *engine = _i ? "threads" : "uring";
+    if (!_i && !uring_works()) {
+        printf("check_posix: t_cancel_inflight[uring] skipped: " NO_URING "\n");
+        return;
+    }
+    nxl_agent_t *a = px_agent("px", engine, "1");
+    enum { NX = 64 };
+    size_t per = 1 * MiB, total = NX * per;
+    char *buf = xalloc(total), *src = xalloc(total);
+    tl_fill(src, total, 51);
+    reg_dram(a, buf, total);
+    reg_dram(a, src, total);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/cancel", tdir);
+    ck_assert_int_eq(reg_path(a, NXL_FILE, 1, path, "create", 0, total), NXL_SUCCESS);
+    nxl_xfer_t *w = make_blocks(a, NXL_WRITE, NXL_FILE, 1, src, 0, per, NX, NULL);
+    res_t res;
+    post(w, &res);
+    wait_res(a, &res, 20000);
+    ck_assert_int_eq(res.st, NXL_SUCCESS);
+    nxl_xfer_release(w);
+
+    memset(buf, 0, total);
+    nxl_xfer_t *x[NX];
+    nxl_future_t *f[NX];
+    cancel_calls = cancel_other = 0;
+    poison_base = buf;
+    poison_len = per;
+    for (int i = 0; i < NX; i++) {
+        tear_mine[i] = 0;
+        x[i] = make_blocks(a, NXL_READ, NXL_FILE, 1, buf + i * per, (uint64_t)i * per, per / 4,
+                           4, NULL);
+        ck_assert_int_eq(nxl_xfer_post(x[i], poison_cb, &tear_mine[i], &f[i]), NXL_SUCCESS);
+    }
+    for (int i = 0; i < NX; i++) {
+        if (i % 2) {
+            nxl_xfer_release(x[i]);
+            x[i] = NULL;
+        } else {
+            nxl_future_cancel(f[i]);
+        }
+    }
+    int total_calls = 0;
+    uint64_t end = tl_now_ms() + 20000;
+    while (total_calls < NX && tl_now_ms() < end) {
+        nxl_agent_run_once(a, 20);
+        total_calls = 0;
+        for (int i = 0; i < NX; i++)
+            total_calls += tear_mine[i];
+    }
+    for (int i = 0; i < 10; i++)
+        nxl_agent_run_once(a, 10);
+    ck_assert_int_eq(cancel_calls, NX);
+    ck_assert_int_eq(cancel_other, 0);
+    for (int i = 0; i < NX; i++) {
+        ck_assert_int_eq(tear_mine[i], 1);
+        ck_assert_int_eq(nxl_future_status(f[i]), NXL_ERR_CANCELED);
+        nxl_future_release(f[i]);
+    }
+    size_t k = 0;
+    while (k < total && (unsigned char)buf[k] == 0xee)
+        k++;
+    ck_assert_msg(k == total, "byte %zu was written after its transfer's CANCELED callback", k);
+    /* the canceled transfers post again and read what the file holds */
+    for (int i = 0; i < NX; i += 2) {
+        ck_assert_int_eq(nxl_xfer_status(x[i]), NXL_ERR_CANCELED);
+        post(x[i], &res);
+        wait_res(a, &res, 10000);
+        ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
+        ck_assert_int_lt(first_diff(buf + i * per, src + i * per, per), 0);
+    }
+    nxl_agent_destroy(a);
+    free(buf);
+    free(src);
+}
+END_TEST
+
 /* A transfer released while in flight completes CANCELED once; the agent
  * goes on working, and a read of the same range afterwards is clean. */
 START_TEST(t_release_inflight)
@@ -1212,6 +1295,7 @@ int main(void)
     tcase_add_test(tc, t_query);
     tcase_add_loop_test(tc, t_many_inflight, 0, 3);
     tcase_add_loop_test(tc, t_teardown_inflight, 0, 4);
+    tcase_add_loop_test(tc, t_cancel_inflight, 0, 2);
     tcase_add_test(tc, t_release_inflight);
     tcase_add_test(tc, t_other_agent);
     suite_add_tcase(s, tc);

@@ -29,6 +29,13 @@ extern "C" {
 #define NXLT_CAP_REMOTE (1u << 0) /**< moves data to and from other agents */
 #define NXLT_CAP_LOCAL (1u << 1)  /**< moves data within the agent (loopback) */
 #define NXLT_CAP_NOTIF (1u << 2)  /**< carries notifications */
+/**
+ * A canceled op may still be using its buffers (the kernel or a worker
+ * holds them): its future completes (CANCELED) only when the transport
+ * reports the op done. The transport checks nxlt_op_canceled() to start
+ * nothing more of it.
+ */
+#define NXLT_CAP_CANCEL_WAITS (1u << 3)
 
 /** What the engine gives a transport instance. */
 typedef struct nxlt_ctx nxlt_ctx_t;
@@ -132,6 +139,13 @@ NXL_API void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why);
 NXL_API void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t len);
 /** Per-op slot for the transport (one pointer). */
 NXL_API void **nxlt_op_priv(nxlt_op_t *op);
+/**
+ * 1 when the op's future was canceled and waits for the op (transports
+ * with NXLT_CAP_CANCEL_WAITS): start nothing more of it and report it done
+ * once what is in flight has ended; its future completes with
+ * NXL_ERR_CANCELED whatever status is reported.
+ */
+NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
 
 #ifdef __cplusplus
 }

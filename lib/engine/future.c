@@ -135,11 +135,13 @@ void nxli_deliver(nxl_agent_t *a)
     }
 }
 
+static void cancel_impl(nxl_future_t *f, bool now);
+
 void nxli_futures_cancel_all(nxl_agent_t *a)
 {
     nxl_future_t *f;
     while ((f = TAILQ_FIRST(&a->pending)))
-        nxl_future_cancel(f);
+        cancel_impl(f, true);
     nxli_deliver(a);
 }
 
@@ -170,9 +172,17 @@ void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)
     if (f) {
         f->op = NULL;
         op->future = NULL;
-        nxli_future_complete(f, st, why);
+        if (f->cancel_wait)
+            nxli_future_complete(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+        else
+            nxli_future_complete(f, st, why);
     }
     nxli_op_free(op);
+}
+
+int nxlt_op_canceled(const nxlt_op_t *op)
+{
+    return op->future && op->future->cancel_wait;
 }
 
 void **nxlt_op_priv(nxlt_op_t *op)
@@ -231,9 +241,22 @@ void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why)
     future_unref(f);
 }
 
+/* now: complete at once, even where the transport still holds the op's
+ * buffers (teardown, after the transports were quiesced) */
+static void cancel_impl(nxl_future_t *f, bool now)
+{
+    if (!f || f->done)
+        return;
+    if (!now && f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {
+        f->cancel_wait = true; /* nxlt_op_done completes it, its buffers free */
+        return;
+    }
+    nxli_future_abort(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+}
+
 void nxl_future_cancel(nxl_future_t *f)
 {
-    nxli_future_abort(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+    cancel_impl(f, false);
 }
 
 nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)

@@ -100,6 +100,7 @@ struct nxl_future {
     int refs;               /* user's + library's */
     bool done;
     bool queued;            /* on the agent's delivery queue */
+    bool cancel_wait;       /* canceled; completes when its op is reported done */
     nxli_cb_t *cbs, **cbs_tail;
     char *err;
     char *peer;

@@ -438,6 +438,8 @@ static void xfer_free(nxl_xfer_t *x)
     if (x->active) {
         nxl_future_t *f = x->active;
         nxl_future_cancel(f);
+        if (!f->done)
+            f->owner = NULL; /* it completes later, without its transfer */
     }
     for (size_t k = 0; k < x->nlregs; k++)
         nxli_region_put(x->agent, x->lregs[k]);

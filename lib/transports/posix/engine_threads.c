@@ -64,8 +64,7 @@ static void tp_pump(px_t *u)
     px_seg_t *s;
     struct px_segq batch;
     TAILQ_INIT(&batch);
-    while ((s = TAILQ_FIRST(&u->pending))) {
-        TAILQ_REMOVE(&u->pending, s, link);
+    while ((s = px_seg_next(u))) {
         size_t len;
         px_seg_fd(u, s, &len);
         s->state = PX_S_INFLIGHT;

@@ -60,11 +60,12 @@ static void ur_pump(px_t *u)
 {
     ur_t *r = u->eng_state;
     px_seg_t *s;
-    while (r->inflight < r->cap && (s = TAILQ_FIRST(&u->pending))) {
+    while (r->inflight < r->cap && (s = px_seg_next(u))) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-        if (!sqe)
+        if (!sqe) {
+            px_seg_requeue(u, s);
             break;
-        TAILQ_REMOVE(&u->pending, s, link);
+        }
         size_t len;
         int fd = px_seg_fd(u, s, &len);
         if (s->xop->write)

@@ -33,12 +33,11 @@
  * transfer starts nothing more and completes once none of its I/O is in
  * flight, so its buffers are free when the callback runs.
  *
- * Teardown (quiesce) waits for what the kernel or the workers hold before
- * any CANCELED callback runs. A transfer canceled on its own
- * (nxl_future_cancel, nxl_xfer_release while in flight) is detached by the
- * engine at once: its callback may run while its last reads and writes are
- * still under way, so its buffers must outlive them (at most one chunk per
- * element in flight). */
+ * Cancels wait for the I/O: a canceled transfer (nxl_future_cancel,
+ * nxl_xfer_release while in flight; NXLT_CAP_CANCEL_WAITS) starts nothing
+ * more and completes once what the kernel or the workers hold has ended;
+ * teardown (quiesce) waits for all of it before any CANCELED callback runs.
+ * So a callback may always free its buffers. */
 #include "posix.h"
 
 #include <errno.h>
@@ -514,10 +513,27 @@ static void xop_fail(px_t *u, px_seg_t *s, nxl_status_t st, const char *fmt, ...
     seg_done(u, s);
 }
 
-static void requeue(px_t *u, px_seg_t *s)
+void px_seg_requeue(px_t *u, px_seg_t *s)
 {
     s->state = PX_S_QUEUED;
     TAILQ_INSERT_HEAD(&u->pending, s, link);
+}
+
+px_seg_t *px_seg_next(px_t *u)
+{
+    px_seg_t *s;
+    while ((s = TAILQ_FIRST(&u->pending))) {
+        TAILQ_REMOVE(&u->pending, s, link);
+        s->state = PX_S_INFLIGHT;
+        if (!nxlt_op_canceled(s->xop->op))
+            return s;
+        /* canceled: start nothing more of it; it completes once what is
+         * in flight has ended */
+        xop_fail(u, s, NXL_ERR_CANCELED, "POSIX: %s %s canceled before offset %llu (element %zu)",
+                 s->xop->write ? "write to" : "read from", s->file->name,
+                 (unsigned long long)s->off, s->elem);
+    }
+    return NULL;
 }
 
 void px_seg_result(px_t *u, px_seg_t *s, ssize_t res)
@@ -531,8 +547,13 @@ void px_seg_result(px_t *u, px_seg_t *s, ssize_t res)
     }
     const char *verb = x->write ? "write to" : "read from";
     size_t moved = s->total - s->left;
+    if (nxlt_op_canceled(x->op)) {
+        xop_fail(u, s, NXL_ERR_CANCELED, "POSIX: %s %s canceled at offset %llu (element %zu)",
+                 verb, s->file->name, (unsigned long long)s->off, s->elem);
+        return;
+    }
     if (res == -EINTR || res == -EAGAIN) {
-        requeue(u, s);
+        px_seg_requeue(u, s);
         return;
     }
     if (res == -EINVAL && s->direct) {
@@ -541,7 +562,7 @@ void px_seg_result(px_t *u, px_seg_t *s, ssize_t res)
                                         "continuing buffered", verb, s->file->name,
                  (unsigned long long)s->off);
         s->no_direct = true;
-        requeue(u, s);
+        px_seg_requeue(u, s);
         return;
     }
     if (res < 0) {
@@ -571,7 +592,7 @@ void px_seg_result(px_t *u, px_seg_t *s, ssize_t res)
     s->off += (uint64_t)res;
     s->left -= (size_t)res;
     if (s->left) {
-        requeue(u, s); /* short, or longer than one I/O: continue */
+        px_seg_requeue(u, s); /* short, or longer than one I/O: continue */
         return;
     }
     seg_done(u, s);
@@ -919,7 +940,7 @@ const nxlt_ops_t nxl_posix_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "POSIX",
     .mem_mask = (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK),
-    .caps = NXLT_CAP_LOCAL,
+    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS,
     .probe = probe,
     .create = create,
     .destroy = destroy,

@@ -114,6 +114,11 @@ extern const px_engine_t px_engine_threads;
 
 /* core → engines */
 void px_seg_result(px_t *u, px_seg_t *s, ssize_t res);
+/* the next pending segment to start, or NULL (those of canceled transfers
+ * are dropped, which may complete them) */
+px_seg_t *px_seg_next(px_t *u);
+/* puts back a segment taken with px_seg_next() that could not start */
+void px_seg_requeue(px_t *u, px_seg_t *s);
 /* the fd a segment's next submission uses, and its length */
 int px_seg_fd(px_t *u, px_seg_t *s, size_t *len);
 
