@@ -352,8 +352,11 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
 NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                                  size_t cap);
 /**
- * Forgets a remote agent. Prepared lists and transfers naming it keep
- * working until released; new ones fail with NXL_ERR_NOT_FOUND.
+ * Forgets a remote agent. Prepared lists and transfers naming it stay
+ * valid handles until released, and transfers in flight finish, but posting
+ * them again fails with NXL_ERR_REMOTE_DISCONNECT; preparing lists against
+ * it, or making transfers from lists prepared before, fails with
+ * NXL_ERR_NOT_FOUND. Load its metadata again to make new ones.
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND.
  */
 NXL_API nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote);
