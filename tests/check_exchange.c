@@ -587,6 +587,54 @@ START_TEST(t_write_read)
 }
 END_TEST
 
+/* Invalidation: transfers made before it stay handles but no longer post,
+ * lists prepared before it make no new transfers; after a reload all works. */
+START_TEST(t_invalidate_then_reload)
+{
+    ctr_t c = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", port, ctr_cb, &c, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(finish(&c), NXL_SUCCESS);
+    nxl_desc_t l = {.addr = (uintptr_t)abuf, .len = 4096}, r = {.addr = (uintptr_t)bbuf, .len = 4096};
+    nxl_prepped_t *lp, *rp;
+    ck_assert_int_eq(nxl_prep(A, NULL, NXL_DRAM, &l, 1, &lp), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_prep(A, "B", NXL_DRAM, &r, 1, &rp), NXL_SUCCESS);
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x), NXL_SUCCESS);
+    ctr_t w = {0};
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(finish(&w), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_invalidate(A, "B"), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_check(A, "B"), NXL_ERR_NOT_FOUND);
+    ctr_t w2 = {0};
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w2, NULL), NXL_ERR_REMOTE_DISCONNECT);
+    ck_sentence(nxl_agent_last_error(A), "'B'");
+    nxl_xfer_t *y = NULL;
+    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &y),
+                     NXL_ERR_NOT_FOUND);
+    ck_assert_ptr_null(y);
+    nxl_prepped_t *rp2 = NULL;
+    ck_assert_int_eq(nxl_prep(A, "B", NXL_DRAM, &r, 1, &rp2), NXL_ERR_NOT_FOUND);
+    run_ms(20);
+    ck_assert_int_eq(w2.n, 0); /* a refused post starts nothing */
+    nxl_xfer_release(x);
+    nxl_prepped_release(rp);
+    /* reload: new lists and transfers work */
+    ctr_t c2 = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", port, ctr_cb, &c2, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(finish(&c2), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_prep(A, "B", NXL_DRAM, &r, 1, &rp), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x), NXL_SUCCESS);
+    tl_fill(abuf, 4096, 4242);
+    ctr_t w3 = {0};
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w3, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(finish(&w3), NXL_SUCCESS);
+    ck_assert(tl_check(bbuf, 4096, 4242) < 0);
+    nxl_xfer_release(x);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(rp);
+}
+END_TEST
+
 /* ------------------------------------------- separate bases, in turn */
 
 static nxl_agent_t *SA, *SB;
@@ -657,6 +705,7 @@ int main(void)
     tcase_add_test(tc, t_unresolvable);
     tcase_add_test(tc, t_garbage_clients);
     tcase_add_test(tc, t_write_read);
+    tcase_add_test(tc, t_invalidate_then_reload);
     suite_add_tcase(s, tc);
     TCase *ts = tcase_create("separate_bases");
     tcase_set_timeout(ts, 30);
