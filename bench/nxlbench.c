@@ -65,6 +65,12 @@ static struct {
     const char *listen, *connect;
     const char *etcd;       /* --etcd_endpoints: discovery through etcd */
     const char *json, *plot;
+    /* POSIX storage runs */
+    const char *filepath;
+    long num_files;
+    bool direct;
+    size_t footprint;
+    const char *posix_engine;
     int mode;
     double duration;
     bool reply_notif;
@@ -87,6 +93,9 @@ static struct {
     .row_bytes = 1 * GiB,
     .depth = 1,
     .duration = 5,
+    .num_files = 1,
+    .footprint = 1 * GiB,
+    .posix_engine = "auto",
 };
 
 static char **plot_inputs;
@@ -109,10 +118,10 @@ static void usage(FILE *f)
 "\n"
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
-"  --backend NAME            transport: UCX\n"
+"  --backend NAME            transport: UCX, or POSIX (files, block devices)\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
 "  --initiator_seg_type T    DRAM (other memory types are not supported yet)\n"
-"  --target_seg_type T       DRAM\n"
+"  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX\n"
 "  --start_block_size N      first block size (default 4K; latency: 8)\n"
 "  --max_block_size N        last block size, doubling (default 64M; latency: 64K)\n"
 "  --block_sizes A,B,...     an explicit list instead of the doubling sweep\n"
@@ -132,6 +141,18 @@ static void usage(FILE *f)
 "  --mem_source malloc|nxl   malloc'd memory registered (default), or nxl_mem_alloc\n"
 "  --latency_reply write|notif  latency pong: WRITE+notification (default) or a notification\n"
 "  --duration S              idle mode: seconds to stay idle (default 5)\n"
+"\n"
+"Storage (--backend POSIX --target_seg_type FILE|BLK: one process, no --spawn)\n"
+"  --filepath PATH           FILE: directory for the files (default a temporary one\n"
+"                            under /tmp, removed after); BLK: the device (or a file)\n"
+"  --num_files N             spread the footprint over N files (default 1)\n"
+"  --storage_footprint N     bytes the walk covers, sequentially, wrapping (default 1G);\n"
+"                            files are created and sized first, untimed\n"
+"  --storage_enable_direct   O_DIRECT (blocks must be multiples of 4096)\n"
+"  --posix_api_type E        I/O engine: auto (default), uring, threads\n"
+"  Each row walks the footprint once by default (--num_iter overrides); the DRAM side\n"
+"  is a ring of pipeline_depth x batch blocks. Files are synced and dropped from the\n"
+"  page cache before each row; READ runs fill them with a known pattern first.\n"
 "\n"
 "Output\n"
 "  --json FILE               results and environment as JSON\n"
@@ -194,10 +215,11 @@ static const char *seg_check(const char *flag, const char *v)
     static const char *const known[] = {"DRAM", "VRAM", "FILE", "BLK", "OBJ"};
     for (size_t i = 0; i < 5; i++)
         if (!strcasecmp(v, known[i])) {
-            if (i != 0)
-                die("%s %s: not supported yet — nxlbench moves DRAM only for now (the UCX "
-                    "transport here has no CUDA support, and FILE/BLK/OBJ go through other "
-                    "transports)", flag, known[i]);
+            /* FILE and BLK as the target with --backend POSIX: checked after parsing */
+            if (i != 0 && !(i == 2 || i == 4))
+                die("%s %s: not supported yet — nxlbench moves DRAM, and with --backend POSIX "
+                    "FILE or BLK as the target (the UCX transport here has no CUDA support, and "
+                    "OBJ needs a transport this build lacks)", flag, known[i]);
             return known[i];
         }
     die("%s: unknown segment type '%s' (DRAM, VRAM, FILE, BLK, OBJ)", flag, v);
@@ -231,7 +253,7 @@ static void parse_args(int argc, char **argv)
             bool *p;
         } bools[] = {{"--check_consistency", &O.check}, {"--recreate_xfer", &O.recreate},
                      {"--spawn", &O.spawn},             {"--pin", &O.pin},
-                     {"--quiet", &O.quiet}};
+                     {"--quiet", &O.quiet},             {"--storage_enable_direct", &O.direct}};
         bool done = false;
         for (size_t k = 0; k < sizeof(bools) / sizeof(*bools); k++)
             if (!strcmp(name, bools[k].n)) {
@@ -251,9 +273,28 @@ static void parse_args(int argc, char **argv)
             val = argv[++i];
         }
         if (!strcmp(name, "--backend")) {
-            if (strcasecmp(val, "UCX"))
-                die("--backend %s: not supported yet (UCX only for now)", val);
-            O.backend = "UCX";
+            if (!strcasecmp(val, "UCX"))
+                O.backend = "UCX";
+            else if (!strcasecmp(val, "POSIX"))
+                O.backend = "POSIX";
+            else
+                die("--backend %s: not supported yet (UCX, or POSIX for files and block devices)",
+                    val);
+        } else if (!strcmp(name, "--filepath")) {
+            O.filepath = val;
+        } else if (!strcmp(name, "--num_files")) {
+            O.num_files = parse_long(name, val, 1);
+        } else if (!strcmp(name, "--storage_footprint")) {
+            O.footprint = parse_size(name, val);
+        } else if (!strcmp(name, "--posix_api_type") || !strcmp(name, "--posix_engine")) {
+            if (!strcasecmp(val, "auto"))
+                O.posix_engine = "auto";
+            else if (!strcasecmp(val, "uring") || !strcasecmp(val, "io_uring"))
+                O.posix_engine = "uring";
+            else if (!strcasecmp(val, "threads"))
+                O.posix_engine = "threads";
+            else
+                die("%s: auto, uring or threads, not '%s'", name, val);
         } else if (!strcmp(name, "--op_type")) {
             if (!strcasecmp(val, "READ"))
                 O.op = NXL_READ;
@@ -366,6 +407,27 @@ static void parse_args(int argc, char **argv)
         if (!O.set_warmup)
             O.warmup_iter = 3;
     }
+    bool posix = !strcmp(O.backend, "POSIX");
+    bool storage = !strcmp(O.tseg, "FILE") || !strcmp(O.tseg, "BLK");
+    if (strcmp(O.iseg, "DRAM"))
+        die("--initiator_seg_type %s: the initiator's side is DRAM", O.iseg);
+    if (storage && !posix)
+        die("--target_seg_type %s needs --backend POSIX", O.tseg);
+    if (posix && !storage)
+        die("--backend POSIX moves DRAM to and from --target_seg_type FILE or BLK, not %s",
+            O.tseg);
+    if (posix && (O.spawn || O.listen || O.connect || O.etcd))
+        die("--backend POSIX runs as one process (the agent is its own peer): drop --spawn, "
+            "--listen, --connect and --etcd_endpoints");
+    if (posix && O.mode != M_BW)
+        die("--backend POSIX: bandwidth mode only, not %s", mode_names[O.mode]);
+    if (posix && O.recreate)
+        die("--backend POSIX: every transfer is made anew from prepared lists already "
+            "(the file offsets advance); --recreate_xfer does not apply");
+    if (posix && !strcmp(O.tseg, "BLK") && !O.filepath)
+        die("--target_seg_type BLK needs --filepath /dev/DEVICE (or a file used as one)");
+    if (posix && !strcmp(O.tseg, "BLK") && O.num_files != 1)
+        die("--target_seg_type BLK: one device, --num_files 1");
     if (!O.start_bs || O.max_bs < O.start_bs)
         die("block sizes: need 0 < --start_block_size <= --max_block_size");
     if (O.max_batch < O.start_batch)
@@ -473,6 +535,10 @@ static void split_hostport(const char *hp, char *host, size_t cap, uint16_t *por
 }
 
 static char transports_desc[256];
+/* what a POSIX run used, for the JSON */
+static size_t posix_footprint;
+static long posix_nfiles;
+static const char *posix_where;
 
 static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 {
@@ -1142,7 +1208,7 @@ static size_t need_bytes(void)
     return need;
 }
 
-static void run_bw(void)
+static void run_bw_rows(void (*row)(size_t bs, size_t n))
 {
     size_t v[64], nv;
     size_list(v, &nv);
@@ -1154,9 +1220,14 @@ static void run_bw(void)
             char what[96];
             snprintf(what, sizeof(what), "block %zu batch %zu", v[i], n);
             progress(k, nrows, what);
-            run_bw_row(v[i], n);
+            row(v[i], n);
             progress(++k, nrows, what);
         }
+}
+
+static void run_bw(void)
+{
+    run_bw_rows(run_bw_row);
 }
 
 /* ---- latency */
@@ -1493,6 +1564,16 @@ static void write_json(const char *path)
     json_str(f, getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
     fprintf(f, ", \"host\": ");
     json_str(f, hostname);
+    if (!strcmp(O.backend, "POSIX")) {
+        fprintf(f, ", \"posix_engine\": ");
+        json_str(f, transports_desc);
+        fprintf(f, ", \"direct\": %s, \"footprint\": %zu, \"num_files\": %ld, \"filepath\": ",
+                O.direct ? "true" : "false", posix_footprint, posix_nfiles);
+        json_str(f, posix_where);
+        fprintf(f, ", \"page_cache\": \"%s\"",
+                O.direct ? "bypassed (O_DIRECT)"
+                         : "files synced and dropped (fadvise DONTNEED) before each row");
+    }
     fprintf(f, ", \"cpus\": %ld,\n  \"flags\": {\"mode\": \"%s\", \"backend\": \"%s\", "
                "\"op_type\": \"%s\", \"initiator_seg_type\": \"%s\", \"target_seg_type\": \"%s\", "
                "\"start_block_size\": %zu, \"max_block_size\": %zu, \"start_batch_size\": %zu, "
@@ -1500,13 +1581,15 @@ static void write_json(const char *path)
                "\"max_row_bytes\": %zu, \"total_buffer_size\": %zu, \"check_consistency\": %s, "
                "\"recreate_xfer\": %s, \"pipeline_depth\": %ld, \"busy_poll_us\": %ld, "
                "\"mem_source\": \"%s\", \"latency_reply\": \"%s\", \"pin\": %s, "
-               "\"duration\": %.3f, \"spawn\": %s}}}\n",
+               "\"duration\": %.3f, \"spawn\": %s, \"storage_enable_direct\": %s, "
+               "\"storage_footprint\": %zu, \"num_files\": %ld, \"posix_api_type\": \"%s\"}}}\n",
             sysconf(_SC_NPROCESSORS_ONLN), mode_names[O.mode], O.backend,
             O.op == NXL_READ ? "READ" : "WRITE", O.iseg, O.tseg, O.start_bs, O.max_bs,
             O.start_batch, O.max_batch, O.num_iter, O.warmup_iter, O.row_bytes, O.total_buf,
             O.check ? "true" : "false", O.recreate ? "true" : "false", O.depth, O.busy_poll_us,
             O.mem_nxl ? "nxl" : "malloc", O.reply_notif ? "notif" : "write",
-            O.pin ? "true" : "false", O.duration, O.spawn ? "true" : "false");
+            O.pin ? "true" : "false", O.duration, O.spawn ? "true" : "false",
+            O.direct ? "true" : "false", O.footprint, O.num_files, O.posix_engine);
     if (fclose(f))
         die("--json %s: %s", path, strerror(errno));
 }
@@ -1660,11 +1743,492 @@ static int initiator_main(const char *host, uint16_t port)
     return 0;
 }
 
+/* --------------------------------------------- POSIX: DRAM ↔ files, one process
+ *
+ * As nixlbench runs its storage backends: one agent, its own peer. The DRAM
+ * side is a ring of pipeline_depth × batch blocks, reused; the file side is
+ * a footprint of at least --storage_footprint bytes spread over
+ * --num_files files (or one block device), walked sequentially: each
+ * transfer takes the next `batch` blocks, file after file, and the walk
+ * wraps at the end. So a row measures the storage, not one small region
+ * that the page cache holds. Each transfer is made from the two lists
+ * prepared once per row (nxl_xfer_make by index; its time is "prep"). */
+
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+
+typedef struct sfile {
+    int fd;
+    char path[PATH_MAX + 64];
+    bool made;
+} sfile_t;
+
+static struct {
+    nxl_agent_t *a;
+    char dir[PATH_MAX];
+    bool made_dir;
+    sfile_t *f;
+    long nf;
+    size_t fsize;        /* bytes of each file used */
+    bool blk_dev;        /* BLK on a real block device */
+    buf_t ring;
+    uint64_t seed;       /* READ: the files' pattern (seed + file index, by file offset) */
+    bool filled;
+} P;
+
+typedef struct pslot {
+    nxl_xfer_t *x;
+    size_t ring0;        /* first ring block of this slot */
+    size_t g;            /* first footprint block of the transfer in flight */
+    uint64_t t_post;
+    struct prow *r;
+} pslot_t;
+
+typedef struct prow {
+    size_t bs, n, bpf, nblk;
+    nxl_prepped_t *lp, *rp;
+    size_t next;         /* next footprint block */
+    long total, posted, completed, warm;
+    double *prep, *post, *tx;
+    long nprep;
+    pslot_t *slots;
+    size_t *lidx, *ridx;
+    uint32_t *writer;    /* WRITE, --check_consistency: ring block of each block's last write */
+    bool verify;         /* READ verification pass: check every buffer as it completes */
+    size_t nverified;
+} prow_t;
+
+static void p_cleanup(void)
+{
+    for (long i = 0; i < P.nf; i++)
+        if (P.f[i].made)
+            unlink(P.f[i].path);
+    if (P.made_dir)
+        rmdir(P.dir);
+}
+
+static void p_die_cleanup(int sig)
+{
+    p_cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* compares len bytes at p with pattern seed at offsets o0 .. o0+len; @return the first wrong offset or -1 */
+static long long pat_cmp(const unsigned char *p, size_t o0, size_t len, uint64_t seed)
+{
+    size_t i = 0;
+    for (; i < len && ((o0 + i) & 7); i++)
+        if (p[i] != pat_byte(seed, o0 + i))
+            return (long long)(o0 + i);
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w = mix64(seed * 0x100000001B3ull + ((o0 + i) >> 3)), v;
+        memcpy(&v, p + i, 8);
+        if (v != w)
+            break;
+    }
+    for (; i < len; i++)
+        if (p[i] != pat_byte(seed, o0 + i))
+            return (long long)(o0 + i);
+    return -1;
+}
+
+static void pat_fill_at(unsigned char *p, size_t o0, size_t len, uint64_t seed)
+{
+    size_t i = 0;
+    for (; i < len && ((o0 + i) & 7); i++)
+        p[i] = pat_byte(seed, o0 + i);
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w = mix64(seed * 0x100000001B3ull + ((o0 + i) >> 3));
+        memcpy(p + i, &w, 8);
+    }
+    for (; i < len; i++)
+        p[i] = pat_byte(seed, o0 + i);
+}
+
+/* untimed: written data on its way to the storage, and none of the files in the page cache */
+static void p_settle(void)
+{
+    for (long i = 0; i < P.nf; i++) {
+        fdatasync(P.f[i].fd);
+        posix_fadvise(P.f[i].fd, 0, 0, POSIX_FADV_DONTNEED);
+    }
+}
+
+static void p_files(void)
+{
+    bool blk = !strcmp(O.tseg, "BLK");
+    if (blk) {
+        P.nf = 1;
+        P.f = calloc(1, sizeof(sfile_t));
+        snprintf(P.f[0].path, sizeof(P.f[0].path), "%s", O.filepath);
+        P.f[0].fd = open(O.filepath, O_RDWR | O_CLOEXEC);
+        if (P.f[0].fd < 0)
+            die("--filepath %s: %s", O.filepath, strerror(errno));
+        struct stat sb;
+        fstat(P.f[0].fd, &sb);
+        uint64_t size = (uint64_t)sb.st_size;
+        if (S_ISBLK(sb.st_mode)) {
+            P.blk_dev = true;
+            if (ioctl(P.f[0].fd, BLKGETSIZE64, &size))
+                die("--filepath %s: BLKGETSIZE64: %s", O.filepath, strerror(errno));
+            if (size < O.footprint) {
+                fprintf(stderr, "nxlbench: %s holds %llu bytes: the footprint is that, not %zu\n",
+                        O.filepath, (unsigned long long)size, O.footprint);
+                O.footprint = (size_t)size;
+            }
+        } else if (!S_ISREG(sb.st_mode)) {
+            die("--filepath %s: neither a block device nor a regular file", O.filepath);
+        } else if (size < O.footprint && ftruncate(P.f[0].fd, (off_t)O.footprint)) {
+            die("--filepath %s: extending to %zu bytes: %s", O.filepath, O.footprint,
+                strerror(errno));
+        }
+        P.fsize = O.footprint;
+        return;
+    }
+    if (O.filepath) {
+        snprintf(P.dir, sizeof(P.dir), "%s", O.filepath);
+        struct stat sb;
+        if (stat(P.dir, &sb) || !S_ISDIR(sb.st_mode))
+            die("--filepath %s: not a directory (FILE runs make their files there)", P.dir);
+    } else {
+        snprintf(P.dir, sizeof(P.dir), "/tmp/nxlbench-XXXXXX");
+        if (!mkdtemp(P.dir))
+            die("mkdtemp: %s", strerror(errno));
+        P.made_dir = true;
+    }
+    P.nf = O.num_files;
+    P.f = calloc((size_t)P.nf, sizeof(sfile_t));
+    P.fsize = (O.footprint / (size_t)P.nf + 4095) & ~(size_t)4095;
+    atexit(p_cleanup);
+    signal(SIGINT, p_die_cleanup);
+    signal(SIGTERM, p_die_cleanup);
+    for (long i = 0; i < P.nf; i++) {
+        sfile_t *f = &P.f[i];
+        snprintf(f->path, sizeof(f->path), "%s/nxlbench-%d-%ld.dat", P.dir, (int)getpid(), i);
+        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (f->fd < 0)
+            die("creating %s: %s", f->path, strerror(errno));
+        f->made = true;
+        int e = posix_fallocate(f->fd, 0, (off_t)P.fsize);
+        if (e && ftruncate(f->fd, (off_t)P.fsize))
+            die("sizing %s to %zu bytes: %s", f->path, P.fsize, strerror(e));
+    }
+}
+
+/* READ runs: every file holds a known pattern (untimed) */
+static void p_prefill(void)
+{
+    if (P.filled)
+        return;
+    P.filled = true;
+    P.seed = (uint64_t)getpid() * 7919 + 17;
+    size_t cb = 4 * MiB;
+    unsigned char *b = malloc(cb);
+    for (long i = 0; i < P.nf; i++)
+        for (size_t o = 0; o < P.fsize; o += cb) {
+            size_t l = P.fsize - o < cb ? P.fsize - o : cb;
+            pat_fill_at(b, o, l, P.seed + (uint64_t)i);
+            for (size_t d = 0; d < l;) {
+                ssize_t w = pwrite(P.f[i].fd, b + d, l - d, (off_t)(o + d));
+                if (w <= 0)
+                    die("filling %s: %s", P.f[i].path, w < 0 ? strerror(errno) : "short write");
+                d += (size_t)w;
+            }
+        }
+    free(b);
+}
+
+static void p_post(pslot_t *s);
+
+static void p_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    pslot_t *s = arg;
+    prow_t *r = s->r;
+    uint64_t t = now_ns();
+    if (st != NXL_SUCCESS) {
+        fail("transfer failed: %s", nxl_future_error(f));
+        return;
+    }
+    long k = r->completed++ - r->warm;
+    if (k >= 0 && !r->verify)
+        r->tx[k] = (t - s->t_post) / 1e3;
+    nxl_xfer_release(s->x);
+    s->x = NULL;
+    if (r->verify) {
+        for (size_t j = 0; j < r->n; j++) {
+            size_t g = (s->g + j) % r->nblk, fi = g / r->bpf, off = (g % r->bpf) * r->bs;
+            long long bad = pat_cmp(P.ring.p + (s->ring0 + j) * r->bs, off, r->bs,
+                                    P.seed + (uint64_t)fi);
+            if (bad >= 0) {
+                fail("consistency: READ of %s at offset %zu (block %zu B) differs from the file's "
+                     "pattern at offset %lld", P.f[fi].path, off, r->bs, bad);
+                return;
+            }
+            r->nverified++;
+        }
+    }
+    if (r->posted < r->total && !I.failed)
+        p_post(s);
+}
+
+static void p_post(pslot_t *s)
+{
+    prow_t *r = s->r;
+    s->g = r->next;
+    for (size_t j = 0; j < r->n; j++) {
+        r->lidx[j] = s->ring0 + j;
+        r->ridx[j] = (r->next + j) % r->nblk;
+        if (r->writer)
+            r->writer[r->ridx[j]] = (uint32_t)(s->ring0 + j);
+    }
+    r->next = (r->next + r->n) % r->nblk;
+    long k = r->posted - r->warm;
+    uint64_t t0 = now_ns();
+    nxl_status_t st = nxl_xfer_make(P.a, O.op, r->lp, r->lidx, r->rp, r->ridx, r->n, NULL, &s->x);
+    uint64_t t1 = now_ns();
+    if (st != NXL_SUCCESS) {
+        fail("nxl_xfer_make: %s", nxl_agent_last_error(P.a));
+        return;
+    }
+    s->t_post = t1;
+    st = nxl_xfer_post(s->x, p_done, s, NULL);
+    uint64_t t2 = now_ns();
+    if (st != NXL_SUCCESS) {
+        fail("nxl_xfer_post: %s", nxl_agent_last_error(P.a));
+        return;
+    }
+    r->posted++;
+    if (k >= 0 && !r->verify) {
+        r->prep[k] = (t1 - t0) / 1e3;
+        r->post[k] = (t2 - t1) / 1e3;
+    }
+}
+
+static void p_run_until(prow_t *r, long target)
+{
+    uint64_t last = now_ns();
+    long seen = r->completed;
+    while (r->completed < target && !I.failed) {
+        nxl_agent_run_once(P.a, 1000);
+        if (r->completed != seen) {
+            seen = r->completed;
+            last = now_ns();
+        } else if (now_ns() - last > 60ull * 1000000000u) {
+            fail("no transfer completed in 60 s (%ld of %ld done)", r->completed, target);
+        }
+    }
+}
+
+/* posts `count` transfers from r->next on, at most pipeline_depth in flight */
+static void p_pass(prow_t *r, long count)
+{
+    long P_ = O.depth;
+    r->total = r->posted + count;
+    for (long s = 0; s < P_ && r->posted < r->total && !I.failed; s++)
+        p_post(&r->slots[s]);
+    p_run_until(r, r->total);
+}
+
+static void p_verify_write(prow_t *r, size_t first, size_t nblocks)
+{
+    unsigned char *tmp;
+    if (posix_memalign((void **)&tmp, 4096, r->bs))
+        die("out of memory");
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t g = (first + b) % r->nblk, fi = g / r->bpf, off = (g % r->bpf) * r->bs;
+        for (size_t d = 0; d < r->bs;) {
+            ssize_t got = pread(P.f[fi].fd, tmp + d, r->bs - d, (off_t)(off + d));
+            if (got <= 0)
+                die("consistency: reading back %s at %zu: %s", P.f[fi].path, off + d,
+                    got < 0 ? strerror(errno) : "end of file");
+            d += (size_t)got;
+        }
+        if (r->writer[g] == UINT32_MAX)
+            continue;
+        const unsigned char *want = P.ring.p + (size_t)r->writer[g] * r->bs;
+        if (memcmp(tmp, want, r->bs)) {
+            size_t k = 0;
+            while (tmp[k] == want[k])
+                k++;
+            die("consistency: WRITE: %s byte %zu differs from what was written there "
+                "(block %zu B)", P.f[fi].path, off + k, r->bs);
+        }
+    }
+    free(tmp);
+}
+
+static void p_row(size_t bs, size_t n)
+{
+    prow_t r = {.bs = bs, .n = n};
+    long Pd = O.depth;
+    r.bpf = P.fsize / bs;
+    r.nblk = r.bpf * (size_t)P.nf;
+    if (r.nblk < (size_t)Pd * n * 2)
+        die("--storage_footprint %zu holds %zu blocks of %zu B; a walk needs at least twice "
+            "pipeline_depth × batch (%zu)", O.footprint, r.nblk, bs, (size_t)Pd * n * 2);
+    /* default: one pass over the footprint */
+    size_t per = bs * n;
+    long timed = O.set_num_iter ? O.num_iter : (long)((r.nblk * bs + per - 1) / per);
+    if (timed < 1)
+        timed = 1;
+    r.warm = O.set_warmup ? O.warmup_iter : (timed / 64 < 8 ? timed / 64 : 8);
+    r.prep = calloc((size_t)timed + 1, sizeof(double));
+    r.post = calloc((size_t)timed + 1, sizeof(double));
+    r.tx = calloc((size_t)timed + 1, sizeof(double));
+    r.slots = calloc((size_t)Pd, sizeof(pslot_t));
+    r.lidx = calloc(n, sizeof(size_t));
+    r.ridx = calloc(n, sizeof(size_t));
+    /* the two lists, prepared once per row */
+    size_t nring = (size_t)Pd * n;
+    nxl_desc_t *ld = calloc(nring, sizeof(*ld)), *rd = calloc(r.nblk, sizeof(*rd));
+    for (size_t i = 0; i < nring; i++)
+        ld[i] = (nxl_desc_t){.addr = (uintptr_t)P.ring.p + i * bs, .len = bs};
+    for (size_t g = 0; g < r.nblk; g++)
+        rd[g] = (nxl_desc_t){.addr = (g % r.bpf) * bs, .len = bs,
+                             .dev_id = (uint64_t)P.f[g / r.bpf].fd};
+    nxl_mem_t ft = !strcmp(O.tseg, "BLK") ? NXL_BLK : NXL_FILE;
+    if (nxl_prep(P.a, NULL, NXL_DRAM, ld, nring, &r.lp) != NXL_SUCCESS ||
+        nxl_prep(P.a, nxl_agent_name(P.a), ft, rd, r.nblk, &r.rp) != NXL_SUCCESS)
+        die("nxl_prep: %s", nxl_agent_last_error(P.a));
+    free(ld);
+    free(rd);
+    for (long s = 0; s < Pd; s++)
+        r.slots[s] = (pslot_t){.ring0 = (size_t)s * n, .r = &r};
+    if (O.op == NXL_READ)
+        p_prefill();
+    else
+        pat_fill(P.ring.p, 0, nring * bs, (uint64_t)getpid() * 1000 + seed_counter++);
+    if (O.check && O.op == NXL_WRITE) {
+        r.writer = malloc(r.nblk * sizeof(uint32_t));
+        memset(r.writer, 0xff, r.nblk * sizeof(uint32_t));
+    }
+    p_settle();
+    size_t start = r.next;
+    p_pass(&r, r.warm);
+    uint64_t t0 = now_ns();
+    long before = r.completed;
+    p_pass(&r, timed);
+    uint64_t t1 = now_ns();
+    if (I.failed)
+        die("block %zu batch %zu: %s", bs, n, I.err);
+    (void)before;
+    size_t moved_blocks = (size_t)(r.warm + timed) * n;
+    size_t touched = moved_blocks < r.nblk ? moved_blocks : r.nblk;
+    size_t first = moved_blocks < r.nblk ? start : 0;
+    if (O.check) {
+        if (O.op == NXL_WRITE) {
+            p_verify_write(&r, first, touched);
+        } else {
+            /* read every touched block again, checking each buffer as it arrives */
+            r.verify = true;
+            r.next = first;
+            long passes = (long)((touched + n - 1) / n);
+            r.warm = r.completed = r.posted = 0;
+            p_pass(&r, passes);
+            if (I.failed)
+                die("block %zu batch %zu: %s", bs, n, I.err);
+        }
+    }
+    row_t *o = &I.rows[I.nrows++];
+    double sec = (t1 - t0) / 1e9;
+    o->bs = bs;
+    o->batch = n;
+    o->iters = timed;
+    o->bw_gbps = (double)timed * n * bs / sec / 1e9;
+    o->avg_lat_us = sec * 1e6 / timed;
+    stats(r.prep, timed, &o->avg_prep_us, NULL, &o->p99_prep_us);
+    stats(r.post, timed, &o->avg_post_us, NULL, &o->p99_post_us);
+    stats(r.tx, timed, &o->avg_tx_us, NULL, &o->p99_tx_us);
+    nxl_prepped_release(r.lp);
+    nxl_prepped_release(r.rp);
+    free(r.writer);
+    free(r.slots);
+    free(r.lidx);
+    free(r.ridx);
+    free(r.prep);
+    free(r.post);
+    free(r.tx);
+}
+
+static int posix_main(void)
+{
+    I.t_start = now_ns();
+    size_t need = need_bytes();
+    if (need > O.total_buf)
+        die("the DRAM ring needs %zu bytes (largest block x batch x pipeline depth) but "
+            "--total_buffer_size is %zu", need, O.total_buf);
+    if (O.direct) {
+        size_t v[64], nv;
+        size_list(v, &nv);
+        for (size_t i = 0; i < nv; i++)
+            if (v[i] % 4096)
+                fprintf(stderr, "nxlbench: --storage_enable_direct: blocks of %zu B are not "
+                                "multiples of 4096; the transport moves them buffered\n", v[i]);
+    }
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "nxlb-posix";
+    c.busy_poll_us = (unsigned)O.busy_poll_us;
+    c.log_level = NXL_LOG_INFO;
+    c.log_cb = log_cb;
+    c.log_arg = (void *)"posix";
+    if (nxl_agent_create(&c, &P.a) != NXL_SUCCESS)
+        die("nxl_agent_create: %s", nxl_agent_last_error(NULL));
+    I.a = P.a;
+    char qd[32];
+    snprintf(qd, sizeof(qd), "%zu", (size_t)O.depth * O.max_batch < 256 ? 256
+                                     : (size_t)O.depth * O.max_batch > 32768 ? 32768
+                                     : (size_t)O.depth * O.max_batch);
+    nxl_param_t prm[] = {{"engine", O.posix_engine}, {"direct", O.direct ? "1" : "0"},
+                         {"queue_depth", qd}};
+    if (nxl_backend_create(P.a, "POSIX", prm, 3, NULL) != NXL_SUCCESS)
+        die("nxl_backend_create(POSIX): %s", nxl_agent_last_error(P.a));
+    p_files();
+    nxl_mem_t ft = !strcmp(O.tseg, "BLK") ? NXL_BLK : NXL_FILE;
+    for (long i = 0; i < P.nf; i++) {
+        nxl_desc_t d = {.addr = 0, .len = P.fsize, .dev_id = (uint64_t)P.f[i].fd};
+        if (nxl_mem_register(P.a, ft, &d, 1, NULL) != NXL_SUCCESS)
+            die("registering %s: %s", P.f[i].path, nxl_agent_last_error(P.a));
+    }
+    if (!buf_alloc(P.a, &P.ring, need, O.mem_nxl))
+        die("%zu bytes of DRAM: %s", need, nxl_agent_last_error(P.a));
+    posix_footprint = P.fsize * (size_t)P.nf;
+    posix_nfiles = P.nf;
+    posix_where = !strcmp(O.tseg, "BLK") ? O.filepath : P.dir;
+    run_bw_rows(p_row);
+    printf("# nxlbench bandwidth, POSIX, %s, DRAM ↔ %s (%s), %ld file(s), footprint %zu B, %s, "
+           "pipeline_depth %ld, engine: %s\n",
+           O.op == NXL_READ ? "READ" : "WRITE", O.tseg, !strcmp(O.tseg, "BLK") ? O.filepath
+           : P.dir, P.nf, P.fsize * (size_t)P.nf, O.direct ? "O_DIRECT" : "buffered", O.depth,
+           transports_desc);
+    print_table(stdout);
+    fflush(stdout);
+    if (O.json)
+        write_json(O.json);
+    buf_free(P.a, &P.ring);
+    nxl_agent_destroy(P.a);
+    for (long i = 0; i < P.nf; i++)
+        close(P.f[i].fd);
+    if (O.plot) {
+        if (!O.json)
+            fprintf(stderr, "nxlbench: --plot after a run needs --json FILE to plot from\n");
+        else
+            return plot(O.plot, (char **)&O.json, 1);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
     if (O.plot && nplot_inputs)
         return plot(O.plot, plot_inputs, nplot_inputs);
+    if (!strcmp(O.backend, "POSIX"))
+        return posix_main();
     int roles = !!O.spawn + !!O.listen + !!O.connect;
     if (roles != 1)
         die("choose one of --spawn, --listen HOST:PORT, --connect HOST:PORT (see --help)");
