@@ -413,8 +413,8 @@ END_TEST
 
 START_TEST(t_peer_restarts_same_name)
 {
-    child_t c2 = child_fork("K", 2, 2); /* the restarted one, forked before UCX starts here */
-    pid_t k1 = child_agent("K", 1, 2);
+    child_t c2 = child_fork("K", 2, 10); /* the restarted one, forked before UCX starts here */
+    pid_t k1 = child_agent("K", 1, 10); /* long leases: a late keep-alive under load must not expire them */
     nxl_agent_t *a = agent("A", NULL, 0, NULL);
     reg(a, buf_at(0), BUF_LEN);
     nxl_future_t *f;
