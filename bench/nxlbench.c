@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -71,6 +72,8 @@ static struct {
     bool direct;
     size_t footprint;
     const char *posix_engine;
+    bool no_prefill;
+    bool plain_pages;
     int mode;
     double duration;
     bool reply_notif;
@@ -150,9 +153,15 @@ static void usage(FILE *f)
 "                            files are created and sized first, untimed\n"
 "  --storage_enable_direct   O_DIRECT (blocks must be multiples of 4096)\n"
 "  --posix_api_type E        I/O engine: auto (default), uring, threads\n"
+"  --storage_huge_pages 0    the DRAM ring on plain 4 KiB pages (default: 2 MiB aligned,\n"
+"                            madvise(MADV_HUGEPAGE): O_DIRECT requests then carry a few\n"
+"                            physically contiguous segments instead of one per page)\n"
+"  --storage_prefill 0       BLK: use the data already there instead of writing the\n"
+"                            footprint whole first (no --check_consistency)\n"
 "  Each row walks the footprint once by default (--num_iter overrides); the DRAM side\n"
-"  is a ring of pipeline_depth x batch blocks. Files are synced and dropped from the\n"
-"  page cache before each row; READ runs fill them with a known pattern first.\n"
+"  is a ring of pipeline_depth x batch blocks. The files are written whole with a\n"
+"  known pattern first (untimed), then synced and dropped from the page cache\n"
+"  before each row.\n"
 "\n"
 "Output\n"
 "  --json FILE               results and environment as JSON\n"
@@ -216,7 +225,7 @@ static const char *seg_check(const char *flag, const char *v)
     for (size_t i = 0; i < 5; i++)
         if (!strcasecmp(v, known[i])) {
             /* FILE and BLK as the target with --backend POSIX: checked after parsing */
-            if (i != 0 && !(i == 2 || i == 4))
+            if (i != 0 && !(i == 2 || i == 3))
                 die("%s %s: not supported yet — nxlbench moves DRAM, and with --backend POSIX "
                     "FILE or BLK as the target (the UCX transport here has no CUDA support, and "
                     "OBJ needs a transport this build lacks)", flag, known[i]);
@@ -282,6 +291,10 @@ static void parse_args(int argc, char **argv)
                     val);
         } else if (!strcmp(name, "--filepath")) {
             O.filepath = val;
+        } else if (!strcmp(name, "--storage_huge_pages")) {
+            O.plain_pages = !parse_long(name, val, 0);
+        } else if (!strcmp(name, "--storage_prefill")) {
+            O.no_prefill = !parse_long(name, val, 0);
         } else if (!strcmp(name, "--num_files")) {
             O.num_files = parse_long(name, val, 1);
         } else if (!strcmp(name, "--storage_footprint")) {
@@ -426,6 +439,9 @@ static void parse_args(int argc, char **argv)
             "(the file offsets advance); --recreate_xfer does not apply");
     if (posix && !strcmp(O.tseg, "BLK") && !O.filepath)
         die("--target_seg_type BLK needs --filepath /dev/DEVICE (or a file used as one)");
+    if (posix && O.no_prefill && (strcmp(O.tseg, "BLK") || O.check))
+        die("--storage_prefill 0: with BLK only (new files would read as holes), and without "
+            "--check_consistency (which needs the known pattern)");
     if (posix && !strcmp(O.tseg, "BLK") && O.num_files != 1)
         die("--target_seg_type BLK: one device, --num_files 1");
     if (!O.start_bs || O.max_bs < O.start_bs)
@@ -578,6 +594,9 @@ typedef struct buf {
     bool nxl;
 } buf_t;
 
+/* malloc'd buffers on 2 MiB boundaries with MADV_HUGEPAGE (POSIX runs) */
+static bool buf_huge;
+
 static bool buf_alloc(nxl_agent_t *a, buf_t *b, size_t len, bool use_nxl)
 {
     b->len = len;
@@ -591,9 +610,11 @@ static bool buf_alloc(nxl_agent_t *a, buf_t *b, size_t len, bool use_nxl)
         return true;
     }
     void *p;
-    if (posix_memalign(&p, 4096, len))
+    if (posix_memalign(&p, buf_huge ? 2 * MiB : 4096, len))
         return false;
     b->p = p;
+    if (buf_huge)
+        madvise(p, len, MADV_HUGEPAGE); /* a hint: where THP is off, plain pages */
     memset(b->p, 0, len);
     nxl_desc_t d = {.addr = (uintptr_t)b->p, .len = len};
     if (nxl_mem_register(a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS) {
@@ -1570,6 +1591,7 @@ static void write_json(const char *path)
         fprintf(f, ", \"direct\": %s, \"footprint\": %zu, \"num_files\": %ld, \"filepath\": ",
                 O.direct ? "true" : "false", posix_footprint, posix_nfiles);
         json_str(f, posix_where);
+        fprintf(f, ", \"dram_pages\": \"%s\"", buf_huge ? "THP (madvise)" : "plain");
         fprintf(f, ", \"page_cache\": \"%s\"",
                 O.direct ? "bypassed (O_DIRECT)"
                          : "files synced and dropped (fadvise DONTNEED) before each row");
@@ -1582,14 +1604,16 @@ static void write_json(const char *path)
                "\"recreate_xfer\": %s, \"pipeline_depth\": %ld, \"busy_poll_us\": %ld, "
                "\"mem_source\": \"%s\", \"latency_reply\": \"%s\", \"pin\": %s, "
                "\"duration\": %.3f, \"spawn\": %s, \"storage_enable_direct\": %s, "
-               "\"storage_footprint\": %zu, \"num_files\": %ld, \"posix_api_type\": \"%s\"}}}\n",
+               "\"storage_footprint\": %zu, \"num_files\": %ld, \"posix_api_type\": \"%s\", "
+               "\"storage_prefill\": %s, \"storage_huge_pages\": %s}}}\n",
             sysconf(_SC_NPROCESSORS_ONLN), mode_names[O.mode], O.backend,
             O.op == NXL_READ ? "READ" : "WRITE", O.iseg, O.tseg, O.start_bs, O.max_bs,
             O.start_batch, O.max_batch, O.num_iter, O.warmup_iter, O.row_bytes, O.total_buf,
             O.check ? "true" : "false", O.recreate ? "true" : "false", O.depth, O.busy_poll_us,
             O.mem_nxl ? "nxl" : "malloc", O.reply_notif ? "notif" : "write",
             O.pin ? "true" : "false", O.duration, O.spawn ? "true" : "false",
-            O.direct ? "true" : "false", O.footprint, O.num_files, O.posix_engine);
+            O.direct ? "true" : "false", O.footprint, O.num_files, O.posix_engine,
+            O.no_prefill ? "false" : "true", O.plain_pages ? "false" : "true");
     if (fclose(f))
         die("--json %s: %s", path, strerror(errno));
 }
@@ -1919,10 +1943,14 @@ static void p_files(void)
     }
 }
 
-/* READ runs: every file holds a known pattern (untimed) */
+/* Before the first row (untimed), every file is written whole with a known
+ * pattern: READs then read real data (not the holes or unwritten extents of
+ * a new file, which cost the storage nothing) and can be verified, and
+ * WRITEs overwrite allocated blocks, as in a file in use and as fio does
+ * once its file is laid out. */
 static void p_prefill(void)
 {
-    if (P.filled)
+    if (P.filled || O.no_prefill)
         return;
     P.filled = true;
     P.seed = (uint64_t)getpid() * 7919 + 17;
@@ -2098,9 +2126,8 @@ static void p_row(size_t bs, size_t n)
     free(rd);
     for (long s = 0; s < Pd; s++)
         r.slots[s] = (pslot_t){.ring0 = (size_t)s * n, .r = &r};
-    if (O.op == NXL_READ)
-        p_prefill();
-    else
+    p_prefill();
+    if (O.op == NXL_WRITE)
         pat_fill(P.ring.p, 0, nring * bs, (uint64_t)getpid() * 1000 + seed_counter++);
     if (O.check && O.op == NXL_WRITE) {
         r.writer = malloc(r.nblk * sizeof(uint32_t));
@@ -2194,6 +2221,7 @@ static int posix_main(void)
         if (nxl_mem_register(P.a, ft, &d, 1, NULL) != NXL_SUCCESS)
             die("registering %s: %s", P.f[i].path, nxl_agent_last_error(P.a));
     }
+    buf_huge = !O.plain_pages && !O.mem_nxl;
     if (!buf_alloc(P.a, &P.ring, need, O.mem_nxl))
         die("%zu bytes of DRAM: %s", need, nxl_agent_last_error(P.a));
     posix_footprint = P.fsize * (size_t)P.nf;

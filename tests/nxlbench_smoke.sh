@@ -48,6 +48,32 @@ else
     echo "FAIL etcd: etcd did not start"; fail=1
 fi
 
+# POSIX: DRAM <-> FILE in one process, over a small footprint walked sequentially
+prun() { # NAME -- ARGS...
+    name=$1; shift 2
+    if ! timeout 60 "$B" --backend POSIX --target_seg_type FILE --filepath "$T" \
+        --storage_footprint 8M --check_consistency --quiet --json "$T/$name.json" "$@" \
+        >"$T/$name.out" 2>&1; then
+        echo "FAIL $name: nxlbench $* exited nonzero:"; cat "$T/$name.out"; fail=1; return
+    fi
+    for k in rows env nxl_version posix_engine direct footprint flags $BW; do
+        grep -q "\"$k\":" "$T/$name.json" || { echo "FAIL $name: no \"$k\" in the JSON"; fail=1; }
+    done
+    grep -q '"footprint": 8388608' "$T/$name.json" || { echo "FAIL $name: footprint not 8M"; fail=1; }
+    echo "ok   $name"
+}
+prun posix_write -- --block_sizes 4K,64K --max_batch_size 2 --pipeline_depth 4 --num_files 2
+prun posix_read -- --op_type READ --block_sizes 4K,64K --pipeline_depth 4
+prun posix_write_direct -- --storage_enable_direct --block_sizes 4K,64K --pipeline_depth 4
+prun posix_read_direct -- --op_type READ --storage_enable_direct --block_sizes 4K,1M \
+    --pipeline_depth 2 --num_files 4
+grep -q '"direct": true' "$T/posix_read_direct.json" || { echo "FAIL posix_read_direct: not direct"; fail=1; }
+ls "$T"/nxlbench-* >/dev/null 2>&1 && { echo "FAIL posix: files left in $T"; fail=1; }
+if "$B" --backend POSIX --target_seg_type FILE --spawn >"$T/pspawn.out" 2>&1 ||
+    ! grep -q "one process" "$T/pspawn.out"; then
+    echo "FAIL posix_spawn: expected a refusal of --spawn"; cat "$T/pspawn.out"; fail=1
+fi
+
 # a clear refusal for memory types not supported yet
 if "$B" --spawn --initiator_seg_type VRAM >"$T/vram.out" 2>&1 || ! grep -q "not supported" "$T/vram.out"; then
     echo "FAIL vram: expected a refusal"; cat "$T/vram.out"; fail=1
