@@ -268,6 +268,11 @@ static ereq_t *post(etcd_t *e, const char *path, cJSON *body, ereq_done_fn done,
     curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
     curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+    /* a watch streams for ever: TCP keepalive notices an etcd that vanished
+     * without closing the connection (host down, link cut) */
+    curl_easy_setopt(r->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(r->easy, CURLOPT_TCP_KEEPIDLE, 5L);
+    curl_easy_setopt(r->easy, CURLOPT_TCP_KEEPINTVL, 2L);
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(r->easy, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
