@@ -526,6 +526,17 @@ static void remember(etcd_t *e, const char *key, const char *val)
     LIST_INSERT_HEAD(&e->pubs, p, link);
 }
 
+static void forget_pubs(etcd_t *e)
+{
+    while (!LIST_EMPTY(&e->pubs)) {
+        epub_t *p = LIST_FIRST(&e->pubs);
+        LIST_REMOVE(p, link);
+        free(p->key);
+        free(p->val);
+        free(p);
+    }
+}
+
 static nxl_status_t publish(nxl_agent_t *a, const char *call, const char *label, void *blob,
                             size_t len, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
@@ -630,13 +641,7 @@ nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_fut
             if (e->ka)
                 evtimer_del(e->ka);
         }
-        while (!LIST_EMPTY(&e->pubs)) {
-            epub_t *p = LIST_FIRST(&e->pubs);
-            LIST_REMOVE(p, link);
-            free(p->key);
-            free(p->val);
-            free(p);
-        }
+        forget_pubs(e);
     }
     free(pre);
     free(end);
@@ -1041,13 +1046,7 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish)
         free(p->val);
         free(p);
     }
-    while (!LIST_EMPTY(&e->pubs)) {
-        epub_t *p = LIST_FIRST(&e->pubs);
-        LIST_REMOVE(p, link);
-        free(p->key);
-        free(p->val);
-        free(p);
-    }
+    forget_pubs(e);
     if (e->multi)
         curl_multi_cleanup(e->multi);
     if (e->timer)
