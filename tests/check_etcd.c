@@ -128,8 +128,14 @@ START_TEST(t_publish_fetch)
     ck_assert_str_eq(nxl_future_peer(f), "B");
     nxl_future_release(f);
     write_check(a, "B", src, dst, 1 << 20, 5, base);
-    nxl_agent_destroy(a);
+    /* a clean destroy unpublishes: A's watch sees B leave */
     nxl_agent_destroy(b);
+    uint64_t end = tl_now_ms() + 5000;
+    int dummy = 0;
+    while (nxl_md_check(a, "B") == NXL_SUCCESS && tl_now_ms() < end)
+        run_base(base, &dummy, 1, 50);
+    ck_assert_msg(nxl_md_check(a, "B") == NXL_ERR_NOT_FOUND, "B's destroy did not unpublish it");
+    nxl_agent_destroy(a);
     event_base_free(base);
     free(src);
     free(dst);

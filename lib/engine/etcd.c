@@ -288,14 +288,21 @@ static char *b64s(const char *s)
     return nxli_b64_encode(s, strlen(s));
 }
 
-/* the key just past every key starting with p */
-static char *range_end(const char *p)
+/* Adds "key" and "range_end" (the key just past every key starting with
+ * prefix), base64 as etcd wants them, to o. */
+static bool add_prefix_range(cJSON *o, const char *prefix)
 {
-    size_t n = strlen(p);
-    char *s = strdup(p);
-    if (s && n)
-        s[n - 1]++;
-    return s;
+    size_t n = strlen(prefix);
+    char *end = strdup(prefix);
+    if (end && n)
+        end[n - 1]++;
+    char *k = b64s(prefix), *re = end ? b64s(end) : NULL;
+    bool ok = o && k && re && cJSON_AddStringToObject(o, "key", k) &&
+              cJSON_AddStringToObject(o, "range_end", re);
+    free(end);
+    free(k);
+    free(re);
+    return ok;
 }
 
 static int64_t jint(const cJSON *o, const char *k)
@@ -621,16 +628,12 @@ nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_fut
     if (st != NXL_SUCCESS)
         return st;
     char *pre = nxli_sprintf("%s%s/", e->prefix, a->name);
-    char *end = pre ? range_end(pre) : NULL;
-    char *k = pre ? b64s(pre) : NULL, *re = end ? b64s(end) : NULL;
-    nxl_future_t *f = k && re ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
+    cJSON *b = cJSON_CreateObject();
+    nxl_future_t *f =
+        pre && add_prefix_range(b, pre) ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
     if (f) {
-        cJSON *b = cJSON_CreateObject();
-        cJSON_AddStringToObject(b, "key", k);
-        cJSON_AddStringToObject(b, "range_end", re);
         if (!post(e, "kv/deleterange", b, unpub_done, NULL, f, 5000))
             nxli_future_complete(f, NXL_ERR_UNKNOWN, "etcd: out of memory");
-        cJSON_Delete(b);
         /* stop keeping the lease: revoke it */
         if (e->lease[0]) {
             cJSON *rb = cJSON_CreateObject();
@@ -643,10 +646,8 @@ nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_fut
         }
         forget_pubs(e);
     }
+    cJSON_Delete(b);
     free(pre);
-    free(end);
-    free(k);
-    free(re);
     if (!f) {
         nxli_err(a, "nxl_md_unpublish: out of memory");
         return NXL_ERR_UNKNOWN;
@@ -805,32 +806,22 @@ static void watch_start(ewatch_t *w)
     etcd_t *e = w->a->etcd;
     if (w->rev == 0) {
         /* read the current state first, then watch from the next revision */
-        char *k = b64s(w->key), *end = range_end(w->key), *re = end ? b64s(end) : NULL;
         cJSON *b = cJSON_CreateObject();
-        cJSON_AddStringToObject(b, "key", k);
-        cJSON_AddStringToObject(b, "range_end", re);
-        ereq_t *r = post(e, "kv/range", b, range_done, NULL, w, 5000);
+        ereq_t *r = add_prefix_range(b, w->key) ? post(e, "kv/range", b, range_done, NULL, w, 5000)
+                                                : NULL;
         cJSON_Delete(b);
-        free(k);
-        free(end);
-        free(re);
         w->req = r;
         if (!r)
             watch_done(&(ereq_t){.arg = w}, "out of memory", NULL);
         return;
     }
     cJSON *b = cJSON_CreateObject(), *c = cJSON_AddObjectToObject(b, "create_request");
-    char *k = b64s(w->key), *end = range_end(w->key), *re = end ? b64s(end) : NULL;
     char rev[24];
     snprintf(rev, sizeof(rev), "%lld", (long long)w->rev);
-    cJSON_AddStringToObject(c, "key", k);
-    cJSON_AddStringToObject(c, "range_end", re);
-    cJSON_AddStringToObject(c, "start_revision", rev);
-    w->req = post(e, "watch", b, watch_done, watch_line, w, 0);
+    w->req = add_prefix_range(c, w->key) && cJSON_AddStringToObject(c, "start_revision", rev)
+                 ? post(e, "watch", b, watch_done, watch_line, w, 0)
+                 : NULL;
     cJSON_Delete(b);
-    free(k);
-    free(end);
-    free(re);
     if (!w->req)
         watch_done(&(ereq_t){.arg = w}, "out of memory", NULL);
 }
@@ -997,16 +988,17 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish)
         return;
     if (unpublish && e->lease[0] && e->nep) {
         /* clean destroy: delete our keys and revoke the lease, briefly blocking */
-        char *pre = nxli_sprintf("%s%s/", e->prefix, a->name), *end = range_end(pre);
-        char *k = b64s(pre), *re = b64s(end);
-        char *body1 = nxli_sprintf("{\"key\":\"%s\",\"range_end\":\"%s\"}", k, re);
+        char *pre = nxli_sprintf("%s%s/", e->prefix, a->name);
+        cJSON *range = cJSON_CreateObject();
+        char *body1 = pre && add_prefix_range(range, pre) ? cJSON_PrintUnformatted(range) : NULL;
         char *body2 = nxli_sprintf("{\"ID\":\"%s\"}", e->lease);
+        cJSON_Delete(range);
         const char *paths[2] = {"kv/deleterange", "lease/revoke"};
         char *bodies[2] = {body1, body2};
         for (int i = 0; i < 2; i++) {
-            CURL *c = curl_easy_init();
+            CURL *c = bodies[i] ? curl_easy_init() : NULL;
             if (!c)
-                break;
+                continue;
             char *url = nxli_sprintf("%s/v3/%s", e->ep[e->cur], paths[i]);
             FILE *null = fopen("/dev/null", "w");
             curl_easy_setopt(c, CURLOPT_URL, url);
@@ -1022,9 +1014,6 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish)
             free(url);
         }
         free(pre);
-        free(end);
-        free(k);
-        free(re);
         free(body1);
         free(body2);
     }
