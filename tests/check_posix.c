@@ -434,7 +434,34 @@ END_TEST
  * made with RLIMIT_NOFILE: one fd left, which the ring takes, so that its
  * eventfd cannot be made; the pool's eventfd then gets the freed fd. In a
  * child, where the limit stays. */
-static int fallback_child(char *msg, size_t cap)
+/* Runs fn in a forked child (what it changes in the process stays there);
+ * fails the test with the sentence the child wrote unless it returned 0. */
+static void in_child(int (*fn)(const void *arg, char *msg, size_t cap), const void *arg)
+{
+    int pp[2];
+    ck_assert_int_eq(pipe(pp), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pp[0]);
+        char msg[600] = "";
+        int rc = fn(arg, msg, sizeof(msg));
+        ssize_t w = write(pp[1], msg, strlen(msg));
+        (void)w;
+        _exit(rc);
+    }
+    close(pp[1]);
+    char msg[600] = "";
+    ssize_t k = read(pp[0], msg, sizeof(msg) - 1);
+    msg[k > 0 ? k : 0] = 0;
+    close(pp[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s (status %d)", msg,
+                  status);
+}
+
+static int fallback_child(const void *arg, char *msg, size_t cap)
 {
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
@@ -511,27 +538,7 @@ START_TEST(t_fallback)
                "tests run on the thread pool\n");
         return;
     }
-    int pp[2];
-    ck_assert_int_eq(pipe(pp), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(pp[0]);
-        char msg[600] = "";
-        int rc = fallback_child(msg, sizeof(msg));
-        ssize_t w = write(pp[1], msg, strlen(msg));
-        (void)w;
-        _exit(rc);
-    }
-    close(pp[1]);
-    char msg[600] = "";
-    ssize_t k = read(pp[0], msg, sizeof(msg) - 1);
-    msg[k > 0 ? k : 0] = 0;
-    close(pp[0]);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s (status %d)", msg,
-                  status);
+    in_child(fallback_child, NULL);
 }
 END_TEST
 
@@ -656,8 +663,9 @@ END_TEST
 /* A write past RLIMIT_FSIZE fails with EFBIG midway (a system error in the
  * middle of a transfer, no root needed); a transfer below the limit in
  * flight at the same time succeeds. Runs in a child: the limit stays there. */
-static int efbig_child(const char *engine, char *msg, size_t cap)
+static int efbig_child(const void *arg, char *msg, size_t cap)
 {
+    const char *engine = arg;
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit rl = {1 * MiB, 1 * MiB};
     if (setrlimit(RLIMIT_FSIZE, &rl) < 0) {
@@ -716,27 +724,7 @@ START_TEST(t_efbig)
         printf("check_posix: t_efbig[uring] skipped: " NO_URING "\n");
         return;
     }
-    int pp[2];
-    ck_assert_int_eq(pipe(pp), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(pp[0]);
-        char msg[600] = "";
-        int rc = efbig_child(engine, msg, sizeof(msg));
-        ssize_t w = write(pp[1], msg, strlen(msg));
-        (void)w;
-        _exit(rc);
-    }
-    close(pp[1]);
-    char msg[600] = "";
-    ssize_t k = read(pp[0], msg, sizeof(msg) - 1);
-    msg[k > 0 ? k : 0] = 0;
-    close(pp[0]);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s (status %d)", msg,
-                  status);
+    in_child(efbig_child, engine);
 }
 END_TEST
 
