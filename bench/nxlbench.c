@@ -555,6 +555,7 @@ static char transports_desc[256];
 static size_t posix_footprint;
 static long posix_nfiles;
 static const char *posix_where;
+static long long posix_thp;          /* bytes of the DRAM ring on huge pages */
 
 static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 {
@@ -610,12 +611,15 @@ static bool buf_alloc(nxl_agent_t *a, buf_t *b, size_t len, bool use_nxl)
         return true;
     }
     void *p;
-    if (posix_memalign(&p, buf_huge ? 2 * MiB : 4096, len))
+    /* a huge page backs only a whole, aligned 2 MiB: round up, or a ring
+     * smaller than 2 MiB (16 x 64 KiB) stays on plain pages */
+    size_t alen = buf_huge ? (len + 2 * MiB - 1) / (2 * MiB) * (2 * MiB) : len;
+    if (posix_memalign(&p, buf_huge ? 2 * MiB : 4096, alen))
         return false;
     b->p = p;
     if (buf_huge)
-        madvise(p, len, MADV_HUGEPAGE); /* a hint: where THP is off, plain pages */
-    memset(b->p, 0, len);
+        madvise(p, alen, MADV_HUGEPAGE); /* a hint: where THP is off, plain pages */
+    memset(b->p, 0, alen);
     nxl_desc_t d = {.addr = (uintptr_t)b->p, .len = len};
     if (nxl_mem_register(a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS) {
         free(b->p);
@@ -623,6 +627,29 @@ static bool buf_alloc(nxl_agent_t *a, buf_t *b, size_t len, bool use_nxl)
         return false;
     }
     return true;
+}
+
+/* bytes of [p, p + len) that sit on transparent huge pages, from
+ * /proc/self/smaps (the mappings that overlap it; -1 where unreadable) */
+static long long thp_bytes(const void *p, size_t len)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false;
+    long long sum = 0;
+    uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long a, b;
+        long long kb;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = a < hi && b > lo;
+        else if (in && sscanf(line, "AnonHugePages: %lld kB", &kb) == 1)
+            sum += kb * 1024;
+    }
+    fclose(f);
+    return sum > (long long)len ? (long long)len : sum;
 }
 
 static void buf_free(nxl_agent_t *a, buf_t *b)
@@ -1591,7 +1618,8 @@ static void write_json(const char *path)
         fprintf(f, ", \"direct\": %s, \"footprint\": %zu, \"num_files\": %ld, \"filepath\": ",
                 O.direct ? "true" : "false", posix_footprint, posix_nfiles);
         json_str(f, posix_where);
-        fprintf(f, ", \"dram_pages\": \"%s\"", buf_huge ? "THP (madvise)" : "plain");
+        fprintf(f, ", \"dram_pages\": \"%s\", \"dram_thp_bytes\": %lld",
+                buf_huge ? "THP (madvise)" : "plain", posix_thp);
         fprintf(f, ", \"page_cache\": \"%s\"",
                 O.direct ? "bypassed (O_DIRECT)"
                          : "files synced and dropped (fadvise DONTNEED) before each row");
@@ -2227,12 +2255,13 @@ static int posix_main(void)
     posix_footprint = P.fsize * (size_t)P.nf;
     posix_nfiles = P.nf;
     posix_where = !strcmp(O.tseg, "BLK") ? O.filepath : P.dir;
+    posix_thp = thp_bytes(P.ring.p, P.ring.len);
     run_bw_rows(p_row);
     printf("# nxlbench bandwidth, POSIX, %s, DRAM ↔ %s (%s), %ld file(s), footprint %zu B, %s, "
-           "pipeline_depth %ld, engine: %s\n",
+           "pipeline_depth %ld, engine: %s; DRAM ring %zu B, %lld B of it on huge pages\n",
            O.op == NXL_READ ? "READ" : "WRITE", O.tseg, !strcmp(O.tseg, "BLK") ? O.filepath
            : P.dir, P.nf, P.fsize * (size_t)P.nf, O.direct ? "O_DIRECT" : "buffered", O.depth,
-           transports_desc);
+           transports_desc, P.ring.len, posix_thp);
     print_table(stdout);
     fflush(stdout);
     if (O.json)
