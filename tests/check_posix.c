@@ -5,7 +5,8 @@
  * buffered and O_DIRECT, io_uring and thread-pool engines, files by fd and by
  * path; unaligned I/O with direct=1; a block device on a loop device (root);
  * a full file system (a 1 MiB tmpfs, root) next to a transfer that succeeds;
- * a write past RLIMIT_FSIZE (EFBIG); reads past the end of a file;
+ * a write past RLIMIT_FSIZE (EFBIG); an I/O error (EIO, through
+ * /proc/self/mem); reads past the end of a file;
  * registration errors; nxl_mem_query; 64 transfers in flight; teardown and
  * release with I/O in flight (CANCELED exactly once). Tests that cannot run
  * here say why and pass. */
@@ -730,6 +731,89 @@ END_TEST
 
 /* A full file system: a 1 MiB tmpfs; writing 2 MiB fails with ENOSPC and a
  * sentence, a small transfer elsewhere in flight at the same time succeeds. */
+/* An I/O error (EIO) from the kernel, on any machine and without root:
+ * /proc/self/mem is a regular file whose offsets are this process's
+ * addresses, and reading or writing where nothing is mapped fails with EIO.
+ * A READ that spans mapped memory and a hole fails with NXL_ERR_BACKEND and
+ * a sentence naming the fd, the offset and the error; a WRITE into the hole
+ * likewise; a READ of the mapped part in flight at the same time succeeds
+ * byte for byte; the agent keeps working. */
+START_TEST(t_eio)
+{
+    const char *engine = _i ? "threads" : "uring";
+    if (!_i && !uring_works()) {
+        printf("check_posix: t_eio[uring] skipped: " NO_URING "\n");
+        return;
+    }
+    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        printf("check_posix: t_eio[%s] skipped: cannot open /proc/self/mem: %s\n", engine,
+               strerror(errno));
+        return;
+    }
+    /* four pages far from where malloc and mmap place things; the last two
+     * unmapped again, so that nothing the agent allocates lands there */
+    char *base = mmap((void *)0x600000000000ull, 16 * KiB, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (base == MAP_FAILED || base != (char *)0x600000000000ull) {
+        printf("check_posix: t_eio[%s] skipped: no mapping at 0x600000000000: %s\n", engine,
+               base == MAP_FAILED ? strerror(errno) : "placed elsewhere");
+        if (base != MAP_FAILED)
+            munmap(base, 16 * KiB);
+        close(fd);
+        return;
+    }
+    tl_fill(base, 8 * KiB, 11);
+    ck_assert_int_eq(munmap(base + 8 * KiB, 8 * KiB), 0);
+    nxl_agent_t *a = px_agent("px", engine, NULL);
+    ck_assert_msg(reg_fd(a, NXL_FILE, fd, (uintptr_t)base, 16 * KiB) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    char *buf = xalloc(64 * KiB);
+    memset(buf, 0, 64 * KiB);
+    reg_dram(a, buf, 64 * KiB);
+    /* pages 0..3: the last two are the hole */
+    nxl_xfer_t *bad = make_blocks(a, NXL_READ, NXL_FILE, (uint64_t)fd, buf, (uintptr_t)base,
+                                  4 * KiB, 4, NULL);
+    nxl_xfer_t *good = make_blocks(a, NXL_READ, NXL_FILE, (uint64_t)fd, buf + 32 * KiB,
+                                   (uintptr_t)base, 4 * KiB, 2, NULL);
+    res_t rb, rg;
+    post(bad, &rb);
+    post(good, &rg);
+    wait_res(a, &rb, 5000);
+    wait_res(a, &rg, 5000);
+    char want[160];
+    snprintf(want, sizeof(want), "fd %d at offset %llu", fd,
+             (unsigned long long)(uintptr_t)(base + 8 * KiB));
+    ck_assert_int_eq(rb.calls, 1);
+    ck_assert_int_eq(rb.st, NXL_ERR_BACKEND);
+    ck_assert_msg(strstr(rb.why, want) && strstr(rb.why, strerror(EIO)),
+                  "sentence names fd, offset and EIO (want '%s'): %s", want, rb.why);
+    ck_assert_int_eq(nxl_xfer_status(bad), NXL_ERR_BACKEND);
+    ck_assert_int_eq(rg.calls, 1);
+    ck_assert_int_eq(rg.st, NXL_SUCCESS);
+    ck_assert_int_lt(first_diff(buf + 32 * KiB, base, 8 * KiB), 0);
+    /* a WRITE into the hole */
+    nxl_xfer_t *wbad = make_blocks(a, NXL_WRITE, NXL_FILE, (uint64_t)fd, buf + 48 * KiB,
+                                   (uintptr_t)(base + 12 * KiB), 4 * KiB, 1, NULL);
+    post(wbad, &rb);
+    wait_res(a, &rb, 5000);
+    ck_assert_int_eq(rb.st, NXL_ERR_BACKEND);
+    ck_assert_msg(strstr(rb.why, "write to") && strstr(rb.why, strerror(EIO)), "%s", rb.why);
+    /* the agent keeps working: a WRITE into the mapped part lands there */
+    tl_fill(buf + 48 * KiB, 4 * KiB, 12);
+    nxl_xfer_t *wgood = make_blocks(a, NXL_WRITE, NXL_FILE, (uint64_t)fd, buf + 48 * KiB,
+                                    (uintptr_t)(base + 4 * KiB), 4 * KiB, 1, NULL);
+    post(wgood, &rg);
+    wait_res(a, &rg, 5000);
+    ck_assert_msg(rg.st == NXL_SUCCESS, "%s", rg.why);
+    ck_assert_int_lt(first_diff(base + 4 * KiB, buf + 48 * KiB, 4 * KiB), 0);
+    nxl_agent_destroy(a);
+    munmap(base, 8 * KiB);
+    close(fd);
+    free(buf);
+}
+END_TEST
+
 START_TEST(t_full_fs)
 {
     const char *engine = _i ? "threads" : "uring";
@@ -1278,6 +1362,7 @@ int main(void)
     tcase_add_test(tc, t_reg_errors);
     tcase_add_loop_test(tc, t_read_past_eof, 0, 2);
     tcase_add_loop_test(tc, t_efbig, 0, 2);
+    tcase_add_loop_test(tc, t_eio, 0, 2);
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);
