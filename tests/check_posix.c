@@ -7,7 +7,7 @@
  * a full file system (a 1 MiB tmpfs, root) next to a transfer that succeeds;
  * a write past RLIMIT_FSIZE (EFBIG); an I/O error (EIO, through
  * /proc/self/mem); reads past the end of a file;
- * registration errors; nxl_mem_query; 64 transfers in flight; teardown and
+ * registration errors; nxl_mem_query; 64 transfers in flight (also with busy polling); teardown and
  * release with I/O in flight (CANCELED exactly once). Tests that cannot run
  * here say why and pass. */
 #include "config.h"
@@ -86,6 +86,7 @@ static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 
 /* An agent with only a POSIX transport. */
 static const char *extra_key, *extra_val; /* one more backend parameter, when set */
+static unsigned px_busy_poll;              /* the agent's busy_poll_us */
 
 static nxl_agent_t *px_agent(const char *name, const char *engine, const char *direct)
 {
@@ -94,6 +95,7 @@ static nxl_agent_t *px_agent(const char *name, const char *engine, const char *d
     c.name = name;
     c.log_level = getenv("NXL_LOG_LEVEL") ? -1 : NXL_LOG_INFO;
     c.log_cb = log_cb;
+    c.busy_poll_us = px_busy_poll;
     nxl_agent_t *a = NULL;
     nxl_status_t st = nxl_agent_create(&c, &a);
     ck_assert_msg(st == NXL_SUCCESS, "agent: %s", nxl_agent_last_error(NULL));
@@ -1034,7 +1036,8 @@ END_TEST
 /* ------------------------------------------------- many, teardown, peers */
 
 /* 64 transfers of 4 blocks at once; [2]: a ring of 8 entries, so that the
- * 256 reads and writes are submitted in chunks and refilled as they end */
+ * 256 reads and writes are submitted in chunks and refilled as they end;
+ * [3]: with the agent busy polling (the engine watches its CQ ring) */
 START_TEST(t_many_inflight)
 {
     const char *engine = _i == 1 ? "threads" : "uring";
@@ -1046,10 +1049,15 @@ START_TEST(t_many_inflight)
         extra_key = "queue_depth";
         extra_val = "8";
     }
+    if (_i == 3)
+        px_busy_poll = 500;
     nxl_agent_t *a = px_agent("px", engine, NULL);
     extra_key = NULL;
+    px_busy_poll = 0;
     if (_i == 2)
         ck_assert_msg(strstr(engine_line, "(8 entries"), "%s", engine_line);
+    if (_i == 3)
+        ck_assert_msg(strstr(engine_line, "busy polling the CQ"), "%s", engine_line);
     enum { NX = 64, NB = 4 };
     size_t bs = 64 * KiB, per = NB * bs, total = NX * per;
     char *src = xalloc(total), *dst = xalloc(total);
@@ -1366,7 +1374,7 @@ int main(void)
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);
-    tcase_add_loop_test(tc, t_many_inflight, 0, 3);
+    tcase_add_loop_test(tc, t_many_inflight, 0, 4);
     tcase_add_loop_test(tc, t_teardown_inflight, 0, 4);
     tcase_add_loop_test(tc, t_cancel_inflight, 0, 2);
     tcase_add_test(tc, t_release_inflight);
