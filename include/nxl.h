@@ -293,7 +293,9 @@ NXL_API nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nx
 /**
  * Allocates @p len bytes of @p type memory and registers it. With UCX the
  * memory is mapped by UCX itself, which its shared-memory transports can
- * write one-sided; otherwise it is page-aligned host memory.
+ * write one-sided; otherwise it is page-aligned host memory, and from
+ * 2 MiB on 2 MiB-aligned with transparent huge pages advised (fewer DMA
+ * segments per O_DIRECT request).
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM; NXL_ERR_NOT_SUPPORTED; NXL_ERR_BACKEND.
  */
 NXL_API nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id,

@@ -7,7 +7,7 @@
  * a full file system (a 1 MiB tmpfs, root) next to a transfer that succeeds;
  * a write past RLIMIT_FSIZE (EFBIG); an I/O error (EIO, through
  * /proc/self/mem); reads past the end of a file;
- * registration errors; nxl_mem_query; 64 transfers in flight (also with busy polling); teardown and
+ * registration errors; nxl_mem_query; nxl_mem_alloc without UCX; 64 transfers in flight (also with busy polling); teardown and
  * release with I/O in flight (CANCELED exactly once). Tests that cannot run
  * here say why and pass. */
 #include "config.h"
@@ -816,6 +816,43 @@ START_TEST(t_eio)
 }
 END_TEST
 
+/* nxl_mem_alloc() in an agent whose transports do not allocate (POSIX
+ * only): page-aligned host memory; from 2 MiB on 2 MiB-aligned (huge pages
+ * advised), registered, and usable for O_DIRECT I/O right away. */
+START_TEST(t_mem_alloc_host)
+{
+    nxl_agent_t *a = px_agent("px", NULL, "1");
+    void *small = NULL, *big = NULL;
+    ck_assert_int_eq(nxl_mem_alloc(a, NXL_DRAM, 4 * KiB, 0, &small), NXL_SUCCESS);
+    ck_assert_int_eq((uintptr_t)small % 4096, 0);
+    size_t len = 4 * MiB + 4 * KiB; /* not a whole number of huge pages */
+    ck_assert_int_eq(nxl_mem_alloc(a, NXL_DRAM, len, 0, &big), NXL_SUCCESS);
+    ck_assert_msg((uintptr_t)big % (2 * MiB) == 0, "%p is not 2 MiB-aligned", big);
+    char *b = big;
+    tl_fill(b, 2 * MiB, 21);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/alloc", tdir);
+    ck_assert_int_eq(reg_path(a, NXL_FILE, 1, path, "create", 0, 2 * MiB), NXL_SUCCESS);
+    nxl_xfer_t *w = make_blocks(a, NXL_WRITE, NXL_FILE, 1, b, 0, 256 * KiB, 8, NULL);
+    nxl_xfer_t *r = make_blocks(a, NXL_READ, NXL_FILE, 1, b + 2 * MiB, 0, 256 * KiB, 8, NULL);
+    res_t rw, rr;
+    post(w, &rw);
+    wait_res(a, &rw, 5000);
+    ck_assert_msg(rw.st == NXL_SUCCESS, "%s", rw.why);
+    post(r, &rr);
+    wait_res(a, &rr, 5000);
+    ck_assert_msg(rr.st == NXL_SUCCESS, "%s", rr.why);
+    ck_assert_int_lt(first_diff(b + 2 * MiB, b, 2 * MiB), 0);
+    /* the last byte asked for is there */
+    b[len - 1] = 7;
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+    ck_assert_int_eq(nxl_mem_free(a, big), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_free(a, small), NXL_SUCCESS);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
 START_TEST(t_full_fs)
 {
     const char *engine = _i ? "threads" : "uring";
@@ -1371,6 +1408,7 @@ int main(void)
     tcase_add_loop_test(tc, t_read_past_eof, 0, 2);
     tcase_add_loop_test(tc, t_efbig, 0, 2);
     tcase_add_loop_test(tc, t_eio, 0, 2);
+    tcase_add_test(tc, t_mem_alloc_host);
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);

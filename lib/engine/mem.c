@@ -2,7 +2,9 @@
  * (device, address) so that a descriptor is resolved by binary search. */
 #include "internal.h"
 
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int cmp_key(uint64_t dev, uintptr_t addr, const nxli_region_t *r)
@@ -315,6 +317,28 @@ nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t
     return NXL_SUCCESS;
 }
 
+/* Host memory when no transport allocates: page-aligned; from 2 MiB on,
+ * 2 MiB-aligned and rounded up to whole 2 MiB pages with transparent huge
+ * pages asked for (a hint: plain pages where THP is off). An O_DIRECT
+ * request into huge pages carries a segment per 2 MiB instead of one per
+ * 4 KiB page, which on virtual disks changes its speed by up to 2x. */
+#define HUGE_PAGE (2u << 20)
+static void *host_alloc(size_t len)
+{
+    void *p = NULL;
+    if (len < HUGE_PAGE)
+        return posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), len) ? NULL : p;
+    if (len > SIZE_MAX - HUGE_PAGE)
+        return NULL;
+    size_t alen = (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    if (posix_memalign(&p, HUGE_PAGE, alen))
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, alen, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id, void **ptr)
 {
     if (!ptr || !len) {
@@ -335,7 +359,7 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
         nxl_status_t st = ab->ops->mem_alloc(ab->state, type, len, dev_id, &p, &amd);
         if (st != NXL_SUCCESS)
             return st;
-    } else if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), len)) {
+    } else if (!(p = host_alloc(len))) {
         nxli_err(a, "nxl_mem_alloc: out of memory for %zu bytes", len);
         return NXL_ERR_UNKNOWN;
     }
