@@ -783,12 +783,16 @@ START_TEST(t_eio)
     post(good, &rg);
     wait_res(a, &rb, 5000);
     wait_res(a, &rg, 5000);
-    char want[160];
+    /* either page of the hole may be the one reported: the engine runs
+     * the elements in parallel and the first failure found is told */
+    char want[160], want2[160];
     snprintf(want, sizeof(want), "fd %d at offset %llu", fd,
              (unsigned long long)(uintptr_t)(base + 8 * KiB));
+    snprintf(want2, sizeof(want2), "fd %d at offset %llu", fd,
+             (unsigned long long)(uintptr_t)(base + 12 * KiB));
     ck_assert_int_eq(rb.calls, 1);
     ck_assert_int_eq(rb.st, NXL_ERR_BACKEND);
-    ck_assert_msg(strstr(rb.why, want) && strstr(rb.why, strerror(EIO)),
+    ck_assert_msg((strstr(rb.why, want) || strstr(rb.why, want2)) && strstr(rb.why, strerror(EIO)),
                   "sentence names fd, offset and EIO (want '%s'): %s", want, rb.why);
     ck_assert_int_eq(nxl_xfer_status(bad), NXL_ERR_BACKEND);
     ck_assert_int_eq(rg.calls, 1);
