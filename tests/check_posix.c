@@ -222,6 +222,26 @@ static long first_diff(const void *a, const void *b, size_t n)
     return -1;
 }
 
+/* Writes n blocks of bs bytes from src to FILE id at foff, reads them back
+ * into dst and checks every byte. */
+static void write_read_back(nxl_agent_t *a, uint64_t id, char *src, char *dst, uint64_t foff,
+                            size_t bs, size_t n)
+{
+    nxl_xfer_t *w = make_blocks(a, NXL_WRITE, NXL_FILE, id, src, foff, bs, n, NULL);
+    nxl_xfer_t *r = make_blocks(a, NXL_READ, NXL_FILE, id, dst, foff, bs, n, NULL);
+    res_t res;
+    post(w, &res);
+    wait_res(a, &res, 10000);
+    ck_assert_msg(res.st == NXL_SUCCESS, "write: %s", res.why);
+    post(r, &res);
+    wait_res(a, &res, 10000);
+    ck_assert_msg(res.st == NXL_SUCCESS, "read: %s", res.why);
+    long d = first_diff(dst, src, bs * n);
+    ck_assert_msg(d < 0, "read back: byte %ld differs", d);
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+}
+
 /* Pages of the file's first len bytes in the page cache. */
 static long resident(int fd, size_t len)
 {
@@ -372,16 +392,7 @@ START_TEST(t_unaligned_direct)
     snprintf(path, sizeof(path), "%s/unaligned", tdir);
     ck_assert_int_eq(reg_path(a, NXL_FILE, 5, path, "create,direct", 0, 1 * MiB), NXL_SUCCESS);
     /* buffer + 1, file offset 333 + i * bs */
-    nxl_xfer_t *w = make_blocks(a, NXL_WRITE, NXL_FILE, 5, src + 1, 333, bs, n, NULL);
-    nxl_xfer_t *r = make_blocks(a, NXL_READ, NXL_FILE, 5, dst + 1, 333, bs, n, NULL);
-    res_t res;
-    post(w, &res);
-    wait_res(a, &res, 10000);
-    ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
-    post(r, &res);
-    wait_res(a, &res, 10000);
-    ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
-    ck_assert_int_lt(first_diff(dst + 1, src + 1, bs * n), 0);
+    write_read_back(a, 5, src + 1, dst + 1, 333, bs, n);
     nxl_agent_destroy(a);
     free(src);
     free(dst);
@@ -837,20 +848,9 @@ START_TEST(t_mem_alloc_host)
     char path[300];
     snprintf(path, sizeof(path), "%s/alloc", tdir);
     ck_assert_int_eq(reg_path(a, NXL_FILE, 1, path, "create", 0, 2 * MiB), NXL_SUCCESS);
-    nxl_xfer_t *w = make_blocks(a, NXL_WRITE, NXL_FILE, 1, b, 0, 256 * KiB, 8, NULL);
-    nxl_xfer_t *r = make_blocks(a, NXL_READ, NXL_FILE, 1, b + 2 * MiB, 0, 256 * KiB, 8, NULL);
-    res_t rw, rr;
-    post(w, &rw);
-    wait_res(a, &rw, 5000);
-    ck_assert_msg(rw.st == NXL_SUCCESS, "%s", rw.why);
-    post(r, &rr);
-    wait_res(a, &rr, 5000);
-    ck_assert_msg(rr.st == NXL_SUCCESS, "%s", rr.why);
-    ck_assert_int_lt(first_diff(b + 2 * MiB, b, 2 * MiB), 0);
+    write_read_back(a, 1, b, b + 2 * MiB, 0, 256 * KiB, 8);
     /* the last byte asked for is there */
     b[len - 1] = 7;
-    nxl_xfer_release(w);
-    nxl_xfer_release(r);
     ck_assert_int_eq(nxl_mem_free(a, big), NXL_SUCCESS);
     ck_assert_int_eq(nxl_mem_free(a, small), NXL_SUCCESS);
     nxl_agent_destroy(a);
