@@ -421,6 +421,9 @@ START_TEST(t_engine_params)
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad2, 1, NULL), NXL_ERR_INVALID_PARAM);
     ck_assert_msg(strstr(nxl_agent_last_error(a), "colour"), "%s", nxl_agent_last_error(a));
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad3, 1, NULL), NXL_ERR_INVALID_PARAM);
+    nxl_param_t bad4 = {"coop_taskrun", "yes please"};
+    ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad4, 1, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_msg(strstr(nxl_agent_last_error(a), "coop_taskrun"), "%s", nxl_agent_last_error(a));
 #ifndef NXL_HAVE_LIBURING
     nxl_param_t pu = {"engine", "uring"};
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &pu, 1, NULL), NXL_ERR_NOT_SUPPORTED);
@@ -1078,7 +1081,9 @@ END_TEST
 
 /* 64 transfers of 4 blocks at once; [2]: a ring of 8 entries, so that the
  * 256 reads and writes are submitted in chunks and refilled as they end;
- * [3]: with the agent busy polling (the engine watches its CQ ring) */
+ * [3]: with the agent busy polling (the engine watches its CQ ring);
+ * [4]: completions with an interrupt each (coop_taskrun=0, as kernels
+ * before 5.19 run) */
 START_TEST(t_many_inflight)
 {
     const char *engine = _i == 1 ? "threads" : "uring";
@@ -1092,6 +1097,10 @@ START_TEST(t_many_inflight)
     }
     if (_i == 3)
         px_busy_poll = 500;
+    if (_i == 4) {
+        extra_key = "coop_taskrun";
+        extra_val = "0";
+    }
     nxl_agent_t *a = px_agent("px", engine, NULL);
     extra_key = NULL;
     px_busy_poll = 0;
@@ -1099,6 +1108,8 @@ START_TEST(t_many_inflight)
         ck_assert_msg(strstr(engine_line, "(8 entries"), "%s", engine_line);
     if (_i == 3)
         ck_assert_msg(strstr(engine_line, "busy polling the CQ"), "%s", engine_line);
+    if (_i == 4)
+        ck_assert_msg(!strstr(engine_line, "cooperative"), "%s", engine_line);
     enum { NX = 64, NB = 4 };
     size_t bs = 64 * KiB, per = NB * bs, total = NX * per;
     char *src = xalloc(total), *dst = xalloc(total);
@@ -1416,7 +1427,7 @@ int main(void)
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);
-    tcase_add_loop_test(tc, t_many_inflight, 0, 4);
+    tcase_add_loop_test(tc, t_many_inflight, 0, 5);
     tcase_add_loop_test(tc, t_teardown_inflight, 0, 4);
     tcase_add_loop_test(tc, t_cancel_inflight, 0, 2);
     tcase_add_test(tc, t_release_inflight);

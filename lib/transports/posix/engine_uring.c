@@ -185,8 +185,10 @@ static int ur_start(px_t *u, char *why, size_t cap)
      * IPI when it is running; cooperative: it runs them on its next entry
      * into the kernel, which a reactor makes all the time, and a sleeping
      * thread is still woken. The flag in the SQ ring tells us when there
-     * are some to collect. Kernels before 5.19 refuse it: plain then. */
-    p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+     * are some to collect. Kernels before 5.19 refuse it: plain then, as
+     * with coop_taskrun=0. */
+    if (u->coop)
+        p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
 #endif
     int rc = io_uring_queue_init_params(u->depth, &r->ring, &p);
     if (rc == -EINVAL && p.flags) {

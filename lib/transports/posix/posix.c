@@ -784,14 +784,16 @@ static int parse_bool(const char *s, bool *out)
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"engine", "direct", "queue_depth", "threads", "chunk"};
+    static const char *const known[] = {"engine",  "direct", "queue_depth",
+                                        "threads", "chunk",  "coop_taskrun"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "POSIX: unknown parameter '%s' (engine=auto|uring|threads, "
-                            "direct=0|1, queue_depth=N, threads=N, chunk=BYTES)",
+                            "direct=0|1, queue_depth=N, threads=N, chunk=BYTES, "
+                            "coop_taskrun=0|1)",
                        params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
@@ -805,12 +807,17 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->chunk = PX_DEF_CHUNK;
     u->depth = PX_DEF_DEPTH;
     u->nthreads = PX_DEF_THREADS;
+    u->coop = true;
     TAILQ_INIT(&u->pending);
     LIST_INIT(&u->xops);
     const char *v, *engine = param(params, n, "engine");
     unsigned long x;
     if ((v = param(params, n, "direct")) && parse_bool(v, &u->direct) < 0) {
         nxlt_error(ctx, "POSIX: direct=%s: use 0 or 1", v);
+        goto bad;
+    }
+    if ((v = param(params, n, "coop_taskrun")) && parse_bool(v, &u->coop) < 0) {
+        nxlt_error(ctx, "POSIX: coop_taskrun=%s: use 0 or 1", v);
         goto bad;
     }
     if ((v = param(params, n, "queue_depth"))) {

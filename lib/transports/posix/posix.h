@@ -96,6 +96,7 @@ struct px {
     struct event *kick;      /* completes empty transfers on the next turn */
     bool closing;
     bool direct;             /* backend parameter direct=1 */
+    bool coop;               /* io_uring: cooperative task work (coop_taskrun=1, default) */
     size_t chunk;
     unsigned depth;          /* io_uring entries */
     unsigned nthreads;
