@@ -7,7 +7,8 @@
  * a full file system (a 1 MiB tmpfs, root) next to a transfer that succeeds;
  * a write past RLIMIT_FSIZE (EFBIG); an I/O error (EIO, through
  * /proc/self/mem); reads past the end of a file;
- * registration errors; nxl_mem_query; nxl_mem_alloc without UCX; 64 transfers in flight (also with busy polling); teardown and
+ * registration errors; nxl_mem_query; nxl_mem_alloc without UCX;
+ * batched submission of what completion callbacks post; 64 transfers in flight (also with busy polling); teardown and
  * release with I/O in flight (CANCELED exactly once). Tests that cannot run
  * here say why and pass. */
 #include "config.h"
@@ -74,12 +75,15 @@ static int uring_works(void)
 }
 
 static char engine_line[512];
+static char stats_line[512]; /* the POSIX statistics a backend logs when destroyed */
 static nxl_agent_t *g_agent; /* the last agent made, for error sentences */
 
 static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 {
     if (strstr(msg, "I/O engine"))
         snprintf(engine_line, sizeof(engine_line), "%s", msg);
+    if (strstr(msg, "POSIX statistics"))
+        snprintf(stats_line, sizeof(stats_line), "%s", msg);
     if (getenv("NXL_LOG_LEVEL"))
         fprintf(stderr, "nxl: %s\n", msg);
 }
@@ -860,6 +864,81 @@ START_TEST(t_mem_alloc_host)
 }
 END_TEST
 
+/* Transfers posted from a completion callback are submitted together at
+ * the end of the loop turn while they are small (one system call for 16
+ * reads of 4 KiB), and one by one when large (64 KiB each: the block layer
+ * would merge contiguous ones submitted together). Every byte checked;
+ * counted by the statistics the backend logs when destroyed. */
+typedef struct chain {
+    nxl_xfer_t *next[16];
+    res_t res[16];
+} chain_t;
+
+static void chain_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    chain_t *c = arg;
+    ck_assert_int_eq(st, NXL_SUCCESS);
+    for (int i = 0; i < 16; i++)
+        post(c->next[i], &c->res[i]);
+}
+
+START_TEST(t_batch_from_callbacks)
+{
+    if (!uring_works()) {
+        printf("check_posix: t_batch_from_callbacks skipped: " NO_URING "\n");
+        return;
+    }
+    size_t bs = _i ? 64 * KiB : 4 * KiB, total = 17 * bs;
+    char path[300];
+    snprintf(path, sizeof(path), "%s/batch", tdir);
+    char *content = xalloc(total), *buf = xalloc(total);
+    tl_fill(content, total, 41);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_eq(pwrite(fd, content, total, 0), (ssize_t)total);
+    close(fd);
+    nxl_agent_t *a = px_agent("px", "uring", NULL);
+    ck_assert_int_eq(reg_path(a, NXL_FILE, 1, path, "r", 0, total), NXL_SUCCESS);
+    memset(buf, 0, total);
+    reg_dram(a, buf, total);
+    static chain_t c;
+    memset(&c, 0, sizeof(c));
+    for (int i = 0; i < 16; i++)
+        c.next[i] = make_blocks(a, NXL_READ, NXL_FILE, 1, buf + (i + 1) * bs, (i + 1) * bs, bs,
+                                1, NULL);
+    nxl_xfer_t *first = make_blocks(a, NXL_READ, NXL_FILE, 1, buf, 0, bs, 1, NULL);
+    ck_assert_int_eq(nxl_xfer_post(first, chain_cb, &c, NULL), NXL_SUCCESS);
+    uint64_t end = tl_now_ms() + 10000;
+    int done;
+    do {
+        nxl_agent_run_once(a, 50);
+        done = 0;
+        for (int i = 0; i < 16; i++)
+            done += c.res[i].calls;
+    } while (done < 16 && tl_now_ms() < end);
+    for (int i = 0; i < 16; i++) {
+        ck_assert_int_eq(c.res[i].calls, 1);
+        ck_assert_msg(c.res[i].st == NXL_SUCCESS, "read %d: %s", i, c.res[i].why);
+    }
+    ck_assert_int_lt(first_diff(buf, content, total), 0);
+    stats_line[0] = 0;
+    nxl_agent_destroy(a);
+    unsigned long long ios = 0, subs = 0;
+    const char *p = strstr(stats_line, " I/Os");
+    ck_assert_msg(p && strstr(stats_line, " in "), "statistics logged: '%s'", stats_line);
+    while (p > stats_line && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    ios = strtoull(p, NULL, 10);
+    subs = strtoull(strstr(stats_line, " in ") + 4, NULL, 10);
+    ck_assert_msg(ios == 17, "%s", stats_line);
+    if (_i)
+        ck_assert_msg(subs >= 17, "64 KiB reads go one by one: %s", stats_line);
+    else
+        ck_assert_msg(subs <= 3, "4 KiB reads from one callback go together: %s", stats_line);
+    free(content);
+    free(buf);
+}
+END_TEST
+
 START_TEST(t_full_fs)
 {
     const char *engine = _i ? "threads" : "uring";
@@ -1424,6 +1503,7 @@ int main(void)
     tcase_add_loop_test(tc, t_efbig, 0, 2);
     tcase_add_loop_test(tc, t_eio, 0, 2);
     tcase_add_test(tc, t_mem_alloc_host);
+    tcase_add_loop_test(tc, t_batch_from_callbacks, 0, 2);
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);
     tcase_add_test(tc, t_query);

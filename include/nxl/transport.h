@@ -126,6 +126,10 @@ NXL_API struct event_base *nxlt_base(nxlt_ctx_t *ctx);
 NXL_API nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx);
 /** Busy-poll window of the agent, in microseconds. */
 NXL_API unsigned nxlt_busy_poll_us(nxlt_ctx_t *ctx);
+/** Nonzero while the agent runs application callbacks (completions,
+ * notifications): operations posted from there may be handed to the
+ * system together at the end of this loop turn, as one batch. */
+NXL_API int nxlt_in_callback(nxlt_ctx_t *ctx);
 /** Leaves a sentence in the agent's last error. */
 NXL_API void nxlt_error(nxlt_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 NXL_API void nxlt_log(nxlt_ctx_t *ctx, nxl_log_level_t lvl, const char *fmt, ...)

@@ -69,6 +69,7 @@ static void tp_pump(px_t *u)
         px_seg_fd(u, s, &len);
         s->state = PX_S_INFLIGHT;
         TAILQ_INSERT_TAIL(&batch, s, link);
+        u->n_submits++; /* a pread or pwrite each */
     }
     pthread_mutex_lock(&t->mu);
     TAILQ_CONCAT(&t->todo, &batch, link);

@@ -925,6 +925,12 @@ static void destroy(void *state)
 {
     px_t *u = state;
     quiesce(u);
+    nxlt_log(u->ctx, NXL_LOG_INFO,
+             "POSIX statistics: %llu transfers, %llu I/Os (%llu direct, %llu buffered, %llu "
+             "short) in %llu submissions",
+             (unsigned long long)u->n_xfers, (unsigned long long)(u->n_direct + u->n_buffered),
+             (unsigned long long)u->n_direct, (unsigned long long)u->n_buffered,
+             (unsigned long long)u->n_short, (unsigned long long)u->n_submits);
     if (u->kick)
         event_free(u->kick);
     if (u->reg) {

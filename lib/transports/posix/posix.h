@@ -107,6 +107,7 @@ struct px {
     struct px_segq pending;  /* waiting for the engine */
     LIST_HEAD(, px_xop) xops;
     uint64_t n_direct, n_buffered, n_short, n_xfers; /* statistics */
+    uint64_t n_submits;      /* system calls that handed I/O to the kernel or the workers */
     char desc[256];
 };
 
