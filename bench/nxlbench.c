@@ -643,7 +643,7 @@ static long long thp_bytes(const void *p, size_t len)
     while (fgets(line, sizeof(line), f)) {
         unsigned long a, b;
         long long kb;
-        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2)
             in = a < hi && b > lo;
         else if (in && sscanf(line, "AnonHugePages: %lld kB", &kb) == 1)
             sum += kb * 1024;

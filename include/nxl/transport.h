@@ -126,6 +126,8 @@ NXL_API struct event_base *nxlt_base(nxlt_ctx_t *ctx);
 NXL_API nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx);
 /** Busy-poll window of the agent, in microseconds. */
 NXL_API unsigned nxlt_busy_poll_us(nxlt_ctx_t *ctx);
+/** The engine's monotonic clock, in microseconds. */
+NXL_API uint64_t nxlt_now_us(void);
 /** Nonzero while the agent runs application callbacks (completions,
  * notifications): operations posted from there may be handed to the
  * system together at the end of this loop turn, as one batch. */

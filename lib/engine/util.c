@@ -109,6 +109,7 @@ struct event_base *nxlt_base(nxlt_ctx_t *ctx) { return ctx->agent->base; }
 nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx) { return ctx->agent; }
 unsigned nxlt_busy_poll_us(nxlt_ctx_t *ctx) { return ctx->agent->busy_poll_us; }
 int nxlt_in_callback(nxlt_ctx_t *ctx) { return ctx->agent->cb_depth > 0; }
+uint64_t nxlt_now_us(void) { return nxli_now_us(); }
 
 void nxlt_error(nxlt_ctx_t *ctx, const char *fmt, ...)
 {

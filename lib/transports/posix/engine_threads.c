@@ -96,10 +96,7 @@ static void tp_on_efd(evutil_socket_t fd, short what, void *arg)
 {
     px_t *u = arg;
     tp_t *t = u->eng_state;
-    uint64_t v;
-    if (read(t->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "POSIX: reading the thread pool's eventfd: %s",
-                 strerror(errno));
+    px_efd_drain(u, t->efd, "the thread pool's");
     tp_reap(u);
     tp_pump(u);
 }

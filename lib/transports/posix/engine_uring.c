@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SPIN_SLICE_US 50          /* busy polling: longest spin before the loop gets a turn */
@@ -46,12 +45,14 @@ typedef struct ur {
 
 static void ur_pump(px_t *u);
 
-static uint64_t now_us(void)
+/* runs ur_turn from the loop on its next pass (busy polling) */
+static void ur_kick(ur_t *r)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    static const struct timeval zero = {0, 0};
+    if (!evtimer_pending(r->kick, NULL))
+        evtimer_add(r->kick, &zero);
 }
+
 
 static unsigned ur_reap(px_t *u)
 {
@@ -91,7 +92,7 @@ static void ur_busy(px_t *u, unsigned got)
         r->busy_until_us = 0;
         return;
     }
-    uint64_t now = now_us();
+    uint64_t now = nxlt_now_us();
     if (got)
         r->busy_until_us = now + bp;
     if (now >= r->busy_until_us)
@@ -101,13 +102,11 @@ static void ur_busy(px_t *u, unsigned got)
         uint64_t end = now + SPIN_SLICE_US < r->busy_until_us ? now + SPIN_SLICE_US
                                                               : r->busy_until_us;
         for (unsigned i = 1; !io_uring_cq_ready(&r->ring) && !ur_taskrun(r); i++)
-            if (!(i & 63) && (now_us() >= end ||
+            if (!(i & 63) && (nxlt_now_us() >= end ||
                               event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
                 break;
     }
-    static const struct timeval zero = {0, 0};
-    if (!evtimer_pending(r->kick, NULL))
-        evtimer_add(r->kick, &zero);
+    ur_kick(r);
 }
 
 static void ur_turn(px_t *u)
@@ -121,11 +120,7 @@ static void ur_on_efd(evutil_socket_t fd, short what, void *arg)
 {
     px_t *u = arg;
     ur_t *r = u->eng_state;
-    uint64_t v;
-    /* read first: a CQE posted after this wakes us again */
-    if (read(r->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "POSIX: reading the io_uring eventfd: %s",
-                 strerror(errno));
+    px_efd_drain(u, r->efd, "the io_uring"); /* first: a later CQE wakes us again */
     ur_turn(u);
 }
 
@@ -143,19 +138,18 @@ static void ur_submit(px_t *u)
     if (!io_uring_sq_ready(&r->ring))
         return;
     int rc = io_uring_submit(&r->ring);
-    u->n_submits++;
     if (rc > 0)
-        r->sq_bytes = 0;
+        u->n_submits++;
     unsigned bp = nxlt_busy_poll_us(u->ctx);
     if (bp && rc > 0) {
         /* new work: poll for it from the loop rather than sleep */
-        static const struct timeval zero = {0, 0};
-        r->busy_until_us = now_us() + bp;
-        if (!evtimer_pending(r->kick, NULL))
-            evtimer_add(r->kick, &zero);
+        r->busy_until_us = nxlt_now_us() + bp;
+        ur_kick(r);
     }
-    if (rc >= 0 && !io_uring_sq_ready(&r->ring))
+    if (rc >= 0 && !io_uring_sq_ready(&r->ring)) {
+        r->sq_bytes = 0;
         return;
+    }
     /* the kernel took none or part (EAGAIN, EBUSY: out of resources):
      * what is left stays in the SQ; try again shortly */
     if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR)

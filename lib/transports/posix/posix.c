@@ -224,6 +224,13 @@ static nxl_status_t parse_meta(px_t *u, const nxl_desc_t *d, px_meta_t *m)
     return NXL_SUCCESS;
 }
 
+void px_efd_drain(px_t *u, int efd, const char *whose)
+{
+    uint64_t v;
+    if (read(efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        nxlt_log(u->ctx, NXL_LOG_WARN, "POSIX: reading %s eventfd: %s", whose, strerror(errno));
+}
+
 static nxl_status_t errno_status(int e)
 {
     switch (e) {

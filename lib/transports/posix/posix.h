@@ -123,5 +123,8 @@ px_seg_t *px_seg_next(px_t *u);
 void px_seg_requeue(px_t *u, px_seg_t *s);
 /* the fd a segment's next submission uses, and its length */
 int px_seg_fd(px_t *u, px_seg_t *s, size_t *len);
+/* resets an engine's eventfd before its results are collected (a result
+ * that arrives after this wakes the reactor again); @p whose names it */
+void px_efd_drain(px_t *u, int efd, const char *whose);
 
 #endif

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
@@ -81,12 +80,6 @@ typedef struct ucx_op {
     LIST_ENTRY(ucx_op) link;
 } ucx_op_t;
 
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* ------------------------------------------------------------ progress */
 
@@ -109,7 +102,7 @@ static void spin(ucx_t *u, unsigned bp)
     struct event_base *base = nxlt_base(u->ctx);
     if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
         return;
-    uint64_t end = now_us() + SPIN_SLICE_US;
+    uint64_t end = nxlt_now_us() + SPIN_SLICE_US;
     if (end > u->busy_until_us)
         end = u->busy_until_us;
     u->hit = false;
@@ -117,11 +110,11 @@ static void spin(ucx_t *u, unsigned bp)
         if (ucp_worker_progress(u->w) || u->hit) {
             while (ucp_worker_progress(u->w))
                 ;
-            u->busy_until_us = now_us() + bp;
+            u->busy_until_us = nxlt_now_us() + bp;
             return;
         }
         if (!(i & 15) &&
-            (now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+            (nxlt_now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
             return;
     }
 }
@@ -135,8 +128,8 @@ static void progress(ucx_t *u)
             n += k;
         unsigned bp = nxlt_busy_poll_us(u->ctx);
         if (n && bp)
-            u->busy_until_us = now_us() + bp;
-        if (u->busy_until_us && now_us() < u->busy_until_us) {
+            u->busy_until_us = nxlt_now_us() + bp;
+        if (u->busy_until_us && nxlt_now_us() < u->busy_until_us) {
             if (!n)
                 spin(u, bp);
             kick(u); /* busy-poll window: keep polling from the loop */
@@ -178,7 +171,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
 {
     ucx_t *u = arg;
     progress(u);
-    uint64_t now = now_us();
+    uint64_t now = nxlt_now_us();
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     if (c->inflight && !c->failed && u->stall_us && now - c->progress_us > u->stall_us)
@@ -487,7 +480,7 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
     o->op = NULL;
     o->u->inflight--;
     o->conn->inflight--;
-    o->conn->progress_us = now_us();
+    o->conn->progress_us = nxlt_now_us();
     o->u->hit = true;
     nxlt_op_done(op, ns, ns == NXL_SUCCESS ? NULL : why);
 }
@@ -569,7 +562,7 @@ static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, 
     o->conn = c;
     c->refs++;
     if (c->inflight++ == 0)
-        c->progress_us = now_us();
+        c->progress_us = nxlt_now_us();
     LIST_INSERT_HEAD(&u->ops, o, link);
     op_started(u);
     return o;
@@ -880,8 +873,8 @@ static void destroy(void *state)
         }
     }
     if (u->w) {
-        uint64_t until = now_us() + 1000000;
-        while (u->nclosing && now_us() < until)
+        uint64_t until = nxlt_now_us() + 1000000;
+        while (u->nclosing && nxlt_now_us() < until)
             ucp_worker_progress(u->w);
         /* closes a silent peer never acknowledged: give them back to UCX
          * before the worker goes (it asserts on requests still owned) */
