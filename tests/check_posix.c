@@ -850,6 +850,12 @@ START_TEST(t_mem_alloc_host)
     size_t len = 4 * MiB + 4 * KiB; /* not a whole number of huge pages */
     ck_assert_int_eq(nxl_mem_alloc(a, NXL_DRAM, len, 0, &big), NXL_SUCCESS);
     ck_assert_msg((uintptr_t)big % (2 * MiB) == 0, "%p is not 2 MiB-aligned", big);
+    /* more than can be rounded up to whole huge pages: refused with a sentence */
+    void *none = (void *)&none;
+    ck_assert_int_eq(nxl_mem_alloc(a, NXL_DRAM, SIZE_MAX - 4096, 0, &none), NXL_ERR_UNKNOWN);
+    ck_assert_ptr_null(none);
+    ck_assert_msg(strstr(nxl_agent_last_error(a), "out of memory"), "%s",
+                  nxl_agent_last_error(a));
     char *b = big;
     tl_fill(b, 2 * MiB, 21);
     char path[300];
@@ -924,8 +930,8 @@ START_TEST(t_batch_from_callbacks)
     nxl_agent_destroy(a);
     unsigned long long xfers, ios, subs;
     const char *p = strstr(stats_line, "statistics:");
-    ck_assert_msg(p && sscanf(p, "statistics: %llu transfers, %llu I/Os (%*llu direct, %*llu "
-                                 "buffered, %*llu short) in %llu submissions",
+    ck_assert_msg(p && sscanf(p, "statistics: %llu transfers, %llu I/Os (%*u direct, %*u "
+                                 "buffered, %*u short) in %llu submissions",
                               &xfers, &ios, &subs) == 3,
                   "statistics logged: '%s'", stats_line);
     ck_assert_msg(xfers == 17 && ios == 17, "%s", stats_line);
