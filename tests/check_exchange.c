@@ -4,6 +4,7 @@
  * send, send_invalidate, refusals by the peer, nothing listening, garbage
  * clients, unresolvable hosts; then WRITE and READ between A and B with the
  * metadata fetched. */
+#define _GNU_SOURCE
 #include "testlib.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,9 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netdb.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -325,6 +329,89 @@ START_TEST(t_nothing_listening)
     ctr_t g = {0};
     ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", port, ctr_cb, &g, NULL), NXL_SUCCESS);
     ck_assert_int_eq(finish(&g), NXL_SUCCESS);
+}
+END_TEST
+
+
+/* Gives this test process (Check forks one per test) a private /etc/hosts
+ * with @p text, through a mount namespace. 0: done; -1: not possible here
+ * (the reason in why). */
+static int private_hosts(const char *text, char *why, size_t cap)
+{
+    char path[] = "/tmp/nxl-hosts-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        snprintf(why, cap, "cannot write a temporary hosts file: %s", strerror(errno));
+        return -1;
+    }
+    close(fd);
+    int rc = unshare(CLONE_NEWNS);
+    if (rc != 0) /* without root: a user namespace of our own may allow it */
+        rc = unshare(CLONE_NEWUSER | CLONE_NEWNS);
+    if (rc != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount(path, "/etc/hosts", NULL, MS_BIND, NULL) != 0) {
+        snprintf(why, cap, "cannot mount a private /etc/hosts (unshare/mount: %s)",
+                 strerror(errno));
+        unlink(path);
+        return -1;
+    }
+    unlink(path); /* the bind mount keeps it */
+    return 0;
+}
+
+/* Debian's default /etc/hosts: "localhost" resolves to ::1 first, where
+ * nothing listens (B listens on 127.0.0.1). Every address must be tried,
+ * and when all fail the sentence names each. */
+START_TEST(t_every_address)
+{
+    char why[256];
+    if (private_hosts("127.0.0.1\tlocalhost nxl-two\n"
+                      "::1\tlocalhost ip6-localhost ip6-loopback nxl-two\n"
+                      "127.0.0.1\tnxl-v4only\n",
+                      why, sizeof(why)) != 0) {
+        printf("SKIP: t_every_address: %s\n", why);
+        return;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    ck_assert_int_eq(getaddrinfo("nxl-two", "1", &hints, &res), 0);
+    ck_assert_msg(res->ai_family == AF_INET6 && res->ai_next,
+                  "the private hosts file should give ::1 first, then 127.0.0.1");
+    freeaddrinfo(res);
+    const char *names[] = {"localhost", "nxl-two"};
+    for (int i = 0; i < 2; i++) {
+        ctr_t c = {0};
+        ck_assert_int_eq(nxl_md_fetch(A, "B", names[i], port, ctr_cb, &c, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(finish(&c), NXL_SUCCESS);
+        ck_assert_str_eq(c.peer, "B");
+        ck_assert_int_eq(nxl_md_invalidate(A, "B"), NXL_SUCCESS);
+        ctr_t d = {0};
+        ck_assert_int_eq(nxl_md_send(A, names[i], port, ctr_cb, &d, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(finish(&d), NXL_SUCCESS);
+    }
+    /* nothing listens on either address: both named, with the reason */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sin);
+    ck_assert(bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+    ck_assert(getsockname(s, (struct sockaddr *)&sin, &sl) == 0);
+    ctr_t e = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "nxl-two", ntohs(sin.sin_port), ctr_cb, &e, NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(finish(&e), NXL_ERR_REMOTE_DISCONNECT);
+    ck_sentence(e.err, "::1 (");
+    ck_sentence(e.err, "127.0.0.1 (");
+    ck_sentence(e.err, "nxl-two:");
+    close(s);
+    /* one address only: named too */
+    ctr_t g = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "nxl-v4only", ntohs(sin.sin_port), ctr_cb, &g, NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(finish(&g), NXL_ERR_REMOTE_DISCONNECT);
+    ck_sentence(g.err, "127.0.0.1 (");
+    /* and A still works */
+    ctr_t h = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "localhost", port, ctr_cb, &h, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(finish(&h), NXL_SUCCESS);
 }
 END_TEST
 
@@ -702,6 +789,7 @@ int main(void)
     tcase_add_test(tc, t_send_invalidate);
     tcase_add_test(tc, t_send_refused);
     tcase_add_test(tc, t_nothing_listening);
+    tcase_add_test(tc, t_every_address);
     tcase_add_test(tc, t_unresolvable);
     tcase_add_test(tc, t_garbage_clients);
     tcase_add_test(tc, t_write_read);

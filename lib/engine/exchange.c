@@ -36,6 +36,14 @@ typedef struct client {
     int type;
     char *expect;           /* fetch: the name expected */
     char where[300];        /* "host:port" for sentences */
+    /* every address the name resolved to, tried in order until one
+     * connects (a name such as "localhost" often gives ::1 first) */
+    struct addrinfo *addrs, *cur;
+    unsigned naddrs;
+    bool connected;
+    void *frame;            /* the request, written again on each attempt */
+    size_t frame_len;
+    char tried[400];        /* "::1 (Connection refused), ..." for the sentence */
     LIST_ENTRY(client) link;
 } client_t;
 
@@ -238,6 +246,9 @@ static void client_free(client_t *c)
     LIST_REMOVE(c, link);
     if (c->bev)
         bufferevent_free(c->bev);
+    if (c->addrs)
+        freeaddrinfo(c->addrs);
+    free(c->frame);
     free(c->expect);
     free(c);
 }
@@ -308,12 +319,83 @@ static void client_read(struct bufferevent *bev, void *arg)
     client_finish(c, st, why);
 }
 
+static void addr_text(const struct addrinfo *ai, char *buf, size_t cap)
+{
+    const void *in = ai->ai_family == AF_INET6
+                         ? (const void *)&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                         : (const void *)&((const struct sockaddr_in *)ai->ai_addr)->sin_addr;
+    if (!inet_ntop(ai->ai_family, in, buf, (socklen_t)cap))
+        snprintf(buf, cap, "?");
+}
+
+/* Notes why the current address failed, for the final sentence. */
+static void note_failure(client_t *c, const char *what)
+{
+    char host[INET6_ADDRSTRLEN];
+    addr_text(c->cur, host, sizeof(host));
+    size_t o = strlen(c->tried);
+    if (o < sizeof(c->tried) - 1)
+        snprintf(c->tried + o, sizeof(c->tried) - o, "%s%s (%s)", o ? ", " : "", host, what);
+}
+
+static void client_read(struct bufferevent *bev, void *arg);
+static void client_event(struct bufferevent *bev, short what, void *arg);
+
+/* Connects to the current address, else to the next ones; when none is
+ * left, completes the future with every address and why each failed. */
+static void connect_next(client_t *c)
+{
+    nxl_agent_t *a = c->a;
+    for (; c->cur; c->cur = c->cur->ai_next) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        c->bev = bufferevent_socket_new(a->base, -1, BEV_OPT_CLOSE_ON_FREE);
+        if (!c->bev) {
+            note_failure(c, "out of memory");
+            continue;
+        }
+        /* while connecting, an address that does not answer gets a share of
+         * the timeout, so that the next ones are still tried in time */
+        unsigned ms = a->io_timeout_ms;
+        if (c->cur->ai_next && c->naddrs > 1) {
+            ms = a->io_timeout_ms / c->naddrs;
+            if (ms < 1000)
+                ms = a->io_timeout_ms < 1000 ? a->io_timeout_ms : 1000;
+        }
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        bufferevent_set_timeouts(c->bev, &tv, &tv);
+        bufferevent_setcb(c->bev, client_read, NULL, client_event, c);
+        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+        bufferevent_write(c->bev, c->frame, c->frame_len);
+        if (bufferevent_socket_connect(c->bev, c->cur->ai_addr, (int)c->cur->ai_addrlen) == 0)
+            return;
+        note_failure(c, strerror(errno));
+    }
+    char why[1024];
+    snprintf(why, sizeof(why), "metadata exchange with %s: cannot connect; tried %s (is the "
+             "peer's listener running, and on which address?)", c->where,
+             c->tried[0] ? c->tried : "no address");
+    client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
+}
+
 static void client_event(struct bufferevent *bev, short what, void *arg)
 {
     client_t *c = arg;
     char why[400];
-    if (what & BEV_EVENT_CONNECTED)
+    if (what & BEV_EVENT_CONNECTED) {
+        c->connected = true;
+        struct timeval tv = {c->a->io_timeout_ms / 1000, (c->a->io_timeout_ms % 1000) * 1000};
+        bufferevent_set_timeouts(bev, &tv, &tv);
         return;
+    }
+    if (!c->connected) {
+        note_failure(c, what & BEV_EVENT_TIMEOUT
+                            ? "no answer"
+                            : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        c->cur = c->cur->ai_next;
+        connect_next(c);
+        return;
+    }
     if (what & BEV_EVENT_TIMEOUT)
         snprintf(why, sizeof(why), "metadata exchange with %s: no answer within %u ms",
                  c->where, c->a->io_timeout_ms);
@@ -346,23 +428,25 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
         nxli_err(a, "%s: a host and a port are required", call);
         return NXL_ERR_INVALID_PARAM;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    int rc = resolve(host, port, &ss, &sl);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    char ps[8];
+    snprintf(ps, sizeof(ps), "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
     if (rc) {
         nxli_err(a, "%s: cannot resolve '%s': %s", call, host, gai_strerror(rc));
         return NXL_ERR_INVALID_PARAM;
     }
     client_t *c = calloc(1, sizeof(*c));
     nxl_future_t *f = NULL;
-    if (!c || !ex_get(a) || !(f = nxli_future_new(a, NXLI_F_MD, cb, arg)) ||
-        !(c->bev = bufferevent_socket_new(a->base, -1, BEV_OPT_CLOSE_ON_FREE)) ||
+    if (!c || !ex_get(a) || !(c->frame = malloc(HDR_LEN + plen)) ||
+        !(f = nxli_future_new(a, NXLI_F_MD, cb, arg)) ||
         (expect && !(c->expect = strdup(expect)))) {
-        if (c && c->bev)
-            bufferevent_free(c->bev);
-        if (c)
+        if (c) {
+            free(c->frame);
             free(c->expect);
+        }
         free(c);
+        freeaddrinfo(res);
         if (f)
             nxli_future_discard(f);
         nxli_err(a, "%s: out of memory", call);
@@ -371,21 +455,18 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     c->a = a;
     c->f = f;
     c->type = type;
+    c->addrs = c->cur = res;
+    for (const struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        c->naddrs++;
+    put_hdr(c->frame, type, 0, (uint32_t)plen);
+    if (plen)
+        memcpy((char *)c->frame + HDR_LEN, payload, plen);
+    c->frame_len = HDR_LEN + plen;
     snprintf(c->where, sizeof(c->where), "%s:%u", host, port);
     f->owner = c;
     f->on_cancel = client_cancel;
     LIST_INSERT_HEAD(&a->ex->clients, c, link);
-    struct timeval tv = {a->io_timeout_ms / 1000, (a->io_timeout_ms % 1000) * 1000};
-    bufferevent_set_timeouts(c->bev, &tv, &tv);
-    bufferevent_setcb(c->bev, client_read, NULL, client_event, c);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-    send_frame(c->bev, type, 0, payload, plen);
-    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&ss, (int)sl) < 0) {
-        char why[400];
-        snprintf(why, sizeof(why), "%s: cannot connect to %s: %s", call, c->where,
-                 strerror(errno));
-        client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
-    }
+    connect_next(c);
     nxli_future_give(f, out);
     return NXL_SUCCESS;
 }
