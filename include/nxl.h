@@ -24,7 +24,14 @@
  *    complete with @ref NXL_ERR_CANCELED inside nxl_agent_destroy()).
  * 3. Callbacks run on the reactor thread, and never inside the call that
  *    started the operation: an operation that finishes at once is completed
- *    on the next reactor turn.
+ *    on the next reactor turn. A completion becomes visible at one moment,
+ *    the turn that runs the callbacks: until then the future reads
+ *    @ref NXL_IN_PROG (nxl_future_error() "", nxl_future_peer() NULL) and so
+ *    does its transfer (nxl_xfer_status(); a re-post returns
+ *    @ref NXL_ERR_REPOST_ACTIVE), whatever the transport already did; a
+ *    cancel, a release of the transfer or the agent's teardown before then
+ *    completes it with @ref NXL_ERR_CANCELED. A future with no callback
+ *    becomes visible on that turn too.
  * 4. The library holds the future until its callbacks have returned. Calls
  *    that start an operation take an optional @c nxl_future_t **out: when it
  *    is NULL the future is released by the library after its callback; when
@@ -487,8 +494,9 @@ NXL_API nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t l
  */
 NXL_API nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out);
 /**
- * @return NXL_ERR_NOT_POSTED (never posted), NXL_IN_PROG (in flight), or
- *         the status of the last completed post.
+ * @return NXL_ERR_NOT_POSTED (never posted), NXL_IN_PROG (in flight: until
+ *         the turn that runs the post's callbacks), or the status of the
+ *         last completed post.
  */
 NXL_API nxl_status_t nxl_xfer_status(const nxl_xfer_t *x);
 /** @return the backend chosen for the transfer. */
@@ -513,7 +521,7 @@ NXL_API nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
  *         when called from inside a callback (the reactor cannot be re-entered).
  */
 NXL_API nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms);
-/** @return NXL_IN_PROG while pending, then the final status. */
+/** @return NXL_IN_PROG until the turn that runs its callbacks (rule 3), then the final status. */
 NXL_API nxl_status_t nxl_future_status(const nxl_future_t *f);
 /** @return the sentence of a failed future ("" otherwise). */
 NXL_API const char *nxl_future_error(const nxl_future_t *f);

@@ -509,7 +509,9 @@ START_TEST(t_cancel)
     ck_assert_int_eq(nxl_xfer_status(x), NXL_IN_PROG);
     nxl_future_cancel(f);
     ck_assert_int_eq(c.n, 0); /* on the next turn */
-    ck_assert_int_eq(nxl_future_status(f), NXL_ERR_CANCELED);
+    /* in flight until its callbacks ran (the header's rule 3) */
+    ck_assert_int_eq(nxl_future_status(f), NXL_IN_PROG);
+    ck_assert_int_eq(nxl_xfer_status(x), NXL_IN_PROG);
     nxl_future_cancel(f);
     ck_assert(tl_run_until(A, &c.n, 1, 5000));
     spin(100); /* the transport finishing the detached operation calls nobody */
@@ -639,6 +641,88 @@ START_TEST(t_repost)
 }
 END_TEST
 
+
+/* ------------------------------------------- statuses follow the callbacks */
+
+/* Loopback puts into memory UCX allocated finish inside nxl_xfer_post.
+ * Whatever the transport did, the application sees one order: the future
+ * and the transfer read NXL_IN_PROG until the callbacks ran; a re-post is
+ * refused until then; a release or cancel before then gives CANCELED; a
+ * teardown before then gives CANCELED. */
+static nxl_xfer_t *mkx_alloc(unsigned char *s, unsigned char *d, size_t len)
+{
+    nxl_desc_t l = {.addr = (uintptr_t)s, .len = len}, r = {.addr = (uintptr_t)d, .len = len};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_t *x = NULL;
+    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "A", NULL, &x), NXL_SUCCESS);
+    return x;
+}
+
+START_TEST(t_status_follows_callbacks)
+{
+    void *p, *q;
+    ck_assert_int_eq(nxl_mem_alloc(A, NXL_DRAM, 1u << 20, 0, &p), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_alloc(A, NXL_DRAM, 1u << 20, 0, &q), NXL_SUCCESS);
+    memset(p, 7, 4096);
+    nxl_xfer_t *x = mkx_alloc(p, q, 4096);
+    for (int round = 0; round < 3; round++) {
+        nxl_future_t *f, *g = NULL;
+        ctr_t c = {0};
+        ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &c, &f), NXL_SUCCESS);
+        /* no reactor turn yet */
+        ck_assert_int_eq(nxl_future_status(f), NXL_IN_PROG);
+        ck_assert_int_eq(nxl_xfer_status(x), NXL_IN_PROG);
+        ck_assert_str_eq(nxl_future_error(f), "");
+        ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &g), NXL_ERR_REPOST_ACTIVE);
+        ck_assert_ptr_null(g);
+        ck_assert_int_eq(c.n, 0);
+        ck_assert(tl_run_until(A, &c.n, 1, 5000));
+        ck_assert_int_eq(c.st, NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_status(f), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_xfer_status(x), NXL_SUCCESS);
+        nxl_future_release(f);
+    }
+    /* canceled before its callback: CANCELED, whatever the puts did */
+    nxl_future_t *f;
+    ctr_t c = {0};
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &c, &f), NXL_SUCCESS);
+    nxl_future_cancel(f);
+    ck_assert_int_eq(nxl_future_status(f), NXL_IN_PROG);
+    ck_assert(tl_run_until(A, &c.n, 1, 5000));
+    spin(20);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_int_eq(c.st, NXL_ERR_CANCELED);
+    ck_assert_int_eq(nxl_future_status(f), NXL_ERR_CANCELED);
+    ck_assert_int_eq(nxl_xfer_status(x), NXL_ERR_CANCELED);
+    nxl_future_release(f);
+    /* released right after the post: the callback says CANCELED */
+    ctr_t d = {0};
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &d, &f), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    ck_assert_int_eq(d.n, 0);
+    ck_assert(tl_run_until(A, &d.n, 1, 5000));
+    spin(20);
+    ck_assert_int_eq(d.n, 1);
+    ck_assert_int_eq(d.st, NXL_ERR_CANCELED);
+    nxl_future_release(f);
+    /* teardown before the callback: CANCELED for every one of them */
+    enum { N = 8 };
+    ctr_t e[N];
+    memset(e, 0, sizeof(e));
+    nxl_xfer_t *xs[N];
+    for (int i = 0; i < N; i++) {
+        xs[i] = mkx_alloc((unsigned char *)p + i * 4096, (unsigned char *)q + i * 4096, 4096);
+        ck_assert_int_eq(nxl_xfer_post(xs[i], ctr_cb, &e[i], NULL), NXL_SUCCESS);
+    }
+    nxl_agent_destroy(A);
+    A = NULL;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(e[i].n, 1);
+        ck_assert_int_eq(e[i].st, NXL_ERR_CANCELED);
+    }
+}
+END_TEST
+
 /* ----------------------------------------------------------- teardown */
 
 START_TEST(t_destroy_pending)
@@ -677,15 +761,16 @@ START_TEST(t_destroy_pending)
     ck_assert(n.st == NXL_ERR_CANCELED || n.st == NXL_SUCCESS);
     ck_assert_int_eq(g.n, 1);
     ck_assert_int_eq(g.st, NXL_ERR_CANCELED);
-    /* already complete before destroy: delivered with its own status */
+    /* complete inside its call, never delivered: still in progress to the
+     * application, so teardown cancels it like the others */
     ck_assert_int_eq(h.n, 1);
-    ck_assert_int_eq(h.st, NXL_SUCCESS);
+    ck_assert_int_eq(h.st, NXL_ERR_CANCELED);
     /* the futures we hold outlive the agent until released */
     for (int i = 1; i < N; i += 2) {
         ck_assert_int_eq(nxl_future_status(f[i]), NXL_ERR_CANCELED);
         nxl_future_release(f[i]);
     }
-    ck_assert_int_eq(nxl_future_status(mine), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_status(mine), NXL_ERR_CANCELED);
     nxl_future_release(mine);
     close(silent_fd);
 }
@@ -949,6 +1034,7 @@ int main(void)
     tcase_add_test(tc, t_repost_active);
     tcase_add_test(tc, t_repost);
     tcase_add_test(tc, t_destroy_pending);
+    tcase_add_test(tc, t_status_follows_callbacks);
     tcase_add_test(tc, t_failed_calls);
     suite_add_tcase(s, tc);
     TCase *tn = tcase_create("notif");

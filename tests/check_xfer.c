@@ -478,6 +478,98 @@ static void killed_midway(void)
             (unsigned long long)took);
 }
 
+
+/* The peer dies while this side is not progressing, so that UCX learns of
+ * it inside the next call (over TCP the endpoint error handler runs inside
+ * ucp_put_nbx): each call either fails and starts nothing, or succeeds and
+ * its callback runs exactly once, later. Posts, reads, notifications, an
+ * invalidation (endpoint close) and teardown, in a row, without a loop
+ * turn between them. */
+static int q_calls[16];
+static nxl_status_t q_st[16];
+
+static void q_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    q_calls[i]++;
+    q_st[i] = st;
+}
+
+static void killed_quiet(int invalidate)
+{
+    need_raddr();
+    nxl_xfer_t *w = make(NXL_WRITE, 4, 65536, 65536, "w");
+    nxl_xfer_t *r = make(NXL_READ, 4, 65536, 65536, NULL);
+    nxl_xfer_t *w2 = make(NXL_WRITE, 1, 8, 8, NULL);
+    ck_assert_int_eq(post_wait(w, 10000), NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(r, 10000), NXL_SUCCESS);
+    kill(I.pid, SIGKILL);
+    waitpid(I.pid, NULL, 0);
+    I.pid = 0;
+    usleep(300000); /* the kernel closes its sockets; we do not look */
+    memset(q_calls, 0, sizeof(q_calls));
+    int started[16] = {0}, n = 0;
+    for (int round = 0; round < 3; round++) {
+        nxl_xfer_t *xs[3] = {w, r, w2};
+        for (int k = 0; k < 3; k++, n++) {
+            if (nxl_xfer_status(xs[k]) == NXL_IN_PROG)
+                continue;
+            nxl_status_t st = nxl_xfer_post(xs[k], q_done, (void *)(intptr_t)n, NULL);
+            started[n] = st == NXL_SUCCESS;
+            if (st != NXL_SUCCESS)
+                ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT || st == NXL_ERR_BACKEND,
+                              "post: %s", nxl_status_name(st));
+        }
+        nxl_status_t st = nxl_notif_send(I.a, "T", "x", 1, q_done, (void *)(intptr_t)n, NULL);
+        started[n++] = st == NXL_SUCCESS;
+    }
+    ck_assert_int_le(n, 16);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(q_calls[i], 0); /* never inside the call */
+    if (invalidate) {
+        /* closing the endpoint with the transfers on it in flight */
+        ck_assert_int_eq(nxl_md_invalidate(I.a, "T"), NXL_SUCCESS);
+        for (int i = 0; i < n; i++)
+            ck_assert_int_eq(q_calls[i], 0);
+    }
+    uint64_t end = tl_now_ms() + 20000;
+    for (;;) {
+        int waiting = 0;
+        for (int i = 0; i < n; i++)
+            waiting += started[i] && !q_calls[i];
+        if (!waiting || tl_now_ms() > end)
+            break;
+        nxl_agent_run_once(I.a, 20);
+    }
+    for (int i = 0; i < 10; i++)
+        nxl_agent_run_once(I.a, 5);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(q_calls[i] == started[i], "call %d: started %d, callbacks %d", i,
+                      started[i], q_calls[i]);
+        if (started[i] && q_st[i] != NXL_SUCCESS)
+            ck_assert_msg(q_st[i] == NXL_ERR_REMOTE_DISCONNECT || q_st[i] == NXL_ERR_BACKEND ||
+                              q_st[i] == NXL_ERR_CANCELED,
+                          "call %d: %s", i, nxl_status_name(q_st[i]));
+    }
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+    nxl_xfer_release(w2);
+    /* the agent still works */
+    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
+    nxl_dlist_t l = {NXL_DRAM, &a, 1}, rl = {NXL_DRAM, &b, 1};
+    nxl_xfer_t *lx;
+    tl_fill(I.buf, 4096, 19);
+    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &rl, "I", NULL, &lx) == NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
+    ck_assert(tl_check(I.buf + 8192, 4096, 19) < 0);
+    nxl_xfer_release(lx);
+}
+
+START_TEST(t_killed_quiet) { killed_quiet(0); }
+END_TEST
+START_TEST(t_killed_quiet_close) { killed_quiet(1); }
+END_TEST
+
 START_TEST(t_peer_killed) { killed_midway(); }
 END_TEST
 
@@ -499,12 +591,16 @@ int main(void)
     tcase_add_test(tc, t_standalone_notifs);
     tcase_add_test(tc, t_repost);
     tcase_add_test(tc, t_peer_killed);
+    tcase_add_test(tc, t_killed_quiet);
+    tcase_add_test(tc, t_killed_quiet_close);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("two_process_tcp");
     tcase_add_checked_fixture(tt, setup_tcp, teardown);
     tcase_set_timeout(tt, 90);
     tcase_add_test(tt, t_write_sizes);
     tcase_add_test(tt, t_peer_killed_tcp);
+    tcase_add_test(tt, t_killed_quiet);
+    tcase_add_test(tt, t_killed_quiet_close);
     suite_add_tcase(s, tt);
     return tl_run(s);
 }

@@ -2,6 +2,12 @@
  * reactor event, so that no callback runs inside the call that started the
  * operation and each runs exactly once.
  *
+ * A completion becomes visible at delivery, not before: until its
+ * callbacks have run a future reads NXL_IN_PROG, its transfer is in flight
+ * (a re-post is refused), a cancel turns it into NXL_ERR_CANCELED, and
+ * teardown cancels it. So what a status says and what the callbacks see
+ * never disagree.
+ *
  * References: the caller's (when it asked for the future), one while the
  * operation is pending, one while callbacks are queued for delivery, one
  * held by a nxl_future_all() parent per child. */
@@ -82,7 +88,7 @@ void nxli_future_discard(nxl_future_t *f)
 static void enqueue(nxl_future_t *f)
 {
     nxl_agent_t *a = f->agent;
-    if (f->queued || !f->cbs)
+    if (f->queued || (f->settled && !f->cbs))
         return;
     f->queued = true;
     f->refs++;
@@ -104,14 +110,31 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why)
         snprintf(a->err, sizeof(a->err), "%s", why);
     }
     TAILQ_REMOVE(&a->pending, f, plink);
+    enqueue(f);
+    future_unref(f); /* the pending reference */
+}
+
+/* A future completed but not delivered yet is still in progress to the
+ * application: a cancel or a teardown turns it into CANCELED. */
+static void recancel(nxl_future_t *f)
+{
+    f->status = NXL_ERR_CANCELED;
+    free(f->err);
+    f->err = nxli_strdup("operation canceled before it completed");
+    snprintf(f->agent->err, sizeof(f->agent->err), "%s", f->err ? f->err : "canceled");
+}
+
+/* The completion becomes public: the transfer is no longer in flight (so
+ * that a callback may post it again) and the status reads final. */
+static void settle(nxl_future_t *f)
+{
+    f->settled = true;
     if (f->kind == NXLI_F_XFER && f->owner) {
         nxl_xfer_t *x = f->owner;
         x->active = NULL;
-        x->last = st;
+        x->last = f->status;
         f->owner = NULL;
     }
-    enqueue(f);
-    future_unref(f); /* the pending reference */
 }
 
 void nxli_deliver(nxl_agent_t *a)
@@ -119,6 +142,8 @@ void nxli_deliver(nxl_agent_t *a)
     nxl_future_t *f;
     while ((f = TAILQ_FIRST(&a->deliver))) {
         TAILQ_REMOVE(&a->deliver, f, dlink);
+        if (!f->settled)
+            settle(f);
         /* callbacks added while these run are delivered in this loop too */
         while (f->cbs) {
             nxli_cb_t *c = f->cbs;
@@ -140,6 +165,10 @@ static void cancel_impl(nxl_future_t *f, bool now);
 void nxli_futures_cancel_all(nxl_agent_t *a)
 {
     nxl_future_t *f;
+    /* completed, not delivered: still in flight to the application */
+    TAILQ_FOREACH(f, &a->deliver, dlink)
+    if (!f->settled)
+        recancel(f);
     while ((f = TAILQ_FIRST(&a->pending)))
         cancel_impl(f, true);
     nxli_deliver(a);
@@ -163,11 +192,22 @@ void nxli_op_free(nxlt_op_t *op)
     if (op->future)
         op->future->op = NULL;
     LIST_REMOVE(op, link);
+    free(op->early_why);
     free(op);
 }
 
 void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)
 {
+    if (op->in_call) {
+        /* inside the call that starts it (UCX fails an endpoint inside
+         * ucp_put_nbx, say): held until the call returns */
+        if (!op->reported) {
+            op->reported = true;
+            op->early_st = st;
+            op->early_why = why ? nxli_strdup(why) : NULL;
+        }
+        return;
+    }
     nxl_future_t *f = op->future;
     if (f) {
         f->op = NULL;
@@ -178,6 +218,27 @@ void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)
             nxli_future_complete(f, st, why);
     }
     nxli_op_free(op);
+}
+
+nxl_status_t nxli_op_call_end(nxlt_op_t *op, nxl_status_t st)
+{
+    op->in_call = false;
+    if (st != NXL_SUCCESS) {
+        nxl_future_t *f = op->future;
+        if (op->reported)
+            nxli_log(op->agent, NXL_LOG_DEBUG, "%s reported an operation done inside a call "
+                     "that then failed; the report is dropped (nothing started)",
+                     op->backend->ops->name);
+        nxli_op_free(op);
+        if (f)
+            nxli_future_discard(f);
+        return st;
+    }
+    if (op->reported) {
+        op->reported = false;
+        nxlt_op_done(op, op->early_st, op->early_why);
+    }
+    return NXL_SUCCESS;
 }
 
 int nxlt_op_canceled(const nxlt_op_t *op)
@@ -200,24 +261,24 @@ nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
         nxli_err(f->agent, "nxl_future_then: out of memory");
         return NXL_ERR_UNKNOWN;
     }
-    if (f->done && !f->queued)
+    if (f->settled && !f->queued)
         enqueue(f);
     return NXL_SUCCESS;
 }
 
 nxl_status_t nxl_future_status(const nxl_future_t *f)
 {
-    return f->done ? f->status : NXL_IN_PROG;
+    return f->settled ? f->status : NXL_IN_PROG;
 }
 
 const char *nxl_future_error(const nxl_future_t *f)
 {
-    return f->err ? f->err : "";
+    return f->settled && f->err ? f->err : "";
 }
 
 const char *nxl_future_peer(const nxl_future_t *f)
 {
-    return f->done && f->status == NXL_SUCCESS ? f->peer : NULL;
+    return f->settled && f->status == NXL_SUCCESS ? f->peer : NULL;
 }
 
 void nxl_future_release(nxl_future_t *f)
@@ -245,8 +306,12 @@ void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why)
  * buffers (teardown, after the transports were quiesced) */
 static void cancel_impl(nxl_future_t *f, bool now)
 {
-    if (!f || f->done)
+    if (!f || f->settled)
         return;
+    if (f->done) {
+        recancel(f);
+        return;
+    }
     if (!now && f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {
         f->cancel_wait = true; /* nxlt_op_done completes it, its buffers free */
         return;
@@ -272,7 +337,7 @@ nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
     f->refs++;
     uint64_t deadline = timeout_ms < 0 ? 0 : nxli_now_us() + (uint64_t)timeout_ms * 1000u;
     nxl_status_t st = NXL_SUCCESS;
-    while (!(f->done && !f->queued)) {
+    while (!(f->settled && !f->queued)) {
         int left = -1;
         if (timeout_ms >= 0) {
             uint64_t now = nxli_now_us();
@@ -284,7 +349,7 @@ nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
         if (st != NXL_SUCCESS)
             break;
     }
-    nxl_status_t res = st != NXL_SUCCESS ? st : f->done && !f->queued ? f->status : NXL_IN_PROG;
+    nxl_status_t res = st != NXL_SUCCESS ? st : f->settled && !f->queued ? f->status : NXL_IN_PROG;
     future_unref(f);
     return res;
 }

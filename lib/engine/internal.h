@@ -98,7 +98,8 @@ struct nxl_future {
     nxli_fkind_t kind;
     nxl_status_t status;
     int refs;               /* user's + library's */
-    bool done;
+    bool done;              /* completion recorded; callbacks not run yet */
+    bool settled;           /* delivered: its callbacks ran, its status is public */
     bool queued;            /* on the agent's delivery queue */
     bool cancel_wait;       /* canceled; completes when its op is reported done */
     nxli_cb_t *cbs, **cbs_tail;
@@ -122,6 +123,13 @@ struct nxlt_op {
     nxl_future_t *future;   /* NULL once canceled */
     nxl_backend_t *backend;
     void *priv;
+    /* inside the transport call that starts it (post, notif_send): a report
+     * made there is held until the call returned, and dropped when the
+     * call failed (an error return starts nothing) */
+    bool in_call;
+    bool reported;
+    nxl_status_t early_st;
+    char *early_why;
     LIST_ENTRY(nxlt_op) link;
 };
 
@@ -251,6 +259,10 @@ void nxli_deliver(nxl_agent_t *a);
 void nxli_futures_cancel_all(nxl_agent_t *a);
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f);
 void nxli_op_free(nxlt_op_t *op);
+/* Ends the transport call that started op, which returned st: on success a
+ * report made inside the call takes effect now (delivered on the next
+ * turn); on failure the op is freed and its future discarded. */
+nxl_status_t nxli_op_call_end(nxlt_op_t *op, nxl_status_t st);
 
 /* mem.c */
 nxli_region_t *nxli_region_find(nxl_agent_t *a, nxl_mem_t t, uint64_t dev, uintptr_t addr,

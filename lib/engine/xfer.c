@@ -408,6 +408,7 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
     x->active = f;
     x->last = NXL_IN_PROG;
     a->err[0] = 0;
+    op->in_call = true;
     st = x->backend->ops->post(x->backend->state, op, &tx);
     if (st != NXL_SUCCESS) {
         if (!a->err[0])
@@ -415,10 +416,12 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
                      x->backend->ops->name, x->remote->name, nxl_strerror(st));
         x->active = NULL;
         x->last = prev;
-        nxli_op_free(op);
-        nxli_future_discard(f);
-        return st;
+        f->owner = NULL;
     }
+    /* a completion reported inside post takes effect only now */
+    st = nxli_op_call_end(op, st);
+    if (st != NXL_SUCCESS)
+        return st;
     nxli_future_give(f, out);
     return NXL_SUCCESS;
 }
@@ -438,8 +441,7 @@ static void xfer_free(nxl_xfer_t *x)
     if (x->active) {
         nxl_future_t *f = x->active;
         nxl_future_cancel(f);
-        if (!f->done)
-            f->owner = NULL; /* it completes later, without its transfer */
+        f->owner = NULL; /* it completes or is delivered later, without its transfer */
     }
     for (size_t k = 0; k < x->nlregs; k++)
         nxli_region_put(x->agent, x->lregs[k]);
@@ -504,16 +506,15 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         return NXL_ERR_UNKNOWN;
     }
     a->err[0] = 0;
+    op->in_call = true;
     nxl_status_t st = b->ops->notif_send(b->state, op, r->conn[b->index], msg, len);
     nxli_remote_put(r);
-    if (st != NXL_SUCCESS) {
-        if (!a->err[0])
-            nxli_err(a, "nxl_notif_send: %s could not send to '%s' (%s)", b->ops->name, remote,
-                     nxl_strerror(st));
-        nxli_op_free(op);
-        nxli_future_discard(f);
+    if (st != NXL_SUCCESS && !a->err[0])
+        nxli_err(a, "nxl_notif_send: %s could not send to '%s' (%s)", b->ops->name, remote,
+                 nxl_strerror(st));
+    st = nxli_op_call_end(op, st);
+    if (st != NXL_SUCCESS)
         return st;
-    }
     nxli_future_give(f, out);
     return NXL_SUCCESS;
 }

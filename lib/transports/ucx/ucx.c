@@ -48,6 +48,7 @@ typedef struct ucx_state {
     unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
     bool hit;                   /* an op completed or a notification came: the engine has work */
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
+    unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
 } ucx_t;
 
 struct ucx_conn {
@@ -58,6 +59,7 @@ struct ucx_conn {
     bool failed;
     bool unloaded;
     bool stalled;               /* failed by our stall timeout, not by UCX */
+    bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     ucs_status_t why;
     unsigned inflight;          /* ops reported to the engine not yet */
     uint64_t progress_us;       /* last completion (or first post) of an op on it */
@@ -119,9 +121,24 @@ static void spin(ucx_t *u, unsigned bp)
     }
 }
 
+static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
+
+/* Endpoint failures UCX reported inside a call of ours (it runs the error
+ * handler inside ucp_put_nbx over TCP, say) are handled here, from the
+ * loop: failing the connection reports its ops to the engine, which must
+ * not happen inside the engine's own call into this transport. */
+static void deferred_failures(ucx_t *u)
+{
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->fail_deferred && !c->failed)
+        conn_fail(c, c->why, false);
+}
+
 static void progress(ucx_t *u)
 {
     unsigned n = 0;
+    deferred_failures(u);
     for (int tries = 0; tries < ARM_TRIES; tries++) {
         unsigned k;
         while ((k = ucp_worker_progress(u->w)))
@@ -161,8 +178,6 @@ static void progress(ucx_t *u)
 
 static void on_efd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
 static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg); }
-
-static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
 
 /* While ops are in flight: progress now and then (UCX's keepalive runs from
  * progress), and declare lost a peer whose ops stopped completing: over TCP
@@ -227,7 +242,9 @@ static void ep_close(ucx_t *u, ucp_ep_h ep, bool force)
         .cb.send = close_cb,
         .user_data = u,
     };
+    u->in_ucx++;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    u->in_ucx--;
     if (UCS_PTR_IS_PTR(r)) {
         if (u->nclosing == u->capclosing) {
             unsigned cap = u->capclosing ? u->capclosing * 2 : 8;
@@ -249,7 +266,16 @@ static void op_report(ucx_op_t *o, ucs_status_t st);
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    conn_fail(arg, status, false);
+    ucx_conn_t *c = arg;
+    if (c->u->in_ucx) {
+        if (!c->fail_deferred) {
+            c->fail_deferred = true;
+            c->why = status;
+        }
+        kick(c->u);
+        return;
+    }
+    conn_fail(c, status, false);
 }
 
 static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
@@ -298,7 +324,9 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
     };
+    u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
+    u->in_ucx--;
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_create to agent '%s' failed: %s (no UCX transport of "
                    "this agent reaches it: check UCX_TLS / UCX_NET_DEVICES on both sides)",
@@ -570,11 +598,11 @@ static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, 
 
 static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
 {
-    if (!c->failed && c->ep)
+    if (!c->failed && !c->fail_deferred && c->ep)
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "UCX: %s: the connection to agent '%s' failed earlier (%s); reload its "
                "metadata once it is back", call, c->name,
-               c->failed ? ucs_status_string(c->why) : "closed");
+               c->failed || c->fail_deferred ? ucs_status_string(c->why) : "closed");
     return NXL_ERR_REMOTE_DISCONNECT;
 }
 
@@ -590,6 +618,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     if (!o)
         return NXL_ERR_UNKNOWN;
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH};
+    u->in_ucx++;
     for (size_t i = 0; i < x->n; i++) {
         const nxlt_iov_t *v = &x->iov[i];
         p.memh = ((ucx_md_t *)v->lmd)->memh;
@@ -606,6 +635,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
                 u->inflight--;
                 c->inflight--;
                 op_free(o);
+                u->in_ucx--;
                 return map_status(c, UCS_PTR_STATUS(r));
             }
             o->st = UCS_PTR_STATUS(r);
@@ -622,6 +652,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     ucs_status_ptr_t r = ucp_ep_flush_nbx(c->ep, &fp);
     if (!UCS_PTR_IS_PTR(r))
         flush_done(NULL, UCS_PTR_STATUS(r), o);
+    u->in_ucx--;
     kick(u);
     return NXL_SUCCESS;
 }
@@ -637,7 +668,9 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
     ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), msg, len, true);
     if (!o)
         return NXL_ERR_UNKNOWN;
+    u->in_ucx++;
     send_notif(o);
+    u->in_ucx--;
     kick(u);
     return NXL_SUCCESS;
 }
