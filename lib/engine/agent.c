@@ -178,7 +178,9 @@ nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
     int rc;
     a->loop_depth++;
     if (timeout_ms == 0) {
-        rc = event_base_loop(a->base, EVLOOP_NONBLOCK);
+        /* one turn: NONBLOCK alone keeps looping while callbacks re-arm
+         * zero-delay timers (a busy UCX worker), and never returns */
+        rc = event_base_loop(a->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     } else if (timeout_ms < 0) {
         rc = event_base_loop(a->base, EVLOOP_ONCE);
     } else {

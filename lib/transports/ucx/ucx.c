@@ -16,17 +16,22 @@
 #include <nxl/transport.h>
 
 #include <event2/event.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/queue.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define ARM_TRIES 16
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
+#define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 
 typedef struct ucx_conn ucx_conn_t;
 
@@ -49,6 +54,9 @@ typedef struct ucx_state {
     bool hit;                   /* an op completed or a notification came: the engine has work */
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
+    pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
+    bool is_live;               /* on live_list */
+    LIST_ENTRY(ucx_state) live; /* every instance of the process */
 } ucx_t;
 
 struct ucx_conn {
@@ -59,6 +67,7 @@ struct ucx_conn {
     bool failed;
     bool unloaded;
     bool stalled;               /* failed by our stall timeout, not by UCX */
+    bool local;                 /* the peer is another agent of this process */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     ucs_status_t why;
     unsigned inflight;          /* ops reported to the engine not yet */
@@ -82,6 +91,111 @@ typedef struct ucx_op {
     LIST_ENTRY(ucx_op) link;
 } ucx_op_t;
 
+
+/* ----------------------------------------------- instances and UCX's log
+ *
+ * UCX prints its warnings and errors to standard output by default: into
+ * the embedding application's output. Its lines go through nxl's log
+ * instead (the agent's level and callback), to the agent whose thread runs
+ * the UCX call that logs, unless the user set UCX_LOG_LEVEL (or
+ * UCX_LOG_FILE) and so asked for UCX's own printing. The handler stays
+ * installed for the life of the process; with no agent left, lines go to
+ * standard error when $NXL_LOG_LEVEL asks for them. */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static LIST_HEAD(, ucx_state) live_list = LIST_HEAD_INITIALIZER(live_list);
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static bool log_user_asked;
+
+static nxl_log_level_t ucs_to_nxl(ucs_log_level_t l)
+{
+    switch (l) {
+    case UCS_LOG_LEVEL_FATAL:
+    case UCS_LOG_LEVEL_ERROR:
+        return NXL_LOG_ERROR;
+    case UCS_LOG_LEVEL_WARN:
+        return NXL_LOG_WARN;
+    case UCS_LOG_LEVEL_DIAG:
+    case UCS_LOG_LEVEL_INFO:
+        return NXL_LOG_INFO;
+    case UCS_LOG_LEVEL_DEBUG:
+        return NXL_LOG_DEBUG;
+    default:
+        return NXL_LOG_TRACE;
+    }
+}
+
+static ucs_log_func_rc_t log_handler(const char *file, unsigned line, const char *function,
+                                     ucs_log_level_t level,
+                                     const ucs_log_component_config_t *comp_conf,
+                                     const char *fmt, va_list ap)
+{
+    if (log_user_asked)
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    nxl_log_level_t nl = ucs_to_nxl(level);
+    pthread_mutex_lock(&live_lock);
+    ucx_t *u, *to = NULL;
+    pthread_t me = pthread_self();
+    LIST_FOREACH(u, &live_list, live)
+    if (pthread_equal(u->thread, me)) {
+        to = u;
+        break;
+    }
+    pthread_mutex_unlock(&live_lock);
+    if (to) {
+        nxlt_log(to->ctx, nl, "UCX %s:%u: %s", base, line, msg);
+    } else {
+        const char *e = getenv("NXL_LOG_LEVEL");
+        int want = !e ? 0 : !strcasecmp(e, "error") ? 1 : !strcasecmp(e, "warn") ? 2
+                   : !strcasecmp(e, "info") ? 3 : !strcasecmp(e, "debug") ? 4
+                   : !strcasecmp(e, "trace") ? 5 : atoi(e);
+        if ((int)nl <= want)
+            fprintf(stderr, "nxl: UCX %s:%u: %s\n", base, line, msg);
+    }
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void log_install(void)
+{
+    log_user_asked = getenv("UCX_LOG_LEVEL") || getenv("UCX_LOG_FILE");
+    ucs_log_push_handler(log_handler);
+}
+
+static void live_add(ucx_t *u)
+{
+    pthread_once(&log_once, log_install);
+    u->thread = pthread_self();
+    pthread_mutex_lock(&live_lock);
+    LIST_INSERT_HEAD(&live_list, u, live);
+    u->is_live = true;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(ucx_t *u)
+{
+    pthread_mutex_lock(&live_lock);
+    LIST_REMOVE(u, live);
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* Is this worker address one of this process's own instances? */
+static bool live_is_local(const void *addr, size_t len)
+{
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    ucx_t *u;
+    LIST_FOREACH(u, &live_list, live)
+    if (u->addr && u->addr_len == len && !memcmp(u->addr, addr, len)) {
+        found = true;
+        break;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
 
 /* ------------------------------------------------------------ progress */
 
@@ -335,6 +449,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         free(c);
         return NXL_ERR_BACKEND;
     }
+    c->local = live_is_local(info, len);
     LIST_INSERT_HEAD(&u->conns, c, link);
     kick(u);
     *out = c;
@@ -345,8 +460,11 @@ static void unload_conn(void *state, void *conn)
 {
     ucx_conn_t *c = conn;
     c->unloaded = true;
+    /* a peer known dead, or another agent of this process (which is not
+     * progressed while this one tears down), would never answer a flushing
+     * close: those are closed at once */
     if (c->ep)
-        ep_close(c->u, c->ep, c->failed);
+        ep_close(c->u, c->ep, c->failed || c->fail_deferred || c->local);
     c->ep = NULL;
     conn_put(c);
 }
@@ -875,6 +993,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         destroy(u);
         return NXL_ERR_BACKEND;
     }
+    live_add(u);
     kick(u);
     nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s)",
              ucp_get_version_string(), u->desc,
@@ -906,9 +1025,26 @@ static void destroy(void *state)
         }
     }
     if (u->w) {
-        uint64_t until = nxlt_now_us() + 1000000;
-        while (u->nclosing && nxlt_now_us() < until)
-            ucp_worker_progress(u->w);
+        /* UCX returns the requests it holds (closes, flushes and
+         * notifications of ops already reported) as the worker progresses:
+         * wait for them, asleep on the worker's fd, up to a deadline (a
+         * peer that vanished without a word may never answer a close) */
+        uint64_t until = nxlt_now_us() + DESTROY_WAIT_MS * 1000ull;
+        uint64_t now;
+        while ((u->nclosing || !LIST_EMPTY(&u->ops)) && (now = nxlt_now_us()) < until) {
+            if (ucp_worker_progress(u->w))
+                continue;
+            int ms = (int)((until - now) / 1000) + 1;
+            if (ucp_worker_arm(u->w) != UCS_OK)
+                ms = 1; /* busy (sends queued on shared memory): look again soon */
+            struct pollfd pf = {.fd = u->efd, .events = POLLIN};
+            poll(&pf, 1, ms < 50 ? ms : 50);
+        }
+        if (u->nclosing || !LIST_EMPTY(&u->ops))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: %u endpoint closes and %s still pending "
+                     "after %d ms at teardown; giving up on them", u->nclosing,
+                     LIST_EMPTY(&u->ops) ? "no operations" : "some operations",
+                     DESTROY_WAIT_MS);
         /* closes a silent peer never acknowledged: give them back to UCX
          * before the worker goes (it asserts on requests still owned) */
         while (u->nclosing)
@@ -921,7 +1057,6 @@ static void destroy(void *state)
         event_free(u->ev_kick);
     if (u->ev_watch)
         event_free(u->ev_watch);
-    free(u->addr);
     if (u->w)
         ucp_worker_destroy(u->w);
     /* ops UCX never called back for: their requests died with the worker */
@@ -935,6 +1070,9 @@ static void destroy(void *state)
     }
     if (u->ucp)
         ucp_cleanup(u->ucp);
+    if (u->is_live)
+        live_remove(u);
+    free(u->addr);
     free(u);
 }
 
