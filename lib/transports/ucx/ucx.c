@@ -68,6 +68,8 @@ struct ucx_conn {
     bool unloaded;
     bool stalled;               /* failed by our stall timeout, not by UCX */
     bool local;                 /* the peer is another agent of this process */
+    bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
+                                 * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     ucs_status_t why;
     unsigned inflight;          /* ops reported to the engine not yet */
@@ -417,6 +419,7 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
         /* stop UCX retrying: its requests on the endpoint end as canceled */
         ep_close(c->u, c->ep, true);
         c->ep = NULL;
+        c->forced = true;
     }
 }
 
@@ -463,8 +466,10 @@ static void unload_conn(void *state, void *conn)
     /* a peer known dead, or another agent of this process (which is not
      * progressed while this one tears down), would never answer a flushing
      * close: those are closed at once */
-    if (c->ep)
-        ep_close(c->u, c->ep, c->failed || c->fail_deferred || c->local);
+    if (c->ep) {
+        c->forced = c->failed || c->fail_deferred || c->local;
+        ep_close(c->u, c->ep, c->forced);
+    }
     c->ep = NULL;
     conn_put(c);
 }
@@ -1004,6 +1009,20 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     return NXL_SUCCESS;
 }
 
+/* Does UCX still hold requests of ours that it will return? Close
+ * requests, and flushes or notifications of ops on endpoints that were not
+ * closed by force (those UCX 1.13 may keep forever). */
+static bool holds_requests(ucx_t *u)
+{
+    if (u->nclosing)
+        return true;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (!o->conn->forced)
+        return true;
+    return false;
+}
+
 static void destroy(void *state)
 {
     ucx_t *u = state;
@@ -1022,6 +1041,7 @@ static void destroy(void *state)
         if (c->ep) {
             ep_close(u, c->ep, true);
             c->ep = NULL;
+            c->forced = true;
         }
     }
     if (u->w) {
@@ -1031,19 +1051,21 @@ static void destroy(void *state)
          * peer that vanished without a word may never answer a close) */
         uint64_t until = nxlt_now_us() + DESTROY_WAIT_MS * 1000ull;
         uint64_t now;
-        while ((u->nclosing || !LIST_EMPTY(&u->ops)) && (now = nxlt_now_us()) < until) {
-            if (ucp_worker_progress(u->w))
-                continue;
+        while (holds_requests(u) && (now = nxlt_now_us()) < until) {
+            for (int k = 0; k < 64 && ucp_worker_progress(u->w); k++)
+                ;
+            if (!holds_requests(u))
+                break;
             int ms = (int)((until - now) / 1000) + 1;
             if (ucp_worker_arm(u->w) != UCS_OK)
                 ms = 1; /* busy (sends queued on shared memory): look again soon */
             struct pollfd pf = {.fd = u->efd, .events = POLLIN};
             poll(&pf, 1, ms < 50 ? ms : 50);
         }
-        if (u->nclosing || !LIST_EMPTY(&u->ops))
-            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: %u endpoint closes and %s still pending "
-                     "after %d ms at teardown; giving up on them", u->nclosing,
-                     LIST_EMPTY(&u->ops) ? "no operations" : "some operations",
+        if (holds_requests(u))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: %u endpoint closes or flushes still pending "
+                     "after %d ms at teardown (a peer that does not answer); giving up on "
+                     "them", u->nclosing,
                      DESTROY_WAIT_MS);
         /* closes a silent peer never acknowledged: give them back to UCX
          * before the worker goes (it asserts on requests still owned) */
