@@ -377,10 +377,15 @@ typedef void (*nxl_done_cb)(nxl_future_t *f, nxl_status_t status, void *arg);
 
 /**
  * Sends this agent's metadata to the listener at @p host : @p port, which
- * loads it. The future succeeds when the peer has loaded it.
- * @return NXL_SUCCESS (started); NXL_ERR_INVALID_PARAM (bad host).
- *         Completes with NXL_ERR_REMOTE_DISCONNECT when nothing listens or
- *         the connection breaks, NXL_ERR_MISMATCH when the peer refused it.
+ * loads it. The future succeeds when the peer has loaded it. A host name is
+ * resolved off the reactor (glibc's getaddrinfo_a: the resolver and order
+ * of getaddrinfo) and every address it gives is tried in turn.
+ * @return NXL_SUCCESS (started); NXL_ERR_INVALID_PARAM (no host, an empty
+ *         or overlong one, port 0). Completes with NXL_ERR_NOT_FOUND when the
+ *         name does not resolve, NXL_ERR_REMOTE_DISCONNECT when nothing
+ *         listens at any of its addresses or the connection breaks (the
+ *         sentence names each address tried), NXL_ERR_MISMATCH when the peer
+ *         refused it.
  */
 NXL_API nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
                                  void *arg, nxl_future_t **out);

@@ -13,7 +13,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sched.h>
+#include <strings.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -333,29 +335,110 @@ START_TEST(t_nothing_listening)
 END_TEST
 
 
-/* Gives this test process (Check forks one per test) a private /etc/hosts
- * with @p text, through a mount namespace. 0: done; -1: not possible here
- * (the reason in why). */
-static int private_hosts(const char *text, char *why, size_t cap)
+/* Binds a temporary file holding @p text over @p target. */
+static int bind_file(const char *target, const char *text, char *why, size_t cap)
 {
-    char path[] = "/tmp/nxl-hosts-XXXXXX";
+    char path[] = "/tmp/nxl-etc-XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
-        snprintf(why, cap, "cannot write a temporary hosts file: %s", strerror(errno));
+        snprintf(why, cap, "cannot write a temporary file: %s", strerror(errno));
         return -1;
     }
     close(fd);
+    int rc = mount(path, target, "none", MS_BIND, NULL);
+    if (rc != 0)
+        snprintf(why, cap, "cannot bind a file over %s: %s", target, strerror(errno));
+    unlink(path); /* the bind mount keeps it */
+    return rc;
+}
+
+/* Gives this test process (Check forks one per test) a private /etc/hosts
+ * with @p hosts and, with @p resolv, a private /etc/resolv.conf, through a
+ * mount namespace. 0: done; -1: not possible here (the reason in why). */
+static int private_etc(const char *hosts, const char *resolv, char *why, size_t cap)
+{
     int rc = unshare(CLONE_NEWNS);
     if (rc != 0) /* without root: a user namespace of our own may allow it */
         rc = unshare(CLONE_NEWUSER | CLONE_NEWNS);
-    if (rc != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-        mount(path, "/etc/hosts", NULL, MS_BIND, NULL) != 0) {
-        snprintf(why, cap, "cannot mount a private /etc/hosts (unshare/mount: %s)",
+    if (rc != 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0) {
+        snprintf(why, cap, "no private mount namespace here (unshare/mount: %s)",
                  strerror(errno));
-        unlink(path);
         return -1;
     }
-    unlink(path); /* the bind mount keeps it */
+    if (bind_file("/etc/hosts", hosts, why, cap) != 0)
+        return -1;
+    return resolv ? bind_file("/etc/resolv.conf", resolv, why, cap) : 0;
+}
+
+static int private_hosts(const char *text, char *why, size_t cap)
+{
+    return private_etc(text, NULL, why, cap);
+}
+
+/* A DNS server of the test's own on 127.0.0.77:53 (nothing leaves the
+ * machine): "slow.nxl.test" is 127.0.0.1, answered after dns_delay_ms;
+ * every other name does not exist. */
+#define DNS_ADDR "127.0.0.77"
+static int dns_fd = -1, dns_delay_ms, dns_queries;
+
+static void *dns_main(void *arg)
+{
+    unsigned char q[512], r[600];
+    for (;;) {
+        struct sockaddr_in from;
+        socklen_t fl = sizeof(from);
+        ssize_t n = recvfrom(dns_fd, q, sizeof(q), 0, (struct sockaddr *)&from, &fl);
+        if (n < 17)
+            continue;
+        __atomic_add_fetch(&dns_queries, 1, __ATOMIC_RELAXED);
+        /* the question: labels from byte 12, then type and class */
+        size_t i = 12;
+        char name[256] = "";
+        while (i < (size_t)n && q[i] && i + q[i] < (size_t)n) {
+            snprintf(name + strlen(name), sizeof(name) - strlen(name), "%s%.*s",
+                     name[0] ? "." : "", q[i], (const char *)q + i + 1);
+            i += 1u + q[i];
+        }
+        size_t qend = i + 5; /* zero label, type, class */
+        if (qend > (size_t)n)
+            continue;
+        unsigned qtype = (unsigned)q[i + 1] << 8 | q[i + 2];
+        int known = !strcasecmp(name, "slow.nxl.test");
+        memcpy(r, q, qend);
+        r[2] = 0x81;                        /* response, recursion desired */
+        r[3] = known ? 0x80 : 0x83;         /* recursion available; NXDOMAIN */
+        r[6] = 0, r[7] = known && qtype == 1; /* one answer, for A */
+        r[8] = r[9] = r[10] = r[11] = 0;
+        size_t len = qend;
+        if (known && qtype == 1) {
+            static const unsigned char a[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1};
+            memcpy(r + len, a, sizeof(a));
+            len += sizeof(a);
+        }
+        if (known)
+            usleep((useconds_t)dns_delay_ms * 1000);
+        sendto(dns_fd, r, len, 0, (struct sockaddr *)&from, fl);
+    }
+    return NULL;
+}
+
+/* Private /etc files naming our DNS server; 0 or -1 (why). */
+static int private_dns(int delay_ms, char *why, size_t cap)
+{
+    if (private_etc("127.0.0.1\tlocalhost\n", "nameserver " DNS_ADDR "\noptions timeout:3 attempts:1\n",
+                    why, cap) != 0)
+        return -1;
+    dns_delay_ms = delay_ms;
+    dns_fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(53)};
+    inet_pton(AF_INET, DNS_ADDR, &sin.sin_addr);
+    if (bind(dns_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        snprintf(why, cap, "cannot run a DNS server on %s:53: %s", DNS_ADDR, strerror(errno));
+        return -1;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, dns_main, NULL);
+    pthread_detach(t);
     return 0;
 }
 
@@ -417,23 +500,113 @@ END_TEST
 
 START_TEST(t_unresolvable)
 {
+    /* refused at the call: no host, an empty or overlong one, no port */
     ctr_t c = {0};
     nxl_future_t *f = (nxl_future_t *)&f;
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "no.such.host.invalid", port, ctr_cb, &c, &f),
-                     NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(nxl_md_fetch(A, "B", NULL, port, ctr_cb, &c, &f), NXL_ERR_INVALID_PARAM);
     ck_assert_ptr_null(f);
-    ck_sentence(nxl_agent_last_error(A), "no.such.host.invalid");
-    ck_assert_int_eq(nxl_md_send(A, "no.such.host.invalid", port, ctr_cb, &c, NULL),
-                     NXL_ERR_INVALID_PARAM);
-    ck_sentence(nxl_agent_last_error(A), "no.such.host.invalid");
-    ck_assert_int_eq(nxl_md_send_invalidate(A, "no.such.host.invalid", port, ctr_cb, &c, NULL),
-                     NXL_ERR_INVALID_PARAM);
-    ck_assert_int_eq(nxl_md_fetch(A, "B", NULL, port, ctr_cb, &c, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "", port, ctr_cb, &c, NULL), NXL_ERR_INVALID_PARAM);
+    char longname[300];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = 0;
+    ck_assert_int_eq(nxl_md_send(A, longname, port, ctr_cb, &c, NULL), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(A), "255");
     ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", 0, ctr_cb, &c, NULL),
                      NXL_ERR_INVALID_PARAM);
     ck_sentence(nxl_agent_last_error(A), "port");
-    run_ms(200);
+    run_ms(100);
     ck_assert_int_eq(c.n, 0); /* nothing started */
+    /* a name that does not resolve: asked of our own DNS server, never of
+     * the machine's; the request starts and completes NOT_FOUND */
+    char why[256];
+    if (private_dns(0, why, sizeof(why)) != 0) {
+        printf("SKIP: t_unresolvable (names): %s\n", why);
+        return;
+    }
+    ctr_t d = {0}, e = {0}, g = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "no.such.host.invalid", port, ctr_cb, &d, &f),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_send(A, "no.such.host.invalid", port, ctr_cb, &e, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_send_invalidate(A, "no.such.host.invalid", port, ctr_cb, &g, NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(d.n + e.n + g.n, 0); /* never inside the call */
+    ck_assert(run_until(&d.n, 1, 10000) && run_until(&e.n, 1, 10000) && run_until(&g.n, 1, 10000));
+    run_ms(20);
+    ck_assert_int_eq(d.n + e.n + g.n, 3);
+    ck_assert_int_eq(d.st, NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(e.st, NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(g.st, NXL_ERR_NOT_FOUND);
+    ck_sentence(d.err, "no.such.host.invalid");
+    ck_sentence(nxl_future_error(f), "resolve");
+    ck_assert_ptr_null(nxl_future_peer(f));
+    nxl_future_release(f);
+    ck_assert_int_gt(__atomic_load_n(&dns_queries, __ATOMIC_RELAXED), 0);
+}
+END_TEST
+
+/* A resolver that takes 1.5 s: the reactor goes on meanwhile (transfers
+ * keep completing), the call returns at once, and the fetch then succeeds.
+ * Canceling a fetch while its name resolves, and tearing down with one
+ * resolving, leave nothing behind. */
+static int lb_done;
+static void lb_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ck_assert_int_eq(st, NXL_SUCCESS);
+    lb_done++;
+}
+
+START_TEST(t_resolve_off_loop)
+{
+    char why[256];
+    if (private_dns(1500, why, sizeof(why)) != 0) {
+        printf("SKIP: t_resolve_off_loop: %s\n", why);
+        return;
+    }
+    /* loopback transfers of A keep the reactor visibly busy */
+    nxl_desc_t l = {.addr = (uintptr_t)abuf, .len = 65536},
+               r = {.addr = (uintptr_t)abuf + BUF / 2, .len = 65536};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "A", NULL, &x), NXL_SUCCESS);
+    ctr_t c = {0};
+    uint64_t t0 = tl_now_ms();
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "slow.nxl.test", port, ctr_cb, &c, NULL), NXL_SUCCESS);
+    uint64_t call_ms = tl_now_ms() - t0;
+    ck_assert_msg(call_ms < 500, "nxl_md_fetch blocked for %llu ms", (unsigned long long)call_ms);
+    lb_done = 0;
+    int during = 0;
+    while (!c.n && tl_now_ms() - t0 < 10000) {
+        if (nxl_xfer_status(x) != NXL_IN_PROG)
+            ck_assert_int_eq(nxl_xfer_post(x, lb_cb, NULL, NULL), NXL_SUCCESS);
+        event_base_loop(base, EVLOOP_ONCE);
+        if (!c.n)
+            during = lb_done;
+    }
+    uint64_t took = tl_now_ms() - t0;
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_msg(c.st == NXL_SUCCESS, "fetch: %s", c.err);
+    ck_assert_str_eq(c.peer, "B");
+    ck_assert_msg(took >= 1000, "the resolver answered in %llu ms: not slow", (unsigned long long)took);
+    ck_assert_msg(during >= 10, "only %d transfers completed while the name resolved", during);
+    run_ms(20);
+    nxl_xfer_release(x);
+    /* canceled while resolving */
+    ctr_t d = {0};
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "slow.nxl.test", port, ctr_cb, &d, &f), NXL_SUCCESS);
+    run_ms(100);
+    nxl_future_cancel(f);
+    ck_assert_int_eq(finish(&d), NXL_ERR_CANCELED);
+    nxl_future_release(f);
+    /* torn down while resolving: teardown cancels it */
+    ctr_t e = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "slow.nxl.test", port, ctr_cb, &e, NULL), NXL_SUCCESS);
+    run_ms(100);
+    nxl_agent_destroy(A);
+    A = NULL;
+    ck_assert_int_eq(e.n, 1);
+    ck_assert_int_eq(e.st, NXL_ERR_CANCELED);
+    usleep(1600 * 1000); /* glibc's answer arrives for nobody */
 }
 END_TEST
 
@@ -791,6 +964,7 @@ int main(void)
     tcase_add_test(tc, t_nothing_listening);
     tcase_add_test(tc, t_every_address);
     tcase_add_test(tc, t_unresolvable);
+    tcase_add_test(tc, t_resolve_off_loop);
     tcase_add_test(tc, t_garbage_clients);
     tcase_add_test(tc, t_write_read);
     tcase_add_test(tc, t_invalidate_then_reload);

@@ -4,7 +4,12 @@
  * Frame: "NXLX" | version u8 | type u8 | status i8 | 0 u8 | length u32 (big
  * endian) | 4 zero bytes | payload. A request gets exactly one reply frame
  * (type REPLY) carrying the status and, for a fetch, the metadata, or the
- * peer's error sentence. */
+ * peer's error sentence.
+ *
+ * Host names are resolved without blocking the reactor: glibc's
+ * getaddrinfo_a() (the same resolver and nsswitch order as getaddrinfo(),
+ * on glibc's own threads) signals an eventfd the reactor watches. Numeric
+ * addresses are taken at once. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -15,8 +20,11 @@
 #include <event2/listener.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define HDR_LEN 16
 #define FRAME_MAX NXLI_MD_MAX_BYTES
@@ -28,6 +36,22 @@ typedef struct srv_conn {
     struct bufferevent *bev;
     LIST_ENTRY(srv_conn) link;
 } srv_conn_t;
+
+struct client;
+
+/* One asynchronous name resolution. References: the reactor's, and
+ * glibc's notification (dropped by the notification, or by a cancel that
+ * reached the request before it ran). Freed by the last one. */
+typedef struct resolve {
+    struct gaicb gcb;
+    struct addrinfo hints;
+    char *host;
+    char port[8];
+    int efd;
+    int refs;
+    struct event *ev;
+    struct client *c;
+} resolve_t;
 
 typedef struct client {
     nxl_agent_t *a;
@@ -44,6 +68,7 @@ typedef struct client {
     void *frame;            /* the request, written again on each attempt */
     size_t frame_len;
     char tried[400];        /* "::1 (Connection refused), ..." for the sentence */
+    resolve_t *rq;          /* the name's resolution, while it runs */
     LIST_ENTRY(client) link;
 } client_t;
 
@@ -239,11 +264,123 @@ nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t por
     return NXL_SUCCESS;
 }
 
+/* ------------------------------------------------------------ resolution */
+
+static void resolve_unref(resolve_t *rq)
+{
+    if (__atomic_sub_fetch(&rq->refs, 1, __ATOMIC_ACQ_REL))
+        return;
+    if (rq->gcb.ar_result)
+        freeaddrinfo(rq->gcb.ar_result);
+    close(rq->efd);
+    free(rq->host);
+    free(rq);
+}
+
+/* on a thread of glibc's: only the eventfd */
+static void resolve_notify(union sigval v)
+{
+    resolve_t *rq = v.sival_ptr;
+    uint64_t one = 1;
+    ssize_t n = write(rq->efd, &one, sizeof(one));
+    NXLI_UNUSED(n);
+    resolve_unref(rq);
+}
+
+/* The client no longer wants the answer (canceled, torn down). */
+static void resolve_abandon(resolve_t *rq)
+{
+    event_free(rq->ev);
+    rq->ev = NULL;
+    rq->c = NULL;
+    if (gai_cancel(&rq->gcb) == EAI_CANCELED)
+        resolve_unref(rq); /* never started: glibc will not notify */
+    resolve_unref(rq);
+}
+
+static void connect_next(struct client *c);
+static void client_finish(struct client *c, nxl_status_t st, const char *why);
+
+static void on_resolved(evutil_socket_t fd, short what, void *arg)
+{
+    resolve_t *rq = arg;
+    int rc = gai_error(&rq->gcb);
+    if (rc == EAI_INPROGRESS)
+        return; /* not ours to read yet */
+    struct client *c = rq->c;
+    event_free(rq->ev);
+    rq->ev = NULL;
+    c->rq = NULL;
+    if (rc == 0) {
+        c->addrs = c->cur = rq->gcb.ar_result;
+        rq->gcb.ar_result = NULL;
+        for (const struct addrinfo *ai = c->addrs; ai; ai = ai->ai_next)
+            c->naddrs++;
+        resolve_unref(rq);
+        connect_next(c);
+        return;
+    }
+    char why[600];
+    snprintf(why, sizeof(why), "metadata exchange with %s: cannot resolve '%s': %s", c->where,
+             rq->host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    resolve_unref(rq);
+    client_finish(c, NXL_ERR_NOT_FOUND, why);
+}
+
+/* Starts resolving c's host; 0, or -1 with errno. */
+static int resolve_start(struct client *c, const char *host, uint16_t port)
+{
+    resolve_t *rq = calloc(1, sizeof(*rq));
+    if (!rq || !(rq->host = strdup(host))) {
+        free(rq);
+        return -1;
+    }
+    rq->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rq->ev = rq->efd >= 0 ? event_new(c->a->base, rq->efd, EV_READ | EV_PERSIST, on_resolved, rq)
+                          : NULL;
+    if (!rq->ev || event_add(rq->ev, NULL)) {
+        int e = errno;
+        if (rq->ev)
+            event_free(rq->ev);
+        if (rq->efd >= 0)
+            close(rq->efd);
+        free(rq->host);
+        free(rq);
+        errno = e;
+        return -1;
+    }
+    snprintf(rq->port, sizeof(rq->port), "%u", port);
+    rq->hints.ai_family = AF_UNSPEC;
+    rq->hints.ai_socktype = SOCK_STREAM;
+    rq->gcb.ar_name = rq->host;
+    rq->gcb.ar_service = rq->port;
+    rq->gcb.ar_request = &rq->hints;
+    rq->refs = 2;
+    rq->c = c;
+    struct gaicb *list[1] = {&rq->gcb};
+    struct sigevent sev = {.sigev_notify = SIGEV_THREAD};
+    sev.sigev_value.sival_ptr = rq;
+    sev.sigev_notify_function = resolve_notify;
+    int rc = getaddrinfo_a(GAI_NOWAIT, list, 1, &sev);
+    if (rc) {
+        event_free(rq->ev);
+        close(rq->efd);
+        free(rq->host);
+        free(rq);
+        errno = rc == EAI_SYSTEM ? errno : EAGAIN;
+        return -1;
+    }
+    c->rq = rq;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ client */
 
 static void client_free(client_t *c)
 {
     LIST_REMOVE(c, link);
+    if (c->rq)
+        resolve_abandon(c->rq);
     if (c->bev)
         bufferevent_free(c->bev);
     if (c->addrs)
@@ -428,12 +565,20 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
         nxli_err(a, "%s: a host and a port are required", call);
         return NXL_ERR_INVALID_PARAM;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    /* a numeric address is taken at once; a name is resolved on glibc's
+     * threads, and the connection starts when the answer is in */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST},
+                    *res = NULL;
     char ps[8];
     snprintf(ps, sizeof(ps), "%u", port);
     int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc) {
-        nxli_err(a, "%s: cannot resolve '%s': %s", call, host, gai_strerror(rc));
+    if (rc && rc != EAI_NONAME) {
+        nxli_err(a, "%s: cannot use host '%s': %s", call, host, gai_strerror(rc));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (!*host || strlen(host) > 255) {
+        nxli_err(a, "%s: host name of %zu bytes; 1 to 255 are allowed", call, strlen(host));
         return NXL_ERR_INVALID_PARAM;
     }
     client_t *c = calloc(1, sizeof(*c));
@@ -446,7 +591,8 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
             free(c->expect);
         }
         free(c);
-        freeaddrinfo(res);
+        if (res)
+            freeaddrinfo(res);
         if (f)
             nxli_future_discard(f);
         nxli_err(a, "%s: out of memory", call);
@@ -458,6 +604,14 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     c->addrs = c->cur = res;
     for (const struct addrinfo *ai = res; ai; ai = ai->ai_next)
         c->naddrs++;
+    if (!res && resolve_start(c, host, port) != 0) {
+        free(c->frame);
+        free(c->expect);
+        free(c);
+        nxli_future_discard(f);
+        nxli_err(a, "%s: cannot start resolving '%s': %s", call, host, strerror(errno));
+        return NXL_ERR_BACKEND;
+    }
     put_hdr(c->frame, type, 0, (uint32_t)plen);
     if (plen)
         memcpy((char *)c->frame + HDR_LEN, payload, plen);
@@ -466,7 +620,8 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     f->owner = c;
     f->on_cancel = client_cancel;
     LIST_INSERT_HEAD(&a->ex->clients, c, link);
-    connect_next(c);
+    if (!c->rq)
+        connect_next(c);
     nxli_future_give(f, out);
     return NXL_SUCCESS;
 }
