@@ -193,6 +193,9 @@ typedef struct nxl_agent_config {
     unsigned io_timeout_ms;   /**< metadata exchange timeout (0: 10000) */
     const char *etcd_prefix;  /**< key prefix (NULL: "/nxl/agents/") */
     unsigned etcd_lease_ttl_s; /**< lease of published keys (0: 10 s); a crashed agent's keys expire after it */
+    const char *metrics_addr; /**< "host:port" to serve Prometheus text on /metrics from the
+                                   reactor (port 0: ephemeral, see nxl_agent_metrics_port());
+                                   NULL: $NXL_METRICS_ADDR, else none */
 } nxl_agent_config_t;
 
 /** Fills @p cfg with defaults. */
@@ -400,6 +403,51 @@ NXL_API nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char
 /** Tells the agent listening at @p host : @p port to forget this agent. */
 NXL_API nxl_status_t nxl_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
                                             nxl_done_cb cb, void *arg, nxl_future_t **out);
+
+/* -------------------------------------------------------------- telemetry */
+
+/** Buckets of the latency histogram: bucket k counts transfers whose
+ * post-to-completion time was at most 2^k microseconds (k < NXL_STATS_BUCKETS;
+ * longer ones only in the count). */
+#define NXL_STATS_BUCKETS 24
+
+/**
+ * Counters of an agent (or of one of its transports), read with
+ * nxl_agent_stats(). Initialise @c size to sizeof(nxl_stats_t): later
+ * versions append fields. Counters only grow; peers_known is a gauge.
+ */
+typedef struct nxl_stats {
+    size_t size;                 /**< sizeof(nxl_stats_t) */
+    uint64_t xfers_posted;       /**< posts accepted */
+    uint64_t xfers_succeeded;    /**< completions by final status (rule 3) */
+    uint64_t xfers_failed;
+    uint64_t xfers_canceled;
+    uint64_t read_bytes[NXL_MEM_TYPES];  /**< READs that succeeded, by local memory type */
+    uint64_t write_bytes[NXL_MEM_TYPES]; /**< WRITEs that succeeded, by local memory type */
+    uint64_t latency_count;      /**< completed transfers (any status) */
+    uint64_t latency_sum_us;     /**< their post-to-completion time, summed */
+    uint64_t latency_bucket[NXL_STATS_BUCKETS]; /**< not cumulative: bucket k is (2^(k-1), 2^k] us */
+    uint64_t notifs_sent;        /**< notifications (standalone) delivered to the transport */
+    uint64_t notifs_failed;
+    uint64_t notifs_received;
+    uint64_t md_requests;        /**< metadata send/fetch/invalidate requests completed */
+    uint64_t md_requests_failed;
+    uint64_t md_served;          /**< requests the listener answered */
+    uint64_t md_loaded;          /**< remote metadata blobs loaded */
+    uint64_t peers_known;        /**< gauge: remote agents known now */
+    uint64_t peers_lost;         /**< remote agents forgotten: invalidated or lost */
+} nxl_stats_t;
+
+/**
+ * Reads the agent's counters: of every transport together when
+ * @p transport is NULL, else of that transport only (transfer counters;
+ * the others are the agent's).
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL, or @c size unknown);
+ *         NXL_ERR_NOT_FOUND (no such transport in the agent).
+ */
+NXL_API nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out);
+/** @return the port /metrics is served on, 0 when none. */
+NXL_API uint16_t nxl_agent_metrics_port(const nxl_agent_t *a);
 
 /* ------------------------------------------------------- etcd discovery
  *

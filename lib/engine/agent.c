@@ -79,6 +79,20 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
         nxl_agent_destroy(a);
         return NXL_ERR_BACKEND;
     }
+    const char *maddr = cfg->size >= offsetof(nxl_agent_config_t, metrics_addr) +
+                                          sizeof(cfg->metrics_addr)
+                            ? cfg->metrics_addr
+                            : NULL;
+    if (!maddr)
+        maddr = getenv("NXL_METRICS_ADDR");
+    if (maddr && *maddr) {
+        nxl_status_t st = nxli_metrics_start(a, maddr);
+        if (st != NXL_SUCCESS) {
+            nxli_set_create_error("%s", a->err);
+            nxl_agent_destroy(a);
+            return st;
+        }
+    }
     if (cfg->listen_addr) {
         nxl_status_t st = nxli_exchange_listen(a, cfg->listen_addr, cfg->listen_port);
         if (st != NXL_SUCCESS) {
@@ -106,6 +120,7 @@ void nxl_agent_destroy(nxl_agent_t *a)
     nxli_futures_cancel_all(a);
     nxli_etcd_cleanup(a, true);
     nxli_exchange_cleanup(a);
+    nxli_metrics_cleanup(a);
     nxli_xfers_cleanup(a);
     nxli_remote_cleanup(a);
     nxli_mem_cleanup(a);
@@ -316,6 +331,7 @@ void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t 
     }
     memcpy(n->msg, msg, len);
     n->len = len;
+    a->st.notifs_received++;
     STAILQ_INSERT_TAIL(&a->notifs, n, link);
     if (a->notif_cb)
         event_active(a->ev_deliver, EV_READ, 0);

@@ -156,6 +156,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
     int r;
     while ((r = take_frame(bufferevent_get_input(bev), h, &p, &len)) == 1) {
         nxl_status_t st = NXL_SUCCESS;
+        a->st.md_served++;
         switch (h[5]) {
         case T_SEND_MD: {
             char name[NXLI_NAME_MAX];

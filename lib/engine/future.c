@@ -105,6 +105,8 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why)
     nxl_agent_t *a = f->agent;
     f->done = true;
     f->status = st;
+    if (f->st_backend)
+        f->st_done_us = nxli_now_us();
     if (st != NXL_SUCCESS && why) {
         f->err = nxli_strdup(why);
         snprintf(a->err, sizeof(a->err), "%s", why);
@@ -129,6 +131,7 @@ static void recancel(nxl_future_t *f)
 static void settle(nxl_future_t *f)
 {
     f->settled = true;
+    nxli_stats_settled(f);
     if (f->kind == NXLI_F_XFER && f->owner) {
         nxl_xfer_t *x = f->owner;
         x->active = NULL;

@@ -27,6 +27,13 @@
 typedef struct nxli_region nxli_region_t;
 typedef struct nxli_remote nxli_remote_t;
 
+/* ---- telemetry: counters of one backend's transfers */
+typedef struct nxli_xstats {
+    uint64_t posted, succeeded, failed, canceled;
+    uint64_t bytes[2][NXL_MEM_TYPES]; /* [nxl_op_t][local memory type], succeeded */
+    uint64_t lat_count, lat_sum_us, lat_bucket[NXL_STATS_BUCKETS];
+} nxli_xstats_t;
+
 /* ---- backends */
 struct nxlt_ctx {
     nxl_agent_t *agent;
@@ -39,6 +46,7 @@ struct nxl_backend {
     void *state;
     int index;              /* preference order */
     struct nxlt_ctx ctx;
+    nxli_xstats_t xs;
 };
 
 /* ---- local memory: a region registered with one or more backends */
@@ -109,6 +117,11 @@ struct nxl_future {
     void (*on_cancel)(nxl_future_t *f);
     void *owner;
     nxlt_op_t *op;          /* transport op behind it, if any */
+    /* telemetry of a transfer: what it moves, through which backend, when */
+    nxl_backend_t *st_backend;
+    uint64_t st_bytes, st_post_us, st_done_us;
+    nxl_op_t st_op;
+    nxl_mem_t st_mem;
     /* nxl_future_all */
     nxl_future_t **children;
     size_t nchildren, nleft;
@@ -161,6 +174,7 @@ struct nxl_xfer {
     size_t nlregs;
     nxlt_iov_t *iov;
     size_t n;
+    uint64_t bytes;         /* sum of the elements' lengths */
     void *notif;
     size_t notif_len;
     nxl_future_t *active;
@@ -223,6 +237,13 @@ struct nxl_agent {
      * kept for the next ones: fresh pages cost a page fault each */
     void *spare[NXLI_SPARES];
     size_t spare_cap[NXLI_SPARES];
+
+    /* telemetry of the agent (transfers are counted per backend) */
+    struct {
+        uint64_t notifs_sent, notifs_failed, notifs_received;
+        uint64_t md_requests, md_failed, md_served, md_loaded, peers_lost;
+    } st;
+    struct nxli_metrics *metrics; /* the /metrics server, when configured */
 
     struct nxli_exchange *ex;   /* metadata exchange over TCP */
     struct etcd *etcd;          /* metadata discovery through etcd */
@@ -295,6 +316,11 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish);
 /* a peer is gone: fail transfers in flight to it, forget it */
 void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why);
 void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why);
+
+/* stats.c */
+void nxli_stats_settled(nxl_future_t *f);
+nxl_status_t nxli_metrics_start(nxl_agent_t *a, const char *addr);
+void nxli_metrics_cleanup(nxl_agent_t *a);
 
 /* transports.c */
 const nxlt_ops_t *const *nxli_transports(size_t *n);

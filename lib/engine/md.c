@@ -141,6 +141,7 @@ void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why)
     LIST_FOREACH(x, &a->xfers, link)
     if (x->remote == r && x->active)
         nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT, why);
+    a->st.peers_lost++;
     remote_unlink(r);
 }
 
@@ -158,6 +159,7 @@ nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote)
         return NXL_ERR_NOT_FOUND;
     }
     nxli_log(a, NXL_LOG_INFO, "metadata of agent '%s' invalidated", remote);
+    a->st.peers_lost++;
     remote_unlink(r);
     return NXL_SUCCESS;
 }
@@ -579,5 +581,8 @@ out:
 nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                          size_t cap)
 {
-    return nxli_md_load_ex(a, blob, len, false, NULL, name_out, cap);
+    nxl_status_t st = nxli_md_load_ex(a, blob, len, false, NULL, name_out, cap);
+    if (st == NXL_SUCCESS)
+        a->st.md_loaded++;
+    return st;
 }

@@ -303,6 +303,7 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
         x->iov[i].raddr = re->addr;
         x->iov[i].rkey = rg->rkey[bi];
         x->iov[i].len = le->len;
+        x->bytes += le->len;
     }
     /* the regions and the remote agent stay alive as long as the transfer */
     for (size_t k = 0; k < lp->nlregs; k++) {
@@ -419,6 +420,15 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         f->owner = NULL;
     }
     /* a completion reported inside post takes effect only now */
+    /* counted before a report held from inside post completes it */
+    if (st == NXL_SUCCESS) {
+        x->backend->xs.posted++;
+        f->st_backend = x->backend;
+        f->st_bytes = x->bytes;
+        f->st_op = x->op;
+        f->st_mem = x->ltype;
+        f->st_post_us = nxli_now_us();
+    }
     st = nxli_op_call_end(op, st);
     if (st != NXL_SUCCESS)
         return st;
