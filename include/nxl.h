@@ -196,6 +196,13 @@ typedef struct nxl_agent_config {
     const char *metrics_addr; /**< "host:port" to serve Prometheus text on /metrics from the
                                    reactor (port 0: ephemeral, see nxl_agent_metrics_port());
                                    NULL: $NXL_METRICS_ADDR, else none */
+    /* Bounds on what peers can make the agent hold (0: the default). */
+    unsigned max_frame_bytes;  /**< largest metadata frame accepted (0: 256 MiB) */
+    unsigned max_md_clients;   /**< listener connections open at once (0: 256); more are closed at once */
+    unsigned max_md_clients_per_host; /**< of them from one address (0: 32) */
+    unsigned max_peers;        /**< remote agents known at once (0: 65536); loading more is refused */
+    unsigned max_queued_notifs; /**< notifications waiting for nxl_notifs_drain() (0: 1048576);
+                                     more are dropped, counted and logged */
 } nxl_agent_config_t;
 
 /** Fills @p cfg with defaults. */
@@ -359,7 +366,8 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
  * partial. Nothing changes on failure.
  * @param [out] name_out  the remote agent's name (may be NULL)
  * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed, unknown version, its
- *         name is ours); NXL_ERR_BACKEND (a transport refused its part).
+ *         name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are
+ *         known); NXL_ERR_BACKEND (a transport refused its part).
  */
 NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                                  size_t cap);
@@ -436,6 +444,8 @@ typedef struct nxl_stats {
     uint64_t md_loaded;          /**< remote metadata blobs loaded */
     uint64_t peers_known;        /**< gauge: remote agents known now */
     uint64_t peers_lost;         /**< remote agents forgotten: invalidated or lost */
+    uint64_t notifs_dropped;     /**< received while max_queued_notifs were waiting */
+    uint64_t md_clients_refused; /**< listener connections closed by a bound or a timeout */
 } nxl_stats_t;
 
 /**

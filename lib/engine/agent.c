@@ -60,6 +60,17 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     a->etcd_prefix = strdup(has_etcd_fields && cfg->etcd_prefix ? cfg->etcd_prefix
                                                                  : "/nxl/agents/");
     a->etcd_ttl_s = has_etcd_fields && cfg->etcd_lease_ttl_s ? cfg->etcd_lease_ttl_s : 10;
+#define CFG_HAS(f) (cfg->size >= offsetof(nxl_agent_config_t, f) + sizeof(cfg->f))
+#define CFG_OR(f, dflt) (CFG_HAS(f) && cfg->f ? (size_t)cfg->f : (size_t)(dflt))
+    a->max_frame = CFG_OR(max_frame_bytes, NXLI_MD_MAX_BYTES);
+    if (a->max_frame > NXLI_MD_MAX_BYTES)
+        a->max_frame = NXLI_MD_MAX_BYTES;
+    a->max_clients = CFG_OR(max_md_clients, 256);
+    a->max_clients_per_host = CFG_OR(max_md_clients_per_host, 32);
+    a->max_peers = CFG_OR(max_peers, 65536);
+    a->max_notifs = CFG_OR(max_queued_notifs, 1u << 20);
+#undef CFG_OR
+#undef CFG_HAS
     LIST_INIT(&a->remotes);
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
@@ -321,6 +332,14 @@ nxl_backend_t *nxl_backend_get(nxl_agent_t *a, const char *name)
 void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t len)
 {
     nxl_agent_t *a = ctx->agent;
+    if (a->nnotifs >= a->max_notifs) {
+        /* nobody drains: bounded; the first drop and then every 1024th is logged */
+        if (a->st.notifs_dropped++ % 1024 == 0)
+            nxli_log(a, NXL_LOG_WARN, "notification from '%s' dropped: %zu are waiting for "
+                     "nxl_notifs_drain() (max_queued_notifs); %llu dropped so far", from,
+                     a->nnotifs, (unsigned long long)a->st.notifs_dropped);
+        return;
+    }
     nxli_notif_t *n = calloc(1, sizeof(*n));
     if (!n || !(n->from = strdup(from)) || !(n->msg = malloc(len ? len : 1))) {
         nxli_log(a, NXL_LOG_ERROR, "out of memory: notification from '%s' dropped", from);
@@ -332,6 +351,7 @@ void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t 
     memcpy(n->msg, msg, len);
     n->len = len;
     a->st.notifs_received++;
+    a->nnotifs++;
     STAILQ_INSERT_TAIL(&a->notifs, n, link);
     if (a->notif_cb)
         event_active(a->ev_deliver, EV_READ, 0);
@@ -343,6 +363,7 @@ size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
     nxli_notif_t *n;
     while ((n = STAILQ_FIRST(&a->notifs))) {
         STAILQ_REMOVE_HEAD(&a->notifs, link);
+        a->nnotifs--;
         if (cb) {
             a->cb_depth++;
             cb(a, n->from, n->msg, n->len, arg);

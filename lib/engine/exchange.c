@@ -27,13 +27,14 @@
 #include <unistd.h>
 
 #define HDR_LEN 16
-#define FRAME_MAX NXLI_MD_MAX_BYTES
 
 enum { T_SEND_MD = 1, T_FETCH_MD = 2, T_INVALIDATE = 3, T_REPLY = 0x81 };
 
 typedef struct srv_conn {
     nxl_agent_t *a;
     struct bufferevent *bev;
+    struct event *deadline;     /* a frame begun must be whole within the I/O timeout */
+    struct sockaddr_storage peer;
     LIST_ENTRY(srv_conn) link;
 } srv_conn_t;
 
@@ -74,6 +75,7 @@ typedef struct client {
 
 struct nxli_exchange {
     struct evconnlistener *lis;
+    size_t nconns;
     LIST_HEAD(, srv_conn) conns;
     LIST_HEAD(, client) clients;
 };
@@ -113,7 +115,8 @@ static void send_frame(struct bufferevent *bev, int type, int status, const void
 
 /* 1: a whole frame is there (header in h, payload pulled into *payload);
  * 0: need more; -1: garbage */
-static int take_frame(struct evbuffer *in, unsigned char *h, char **payload, uint32_t *plen)
+static int take_frame(struct evbuffer *in, size_t max, unsigned char *h, char **payload,
+                      uint32_t *plen)
 {
     if (evbuffer_get_length(in) < HDR_LEN)
         return 0;
@@ -123,7 +126,7 @@ static int take_frame(struct evbuffer *in, unsigned char *h, char **payload, uin
     uint32_t len;
     memcpy(&len, h + 8, 4);
     len = ntohl(len);
-    if (len > FRAME_MAX)
+    if (len > max)
         return -1;
     if (evbuffer_get_length(in) < HDR_LEN + (size_t)len)
         return 0;
@@ -142,8 +145,50 @@ static int take_frame(struct evbuffer *in, unsigned char *h, char **payload, uin
 static void srv_close(srv_conn_t *c)
 {
     LIST_REMOVE(c, link);
+    c->a->ex->nconns--;
     bufferevent_free(c->bev);
+    if (c->deadline)
+        event_free(c->deadline);
     free(c);
+}
+
+static void peer_text(const struct sockaddr_storage *ss, char *buf, size_t cap)
+{
+    const void *in = ss->ss_family == AF_INET6
+                         ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                         : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+    if (!inet_ntop(ss->ss_family, in, buf, (socklen_t)cap))
+        snprintf(buf, cap, "?");
+}
+
+/* A client dropped by a bound or a timeout: counted, and logged (the first
+ * and then every 64th, so that a flood does not flood the log too). */
+static void refused(nxl_agent_t *a, const struct sockaddr_storage *ss, const char *why)
+{
+    if (a->st.md_refused++ % 64 == 0) {
+        char host[INET6_ADDRSTRLEN];
+        peer_text(ss, host, sizeof(host));
+        nxli_log(a, NXL_LOG_WARN, "metadata listener: connection from %s closed: %s (%llu so "
+                 "far)", host, why, (unsigned long long)a->st.md_refused);
+    }
+}
+
+static void srv_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    srv_conn_t *c = arg;
+    refused(c->a, &c->peer, "a request frame did not arrive whole within the I/O timeout");
+    srv_close(c);
+}
+
+static void arm_deadline(srv_conn_t *c)
+{
+    size_t pending = evbuffer_get_length(bufferevent_get_input(c->bev));
+    if (!pending) {
+        event_del(c->deadline);
+    } else if (!event_pending(c->deadline, EV_TIMEOUT, NULL)) {
+        struct timeval tv = {c->a->io_timeout_ms / 1000, (c->a->io_timeout_ms % 1000) * 1000};
+        event_add(c->deadline, &tv);
+    }
 }
 
 static void srv_read(struct bufferevent *bev, void *arg)
@@ -154,7 +199,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
     char *p;
     uint32_t len;
     int r;
-    while ((r = take_frame(bufferevent_get_input(bev), h, &p, &len)) == 1) {
+    while ((r = take_frame(bufferevent_get_input(bev), a->max_frame, h, &p, &len)) == 1) {
         nxl_status_t st = NXL_SUCCESS;
         a->st.md_served++;
         switch (h[5]) {
@@ -189,32 +234,64 @@ static void srv_read(struct bufferevent *bev, void *arg)
         send_frame(bev, T_REPLY, st, why, strlen(why));
     }
     if (r < 0) {
-        nxli_log(a, NXL_LOG_WARN, "metadata listener: a client sent a malformed frame; closed");
+        refused(a, &c->peer, "a malformed frame, or one larger than max_frame_bytes");
         srv_close(c);
+        return;
     }
+    arm_deadline(c);
 }
 
 static void srv_event(struct bufferevent *bev, short what, void *arg)
 {
-    srv_close(arg);
+    srv_conn_t *c = arg;
+    if (what & BEV_EVENT_TIMEOUT)
+        refused(c->a, &c->peer, "idle for the I/O timeout");
+    srv_close(c);
 }
 
 static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int slen,
                        void *arg)
 {
     nxl_agent_t *a = arg;
+    struct sockaddr_storage peer = {0};
+    memcpy(&peer, sa, (size_t)slen < sizeof(peer) ? (size_t)slen : sizeof(peer));
+    /* bounds: connections at once, and from one address */
+    size_t same = 0;
+    srv_conn_t *o;
+    LIST_FOREACH(o, &a->ex->conns, link)
+    if (o->peer.ss_family == peer.ss_family &&
+        (peer.ss_family == AF_INET6
+             ? !memcmp(&((struct sockaddr_in6 *)&o->peer)->sin6_addr,
+                       &((struct sockaddr_in6 *)&peer)->sin6_addr, sizeof(struct in6_addr))
+             : ((struct sockaddr_in *)&o->peer)->sin_addr.s_addr ==
+                   ((struct sockaddr_in *)&peer)->sin_addr.s_addr))
+        same++;
+    if (a->ex->nconns >= a->max_clients || same >= a->max_clients_per_host) {
+        refused(a, &peer, a->ex->nconns >= a->max_clients
+                              ? "max_md_clients connections are open"
+                              : "max_md_clients_per_host connections from this address are open");
+        evutil_closesocket(fd);
+        return;
+    }
     srv_conn_t *c = calloc(1, sizeof(*c));
     struct bufferevent *bev =
         c ? bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    if (!bev) {
+    struct event *dl = bev ? evtimer_new(a->base, srv_deadline, c) : NULL;
+    if (!dl) {
+        if (bev)
+            bufferevent_free(bev);
+        else
+            evutil_closesocket(fd);
         free(c);
-        evutil_closesocket(fd);
         return;
     }
     c->a = a;
     c->bev = bev;
+    c->deadline = dl;
+    c->peer = peer;
     LIST_INSERT_HEAD(&a->ex->conns, c, link);
-    struct timeval tv = {a->io_timeout_ms / 1000 * 6, 0};
+    a->ex->nconns++;
+    struct timeval tv = {a->io_timeout_ms / 1000, (a->io_timeout_ms % 1000) * 1000};
     bufferevent_set_timeouts(bev, &tv, &tv);
     bufferevent_setcb(bev, srv_read, NULL, srv_event, c);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
@@ -407,7 +484,7 @@ static void client_read(struct bufferevent *bev, void *arg)
     unsigned char h[HDR_LEN];
     char *p;
     uint32_t len;
-    int r = take_frame(bufferevent_get_input(bev), h, &p, &len);
+    int r = take_frame(bufferevent_get_input(bev), a->max_frame, h, &p, &len);
     if (r == 0)
         return;
     if (r < 0 || h[5] != T_REPLY) {

@@ -242,7 +242,12 @@ struct nxl_agent {
     struct {
         uint64_t notifs_sent, notifs_failed, notifs_received;
         uint64_t md_requests, md_failed, md_served, md_loaded, peers_lost;
+        uint64_t notifs_dropped, md_refused;
     } st;
+    /* bounds (nxl_agent_config_t) */
+    size_t max_frame, max_clients, max_clients_per_host, max_peers, max_notifs;
+    size_t nnotifs;             /* queued in notifs */
+    size_t npeers;              /* remotes in the table (not self) */
     struct nxli_metrics *metrics; /* the /metrics server, when configured */
 
     struct nxli_exchange *ex;   /* metadata exchange over TCP */

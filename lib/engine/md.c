@@ -53,6 +53,7 @@ nxli_remote_t *nxli_remote_find(nxl_agent_t *a, const char *name)
 static void remote_unlink(nxli_remote_t *r)
 {
     LIST_REMOVE(r, link);
+    r->agent->npeers--;
     r->invalid = true;
     nxli_remote_put(r);
 }
@@ -433,6 +434,13 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
     /* The same peer, partial metadata: add regions to what we know. */
     old = self ? NULL : nxli_remote_find(a, name);
     merge = old && partial && same_conn(a, old, ci, cl);
+    if (!self && !old && a->npeers >= a->max_peers) {
+        nxli_err(a, "nxl_md_load: agent '%s' already knows %zu agents, its max_peers; "
+                    "metadata of '%s' refused (invalidate agents it no longer needs, or raise "
+                    "max_peers)", a->name, a->npeers, name);
+        st = NXL_ERR_NOT_ALLOWED;
+        goto out;
+    }
 
     if (merge) {
         r = old;
@@ -554,6 +562,7 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
         if (old)
             remote_unlink(old);
         LIST_INSERT_HEAD(&a->remotes, r, link);
+        a->npeers++;
         nxli_log(a, NXL_LOG_INFO, "loaded metadata of agent '%s' (%zu regions)%s", name,
                  r->nregs, old ? ", replacing what was known" : "");
     }

@@ -125,6 +125,8 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
     out->md_loaded = a->st.md_loaded;
     out->peers_known = peers_known(a);
     out->peers_lost = a->st.peers_lost;
+    out->notifs_dropped = a->st.notifs_dropped;
+    out->md_clients_refused = a->st.md_refused;
     return NXL_SUCCESS;
 }
 
@@ -230,6 +232,12 @@ static void render(nxl_agent_t *a, struct evbuffer *b)
     sample(b, a, "nxl_metadata_served_total", NULL, NULL, a->st.md_served);
     head(b, "nxl_metadata_loaded_total", "counter", "Remote metadata blobs loaded.");
     sample(b, a, "nxl_metadata_loaded_total", NULL, NULL, a->st.md_loaded);
+    head(b, "nxl_notifications_dropped_total", "counter",
+         "Notifications dropped: max_queued_notifs were waiting to be drained.");
+    sample(b, a, "nxl_notifications_dropped_total", NULL, NULL, a->st.notifs_dropped);
+    head(b, "nxl_metadata_clients_refused_total", "counter",
+         "Listener connections closed by a bound (clients, per host, frame size) or a timeout.");
+    sample(b, a, "nxl_metadata_clients_refused_total", NULL, NULL, a->st.md_refused);
     head(b, "nxl_peers", "gauge", "Remote agents known.");
     sample(b, a, "nxl_peers", NULL, NULL, peers_known(a));
     head(b, "nxl_peers_lost_total", "counter", "Remote agents forgotten: invalidated or lost.");
