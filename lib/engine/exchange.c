@@ -273,15 +273,24 @@ static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sock
         evutil_closesocket(fd);
         return;
     }
-    srv_conn_t *c = calloc(1, sizeof(*c));
-    struct bufferevent *bev =
-        c ? bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    struct event *dl = bev ? evtimer_new(a->base, srv_deadline, c) : NULL;
+    struct bufferevent *bev = bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        evutil_closesocket(fd);
+        return;
+    }
+    nxli_exchange_serve(a, bev, &peer);
+}
+
+/* Serves requests arriving on bev (a socket the listener accepted, or an
+ * in-memory pair in the fuzzing harness); takes it over. */
+void nxli_exchange_serve(nxl_agent_t *a, struct bufferevent *bev,
+                         const struct sockaddr_storage *peer_addr)
+{
+    struct sockaddr_storage peer = *peer_addr;
+    srv_conn_t *c = ex_get(a) ? calloc(1, sizeof(*c)) : NULL;
+    struct event *dl = c ? evtimer_new(a->base, srv_deadline, c) : NULL;
     if (!dl) {
-        if (bev)
-            bufferevent_free(bev);
-        else
-            evutil_closesocket(fd);
+        bufferevent_free(bev);
         free(c);
         return;
     }

@@ -313,6 +313,10 @@ void nxli_xfers_cleanup(nxl_agent_t *a);
 
 /* exchange.c */
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);
+struct bufferevent;
+struct sockaddr_storage;
+void nxli_exchange_serve(nxl_agent_t *a, struct bufferevent *bev,
+                         const struct sockaddr_storage *peer);
 void nxli_exchange_cleanup(nxl_agent_t *a);
 
 /* etcd.c */
