@@ -203,6 +203,12 @@ typedef struct nxl_agent_config {
     unsigned max_peers;        /**< remote agents known at once (0: 65536); loading more is refused */
     unsigned max_queued_notifs; /**< notifications waiting for nxl_notifs_drain() (0: 1048576);
                                      more are dropped, counted and logged */
+    /** Shared secret (at least 16 bytes) of the agents allowed to exchange
+     * metadata with this one: every frame is signed and checked (HMAC-SHA256,
+     * timestamp, nonce); anything else is refused with NXL_ERR_NOT_ALLOWED.
+     * NULL: $NXL_AUTH_SECRET, else none (the listener trusts its network). */
+    const char *auth_secret;
+    const char *auth_key_file; /**< the secret read from a file instead ($NXL_AUTH_KEY_FILE) */
 } nxl_agent_config_t;
 
 /** Fills @p cfg with defaults. */
@@ -446,6 +452,7 @@ typedef struct nxl_stats {
     uint64_t peers_lost;         /**< remote agents forgotten: invalidated or lost */
     uint64_t notifs_dropped;     /**< received while max_queued_notifs were waiting */
     uint64_t md_clients_refused; /**< listener connections closed by a bound or a timeout */
+    uint64_t md_auth_refused;    /**< frames refused: unsigned, tampered, replayed, other key */
 } nxl_stats_t;
 
 /**

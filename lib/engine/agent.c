@@ -70,7 +70,6 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     a->max_peers = CFG_OR(max_peers, 65536);
     a->max_notifs = CFG_OR(max_queued_notifs, 1u << 20);
 #undef CFG_OR
-#undef CFG_HAS
     LIST_INIT(&a->remotes);
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
@@ -90,12 +89,25 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
         nxl_agent_destroy(a);
         return NXL_ERR_BACKEND;
     }
-    const char *maddr = cfg->size >= offsetof(nxl_agent_config_t, metrics_addr) +
-                                          sizeof(cfg->metrics_addr)
-                            ? cfg->metrics_addr
-                            : NULL;
+    const char *maddr = CFG_HAS(metrics_addr) ? cfg->metrics_addr : NULL;
     if (!maddr)
         maddr = getenv("NXL_METRICS_ADDR");
+    {
+        const char *sec = CFG_HAS(auth_secret) && cfg->auth_secret ? cfg->auth_secret
+                                                                    : getenv("NXL_AUTH_SECRET");
+        const char *kf = CFG_HAS(auth_key_file) && cfg->auth_key_file
+                             ? cfg->auth_key_file
+                             : getenv("NXL_AUTH_KEY_FILE");
+        if ((sec && *sec) || (kf && *kf)) {
+            nxl_status_t st = nxli_auth_init(a, sec && *sec ? sec : NULL, kf && *kf ? kf : NULL);
+            if (st != NXL_SUCCESS) {
+                nxli_set_create_error("%s", a->err);
+                nxl_agent_destroy(a);
+                return st;
+            }
+        }
+    }
+#undef CFG_HAS
     if (maddr && *maddr) {
         nxl_status_t st = nxli_metrics_start(a, maddr);
         if (st != NXL_SUCCESS) {
@@ -132,6 +144,7 @@ void nxl_agent_destroy(nxl_agent_t *a)
     nxli_etcd_cleanup(a, true);
     nxli_exchange_cleanup(a);
     nxli_metrics_cleanup(a);
+    nxli_auth_free(a);
     nxli_xfers_cleanup(a);
     nxli_remote_cleanup(a);
     nxli_mem_cleanup(a);

@@ -69,6 +69,7 @@ typedef struct client {
     void *frame;            /* the request, written again on each attempt */
     size_t frame_len;
     char tried[400];        /* "::1 (Connection refused), ..." for the sentence */
+    unsigned char nonce[NXLI_AUTH_NONCE]; /* the request's, which the reply must carry */
     resolve_t *rq;          /* the name's resolution, while it runs */
     LIST_ENTRY(client) link;
 } client_t;
@@ -104,13 +105,71 @@ static void put_hdr(unsigned char *h, int type, int status, uint32_t len)
     memset(h + 12, 0, 4);
 }
 
-static void send_frame(struct bufferevent *bev, int type, int status, const void *p, size_t len)
+/* A frame into *out (malloc'd): header, payload and, with a secret, the
+ * authentication trailer (a reply carries the request's nonce in reply_to;
+ * a request's fresh nonce is copied to nonce_out). 0 or -1. */
+static int build_frame(nxl_agent_t *a, int type, int status, const void *p, size_t len,
+                       const unsigned char *reply_to, unsigned char *nonce_out, void **out,
+                       size_t *out_len)
 {
-    unsigned char h[HDR_LEN];
-    put_hdr(h, type, status, (uint32_t)len);
-    bufferevent_write(bev, h, HDR_LEN);
+    size_t tl = a->auth ? NXLI_AUTH_TRAILER : 0;
+    unsigned char *f = malloc(HDR_LEN + len + tl);
+    if (!f)
+        return -1;
+    put_hdr(f, type, status, (uint32_t)(len + tl));
     if (len)
-        bufferevent_write(bev, p, len);
+        memcpy(f + HDR_LEN, p, len);
+    if (a->auth) {
+        f[7] = 1; /* signed */
+        unsigned char *tr = f + HDR_LEN + len;
+        if (nxli_auth_sign(a, f, HDR_LEN, f + HDR_LEN, len, reply_to, tr) != 0) {
+            free(f);
+            return -1;
+        }
+        if (nonce_out)
+            memcpy(nonce_out, tr + 8, NXLI_AUTH_NONCE);
+    }
+    *out = f;
+    *out_len = HDR_LEN + len + tl;
+    return 0;
+}
+
+static void send_frame(nxl_agent_t *a, struct bufferevent *bev, int type, int status,
+                       const void *p, size_t len, const unsigned char *reply_to)
+{
+    void *f;
+    size_t fl;
+    if (build_frame(a, type, status, p, len, reply_to, NULL, &f, &fl) == 0) {
+        bufferevent_write(bev, f, fl);
+        free(f);
+    }
+}
+
+/* Checks and strips a frame's authentication trailer (h as received, *len
+ * shrinks to the body). 0: go on; -1: malformed; -2: refused (why says
+ * why). A request's nonce goes to nonce_out; a reply must carry expect. */
+static int open_frame(nxl_agent_t *a, const unsigned char *h, const char *p, uint32_t *len,
+                      const unsigned char *expect, unsigned char *nonce_out, char *why,
+                      size_t cap)
+{
+    if (h[7] & 1) {
+        if (*len < NXLI_AUTH_TRAILER)
+            return -1;
+        *len -= NXLI_AUTH_TRAILER;
+        const unsigned char *tr = (const unsigned char *)p + *len;
+        if (!a->auth)
+            return 0; /* we trust the network: the signature is not ours to check */
+        if (nxli_auth_verify(a, h, HDR_LEN, p, *len, tr, expect, why, cap) != 0)
+            return -2;
+        if (nonce_out)
+            memcpy(nonce_out, tr + 8, NXLI_AUTH_NONCE);
+        return 0;
+    }
+    if (a->auth) {
+        snprintf(why, cap, "it is not signed (the sender has no secret configured)");
+        return -2;
+    }
+    return 0;
 }
 
 /* 1: a whole frame is there (header in h, payload pulled into *payload);
@@ -202,6 +261,32 @@ static void srv_read(struct bufferevent *bev, void *arg)
     while ((r = take_frame(bufferevent_get_input(bev), a->max_frame, h, &p, &len)) == 1) {
         nxl_status_t st = NXL_SUCCESS;
         a->st.md_served++;
+        unsigned char nonce[NXLI_AUTH_NONCE];
+        char aw[256];
+        int o = open_frame(a, h, p, &len, NULL, nonce, aw, sizeof(aw));
+        p[len] = 0;
+        if (o == -1) {
+            free(p);
+            r = -1;
+            break;
+        }
+        if (o == -2) {
+            char host[INET6_ADDRSTRLEN];
+            peer_text(&c->peer, host, sizeof(host));
+            nxli_err(a, "metadata listener: a request from %s was refused: %s", host, aw);
+            if (a->st.md_auth_refused++ % 64 == 0)
+                nxli_log(a, NXL_LOG_WARN, "%s", a->err);
+            free(p);
+            /* unsigned: the client may have no secret to check a signature with */
+            const char *msg = "request refused: authentication failed (both agents need the "
+                              "same auth_secret)";
+            unsigned char hh[HDR_LEN];
+            put_hdr(hh, T_REPLY, NXL_ERR_NOT_ALLOWED, (uint32_t)strlen(msg));
+            bufferevent_write(bev, hh, HDR_LEN);
+            bufferevent_write(bev, msg, strlen(msg));
+            continue;
+        }
+        const unsigned char *reply_to = a->auth ? nonce : NULL;
         switch (h[5]) {
         case T_SEND_MD: {
             char name[NXLI_NAME_MAX];
@@ -215,7 +300,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
             size_t bl;
             st = nxl_md_local(a, &blob, &bl);
             if (st == NXL_SUCCESS) {
-                send_frame(bev, T_REPLY, st, blob, bl);
+                send_frame(a, bev, T_REPLY, st, blob, bl, reply_to);
                 free(blob);
                 free(p);
                 continue;
@@ -231,7 +316,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
         }
         free(p);
         const char *why = st == NXL_SUCCESS ? "" : a->err;
-        send_frame(bev, T_REPLY, st, why, strlen(why));
+        send_frame(a, bev, T_REPLY, st, why, strlen(why), reply_to);
     }
     if (r < 0) {
         refused(a, &c->peer, "a malformed frame, or one larger than max_frame_bytes");
@@ -507,6 +592,28 @@ static void client_read(struct bufferevent *bev, void *arg)
     }
     nxl_status_t st = (nxl_status_t)(int8_t)h[6];
     char why[NXLI_ERR_MAX + 400] = "";
+    char aw[256];
+    int o = open_frame(a, h, p, &len, c->nonce, NULL, aw, sizeof(aw));
+    p[len] = 0;
+    if (o == -1) {
+        free(p);
+        snprintf(why, sizeof(why), "metadata exchange with %s: the peer answered with a "
+                 "malformed frame (a signature trailer too short)", c->where);
+        client_finish(c, NXL_ERR_MISMATCH, why);
+        return;
+    }
+    if (o == -2) {
+        a->st.md_auth_refused++;
+        if (!(h[7] & 1) && st == NXL_ERR_NOT_ALLOWED)
+            snprintf(why, sizeof(why), "metadata exchange with %s: the peer refused the "
+                     "request: %.*s", c->where, (int)(len > 200 ? 200 : len), p);
+        else
+            snprintf(why, sizeof(why), "metadata exchange with %s: the answer was refused: %s; "
+                     "nothing was loaded", c->where, aw);
+        free(p);
+        client_finish(c, NXL_ERR_NOT_ALLOWED, why);
+        return;
+    }
     if (st != NXL_SUCCESS) {
         snprintf(why, sizeof(why), "metadata exchange with %s: the peer answered %s: %.*s",
                  c->where, nxl_status_name(st), (int)(len > NXLI_ERR_MAX ? NXLI_ERR_MAX : len), p);
@@ -670,7 +777,8 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     }
     client_t *c = calloc(1, sizeof(*c));
     nxl_future_t *f = NULL;
-    if (!c || !ex_get(a) || !(c->frame = malloc(HDR_LEN + plen)) ||
+    if (!c || !ex_get(a) ||
+        build_frame(a, type, 0, payload, plen, NULL, c->nonce, &c->frame, &c->frame_len) ||
         !(f = nxli_future_new(a, NXLI_F_MD, cb, arg)) ||
         (expect && !(c->expect = strdup(expect)))) {
         if (c) {
@@ -699,10 +807,6 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
         nxli_err(a, "%s: cannot start resolving '%s': %s", call, host, strerror(errno));
         return NXL_ERR_BACKEND;
     }
-    put_hdr(c->frame, type, 0, (uint32_t)plen);
-    if (plen)
-        memcpy((char *)c->frame + HDR_LEN, payload, plen);
-    c->frame_len = HDR_LEN + plen;
     snprintf(c->where, sizeof(c->where), "%s:%u", host, port);
     f->owner = c;
     f->on_cancel = client_cancel;

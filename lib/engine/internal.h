@@ -242,13 +242,14 @@ struct nxl_agent {
     struct {
         uint64_t notifs_sent, notifs_failed, notifs_received;
         uint64_t md_requests, md_failed, md_served, md_loaded, peers_lost;
-        uint64_t notifs_dropped, md_refused;
+        uint64_t notifs_dropped, md_refused, md_auth_refused;
     } st;
     /* bounds (nxl_agent_config_t) */
     size_t max_frame, max_clients, max_clients_per_host, max_peers, max_notifs;
     size_t nnotifs;             /* queued in notifs */
     size_t npeers;              /* remotes in the table (not self) */
     struct nxli_metrics *metrics; /* the /metrics server, when configured */
+    struct nxli_auth *auth;     /* the shared secret, when configured */
 
     struct nxli_exchange *ex;   /* metadata exchange over TCP */
     struct etcd *etcd;          /* metadata discovery through etcd */
@@ -325,6 +326,22 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish);
 /* a peer is gone: fail transfers in flight to it, forget it */
 void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why);
 void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why);
+
+/* auth.c: HMAC-SHA256 trailers on metadata frames */
+#define NXLI_AUTH_NONCE 16
+#define NXLI_AUTH_MAC 32
+#define NXLI_AUTH_TRAILER (8 + NXLI_AUTH_NONCE + NXLI_AUTH_MAC)
+#define NXLI_AUTH_SKEW_S 60
+nxl_status_t nxli_auth_init(nxl_agent_t *a, const char *secret, const char *key_file);
+void nxli_auth_free(nxl_agent_t *a);
+/* writes the trailer for header+body; nonce NULL: a fresh one. 0 or -1 */
+int nxli_auth_sign(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
+                   size_t bl, const unsigned char *nonce, unsigned char *trailer);
+/* 0 when the trailer verifies (a reply: carries expect_nonce; a request:
+ * its nonce is new); -1 with the reason in why */
+int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
+                     size_t bl, const unsigned char *trailer, const unsigned char *expect_nonce,
+                     char *why, size_t cap);
 
 /* stats.c */
 void nxli_stats_settled(nxl_future_t *f);

@@ -127,6 +127,7 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
     out->peers_lost = a->st.peers_lost;
     out->notifs_dropped = a->st.notifs_dropped;
     out->md_clients_refused = a->st.md_refused;
+    out->md_auth_refused = a->st.md_auth_refused;
     return NXL_SUCCESS;
 }
 
@@ -238,6 +239,9 @@ static void render(nxl_agent_t *a, struct evbuffer *b)
     head(b, "nxl_metadata_clients_refused_total", "counter",
          "Listener connections closed by a bound (clients, per host, frame size) or a timeout.");
     sample(b, a, "nxl_metadata_clients_refused_total", NULL, NULL, a->st.md_refused);
+    head(b, "nxl_metadata_auth_refused_total", "counter",
+         "Metadata frames refused by authentication: unsigned, tampered, replayed, other key.");
+    sample(b, a, "nxl_metadata_auth_refused_total", NULL, NULL, a->st.md_auth_refused);
     head(b, "nxl_peers", "gauge", "Remote agents known.");
     sample(b, a, "nxl_peers", NULL, NULL, peers_known(a));
     head(b, "nxl_peers_lost_total", "counter", "Remote agents forgotten: invalidated or lost.");
