@@ -348,6 +348,37 @@ START_TEST(t_notif_after_data)
 }
 END_TEST
 
+
+/* Small WRITEs with a notification travel as one message that the target
+ * copies into place before delivering the notification (UCX: up to
+ * am_write_max, 8 KiB by default); larger ones as puts, a flush and the
+ * notification. Sizes across the threshold, 1 to 64 elements, strided:
+ * the notification, asking the target to check, always finds every byte. */
+START_TEST(t_small_writes_notif)
+{
+    need_raddr();
+    static const size_t totals[] = {8, 100, 4096, 8192, 8200, 16384, 65536};
+    static const size_t ns[] = {1, 3, 64};
+    unsigned seed = 700;
+    for (size_t t = 0; t < sizeof(totals) / sizeof(*totals); t++)
+        for (size_t k = 0; k < 3; k++) {
+            size_t n = ns[k], blk = totals[t] / n;
+            if (!blk)
+                continue;
+            seed++;
+            tl_fill(I.buf, n * blk, seed);
+            char chk[96];
+            snprintf(chk, sizeof(chk), "chk %u %zu %zu %zu", seed, n, blk, blk * 3);
+            nxl_xfer_t *x = make(NXL_WRITE, n, blk, blk * 3, chk);
+            int before = I.nreply;
+            ck_assert_int_eq(post_wait(x, 10000), NXL_SUCCESS);
+            ck_assert(tl_run_until(I.a, &I.nreply, before + 1, 10000));
+            ck_assert_msg(!strcmp(I.reply, "ok"), "%zu x %zu B: %s", n, blk, I.reply);
+            nxl_xfer_release(x);
+        }
+}
+END_TEST
+
 START_TEST(t_standalone_notifs)
 {
     const size_t N = 20000;
@@ -588,6 +619,7 @@ int main(void)
     tcase_add_test(tc, t_read_sizes);
     tcase_add_test(tc, t_many_descs);
     tcase_add_test(tc, t_notif_after_data);
+    tcase_add_test(tc, t_small_writes_notif);
     tcase_add_test(tc, t_standalone_notifs);
     tcase_add_test(tc, t_repost);
     tcase_add_test(tc, t_peer_killed);
@@ -598,6 +630,7 @@ int main(void)
     tcase_add_checked_fixture(tt, setup_tcp, teardown);
     tcase_set_timeout(tt, 90);
     tcase_add_test(tt, t_write_sizes);
+    tcase_add_test(tt, t_small_writes_notif);
     tcase_add_test(tt, t_peer_killed_tcp);
     tcase_add_test(tt, t_killed_quiet);
     tcase_add_test(tt, t_killed_quiet_close);

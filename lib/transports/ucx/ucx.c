@@ -28,6 +28,12 @@
 #include <ucs/debug/log_def.h>
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
+#define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
+/* Connection info: this magic, a flags byte, then UCX's worker address. */
+static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
+#define CI_HDR 9
+#define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
+#define AM_WRITE_MAX_DEFAULT 8192
 #define ARM_TRIES 16
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
@@ -54,6 +60,9 @@ typedef struct ucx_state {
     bool hit;                   /* an op completed or a notification came: the engine has work */
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
+    size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
+    struct ucx_md **regs;       /* registered regions, sorted by address: AM_WRITE targets */
+    size_t nregs, capregs;
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
     bool is_live;               /* on live_list */
     LIST_ENTRY(ucx_state) live; /* every instance of the process */
@@ -68,6 +77,7 @@ struct ucx_conn {
     bool unloaded;
     bool stalled;               /* failed by our stall timeout, not by UCX */
     bool local;                 /* the peer is another agent of this process */
+    bool am_write;              /* the peer takes AM_WRITE messages */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
@@ -82,6 +92,62 @@ typedef struct ucx_md {
     void *addr;
     size_t len;
 } ucx_md_t;
+
+/* ---- the regions a peer may write with AM_WRITE: those registered here */
+
+static size_t regs_lower(ucx_t *u, uintptr_t addr) /* first with start > addr */
+{
+    size_t lo = 0, hi = u->nregs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((uintptr_t)u->regs[mid]->addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int regs_add(ucx_t *u, ucx_md_t *m)
+{
+    if (u->nregs == u->capregs) {
+        size_t cap = u->capregs ? u->capregs * 2 : 16;
+        ucx_md_t **v = realloc(u->regs, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        u->regs = v;
+        u->capregs = cap;
+    }
+    size_t k = regs_lower(u, (uintptr_t)m->addr);
+    memmove(u->regs + k + 1, u->regs + k, (u->nregs - k) * sizeof(*u->regs));
+    u->regs[k] = m;
+    u->nregs++;
+    return 0;
+}
+
+static void regs_remove(ucx_t *u, ucx_md_t *m)
+{
+    for (size_t k = 0; k < u->nregs; k++)
+        if (u->regs[k] == m) {
+            memmove(u->regs + k, u->regs + k + 1, (u->nregs - k - 1) * sizeof(*u->regs));
+            u->nregs--;
+            return;
+        }
+}
+
+/* Does [addr, addr+len) lie inside one registered region? The last region
+ * starting at or below addr holds it, unless regions nest: then one
+ * further down may. */
+static bool regs_hold(ucx_t *u, uint64_t addr, uint64_t len)
+{
+    for (size_t k = regs_lower(u, (uintptr_t)addr); k-- > 0;) {
+        const ucx_md_t *m = u->regs[k];
+        uintptr_t a = (uintptr_t)m->addr;
+        if (addr >= a && len <= m->len && addr - a <= m->len - len)
+            return true;
+    }
+    return false;
+}
 
 typedef struct ucx_op {
     ucx_t *u;
@@ -427,11 +493,20 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
                               void **out)
 {
     ucx_t *u = state;
+    if (len <= CI_HDR || memcmp(info, CI_MAGIC, sizeof(CI_MAGIC))) {
+        nxlt_error(u->ctx, "UCX: the connection info of agent '%s' is not this transport's "
+                   "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
+        return NXL_ERR_MISMATCH;
+    }
+    unsigned flags = ((const unsigned char *)info)[8];
+    info = (const unsigned char *)info + CI_HDR;
+    len -= CI_HDR;
     ucx_conn_t *c = calloc(1, sizeof(*c));
     if (!c || !(c->name = strdup(agent))) {
         free(c);
         return NXL_ERR_UNKNOWN;
     }
+    c->am_write = flags & CI_AM_WRITE;
     c->u = u;
     c->refs = 1;
     ucp_ep_params_t ep = {
@@ -497,6 +572,11 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     }
     m->addr = (void *)d->addr;
     m->len = d->len;
+    if (regs_add(u, m) != 0) {
+        ucp_mem_unmap(u->ucp, m->memh);
+        free(m);
+        return NXL_ERR_UNKNOWN;
+    }
     *out = m;
     return NXL_SUCCESS;
 }
@@ -505,6 +585,7 @@ static void dereg(void *state, void *md)
 {
     ucx_t *u = state;
     ucx_md_t *m = md;
+    regs_remove(u, m);
     ucp_mem_unmap(u->ucp, m->memh);
     free(m);
 }
@@ -535,6 +616,11 @@ static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t 
     }
     m->addr = attr.address;
     m->len = len;
+    if (regs_add(u, m) != 0) {
+        ucp_mem_unmap(u->ucp, m->memh);
+        free(m);
+        return NXL_ERR_UNKNOWN;
+    }
     *ptr = attr.address;
     *md = m;
     return NXL_SUCCESS;
@@ -587,11 +673,14 @@ static void unload_key(void *state, void *rkey)
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    *buf = malloc(u->addr_len);
-    if (!*buf)
+    unsigned char *b = malloc(CI_HDR + u->addr_len);
+    if (!b)
         return NXL_ERR_UNKNOWN;
-    memcpy(*buf, u->addr, u->addr_len);
-    *len = u->addr_len;
+    memcpy(b, CI_MAGIC, sizeof(CI_MAGIC));
+    b[8] = CI_AM_WRITE;
+    memcpy(b + CI_HDR, u->addr, u->addr_len);
+    *buf = b;
+    *len = CI_HDR + u->addr_len;
     return NXL_SUCCESS;
 }
 
@@ -729,6 +818,150 @@ static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
     return NXL_ERR_REMOTE_DISCONNECT;
 }
 
+/* ---- small WRITEs with a notification: one active message
+ *
+ * [u16 name length][name][u32 notification length][notification]
+ * [u32 n][n x (u64 remote address, u32 length)][the n elements' bytes]
+ *
+ * The target copies each element into its memory — only into regions it
+ * registered with this transport, checked like an rkey would be — and then
+ * delivers the notification: one message instead of puts, a flush and a
+ * notification. The op completes when the send does, as a notification's. */
+
+static void put_u32(unsigned char *b, uint32_t v)
+{
+    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16);
+    b[2] = (unsigned char)(v >> 8), b[3] = (unsigned char)v;
+}
+
+static uint32_t get_u32(const unsigned char *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+/* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
+static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me), data = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        data += x->iov[i].len;
+        if (data > u->am_write_max || x->iov[i].len > UINT32_MAX)
+            return 0;
+    }
+    size_t total = 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
+    ucx_op_t *o = op_new(u, op, c, me, NULL, 0, false);
+    unsigned char *b = o ? malloc(total) : NULL;
+    if (!b) {
+        if (o) {
+            o->op = NULL;
+            u->inflight--;
+            c->inflight--;
+            op_free(o);
+        }
+        return -1;
+    }
+    unsigned char *w = b;
+    *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
+    memcpy(w, me, nl), w += nl;
+    put_u32(w, (uint32_t)x->notif_len), w += 4;
+    memcpy(w, x->notif, x->notif_len), w += x->notif_len;
+    put_u32(w, (uint32_t)x->n), w += 4;
+    for (size_t i = 0; i < x->n; i++) {
+        uint64_t ra = x->iov[i].raddr;
+        for (int k = 0; k < 8; k++)
+            *w++ = (unsigned char)(ra >> (56 - 8 * k));
+        put_u32(w, (uint32_t)x->iov[i].len), w += 4;
+    }
+    for (size_t i = 0; i < x->n; i++)
+        memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
+    o->notif = b; /* freed with the op */
+    o->notif_len = total;
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = am_done,
+        .user_data = o,
+    };
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, NULL, 0, b, total, &p);
+    if (!UCS_PTR_IS_PTR(r))
+        op_finish(o, UCS_PTR_STATUS(r));
+    u->in_ucx--;
+    kick(u);
+    return 1;
+}
+
+static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, void *data,
+                                  size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data, *end = b + len;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped");
+        return UCS_OK;
+    }
+    char from[256] = "?";
+    const char *bad = NULL;
+    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if (len < 2 || nl == 0 || nl >= 256 || (size_t)(end - b) < 2 + nl + 4) {
+        bad = "malformed header";
+        goto drop;
+    }
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    b += 2 + nl;
+    uint32_t ml = get_u32(b);
+    b += 4;
+    if ((size_t)(end - b) < (size_t)ml + 4) {
+        bad = "notification longer than the message";
+        goto drop;
+    }
+    const unsigned char *msg = b;
+    b += ml;
+    uint32_t n = get_u32(b);
+    b += 4;
+    if ((size_t)(end - b) / 12 < n) {
+        bad = "more elements than the message holds";
+        goto drop;
+    }
+    const unsigned char *el = b, *payload = b + (size_t)n * 12;
+    /* every element checked before any byte is written */
+    size_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t ra = 0;
+        for (int k = 0; k < 8; k++)
+            ra = ra << 8 | el[12 * i + k];
+        uint32_t l = get_u32(el + 12 * i + 8);
+        if ((size_t)(end - payload) - at < l) {
+            bad = "elements longer than the message";
+            goto drop;
+        }
+        if (!regs_hold(u, ra, l)) {
+            bad = "an element outside every region registered here (deregistered meanwhile?)";
+            goto drop;
+        }
+        at += l;
+    }
+    at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t ra = 0;
+        for (int k = 0; k < 8; k++)
+            ra = ra << 8 | el[12 * i + k];
+        uint32_t l = get_u32(el + 12 * i + 8);
+        memcpy((void *)(uintptr_t)ra, payload + at, l);
+        at += l;
+    }
+    u->hit = true;
+    nxlt_notif_recv(u->ctx, from, msg, ml);
+    return UCS_OK;
+drop:
+    nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
+             "and its notification with it: %s", len, from, bad);
+    return UCS_OK;
+}
+
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
 {
     ucx_t *u = state;
@@ -736,6 +969,15 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     nxl_status_t ns = check_conn(u, c, "post");
     if (ns != NXL_SUCCESS)
         return ns;
+    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max)
+        switch (post_am_write(u, op, c, x)) {
+        case 1:
+            return NXL_SUCCESS;
+        case -1:
+            return NXL_ERR_UNKNOWN;
+        default:
+            break; /* too large: puts, a flush, then the notification */
+        }
     ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif, x->notif_len,
                          x->notif != NULL);
     if (!o)
@@ -866,14 +1108,14 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
     static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
-                                        "stall_timeout"};
+                                        "stall_timeout", "am_write_max"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
-                       "shm_error_handling, stall_timeout)", params[i].key);
+                       "shm_error_handling, stall_timeout, am_write_max)", params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
@@ -899,10 +1141,23 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         }
         stall_ms = (uint64_t)(strcmp(end, "ms") ? v * 1000 : v);
     }
+    size_t am_max = AM_WRITE_MAX_DEFAULT;
+    const char *amv = param(params, n, "am_write_max");
+    if (amv) {
+        char *end;
+        unsigned long long v = strtoull(amv, &end, 10);
+        if (end == amv || *end || v > (1u << 20)) {
+            nxlt_error(ctx, "UCX: am_write_max '%s' is not a byte count up to 1048576 (0 turns "
+                       "the one-message WRITE off)", amv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        am_max = (size_t)v;
+    }
     ucx_t *u = calloc(1, sizeof(*u));
     if (!u)
         return NXL_ERR_UNKNOWN;
     u->ctx = ctx;
+    u->am_write_max = am_max;
     u->stall_us = stall_ms * 1000;
     u->efd = -1;
     LIST_INIT(&u->conns);
@@ -987,6 +1242,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         .arg = u,
     };
     st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    if (st == UCS_OK) {
+        ap.id = NXL_UCX_AM_WRITE;
+        ap.cb = am_recv_write;
+        st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    }
     struct event_base *base = nxlt_base(ctx);
     u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, on_efd, u);
     u->ev_kick = evtimer_new(base, on_kick, u);
@@ -1094,6 +1354,7 @@ static void destroy(void *state)
         ucp_cleanup(u->ucp);
     if (u->is_live)
         live_remove(u);
+    free(u->regs);
     free(u->addr);
     free(u);
 }
