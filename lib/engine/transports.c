@@ -167,6 +167,11 @@ static void *module_open(const char *path, const char *file, const char *id, nxl
         snprintf(t->reason, sizeof(t->reason),
                  "%.48s calls its transport '%.32s': a module's file must be named after it", file,
                  ops->name ? ops->name : "(null)");
+    } else if (dlsym(h, "nxlt_op_done") && dlsym(h, "nxlt_op_done") != (void *)nxlt_op_done) {
+        /* the module brought its own libnxl.so: this program has libnxl.a */
+        snprintf(t->reason, sizeof(t->reason),
+                 "%.48s needs the shared libnxl, and this program has libnxl linked "
+                 "statically: link it with -lnxl (shared)", file);
     } else if (ops_missing(ops)) {
         t->st = NXL_ERR_MISMATCH;
         snprintf(t->reason, sizeof(t->reason), "%.48s: its transport has no %s(): a broken module",
