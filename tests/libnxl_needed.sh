@@ -20,7 +20,7 @@ needed() { # FILE: its DT_NEEDED entries, one a line
     readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'
 }
 core='libc.so.* ld-linux*.so.* libm.so.* libdl.so.* libpthread.so.* librt.so.* libgcc_s.so.*
-      libevent_core*.so* libevent-*.so* libcjson.so.* libcurl*.so.*'
+      libevent*.so* libcjson.so.* libcurl*.so.*'
 builtin=
 for f in ${NXL_BUILTIN_LIBS:-}; do
     case $f in -l*) builtin="$builtin lib${f#-l}.so*" ;; esac
