@@ -268,7 +268,14 @@ typedef struct nxl_plugin_info {
 } nxl_plugin_info_t;
 
 /**
- * Lists the transports this build knows.
+ * Lists the transports this build knows: those built into libnxl, those
+ * loaded from modules, and, unavailable with the reason, a module that is
+ * present but cannot be used (the dlerror() text and what to install, or
+ * another transport ABI) and a transport configure did not build. Modules
+ * (libnxl-<name>.so) are looked for once per process, on the first call of
+ * this or nxl_backend_create(), in the folders of the environment variable
+ * NXL_PLUGIN_DIR (colon-separated, searched first) and then in
+ * $(libdir)/nxl/transports-<NXLT_ABI_VERSION>. Thread-safe.
  * @param [out] out  array of @p cap entries (may be NULL when cap is 0)
  * @param [in]  cap  its size
  * @return how many transports there are (may exceed @p cap).
@@ -280,7 +287,9 @@ NXL_API size_t nxl_plugins_available(nxl_plugin_info_t *out, size_t cap);
  * @param [in]  name    "UCX", ...
  * @param [in]  params  key/value parameters (see each transport's README section)
  * @param [out] out     the backend (may be NULL)
- * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (no such transport in this build);
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (no such transport in this build,
+ *         or its module is missing or does not load); NXL_ERR_MISMATCH (its
+ *         module was built for another transport ABI, or is broken);
  *         NXL_ERR_INVALID_PARAM (unknown or bad parameter); NXL_ERR_NOT_ALLOWED
  *         (already created); NXL_ERR_BACKEND (the library underneath failed:
  *         the sentence lists what it found and what to check).

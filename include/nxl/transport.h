@@ -12,6 +12,24 @@
  * Everything runs on the agent's reactor thread. A transport hooks its file
  * descriptors into the reactor through the event base from
  * nxlt_base() and never blocks in a call.
+ *
+ * # Built in or a module
+ *
+ * A transport named @c x defines its table as
+ *
+ * @code
+ * NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_x_ops = { .abi_version = NXLT_ABI_VERSION, ... };
+ * @endcode
+ *
+ * Built into libnxl, the table is hidden inside the library. Built as a
+ * module (compiled with @c NXLT_MODULE defined, linked against libnxl), it
+ * is the one symbol the module exports: libnxl opens @c libnxl-x.so from the
+ * folders in @c NXL_PLUGIN_DIR (colon-separated, searched first) and from
+ * its install folder, @c $(libdir)/nxl/transports-<NXLT_ABI_VERSION>, looks
+ * up @c nxlt_x_ops and uses it only when its @c abi_version is
+ * @ref NXLT_ABI_VERSION and its @c name is @c x (any case). Bump
+ * NXLT_ABI_VERSION whenever this header changes incompatibly: modules are
+ * then installed in a new folder and old ones are refused with a sentence.
  */
 #ifndef NXL_TRANSPORT_H
 #define NXL_TRANSPORT_H
@@ -23,7 +41,15 @@
 extern "C" {
 #endif
 
+/** Version of this header's ABI; names the folder modules are installed in. */
 #define NXLT_ABI_VERSION 1
+
+/** Exports a transport's ops table from its module (see the file comment). */
+#ifdef NXLT_MODULE
+#define NXLT_MODULE_EXPORT __attribute__((visibility("default")))
+#else
+#define NXLT_MODULE_EXPORT
+#endif
 
 /** Capabilities. */
 #define NXLT_CAP_REMOTE (1u << 0) /**< moves data to and from other agents */

@@ -1,6 +1,7 @@
 /* The agent: its reactor, its backends, notifications. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void nxl_agent_config_init(nxl_agent_config_t *cfg)
@@ -248,12 +249,17 @@ void nxl_agent_stop(nxl_agent_t *a)
 size_t nxl_plugins_available(nxl_plugin_info_t *out, size_t cap)
 {
     size_t n;
-    const nxlt_ops_t *const *t = nxli_transports(&n);
+    const nxli_transport_t *t = nxli_transports(&n);
     for (size_t i = 0; i < n && i < cap; i++) {
         memset(&out[i], 0, sizeof(out[i]));
-        out[i].name = t[i]->name;
-        out[i].mem_mask = t[i]->mem_mask;
-        out[i].available = t[i]->probe ? t[i]->probe(out[i].reason, sizeof(out[i].reason)) : 1;
+        out[i].name = t[i].name;
+        if (!t[i].ops) {
+            snprintf(out[i].reason, sizeof(out[i].reason), "%s", t[i].reason);
+            continue;
+        }
+        out[i].mem_mask = t[i].ops->mem_mask;
+        out[i].available =
+            t[i].ops->probe ? t[i].ops->probe(out[i].reason, sizeof(out[i].reason)) : 1;
     }
     return n;
 }
@@ -268,20 +274,35 @@ nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name, const nxl_para
         return NXL_ERR_INVALID_PARAM;
     }
     size_t n;
-    const nxlt_ops_t *const *t = nxli_transports(&n);
-    const nxlt_ops_t *ops = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!strcasecmp(t[i]->name, name))
-            ops = t[i];
-    if (!ops) {
+    const nxli_transport_t *t = nxli_transports(&n), *found = NULL;
+    for (size_t i = 0; i < n && !found; i++)
+        if (!strcasecmp(t[i].name, name))
+            found = &t[i];
+    if (!found) {
         char list[128] = "";
         for (size_t i = 0; i < n; i++)
-            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
-                     t[i]->name);
-        nxli_err(a, "nxl_backend_create: no transport '%s' in this build (built: %s); see "
-                    "nxl_plugins_available() and configure's summary", name, n ? list : "none");
+            if (t[i].ops)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                         list[0] ? ", " : "", t[i].name);
+        nxli_err(a, "nxl_backend_create: no transport '%s' in this build (usable: %s; modules "
+                    "searched in %s); see nxl_plugins_available() and configure's summary",
+                 name, list[0] ? list : "none", nxli_transports_searched());
         return NXL_ERR_NOT_FOUND;
     }
+    if (!found->ops) {
+        if (found->path)
+            nxli_err(a, "nxl_backend_create: transport %s cannot be used: %s (module %s)",
+                     found->name, found->reason, found->path);
+        else if (found->module_missing)
+            nxli_err(a, "nxl_backend_create: transport %s was built as the module libnxl-%s.so, "
+                        "which is in none of %s: install it, or point NXL_PLUGIN_DIR at the "
+                        "folder holding it", found->name, found->id, nxli_transports_searched());
+        else
+            nxli_err(a, "nxl_backend_create: transport %s cannot be used: %s", found->name,
+                     found->reason);
+        return found->st;
+    }
+    const nxlt_ops_t *ops = found->ops;
     if (ops->abi_version != NXLT_ABI_VERSION) {
         nxli_err(a, "nxl_backend_create: transport %s speaks ABI %u, the engine %u", ops->name,
                  ops->abi_version, NXLT_ABI_VERSION);

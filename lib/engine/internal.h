@@ -348,7 +348,19 @@ void nxli_stats_settled(nxl_future_t *f);
 nxl_status_t nxli_metrics_start(nxl_agent_t *a, const char *addr);
 void nxli_metrics_cleanup(nxl_agent_t *a);
 
-/* transports.c */
-const nxlt_ops_t *const *nxli_transports(size_t *n);
+/* transports.c: built in, loaded from modules, or known but unusable */
+typedef struct nxli_transport {
+    const char *name;       /* "UCX"; an unusable module's file stem */
+    const nxlt_ops_t *ops;  /* NULL when it cannot be used: see st, reason */
+    nxl_status_t st;        /* NXL_ERR_NOT_FOUND or NXL_ERR_MISMATCH when ops is NULL */
+    const char *path;       /* the module's file; NULL when built in */
+    bool module_missing;    /* built as a module, none found */
+    const char *id;         /* its configure name ("ucx") when module_missing */
+    char reason[160];       /* why it cannot be used */
+} nxli_transport_t;
+/* Loads the modules on the first call (once per process, thread-safe). */
+const nxli_transport_t *nxli_transports(size_t *n);
+/* The folders searched for modules, for sentences. */
+const char *nxli_transports_searched(void);
 
 #endif

@@ -1,9 +1,15 @@
-/* The fuzzing builds link the engine without transports. */
+/* The fuzzing builds link the engine without transports (and without the
+ * module loader). */
 #include "config.h"
 #include "engine/internal.h"
 
-const nxlt_ops_t *const *nxli_transports(size_t *n)
+const nxli_transport_t *nxli_transports(size_t *n)
 {
     *n = 0;
     return NULL;
+}
+
+const char *nxli_transports_searched(void)
+{
+    return "(none: a fuzzing build)";
 }

@@ -956,7 +956,7 @@ static const char *describe(void *state)
     return ((px_t *)state)->desc;
 }
 
-const nxlt_ops_t nxl_posix_ops = {
+NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "POSIX",
     .mem_mask = (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK),

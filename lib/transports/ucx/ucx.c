@@ -1364,7 +1364,7 @@ static const char *describe(void *state)
     return ((ucx_t *)state)->desc;
 }
 
-const nxlt_ops_t nxl_ucx_ops = {
+NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "UCX",
     .mem_mask = 1u << NXL_DRAM,
