@@ -27,6 +27,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -57,6 +58,8 @@ struct client {
     conn_t *conns;
     unsigned active;
     bool stopping;
+    bool warming;            /* --warmup: GET each block once, in order, untimed */
+    size_t warm_next;
     uint64_t rng;
     uint64_t *acked;         /* per block: version of our last PUT answered 204 */
     uint8_t *putting;        /* per block: a PUT of ours in flight */
@@ -244,15 +247,22 @@ static void issue(conn_t *k)
 {
     client_t *c = k->c;
     const kvs_opts_t *o = c->o;
-    if (c->stopping || (o->requests && c->issued >= o->requests)) {
+    if (c->stopping || (c->warming && c->warm_next >= o->blocks) ||
+        (!c->warming && o->requests && c->issued >= o->requests)) {
         if (--c->active == 0)
             event_base_loopbreak(c->base);
         return;
     }
     size_t B = o->block_size;
-    k->block = (size_t)(rnd(c) % o->blocks);
-    k->put = o->put_ratio > 0 && (double)(rnd(c) >> 11) / 9007199254740992.0 < o->put_ratio &&
-             !c->putting[k->block];
+    if (c->warming) {
+        k->block = c->warm_next++;
+        k->put = 0;
+    } else {
+        k->block = (size_t)(rnd(c) % o->blocks);
+        k->put = o->put_ratio > 0 &&
+                 (double)(rnd(c) >> 11) / 9007199254740992.0 < o->put_ratio &&
+                 !c->putting[k->block];
+    }
     struct evhttp_request *req = evhttp_request_new(answered, k);
     if (!req) {
         fprintf(stderr, "client: evhttp_request_new failed\n");
@@ -367,6 +377,25 @@ int kvs_client(const kvs_opts_t *o)
     if (!c.ev_sig || evsignal_add(c.ev_sig, NULL)) {
         fprintf(stderr, "client: cannot watch SIGINT\n");
         goto out;
+    }
+    if (o->warmup) {
+        /* first touches (the store's memory mapped into the server, the
+         * client's expected bytes) stay out of the measurement */
+        uint64_t t = kvs_now_us();
+        c.warming = true;
+        c.active = o->connections;
+        for (unsigned i = 0; i < o->connections; i++)
+            issue(&c.conns[i]);
+        if (c.active)
+            event_base_dispatch(c.base);
+        c.warming = false;
+        if (!o->quiet || c.errors)
+            printf("client: warm-up: %" PRIu64 " blocks read once in %.1f ms, %" PRIu64
+                   " errors\n", c.answered, (kvs_now_us() - t) / 1e3, c.errors);
+        if (c.errors || c.stopping)
+            goto out;
+        c.issued = c.answered = c.gets = c.ok = c.busy = c.bytes = 0;
+        c.nlat = 0;
     }
     if (o->seconds > 0) {
         struct timeval tv = {(time_t)o->seconds,

@@ -39,6 +39,7 @@ typedef struct kvs_opts {
     unsigned long requests;    /* client: --requests (0: by time) */
     double put_ratio;          /* client: --put_ratio (0) */
     unsigned expect;           /* client: --expect STATUS (0: 200/204 and bytes checked) */
+    bool warmup;               /* client: --warmup, GET every block once before the run */
     unsigned timeout_s;        /* --timeout: setup, and a request's HTTP timeout (10) */
     int cpu_server, cpu_client; /* both: --cpus S,C (-1: not pinned) */
     bool quiet;

@@ -36,6 +36,7 @@ static void usage(FILE *f)
 "        every byte checked; prints requests/s and latency percentiles\n"
 "  --seconds S     run this long (5), or --requests N: until N are sent\n"
 "  --put_ratio R   fraction of PUTs (0)\n"
+"  --warmup        GET every block once, untimed, before the run (first touches)\n"
 "  --expect STATUS expect every answer to have this status (e.g. 502), print the first body\n"
 "both:   store and serve forked, the client in this process (no store with --memcpy)\n"
 "  --cpus S,C      pin store and serve to CPU S, the client to CPU C\n"
@@ -125,15 +126,17 @@ static int parse(int argc, char **argv, kvs_opts_t *o)
             usage(stdout);
             exit(0);
         }
-        if (!strcmp(name, "memcpy") || !strcmp(name, "quiet")) {
+        if (!strcmp(name, "memcpy") || !strcmp(name, "quiet") || !strcmp(name, "warmup")) {
             if (eq) {
                 fprintf(stderr, "kv_server: --%s takes no value\n", name);
                 return 2;
             }
             if (name[0] == 'm')
                 o->memcpy_mode = true;
-            else
+            else if (name[0] == 'q')
                 o->quiet = true;
+            else
+                o->warmup = true;
             continue;
         }
         if (eq)

@@ -42,9 +42,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,10 +106,20 @@ struct server {
     uint64_t requests, gets, puts, stats_reqs, bytes_out, bytes_in;
     uint64_t errors, busy, bad_requests, xfer_made, xfer_reused;
     uint64_t xfers, xfer_us, xfer_us_max;  /* post to callback */
+    double cpu_ready[2];                   /* CPU time when ready: user, system */
 };
 
 static void dispatch(server_t *s);
 static void check_stopped(server_t *s);
+
+/* CPU seconds of this process (all threads): user, system */
+static void cpu_time(double *user, double *sys)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *user = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+    *sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
 
 /* --------------------------------------------------------------- replies */
 
@@ -512,6 +524,7 @@ static void became_ready(server_t *s)
     const kvs_opts_t *o = s->o;
     char sz[32];
     s->ready = true;
+    cpu_time(&s->cpu_ready[0], &s->cpu_ready[1]);
     if (s->ev_timer)
         evtimer_del(s->ev_timer);
     if (s->copy)
@@ -742,6 +755,15 @@ static bool setup_http(server_t *s)
 
 static void print_summary(const server_t *s)
 {
+    double u, y;
+    cpu_time(&u, &y);
+    u -= s->cpu_ready[0];
+    y -= s->cpu_ready[1];
+    double cpu = u + y;
+    printf("serve: CPU since ready %.2f s (user %.2f, system %.2f)", cpu, u, y);
+    if (s->requests)
+        printf(", %.1f us per block request", cpu * 1e6 / (double)s->requests);
+    printf("\n");
     printf("serve: %" PRIu64 " block requests (%" PRIu64 " GET, %" PRIu64 " PUT), %" PRIu64
            " errors (5xx), %" PRIu64 " busy (503), %" PRIu64 " bad requests; queue depth at most "
            "%u; transfers made %" PRIu64 ", reused %" PRIu64 ", post to callback %.0f us on average, "
