@@ -18,6 +18,7 @@
  * status (a test's "the store is gone: 502") and prints the first body. */
 #include "common.h"
 
+#include <cjson/cJSON.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -317,6 +318,59 @@ static void stop_cb(evutil_socket_t fd, short what, void *arg)
     c->stopping = true; /* each connection stops after its answer */
 }
 
+/* ---- the server's /stats, before and after the timed run */
+
+typedef struct stats_get {
+    bool done;
+    double cpu_s, requests;
+} stats_get_t;
+
+static void stats_answered(struct evhttp_request *req, void *arg)
+{
+    stats_get_t *g = arg;
+    g->done = true;
+    if (!req || evhttp_request_get_response_code(req) != 200)
+        return;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    char *text = malloc(len + 1);
+    if (!text)
+        return;
+    evbuffer_copyout(in, text, len);
+    text[len] = 0;
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(j, "cpu_s");
+    const cJSON *reqs = cJSON_GetObjectItemCaseSensitive(j, "requests");
+    if (cJSON_IsNumber(cpu) && cJSON_IsNumber(reqs)) {
+        g->cpu_s = cpu->valuedouble;
+        g->requests = reqs->valuedouble;
+    }
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* GET /stats on a connection of its own; cpu_s < 0 when it did not work */
+static stats_get_t get_stats(client_t *c)
+{
+    stats_get_t g = {.cpu_s = -1};
+    const kvs_opts_t *o = c->o;
+    struct evhttp_connection *evcon =
+        evhttp_connection_base_new(c->base, NULL, o->connect.host, o->connect.port);
+    struct evhttp_request *req = evcon ? evhttp_request_new(stats_answered, &g) : NULL;
+    if (!req) {
+        if (evcon)
+            evhttp_connection_free(evcon);
+        return g;
+    }
+    evhttp_connection_set_timeout(evcon, (int)o->timeout_s);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", o->connect.host);
+    if (!evhttp_make_request(evcon, req, EVHTTP_REQ_GET, "/stats"))
+        while (!g.done && event_base_loop(c->base, EVLOOP_ONCE) == 0)
+            ;
+    evhttp_connection_free(evcon);
+    return g;
+}
+
 static int cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -406,6 +460,7 @@ int kvs_client(const kvs_opts_t *o)
             goto out;
         }
     }
+    stats_get_t before = get_stats(&c);
     c.t_start = c.t_last = kvs_now_us();
     c.active = o->connections;
     for (unsigned i = 0; i < o->connections; i++)
@@ -413,6 +468,7 @@ int kvs_client(const kvs_opts_t *o)
     if (c.active)
         event_base_dispatch(c.base);
 
+    stats_get_t after = before.cpu_s >= 0 ? get_stats(&c) : before;
     double sec = (double)(c.t_last - c.t_start) / 1e6;
     if (sec <= 0)
         sec = 1e-6;
@@ -430,6 +486,10 @@ int kvs_client(const kvs_opts_t *o)
            (double)c.bytes / sec / 1e6, c.gets, c.puts, pct(c.lat, c.nlat, 50),
            pct(c.lat, c.nlat, 90), pct(c.lat, c.nlat, 99), c.nlat ? c.lat[c.nlat - 1] : 0, c.ok,
            c.busy, c.errors, c.wrong_bytes);
+    if (before.cpu_s >= 0 && after.cpu_s >= 0 && after.requests > before.requests)
+        printf("client: the server used %.2f s of CPU meanwhile: %.1f us per request\n",
+               after.cpu_s - before.cpu_s,
+               (after.cpu_s - before.cpu_s) * 1e6 / (after.requests - before.requests));
     if (!c.ok)
         fprintf(stderr, "client: no request was answered as expected\n");
     rc = c.errors || c.wrong_bytes || !c.ok ? 1 : 0;

@@ -100,6 +100,7 @@ struct server {
     uint64_t *version;              /* per block: the last version written here */
     struct event *ev_dispatch, *ev_timer, *ev_sig[2];
     bool ready, stopping, failed;
+    unsigned stop_ticks;
     uint64_t t_start, deadline;
     unsigned inflight;
     /* counters for /stats */
@@ -383,6 +384,13 @@ static void reply_stats(server_t *s, struct evhttp_request *req)
         cJSON_AddNumberToObject(j, "xfer_us_avg", s->xfers ? (double)s->xfer_us / s->xfers : 0);
         cJSON_AddNumberToObject(j, "xfer_us_max", (double)s->xfer_us_max);
         cJSON_AddNumberToObject(j, "uptime_s", (kvs_now_us() - s->t_start) / 1e6);
+        double u = 0, y = 0;
+        if (s->ready) {
+            cpu_time(&u, &y);
+            u -= s->cpu_ready[0];
+            y -= s->cpu_ready[1];
+        }
+        cJSON_AddNumberToObject(j, "cpu_s", u + y); /* since ready, every thread */
         text = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
@@ -635,14 +643,23 @@ static void fetch_store(server_t *s)
 }
 
 /* The timer: retries the fetch during setup; gives up at the deadline;
- * once stopping, cancels the transfers still in flight. */
+ * once stopping, cancels the transfers still in flight after 2 s, and
+ * leaves the loop a second later whatever is left unsent. */
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     server_t *s = arg;
     if (s->stopping) {
+        if (s->stop_ticks++) {
+            fprintf(stderr, "serve: leaving with %u transfers in flight and %u replies unsent\n",
+                    s->inflight, s->o->staging - s->nfree);
+            event_base_loopbreak(s->base);
+            return;
+        }
         for (unsigned i = 0; i < s->o->staging; i++)
             if (s->slots[i].f)
                 nxl_future_cancel(s->slots[i].f);
+        struct timeval tv = {1, 0};
+        evtimer_add(s->ev_timer, &tv);
         return;
     }
     if (s->ready)
@@ -655,14 +672,17 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     fetch_store(s);
 }
 
+/* Stopping ends once no transfer is in flight and every reply left its
+ * staging buffer. */
 static void check_stopped(server_t *s)
 {
-    if (s->stopping && !s->inflight)
+    if (s->stopping && !s->inflight && s->nfree == s->o->staging)
         event_base_loopbreak(s->base);
 }
 
 /* SIGINT, SIGTERM: stop accepting, answer what waits, let what is in
- * flight finish (canceled after 2 s), then leave the loop. */
+ * flight finish (canceled after 2 s) and the replies go out, then leave
+ * the loop. */
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     server_t *s = arg;
