@@ -262,8 +262,9 @@ void srv_nxl_teardown(server_t *s)
     nxl_prepped_release(s->remote);
     nxl_prepped_release(s->local);
     s->remote = s->local = NULL;
-    if (s->staging && !s->inflight)
-        nxl_mem_free(s->a, s->staging); /* else nxl_agent_destroy() frees it */
+    if (s->staging && !s->inflight && nxl_mem_free(s->a, s->staging) != NXL_SUCCESS)
+        fprintf(stderr, "serve: nxl_mem_free: %s\n", nxl_agent_last_error(s->a));
+    /* (with transfers in flight, nxl_agent_destroy() frees it) */
     s->staging = NULL;
     nxl_agent_destroy(s->a);
     s->a = NULL;

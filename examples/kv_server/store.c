@@ -169,8 +169,8 @@ out:
     for (int i = 0; i < 2; i++)
         if (sigs[i])
             event_free(sigs[i]);
-    if (s.kv)
-        nxl_mem_free(s.a, s.kv);
+    if (s.kv && nxl_mem_free(s.a, s.kv) != NXL_SUCCESS)
+        fprintf(stderr, "store: nxl_mem_free: %s\n", nxl_agent_last_error(s.a));
     nxl_agent_destroy(s.a);
     free(s.version);
     free(s.scratch);
