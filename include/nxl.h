@@ -378,7 +378,8 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
  * Loads a remote agent's metadata (untrusted input: every field is
  * checked). Loading an agent already known replaces what was known of it
  * when the blob carries every region, and adds the regions when it is
- * partial. Nothing changes on failure.
+ * partial; the very blob loaded last, again, changes nothing (lists and
+ * transfers made from it stay valid). Nothing changes on failure.
  * @param [out] name_out  the remote agent's name (may be NULL)
  * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed, unknown version, its
  *         name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are

@@ -355,7 +355,8 @@ static nxl_status_t write_read(nxl_agent_t *a, const char *remote, int slot, uns
     st = wait_f(a, f, 10000);
     if (st == NXL_SUCCESS) {
         memset(src + len, 0, len);
-        ck_assert(nxl_xfer_post(rd, NULL, NULL, &f) == NXL_SUCCESS);
+        nxl_status_t ps = nxl_xfer_post(rd, NULL, NULL, &f);
+        ck_assert_msg(ps == NXL_SUCCESS, "READ post: %s: %s", nxl_status_name(ps), nxl_agent_last_error(a));
         st = wait_f(a, f, 10000);
         if (st == NXL_SUCCESS)
             ck_assert_msg(tl_check(src + len, len, seed) < 0, "read back differs");

@@ -89,6 +89,9 @@ struct nxli_remote {
     size_t nregs, cap;
     void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
     size_t conn_info_len[NXLI_MAX_BACKENDS];
+    void *blob;             /* the full metadata it was loaded from (none after a partial
+                             * merge): the same blob again changes nothing */
+    size_t blob_len;
     LIST_ENTRY(nxli_remote) link;
 };
 
