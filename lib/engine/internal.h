@@ -91,7 +91,7 @@ typedef struct nxli_cb {
     struct nxli_cb *next;
 } nxli_cb_t;
 
-typedef enum { NXLI_F_XFER, NXLI_F_NOTIF, NXLI_F_MD, NXLI_F_ALL } nxli_fkind_t;
+typedef enum { NXLI_F_XFER, NXLI_F_NOTIF, NXLI_F_MD, NXLI_F_ALL, NXLI_F_EVENT } nxli_fkind_t;
 
 struct nxl_future {
     nxl_agent_t *agent;
@@ -122,6 +122,7 @@ struct nxlt_op {
     nxl_future_t *future;   /* NULL once canceled */
     nxl_backend_t *backend;
     void *priv;
+    struct nxli_relay *relay; /* the notification the engine sends after it (relay.c) */
     LIST_ENTRY(nxlt_op) link;
 };
 
@@ -283,6 +284,16 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish);
 /* a peer is gone: fail transfers in flight to it, forget it */
 void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why);
 void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why);
+
+/* relay.c: notifications of transfers over transports that carry none,
+ * sent by the engine through another transport once the data landed */
+nxl_backend_t *nxli_relay_backend(nxl_agent_t *a, const nxl_backend_t *data,
+                                  const nxli_remote_t *r);
+nxl_status_t nxli_relay_check(nxl_agent_t *a, const char *call, const nxl_backend_t *b,
+                              const nxli_remote_t *r);
+nxl_status_t nxli_relay_attach(nxlt_op_t *op, nxli_remote_t *r, const void *msg, size_t len);
+bool nxli_relay_done(nxlt_op_t *op, nxl_status_t st, const char *why);
+void nxli_relay_free(nxlt_op_t *op);
 
 /* transports.c */
 const nxlt_ops_t *const *nxli_transports(size_t *n);
