@@ -7,6 +7,9 @@ extern const nxlt_ops_t nxl_ucx_ops;
 #ifdef NXL_HAVE_POSIX
 extern const nxlt_ops_t nxl_posix_ops;
 #endif
+#ifdef NXL_HAVE_CUDA
+extern const nxlt_ops_t nxl_cuda_ops;
+#endif
 
 static const nxlt_ops_t *const builtin[] = {
 #ifdef NXL_HAVE_UCX
@@ -14,6 +17,9 @@ static const nxlt_ops_t *const builtin[] = {
 #endif
 #ifdef NXL_HAVE_POSIX
     &nxl_posix_ops,
+#endif
+#ifdef NXL_HAVE_CUDA
+    &nxl_cuda_ops,
 #endif
     NULL,
 };
