@@ -50,6 +50,7 @@
 #include <sys/eventfd.h>
 #include <sys/queue.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +69,7 @@
 static pthread_once_t id_once = PTHREAD_ONCE_INIT;
 static uint64_t my_token;
 static char my_boot[40];
+static uint64_t my_pidns; /* pids of peers in the same pid namespace can be checked */
 
 static void id_init(void)
 {
@@ -83,6 +85,9 @@ static void id_init(void)
     char *nl = strchr(my_boot, '\n');
     if (nl)
         *nl = 0;
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) == 0)
+        my_pidns = (uint64_t)sb.st_ino;
 }
 
 typedef struct cu_wire_conn {
@@ -91,6 +96,7 @@ typedef struct cu_wire_conn {
     uint64_t token;
     int32_t pid;
     uint32_t ndev;
+    uint64_t pidns;
     char boot[40];
 } cu_wire_conn_t;
 
@@ -128,6 +134,7 @@ typedef struct cu_reg {
 typedef struct cu_map {
     uint64_t token;          /* its process */
     int pid;
+    bool pid_visible;        /* in our pid namespace */
     uint64_t base, size;     /* the allocation there */
     cudaIpcMemHandle_t h;
     int dev;                 /* our device with the key's UUID */
@@ -140,6 +147,8 @@ typedef struct cu_map {
 
 typedef struct cu_conn {
     bool same;               /* the same process */
+    bool pid_visible;        /* another process whose pid we can check */
+    bool gone;               /* it has exited */
     uint64_t token;
     int pid;
     char name[64];
@@ -410,7 +419,7 @@ static nxl_status_t map_open(cu_t *u, cu_map_t *m)
     dev_pop(u, prev, m->dev);
     if (e != cudaSuccess) {
         char b[160];
-        bool gone = kill(m->pid, 0) < 0 && errno == ESRCH;
+        bool gone = m->pid_visible && kill(m->pid, 0) < 0 && errno == ESRCH;
         nxlt_error(u->ctx, "CUDA: cudaIpcOpenMemHandle of agent '%s''s VRAM (process %d, "
                    "allocation 0x%llx+%llu) on device %d failed: %s; %s", m->peer, m->pid,
                    (unsigned long long)m->base, (unsigned long long)m->size, m->dev,
@@ -677,6 +686,7 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     c->token = my_token;
     c->pid = (int32_t)getpid();
     c->ndev = (uint32_t)u->ndev;
+    c->pidns = my_pidns;
     memcpy(c->boot, my_boot, sizeof(c->boot));
     *buf = c;
     *len = sizeof(*c);
@@ -706,6 +716,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     if (!k)
         return NXL_ERR_UNKNOWN;
     k->same = c.token == my_token && c.pid == (int32_t)getpid();
+    k->pid_visible = !k->same && my_pidns && c.pidns == my_pidns;
     k->token = c.token;
     k->pid = c.pid;
     snprintf(k->name, sizeof(k->name), "%s", agent);
@@ -782,6 +793,7 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
         }
         m->token = k.token;
         m->pid = k.pid;
+        m->pid_visible = c->pid_visible;
         m->base = k.base;
         m->size = k.size;
         memcpy(&m->h, k.ipc, sizeof(m->h));
@@ -822,6 +834,14 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
                    "prepared against the agent itself, or a peer on this host), not %s and %s",
                    nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
         return NXL_ERR_NOT_SUPPORTED;
+    }
+    /* a peer process that exited left nothing to copy to or from */
+    cu_conn_t *c = t->conn;
+    if (c->pid_visible && (c->gone || (kill(c->pid, 0) < 0 && errno == ESRCH))) {
+        c->gone = true;
+        nxlt_error(u->ctx, "CUDA: agent '%s' (process %d) has exited: its VRAM is gone; load its "
+                   "metadata again once it is back", c->name, c->pid);
+        return NXL_ERR_REMOTE_DISCONNECT;
     }
     /* everything is resolved before anything is queued: an error here
      * starts nothing */

@@ -88,8 +88,10 @@ static void load(void)
     }
     rt.ndev = n;
     rt.cudaDriverGetVersion(&rt.driver_version);
-    /* the runtime has loaded the driver already: this finds it */
-    void *d = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    /* the runtime has loaded the driver already: this finds it
+     * ($NXL_CUDA_DRIVER: another library, for tests/mock_cudart.c) */
+    const char *drv = getenv("NXL_CUDA_DRIVER");
+    void *d = dlopen(drv && *drv ? drv : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (d) {
         *(void **)&rt.cuPointerGetAttribute = dlsym(d, "cuPointerGetAttribute");
         *(void **)&rt.cuDeviceGet = dlsym(d, "cuDeviceGet");

@@ -7,6 +7,9 @@
  * it is probed or created, and calls the few functions it uses through the
  * table below. The headers are only needed for types and constants.
  *
+ * $NXL_CUDA_DRIVER names another driver library than libcuda.so.1 (the
+ * tests point both at tests/mock_cudart.c, a stand-in without a GPU).
+ *
  * The table is loaded once per process and never unloaded. The test suite
  * compiles this file into itself to drive the GPU through the same table,
  * so that it too starts on machines without CUDA. */
