@@ -34,6 +34,17 @@
 #include "transports/cuda/cudart.h"
 #endif
 
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+static const char *self_exe = "/proc/self/exe"; /* this program, to run the peer */
+
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 
@@ -611,6 +622,12 @@ static const struct {
     {64, 1 * MiB},  {3, 1 * MiB + 3}, {1, 256 * MiB},
 };
 
+/* $NXL_TEST_SMALL (the mock's run): the largest sizes shrunk 8 times */
+static size_t big(size_t len)
+{
+    return getenv("NXL_TEST_SMALL") ? len / 8 : len;
+}
+
 /* HtoD (reversed blocks), DtoD (reversed again), DtoH: every byte checked
  * after each step; one VRAM buffer from nxl_mem_alloc, one from
  * cudaMalloc registered by the application. */
@@ -619,7 +636,10 @@ START_TEST(t_roundtrip)
     cur_test = "t_roundtrip";
     if (!need_gpu())
         return;
-    size_t n = shapes[_i].n, blk = shapes[_i].blk, len = n * blk;
+    size_t n = shapes[_i].n, blk = shapes[_i].blk;
+    if (blk >= 64 * MiB)
+        blk = big(blk);
+    size_t len = n * blk;
     nxl_agent_t *a = gpu_agent("g", 0, 0);
     const char *me = nxl_agent_name(a);
     unsigned char *src = hmalloc(len), *dst = hmalloc(len), *want = hmalloc(len),
@@ -784,7 +804,7 @@ static void inflight(int teardown)
 {
     nxl_agent_t *a = gpu_agent("t", 0, 0);
     enum { NX = 64 };
-    poison_len = 32 * MiB;
+    poison_len = big(32 * MiB);
     size_t total = NX * poison_len;
     poison_base = hmalloc(total);
     memset(poison_base, 0, total);
@@ -823,10 +843,11 @@ static void inflight(int teardown)
         /* a transfer the GPU finished before the cancel may succeed */
         ck_assert_int_eq(tear_canceled + tear_other, NX);
         ck_assert_msg(tear_canceled > 0, "no transfer was canceled in flight");
-        for (int i = 0; i < NX; i += 2) {
+        for (int i = 0; i < NX; i++) {
             ck_assert(nxl_future_status(f[i]) != NXL_IN_PROG);
             nxl_future_release(f[i]);
-            nxl_xfer_release(x[i]);
+            if (!(i % 2))
+                nxl_xfer_release(x[i]);
         }
     }
     for (int i = 0; i < NX; i++)
@@ -931,7 +952,8 @@ START_TEST(t_event_post)
                  (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
     printf("check_cuda: event-chained post: %llu ms to the event, %.1f ms of CPU meanwhile\n",
            (unsigned long long)(EV.event_ms - EV.posted_ms), cpu * 1e3);
-    ck_assert_msg(cpu < 0.1, "%.0f ms of CPU while waiting 200 ms for the GPU", cpu * 1e3);
+    ck_assert_msg(cpu < 0.1 || RUNNING_ON_VALGRIND, "%.0f ms of CPU while waiting 200 ms for "
+                  "the GPU", cpu * 1e3);
     nxl_future_release(f);
     /* an event never recorded: completes on the next turn */
     CK_CUDA(rt->cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -987,7 +1009,8 @@ START_TEST(t_idle)
                  (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
     printf("check_cuda: idle second: %d reactor turns, %.1f ms of CPU\n", turns, cpu * 1e3);
     ck_assert_msg(turns <= 5, "%d wake-ups in an idle second", turns);
-    ck_assert_msg(cpu < 0.05, "%.0f ms of CPU in an idle second", cpu * 1e3);
+    ck_assert_msg(cpu < 0.05 || RUNNING_ON_VALGRIND, "%.0f ms of CPU in an idle second",
+                  cpu * 1e3);
     nxl_agent_destroy(a);
 }
 END_TEST
@@ -1121,7 +1144,7 @@ static int start_peer(void)
         close(p[0]);
         char fd[16];
         snprintf(fd, sizeof(fd), "%d", p[1]);
-        execl("/proc/self/exe", "check_cuda", "--peer", fd, (char *)NULL);
+        execl(self_exe, self_exe, "--peer", fd, (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -1306,6 +1329,9 @@ END_TEST
 
 int main(int argc, char **argv)
 {
+    /* under valgrind /proc/self/exe is valgrind itself */
+    if (argv[0] && strchr(argv[0], '/'))
+        self_exe = argv[0];
 #ifdef NXL_HAVE_CUDA
     if (argc == 3 && !strcmp(argv[1], "--peer"))
         return peer_main(atoi(argv[2]));
