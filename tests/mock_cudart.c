@@ -1,6 +1,6 @@
 /* A stand-in for the CUDA runtime and driver, for machines without a GPU.
  *
- * tests/check_cuda_mock.sh runs check_cuda with NXL_CUDA_RUNTIME and
+ * tests/cuda_mock.sh runs check_cuda with NXL_CUDA_RUNTIME and
  * NXL_CUDA_DRIVER naming this library, so that the CUDA transport and the
  * GPU cases of the suite run here: their stream logic, host functions,
  * eventfd completions, cancel and teardown, event waits, IPC keys between
