@@ -2,7 +2,8 @@
 # check_cuda again, with the CUDA runtime and driver replaced by
 # tests/mock_cudart.c (streams as threads, device memory as shared
 # mappings): the GPU cases run on machines without a GPU. Then nxlbench
-# --backend CUDA in every direction with --check_consistency, and
+# --backend CUDA in every direction with --check_consistency, kv_stream
+# --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
 # bench/compare-cuda with the reference program on the stand-in too, so
 # that they cannot silently rot. It proves the logic, not a real driver's
 # behaviour or speed.
@@ -22,6 +23,8 @@ for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \
     bench/nxlbench --backend CUDA $args --block_sizes 4K,64K --max_batch_size 4 \
         --pipeline_depth 2 --num_iter 20 --warmup_iter 2 --check_consistency --quiet || exit 1
 done
+echo "kv_stream both --mem VRAM"
+examples/kv_stream both --mem VRAM --layers 8 --blocks 16 --block_size 64K --quiet || exit 1
 if [ -x bench/cuda_memcpy_ref ]; then
     # the reference links libcudart: the stand-in takes its place by preloading
     out=$(LD_PRELOAD="$lib" NXLBENCH=bench/nxlbench CUDA_MEMCPY_REF=bench/cuda_memcpy_ref \
