@@ -437,7 +437,8 @@ static void parse_args(int argc, char **argv)
     bool storage = !strcmp(O.tseg, "FILE") || !strcmp(O.tseg, "BLK");
     bool vram = !strcmp(O.iseg, "VRAM") || !strcmp(O.tseg, "VRAM");
     if (vram && !cuda)
-        die("VRAM needs --backend CUDA (the UCX transport here has no CUDA support)");
+        die("VRAM is not supported by --backend %s (the UCX transport here has no CUDA "
+            "support): use --backend CUDA", O.backend);
     if (cuda && (storage || !vram))
         die("--backend CUDA moves to and from VRAM: --initiator_seg_type and "
             "--target_seg_type DRAM or VRAM, at least one of them VRAM");

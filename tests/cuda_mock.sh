@@ -28,7 +28,7 @@ examples/kv_stream both --mem VRAM --layers 8 --blocks 16 --block_size 64K --qui
 if [ -x bench/cuda_memcpy_ref ]; then
     # the reference links libcudart: the stand-in takes its place by preloading
     out=$(LD_PRELOAD="$lib" NXLBENCH=bench/nxlbench CUDA_MEMCPY_REF=bench/cuda_memcpy_ref \
-        SIZES=4K,64K bench/compare-cuda) || { echo "$out"; exit 1; }
+        SIZES=4K,64K "${srcdir:-.}/bench/compare-cuda") || { echo "$out"; exit 1; }
     echo "$out"
     [ "$(echo "$out" | grep -c '^65536 ')" = 3 ] || { echo "compare-cuda: rows missing"; exit 1; }
 fi
