@@ -245,7 +245,9 @@ typedef struct nxl_plugin_info {
 } nxl_plugin_info_t;
 
 /**
- * Lists the transports this build knows.
+ * Lists the transports this build knows. Probing CUDA loads the CUDA
+ * runtime and initialises the driver in this process (as any CUDA call
+ * does): a child forked afterwards cannot use CUDA, so fork first.
  * @param [out] out  array of @p cap entries (may be NULL when cap is 0)
  * @param [in]  cap  its size
  * @return how many transports there are (may exceed @p cap).
