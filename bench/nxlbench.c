@@ -63,6 +63,7 @@ static struct {
     long depth;
     long busy_poll_us;
     bool mem_nxl;
+    int cuda_dev;
     const char *listen, *connect;
     const char *etcd;       /* --etcd_endpoints: discovery through etcd */
     const char *json, *plot;
@@ -121,10 +122,11 @@ static void usage(FILE *f)
 "\n"
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
-"  --backend NAME            transport: UCX, or POSIX (files, block devices)\n"
+"  --backend NAME            transport: UCX, POSIX (files, block devices), CUDA (GPU)\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
-"  --initiator_seg_type T    DRAM (other memory types are not supported yet)\n"
-"  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX\n"
+"  --initiator_seg_type T    DRAM; VRAM with --backend CUDA\n"
+"  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX; VRAM (or DRAM with\n"
+"                            a VRAM initiator) with --backend CUDA\n"
 "  --start_block_size N      first block size (default 4K; latency: 8)\n"
 "  --max_block_size N        last block size, doubling (default 64M; latency: 64K)\n"
 "  --block_sizes A,B,...     an explicit list instead of the doubling sweep\n"
@@ -162,6 +164,12 @@ static void usage(FILE *f)
 "  is a ring of pipeline_depth x batch blocks. The files are written whole with a\n"
 "  known pattern first (untimed), then synced and dropped from the page cache\n"
 "  before each row.\n"
+"\n"
+"GPU (--backend CUDA: one process, the agent is its own peer, no --spawn)\n"
+"  Initiator and target memory on this host: DRAM (pinned by the transport) or VRAM of\n"
+"  --cuda_device N (default 0). HtoD: --initiator_seg_type DRAM --target_seg_type VRAM\n"
+"  --op_type WRITE; DtoH: the same with READ; DtoD: VRAM and VRAM. bench/compare-cuda\n"
+"  puts these rows next to plain cudaMemcpyAsync (bench/cuda_memcpy_ref).\n"
 "\n"
 "Output\n"
 "  --json FILE               results and environment as JSON\n"
@@ -225,10 +233,10 @@ static const char *seg_check(const char *flag, const char *v)
     for (size_t i = 0; i < 5; i++)
         if (!strcasecmp(v, known[i])) {
             /* FILE and BLK as the target with --backend POSIX: checked after parsing */
-            if (i != 0 && !(i == 2 || i == 3))
-                die("%s %s: not supported yet — nxlbench moves DRAM, and with --backend POSIX "
-                    "FILE or BLK as the target (the UCX transport here has no CUDA support, and "
-                    "OBJ needs a transport this build lacks)", flag, known[i]);
+            if (i == 4)
+                die("%s %s: not supported yet — nxlbench moves DRAM, FILE or BLK with "
+                    "--backend POSIX, VRAM with --backend CUDA (OBJ needs a transport this "
+                    "build lacks)", flag, known[i]);
             return known[i];
         }
     die("%s: unknown segment type '%s' (DRAM, VRAM, FILE, BLK, OBJ)", flag, v);
@@ -286,9 +294,13 @@ static void parse_args(int argc, char **argv)
                 O.backend = "UCX";
             else if (!strcasecmp(val, "POSIX"))
                 O.backend = "POSIX";
+            else if (!strcasecmp(val, "CUDA"))
+                O.backend = "CUDA";
             else
-                die("--backend %s: not supported yet (UCX, or POSIX for files and block devices)",
-                    val);
+                die("--backend %s: not supported yet (UCX, POSIX for files and block devices, "
+                    "CUDA for GPU memory)", val);
+        } else if (!strcmp(name, "--cuda_device")) {
+            O.cuda_dev = (int)parse_long(name, val, 0);
         } else if (!strcmp(name, "--filepath")) {
             O.filepath = val;
         } else if (!strcmp(name, "--storage_huge_pages")) {
@@ -421,8 +433,22 @@ static void parse_args(int argc, char **argv)
             O.warmup_iter = 3;
     }
     bool posix = !strcmp(O.backend, "POSIX");
+    bool cuda = !strcmp(O.backend, "CUDA");
     bool storage = !strcmp(O.tseg, "FILE") || !strcmp(O.tseg, "BLK");
-    if (strcmp(O.iseg, "DRAM"))
+    bool vram = !strcmp(O.iseg, "VRAM") || !strcmp(O.tseg, "VRAM");
+    if (vram && !cuda)
+        die("VRAM is not supported by --backend %s (the UCX transport here has no CUDA "
+            "support): use --backend CUDA", O.backend);
+    if (cuda && (storage || !vram))
+        die("--backend CUDA moves to and from VRAM: --initiator_seg_type and "
+            "--target_seg_type DRAM or VRAM, at least one of them VRAM");
+    if (cuda && (O.spawn || O.listen || O.connect || O.etcd))
+        die("--backend CUDA runs as one process (the agent is its own peer): drop --spawn, "
+            "--listen, --connect and --etcd_endpoints");
+    if (cuda && O.mode != M_BW)
+        die("--backend CUDA: bandwidth mode only (a row of --pipeline_depth 1 gives the "
+            "post-to-callback latency as Avg Tx), not %s", mode_names[O.mode]);
+    if (strcmp(O.iseg, "DRAM") && !cuda)
         die("--initiator_seg_type %s: the initiator's side is DRAM", O.iseg);
     if (storage && !posix)
         die("--target_seg_type %s needs --backend POSIX", O.tseg);
@@ -2279,6 +2305,264 @@ static int posix_main(void)
     return 0;
 }
 
+/* --------------------------------------------- CUDA: DRAM and VRAM, one process
+ *
+ * One agent with the CUDA transport, its own peer: the initiator's and the
+ * target's buffers (DRAM, pinned by the transport, or VRAM) are regions of
+ * the same agent. The transport's remote side is always VRAM, so a VRAM
+ * initiator writing to a DRAM target runs as a READ into the DRAM from the
+ * VRAM (the same copy, DtoH). Each slot's transfer is made once per row and
+ * posted again; Avg Tx is the post-to-callback time. */
+
+#ifdef NXLBENCH_CUDA
+#include "transports/cuda/cudart.h"
+#endif
+
+static struct {
+    nxl_agent_t *a;
+    void *ibuf, *tbuf;
+    bool ivram, tvram;
+    size_t len;
+} C;
+
+typedef struct cslot {
+    nxl_xfer_t *x;
+    uint64_t t_post;
+    struct crow *r;
+} cslot_t;
+
+typedef struct crow {
+    long total, posted, completed, warm;
+    double *prep, *post, *tx;
+    long nprep;
+} crow_t;
+
+static void c_post(cslot_t *s);
+
+static void c_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    cslot_t *s = arg;
+    crow_t *r = s->r;
+    uint64_t t = now_ns();
+    if (st != NXL_SUCCESS) {
+        fail("transfer failed: %s", nxl_future_error(f));
+        return;
+    }
+    long k = r->completed++ - r->warm;
+    if (k >= 0)
+        r->tx[k] = (t - s->t_post) / 1e3;
+    if (r->posted < r->total && !I.failed)
+        c_post(s);
+}
+
+static void c_post(cslot_t *s)
+{
+    crow_t *r = s->r;
+    long k = r->posted - r->warm;
+    uint64_t t0 = now_ns();
+    s->t_post = t0;
+    nxl_status_t st = nxl_xfer_post(s->x, c_done, s, NULL);
+    uint64_t t1 = now_ns();
+    if (st != NXL_SUCCESS) {
+        fail("nxl_xfer_post: %s", nxl_agent_last_error(C.a));
+        return;
+    }
+    r->posted++;
+    if (k >= 0)
+        r->post[k] = (t1 - t0) / 1e3;
+}
+
+#ifdef NXLBENCH_CUDA
+static const nxl_cuda_rt_t *crt;
+
+/* a pattern into a buffer of either kind (through a host copy for VRAM) */
+static void c_fill(void *p, bool vram, size_t len, uint64_t seed)
+{
+    if (!vram) {
+        pat_fill(p, 0, len, seed);
+        return;
+    }
+    unsigned char *h = malloc(len);
+    if (!h)
+        die("out of memory");
+    pat_fill(h, 0, len, seed);
+    if (crt->cudaMemcpy(p, h, len, cudaMemcpyHostToDevice) != cudaSuccess)
+        die("consistency: cudaMemcpy to VRAM failed");
+    free(h);
+}
+
+static long long c_check(void *p, bool vram, size_t len, uint64_t seed)
+{
+    if (!vram)
+        return pat_check(p, 0, len, seed);
+    unsigned char *h = malloc(len);
+    if (!h)
+        die("out of memory");
+    if (crt->cudaMemcpy(h, p, len, cudaMemcpyDeviceToHost) != cudaSuccess)
+        die("consistency: cudaMemcpy from VRAM failed");
+    long long bad = pat_check(h, 0, len, seed);
+    free(h);
+    return bad;
+}
+#endif
+
+static void c_row(size_t bs, size_t n)
+{
+    crow_t r = {0};
+    long Pd = O.depth;
+    size_t span = (size_t)Pd * n * bs;
+    long timed = row_iters(n * bs, &r.warm);
+    r.total = timed + r.warm;
+    r.prep = calloc((size_t)Pd + 1, sizeof(double));
+    r.post = calloc((size_t)timed, sizeof(double));
+    r.tx = calloc((size_t)timed, sizeof(double));
+    cslot_t *slots = calloc((size_t)Pd, sizeof(*slots));
+    nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
+    /* the transport's remote side is VRAM: a DRAM target is its local side */
+    bool swap = !C.tvram;
+    nxl_op_t op = swap ? (O.op == NXL_WRITE ? NXL_READ : NXL_WRITE) : (nxl_op_t)O.op;
+    unsigned char *lbase = swap ? C.tbuf : C.ibuf, *rbase = swap ? C.ibuf : C.tbuf;
+    nxl_mem_t lt = (swap ? C.tvram : C.ivram) ? NXL_VRAM : NXL_DRAM;
+    uint64_t dev = (uint64_t)O.cuda_dev;
+#ifdef NXLBENCH_CUDA
+    uint64_t seed = 0;
+    if (O.check) {
+        seed = (uint64_t)getpid() * 1000 + seed_counter++;
+        bool iw = O.op == NXL_WRITE; /* the initiator's buffer is the source */
+        c_fill(iw ? C.ibuf : C.tbuf, iw ? C.ivram : C.tvram, span, seed);
+        c_fill(iw ? C.tbuf : C.ibuf, iw ? C.tvram : C.ivram, span, seed ^ 0x5a5a5a5a);
+    }
+#endif
+    for (long s = 0; s < Pd && !I.failed; s++) {
+        slots[s].r = &r;
+        for (size_t i = 0; i < n; i++) {
+            size_t off = ((size_t)s * n + i) * bs;
+            ld[i] = (nxl_desc_t){.addr = (uintptr_t)lbase + off, .len = bs,
+                                 .dev_id = lt == NXL_VRAM ? dev : 0};
+            rd[i] = (nxl_desc_t){.addr = (uintptr_t)rbase + off, .len = bs, .dev_id = dev};
+        }
+        uint64_t t0 = now_ns();
+        nxl_prepped_t *lp = NULL, *rp = NULL;
+        nxl_status_t st = nxl_prep(C.a, NULL, lt, ld, n, &lp);
+        if (st == NXL_SUCCESS)
+            st = nxl_prep(C.a, nxl_agent_name(C.a), NXL_VRAM, rd, n, &rp);
+        if (st == NXL_SUCCESS)
+            st = nxl_xfer_make(C.a, op, lp, NULL, rp, NULL, n, NULL, &slots[s].x);
+        nxl_prepped_release(lp);
+        nxl_prepped_release(rp);
+        if (st != NXL_SUCCESS)
+            die("making the transfer: %s", nxl_agent_last_error(C.a));
+        r.prep[r.nprep++] = (now_ns() - t0) / 1e3;
+    }
+    long first = r.warm < Pd ? r.warm : Pd;
+    long saved_total = r.total;
+    r.total = r.warm;
+    for (long s = 0; s < first && !I.failed; s++)
+        c_post(&slots[s]);
+    run_until(&r.completed, r.warm);
+    r.total = saved_total;
+    uint64_t t0 = now_ns();
+    for (long s = 0; s < Pd && r.posted < r.total && !I.failed; s++)
+        c_post(&slots[s]);
+    run_until(&r.completed, r.total);
+    uint64_t t1 = now_ns();
+    if (I.failed)
+        die("block %zu batch %zu: %s", bs, n, I.err);
+#ifdef NXLBENCH_CUDA
+    if (O.check) {
+        bool iw = O.op == NXL_WRITE;
+        long long bad = c_check(iw ? C.tbuf : C.ibuf, iw ? C.tvram : C.ivram, span, seed);
+        if (bad >= 0)
+            die("consistency: %s byte %lld of [0, %zu) differs from its source", iw ? "target"
+                : "initiator", bad, span);
+    }
+#endif
+    row_t *o = &I.rows[I.nrows++];
+    double sec = (t1 - t0) / 1e9;
+    o->bs = bs;
+    o->batch = n;
+    o->iters = timed;
+    o->bw_gbps = (double)timed * n * bs / sec / 1e9;
+    o->avg_lat_us = sec * 1e6 / timed;
+    stats(r.prep, r.nprep, &o->avg_prep_us, NULL, &o->p99_prep_us);
+    stats(r.post, timed, &o->avg_post_us, NULL, &o->p99_post_us);
+    stats(r.tx, timed, &o->avg_tx_us, NULL, &o->p99_tx_us);
+    for (long s = 0; s < Pd; s++)
+        nxl_xfer_release(slots[s].x);
+    free(slots);
+    free(ld);
+    free(rd);
+    free(r.prep);
+    free(r.post);
+    free(r.tx);
+}
+
+static void *c_alloc(bool vram, size_t len)
+{
+    void *p = NULL;
+    if (vram || O.mem_nxl) {
+        if (nxl_mem_alloc(C.a, vram ? NXL_VRAM : NXL_DRAM, len, (uint64_t)O.cuda_dev, &p) !=
+            NXL_SUCCESS)
+            die("%zu bytes of %s: %s", len, vram ? "VRAM" : "DRAM", nxl_agent_last_error(C.a));
+        return p;
+    }
+    if (posix_memalign(&p, 2 * MiB, len))
+        die("out of memory for %zu bytes", len);
+    memset(p, 0, len);
+    nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
+    if (nxl_mem_register(C.a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS)
+        die("registering %zu bytes of DRAM: %s", len, nxl_agent_last_error(C.a));
+    return p;
+}
+
+static int cuda_main(void)
+{
+    I.t_start = now_ns();
+#ifdef NXLBENCH_CUDA
+    char why[160];
+    if (O.check && !(crt = nxl_cuda_rt_get(NULL, why, sizeof(why))))
+        die("--check_consistency: %s", why);
+#else
+    if (O.check)
+        die("--check_consistency with --backend CUDA: nxlbench was built without CUDA");
+#endif
+    size_t need = need_bytes();
+    if (need > O.total_buf)
+        die("the buffers need %zu bytes each (largest block x batch x pipeline depth) but "
+            "--total_buffer_size is %zu", need, O.total_buf);
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "nxlb-cuda";
+    c.busy_poll_us = (unsigned)O.busy_poll_us;
+    c.log_level = NXL_LOG_INFO;
+    c.log_cb = log_cb;
+    c.log_arg = (void *)"cuda";
+    if (nxl_agent_create(&c, &C.a) != NXL_SUCCESS)
+        die("nxl_agent_create: %s", nxl_agent_last_error(NULL));
+    I.a = C.a;
+    if (nxl_backend_create(C.a, "CUDA", NULL, 0, NULL) != NXL_SUCCESS)
+        die("nxl_backend_create(CUDA): %s", nxl_agent_last_error(C.a));
+    C.ivram = !strcmp(O.iseg, "VRAM");
+    C.tvram = !strcmp(O.tseg, "VRAM");
+    C.len = need;
+    C.ibuf = c_alloc(C.ivram, need);
+    C.tbuf = c_alloc(C.tvram, need);
+    run_bw_rows(c_row);
+    printf("# nxlbench bandwidth, CUDA, %s, initiator %s, target %s (device %d), "
+           "pipeline_depth %ld; %s\n", O.op == NXL_READ ? "READ" : "WRITE", O.iseg, O.tseg,
+           O.cuda_dev, O.depth, transports_desc);
+    print_table(stdout);
+    fflush(stdout);
+    if (O.json)
+        write_json(O.json);
+    nxl_agent_destroy(C.a); /* frees what nxl_mem_alloc gave */
+    if (!C.ivram && !O.mem_nxl)
+        free(C.ibuf);
+    if (!C.tvram && !O.mem_nxl)
+        free(C.tbuf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
@@ -2286,6 +2570,8 @@ int main(int argc, char **argv)
         return plot(O.plot, plot_inputs, nplot_inputs);
     if (!strcmp(O.backend, "POSIX"))
         return posix_main();
+    if (!strcmp(O.backend, "CUDA"))
+        return cuda_main();
     int roles = !!O.spawn + !!O.listen + !!O.connect;
     if (roles != 1)
         die("choose one of --spawn, --listen HOST:PORT, --connect HOST:PORT (see --help)");

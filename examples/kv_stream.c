@@ -20,8 +20,19 @@
  *
  * Every byte written depends on (layer, block, offset), so decode can check
  * each layer when its notification arrives: nxl promises that the
- * notification of a WRITE arrives only after all of its data is visible. */
+ * notification of a WRITE arrives only after all of its data is visible.
+ *
+ * --mem VRAM keeps both caches in GPU memory (device 0): the agents add the
+ * CUDA transport, the layers move through CUDA IPC, and their
+ * notifications go through UCX after the data (the engine relays them).
+ * Prefill "computes" a layer by copying its pattern into VRAM on a stream
+ * of its own, records a CUDA event, and posts the layer's WRITE from the
+ * callback of nxl_future_from_cuda_event(): the moment the GPU is done,
+ * without a host synchronize. Decode copies each layer back to check it. */
 #include <nxl.h>
+#ifdef KV_CUDA
+#include "transports/cuda/cudart.h" /* the CUDA runtime, loaded at run time as libnxl does */
+#endif
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -51,6 +63,7 @@ typedef struct opts {
     unsigned timeout_s;
     unsigned inflight;
     bool quiet, warmup;
+    bool vram;              /* --mem VRAM: the caches in GPU memory */
     char etcd[512];         /* --etcd_endpoints: discover each other through etcd */
 } opts_t;
 
@@ -170,6 +183,10 @@ static bool run_until(nxl_agent_t *a, const int *flag, uint64_t deadline_us)
     return true;
 }
 
+#ifdef KV_CUDA
+static const nxl_cuda_rt_t *rt;
+#endif
+
 static nxl_agent_t *make_agent(const char *name, const char *listen, uint16_t port,
                                const opts_t *o)
 {
@@ -190,17 +207,35 @@ static nxl_agent_t *make_agent(const char *name, const char *listen, uint16_t po
         nxl_agent_destroy(a);
         return NULL;
     }
+    if (o->vram) {
+#ifdef KV_CUDA
+        char why[160];
+        if (!(rt = nxl_cuda_rt_get(NULL, why, sizeof(why))) ||
+            nxl_backend_create(a, "CUDA", NULL, 0, NULL) != NXL_SUCCESS) {
+            fprintf(stderr, "%s: --mem VRAM: cannot create the CUDA transport: %s\n", name,
+                    rt ? nxl_agent_last_error(a) : why);
+            nxl_agent_destroy(a);
+            return NULL;
+        }
+#endif
+    }
     return a;
 }
 
-static uint8_t *alloc_kv(nxl_agent_t *a, const char *who, size_t total)
+static uint8_t *alloc_kv(nxl_agent_t *a, const char *who, size_t total, bool vram)
 {
     void *p;
-    if (nxl_mem_alloc(a, NXL_DRAM, total, 0, &p) != NXL_SUCCESS) {
-        fprintf(stderr, "%s: cannot allocate the %s KV cache: %s\n", who, size_text(total).s,
-                nxl_agent_last_error(a));
+    if (nxl_mem_alloc(a, vram ? NXL_VRAM : NXL_DRAM, total, 0, &p) != NXL_SUCCESS) {
+        fprintf(stderr, "%s: cannot allocate the %s KV cache in %s: %s\n", who,
+                size_text(total).s, vram ? "VRAM" : "DRAM", nxl_agent_last_error(a));
         return NULL;
     }
+#ifdef KV_CUDA
+    if (vram) {
+        rt->cudaMemset(p, 0, total);
+        return p;
+    }
+#endif
     memset(p, 0, total);
     return p;
 }
@@ -224,7 +259,23 @@ typedef struct decode {
     nxl_status_t done_st;
     char done_err[512];
     char pending[160];      /* etcd mode: the reply waiting for the peer's metadata */
+    uint8_t *view;          /* --mem VRAM: a layer copied back to host memory */
 } decode_t;
+
+/* the bytes of layer l, in host memory */
+static const uint8_t *layer_bytes_of(decode_t *d, unsigned long l)
+{
+    const uint8_t *p = d->kv + l * d->layer_bytes;
+#ifdef KV_CUDA
+    if (d->o->vram) {
+        cudaError_t e = rt->cudaMemcpy(d->view, p, d->layer_bytes, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess)
+            fprintf(stderr, "decode: cudaMemcpy of layer %lu: %s\n", l, rt->cudaGetErrorString(e));
+        return d->view;
+    }
+#endif
+    return p;
+}
 
 static void decode_reply_cb(nxl_future_t *f, nxl_status_t st, void *arg)
 {
@@ -277,7 +328,7 @@ static void decode_finish(decode_t *d)
     for (unsigned long l = 0; l < o->layers; l++) {
         unsigned long fb;
         size_t fo;
-        bad += check_layer(d->kv + l * d->layer_bytes, o, l, d->scratch, &fb, &fo);
+        bad += check_layer(layer_bytes_of(d, l), o, l, d->scratch, &fb, &fo);
     }
     if (bad && !d->bad_bytes)
         fprintf(stderr, "decode: final check: %" PRIu64 " bytes differ\n", bad);
@@ -309,7 +360,7 @@ static void decode_layer(decode_t *d, unsigned long l)
     d->t_last = t;
     unsigned long fb = 0;
     size_t fo = 0;
-    uint64_t bad = check_layer(d->kv + l * d->layer_bytes, o, l, d->scratch, &fb, &fo);
+    uint64_t bad = check_layer(layer_bytes_of(d, l), o, l, d->scratch, &fb, &fo);
     d->arrived[l] = 1;
     d->narrived++;
     if (bad) {
@@ -414,8 +465,12 @@ static int run_decode(const opts_t *o, int port_fd)
         close(port_fd);
         port_fd = -1;
     }
-    if (!(d.kv = alloc_kv(d.a, "decode", d.total)))
+    if (!(d.kv = alloc_kv(d.a, "decode", d.total, o->vram)))
         goto out;
+    if (o->vram && !(d.view = malloc(d.layer_bytes))) {
+        fprintf(stderr, "decode: out of memory\n");
+        goto out;
+    }
     d.scratch = malloc(o->block_size);
     d.arrived = calloc(o->layers, 1);
     if (!d.scratch || !d.arrived) {
@@ -481,6 +536,7 @@ out:
         nxl_agent_destroy(d.a);
     }
     free(d.scratch);
+    free(d.view);
     free(d.arrived);
     return rc;
 }
@@ -507,6 +563,15 @@ typedef struct prefill {
     uint64_t t_start, t_end, t_compute;
     unsigned long warm_left, warm_failed;
     int warm_done;
+    /* --mem VRAM: the layers' patterns in host memory, copied into VRAM on
+     * a stream of prefill's own; an event per layer */
+    uint8_t *host;
+#ifdef KV_CUDA
+    cudaStream_t stream;
+    cudaEvent_t *ev;
+#endif
+    struct layer_ctx *ctx;
+    nxl_xfer_t **xs;
 } prefill_t;
 
 static void prefill_step_cb(nxl_future_t *f, nxl_status_t st, void *arg)
@@ -636,12 +701,38 @@ static bool prefill_warmup(prefill_t *p, nxl_xfer_t **xs)
     return true;
 }
 
+#ifdef KV_CUDA
+/* --mem VRAM: the GPU reached the layer's event (its bytes are in VRAM):
+ * post its WRITE now */
+static void layer_ready(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    layer_ctx_t *c = arg;
+    prefill_t *p = c->p;
+    if (st == NXL_SUCCESS && nxl_xfer_post(p->xs[c->layer], write_done, c, NULL) == NXL_SUCCESS)
+        return;
+    fprintf(stderr, "prefill: layer %lu: %s\n", c->layer,
+            st != NXL_SUCCESS ? nxl_future_error(f) : nxl_agent_last_error(p->a));
+    write_done(f, st != NXL_SUCCESS ? st : NXL_ERR_BACKEND, c);
+}
+#endif
+
 /* "Computes" a layer: writes its pattern, then lets --compute_us pass with
- * the reactor running, as a GPU would compute while transfers move. */
+ * the reactor running, as a GPU would compute while transfers move. With
+ * --mem VRAM the pattern goes to VRAM on prefill's stream and the layer's
+ * WRITE is posted when the GPU reached the event recorded after it. */
 static void compute_layer(prefill_t *p, unsigned long l)
 {
     uint64_t t = now_us();
-    fill_layer(p->kv + l * p->layer_bytes, p->o, l);
+#ifdef KV_CUDA
+    if (p->o->vram) {
+        uint8_t *h = p->host + l * p->layer_bytes;
+        fill_layer(h, p->o, l);
+        rt->cudaMemcpyAsync(p->kv + l * p->layer_bytes, h, p->layer_bytes, cudaMemcpyDefault,
+                            p->stream);
+        rt->cudaEventRecord(p->ev[l], p->stream);
+    } else
+#endif
+        fill_layer(p->kv + l * p->layer_bytes, p->o, l);
     if (p->o->compute_us) {
         int never = 0;
         run_until(p->a, &never, t + p->o->compute_us);
@@ -685,7 +776,8 @@ static int run_prefill(const opts_t *o)
     size_t n = o->layers * o->blocks;
     p.layer_bytes = o->blocks * o->block_size;
     p.total = o->layers * p.layer_bytes;
-    if (!(p.a = make_agent("prefill", NULL, 0, o)) || !(p.kv = alloc_kv(p.a, "prefill", p.total)))
+    if (!(p.a = make_agent("prefill", NULL, 0, o)) ||
+        !(p.kv = alloc_kv(p.a, "prefill", p.total, o->vram)))
         goto out;
     nxl_agent_on_notif(p.a, prefill_notif, &p);
 
@@ -750,8 +842,9 @@ static int run_prefill(const opts_t *o)
         ld[i] = (nxl_desc_t){.addr = (uintptr_t)p.kv + i * o->block_size, .len = o->block_size};
         rd[i] = (nxl_desc_t){.addr = p.raddr + i * o->block_size, .len = o->block_size};
     }
-    if (nxl_prep(p.a, NULL, NXL_DRAM, ld, n, &lp) != NXL_SUCCESS ||
-        nxl_prep(p.a, "decode", NXL_DRAM, rd, n, &rp) != NXL_SUCCESS) {
+    nxl_mem_t mt = o->vram ? NXL_VRAM : NXL_DRAM; /* device 0: dev_id 0 */
+    if (nxl_prep(p.a, NULL, mt, ld, n, &lp) != NXL_SUCCESS ||
+        nxl_prep(p.a, "decode", mt, rd, n, &rp) != NXL_SUCCESS) {
         fprintf(stderr, "prefill: nxl_prep: %s\n", nxl_agent_last_error(p.a));
         goto out;
     }
@@ -771,6 +864,23 @@ static int run_prefill(const opts_t *o)
         }
         ctx[l] = (layer_ctx_t){.p = &p, .layer = l};
     }
+    p.ctx = ctx;
+    p.xs = xs;
+#ifdef KV_CUDA
+    if (o->vram) {
+        p.host = malloc(p.total);
+        p.ev = calloc(o->layers, sizeof(*p.ev));
+        bool ok = p.host && p.ev &&
+                  rt->cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking) == cudaSuccess;
+        for (unsigned long l = 0; ok && l < o->layers; l++)
+            ok = rt->cudaEventCreateWithFlags(&p.ev[l], cudaEventDisableTiming) == cudaSuccess;
+        if (!ok) {
+            fprintf(stderr, "prefill: --mem VRAM: cannot make a stream and %lu events\n",
+                    o->layers);
+            goto out;
+        }
+    }
+#endif
     if (!o->quiet)
         printf("prefill: streaming %lu layers x %lu blocks x %s = %s to 'decode' over %s, up "
                "to %u layers in flight\n", o->layers, o->blocks, size_text(o->block_size).s,
@@ -798,6 +908,20 @@ static int run_prefill(const opts_t *o)
             break;
         }
         compute_layer(&p, l);
+#ifdef KV_CUDA
+        if (o->vram) {
+            /* the WRITE goes out from the event's callback (layer_ready) */
+            if (nxl_future_from_cuda_event(p.a, p.ev[l], layer_ready, &ctx[l], NULL) !=
+                NXL_SUCCESS) {
+                fprintf(stderr, "prefill: nxl_future_from_cuda_event for layer %lu: %s\n", l,
+                        nxl_agent_last_error(p.a));
+                break;
+            }
+            p.posted++;
+            p.inflight++;
+            continue;
+        }
+#endif
         if (nxl_xfer_post(xs[l], write_done, &ctx[l], NULL) != NXL_SUCCESS) {
             fprintf(stderr, "prefill: posting the WRITE of layer %lu: %s\n", l,
                     nxl_agent_last_error(p.a));
@@ -851,6 +975,16 @@ out:
             nxl_mem_free(p.a, p.kv);
         nxl_agent_destroy(p.a); /* what is still pending completes here, canceled */
     }
+#ifdef KV_CUDA
+    if (p.ev)
+        for (unsigned long l = 0; l < o->layers; l++)
+            if (p.ev[l])
+                rt->cudaEventDestroy(p.ev[l]);
+    if (p.stream)
+        rt->cudaStreamDestroy(p.stream);
+    free(p.ev);
+#endif
+    free(p.host);
     free(xs);
     free(ctx);
     free(ld);
@@ -939,6 +1073,8 @@ static void usage(FILE *f)
 "  --warmup        prefill writes every layer once, untimed and without\n"
 "                  notifications, before the stream (first-touch page faults)\n"
 "  --quiet         no line per layer\n"
+"  --mem DRAM|VRAM where the caches live (DRAM); VRAM: GPU memory of device 0, moved\n"
+"                  by the CUDA transport (CUDA IPC) and posted from CUDA events\n"
 "  --etcd_endpoints URL  find each other through etcd (e.g. http://127.0.0.1:2379)\n"
 "                  instead of --listen/--connect\n"
 "Flags take '--flag value' or '--flag=value'. UCX_TLS and NXL_LOG_LEVEL apply.\n");
@@ -1052,6 +1188,16 @@ static int parse(int argc, char **argv, opts_t *o)
         } else if (!strcmp(name, "block_size")) {
             ok = parse_size(val, 1ull << 32, &v) && v;
             o->block_size = (size_t)v;
+        } else if (!strcmp(name, "mem")) {
+            ok = !strcasecmp(val, "DRAM") || !strcasecmp(val, "VRAM");
+            o->vram = !strcasecmp(val, "VRAM");
+#ifndef KV_CUDA
+            if (o->vram) {
+                fprintf(stderr, "kv_stream: --mem VRAM: built without CUDA (configure "
+                                "--enable-cuda with the CUDA headers)\n");
+                return 2;
+            }
+#endif
         } else if (!strcmp(name, "compute_us")) {
             ok = parse_size(val, 60000000, &v);
             o->compute_us = (unsigned long)v;

@@ -276,6 +276,9 @@ typedef struct nxl_plugin_info {
  * this or nxl_backend_create(), in the folders of the environment variable
  * NXL_PLUGIN_DIR (colon-separated, searched first) and then in
  * $(libdir)/nxl/transports-<NXLT_ABI_VERSION>. Thread-safe.
+ * Probing CUDA loads the CUDA runtime and initialises the driver in this
+ * process (as any CUDA call does): a child forked afterwards cannot use
+ * CUDA, so fork first.
  * @param [out] out  array of @p cap entries (may be NULL when cap is 0)
  * @param [in]  cap  its size
  * @return how many transports there are (may exceed @p cap).
@@ -323,16 +326,26 @@ NXL_API nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nx
                                         size_t n);
 
 /**
- * Allocates @p len bytes of @p type memory and registers it. With UCX the
- * memory is mapped by UCX itself, which its shared-memory transports can
- * write one-sided; otherwise it is page-aligned host memory, and from
- * 2 MiB on 2 MiB-aligned with transparent huge pages advised (fewer DMA
- * segments per O_DIRECT request).
- * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM; NXL_ERR_NOT_SUPPORTED; NXL_ERR_BACKEND.
+ * Allocates @p len bytes of @p type memory and registers it. DRAM: the
+ * first transport (in preference order) that allocates it does: UCX maps
+ * it itself, which its shared-memory transports can write one-sided; CUDA
+ * allocates pinned host memory (cudaHostAlloc); without either it is
+ * page-aligned host memory, and from 2 MiB on 2 MiB-aligned with
+ * transparent huge pages advised (fewer DMA segments per O_DIRECT request).
+ * VRAM: device memory of CUDA device @p dev_id (cudaMalloc, through the
+ * CUDA transport).
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM; NXL_ERR_NOT_SUPPORTED (no
+ *         transport of the agent allocates @p type: the sentence says which
+ *         to create); NXL_ERR_BACKEND (the allocation failed: out of device
+ *         memory, no such device).
  */
 NXL_API nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id,
                                    void **ptr);
-/** Deregisters and frees memory from nxl_mem_alloc(). @return NXL_ERR_NOT_FOUND if unknown. */
+/**
+ * Deregisters and frees memory from nxl_mem_alloc() (DRAM or VRAM). Memory
+ * still used by prepared lists or transfers is freed when they are released.
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND if unknown.
+ */
 NXL_API nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr);
 
 /** What nxl_mem_query() found out about one descriptor. */
@@ -378,8 +391,8 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
  * Loads a remote agent's metadata (untrusted input: every field is
  * checked). Loading an agent already known replaces what was known of it
  * when the blob carries every region, and adds the regions when it is
- * partial; the very blob loaded last, again, changes nothing (lists and
- * transfers made from it stay valid). Nothing changes on failure.
+ * partial (so that loading a peer's metadata again, after its link
+ * failed, reconnects). Nothing changes on failure.
  * @param [out] name_out  the remote agent's name (may be NULL)
  * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed, unknown version, its
  *         name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are
@@ -534,7 +547,14 @@ NXL_API size_t nxl_prepped_count(const nxl_prepped_t *p);
 /** Options of a transfer; initialise with nxl_xfer_opts_init(). */
 typedef struct nxl_xfer_opts {
     size_t size;            /**< sizeof(nxl_xfer_opts_t) */
-    const void *notif;      /**< notification sent to the remote agent after the data (NULL: none) */
+    /**
+     * Notification sent to the remote agent after the data (NULL: none).
+     * Over a transport that carries no notifications (CUDA, POSIX) the
+     * engine sends it through another transport of the agent that does and
+     * reaches the same agent (UCX), once the data transfer completed; the
+     * future completes when that send did.
+     */
+    const void *notif;
     size_t notif_len;
     nxl_backend_t *backend; /**< force a backend (NULL: first that holds both sides) */
 } nxl_xfer_opts_t;
@@ -550,7 +570,9 @@ NXL_API void nxl_xfer_opts_init(nxl_xfer_opts_t *o);
  * A NULL index list means 0 .. n-1.
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (index out of range, lengths
  *         differ, notification too long); NXL_ERR_NOT_SUPPORTED (no backend
- *         holds both sides); NXL_ERR_MISMATCH (the lists belong to other agents).
+ *         holds both sides; or a notification is asked for, the backend
+ *         carries none and no other backend with notifications reaches the
+ *         remote agent); NXL_ERR_MISMATCH (the lists belong to other agents).
  */
 NXL_API nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *local,
                                    const size_t *lidx, nxl_prepped_t *remote, const size_t *ridx,
@@ -562,7 +584,12 @@ NXL_API nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *l
 NXL_API nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *local,
                                      const nxl_dlist_t *remote, const char *remote_agent,
                                      const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
-/** Replaces the notification sent by the next post (NULL: none). */
+/**
+ * Replaces the notification sent by the next post (NULL: none).
+ * @return NXL_SUCCESS; NXL_ERR_REPOST_ACTIVE (in flight);
+ *         NXL_ERR_INVALID_PARAM (too long); NXL_ERR_NOT_SUPPORTED (no backend
+ *         can carry it to the remote agent, see nxl_xfer_opts_t.notif).
+ */
 NXL_API nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len);
 /**
  * Posts a transfer.
@@ -623,6 +650,44 @@ NXL_API nxl_status_t nxl_future_all(nxl_agent_t *a, nxl_future_t *const *fs, siz
                                     nxl_done_cb cb, void *arg, nxl_future_t **out);
 /** Gives back the caller's reference. Allowed inside the future's callback. */
 NXL_API void nxl_future_release(nxl_future_t *f);
+
+/**
+ * A future completed by the reactor when the GPU reaches a CUDA event: the
+ * way to post a transfer the moment the GPU work that produces its data has
+ * finished, without a host synchronize and without polling. Post the
+ * transfer from the callback:
+ *
+ * @code
+ *   kernel<<<..., stream>>>(layer);          // writes layer's KV blocks
+ *   cudaEventRecord(ev[layer], stream);
+ *   nxl_future_from_cuda_event(a, ev[layer], post_layer, &ctx[layer], NULL);
+ *   // post_layer() runs on the reactor once the kernel ended: it calls
+ *   // nxl_xfer_post(xfer[layer], ...)
+ * @endcode
+ *
+ * As with cudaStreamWaitEvent, the future waits for the work captured by
+ * the event's most recent cudaEventRecord at the time of this call; an
+ * event never recorded completes it on the next reactor turn. The event may
+ * be destroyed or recorded again once this call returned. The CUDA
+ * transport waits on a stream of its own (cudaStreamWaitEvent) followed by
+ * a host function that wakes the reactor through an eventfd. A canceled
+ * future completes with NXL_ERR_CANCELED once the event is reached (a wait
+ * queued on the GPU cannot be withdrawn); at agent teardown, once the GPU
+ * reached it.
+ *
+ * @param [in]  a           the agent (its CUDA transport waits)
+ * @param [in]  cuda_event  a cudaEvent_t, passed as a pointer so that this
+ *                          header needs no CUDA header
+ * @param [in]  cb          completion callback (may be NULL)
+ * @param [in]  arg         its argument
+ * @param [out] out         the future (may be NULL: released after the callback)
+ * @return NXL_SUCCESS (waiting); NXL_ERR_INVALID_PARAM (NULL or invalid
+ *         event); NXL_ERR_NOT_SUPPORTED (the agent has no CUDA transport, or
+ *         this build has none); NXL_ERR_BACKEND (CUDA refused the wait). On
+ *         error nothing started. Completes with NXL_SUCCESS.
+ */
+NXL_API nxl_status_t nxl_future_from_cuda_event(nxl_agent_t *a, void *cuda_event,
+                                                nxl_done_cb cb, void *arg, nxl_future_t **out);
 
 /* ----------------------------------------------------------- notifications */
 

@@ -325,36 +325,6 @@ START_TEST(t_reload_replaces)
 END_TEST
 
 
-/* The same full metadata again (a peer publishing it twice, a second
- * fetch) changes nothing: lists and transfers made from it stay valid. A
- * partial load in between makes the next full one a replacement again. */
-START_TEST(t_reload_same)
-{
-    ck_assert_int_eq(nxl_md_load(B, blobA, blobA_len, NULL, 0), NXL_SUCCESS);
-    nxl_desc_t l = {.addr = (uintptr_t)bbuf, .len = 64}, r = AD(R1, 64);
-    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
-    nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(B, NXL_WRITE, &ll, &rl, "A", NULL, &x), NXL_SUCCESS);
-    char name[64];
-    ck_assert_int_eq(nxl_md_load(B, blobA, blobA_len, name, sizeof(name)), NXL_SUCCESS);
-    ck_assert_str_eq(name, "A");
-    n_done = 0;
-    ck_assert_int_eq(nxl_xfer_post(x, done_cb, NULL, NULL), NXL_SUCCESS);
-    ck_assert(run2(&n_done, 1, 10000));
-    ck_assert_int_eq(last_st, NXL_SUCCESS);
-    /* a partial blob merged, then the same full one: now a replacement */
-    void *part;
-    size_t plen;
-    nxl_desc_t d = AD(R2, 16);
-    ck_assert_int_eq(nxl_md_local_partial(A, NXL_DRAM, &d, 1, &part, &plen), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_md_load(B, part, plen, NULL, 0), NXL_SUCCESS);
-    nxl_free(part);
-    ck_assert_int_eq(nxl_md_load(B, blobA, blobA_len, NULL, 0), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_xfer_post(x, done_cb, NULL, NULL), NXL_ERR_REMOTE_DISCONNECT);
-    nxl_xfer_release(x);
-}
-END_TEST
-
 /* ------------------------------------------------------- malformed blobs */
 
 /* pieces of A's real metadata, to build blobs from */
@@ -868,7 +838,6 @@ int main(void)
     tcase_add_test(tc, t_local_args);
     tcase_add_test(tc, t_partial);
     tcase_add_test(tc, t_reload_replaces);
-    tcase_add_test(tc, t_reload_same);
     suite_add_tcase(s, tc);
     TCase *tb = tcase_create("malformed");
     tcase_add_checked_fixture(tb, setup_known, teardown_known);

@@ -431,7 +431,7 @@ START_TEST(t_mem_alloc)
     p = (void *)&p;
     ck_assert_int_eq(nxl_mem_alloc(A, NXL_VRAM, 4096, 0, &p), NXL_ERR_NOT_SUPPORTED);
     ck_assert_ptr_null(p);
-    ck_sentence(nxl_agent_last_error(A), "DRAM");
+    ck_sentence(nxl_agent_last_error(A), "VRAM"); /* and what allocates it: CUDA */
 }
 END_TEST
 

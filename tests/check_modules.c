@@ -167,8 +167,10 @@ START_TEST(t_configured)
             snprintf(want, sizeof(want), "not built (configure --enable-%s)", configured[i].id);
             ck_unavailable(p, n, configured[i].name, want);
         } else {
-            /* built in, or its module from the build tree */
-            ck_assert_msg(e->available, "%s: %s", e->name, e->reason);
+            /* built in, or its module from the build tree; available unless
+             * the machine lacks what it drives (CUDA without a driver),
+             * which its reason says */
+            ck_assert_msg(e->available || is_sentence(e->reason), "%s: %s", e->name, e->reason);
             ck_assert_uint_ne(e->mem_mask, 0);
         }
     }
@@ -202,12 +204,22 @@ START_TEST(t_create_refused)
     ck_assert_msg(strstr(e, "no transport 'nosuch'") && strstr(e, dir), "%s", e);
     ck_assert_ptr_null(nxl_backend_get(a, "bogus"));
     /* the real transports still work, whichever way they were built */
+    size_t np;
+    nxl_plugin_info_t *pl = list(&np);
     for (size_t i = 0; i < NCONF; i++)
         if (configured[i].state) {
-            ck_assert_msg(nxl_backend_create(a, configured[i].name, NULL, 0, &b) == NXL_SUCCESS,
-                          "%s: %s", configured[i].name, nxl_agent_last_error(a));
+            const nxl_plugin_info_t *e = find(pl, np, configured[i].name);
+            nxl_status_t st = nxl_backend_create(a, configured[i].name, NULL, 0, &b);
+            if (e && !e->available) { /* this machine cannot run it: refused, with why */
+                ck_assert_int_eq(st, NXL_ERR_BACKEND);
+                ck_assert(is_sentence(nxl_agent_last_error(a)));
+                continue;
+            }
+            ck_assert_msg(st == NXL_SUCCESS, "%s: %s", configured[i].name,
+                          nxl_agent_last_error(a));
             ck_assert_str_eq(nxl_backend_name(b), configured[i].name);
         }
+    free(pl);
     nxl_agent_destroy(a);
 }
 END_TEST

@@ -143,6 +143,13 @@ typedef struct nxlt_ops {
      * destroy() follows.
      */
     void (*quiesce)(void *state);
+    /**
+     * Optional: reports @p op done (nxlt_op_done) once the device has
+     * reached @p event (for CUDA a cudaEvent_t: the work its latest record
+     * captured at the time of this call), without blocking and without
+     * polling. Serves nxl_future_from_cuda_event().
+     */
+    nxl_status_t (*wait_event)(void *state, nxlt_op_t *op, void *event);
 } nxlt_ops_t;
 
 /* ---- what the engine offers a transport ---- */

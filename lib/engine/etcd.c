@@ -43,6 +43,7 @@ typedef struct ewatch {
     char *mdkey;            /* the peer's full metadata key */
     int64_t rev;            /* next revision wanted */
     char *loaded[4];        /* keys whose metadata we loaded: their deletion means the peer left */
+    char *value[4];         /* what each held when loaded: the same value again is no news */
     ereq_t *req;
     struct event *retry;
     unsigned backoff_ms;
@@ -677,9 +678,21 @@ static void seen_value(ewatch_t *w, const char *key, const char *b64)
 {
     nxl_agent_t *a = w->a;
     size_t len;
-    void *blob = nxli_b64_decode(b64, &len);
     char name[NXLI_NAME_MAX] = "";
-    nxl_status_t st = blob ? nxl_md_load(a, blob, len, name, sizeof(name)) : NXL_ERR_MISMATCH;
+    /* the value loaded before, put again (the peer re-publishing after a
+     * lease renewal, say): reloading would replace the peer and void the
+     * transfers made to it, for nothing */
+    int slot = -1;
+    for (int i = 0; i < 4 && w->loaded[i] && slot < 0; i++)
+        if (!strcmp(w->loaded[i], key))
+            slot = i;
+    bool same = slot >= 0 && w->value[slot] && !strcmp(w->value[slot], b64) &&
+                nxl_md_check(a, w->peer) == NXL_SUCCESS;
+    void *blob = same ? NULL : nxli_b64_decode(b64, &len);
+    nxl_status_t st = same ? NXL_SUCCESS
+                           : blob ? nxl_md_load(a, blob, len, name, sizeof(name)) : NXL_ERR_MISMATCH;
+    if (same)
+        snprintf(name, sizeof(name), "%s", w->peer);
     free(blob);
     if (st == NXL_SUCCESS && strcmp(name, w->peer)) {
         nxl_md_invalidate(a, name);
@@ -699,16 +712,19 @@ static void seen_value(ewatch_t *w, const char *key, const char *b64)
             fetch_finish(q, st, st == NXL_SUCCESS ? NULL : a->err);
         }
     }
-    if (st == NXL_SUCCESS) {
+    if (st == NXL_SUCCESS && !same) {
         nxli_log(a, NXL_LOG_INFO, "etcd: metadata of agent '%s' loaded from %s", name, key);
-        bool have = false;
-        for (int i = 0; i < 4 && w->loaded[i] && !have; i++)
-            have = !strcmp(w->loaded[i], key);
-        for (int i = 0; i < 4 && !have; i++)
-            if (!w->loaded[i]) {
-                w->loaded[i] = strdup(key);
-                have = true;
-            }
+        int have = -1;
+        for (int i = 0; i < 4 && w->loaded[i] && have < 0; i++)
+            if (!strcmp(w->loaded[i], key))
+                have = i;
+        for (int i = 0; i < 4 && have < 0; i++)
+            if (!w->loaded[i] && (w->loaded[i] = strdup(key)))
+                have = i;
+        if (have >= 0) {
+            free(w->value[have]);
+            w->value[have] = strdup(b64);
+        }
     }
 }
 
@@ -724,7 +740,9 @@ static void forget_loaded(ewatch_t *w)
 {
     for (int i = 0; i < 4; i++) {
         free(w->loaded[i]);
+        free(w->value[i]);
         w->loaded[i] = NULL;
+        w->value[i] = NULL;
     }
 }
 

@@ -192,6 +192,7 @@ nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f)
 
 void nxli_op_free(nxlt_op_t *op)
 {
+    nxli_relay_free(op);
     if (op->future)
         op->future->op = NULL;
     LIST_REMOVE(op, link);
@@ -211,6 +212,8 @@ void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)
         }
         return;
     }
+    if (op->relay && nxli_relay_done(op, st, why))
+        return; /* its notification goes out next (relay.c) */
     nxl_future_t *f = op->future;
     if (f) {
         f->op = NULL;

@@ -89,9 +89,6 @@ struct nxli_remote {
     size_t nregs, cap;
     void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
     size_t conn_info_len[NXLI_MAX_BACKENDS];
-    void *blob;             /* the full metadata it was loaded from (none after a partial
-                             * merge): the same blob again changes nothing */
-    size_t blob_len;
     LIST_ENTRY(nxli_remote) link;
 };
 
@@ -102,7 +99,7 @@ typedef struct nxli_cb {
     struct nxli_cb *next;
 } nxli_cb_t;
 
-typedef enum { NXLI_F_XFER, NXLI_F_NOTIF, NXLI_F_MD, NXLI_F_ALL } nxli_fkind_t;
+typedef enum { NXLI_F_XFER, NXLI_F_NOTIF, NXLI_F_MD, NXLI_F_ALL, NXLI_F_EVENT } nxli_fkind_t;
 
 struct nxl_future {
     nxl_agent_t *agent;
@@ -146,6 +143,7 @@ struct nxlt_op {
     bool reported;
     nxl_status_t early_st;
     char *early_why;
+    struct nxli_relay *relay; /* the notification the engine sends after it (relay.c) */
     LIST_ENTRY(nxlt_op) link;
 };
 
@@ -365,5 +363,15 @@ typedef struct nxli_transport {
 const nxli_transport_t *nxli_transports(size_t *n);
 /* The folders searched for modules, for sentences. */
 const char *nxli_transports_searched(void);
+/* relay.c: notifications of transfers over transports that carry none,
+ * sent by the engine through another transport once the data landed */
+nxl_backend_t *nxli_relay_backend(nxl_agent_t *a, const nxl_backend_t *data,
+                                  const nxli_remote_t *r);
+nxl_status_t nxli_relay_check(nxl_agent_t *a, const char *call, const nxl_backend_t *b,
+                              const nxli_remote_t *r);
+nxl_status_t nxli_relay_attach(nxlt_op_t *op, nxli_remote_t *r, const void *msg, size_t len);
+bool nxli_relay_done(nxlt_op_t *op, nxl_status_t st, const char *why);
+void nxli_relay_free(nxlt_op_t *op);
+
 
 #endif

@@ -31,7 +31,6 @@ static void remote_free(nxli_remote_t *r)
         free(r->conn_info[b]);
     }
     free(r->regs);
-    free(r->blob);
     free(r->name);
     free(r);
 }
@@ -408,18 +407,6 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
     if (jp && !cJSON_IsBool(jp))
         BAD("metadata \"partial\" must be true or false");
     bool partial = jp && cJSON_IsTrue(jp);
-    /* the very metadata already loaded (a peer publishing it again, a
-     * second fetch): nothing changes, transfers made from it stay valid */
-    if (!self && !partial) {
-        nxli_remote_t *same = nxli_remote_find(a, name);
-        if (same && same->blob && same->blob_len == len && !memcmp(same->blob, blob, len)) {
-            if (out)
-                *out = same;
-            if (name_out && cap)
-                snprintf(name_out, cap, "%s", name);
-            goto out;
-        }
-    }
     const cJSON *jc = cJSON_GetObjectItemCaseSensitive(root, "conn");
     if (!cJSON_IsObject(jc))
         BAD("metadata of '%s' has no \"conn\" object", name);
@@ -571,13 +558,6 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
     nadd = 0;
     if (r->nregs)
         qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
-    if (merge) {
-        free(r->blob); /* no longer what one blob says */
-        r->blob = NULL;
-    } else if (!self && !partial && (r->blob = malloc(len))) {
-        memcpy(r->blob, blob, len);
-        r->blob_len = len;
-    }
     if (!merge && !self) {
         if (old)
             remote_unlink(old);

@@ -147,6 +147,29 @@ static bool serves(nxl_backend_t *b, nxl_mem_t t)
     return (b->ops->mem_mask & (1u << t)) != 0;
 }
 
+/* What to create to serve @p t: "create one first: CUDA" from the
+ * transports of this build that serve it, or that the build has none. */
+static const char *what_serves(nxl_mem_t t, bool alloc, char *buf, size_t cap)
+{
+    size_t n, k = 0;
+    const nxli_transport_t *tr = nxli_transports(&n);
+    int len = snprintf(buf, cap, "create one first with nxl_backend_create() (this build's that "
+                                 "%s it: ", alloc ? "allocate" : "serve");
+    for (size_t i = 0; i < n; i++) {
+        const nxlt_ops_t *o = tr[i].ops;
+        if (o && (o->mem_mask & (1u << t)) && (!alloc || o->mem_alloc) && len > 0 &&
+            (size_t)len < cap)
+            len += snprintf(buf + len, cap - (size_t)len, "%s%s", k++ ? ", " : "", o->name);
+    }
+    if (!k)
+        snprintf(buf, cap, "this build has no transport that %s it%s",
+                 alloc ? "allocates" : "serves",
+                 t == NXL_VRAM ? " (configure --enable-cuda with the CUDA headers)" : "");
+    else if (len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, ")");
+    return buf;
+}
+
 static nxl_status_t check_type(nxl_agent_t *a, const char *call, nxl_mem_t type)
 {
     if ((unsigned)type >= NXL_MEM_TYPES) {
@@ -243,8 +266,9 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
             if (serves(a->backends[i], type))
                 use[nuse++] = a->backends[i];
         if (!nuse) {
-            nxli_err(a, "nxl_mem_register: no transport of agent '%s' serves %s memory; create "
-                        "one first (nxl_backend_create)", a->name, nxl_mem_name(type));
+            char what[192];
+            nxli_err(a, "nxl_mem_register: no transport of agent '%s' serves %s memory; %s",
+                     a->name, nxl_mem_name(type), what_serves(type, false, what, sizeof(what)));
             return NXL_ERR_NOT_SUPPORTED;
         }
     }
@@ -346,19 +370,29 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
         return NXL_ERR_INVALID_PARAM;
     }
     *ptr = NULL;
-    if (type != NXL_DRAM) {
-        nxli_err(a, "nxl_mem_alloc: only DRAM can be allocated by this build");
-        return NXL_ERR_NOT_SUPPORTED;
-    }
+    nxl_status_t cst = check_type(a, "nxl_mem_alloc", type);
+    if (cst != NXL_SUCCESS)
+        return cst;
     nxl_backend_t *ab = NULL;
     for (int i = 0; i < a->nbackends && !ab; i++)
         if (a->backends[i]->ops->mem_alloc && serves(a->backends[i], type))
             ab = a->backends[i];
+    if (!ab && type != NXL_DRAM) {
+        char what[192];
+        nxli_err(a, "nxl_mem_alloc: no transport of agent '%s' allocates %s memory; %s", a->name,
+                 nxl_mem_name(type), what_serves(type, true, what, sizeof(what)));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
     void *p = NULL, *amd = NULL;
     if (ab) {
+        a->err[0] = 0;
         nxl_status_t st = ab->ops->mem_alloc(ab->state, type, len, dev_id, &p, &amd);
-        if (st != NXL_SUCCESS)
+        if (st != NXL_SUCCESS) {
+            if (!a->err[0])
+                nxli_err(a, "nxl_mem_alloc: %s could not allocate %zu bytes of %s memory (%s)",
+                         ab->ops->name, len, nxl_mem_name(type), nxl_strerror(st));
             return st;
+        }
     } else if (!(p = host_alloc(len))) {
         nxli_err(a, "nxl_mem_alloc: out of memory for %zu bytes", len);
         return NXL_ERR_UNKNOWN;
@@ -404,15 +438,17 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
 
 nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
 {
-    nxli_rtab_t *t = &a->regions[NXL_DRAM];
-    for (size_t i = 0; i < t->n; i++)
-        if (t->v[i]->alloc && t->v[i]->addr == (uintptr_t)ptr) {
-            nxli_region_t *r = t->v[i];
-            tab_remove(t, i);
-            nxli_region_put(a, r);
-            a->mem_gen++;
-            return NXL_SUCCESS;
-        }
+    for (int k = 0; k < NXL_MEM_TYPES; k++) {
+        nxli_rtab_t *t = &a->regions[k];
+        for (size_t i = 0; i < t->n; i++)
+            if (t->v[i]->alloc && t->v[i]->addr == (uintptr_t)ptr) {
+                nxli_region_t *r = t->v[i];
+                tab_remove(t, i);
+                nxli_region_put(a, r);
+                a->mem_gen++;
+                return NXL_SUCCESS;
+            }
+    }
     nxli_err(a, "nxl_mem_free: %p was not allocated with nxl_mem_alloc() by agent '%s'", ptr,
              a->name);
     return NXL_ERR_NOT_FOUND;

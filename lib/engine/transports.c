@@ -29,6 +29,9 @@
 #ifndef NXL_CONFIGURED_TRANSPORTS
 #define NXL_CONFIGURED_TRANSPORTS
 #endif
+#ifdef NXL_HAVE_CUDA
+extern const nxlt_ops_t nxl_cuda_ops;
+#endif
 
 #define X(n) extern const nxlt_ops_t nxlt_##n##_ops;
 NXL_BUILTIN_TRANSPORTS

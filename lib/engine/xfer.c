@@ -268,6 +268,11 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
             return NXL_ERR_NOT_SUPPORTED;
         }
     }
+    if (opts && opts->notif) {
+        nxl_status_t st = nxli_relay_check(a, "nxl_xfer_make", b, rp->remote);
+        if (st != NXL_SUCCESS)
+            return st;
+    }
     nxl_xfer_t *x = calloc(1, sizeof(*x));
     if (!x || !(x->iov = big_alloc(a, n + 1, sizeof(*x->iov))) ||
         !(x->lregs = calloc(lp->nlregs + 1, sizeof(*x->lregs)))) {
@@ -352,6 +357,11 @@ nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
         nxli_err(x->agent, "nxl_xfer_set_notif: the transfer is in flight");
         return NXL_ERR_REPOST_ACTIVE;
     }
+    if (msg) {
+        nxl_status_t st = nxli_relay_check(x->agent, "nxl_xfer_set_notif", x->backend, x->remote);
+        if (st != NXL_SUCCESS)
+            return st;
+    }
     return set_notif(x, msg, len);
 }
 
@@ -392,6 +402,13 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         nxli_err(a, "nxl_xfer_post: out of memory");
         return NXL_ERR_UNKNOWN;
     }
+    /* a transport without notifications: the engine sends it afterwards */
+    bool relay = x->notif && !(x->backend->ops->caps & NXLT_CAP_NOTIF);
+    if (relay && (st = nxli_relay_attach(op, x->remote, x->notif, x->notif_len)) != NXL_SUCCESS) {
+        nxli_op_free(op);
+        nxli_future_discard(f);
+        return st;
+    }
     nxlt_xfer_t tx = {
         .op = x->op,
         .ltype = x->ltype,
@@ -399,8 +416,8 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         .conn = x->remote->conn[x->backend->index],
         .iov = x->iov,
         .n = x->n,
-        .notif = x->notif,
-        .notif_len = x->notif_len,
+        .notif = relay ? NULL : x->notif,
+        .notif_len = relay ? 0 : x->notif_len,
     };
     /* the transport may finish at once: the transfer is active before it posts */
     nxl_status_t prev = x->last;
@@ -419,8 +436,8 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         x->last = prev;
         f->owner = NULL;
     }
-    /* a completion reported inside post takes effect only now */
-    /* counted before a report held from inside post completes it */
+    /* counted before a report held from inside post (it takes effect only
+     * at nxli_op_call_end) completes it */
     if (st == NXL_SUCCESS) {
         x->backend->xs.posted++;
         f->st_backend = x->backend;

@@ -1,0 +1,34 @@
+#!/bin/sh
+# check_cuda again, with the CUDA runtime and driver replaced by
+# tests/mock_cudart.c (streams as threads, device memory as shared
+# mappings): the GPU cases run on machines without a GPU. Then nxlbench
+# --backend CUDA in every direction with --check_consistency, kv_stream
+# --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
+# bench/compare-cuda with the reference program on the stand-in too, so
+# that they cannot silently rot. It proves the logic, not a real driver's
+# behaviour or speed.
+lib="$PWD/tests/.libs/libmockcudart.so"
+if [ ! -f "$lib" ]; then
+    echo "SKIP: the mock CUDA library was not built ($lib)"
+    exit 77
+fi
+export NXL_CUDA_RUNTIME="$lib" NXL_CUDA_DRIVER="$lib" NXL_TEST_SMALL=1
+tests/check_cuda || exit 1
+for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \
+            "--initiator_seg_type DRAM --target_seg_type VRAM --op_type READ" \
+            "--initiator_seg_type VRAM --target_seg_type VRAM --op_type WRITE" \
+            "--initiator_seg_type VRAM --target_seg_type DRAM --op_type WRITE"; do
+    echo "nxlbench --backend CUDA $args"
+    # shellcheck disable=SC2086
+    bench/nxlbench --backend CUDA $args --block_sizes 4K,64K --max_batch_size 4 \
+        --pipeline_depth 2 --num_iter 20 --warmup_iter 2 --check_consistency --quiet || exit 1
+done
+echo "kv_stream both --mem VRAM"
+examples/kv_stream both --mem VRAM --layers 8 --blocks 16 --block_size 64K --quiet || exit 1
+if [ -x bench/cuda_memcpy_ref ]; then
+    # the reference links libcudart: the stand-in takes its place by preloading
+    out=$(LD_PRELOAD="$lib" NXLBENCH=bench/nxlbench CUDA_MEMCPY_REF=bench/cuda_memcpy_ref \
+        SIZES=4K,64K "${srcdir:-.}/bench/compare-cuda") || { echo "$out"; exit 1; }
+    echo "$out"
+    [ "$(echo "$out" | grep -c '^65536 ')" = 3 ] || { echo "compare-cuda: rows missing"; exit 1; }
+fi
