@@ -7,6 +7,10 @@ extern const nxlt_ops_t nxl_ucx_ops;
 #ifdef NXL_HAVE_POSIX
 extern const nxlt_ops_t nxl_posix_ops;
 #endif
+#ifdef NXL_HAVE_OBJ
+extern const nxlt_ops_t nxl_obj_ops;
+extern const nxlt_ops_t nxl_azure_ops;
+#endif
 
 static const nxlt_ops_t *const builtin[] = {
 #ifdef NXL_HAVE_UCX
@@ -14,6 +18,10 @@ static const nxlt_ops_t *const builtin[] = {
 #endif
 #ifdef NXL_HAVE_POSIX
     &nxl_posix_ops,
+#endif
+#ifdef NXL_HAVE_OBJ
+    &nxl_obj_ops,
+    &nxl_azure_ops,
 #endif
     NULL,
 };
