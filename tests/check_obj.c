@@ -569,6 +569,46 @@ START_TEST(t_unreachable)
 }
 END_TEST
 
+START_TEST(t_retries)
+{
+    /* the launcher answers 503 SlowDown twice, resets a connection once,
+     * and answers 500 for ever (see tests/s3rver-run.js) */
+    const char *ex[] = {"retries", "3", NULL};
+    nxl_agent_t *a = s3_agent(ex);
+    char *src = xmalloc(64 * KiB), *dst = xmalloc(64 * KiB), why[1024];
+    tl_fill(src, 64 * KiB, 9);
+    reg_dram(a, src, 64 * KiB);
+    reg_dram(a, dst, 64 * KiB);
+    reg_obj(a, 1, "retry/flaky-503", 64 * KiB);
+    reg_obj(a, 2, "retry/flaky-reset", 64 * KiB);
+    reg_obj(a, 3, "retry/always-500", 64 * KiB);
+    ck_assert_msg(run1(a, NXL_WRITE, src, 1, 0, 64 * KiB, 20000, why, sizeof(why)) ==
+                      NXL_SUCCESS, "503 twice: %s", why);
+    ck_assert_msg(run1(a, NXL_WRITE, src, 2, 0, 64 * KiB, 20000, why, sizeof(why)) ==
+                      NXL_SUCCESS, "reset once: %s", why);
+    ck_assert_int_eq(run1(a, NXL_READ, dst, 1, 0, 64 * KiB, 20000, why, sizeof(why)),
+                     NXL_SUCCESS);
+    ck_assert(!memcmp(src, dst, 64 * KiB));
+    uint64_t t0 = tl_now_ms();
+    ck_assert_int_eq(run1(a, NXL_WRITE, src, 3, 0, 64 * KiB, 20000, why, sizeof(why)),
+                     NXL_ERR_BACKEND);
+    ck_sentence(why, "InternalError");
+    ck_sentence(why, "4 attempts");
+    /* backoff 50, 100, 200 ms, each with jitter down to half */
+    ck_assert_msg(tl_now_ms() - t0 >= 150, "retried without backing off");
+    nxl_agent_destroy(a);
+    unsigned long long nx, nreq, nretry, nconn;
+    ck_assert(sscanf(strstr(stats_line, "statistics"),
+                     "statistics: %llu transfers, %llu requests, %llu retries, %llu connections",
+                     &nx, &nreq, &nretry, &nconn) == 4);
+    /* 2 + 3 ours; the reset one on a reused connection libcurl may retry
+     * on a fresh one by itself */
+    ck_assert_msg(nretry == 5 || nretry == 6, "%llu retries", nretry);
+    free(src);
+    free(dst);
+}
+END_TEST
+
 START_TEST(t_server_killed)
 {
     /* a server of its own, killed while 64 objects of 4 MiB move */
@@ -1103,6 +1143,7 @@ int main(void)
     tcase_add_test(tc, t_missing);
     tcase_add_test(tc, t_credentials);
     tcase_add_test(tc, t_unreachable);
+    tcase_add_test(tc, t_retries);
     tcase_add_test(tc, t_server_killed);
     tcase_add_test(tc, t_cancel_upload);
     tcase_add_test(tc, t_teardown_upload);

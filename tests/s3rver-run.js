@@ -12,6 +12,11 @@
 //    upload in <dir>/<bucket>/.../<id> until it is completed and has no way
 //    to drop them or list them. Both are answered here from that directory.
 //
+//  - injected failures, for the retry tests: the first two requests for a key
+//    containing "flaky-503" get 503 SlowDown, the first for "flaky-reset"
+//    has its connection reset, and every one for "always-500" gets 500
+//    InternalError.
+//
 // usage: node s3rver-run.js DIR PORT BUCKET [BUCKET...]
 'use strict';
 
@@ -92,7 +97,28 @@ function findUploadsDir(bucket) {
   return uploadsDir(bucket);
 }
 
+const seen = new Map();
+function injected(ctx) {
+  const n = (seen.get(ctx.path) || 0) + 1;
+  seen.set(ctx.path, n);
+  if (ctx.path.includes('flaky-503') && n <= 2) {
+    xmlError(ctx, 503, 'SlowDown', 'Please reduce your request rate.');
+    return true;
+  }
+  if (ctx.path.includes('flaky-reset') && n <= 1) {
+    ctx.req.socket.destroy();
+    ctx.respond = false;
+    return true;
+  }
+  if (ctx.path.includes('always-500')) {
+    xmlError(ctx, 500, 'InternalError', 'We encountered an internal error. Please try again.');
+    return true;
+  }
+  return false;
+}
+
 async function extra(ctx, next) {
+  if (injected(ctx)) return;
   const problem = sigv4Problem(ctx.req);
   if (problem) return xmlError(ctx, 403, 'SignatureDoesNotMatch', problem);
   const m = /^\/([^/?]+)(?:\/([^?]*))?/.exec(ctx.path);
