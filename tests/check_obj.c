@@ -936,6 +936,32 @@ START_TEST(t_crosscheck)
 }
 END_TEST
 
+START_TEST(t_kv_tiering)
+{
+    /* the example with an S3 tier: KV blocks evicted to objects and loaded
+     * back, every byte checked by the example itself */
+    if (access("examples/kv_tiering", X_OK) != 0) {
+        fprintf(stderr, "check_obj: no examples/kv_tiering in this build (POSIX not built): "
+                        "not run\n");
+        return;
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "AWS_ENDPOINT_URL=%s AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "
+             "AWS_REGION=us-east-1 ./examples/kv_tiering --tier s3://nxl/kvt/ -b 64 -s 32 "
+             "-r 1500 > '%s/kv_tiering.out' 2>&1",
+             s3.endpoint, s3.dir);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof(cmd), "%s/kv_tiering.out", s3.dir);
+    size_t n;
+    char *out = slurp(cmd, &n);
+    ck_assert_msg(rc == 0 && out && strstr(out, "kv_tiering: ok"), "kv_tiering: %s",
+                  out ? out : "(no output)");
+    ck_assert_msg(strstr(out, "objects s3://nxl/kvt/"), "%s", out);
+    free(out);
+}
+END_TEST
+
 /* ------------------------------------------------------------ Azure */
 
 static int az_client(const char *args)
@@ -1151,6 +1177,7 @@ int main(void)
     tcase_add_test(tc, t_query);
     tcase_add_test(tc, t_idle);
     tcase_add_test(tc, t_crosscheck);
+    tcase_add_test(tc, t_kv_tiering);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("azure");
     tcase_set_timeout(ta, 120);
