@@ -750,6 +750,7 @@ static obj_req_t *req_new(obj_xop_t *x, int kind, obj_key_t *k, size_t elem)
     r->k = k;
     r->elem = elem;
     r->total = -1;
+    k->refs++; /* the engine may unload its key while the request runs */
     LIST_INSERT_HEAD(&x->reqs, r, xlink);
     x->active++;
     return r;
@@ -783,6 +784,7 @@ static void req_finish(obj_req_t *r)
         if (x->failed)
             mpu_abort(m);
     }
+    key_put(r->k);
     free(r);
     xop_release(x);
 }
@@ -1333,6 +1335,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
         while ((r = LIST_FIRST(&x->reqs))) {
             TAILQ_REMOVE(&o->queue, r, qlink);
             LIST_REMOVE(r, xlink);
+            key_put(r->k);
             free(r);
         }
         while (!LIST_EMPTY(&x->mpus)) {
@@ -1462,6 +1465,7 @@ static void quiesce(void *state)
             curl_slist_free_all(r->hdr);
             free(r->body);
             free(r->resp);
+            key_put(r->k);
             free(r);
         }
         /* multipart uploads left open: abort them, briefly blocking */
