@@ -195,6 +195,8 @@ static char *slurp(const char *file, size_t *len)
         free(b);
         b = NULL;
     }
+    if (b)
+        b[n] = 0;
     fclose(f);
     *len = (size_t)n;
     return b;
