@@ -25,10 +25,11 @@
  * retried with exponential backoff, retries times at most.
  *
  * Cancel (NXLT_CAP_CANCEL_WAITS): a timer polls the transfers in flight
- * every OBJ_CANCEL_TICK_MS; a canceled one has its requests taken out of
- * curl (which then no longer touches the buffers), its multipart uploads
- * aborted, and completes once the abort answered. Teardown takes every
- * request out of curl and aborts open multipart uploads with short
+ * every OBJ_CANCEL_TICK_MS; a canceled one starts nothing more, has its GETs
+ * and PUTs taken out of curl (which then no longer touches the buffers),
+ * lets the parts of a multipart upload already on the wire finish, aborts
+ * the upload, and completes once the abort answered. Teardown takes every
+ * request out of curl at once and aborts open multipart uploads with short
  * blocking requests. No timer or event is armed while nothing is in
  * flight. */
 #include "obj.h"
@@ -1176,9 +1177,11 @@ static void req_drop(obj_t *o, obj_req_t *r)
     req_finish(r);
 }
 
-/* The transfer fails (first failure wins): nothing more of it starts, what
- * is in flight is taken out of curl, open multipart uploads are aborted;
- * it completes once the aborts answered. */
+/* The transfer fails (first failure wins): nothing more of it starts, its
+ * GETs and PUTs in flight are taken out of curl, open multipart uploads are
+ * aborted once the requests of theirs in flight have answered (a part still
+ * arriving when the abort is processed may be stored after it, and S3 says
+ * to abort again then); it completes once the aborts answered. */
 static void xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
 {
     obj_t *o = x->o;
@@ -1195,7 +1198,8 @@ static void xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
     obj_req_t *r, *next;
     for (r = LIST_FIRST(&x->reqs); r; r = next) {
         next = LIST_NEXT(r, xlink);
-        if (r->kind != R_MPU_ABORT)
+        bool mpu_inflight = r->mpu && r->state == RQ_INFLIGHT;
+        if (r->kind != R_MPU_ABORT && !mpu_inflight)
             req_drop(o, r);
     }
     obj_mpu_t *m;
@@ -1448,6 +1452,7 @@ static void quiesce(void *state)
     o->closing = true;
     /* take every request out of curl: it lets go of the buffers at once */
     obj_xop_t *x;
+    bool parts_cut = false;
     LIST_FOREACH(x, &o->xops, link)
     {
         obj_req_t *r;
@@ -1456,6 +1461,7 @@ static void quiesce(void *state)
                 nxlt_http_remove(o->http, r->easy);
                 curl_easy_cleanup(r->easy);
                 o->inflight--;
+                parts_cut |= r->kind == R_MPU_PART;
             } else if (r->state == RQ_QUEUED) {
                 TAILQ_REMOVE(&o->queue, r, qlink);
             }
@@ -1468,17 +1474,28 @@ static void quiesce(void *state)
             key_put(r->k);
             free(r);
         }
-        /* multipart uploads left open: abort them, briefly blocking */
-        obj_mpu_t *m;
-        LIST_FOREACH(m, &x->mpus, link)
-        if (m->upload_id && !m->done && o->api == OBJ_S3) {
-            obj_req_t r = {.o = o, .kind = R_MPU_ABORT, .k = m->k, .mpu = m, .total = -1};
-            CURLcode rc = sync_run(o, &r, 1000);
-            if (rc != CURLE_OK || r.http >= 300)
-                nxlt_log(o->ctx, NXL_LOG_WARN, "%s: teardown could not abort the multipart "
-                         "upload %s of '%s' (%s, HTTP %ld); its parts may stay on the server",
-                         o->tname, m->upload_id, m->k->key, curl_easy_strerror(rc), r.http);
-            free(r.resp);
+    }
+    /* multipart uploads left open: abort them, briefly blocking; when parts
+     * were cut on the wire, once more 100 ms later, as S3's documentation
+     * advises for parts in progress during an abort (a server may still be
+     * taking one in; the second answer is NoSuchUpload otherwise) */
+    for (int round = 0; round < (parts_cut ? 2 : 1); round++) {
+        if (round)
+            usleep(100000);
+        LIST_FOREACH(x, &o->xops, link)
+        {
+            obj_mpu_t *m;
+            LIST_FOREACH(m, &x->mpus, link)
+            if (m->upload_id && !m->done && o->api == OBJ_S3) {
+                obj_req_t r = {.o = o, .kind = R_MPU_ABORT, .k = m->k, .mpu = m, .total = -1};
+                CURLcode rc = sync_run(o, &r, 1000);
+                if (!round && (rc != CURLE_OK || r.http >= 300))
+                    nxlt_log(o->ctx, NXL_LOG_WARN, "%s: teardown could not abort the multipart "
+                             "upload %s of '%s' (%s, HTTP %ld); its parts may stay on the "
+                             "server", o->tname, m->upload_id, m->k->key,
+                             curl_easy_strerror(rc), r.http);
+                free(r.resp);
+            }
         }
     }
     while ((x = LIST_FIRST(&o->xops))) {
