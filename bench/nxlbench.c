@@ -75,6 +75,11 @@ static struct {
     const char *posix_engine;
     bool no_prefill;
     bool plain_pages;
+    /* OBJ runs (nixlbench's --obj_* names) */
+    const char *obj_endpoint, *obj_bucket, *obj_region, *obj_access, *obj_secret, *obj_token;
+    const char *obj_scheme, *obj_ca, *obj_part;
+    bool obj_virtual;
+    long obj_conns;
     int mode;
     double duration;
     bool reply_notif;
@@ -122,11 +127,12 @@ static void usage(FILE *f)
 "\n"
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
-"  --backend NAME            transport: UCX, POSIX (files, block devices), CUDA (GPU)\n"
+"  --backend NAME            transport: UCX, POSIX (files, block devices), CUDA (GPU),\n"
+"                            OBJ (S3)\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
 "  --initiator_seg_type T    DRAM; VRAM with --backend CUDA\n"
 "  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX; VRAM (or DRAM with\n"
-"                            a VRAM initiator) with --backend CUDA\n"
+"                            a VRAM initiator) with --backend CUDA; OBJ with --backend OBJ\n"
 "  --start_block_size N      first block size (default 4K; latency: 8)\n"
 "  --max_block_size N        last block size, doubling (default 64M; latency: 64K)\n"
 "  --block_sizes A,B,...     an explicit list instead of the doubling sweep\n"
@@ -170,6 +176,20 @@ static void usage(FILE *f)
 "  --cuda_device N (default 0). HtoD: --initiator_seg_type DRAM --target_seg_type VRAM\n"
 "  --op_type WRITE; DtoH: the same with READ; DtoD: VRAM and VRAM. bench/compare-cuda\n"
 "  puts these rows next to plain cudaMemcpyAsync (bench/cuda_memcpy_ref).\n"
+"Object store (--backend OBJ --target_seg_type OBJ: one process; unset flags fall back\n"
+"to AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ... as the OBJ transport reads them)\n"
+"  --obj_endpoint_override URL  the S3 server (e.g. http://127.0.0.1:9000)\n"
+"  --obj_scheme http|https   when the endpoint has no scheme (default https)\n"
+"  --obj_bucket_name B       the bucket (it must exist)\n"
+"  --obj_region R            SigV4 region (default us-east-1)\n"
+"  --obj_access_key K, --obj_secret_key S, --obj_session_token T\n"
+"  --obj_use_virtual_addressing   bucket.host/key instead of host/bucket/key\n"
+"  --obj_ca_bundle FILE      CA certificates for https\n"
+"  --obj_max_connections N   requests in flight (default 16)\n"
+"  --obj_part_size N         multipart part and ranged-GET size (default 8M)\n"
+"  Each transfer moves --start_batch_size whole objects of one block size (keys\n"
+"  nxlbench/<size>/<i>), one transfer at a time; READ rows write their objects first,\n"
+"  untimed. Default 5 timed iterations and 1 warm-up per row.\n"
 "\n"
 "Output\n"
 "  --json FILE               results and environment as JSON\n"
@@ -232,11 +252,8 @@ static const char *seg_check(const char *flag, const char *v)
     static const char *const known[] = {"DRAM", "VRAM", "FILE", "BLK", "OBJ"};
     for (size_t i = 0; i < 5; i++)
         if (!strcasecmp(v, known[i])) {
-            /* FILE and BLK as the target with --backend POSIX: checked after parsing */
-            if (i == 4)
-                die("%s %s: not supported yet — nxlbench moves DRAM, FILE or BLK with "
-                    "--backend POSIX, VRAM with --backend CUDA (OBJ needs a transport this "
-                    "build lacks)", flag, known[i]);
+            /* FILE and BLK as the target with --backend POSIX, OBJ with --backend
+             * OBJ, VRAM with --backend CUDA: checked after parsing */
             return known[i];
         }
     die("%s: unknown segment type '%s' (DRAM, VRAM, FILE, BLK, OBJ)", flag, v);
@@ -296,11 +313,35 @@ static void parse_args(int argc, char **argv)
                 O.backend = "POSIX";
             else if (!strcasecmp(val, "CUDA"))
                 O.backend = "CUDA";
+            else if (!strcasecmp(val, "OBJ"))
+                O.backend = "OBJ";
             else
                 die("--backend %s: not supported yet (UCX, POSIX for files and block devices, "
-                    "CUDA for GPU memory)", val);
+                    "CUDA for GPU memory, OBJ for S3)", val);
         } else if (!strcmp(name, "--cuda_device")) {
             O.cuda_dev = (int)parse_long(name, val, 0);
+        } else if (!strcmp(name, "--obj_endpoint_override")) {
+            O.obj_endpoint = val;
+        } else if (!strcmp(name, "--obj_bucket_name")) {
+            O.obj_bucket = val;
+        } else if (!strcmp(name, "--obj_region")) {
+            O.obj_region = val;
+        } else if (!strcmp(name, "--obj_access_key")) {
+            O.obj_access = val;
+        } else if (!strcmp(name, "--obj_secret_key")) {
+            O.obj_secret = val;
+        } else if (!strcmp(name, "--obj_session_token")) {
+            O.obj_token = val;
+        } else if (!strcmp(name, "--obj_scheme")) {
+            O.obj_scheme = val;
+        } else if (!strcmp(name, "--obj_ca_bundle")) {
+            O.obj_ca = val;
+        } else if (!strcmp(name, "--obj_use_virtual_addressing")) {
+            O.obj_virtual = !strcmp(val, "1") || !strcasecmp(val, "true") || !strcasecmp(val, "yes");
+        } else if (!strcmp(name, "--obj_max_connections")) {
+            O.obj_conns = parse_long(name, val, 1);
+        } else if (!strcmp(name, "--obj_part_size")) {
+            O.obj_part = val;
         } else if (!strcmp(name, "--filepath")) {
             O.filepath = val;
         } else if (!strcmp(name, "--storage_huge_pages")) {
@@ -435,6 +476,14 @@ static void parse_args(int argc, char **argv)
     bool posix = !strcmp(O.backend, "POSIX");
     bool cuda = !strcmp(O.backend, "CUDA");
     bool storage = !strcmp(O.tseg, "FILE") || !strcmp(O.tseg, "BLK");
+    bool obj = !strcmp(O.backend, "OBJ");
+    if (obj != !strcmp(O.tseg, "OBJ"))
+        die("--backend OBJ goes with --target_seg_type OBJ (and OBJ with --backend OBJ)");
+    if (obj && (O.spawn || O.listen || O.connect || O.etcd || O.mode != M_BW || O.depth != 1 ||
+                O.recreate))
+        die("--backend OBJ: one process, bandwidth mode, --pipeline_depth 1 (the objects of a "
+            "transfer are its parallelism: --start_batch_size, bounded by "
+            "--obj_max_connections)");
     bool vram = !strcmp(O.iseg, "VRAM") || !strcmp(O.tseg, "VRAM");
     if (vram && !cuda)
         die("VRAM is not supported by --backend %s (the UCX transport here has no CUDA "
@@ -2563,6 +2612,194 @@ static int cuda_main(void)
     return 0;
 }
 
+/* ------------------------------------------ OBJ: DRAM ↔ an S3 server, one process */
+
+static struct {
+    nxl_agent_t *a;
+    buf_t ring;
+    uint64_t next_id;
+    char stats[512];
+} B;
+
+static void obj_log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
+{
+    if (strstr(msg, "statistics"))
+        snprintf(B.stats, sizeof(B.stats), "%s", msg);
+    log_cb(lvl, msg, arg);
+}
+
+typedef struct {
+    int done;
+    nxl_status_t st;
+    char why[1024];
+} ores_t;
+
+static void obj_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ores_t *r = arg;
+    r->done = 1;
+    r->st = st;
+    snprintf(r->why, sizeof(r->why), "%s", nxl_future_error(f));
+}
+
+/* one transfer, waited for; its seconds */
+static double obj_run(nxl_xfer_t *x, const char *what)
+{
+    ores_t r = {0};
+    uint64_t t0 = now_ns();
+    if (nxl_xfer_post(x, obj_done, &r, NULL) != NXL_SUCCESS)
+        die("%s: nxl_xfer_post: %s", what, nxl_agent_last_error(B.a));
+    while (!r.done)
+        nxl_agent_run_once(B.a, 100);
+    if (r.st != NXL_SUCCESS)
+        die("%s: %s", what, r.why);
+    return (now_ns() - t0) / 1e9;
+}
+
+static void o_key(char *key, size_t cap, size_t bs, size_t i)
+{
+    snprintf(key, cap, "nxlbench/%zu/%zu", bs, i);
+}
+
+static void o_row(size_t bs, size_t n)
+{
+    nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
+    uint64_t id0 = B.next_id;
+    B.next_id += n;
+    char key[96];
+    for (size_t i = 0; i < n; i++) {
+        o_key(key, sizeof(key), bs, i);
+        nxl_desc_t d = {.addr = 0, .len = bs, .dev_id = id0 + i, .meta = key,
+                        .meta_len = strlen(key)};
+        if (nxl_mem_register(B.a, NXL_OBJ, &d, 1, NULL) != NXL_SUCCESS)
+            die("registering object %s: %s", key, nxl_agent_last_error(B.a));
+        ld[i] = (nxl_desc_t){.addr = (uintptr_t)B.ring.p + i * bs, .len = bs};
+        rd[i] = (nxl_desc_t){.addr = 0, .len = bs, .dev_id = id0 + i};
+    }
+    nxl_dlist_t l = {NXL_DRAM, ld, n}, r = {NXL_OBJ, rd, n};
+    nxl_xfer_t *w = NULL, *x = NULL;
+    if (nxl_xfer_create(B.a, NXL_WRITE, &l, &r, nxl_agent_name(B.a), NULL, &w) != NXL_SUCCESS ||
+        nxl_xfer_create(B.a, O.op, &l, &r, nxl_agent_name(B.a), NULL, &x) != NXL_SUCCESS)
+        die("nxl_xfer_create: %s", nxl_agent_last_error(B.a));
+    uint64_t seed = (uint64_t)getpid() * 1000 + seed_counter++;
+    pat_fill(B.ring.p, 0, n * bs, seed);
+    if (O.op == NXL_READ) {
+        obj_run(w, "writing the objects first");
+        memset(B.ring.p, 0, n * bs);
+    }
+    long timed = O.set_num_iter ? O.num_iter : 5, warm = O.set_warmup ? O.warmup_iter : 1;
+    for (long i = 0; i < warm; i++)
+        obj_run(x, "warm-up");
+    double *t = calloc((size_t)timed, sizeof(double)), sum = 0;
+    for (long i = 0; i < timed; i++)
+        sum += t[i] = obj_run(x, O.op == NXL_READ ? "READ" : "WRITE");
+    if (O.check) {
+        unsigned char *want = malloc(n * bs);
+        pat_fill(want, 0, n * bs, seed);
+        if (O.op == NXL_WRITE) {
+            nxl_xfer_t *rb = NULL;
+            memset(B.ring.p, 0, n * bs);
+            if (nxl_xfer_create(B.a, NXL_READ, &l, &r, nxl_agent_name(B.a), NULL, &rb) !=
+                NXL_SUCCESS)
+                die("nxl_xfer_create: %s", nxl_agent_last_error(B.a));
+            obj_run(rb, "reading back");
+            nxl_xfer_release(rb);
+        }
+        if (memcmp(B.ring.p, want, n * bs))
+            die("consistency: block %zu batch %zu: the objects differ from what was written",
+                bs, n);
+        free(want);
+    }
+    row_t *o = &I.rows[I.nrows++];
+    memset(o, 0, sizeof(*o));
+    o->bs = bs;
+    o->batch = n;
+    o->iters = timed;
+    o->bw_gbps = (double)timed * n * bs / sum / 1e9;
+    o->avg_lat_us = sum * 1e6 / timed;
+    for (long i = 0; i < timed; i++)
+        t[i] *= 1e6;
+    stats(t, timed, &o->avg_tx_us, NULL, &o->p99_tx_us);
+    free(t);
+    nxl_xfer_release(w);
+    nxl_xfer_release(x);
+    for (size_t i = 0; i < n; i++) {
+        o_key(key, sizeof(key), bs, i);
+        nxl_desc_t d = {.addr = 0, .len = bs, .dev_id = id0 + i, .meta = key,
+                        .meta_len = strlen(key)};
+        nxl_mem_deregister(B.a, NXL_OBJ, &d, 1);
+    }
+    free(ld);
+    free(rd);
+}
+
+static int obj_main(void)
+{
+    I.t_start = now_ns();
+    size_t need = need_bytes();
+    if (need > O.total_buf)
+        die("the DRAM buffer needs %zu bytes (largest block x batch) but --total_buffer_size "
+            "is %zu", need, O.total_buf);
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "nxlb-obj";
+    c.busy_poll_us = (unsigned)O.busy_poll_us;
+    c.log_level = NXL_LOG_INFO;
+    c.log_cb = obj_log_cb;
+    c.log_arg = (void *)"obj";
+    if (nxl_agent_create(&c, &B.a) != NXL_SUCCESS)
+        die("nxl_agent_create: %s", nxl_agent_last_error(NULL));
+    I.a = B.a;
+    nxl_param_t p[12];
+    size_t np = 0;
+    char ep[512], conns[32];
+    if (O.obj_endpoint) {
+        bool has = strstr(O.obj_endpoint, "://") != NULL;
+        snprintf(ep, sizeof(ep), "%s%s%s", has ? "" : O.obj_scheme ? O.obj_scheme : "https",
+                 has ? "" : "://", O.obj_endpoint);
+        p[np++] = (nxl_param_t){"endpoint", ep};
+    }
+    if (O.obj_bucket)
+        p[np++] = (nxl_param_t){"bucket", O.obj_bucket};
+    if (O.obj_region)
+        p[np++] = (nxl_param_t){"region", O.obj_region};
+    if (O.obj_access)
+        p[np++] = (nxl_param_t){"access_key", O.obj_access};
+    if (O.obj_secret)
+        p[np++] = (nxl_param_t){"secret_key", O.obj_secret};
+    if (O.obj_token)
+        p[np++] = (nxl_param_t){"session_token", O.obj_token};
+    if (O.obj_ca)
+        p[np++] = (nxl_param_t){"ca_file", O.obj_ca};
+    if (O.obj_part)
+        p[np++] = (nxl_param_t){"part_size", O.obj_part};
+    if (O.obj_virtual)
+        p[np++] = (nxl_param_t){"addressing", "virtual"};
+    snprintf(conns, sizeof(conns), "%ld", O.obj_conns ? O.obj_conns : 16);
+    p[np++] = (nxl_param_t){"max_connections", conns};
+    if (nxl_backend_create(B.a, "OBJ", p, np, NULL) != NXL_SUCCESS)
+        die("nxl_backend_create(OBJ): %s", nxl_agent_last_error(B.a));
+    if (!buf_alloc(B.a, &B.ring, need, O.mem_nxl))
+        die("%zu bytes of DRAM: %s", need, nxl_agent_last_error(B.a));
+    B.next_id = 1;
+    run_bw_rows(o_row);
+    nxl_backend_t *b = nxl_backend_get(B.a, "OBJ");
+    const char *d = b ? nxl_backend_name(b) : "";
+    printf("# nxlbench bandwidth, OBJ, %s, DRAM ↔ OBJ (%s%s%s); batch = whole objects per "
+           "transfer, one transfer at a time\n",
+           O.op == NXL_READ ? "READ" : "WRITE", d, transports_desc[0] ? ": " : "",
+           transports_desc);
+    print_table(stdout);
+    fflush(stdout);
+    if (O.json)
+        write_json(O.json);
+    buf_free(B.a, &B.ring);
+    nxl_agent_destroy(B.a);
+    if (B.stats[0])
+        printf("# %s\n", B.stats);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
@@ -2572,6 +2809,8 @@ int main(int argc, char **argv)
         return posix_main();
     if (!strcmp(O.backend, "CUDA"))
         return cuda_main();
+    if (!strcmp(O.backend, "OBJ"))
+        return obj_main();
     int roles = !!O.spawn + !!O.listen + !!O.connect;
     if (roles != 1)
         die("choose one of --spawn, --listen HOST:PORT, --connect HOST:PORT (see --help)");

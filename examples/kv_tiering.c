@@ -1,5 +1,6 @@
 /* kv_tiering: a KV cache larger than its DRAM pool, with a file as the
- * second tier, through the POSIX transport.
+ * second tier, through the POSIX transport, or an S3 bucket (one object per
+ * block) through the OBJ transport with --tier s3://BUCKET[/PREFIX].
  *
  * A pool of DRAM slots (nxl_mem_alloc) holds some of the KV blocks; every
  * block has its place in one file (registered by path, created). Requests
@@ -13,7 +14,12 @@
  * pattern.
  *
  *   kv_tiering [-d DIR] [-b BLOCKS] [-s SLOTS] [-k BLOCK_KIB] [-r REQUESTS]
- *              [-e auto|uring|threads] [--direct]
+ *              [-e auto|uring|threads] [--direct] [--tier s3://BUCKET[/PREFIX]]
+ *
+ * With an S3 tier, the server and credentials come from the environment as
+ * the AWS tools read them (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+ * AWS_SECRET_ACCESS_KEY); block i is the object PREFIXkv_tiering.PID/block-i,
+ * left in the bucket afterwards.
  *
  * Prints a summary; exits 0 when every byte was right and every transfer
  * succeeded. */
@@ -322,13 +328,15 @@ static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 {
     if (strstr(msg, "I/O engine"))
         snprintf(K.engine, sizeof(K.engine), "%s", strstr(msg, "I/O engine") + 11);
+    else if (!strncmp(msg, "OBJ: S3 at", 10))
+        snprintf(K.engine, sizeof(K.engine), "%s", msg + 5);
     else if (lvl <= NXL_LOG_WARN)
         fprintf(stderr, "nxl: %s\n", msg);
 }
 
 int main(int argc, char **argv)
 {
-    const char *dir = "/tmp", *engine = "auto";
+    const char *dir = "/tmp", *engine = "auto", *tier = NULL;
     int direct = 0;
     K.nblocks = 512;
     K.nslots = 128;
@@ -349,11 +357,26 @@ int main(int argc, char **argv)
             engine = argv[++i];
         else if (!strcmp(argv[i], "--direct"))
             direct = 1;
+        else if (!strcmp(argv[i], "--tier") && i + 1 < argc)
+            tier = argv[++i];
         else {
             fprintf(stderr, "usage: %s [-d DIR] [-b BLOCKS] [-s SLOTS] [-k BLOCK_KIB] "
-                            "[-r REQUESTS] [-e auto|uring|threads] [--direct]\n", argv[0]);
+                            "[-r REQUESTS] [-e auto|uring|threads] [--direct] "
+                            "[--tier s3://BUCKET[/PREFIX]]\n", argv[0]);
             return 2;
         }
+    }
+    char bucket[256] = "", prefix[256] = "";
+    if (tier) {
+        const char *b = !strncmp(tier, "s3://", 5) ? tier + 5 : NULL;
+        const char *sl = b ? strchr(b, '/') : NULL;
+        size_t bl = b ? (sl ? (size_t)(sl - b) : strlen(b)) : 0;
+        if (!b || !bl || bl >= sizeof(bucket)) {
+            fprintf(stderr, "kv_tiering: --tier s3://BUCKET[/PREFIX], not '%s'\n", tier);
+            return 2;
+        }
+        memcpy(bucket, b, bl);
+        snprintf(prefix, sizeof(prefix), "%s", sl ? sl + 1 : "");
     }
     if (K.nblocks < 1 || K.nslots < EVICT_BATCH + WINDOW || K.bs < 4096 || K.bs % 4096 ||
         K.nreq < 1) {
@@ -372,7 +395,9 @@ int main(int argc, char **argv)
         return 1;
     }
     nxl_param_t params[] = {{"engine", engine}, {"direct", direct ? "1" : "0"}};
-    if (nxl_backend_create(K.a, "POSIX", params, 2, NULL) != NXL_SUCCESS) {
+    nxl_param_t oparams[] = {{"bucket", bucket}};
+    if (tier ? nxl_backend_create(K.a, "OBJ", oparams, 1, NULL) != NXL_SUCCESS
+             : nxl_backend_create(K.a, "POSIX", params, 2, NULL) != NXL_SUCCESS) {
         fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
         return 1;
     }
@@ -384,15 +409,31 @@ int main(int argc, char **argv)
         return 1;
     }
     K.pool = pool;
-    /* the file tier: one file, created, registered by path */
+    /* the file tier: one file, created, registered by path; or the S3 tier:
+     * one object per block, block i registered as OBJ id i + 1 */
     char path[512], meta[600];
-    snprintf(path, sizeof(path), "%s/kv_tiering.%d", dir, (int)getpid());
-    snprintf(meta, sizeof(meta), "path=%s;mode=create", path);
     size_t fsize = (size_t)K.nblocks * K.bs;
-    nxl_desc_t fd = {.addr = 0, .len = fsize, .dev_id = 1, .meta = meta, .meta_len = strlen(meta)};
-    if (nxl_mem_register(K.a, NXL_FILE, &fd, 1, NULL) != NXL_SUCCESS) {
-        fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
-        return 1;
+    nxl_mem_t ttype = tier ? NXL_OBJ : NXL_FILE;
+    if (tier) {
+        snprintf(path, sizeof(path), "s3://%s/%skv_tiering.%d/", bucket, prefix, (int)getpid());
+        for (long i = 0; i < K.nblocks; i++) {
+            snprintf(meta, sizeof(meta), "%skv_tiering.%d/block-%ld", prefix, (int)getpid(), i);
+            nxl_desc_t od = {.addr = 0, .len = K.bs, .dev_id = (uint64_t)i + 1, .meta = meta,
+                             .meta_len = strlen(meta)};
+            if (nxl_mem_register(K.a, NXL_OBJ, &od, 1, NULL) != NXL_SUCCESS) {
+                fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
+                return 1;
+            }
+        }
+    } else {
+        snprintf(path, sizeof(path), "%s/kv_tiering.%d", dir, (int)getpid());
+        snprintf(meta, sizeof(meta), "path=%s;mode=create", path);
+        nxl_desc_t fd = {.addr = 0, .len = fsize, .dev_id = 1, .meta = meta,
+                         .meta_len = strlen(meta)};
+        if (nxl_mem_register(K.a, NXL_FILE, &fd, 1, NULL) != NXL_SUCCESS) {
+            fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
+            return 1;
+        }
     }
 
     /* both sides prepared once; transfers name slots and blocks by index */
@@ -401,9 +442,10 @@ int main(int argc, char **argv)
     for (long i = 0; i < K.nslots; i++)
         ld[i] = (nxl_desc_t){.addr = (uintptr_t)slot_mem(i), .len = K.bs};
     for (long i = 0; i < K.nblocks; i++)
-        rd[i] = (nxl_desc_t){.addr = (uintptr_t)i * K.bs, .len = K.bs, .dev_id = 1};
+        rd[i] = tier ? (nxl_desc_t){.addr = 0, .len = K.bs, .dev_id = (uint64_t)i + 1}
+                     : (nxl_desc_t){.addr = (uintptr_t)i * K.bs, .len = K.bs, .dev_id = 1};
     if (nxl_prep(K.a, NULL, NXL_DRAM, ld, (size_t)K.nslots, &K.lp) != NXL_SUCCESS ||
-        nxl_prep(K.a, nxl_agent_name(K.a), NXL_FILE, rd, (size_t)K.nblocks, &K.rp) !=
+        nxl_prep(K.a, nxl_agent_name(K.a), ttype, rd, (size_t)K.nblocks, &K.rp) !=
             NXL_SUCCESS) {
         fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
         return 1;
@@ -435,11 +477,12 @@ int main(int argc, char **argv)
     for (long i = 0; i < K.nblocks; i++)
         resident += K.blks[i].slot >= 0;
 
-    printf("kv_tiering: %ld requests over %ld blocks of %zu KiB (file %s, %.1f MiB), DRAM pool "
-           "of %ld slots (%.1f MiB)\n", K.nreq, K.nblocks, K.bs >> 10, path,
+    printf("kv_tiering: %ld requests over %ld blocks of %zu KiB (%s %s, %.1f MiB), DRAM pool "
+           "of %ld slots (%.1f MiB)\n", K.nreq, K.nblocks, K.bs >> 10, tier ? "objects" : "file",
+           path,
            (double)fsize / 1048576.0, K.nslots, (double)K.nslots * (double)K.bs / 1048576.0);
     printf("  engine:     %s\n", K.engine);
-    printf("  hits:       %ld   first touches: %ld   loads from file: %ld   modified: %ld\n",
+    printf("  hits:       %ld   first touches: %ld   loads from the tier: %ld   modified: %ld\n",
            K.hits = K.nreq - K.misses - K.first_touch, K.first_touch, K.loads, K.modified);
     printf("  evictions:  %ld blocks in %ld batches, %ld written back (dirty)\n",
            K.evicted_blocks, K.evict_xfers, K.written_blocks);
@@ -455,7 +498,8 @@ int main(int argc, char **argv)
     nxl_prepped_release(K.lp);
     nxl_prepped_release(K.rp);
     nxl_agent_destroy(K.a);
-    unlink(path);
+    if (!tier)
+        unlink(path);
     free(K.slots);
     free(K.blks);
     free(K.req);

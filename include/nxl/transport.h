@@ -186,6 +186,37 @@ NXL_API void **nxlt_op_priv(nxlt_op_t *op);
  */
 NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
 
+/* ---- HTTP on the reactor (built when libcurl is: etcd discovery, OBJ) ----
+ *
+ * libcurl's multi-socket interface with its sockets and its timer as
+ * libevent events on the agent's base (curl's docs/examples/multi-event.c is
+ * the model). The caller makes and configures its easy handles (CURL *,
+ * passed as void * so that this header needs no curl.h) and adds them; each
+ * added handle is reported once to @p done, on a later reactor turn, after
+ * it has left the multi handle: the callee may free it or add it again.
+ * Connections stay in the multi handle's cache between requests (keep-alive
+ * reuse); an idle multi handle has no timer armed and no event pending
+ * except on cached connections, which wake the loop only when the server
+ * closes them. No thread is started. */
+
+/** A multi handle driven by one event base. */
+typedef struct nxlt_http nxlt_http_t;
+/**
+ * An added easy handle finished: @p result is its CURLcode (0: the
+ * exchange completed, whatever the HTTP status), @p priv its CURLOPT_PRIVATE.
+ */
+typedef void (*nxlt_http_done_fn)(void *easy, int result, void *priv, void *arg);
+/** @return a new multi handle on @p base, or NULL (no libcurl in this build, out of memory). */
+NXL_API nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg);
+/** @return its CURLM *, for curl_multi_setopt() (connection limits). */
+NXL_API void *nxlt_http_multi(nxlt_http_t *h);
+/** Starts an easy handle; @return 0, or a CURLMcode. Never reports inside the call. */
+NXL_API int nxlt_http_add(nxlt_http_t *h, void *easy);
+/** Stops an easy handle that was added and not yet reported; it is not reported. */
+NXL_API void nxlt_http_remove(nxlt_http_t *h, void *easy);
+/** Frees the multi handle; every easy handle must have been reported or removed. */
+NXL_API void nxlt_http_free(nxlt_http_t *h);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,6 @@
 /* Metadata discovery through etcd's v3 HTTP/JSON API, on the reactor:
- * libcurl's multi-socket interface with its sockets and timer as libevent
- * events (curl's docs/examples/multi-event.c is the model).
+ * libcurl's multi-socket interface driven by libevent, through the HTTP
+ * glue the transports share (http.c, nxlt_http_* in nxl/transport.h).
  *
  * Keys: <prefix><agent>/metadata (full), <prefix><agent>/<label>
  * (partial), all attached to one lease per agent, kept alive every TTL/3.
@@ -33,6 +33,7 @@ struct ereq {
     ereq_done_fn done;
     ereq_line_fn line;      /* streaming (watch): one call per JSON line */
     void *arg;
+    bool added;             /* in the multi handle, not reported yet */
     LIST_ENTRY(ereq) link;
 };
 
@@ -69,8 +70,7 @@ typedef struct epub {
 
 typedef struct etcd {
     nxl_agent_t *a;
-    CURLM *multi;
-    struct event *timer;
+    nxlt_http_t *http;
     char **ep;
     int nep, cur;
     char *prefix;
@@ -86,15 +86,14 @@ typedef struct etcd {
     struct pending_pub { nxl_future_t *f; char *key, *val; struct pending_pub *next; } *waiting;
 } etcd_t;
 
-typedef struct { etcd_t *e; struct event *ev; curl_socket_t s; } esock_t;
-
 /* ------------------------------------------------------------ curl glue */
 
 static void ereq_free(ereq_t *r)
 {
     LIST_REMOVE(r, link);
     etcd_t *e = r->a->etcd;
-    curl_multi_remove_handle(e->multi, r->easy);
+    if (r->added)
+        nxlt_http_remove(e->http, r->easy);
     curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->hdr);
     free(r->url);
@@ -140,101 +139,37 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *arg)
     return n;
 }
 
-static void check_done(etcd_t *e)
-{
-    CURLMsg *m;
-    int left;
-    while ((m = curl_multi_info_read(e->multi, &left))) {
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        ereq_t *r;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-        CURLcode rc = m->data.result;
-        long http = 0;
-        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
-        char err[512] = "";
-        cJSON *j = NULL;
-        if (rc != CURLE_OK) {
-            snprintf(err, sizeof(err), "etcd at %s: %s (is etcd running?)", r->url,
-                     curl_easy_strerror(rc));
-            e->cur = (e->cur + 1) % e->nep; /* try the next endpoint next time */
-        } else if (http != 200) {
-            snprintf(err, sizeof(err), "etcd at %s answered HTTP %ld: %.200s", r->url, http,
-                     r->buf ? r->buf : "");
-        } else if (!r->line && !(j = cJSON_ParseWithLength(r->buf ? r->buf : "", r->len))) {
-            snprintf(err, sizeof(err), "etcd at %s answered something that is not JSON", r->url);
-        } else if (j && cJSON_GetObjectItem(j, "error")) {
-            const cJSON *msg = cJSON_GetObjectItem(j, "message");
-            snprintf(err, sizeof(err), "etcd at %s: %s", r->url,
-                     cJSON_IsString(msg) ? msg->valuestring : "error");
-        }
-        ereq_done_fn done = r->done;
-        void *arg = r->arg;
-        r->done = NULL;
-        if (done)
-            done(r, err[0] ? err : NULL, j);
-        cJSON_Delete(j);
-        NXLI_UNUSED(arg);
-        ereq_free(r);
-    }
-}
-
-static void on_sock(evutil_socket_t fd, short what, void *arg)
+/* A request ended (nxlt_http_done_fn): its handle has left the multi handle. */
+static void req_done(void *easy, int result, void *priv, void *arg)
 {
     etcd_t *e = arg;
-    int running, flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
-                         (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
-    curl_multi_socket_action(e->multi, fd, flags, &running);
-    check_done(e);
-}
-
-static void on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    etcd_t *e = arg;
-    int running;
-    curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_done(e);
-}
-
-static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
-{
-    etcd_t *e = userp;
-    esock_t *es = socketp;
-    if (what == CURL_POLL_REMOVE) {
-        if (es) {
-            event_free(es->ev);
-            free(es);
-            curl_multi_assign(e->multi, s, NULL);
-        }
-        return 0;
+    ereq_t *r = priv;
+    r->added = false;
+    CURLcode rc = (CURLcode)result;
+    long http = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
+    char err[512] = "";
+    cJSON *j = NULL;
+    if (rc != CURLE_OK) {
+        snprintf(err, sizeof(err), "etcd at %s: %s (is etcd running?)", r->url,
+                 curl_easy_strerror(rc));
+        e->cur = (e->cur + 1) % e->nep; /* try the next endpoint next time */
+    } else if (http != 200) {
+        snprintf(err, sizeof(err), "etcd at %s answered HTTP %ld: %.200s", r->url, http,
+                 r->buf ? r->buf : "");
+    } else if (!r->line && !(j = cJSON_ParseWithLength(r->buf ? r->buf : "", r->len))) {
+        snprintf(err, sizeof(err), "etcd at %s answered something that is not JSON", r->url);
+    } else if (j && cJSON_GetObjectItem(j, "error")) {
+        const cJSON *msg = cJSON_GetObjectItem(j, "message");
+        snprintf(err, sizeof(err), "etcd at %s: %s", r->url,
+                 cJSON_IsString(msg) ? msg->valuestring : "error");
     }
-    short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) |
-               (what & CURL_POLL_OUT ? EV_WRITE : 0);
-    if (!es) {
-        es = calloc(1, sizeof(*es));
-        if (!es)
-            return -1;
-        es->e = e;
-        es->s = s;
-        curl_multi_assign(e->multi, s, es);
-    } else {
-        event_free(es->ev);
-    }
-    es->ev = event_new(e->a->base, s, ev, on_sock, e);
-    event_add(es->ev, NULL);
-    return 0;
-}
-
-static int timer_cb(CURLM *m, long ms, void *userp)
-{
-    etcd_t *e = userp;
-    if (ms < 0) {
-        evtimer_del(e->timer);
-    } else {
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        evtimer_add(e->timer, &tv);
-    }
-    return 0;
+    ereq_done_fn done = r->done;
+    r->done = NULL;
+    if (done)
+        done(r, err[0] ? err : NULL, j);
+    cJSON_Delete(j);
+    ereq_free(r);
 }
 
 /* POST a JSON body to /v3/<path>; done runs exactly once (not inline). */
@@ -280,7 +215,12 @@ static ereq_t *post(etcd_t *e, const char *path, cJSON *body, ereq_done_fn done,
     if (timeout_ms > 0)
         curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, timeout_ms);
     LIST_INSERT_HEAD(&e->reqs, r, link);
-    curl_multi_add_handle(e->multi, r->easy);
+    if (nxlt_http_add(e->http, r->easy) != 0) {
+        r->done = NULL;
+        ereq_free(r);
+        return NULL;
+    }
+    r->added = true;
     return r;
 }
 
@@ -330,14 +270,6 @@ static nxl_status_t etcd_get(nxl_agent_t *a, const char *call, etcd_t **out)
                     "NXL_ETCD_ENDPOINTS (e.g. http://127.0.0.1:2379)", call);
         return NXL_ERR_NOT_SUPPORTED;
     }
-    static bool global;
-    if (!global) {
-        if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
-            nxli_err(a, "%s: curl_global_init failed", call);
-            return NXL_ERR_BACKEND;
-        }
-        global = true;
-    }
     etcd_t *e = calloc(1, sizeof(*e));
     if (!e)
         return NXL_ERR_UNKNOWN;
@@ -363,18 +295,13 @@ static nxl_status_t etcd_get(nxl_agent_t *a, const char *call, etcd_t **out)
         e->ep[e->nep++] = strstr(tok, "://") ? strdup(tok) : nxli_sprintf("http://%s", tok);
     }
     free(list);
-    e->multi = curl_multi_init();
-    e->timer = evtimer_new(a->base, on_timer, e);
-    if (!e->nep || !e->multi || !e->timer || !e->prefix) {
+    e->http = nxlt_http_new(a->base, req_done, e);
+    if (!e->nep || !e->http || !e->prefix) {
         nxli_err(a, "%s: could not set up etcd client for endpoints '%s'", call, eps);
         a->etcd = e;
         nxli_etcd_cleanup(a, false);
         return NXL_ERR_INVALID_PARAM;
     }
-    curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
-    curl_multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
-    curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-    curl_multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
     a->etcd = e;
     *out = e;
     return NXL_SUCCESS;
@@ -1054,10 +981,7 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish)
         free(p);
     }
     forget_pubs(e);
-    if (e->multi)
-        curl_multi_cleanup(e->multi);
-    if (e->timer)
-        event_free(e->timer);
+    nxlt_http_free(e->http);
     if (e->ka)
         event_free(e->ka);
     for (int i = 0; i < e->nep; i++)

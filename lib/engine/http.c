@@ -1,0 +1,194 @@
+/* HTTP on the reactor: libcurl's multi-socket interface with its sockets
+ * and its timer as libevent events (curl's docs/examples/multi-event.c is
+ * the model). Shared by etcd discovery (etcd.c) and the OBJ transport, and
+ * offered to every transport in include/nxl/transport.h.
+ *
+ * curl tells us which sockets to watch (sock_cb) and when to call it back
+ * (timer_cb); libevent tells curl what happened (on_sock, on_timer); after
+ * each action the finished transfers are collected and handed to the
+ * owner's done function, outside every curl callback, so that it may add
+ * and remove handles freely. */
+#include "internal.h"
+
+#ifdef NXL_HAVE_CURL
+
+#include <curl/curl.h>
+
+struct nxlt_http {
+    struct event_base *base;
+    CURLM *multi;
+    struct event *timer;
+    nxlt_http_done_fn done;
+    void *arg;
+    LIST_HEAD(, hsock) socks;
+};
+
+typedef struct hsock {
+    struct event *ev;
+    curl_socket_t s;
+    LIST_ENTRY(hsock) link;
+} hsock_t;
+
+static void collect(nxlt_http_t *h)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(h->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURL *easy = m->easy_handle;
+        CURLcode rc = m->data.result;
+        void *priv = NULL;
+        curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&priv);
+        curl_multi_remove_handle(h->multi, easy);
+        h->done(easy, (int)rc, priv, h->arg);
+    }
+}
+
+static void on_sock(evutil_socket_t fd, short what, void *arg)
+{
+    nxlt_http_t *h = arg;
+    int running, flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
+                         (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    curl_multi_socket_action(h->multi, fd, flags, &running);
+    collect(h);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    nxlt_http_t *h = arg;
+    int running;
+    curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    collect(h);
+}
+
+static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    nxlt_http_t *h = userp;
+    hsock_t *hs = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (hs) {
+            LIST_REMOVE(hs, link);
+            if (hs->ev)
+                event_free(hs->ev);
+            free(hs);
+            curl_multi_assign(h->multi, s, NULL);
+        }
+        return 0;
+    }
+    short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) |
+               (what & CURL_POLL_OUT ? EV_WRITE : 0);
+    if (!hs) {
+        hs = calloc(1, sizeof(*hs));
+        if (!hs)
+            return -1;
+        hs->s = s;
+        LIST_INSERT_HEAD(&h->socks, hs, link);
+        curl_multi_assign(h->multi, s, hs);
+    } else {
+        if (hs->ev)
+            event_free(hs->ev);
+    }
+    hs->ev = event_new(h->base, s, ev, on_sock, h);
+    if (!hs->ev || event_add(hs->ev, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+static int timer_cb(CURLM *m, long ms, void *userp)
+{
+    nxlt_http_t *h = userp;
+    if (ms < 0) {
+        evtimer_del(h->timer);
+    } else {
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        evtimer_add(h->timer, &tv);
+    }
+    return 0;
+}
+
+nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg)
+{
+    static bool global;
+    if (!global) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT))
+            return NULL;
+        global = true;
+    }
+    nxlt_http_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->base = base;
+    h->done = done;
+    h->arg = arg;
+    LIST_INIT(&h->socks);
+    h->multi = curl_multi_init();
+    h->timer = evtimer_new(base, on_timer, h);
+    if (!h->multi || !h->timer) {
+        nxlt_http_free(h);
+        return NULL;
+    }
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+    return h;
+}
+
+void *nxlt_http_multi(nxlt_http_t *h)
+{
+    return h->multi;
+}
+
+int nxlt_http_add(nxlt_http_t *h, void *easy)
+{
+    return (int)curl_multi_add_handle(h->multi, easy);
+}
+
+void nxlt_http_remove(nxlt_http_t *h, void *easy)
+{
+    curl_multi_remove_handle(h->multi, easy);
+}
+
+void nxlt_http_free(nxlt_http_t *h)
+{
+    if (!h)
+        return;
+    /* closes the cached connections: curl removes their sockets through
+     * sock_cb, which frees their events */
+    if (h->multi)
+        curl_multi_cleanup(h->multi);
+    while (!LIST_EMPTY(&h->socks)) {
+        hsock_t *hs = LIST_FIRST(&h->socks);
+        LIST_REMOVE(hs, link);
+        if (hs->ev)
+            event_free(hs->ev);
+        free(hs);
+    }
+    if (h->timer)
+        event_free(h->timer);
+    free(h);
+}
+
+#else /* !NXL_HAVE_CURL */
+
+nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg)
+{
+    return NULL;
+}
+
+void *nxlt_http_multi(nxlt_http_t *h)
+{
+    return NULL;
+}
+
+int nxlt_http_add(nxlt_http_t *h, void *easy)
+{
+    return -1;
+}
+
+void nxlt_http_remove(nxlt_http_t *h, void *easy) {}
+
+void nxlt_http_free(nxlt_http_t *h) {}
+
+#endif

@@ -1,0 +1,158 @@
+/* The OBJ transport's private structures, shared by its core (obj.c: S3,
+ * requests, retries, transfers) and its Azure Blob dialect (azure.c:
+ * Shared Key signing, connection strings). */
+#ifndef NXL_OBJ_H
+#define NXL_OBJ_H
+
+#include "config.h"
+#include <nxl/transport.h>
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#define OBJ_DEF_CONNS 16u
+#define OBJ_DEF_PART (8u << 20)          /* multipart part / ranged GET size */
+#define OBJ_DEF_THRESHOLD (16u << 20)    /* WRITEs larger than this are multipart */
+#define OBJ_MAX_PARTS 10000u             /* S3's and Azure's limit per object */
+#define OBJ_DEF_RETRIES 4u
+#define OBJ_RETRY_MIN_MS 50u
+#define OBJ_RETRY_MAX_MS 2000u
+#define OBJ_RESP_MAX (64u << 10)         /* error bodies and XML answers kept, at most */
+#define OBJ_KEY_MAX 1024u
+#define OBJ_CANCEL_TICK_MS 20u
+
+typedef enum { OBJ_S3, OBJ_AZURE } obj_api_t;
+
+struct event;
+typedef struct obj obj_t;
+typedef struct obj_xop obj_xop_t;
+
+/* A registered OBJ range: an object key, shared by its registration, the
+ * keys loaded from it and the transfers that use it. */
+typedef struct obj_key {
+    int refs;
+    char *key;               /* the object's key, NUL-terminated */
+    char *url;               /* its URL */
+    char *path;              /* the URL's path, for Azure's canonical resource */
+    uint64_t id, off;        /* the descriptor's dev_id and registered range */
+    size_t len;
+    uint64_t regid;
+    struct obj_key *hnext;
+} obj_key_t;
+
+enum { R_GET, R_PUT, R_HEAD, R_MPU_CREATE, R_MPU_PART, R_MPU_COMPLETE, R_MPU_ABORT };
+enum { RQ_QUEUED, RQ_INFLIGHT, RQ_RETRY, RQ_DONE };
+
+/* One multipart upload (S3) or block list (Azure) of one WRITE element. */
+typedef struct obj_mpu {
+    obj_xop_t *x;
+    obj_key_t *k;
+    size_t elem;
+    char *upload_id;         /* S3, once created */
+    const char *buf;
+    size_t len, part;
+    unsigned nparts, parts_done;
+    int active;              /* its part requests not finished */
+    bool aborting, done;
+    char **etags;            /* S3: per part; Azure: unused */
+    LIST_ENTRY(obj_mpu) link;
+} obj_mpu_t;
+
+/* One HTTP request. */
+typedef struct obj_req {
+    obj_t *o;
+    obj_xop_t *x;
+    obj_mpu_t *mpu;
+    obj_key_t *k;
+    int kind, state;
+    size_t elem;
+    unsigned part;           /* 1-based part number */
+    char *buf;               /* GET: destination; PUT: source */
+    size_t len, pos;
+    uint64_t off;            /* GET: offset in the object */
+    char *body;              /* a body of our own (CompleteMultipartUpload, block list) */
+    CURL *easy;
+    struct curl_slist *hdr;
+    char *resp;              /* answer body (XML, error), capped */
+    size_t resp_len, resp_cap;
+    long http;
+    char etag[128];
+    char err_hdr[96];        /* x-amz-error-code / x-ms-error-code */
+    long long total;         /* object size from Content-Range, -1 unknown */
+    bool bad;                /* our write callback refused the body */
+    bool overrun;            /* the server sent more than asked: cut off, the rest kept */
+    char bad_why[200];
+    unsigned attempts;
+    struct event *retry_ev;
+    TAILQ_ENTRY(obj_req) qlink;
+    LIST_ENTRY(obj_req) xlink;
+} obj_req_t;
+TAILQ_HEAD(obj_reqq, obj_req);
+
+struct obj_xop {
+    obj_t *o;
+    nxlt_op_t *op;
+    bool write;
+    bool failed;
+    nxl_status_t st;
+    char why[1200];
+    int active;              /* requests not finished, plus holds */
+    LIST_HEAD(, obj_req) reqs;
+    LIST_HEAD(, obj_mpu) mpus;
+    LIST_ENTRY(obj_xop) link;
+};
+
+struct obj {
+    nxlt_ctx_t *ctx;
+    const char *tname;       /* "OBJ" or "AZURE", for sentences */
+    obj_api_t api;
+    nxlt_http_t *http;
+    CURL *sync;              /* blocking HEADs of nxl_mem_query, aborts at teardown */
+    bool closing;
+    /* parameters */
+    char *endpoint, *bucket, *region, *access_key, *secret_key, *token;
+    char *account;           /* Azure */
+    unsigned char akey[128]; /* Azure: the account key, decoded */
+    size_t akey_len;
+    bool virt;               /* virtual-host addressing */
+    char *base;              /* URL of the bucket or container, without a trailing / */
+    char *sigv4;             /* "aws:amz:REGION:s3" */
+    char *ca_file;
+    bool verify_tls;
+    unsigned max_conns, retries;
+    size_t part, threshold;
+    long timeout_s, connect_ms;
+    char scheme_name[8];     /* "s3" or "azure", for object names in sentences */
+    /* state */
+    uint64_t token_id;
+    uint64_t next_regid;
+    obj_key_t **reg;
+    size_t nbuckets, nreg;
+    struct obj_reqq queue;
+    unsigned inflight;
+    LIST_HEAD(, obj_xop) xops;
+    struct event *tick;      /* polls for canceled transfers while any is in flight */
+    struct event *kick;      /* completes empty transfers on the next turn */
+    /* statistics */
+    uint64_t n_req, n_retry, n_xfer, n_conn;
+    char desc[256];
+};
+
+/* azure.c */
+/* Parses an Azure connection string into o (account, key, endpoint);
+ * writes a sentence into why on failure. */
+int obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap);
+/* Decodes the base64 account key into o->akey. */
+int obj_azure_set_key(obj_t *o, const char *b64);
+/* Adds x-ms-date, x-ms-version, the x-ms-* headers in @p xms (name,
+ * value, ..., NULL; names lower-case) and Authorization (Shared Key) to
+ * *hdr. @p path is the URL's path, @p query its parameters decoded (name,
+ * value, ..., NULL), @p content_length the body's length. */
+int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
+                   const char *const *xms, size_t content_length, struct curl_slist **hdr);
+/* 1 when this build can speak Azure (libcrypto) */
+int obj_azure_available(void);
+
+#endif
