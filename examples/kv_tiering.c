@@ -411,7 +411,7 @@ int main(int argc, char **argv)
     K.pool = pool;
     /* the file tier: one file, created, registered by path; or the S3 tier:
      * one object per block, block i registered as OBJ id i + 1 */
-    char path[600], meta[600];
+    char path[600], meta[640];
     size_t fsize = (size_t)K.nblocks * K.bs;
     nxl_mem_t ttype = tier ? NXL_OBJ : NXL_FILE;
     if (tier) {
