@@ -4,6 +4,9 @@
 #ifdef NXL_HAVE_UCX
 extern const nxlt_ops_t nxl_ucx_ops;
 #endif
+#ifdef NXL_HAVE_LIBFABRIC
+extern const nxlt_ops_t nxl_libfabric_ops;
+#endif
 #ifdef NXL_HAVE_POSIX
 extern const nxlt_ops_t nxl_posix_ops;
 #endif
@@ -11,6 +14,9 @@ extern const nxlt_ops_t nxl_posix_ops;
 static const nxlt_ops_t *const builtin[] = {
 #ifdef NXL_HAVE_UCX
     &nxl_ucx_ops,
+#endif
+#ifdef NXL_HAVE_LIBFABRIC
+    &nxl_libfabric_ops,
 #endif
 #ifdef NXL_HAVE_POSIX
     &nxl_posix_ops,
