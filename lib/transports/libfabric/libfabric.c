@@ -134,6 +134,7 @@ struct lf_conn {
     char *name;
     int refs;                   /* the engine's, plus one per op */
     bool failed, stalled, unloaded;
+    int fail_deferred;          /* a post was refused for a lost peer: fail it from the loop */
     int err;
     char *why;
     unsigned inflight;          /* ops not reported yet */
@@ -225,6 +226,14 @@ static long long parse_ms(const char *v)
     if (end == v || d < 0 || (*end && strcmp(end, "s") && strcmp(end, "ms")))
         return -1;
     return (long long)(strcmp(end, "ms") ? d * 1000 : d);
+}
+
+/* a post refused at once: sockets answers ENOENT when it cannot reach the
+ * peer's address anymore */
+static bool post_disconnect(int err)
+{
+    return err == FI_ENOENT || err == FI_ECONNREFUSED || err == FI_ECONNRESET ||
+           err == FI_ENOTCONN || err == FI_EHOSTUNREACH || err == FI_ESHUTDOWN || err == EPIPE;
 }
 
 static bool is_disconnect(int err)
@@ -644,11 +653,17 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         if (r == -FI_EAGAIN)
             return NXL_IN_PROG;
         if (r) {
+            if (post_disconnect((int)-r) && !c->fail_deferred) {
+                c->fail_deferred = (int)-r;
+                kick(u);
+            }
             if (first && o->posted == 0) {
                 nxlt_error(u->ctx, "LIBFABRIC: %s to agent '%s' failed at once on provider %s: "
-                           "%s", o->dir == NXL_WRITE ? "fi_writemsg" : "fi_readmsg", c->name,
-                           u->prov, fi_strerror((int)-r));
-                return is_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
+                           "%s%s", o->dir == NXL_WRITE ? "fi_writemsg" : "fi_readmsg", c->name,
+                           u->prov, fi_strerror((int)-r),
+                           post_disconnect((int)-r) ? " (the peer is gone or unreachable; reload "
+                                                      "its metadata once it is back)" : "");
+                return post_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
             }
             if (!o->err) {
                 o->err = (int)-r;
@@ -678,10 +693,14 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     if (r == -FI_EAGAIN)
         return NXL_IN_PROG;
     if (r) {
+        if (post_disconnect((int)-r) && !c->fail_deferred) {
+            c->fail_deferred = (int)-r;
+            kick(u);
+        }
         if (first && o->posted == 0) {
             nxlt_error(u->ctx, "LIBFABRIC: fi_send of a notification to agent '%s' failed at "
                        "once on provider %s: %s", c->name, u->prov, fi_strerror((int)-r));
-            return is_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
+            return post_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
         }
         if (!o->err) {
             o->err = (int)-r;
@@ -814,12 +833,13 @@ static nxl_status_t check_conn(lf_t *u, lf_conn_t *c, const char *call)
         nxlt_error(u->ctx, "LIBFABRIC: %s: the transport is shutting down", call);
         return NXL_ERR_NOT_ALLOWED;
     }
-    if (!c->failed)
+    if (!c->failed && !c->fail_deferred)
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "LIBFABRIC: %s: the connection to agent '%s' failed earlier (%s); reload "
                "its metadata once it is back", call, c->name,
                c->stalled ? "no completion within the stall timeout"
-                          : c->why ? c->why : fi_strerror(c->err));
+               : c->why   ? c->why
+                          : fi_strerror(c->failed ? c->err : c->fail_deferred));
     return NXL_ERR_REMOTE_DISCONNECT;
 }
 
@@ -1136,6 +1156,18 @@ static void progress(lf_t *u)
     if (u->in_progress || u->ep_closed)
         return;
     u->in_progress = true;
+    lf_conn_t *c, *cn;
+    for (c = LIST_FIRST(&u->conns); c; c = cn) {
+        cn = LIST_NEXT(c, link);
+        if (c->fail_deferred && !c->failed) {
+            char why[160];
+            snprintf(why, sizeof(why), "a post was refused: %s", fi_strerror(c->fail_deferred));
+            c->refs++;
+            conn_fail(c, c->fail_deferred, why, false);
+            cn = LIST_NEXT(c, link);
+            conn_put(c);
+        }
+    }
     bool more;
     unsigned n = drain(u, &more);
     resume(u);
