@@ -126,10 +126,21 @@ typedef struct lf_op {
     TAILQ_ENTRY(lf_op) clink;
 } lf_op_t;
 
+/* One address vector entry per peer endpoint, shared by the connections
+ * to it: shm 1.17 unmaps a peer's region when any one of two entries for
+ * the same address is removed. */
+typedef struct lf_addr {
+    fi_addr_t fa;
+    int refs;
+    size_t len;
+    LIST_ENTRY(lf_addr) link;
+    unsigned char name[];
+} lf_addr_t;
+
 struct lf_conn {
     lf_t *u;
     fi_addr_t addr;
-    bool in_av;
+    lf_addr_t *av_entry;        /* NULL: loopback */
     bool self;                  /* our own endpoint: loopback by memcpy */
     char *name;
     int refs;                   /* the engine's, plus one per op */
@@ -192,6 +203,7 @@ struct lf_state {
     TAILQ_HEAD(, lf_op) waitq;
     TAILQ_HEAD(, lf_op) checkq;
     LIST_HEAD(, lf_conn) conns;
+    LIST_HEAD(, lf_addr) addrs;
     /* receives */
     lf_rx_t rx[NRX];
     unsigned char *rxmem;
@@ -294,8 +306,13 @@ static void conn_put(lf_conn_t *c)
 {
     if (--c->refs)
         return;
-    if (c->in_av && c->u->av && !c->u->ep_closed)
-        fi_av_remove(c->u->av, &c->addr, 1, 0);
+    lf_addr_t *e = c->av_entry;
+    if (e && --e->refs == 0) {
+        if (c->u->av && !c->u->ep_closed)
+            fi_av_remove(c->u->av, &e->fa, 1, 0);
+        LIST_REMOVE(e, link);
+        free(e);
+    }
     LIST_REMOVE(c, link);
     free(c->name);
     free(c->why);
@@ -368,17 +385,30 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     if (nl == u->name_len && !memcmp(name, u->name, nl)) {
         c->self = true;
     } else {
-        int r = fi_av_insert(u->av, name, 1, &c->addr, 0, NULL);
-        if (r != 1) {
-            nxlt_error(u->ctx, "LIBFABRIC: fi_av_insert of agent '%s''s address failed: %s; the "
-                       "address may belong to another fabric or domain (check 'provider', "
-                       "'domain' and 'iface' on both sides)", agent,
-                       fi_strerror(r < 0 ? -r : FI_EINVAL));
-            free(c->name);
-            free(c);
-            return NXL_ERR_BACKEND;
+        lf_addr_t *e;
+        LIST_FOREACH(e, &u->addrs, link)
+        if (e->len == nl && !memcmp(e->name, name, nl))
+            break;
+        if (!e) {
+            e = calloc(1, sizeof(*e) + nl);
+            int r = e ? fi_av_insert(u->av, name, 1, &e->fa, 0, NULL) : -FI_ENOMEM;
+            if (r != 1) {
+                nxlt_error(u->ctx, "LIBFABRIC: fi_av_insert of agent '%s''s address failed: %s; "
+                           "the address may belong to another fabric or domain (check "
+                           "'provider', 'domain' and 'iface' on both sides)", agent,
+                           fi_strerror(r < 0 ? -r : FI_EINVAL));
+                free(e);
+                free(c->name);
+                free(c);
+                return NXL_ERR_BACKEND;
+            }
+            e->len = nl;
+            memcpy(e->name, name, nl);
+            LIST_INSERT_HEAD(&u->addrs, e, link);
         }
-        c->in_av = true;
+        e->refs++;
+        c->av_entry = e;
+        c->addr = e->fa;
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     *out = c;
@@ -1578,6 +1608,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                                  : false);
     LIST_INIT(&u->ops);
     LIST_INIT(&u->conns);
+    LIST_INIT(&u->addrs);
     TAILQ_INIT(&u->waitq);
     TAILQ_INIT(&u->checkq);
     u->info = fi_dupinfo(pick);
@@ -1843,6 +1874,11 @@ static void destroy(void *state)
         free(c->name);
         free(c->why);
         free(c);
+    }
+    while (!LIST_EMPTY(&u->addrs)) {
+        lf_addr_t *e = LIST_FIRST(&u->addrs);
+        LIST_REMOVE(e, link);
+        free(e);
     }
     if (u->rx_mr)
         fi_close(&u->rx_mr->fid);
