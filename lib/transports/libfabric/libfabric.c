@@ -72,6 +72,7 @@
 #define TRY_ROUNDS 16                         /* fi_trywait refusals before yielding */
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50
+#define POLL_MIN_US 1000                      /* timer mode: after activity (the loop's resolution) */
 #define POLL_ACTIVE_MAX_US 1000               /* timer mode, something in flight */
 #define RETRY_US 1000                         /* a post refused with nothing in flight */
 #define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
@@ -1171,7 +1172,7 @@ static void poll_schedule(lf_t *u, bool active)
 {
     bool busy = u->inflight || !TAILQ_EMPTY(&u->waitq);
     if (active)
-        u->poll_us = 50;
+        u->poll_us = POLL_MIN_US;
     else
         u->poll_us = u->poll_us * 2 > u->poll_max_us ? u->poll_max_us : u->poll_us * 2;
     if (busy && u->poll_us > POLL_ACTIVE_MAX_US)
@@ -1322,28 +1323,11 @@ static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
 
 /* --------------------------------------------------------- life and death */
 
-static int hmem_somewhere(void)
-{
-    struct fi_info *h = fi_allocinfo(), *info = NULL;
-    if (!h)
-        return 0;
-    h->caps = FI_HMEM;
-    h->domain_attr->mr_mode = FI_MR_HMEM | LF_MR_MODES | FI_MR_RAW;
-    h->mode = ~0ULL;
-    int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &info);
-    fi_freeinfo(h);
-    if (!r)
-        fi_freeinfo(info);
-    return r == 0;
-}
-
 static int probe(char *why, size_t cap)
 {
     uint32_t v = fi_version();
-    snprintf(why, cap, "libfabric %u.%u: DRAM, remote and loopback, notifications; VRAM: %s",
-             FI_MAJOR(v), FI_MINOR(v),
-             hmem_somewhere() ? "a provider offers FI_HMEM, nxl does not use it yet"
-                              : "no (no provider with FI_HMEM here)");
+    snprintf(why, cap, "libfabric %u.%u: DRAM, remote and loopback, notifications; no VRAM "
+             "(FI_HMEM not used yet)", FI_MAJOR(v), FI_MINOR(v));
     return 1;
 }
 
@@ -1408,12 +1392,14 @@ static bool link_local(const struct fi_info *i)
 
 /* the entry to use: tcp;ofi_rxm first unless a provider was asked for,
  * the first one on iface, link-local IPv6 last */
-static struct fi_info *choose(struct fi_info *list, const char *iface, bool asked)
+static struct fi_info *choose(struct fi_info *list, const char *domain, const char *iface,
+                              bool asked)
 {
     struct fi_info *best = NULL;
     int best_score = -1;
     for (struct fi_info *i = list; i; i = i->next) {
-        if (!on_iface(i, iface))
+        if (!on_iface(i, iface) ||
+            (domain && (!i->domain_attr->name || strcmp(i->domain_attr->name, domain))))
             continue;
         int score = 10;
         if (!asked && !strcmp(i->fabric_attr->prov_name, "tcp;ofi_rxm"))
@@ -1465,7 +1451,7 @@ static void explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, 
         h->ep_attr->type = FI_EP_RDM;
         h->caps = FI_MSG | FI_RMA;
         h->mode = ~0ULL;
-        h->domain_attr->mr_mode = ~0;
+        h->domain_attr->mr_mode = LF_MR_MODES | FI_MR_RAW | FI_MR_HMEM | FI_MR_RMA_EVENT;
         if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &info)) {
             list_offers(info, offers, sizeof(offers));
             fi_freeinfo(info);
@@ -1502,7 +1488,7 @@ static void explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, 
             h->caps = FI_MSG | FI_SEND | FI_RECV;
         info = NULL;
         if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &info)) {
-            if (t > 1 || choose(info, t == 0 ? NULL : iface, true))
+            if (t > 1 || choose(info, tries[t].domain, t == 0 ? NULL : iface, true))
                 snprintf(hint, sizeof(hint), "relax: %s", tries[t].what);
             fi_freeinfo(info);
         }
@@ -1544,7 +1530,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     const char *prov = param(params, n, "provider"), *domain = param(params, n, "domain");
     const char *iface = param(params, n, "iface"), *pm = param(params, n, "progress");
-    long long stall_ms = 10000, poll_max_ms = 200;
+    long long stall_ms = 10000, poll_max_ms = 250;
     const char *v;
     if ((v = param(params, n, "stall_timeout")) && (stall_ms = parse_ms(v)) < 0) {
         nxlt_error(ctx, "LIBFABRIC: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
@@ -1552,7 +1538,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_INVALID_PARAM;
     }
     if ((v = param(params, n, "poll_max")) && ((poll_max_ms = parse_ms(v)) < 1)) {
-        nxlt_error(ctx, "LIBFABRIC: poll_max '%s' is not a time of 1 ms or more (e.g. 200ms)", v);
+        nxlt_error(ctx, "LIBFABRIC: poll_max '%s' is not a time of 1 ms or more (e.g. 250ms)", v);
         return NXL_ERR_INVALID_PARAM;
     }
     if (pm && strcmp(pm, "auto") && strcmp(pm, "fd") && strcmp(pm, "timer")) {
@@ -1574,7 +1560,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     bool no_dc = dcp && !strcmp(dcp, "no");
     h->tx_attr->op_flags = no_dc ? 0 : FI_DELIVERY_COMPLETE;
     int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
-    struct fi_info *pick = r ? NULL : choose(list, iface, prov != NULL);
+    struct fi_info *pick = r ? NULL : choose(list, domain, iface, prov != NULL);
     bool dc = pick != NULL && !no_dc;
     if (!pick) {
         if (list)
@@ -1582,7 +1568,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         list = NULL;
         h->tx_attr->op_flags = 0;
         r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
-        pick = r ? NULL : choose(list, iface, prov != NULL);
+        pick = r ? NULL : choose(list, domain, iface, prov != NULL);
     }
     fi_freeinfo(h);
     if (!pick) {
@@ -1600,7 +1586,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->wait_fd = -1;
     u->stall_us = (uint64_t)stall_ms * 1000;
     u->poll_max_us = (uint64_t)poll_max_ms * 1000;
-    u->poll_us = 50;
+    u->poll_us = POLL_MIN_US;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
      * target's command queue instead: not by default there */
