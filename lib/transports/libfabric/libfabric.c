@@ -260,7 +260,6 @@ static bool is_disconnect(int err)
     case FI_ETIMEDOUT:
     case FI_ESHUTDOWN:
     case EPIPE:
-    case EIO:
     case FI_EADDRNOTAVAIL:
         return true;
     default:
@@ -545,7 +544,7 @@ static void unload_key(void *state, void *rkey)
 
 static nxl_status_t map_err(const lf_op_t *o)
 {
-    if (o->conn->failed || is_disconnect(o->err))
+    if (o->conn->failed || o->conn->fail_deferred || is_disconnect(o->err))
         return NXL_ERR_REMOTE_DISCONNECT;
     if (o->err == FI_ECANCELED)
         return NXL_ERR_CANCELED;
@@ -592,10 +591,12 @@ static void op_fail_sentence(lf_op_t *o, char *why, size_t cap)
                  "(link down, or the peer died or hung); the connection is given up — reload its "
                  "metadata once it is reachable", c->name,
                  (unsigned long long)(o->u->stall_us / 1000));
-    else if (c->failed)
+    else if (c->failed || c->fail_deferred)
         snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed: the connection failed (%s); "
                  "the peer is gone or unreachable — reload its metadata once it is back", what,
-                 c->name, c->why ? c->why : fi_strerror(c->err));
+                 c->name,
+                 c->failed && c->why ? c->why
+                                     : fi_strerror(c->failed ? c->err : c->fail_deferred));
     else
         snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed on provider %s: %s (%s)", what,
                  c->name, o->u->prov, fi_strerror(o->err), o->errtxt ? o->errtxt : "no detail");
