@@ -1134,7 +1134,8 @@ static void run_checkq(lf_t *u)
     while ((o = TAILQ_FIRST(&u->checkq))) {
         TAILQ_REMOVE(&u->checkq, o, clink);
         o->checkq = false;
-        if (o->conn->self && o->op && o->want_notif && !o->notif_counted) {
+        if (o->conn->self && o->op && o->want_notif && !o->notif_counted &&
+            !nxlt_op_canceled(o->op)) {
             /* loopback notification: after the data, which moved at post */
             o->notif_counted = true;
             u->hit = true;
