@@ -219,7 +219,8 @@ struct lf_state {
 static nxl_status_t try_post(lf_op_t *o, bool first);
 static void op_check(lf_op_t *o);
 static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled);
-static void progress(lf_t *u);
+static void progress(lf_t *u, bool woke);
+static bool remote_activity(lf_t *u);
 
 /* ------------------------------------------------------------ helpers */
 
@@ -1159,11 +1160,15 @@ static void spin(lf_t *u, unsigned bp)
     u->hit = false;
     for (unsigned i = 1;; i++) {
         bool more;
+        /* a peer's RMA into our memory is activity too, though the CQ shows none */
+        bool remote = !(i & 15) && remote_activity(u);
         if (drain(u, &more) || u->hit) {
             resume(u);
             u->busy_until_us = nxlt_now_us() + bp;
             return;
         }
+        if (remote)
+            u->busy_until_us = nxlt_now_us() + bp;
         if (!(i & 15) &&
             (nxlt_now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
             return;
@@ -1184,7 +1189,26 @@ static void poll_schedule(lf_t *u, bool active)
     evtimer_add(u->ev_poll, &tv);
 }
 
-static void progress(lf_t *u)
+/* Did a peer touch our memory since we last looked? (Serving a peer's
+ * READ or delivery-complete WRITE puts nothing in our CQ.) From a timer,
+ * the RMA-event counter says; in fd mode, the wait fd being readable. */
+static bool remote_activity(lf_t *u)
+{
+    if (u->rma_cntr) {
+        uint64_t c = fi_cntr_read(u->rma_cntr);
+        bool changed = c != u->rma_seen;
+        u->rma_seen = c;
+        return changed;
+    }
+    if (u->wait_fd >= 0) {
+        struct pollfd pf = {.fd = u->wait_fd, .events = POLLIN};
+        return poll(&pf, 1, 0) > 0;
+    }
+    return false;
+}
+
+/* woke: called because the CQ's wait fd was readable */
+static void progress(lf_t *u, bool woke)
 {
     if (u->in_progress || u->ep_closed)
         return;
@@ -1207,21 +1231,22 @@ static void progress(lf_t *u)
     rx_repost_all(u);
     run_checkq(u);
     unsigned bp = nxlt_busy_poll_us(u->ctx);
-    if (n && bp)
+    /* A peer's RMA into our memory: on the wait fd (tcp), it extends the
+     * busy-poll window (a READ or a delivery-complete WRITE waits for us);
+     * from a timer (shm's one-sided writes) it only keeps the poll short —
+     * spinning on shm's progress would take the region lock the peer's
+     * posts need (a 4 KiB WRITE took 250 us instead of 9) */
+    bool remote = u->rma_cntr ? remote_activity(u) : woke;
+    if ((n || (remote && u->wait_fd >= 0)) && bp)
         u->busy_until_us = nxlt_now_us() + bp;
     if (more) {
         kick(u);
     } else if (u->busy_until_us && nxlt_now_us() < u->busy_until_us) {
-        if (!n)
+        /* from a timer, one CQ read per loop turn (shm's region lock, above) */
+        if (!n && u->wait_fd >= 0)
             spin(u, bp);
         kick(u); /* busy-poll window: keep polling from the loop */
     } else if (u->wait_fd < 0) {
-        bool remote = false;
-        if (u->rma_cntr) {
-            uint64_t c = fi_cntr_read(u->rma_cntr);
-            remote = c != u->rma_seen;
-            u->rma_seen = c;
-        }
         poll_schedule(u, n > 0 || u->hit || remote);
         u->hit = false;
     } else if (u->hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
@@ -1249,17 +1274,17 @@ static void progress(lf_t *u)
     u->in_progress = false;
 }
 
-static void on_fd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
-static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg); }
-static void on_poll(evutil_socket_t fd, short what, void *arg) { progress(arg); }
-static void on_retry(evutil_socket_t fd, short what, void *arg) { progress(arg); }
+static void on_fd(evutil_socket_t fd, short what, void *arg) { progress(arg, true); }
+static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
+static void on_poll(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
+static void on_retry(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
 
 /* While ops are in flight: progress now and then, and declare lost a peer
  * whose operations stopped completing. */
 static void on_watch(evutil_socket_t fd, short what, void *arg)
 {
     lf_t *u = arg;
-    progress(u);
+    progress(u, false);
     uint64_t now = nxlt_now_us();
     lf_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
