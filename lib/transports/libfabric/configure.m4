@@ -1,4 +1,7 @@
 dnl libfabric transport: --enable-libfabric=yes|no|auto, --with-libfabric=PATH
+dnl The transport loads libfabric with dlopen when it is first used (its
+dnl dependencies cost ~0.2 s at every process start otherwise): the library
+dnl must link here, but libnxl is not linked against it.
 AC_DEFUN([NXL_TRANSPORT_LIBFABRIC], [
   AC_ARG_ENABLE([libfabric],
     [AS_HELP_STRING([--enable-libfabric=yes|no|auto], [build the libfabric transport (default: auto)])],
@@ -14,7 +17,9 @@ AC_DEFUN([NXL_TRANSPORT_LIBFABRIC], [
       libfabric_libdir="$with_libfabric/lib"
       AS_IF([test -d "$with_libfabric/lib64"], [libfabric_libdir="$with_libfabric/lib64"])
       LIBFABRIC_LIBS="-L$libfabric_libdir -Wl,-rpath,$libfabric_libdir -lfabric"
+      libfabric_soname="$libfabric_libdir/libfabric.so.1"
     ], [
+      libfabric_soname="libfabric.so.1"
       PKG_CHECK_MODULES([LIBFABRIC], [libfabric >= 1.10], [],
         [LIBFABRIC_CFLAGS=""; LIBFABRIC_LIBS="-lfabric"])
     ])
@@ -37,13 +42,20 @@ AC_DEFUN([NXL_TRANSPORT_LIBFABRIC], [
       AC_MSG_RESULT([$have_libfabric])
     ], [libfabric_why="rdma/fabric.h not found (apt-get install libfabric-dev, or --with-libfabric=PATH)"])
     CPPFLAGS=$save_CPPFLAGS; LIBS=$save_LIBS
+    AS_IF([test "x$have_libfabric" = xyes], [
+      AC_SEARCH_LIBS([dlopen], [dl], [], [have_libfabric=no; libfabric_why="no dlopen to load libfabric with"])
+      LIBFABRIC_LIBS=""
+      AS_IF([test "x$ac_cv_search_dlopen" != "xnone required" && test "x$ac_cv_search_dlopen" != xno],
+        [LIBFABRIC_LIBS="$ac_cv_search_dlopen"])
+      LIBS=$save_LIBS
+    ])
     AS_IF([test "x$have_libfabric" = xno && test "x$enable_libfabric" = xyes],
       [AC_MSG_ERROR([--enable-libfabric=yes but $libfabric_why])])
   ], [libfabric_why="disabled by --disable-libfabric"])
   AS_IF([test "x$have_libfabric" = xyes], [
     AC_DEFINE([NXL_HAVE_LIBFABRIC], [1], [libfabric transport built in])
+    AC_DEFINE_UNQUOTED([NXL_LIBFABRIC_SONAME], ["$libfabric_soname"], [libfabric, as dlopen finds it])
     NXL_TRANSPORTS_BUILT="$NXL_TRANSPORTS_BUILT LIBFABRIC"
-    AS_IF([test "x$with_libfabric" = x], [NXL_PC_REQUIRES_PRIVATE="$NXL_PC_REQUIRES_PRIVATE libfabric"])
   ], [
     LIBFABRIC_CFLAGS=""; LIBFABRIC_LIBS=""
     NXL_TRANSPORTS_SKIPPED="$NXL_TRANSPORTS_SKIPPED LIBFABRIC($libfabric_why)"

@@ -55,6 +55,66 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* libfabric is loaded when a LIBFABRIC transport is first probed or
+ * created, not when libnxl is: Debian's libfabric pulls in libpsm2 and
+ * libinfinipath, whose constructors look for their hardware for about
+ * 0.2 s at every process start here. Six functions are real symbols; the
+ * rest of the API is inline calls through the objects' ops tables. */
+#ifndef NXL_LIBFABRIC_SONAME
+#define NXL_LIBFABRIC_SONAME "libfabric.so.1"
+#endif
+static struct {
+    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+                   struct fi_info **);
+    void (*freeinfo)(struct fi_info *);
+    struct fi_info *(*dupinfo)(const struct fi_info *);
+    int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+    const char *(*strerror)(int);
+    uint32_t (*version)(void);
+    char why[200];
+    int ok;
+} lf_sym;
+static pthread_once_t lf_sym_once = PTHREAD_ONCE_INIT;
+
+static void lf_sym_load(void)
+{
+    void *h = dlopen(NXL_LIBFABRIC_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(lf_sym.why, sizeof(lf_sym.why), "%s", dlerror());
+        return;
+    }
+    *(void **)&lf_sym.getinfo = dlsym(h, "fi_getinfo");
+    *(void **)&lf_sym.freeinfo = dlsym(h, "fi_freeinfo");
+    *(void **)&lf_sym.dupinfo = dlsym(h, "fi_dupinfo");
+    *(void **)&lf_sym.fabric = dlsym(h, "fi_fabric");
+    *(void **)&lf_sym.strerror = dlsym(h, "fi_strerror");
+    *(void **)&lf_sym.version = dlsym(h, "fi_version");
+    if (!lf_sym.getinfo || !lf_sym.freeinfo || !lf_sym.dupinfo || !lf_sym.fabric ||
+        !lf_sym.strerror || !lf_sym.version) {
+        snprintf(lf_sym.why, sizeof(lf_sym.why), "%s lacks fi_getinfo, fi_fabric or another "
+                 "of the functions nxl calls", NXL_LIBFABRIC_SONAME);
+        dlclose(h);
+        return;
+    }
+    lf_sym.ok = 1; /* stays loaded for the life of the process */
+}
+
+static int lf_loaded(void)
+{
+    pthread_once(&lf_sym_once, lf_sym_load);
+    return lf_sym.ok;
+}
+
+#define fi_getinfo(...) lf_sym.getinfo(__VA_ARGS__)
+#define fi_freeinfo(i) lf_sym.freeinfo(i)
+#define fi_dupinfo(i) lf_sym.dupinfo(i)
+#define fi_fabric(...) lf_sym.fabric(__VA_ARGS__)
+#define fi_strerror(e) lf_sym.strerror(e)
+#define fi_version() lf_sym.version()
+#define lf_allocinfo() lf_sym.dupinfo(NULL)
 
 #define LF_API_VERSION FI_VERSION(1, 10)
 #define LF_CAPS                                                                                    \
@@ -1352,6 +1412,10 @@ static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
 
 static int probe(char *why, size_t cap)
 {
+    if (!lf_loaded()) {
+        snprintf(why, cap, "libfabric could not be loaded: %s", lf_sym.why);
+        return 0;
+    }
     uint32_t v = fi_version();
     snprintf(why, cap, "libfabric %u.%u: DRAM, remote and loopback, notifications; no VRAM "
              "(FI_HMEM not used yet)", FI_MAJOR(v), FI_MINOR(v));
@@ -1360,7 +1424,7 @@ static int probe(char *why, size_t cap)
 
 static struct fi_info *base_hints(const char *prov, const char *domain)
 {
-    struct fi_info *h = fi_allocinfo();
+    struct fi_info *h = lf_allocinfo();
     if (!h)
         return NULL;
     h->ep_attr->type = FI_EP_RDM;
@@ -1474,7 +1538,7 @@ static void explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, 
     char offers[400] = "nothing", hint[200] = "";
     struct fi_info *h, *info = NULL;
     /* everything RDM with RMA and messages, ignoring our other wishes */
-    if ((h = fi_allocinfo())) {
+    if ((h = lf_allocinfo())) {
         h->ep_attr->type = FI_EP_RDM;
         h->caps = FI_MSG | FI_RMA;
         h->mode = ~0ULL;
@@ -1543,6 +1607,11 @@ static nxl_status_t fail(lf_t *u, const char *call, int r, const char *try)
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
+    if (!lf_loaded()) {
+        nxlt_error(ctx, "LIBFABRIC: libfabric could not be loaded (%s); install it (apt-get "
+                   "install libfabric1) or rebuild with --with-libfabric=PATH", lf_sym.why);
+        return NXL_ERR_BACKEND;
+    }
     static const char *const known[] = {"provider", "domain",   "iface",   "stall_timeout",
                                         "progress", "poll_max", "delivery_complete"};
     for (size_t i = 0; i < n; i++) {
