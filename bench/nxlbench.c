@@ -54,6 +54,9 @@ static const char *const mode_names[] = {"bandwidth", "latency", "desc_rate", "i
 
 static struct {
     const char *backend;
+    nxl_param_t bparams[8];  /* --backend_params */
+    size_t nbparams;
+    const char *bparams_text;
     int op;
     const char *iseg, *tseg;
     size_t start_bs, max_bs, start_batch, max_batch;
@@ -127,8 +130,10 @@ static void usage(FILE *f)
 "\n"
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
-"  --backend NAME            transport: UCX, POSIX (files, block devices), CUDA (GPU),\n"
-"                            OBJ (S3)\n"
+"  --backend NAME            transport: UCX, LIBFABRIC, POSIX (files, block devices),\n"
+"                            CUDA (GPU), OBJ (S3)\n"
+"  --backend_params K=V,...  parameters of the transport, e.g. provider=shm for LIBFABRIC,\n"
+"                            tls=tcp for UCX (both sides: give them to --listen too)\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
 "  --initiator_seg_type T    DRAM; VRAM with --backend CUDA\n"
 "  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX; VRAM (or DRAM with\n"
@@ -309,6 +314,8 @@ static void parse_args(int argc, char **argv)
         if (!strcmp(name, "--backend")) {
             if (!strcasecmp(val, "UCX"))
                 O.backend = "UCX";
+            else if (!strcasecmp(val, "LIBFABRIC"))
+                O.backend = "LIBFABRIC";
             else if (!strcasecmp(val, "POSIX"))
                 O.backend = "POSIX";
             else if (!strcasecmp(val, "CUDA"))
@@ -316,8 +323,8 @@ static void parse_args(int argc, char **argv)
             else if (!strcasecmp(val, "OBJ"))
                 O.backend = "OBJ";
             else
-                die("--backend %s: not supported yet (UCX, POSIX for files and block devices, "
-                    "CUDA for GPU memory, OBJ for S3)", val);
+                die("--backend %s: not supported yet (UCX, LIBFABRIC, POSIX for files and block "
+                    "devices, CUDA for GPU memory, OBJ for S3)", val);
         } else if (!strcmp(name, "--cuda_device")) {
             O.cuda_dev = (int)parse_long(name, val, 0);
         } else if (!strcmp(name, "--obj_endpoint_override")) {
@@ -342,6 +349,20 @@ static void parse_args(int argc, char **argv)
             O.obj_conns = parse_long(name, val, 1);
         } else if (!strcmp(name, "--obj_part_size")) {
             O.obj_part = val;
+        } else if (!strcmp(name, "--backend_params")) {
+            /* key=value,key=value: kept as given, split into the table */
+            O.bparams_text = val;
+            char *copy = strdup(val), *save = NULL;
+            for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+                char *eqs = strchr(kv, '=');
+                if (!eqs || eqs == kv)
+                    die("--backend_params: '%s' is not key=value", kv);
+                if (O.nbparams == sizeof(O.bparams) / sizeof(O.bparams[0]))
+                    die("--backend_params: at most 8 parameters");
+                *eqs = 0;
+                O.bparams[O.nbparams].key = kv;
+                O.bparams[O.nbparams++].value = eqs + 1;
+            }
         } else if (!strcmp(name, "--filepath")) {
             O.filepath = val;
         } else if (!strcmp(name, "--storage_huge_pages")) {
@@ -659,7 +680,7 @@ static nxl_agent_t *make_agent(const char *name, const char *host, uint16_t port
     nxl_agent_t *a;
     if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
         die("%s: nxl_agent_create: %s", role, nxl_agent_last_error(NULL));
-    if (nxl_backend_create(a, O.backend, NULL, 0, NULL) != NXL_SUCCESS)
+    if (nxl_backend_create(a, O.backend, O.bparams, O.nbparams, NULL) != NXL_SUCCESS)
         die("%s: nxl_backend_create(%s): %s", role, O.backend, nxl_agent_last_error(a));
     return a;
 }
@@ -1685,6 +1706,10 @@ static void write_json(const char *path)
     json_str(f, transports_desc);
     fprintf(f, ", \"UCX_TLS\": ");
     json_str(f, getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+    fprintf(f, ", \"FI_PROVIDER\": ");
+    json_str(f, getenv("FI_PROVIDER") ? getenv("FI_PROVIDER") : "");
+    fprintf(f, ", \"backend_params\": ");
+    json_str(f, O.bparams_text ? O.bparams_text : "");
     fprintf(f, ", \"host\": ");
     json_str(f, hostname);
     if (!strcmp(O.backend, "POSIX")) {

@@ -65,6 +65,7 @@ typedef struct opts {
     bool quiet, warmup;
     bool vram;              /* --mem VRAM: the caches in GPU memory */
     char etcd[512];         /* --etcd_endpoints: discover each other through etcd */
+    char backend[32];       /* --backend: UCX (default) or LIBFABRIC */
 } opts_t;
 
 static uint64_t now_us(void)
@@ -201,8 +202,9 @@ static nxl_agent_t *make_agent(const char *name, const char *listen, uint16_t po
         fprintf(stderr, "%s: cannot create the agent: %s\n", name, nxl_agent_last_error(NULL));
         return NULL;
     }
-    if (nxl_backend_create(a, "UCX", NULL, 0, NULL) != NXL_SUCCESS) {
-        fprintf(stderr, "%s: cannot create the UCX transport: %s\n", name,
+    const char *be = o->backend[0] ? o->backend : "UCX";
+    if (nxl_backend_create(a, be, NULL, 0, NULL) != NXL_SUCCESS) {
+        fprintf(stderr, "%s: cannot create the %s transport: %s\n", name, be,
                 nxl_agent_last_error(a));
         nxl_agent_destroy(a);
         return NULL;
@@ -1077,7 +1079,8 @@ static void usage(FILE *f)
 "                  by the CUDA transport (CUDA IPC) and posted from CUDA events\n"
 "  --etcd_endpoints URL  find each other through etcd (e.g. http://127.0.0.1:2379)\n"
 "                  instead of --listen/--connect\n"
-"Flags take '--flag value' or '--flag=value'. UCX_TLS and NXL_LOG_LEVEL apply.\n");
+"  --backend NAME  the transport: UCX (default) or LIBFABRIC (both sides the same)\n"
+"Flags take '--flag value' or '--flag=value'. UCX_TLS, FI_PROVIDER and NXL_LOG_LEVEL apply.\n");
 }
 
 static bool parse_size(const char *s, unsigned long long max, unsigned long long *out)
@@ -1175,6 +1178,11 @@ static int parse(int argc, char **argv, opts_t *o)
         bool ok;
         if (!strcmp(name, "listen") || !strcmp(name, "connect")) {
             ok = parse_addr(val, o);
+        } else if (!strcmp(name, "backend")) {
+            ok = !strcasecmp(val, "UCX") || !strcasecmp(val, "LIBFABRIC");
+            if (ok)
+                snprintf(o->backend, sizeof(o->backend), "%s",
+                         !strcasecmp(val, "UCX") ? "UCX" : "LIBFABRIC");
         } else if (!strcmp(name, "etcd_endpoints")) {
             ok = strlen(val) < sizeof(o->etcd) && *val;
             if (ok)

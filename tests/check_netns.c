@@ -1,6 +1,7 @@
 /* Hosts made with network namespaces and a veth pair: agents on two
- * "hosts" move data over UCX's TCP transport through the veth link, and
- * survive the link being cut mid-transfer and brought back.
+ * "hosts" move data over UCX's TCP transport, and over LIBFABRIC's
+ * tcp;ofi_rxm, through the veth link, and survive the link being cut
+ * mid-transfer and brought back.
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -78,7 +79,10 @@ static void enter(const char *ns)
         _exit(95);
 }
 
-/* UCX over TCP only, on the veth device: these are different hosts */
+/* the transport of this test: UCX over TCP only, or LIBFABRIC over
+ * tcp;ofi_rxm, on the veth device: these are different hosts */
+static const char *transport = "UCX";
+
 static nxl_agent_t *host_agent(const char *name, const char *dev, const char *listen)
 {
     nxl_agent_config_t c;
@@ -88,8 +92,10 @@ static nxl_agent_t *host_agent(const char *name, const char *dev, const char *li
     nxl_agent_t *a;
     if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
         _exit(91);
-    nxl_param_t p[3] = {{"tls", "tcp"}, {"devices", dev}, {"stall_timeout", "2s"}};
-    if (nxl_backend_create(a, "UCX", p, 3, NULL) != NXL_SUCCESS) {
+    nxl_param_t ucx[3] = {{"tls", "tcp"}, {"devices", dev}, {"stall_timeout", "2s"}};
+    nxl_param_t lf[3] = {{"provider", "tcp;ofi_rxm"}, {"iface", dev}, {"stall_timeout", "2s"}};
+    if (nxl_backend_create(a, transport, strcmp(transport, "UCX") ? lf : ucx, 3, NULL) !=
+        NXL_SUCCESS) {
         fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(a));
         _exit(92);
     }
@@ -312,7 +318,40 @@ static int wait_exit(pid_t pid, int secs)
     return -1;
 }
 
-START_TEST(t_two_hosts_tcp)
+/* LIBFABRIC where this build has it; otherwise the test says so and passes */
+static int use(const char *t)
+{
+    transport = t;
+    nxl_plugin_info_t p[8];
+    size_t n = nxl_plugins_available(p, 8);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (!strcmp(p[i].name, t))
+            return 1;
+    printf("SKIP: netns over %s: not in this build\n", t);
+    return 0;
+}
+
+static void two_hosts(void);
+static void link_cut(void);
+
+START_TEST(t_two_hosts_tcp) { two_hosts(); }
+END_TEST
+START_TEST(t_link_cut) { link_cut(); }
+END_TEST
+START_TEST(t_two_hosts_libfabric)
+{
+    if (use("LIBFABRIC"))
+        two_hosts();
+}
+END_TEST
+START_TEST(t_link_cut_libfabric)
+{
+    if (use("LIBFABRIC"))
+        link_cut();
+}
+END_TEST
+
+static void two_hosts(void)
 {
     hosts_up();
     int p[2];
@@ -333,9 +372,8 @@ START_TEST(t_two_hosts_tcp)
     ck_assert_msg(ri == 0, "initiator exit %d", ri);
     ck_assert_msg(rt == 0, "target exit %d", rt);
 }
-END_TEST
 
-START_TEST(t_link_cut)
+static void link_cut(void)
 {
     hosts_up();
     int p[2], up[2], down[2];
@@ -365,7 +403,6 @@ START_TEST(t_link_cut)
     ck_assert_msg(ri == 0, "initiator exit %d", ri);
     ck_assert_msg(rt == 0, "target exit %d", rt);
 }
-END_TEST
 
 int main(void)
 {
@@ -386,5 +423,10 @@ int main(void)
     tcase_add_test(tc, t_two_hosts_tcp);
     tcase_add_test(tc, t_link_cut);
     suite_add_tcase(s, tc);
+    TCase *tl = tcase_create("hosts_libfabric");
+    tcase_set_timeout(tl, 120);
+    tcase_add_test(tl, t_two_hosts_libfabric);
+    tcase_add_test(tl, t_link_cut_libfabric);
+    suite_add_tcase(s, tl);
     return tl_run(s);
 }

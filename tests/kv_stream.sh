@@ -8,6 +8,12 @@ kv=./examples/kv_stream
 echo "== kv_stream, metadata over TCP"
 timeout 120 "$kv" both --layers 8 --blocks 16 --block_size 64K --quiet
 timeout 120 "$kv" both --layers 2 --blocks 10000 --block_size 64 --quiet
+if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; then
+    echo "== kv_stream over LIBFABRIC (tcp;ofi_rxm, then shm)"
+    timeout 120 "$kv" both --backend LIBFABRIC --layers 8 --blocks 16 --block_size 64K --quiet
+    FI_PROVIDER=shm timeout 120 "$kv" both --backend LIBFABRIC --layers 4 --blocks 64 \
+        --block_size 16K --quiet
+fi
 
 . "$(dirname "$0")/etcd.sh"
 trap nxl_etcd_stop EXIT

@@ -35,6 +35,16 @@ run latency_notif p50_us p99_us -- --mode latency --latency_reply notif --block_
 run desc_rate descs prep_us post_us complete_us -- --mode desc_rate --start_batch_size 64 \
     --num_iter 3 --warmup_iter 1
 run idle role wakeups_per_s cpu_s -- --mode idle --duration 0.3
+# the same bench over libfabric, where it is built
+if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; then
+    run lf_write $BW -- --backend LIBFABRIC --block_sizes 8,4K,64K --num_iter 20 --warmup_iter 2
+    run lf_read_shm $BW -- --backend LIBFABRIC --backend_params provider=shm --op_type READ \
+        --block_sizes 4K,64K --max_batch_size 2 --num_iter 10 --warmup_iter 1 --pipeline_depth 2
+    run lf_latency p50_us p99_us -- --backend LIBFABRIC --mode latency --block_sizes 8 \
+        --num_iter 20 --warmup_iter 2
+else
+    echo "skip libfabric: this build has no LIBFABRIC transport"
+fi
 grep -q '"role": "target"' "$T/idle.json" || { echo "FAIL idle: no target row"; fail=1; }
 
 # discovery through etcd instead of the TCP listener

@@ -29,13 +29,6 @@
 #ifndef NXL_CONFIGURED_TRANSPORTS
 #define NXL_CONFIGURED_TRANSPORTS
 #endif
-#ifdef NXL_HAVE_CUDA
-extern const nxlt_ops_t nxl_cuda_ops;
-#endif
-#ifdef NXL_HAVE_OBJ
-extern const nxlt_ops_t nxl_obj_ops;
-extern const nxlt_ops_t nxl_azure_ops;
-#endif
 
 #define X(n) extern const nxlt_ops_t nxlt_##n##_ops;
 NXL_BUILTIN_TRANSPORTS

@@ -1,0 +1,2008 @@
+/* The libfabric transport: DRAM to and from other agents (and within the
+ * agent), through one reliable-datagram (FI_EP_RDM) endpoint per agent,
+ * driven by the reactor.
+ *
+ * Progress. One completion queue serves sends, receives and RMA. When the
+ * provider gives the CQ a wait fd (FI_WAIT_FD, fi_control(FI_GETWAIT)),
+ * the fd sits in the reactor: on wake-up the CQ is read until empty, then
+ * fi_trywait() says whether it is safe to sleep; when it is not, progress
+ * continues from a zero-delay timer on the next turn (a bounded number of
+ * times), so the loop stays fair and an idle agent sleeps. Providers with
+ * no wait fd (shm), or one that never stops being readable (net), are
+ * progressed from a reactor timer instead: often while something is in
+ * flight, backing off to `poll_max` while idle. The agent's busy-poll
+ * window spins on the CQ after activity in both modes.
+ *
+ * A transfer posts one fi_writemsg/fi_readmsg per element (split where an
+ * element exceeds the provider's max_msg_size), each with FI_COMPLETION;
+ * writes carry FI_DELIVERY_COMPLETE when the provider offers it, so that a
+ * write's completion means its data is at the target. The transfer is done
+ * when every element completed; only then is its notification sent, with
+ * fi_send, into receive buffers the target keeps pre-posted. When the
+ * provider refuses a post (-FI_EAGAIN) or the transmit queue is full, the
+ * rest of the transfer waits in a queue and resumes as completions free
+ * room.
+ *
+ * Failure. Error completions fail their transfer with fi_cq_strerror's
+ * text; connection errors fail every operation to that peer at once. A
+ * peer whose operations stop completing for `stall_timeout` is declared
+ * lost (a dead shm peer or a cut TCP link says nothing). Reports happen
+ * only from the reactor's callbacks, never inside a call of the engine:
+ * libfabric reports failures as completions, and the CQ is read only from
+ * the loop. */
+#include "config.h"
+#include <nxl/transport.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <poll.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* libfabric is loaded when a LIBFABRIC transport is first probed or
+ * created, not when libnxl is: Debian's libfabric pulls in libpsm2 and
+ * libinfinipath, whose constructors look for their hardware for about
+ * 0.2 s at every process start here. Six functions are real symbols; the
+ * rest of the API is inline calls through the objects' ops tables. */
+#ifndef NXL_LIBFABRIC_SONAME
+#define NXL_LIBFABRIC_SONAME "libfabric.so.1"
+#endif
+static struct {
+    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+                   struct fi_info **);
+    void (*freeinfo)(struct fi_info *);
+    struct fi_info *(*dupinfo)(const struct fi_info *);
+    int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+    const char *(*strerror)(int);
+    uint32_t (*version)(void);
+    char why[200];
+    int ok;
+} lf_sym;
+static pthread_once_t lf_sym_once = PTHREAD_ONCE_INIT;
+
+static void lf_sym_load(void)
+{
+    void *h = dlopen(NXL_LIBFABRIC_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(lf_sym.why, sizeof(lf_sym.why), "%s", dlerror());
+        return;
+    }
+    *(void **)&lf_sym.getinfo = dlsym(h, "fi_getinfo");
+    *(void **)&lf_sym.freeinfo = dlsym(h, "fi_freeinfo");
+    *(void **)&lf_sym.dupinfo = dlsym(h, "fi_dupinfo");
+    *(void **)&lf_sym.fabric = dlsym(h, "fi_fabric");
+    *(void **)&lf_sym.strerror = dlsym(h, "fi_strerror");
+    *(void **)&lf_sym.version = dlsym(h, "fi_version");
+    if (!lf_sym.getinfo || !lf_sym.freeinfo || !lf_sym.dupinfo || !lf_sym.fabric ||
+        !lf_sym.strerror || !lf_sym.version) {
+        snprintf(lf_sym.why, sizeof(lf_sym.why), "%s lacks fi_getinfo, fi_fabric or another "
+                 "of the functions nxl calls", NXL_LIBFABRIC_SONAME);
+        dlclose(h);
+        return;
+    }
+    lf_sym.ok = 1; /* stays loaded for the life of the process */
+}
+
+static int lf_loaded(void)
+{
+    pthread_once(&lf_sym_once, lf_sym_load);
+    return lf_sym.ok;
+}
+
+#define fi_getinfo(...) lf_sym.getinfo(__VA_ARGS__)
+#define fi_freeinfo(i) lf_sym.freeinfo(i)
+#define fi_dupinfo(i) lf_sym.dupinfo(i)
+#define fi_fabric(...) lf_sym.fabric(__VA_ARGS__)
+#define fi_strerror(e) lf_sym.strerror(e)
+#define fi_version() lf_sym.version()
+#define lf_allocinfo() lf_sym.dupinfo(NULL)
+
+#define LF_API_VERSION FI_VERSION(1, 10)
+#define LF_CAPS                                                                                    \
+    (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV)
+/* the MR modes nxl supports; FI_MR_RAW (keys larger than 64 bits) and
+ * FI_MR_HMEM (device memory) are not among them */
+#define LF_MR_MODES                                                                                \
+    (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+
+#define NRX 32                                /* receive buffers kept posted */
+#define RXSZ (2 + 255 + NXL_NOTIF_MAX)        /* [u16 name length][name][message] */
+#define NOTIF_CAP 64                          /* notification sends in flight */
+#define CQ_BATCH 32
+#define DRAIN_BATCHES 64                      /* CQ reads per turn before the loop gets one */
+#define TRY_ROUNDS 16                         /* fi_trywait refusals before yielding */
+#define WATCH_MS 100
+#define SPIN_SLICE_US 50
+#define POLL_MIN_US 1000                      /* timer mode: after activity (the loop's resolution) */
+#define POLL_ACTIVE_MAX_US 1000               /* timer mode, something in flight */
+#define RETRY_US 1000                         /* a post refused with nothing in flight */
+#define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
+
+enum { CTX_OP = 0x6f70, CTX_RX = 0x7278 };
+
+typedef struct lf_ctx {
+    uint32_t kind;
+} lf_ctx_t;
+
+typedef struct lf_state lf_t;
+typedef struct lf_conn lf_conn_t;
+
+/* one piece to post: what an element becomes once it has to wait */
+typedef struct lf_seg {
+    void *laddr;
+    void *desc;
+    uint64_t raddr;         /* as the provider addresses it: virtual address or offset */
+    uint64_t key;
+    size_t len;
+} lf_seg_t;
+
+typedef struct lf_rx {
+    lf_ctx_t c;
+    unsigned char *buf;
+    bool posted;
+} lf_rx_t;
+
+typedef struct lf_op {
+    lf_ctx_t c;
+    lf_t *u;
+    nxlt_op_t *op;              /* NULL once reported to the engine */
+    lf_conn_t *conn;
+    bool is_xfer;
+    nxl_op_t dir;
+    /* elements: the engine's while inside post, a copy once queued */
+    const nxlt_iov_t *iov;
+    lf_seg_t *segs;
+    size_t n, next, off;
+    size_t posted, completed;   /* provider operations (elements, pieces, the notification) */
+    int err;                    /* first error: a positive FI_* errno */
+    char *errtxt;
+    unsigned char *msg;         /* the notification, as sent */
+    size_t msg_len;
+    struct fid_mr *msg_mr;      /* FI_MR_LOCAL */
+    bool want_notif, notif_posted, notif_counted;
+    bool stopped;               /* post nothing more of it */
+    bool queued;                /* on the wait queue */
+    bool checkq;                /* on the check queue */
+    LIST_ENTRY(lf_op) link;
+    TAILQ_ENTRY(lf_op) wlink;
+    TAILQ_ENTRY(lf_op) clink;
+} lf_op_t;
+
+/* One address vector entry per peer endpoint, shared by the connections
+ * to it: shm 1.17 unmaps a peer's region when any one of two entries for
+ * the same address is removed. */
+typedef struct lf_addr {
+    fi_addr_t fa;
+    int refs;
+    size_t len;
+    LIST_ENTRY(lf_addr) link;
+    unsigned char name[];
+} lf_addr_t;
+
+struct lf_conn {
+    lf_t *u;
+    fi_addr_t addr;
+    lf_addr_t *av_entry;        /* NULL: loopback */
+    bool self;                  /* our own endpoint: loopback by memcpy */
+    char *name;
+    int refs;                   /* the engine's, plus one per op */
+    bool failed, stalled, unloaded;
+    int fail_deferred;          /* a post was refused for a lost peer: fail it from the loop */
+    int err;
+    char *why;
+    unsigned inflight;          /* ops not reported yet */
+    uint64_t progress_us;       /* last completion (or first post) of an op on it */
+    LIST_ENTRY(lf_conn) link;
+};
+
+typedef struct lf_md {
+    struct fid_mr *mr;
+    void *desc;
+    uint64_t key;
+    uintptr_t base;
+    size_t len;
+} lf_md_t;
+
+typedef struct lf_rkey {
+    uint64_t key;
+    uint64_t base;
+    bool virt;
+} lf_rkey_t;
+
+struct lf_state {
+    nxlt_ctx_t *ctx;
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_cntr *rma_cntr;  /* timer mode: peers' writes and reads into our memory */
+    uint64_t rma_seen;
+    struct fid_ep *ep;
+    bool ep_closed;
+    unsigned char name[256];    /* our endpoint's address (fi_getname) */
+    size_t name_len;
+    char prov[64];
+    uint32_t addr_format;
+    /* memory registration */
+    bool mr_local, mr_virt, mr_prov_key, mr_endpoint;
+    uint64_t next_key;
+    size_t max_msg;
+    bool dc;                    /* FI_DELIVERY_COMPLETE on writes */
+    /* progress */
+    int wait_fd;                /* -1: timer mode */
+    const char *mode_why;
+    struct event *ev_fd, *ev_kick, *ev_watch, *ev_poll, *ev_retry;
+    uint64_t busy_until_us;
+    uint64_t poll_us, poll_max_us;
+    bool hit;                   /* an op completed or a notification came */
+    bool in_progress;
+    bool quiescing;             /* teardown: post nothing more */
+    /* operations */
+    size_t tx_cap, tx_inflight, notif_inflight;
+    unsigned inflight;          /* ops not reported */
+    LIST_HEAD(, lf_op) ops;
+    TAILQ_HEAD(, lf_op) waitq;
+    TAILQ_HEAD(, lf_op) checkq;
+    LIST_HEAD(, lf_conn) conns;
+    LIST_HEAD(, lf_addr) addrs;
+    /* receives */
+    lf_rx_t rx[NRX];
+    unsigned char *rxmem;
+    struct fid_mr *rx_mr;
+    void *rx_desc;
+    unsigned rx_unposted;
+    uint64_t stall_us;
+    unsigned long ctx_less_errors;
+    char desc[320];
+};
+
+static nxl_status_t try_post(lf_op_t *o, bool first);
+static void op_check(lf_op_t *o);
+static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled);
+static void progress(lf_t *u, bool woke);
+static bool remote_activity(lf_t *u);
+
+/* ------------------------------------------------------------ helpers */
+
+static const char *param(const nxl_param_t *p, size_t n, const char *k)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(p[i].key, k))
+            return p[i].value;
+    return NULL;
+}
+
+/* "10s", "500ms", "0": milliseconds, or -1 */
+static long long parse_ms(const char *v)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || d < 0 || (*end && strcmp(end, "s") && strcmp(end, "ms")))
+        return -1;
+    return (long long)(strcmp(end, "ms") ? d * 1000 : d);
+}
+
+/* a post refused at once: sockets answers ENOENT when it cannot reach the
+ * peer's address anymore */
+static bool post_disconnect(int err)
+{
+    return err == FI_ENOENT || err == FI_ECONNREFUSED || err == FI_ECONNRESET ||
+           err == FI_ENOTCONN || err == FI_EHOSTUNREACH || err == FI_ESHUTDOWN || err == EPIPE;
+}
+
+static bool is_disconnect(int err)
+{
+    switch (err) {
+    case FI_ECONNRESET:
+    case FI_ECONNREFUSED:
+    case FI_ECONNABORTED:
+    case FI_ENOTCONN:
+    case FI_EHOSTUNREACH:
+    case FI_ETIMEDOUT:
+    case FI_ESHUTDOWN:
+    case EPIPE:
+    case FI_EADDRNOTAVAIL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void kick(lf_t *u)
+{
+    static const struct timeval zero = {0, 0};
+    if (!evtimer_pending(u->ev_kick, NULL))
+        evtimer_add(u->ev_kick, &zero);
+}
+
+static void watch_start(lf_t *u)
+{
+    if (!evtimer_pending(u->ev_watch, NULL)) {
+        struct timeval tv = {0, WATCH_MS * 1000};
+        evtimer_add(u->ev_watch, &tv);
+    }
+}
+
+static void check_later(lf_op_t *o)
+{
+    if (!o->checkq) {
+        o->checkq = true;
+        TAILQ_INSERT_TAIL(&o->u->checkq, o, clink);
+    }
+    kick(o->u);
+}
+
+static void mr_mode_str(uint64_t m, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s%s%s%s%s", m & FI_MR_VIRT_ADDR ? "virtual addresses" : "offsets",
+             m & FI_MR_PROV_KEY ? ", provider keys" : ", requested keys",
+             m & FI_MR_LOCAL ? ", local descriptors" : "",
+             m & FI_MR_ENDPOINT ? ", bound to the endpoint" : "",
+             m & FI_MR_ALLOCATED ? ", allocated memory" : "", m & FI_MR_RAW ? ", raw keys" : "");
+}
+
+/* ------------------------------------------------------------- connections */
+
+static void conn_put(lf_conn_t *c)
+{
+    if (--c->refs)
+        return;
+    lf_addr_t *e = c->av_entry;
+    if (e && --e->refs == 0) {
+        if (c->u->av && !c->u->ep_closed)
+            fi_av_remove(c->u->av, &e->fa, 1, 0);
+        LIST_REMOVE(e, link);
+        free(e);
+    }
+    LIST_REMOVE(c, link);
+    free(c->name);
+    free(c->why);
+    free(c);
+}
+
+/* conn info: "LFC1", u32 address format, u8 provider length, provider,
+ * u16 name length, the endpoint name */
+static nxl_status_t conn_info(void *state, void **buf, size_t *len)
+{
+    lf_t *u = state;
+    size_t pl = strlen(u->prov);
+    size_t l = 4 + 4 + 1 + pl + 2 + u->name_len;
+    unsigned char *b = malloc(l);
+    if (!b)
+        return NXL_ERR_UNKNOWN;
+    memcpy(b, "LFC1", 4);
+    uint32_t af = htonl(u->addr_format);
+    memcpy(b + 4, &af, 4);
+    b[8] = (unsigned char)pl;
+    memcpy(b + 9, u->prov, pl);
+    uint16_t nl = htons((uint16_t)u->name_len);
+    memcpy(b + 9 + pl, &nl, 2);
+    memcpy(b + 11 + pl, u->name, u->name_len);
+    *buf = b;
+    *len = l;
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
+                              void **out)
+{
+    lf_t *u = state;
+    const unsigned char *b = info;
+    char prov[64];
+    if (len < 11 || memcmp(b, "LFC1", 4) || (size_t)b[8] + 11 > len) {
+        nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
+                   "(%zu bytes); is it the same nxl version?", agent, len);
+        return NXL_ERR_MISMATCH;
+    }
+    size_t pl = b[8];
+    memcpy(prov, b + 9, pl < sizeof(prov) ? pl : sizeof(prov) - 1);
+    prov[pl < sizeof(prov) ? pl : sizeof(prov) - 1] = 0;
+    uint32_t af;
+    memcpy(&af, b + 4, 4);
+    af = ntohl(af);
+    uint16_t nl;
+    memcpy(&nl, b + 9 + pl, 2);
+    nl = ntohs(nl);
+    if (11 + pl + nl != len || nl == 0) {
+        nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
+                   "(endpoint name of %u bytes in %zu)", agent, nl, len);
+        return NXL_ERR_MISMATCH;
+    }
+    if (strcmp(prov, u->prov) || af != u->addr_format) {
+        nxlt_error(u->ctx, "LIBFABRIC: load_conn: agent '%s' uses provider '%s' (address format "
+                   "%u), this agent '%s' (%u); create both with the same 'provider' parameter "
+                   "(or FI_PROVIDER)", agent, prov, af, u->prov, u->addr_format);
+        return NXL_ERR_BACKEND;
+    }
+    const unsigned char *name = b + 11 + pl;
+    lf_conn_t *c = calloc(1, sizeof(*c));
+    if (!c || !(c->name = strdup(agent))) {
+        free(c);
+        return NXL_ERR_UNKNOWN;
+    }
+    c->u = u;
+    c->refs = 1;
+    c->addr = FI_ADDR_UNSPEC;
+    if (nl == u->name_len && !memcmp(name, u->name, nl)) {
+        c->self = true;
+    } else {
+        lf_addr_t *e;
+        LIST_FOREACH(e, &u->addrs, link)
+        if (e->len == nl && !memcmp(e->name, name, nl))
+            break;
+        if (!e) {
+            e = calloc(1, sizeof(*e) + nl);
+            int r = e ? fi_av_insert(u->av, name, 1, &e->fa, 0, NULL) : -FI_ENOMEM;
+            if (r != 1) {
+                nxlt_error(u->ctx, "LIBFABRIC: fi_av_insert of agent '%s''s address failed: %s; "
+                           "the address may belong to another fabric or domain (check "
+                           "'provider', 'domain' and 'iface' on both sides)", agent,
+                           fi_strerror(r < 0 ? -r : FI_EINVAL));
+                free(e);
+                free(c->name);
+                free(c);
+                return NXL_ERR_BACKEND;
+            }
+            e->len = nl;
+            memcpy(e->name, name, nl);
+            LIST_INSERT_HEAD(&u->addrs, e, link);
+        }
+        e->refs++;
+        c->av_entry = e;
+        c->addr = e->fa;
+    }
+    LIST_INSERT_HEAD(&u->conns, c, link);
+    *out = c;
+    return NXL_SUCCESS;
+}
+
+static void unload_conn(void *state, void *conn)
+{
+    lf_conn_t *c = conn;
+    c->unloaded = true;
+    conn_put(c);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static nxl_status_t mr_reg(lf_t *u, void *addr, size_t len, uint64_t access, struct fid_mr **mr,
+                           uint64_t *key, const char *what)
+{
+    uint64_t want = u->mr_prov_key ? 0 : ++u->next_key;
+    int r = fi_mr_reg(u->domain, addr, len, access, 0, want, 0, mr, NULL);
+    if (!r && u->mr_endpoint) {
+        r = fi_mr_bind(*mr, &u->ep->fid, 0);
+        if (!r)
+            r = fi_mr_enable(*mr);
+        if (r) {
+            fi_close(&(*mr)->fid);
+            *mr = NULL;
+        }
+    }
+    if (r) {
+        nxlt_error(u->ctx, "LIBFABRIC: fi_mr_reg of %s 0x%lx+%zu failed on provider %s: %s (is "
+                   "the range mapped? for RDMA providers, is the locked-memory limit, ulimit -l, "
+                   "large enough?)", what, (unsigned long)(uintptr_t)addr, len, u->prov,
+                   fi_strerror(-r));
+        return NXL_ERR_BACKEND;
+    }
+    if (key) {
+        *key = fi_mr_key(*mr);
+        if (*key == FI_KEY_NOTAVAIL) {
+            fi_close(&(*mr)->fid);
+            *mr = NULL;
+            nxlt_error(u->ctx, "LIBFABRIC: provider %s gives raw memory keys (FI_MR_RAW), which "
+                       "nxl does not support yet; choose another provider", u->prov);
+            return NXL_ERR_NOT_SUPPORTED;
+        }
+    }
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out)
+{
+    lf_t *u = state;
+    if (type != NXL_DRAM) {
+        nxlt_error(u->ctx, "LIBFABRIC: %s memory is not supported (DRAM only: no provider with "
+                   "FI_HMEM here)", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    lf_md_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NXL_ERR_UNKNOWN;
+    nxl_status_t st = mr_reg(u, (void *)d->addr, d->len,
+                             FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, &m->mr,
+                             &m->key, nxl_mem_name(type));
+    if (st != NXL_SUCCESS) {
+        free(m);
+        return st;
+    }
+    m->desc = fi_mr_desc(m->mr);
+    m->base = d->addr;
+    m->len = d->len;
+    *out = m;
+    return NXL_SUCCESS;
+}
+
+static void dereg(void *state, void *md)
+{
+    lf_md_t *m = md;
+    fi_close(&m->mr->fid);
+    free(m);
+}
+
+/* packed key: "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base */
+static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
+{
+    lf_t *u = state;
+    lf_md_t *m = md;
+    unsigned char *b = malloc(24);
+    if (!b)
+        return NXL_ERR_UNKNOWN;
+    memcpy(b, "LFK1", 4);
+    uint32_t fl = htonl(u->mr_virt ? 1 : 0);
+    memcpy(b + 4, &fl, 4);
+    uint64_t k = m->key, base = m->base;
+    for (int i = 0; i < 8; i++) {
+        b[8 + i] = (unsigned char)(k >> (56 - 8 * i));
+        b[16 + i] = (unsigned char)(base >> (56 - 8 * i));
+    }
+    *buf = b;
+    *len = 24;
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
+{
+    lf_t *u = state;
+    lf_conn_t *c = conn;
+    const unsigned char *b = buf;
+    if (len != 24 || memcmp(b, "LFK1", 4)) {
+        nxlt_error(u->ctx, "LIBFABRIC: load_key: a memory key of agent '%s' is malformed (%zu "
+                   "bytes)", c->name, len);
+        return NXL_ERR_MISMATCH;
+    }
+    lf_rkey_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NXL_ERR_UNKNOWN;
+    uint32_t fl;
+    memcpy(&fl, b + 4, 4);
+    k->virt = ntohl(fl) & 1;
+    for (int i = 0; i < 8; i++) {
+        k->key = k->key << 8 | b[8 + i];
+        k->base = k->base << 8 | b[16 + i];
+    }
+    *rkey = k;
+    return NXL_SUCCESS;
+}
+
+static void unload_key(void *state, void *rkey)
+{
+    free(rkey);
+}
+
+/* ------------------------------------------------------------- operations */
+
+static nxl_status_t map_err(const lf_op_t *o)
+{
+    if (o->conn->failed || o->conn->fail_deferred || is_disconnect(o->err))
+        return NXL_ERR_REMOTE_DISCONNECT;
+    if (o->err == FI_ECANCELED)
+        return NXL_ERR_CANCELED;
+    return NXL_ERR_BACKEND;
+}
+
+/* Tells the engine (once); the op lives on until the provider is done with it. */
+static void op_report(lf_op_t *o, nxl_status_t st, const char *why)
+{
+    if (!o->op)
+        return;
+    nxlt_op_t *op = o->op;
+    o->op = NULL;
+    o->u->inflight--;
+    o->conn->inflight--;
+    o->conn->progress_us = nxlt_now_us();
+    o->u->hit = true;
+    nxlt_op_done(op, st, st == NXL_SUCCESS ? NULL : why);
+}
+
+static void op_free(lf_op_t *o)
+{
+    lf_t *u = o->u;
+    if (o->queued)
+        TAILQ_REMOVE(&u->waitq, o, wlink);
+    if (o->checkq)
+        TAILQ_REMOVE(&u->checkq, o, clink);
+    LIST_REMOVE(o, link);
+    if (o->msg_mr)
+        fi_close(&o->msg_mr->fid);
+    conn_put(o->conn);
+    free(o->segs);
+    free(o->msg);
+    free(o->errtxt);
+    free(o);
+}
+
+static void op_fail_sentence(lf_op_t *o, char *why, size_t cap)
+{
+    lf_conn_t *c = o->conn;
+    const char *what = o->is_xfer ? (o->dir == NXL_WRITE ? "WRITE" : "READ") : "notification";
+    if (c->stalled)
+        snprintf(why, cap, "LIBFABRIC: no operation to agent '%s' completed within %llu ms "
+                 "(link down, or the peer died or hung); the connection is given up — reload its "
+                 "metadata once it is reachable", c->name,
+                 (unsigned long long)(o->u->stall_us / 1000));
+    else if (c->failed || c->fail_deferred)
+        snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed: the connection failed (%s); "
+                 "the peer is gone or unreachable — reload its metadata once it is back", what,
+                 c->name,
+                 c->failed && c->why ? c->why
+                                     : fi_strerror(c->failed ? c->err : c->fail_deferred));
+    else
+        snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed on provider %s: %s (%s)", what,
+                 c->name, o->u->prov, fi_strerror(o->err), o->errtxt ? o->errtxt : "no detail");
+}
+
+/* Reports the op when it is finished, and frees it when the provider
+ * holds nothing of it anymore. */
+static void op_check(lf_op_t *o)
+{
+    lf_t *u = o->u;
+    if (o->op) {
+        bool idle = o->posted == o->completed;
+        if (nxlt_op_canceled(o->op)) {
+            o->stopped = true;
+            if (idle)
+                op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: canceled");
+        } else if ((o->err || o->conn->failed) && (idle || o->conn->failed)) {
+            char why[512];
+            op_fail_sentence(o, why, sizeof(why));
+            o->stopped = true;
+            op_report(o, map_err(o), why);
+        } else if (idle && o->next == o->n && (!o->want_notif || o->notif_counted)) {
+            op_report(o, NXL_SUCCESS, NULL);
+        }
+    }
+    if (!o->op && o->posted == o->completed)
+        op_free(o);
+    (void)u;
+}
+
+static void segs_copy_rest(lf_op_t *o);
+
+/* one element (or piece) as the provider addresses it */
+static void seg_at(const lf_op_t *o, size_t i, lf_seg_t *s)
+{
+    if (o->segs) {
+        *s = o->segs[i];
+        return;
+    }
+    const nxlt_iov_t *v = &o->iov[i];
+    const lf_md_t *m = v->lmd;
+    const lf_rkey_t *k = v->rkey;
+    s->laddr = v->laddr;
+    s->desc = m ? m->desc : NULL;
+    s->raddr = k->virt ? v->raddr : v->raddr - k->base;
+    s->key = k->key;
+    s->len = v->len;
+}
+
+/* Posts what it can of the op. first: inside the engine's post call, where
+ * a refusal of the very first element fails the call instead.
+ * Returns NXL_SUCCESS (posted, finished or waiting for completions),
+ * NXL_IN_PROG (blocked: no room; the caller queues it), or an error with
+ * nothing posted (first only). */
+static nxl_status_t try_post(lf_op_t *o, bool first)
+{
+    lf_t *u = o->u;
+    lf_conn_t *c = o->conn;
+    if (u->quiescing)
+        o->stopped = true;
+    while (o->next < o->n) {
+        if (o->stopped)
+            return NXL_SUCCESS;
+        if (u->tx_inflight >= u->tx_cap)
+            return NXL_IN_PROG;
+        lf_seg_t s;
+        seg_at(o, o->next, &s);
+        size_t piece = s.len - o->off;
+        if (piece > u->max_msg)
+            piece = u->max_msg;
+        struct iovec iov = {.iov_base = (char *)s.laddr + o->off, .iov_len = piece};
+        struct fi_rma_iov riov = {.addr = s.raddr + o->off, .len = piece, .key = s.key};
+        void *desc = s.desc;
+        struct fi_msg_rma m = {
+            .msg_iov = &iov,
+            .desc = &desc,
+            .iov_count = 1,
+            .addr = c->addr,
+            .rma_iov = &riov,
+            .rma_iov_count = 1,
+            .context = o,
+        };
+        ssize_t r = o->dir == NXL_WRITE
+                        ? fi_writemsg(u->ep, &m, FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
+                        : fi_readmsg(u->ep, &m, FI_COMPLETION);
+        if (r == -FI_EAGAIN)
+            return NXL_IN_PROG;
+        if (r) {
+            if (post_disconnect((int)-r) && !c->fail_deferred) {
+                c->fail_deferred = (int)-r;
+                kick(u);
+            }
+            if (first && o->posted == 0) {
+                nxlt_error(u->ctx, "LIBFABRIC: %s to agent '%s' failed at once on provider %s: "
+                           "%s%s", o->dir == NXL_WRITE ? "fi_writemsg" : "fi_readmsg", c->name,
+                           u->prov, fi_strerror((int)-r),
+                           post_disconnect((int)-r) ? " (the peer is gone or unreachable; reload "
+                                                      "its metadata once it is back)" : "");
+                return post_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
+            }
+            if (!o->err) {
+                o->err = (int)-r;
+                o->errtxt = strdup(o->dir == NXL_WRITE ? "fi_writemsg refused it"
+                                                       : "fi_readmsg refused it");
+            }
+            o->stopped = true;
+            return NXL_SUCCESS;
+        }
+        o->posted++;
+        u->tx_inflight++;
+        o->off += piece;
+        if (o->off == s.len) {
+            o->off = 0;
+            o->next++;
+        }
+    }
+    if (!o->want_notif || o->notif_posted || o->stopped)
+        return NXL_SUCCESS;
+    /* the notification only once every write completed: its data is there */
+    if (o->completed < o->posted || o->err)
+        return NXL_SUCCESS;
+    if (u->tx_inflight >= u->tx_cap || u->notif_inflight >= NOTIF_CAP)
+        return NXL_IN_PROG;
+    ssize_t r = fi_send(u->ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
+                        c->addr, o);
+    if (r == -FI_EAGAIN)
+        return NXL_IN_PROG;
+    if (r) {
+        if (post_disconnect((int)-r) && !c->fail_deferred) {
+            c->fail_deferred = (int)-r;
+            kick(u);
+        }
+        if (first && o->posted == 0) {
+            nxlt_error(u->ctx, "LIBFABRIC: fi_send of a notification to agent '%s' failed at "
+                       "once on provider %s: %s", c->name, u->prov, fi_strerror((int)-r));
+            return post_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
+        }
+        if (!o->err) {
+            o->err = (int)-r;
+            o->errtxt = strdup("fi_send of the notification refused it");
+        }
+        o->stopped = true;
+        return NXL_SUCCESS;
+    }
+    o->notif_posted = true;
+    o->posted++;
+    u->tx_inflight++;
+    u->notif_inflight++;
+    return NXL_SUCCESS;
+}
+
+static void enqueue(lf_op_t *o)
+{
+    lf_t *u = o->u;
+    if (o->queued)
+        return;
+    segs_copy_rest(o);
+    o->queued = true;
+    TAILQ_INSERT_TAIL(&u->waitq, o, wlink);
+}
+
+/* Once an op has to wait, the engine's element list may go away (the
+ * transfer released): keep what is left to post in our own array. */
+static void segs_copy_rest(lf_op_t *o)
+{
+    if (o->segs || !o->iov || o->next >= o->n) {
+        o->iov = NULL;
+        return;
+    }
+    size_t left = o->n - o->next;
+    lf_seg_t *s = malloc(left * sizeof(*s));
+    if (!s) {
+        o->err = FI_ENOMEM;
+        o->errtxt = strdup("out of memory queueing the rest of the transfer");
+        o->stopped = true;
+        o->iov = NULL;
+        return;
+    }
+    for (size_t i = 0; i < left; i++)
+        seg_at(o, o->next + i, &s[i]);
+    o->segs = s;
+    o->n = left;
+    o->next = 0;
+    o->iov = NULL;
+}
+
+/* Posts queued ops while there is room, in order. */
+static void resume(lf_t *u)
+{
+    lf_op_t *o;
+    while ((o = TAILQ_FIRST(&u->waitq))) {
+        if (o->op && nxlt_op_canceled(o->op))
+            o->stopped = true;
+        if (!o->stopped && !o->conn->failed) {
+            if (try_post(o, false) == NXL_IN_PROG)
+                break;
+        }
+        TAILQ_REMOVE(&u->waitq, o, wlink);
+        o->queued = false;
+        op_check(o);
+    }
+    if (!TAILQ_EMPTY(&u->waitq) && u->tx_inflight == 0 && !evtimer_pending(u->ev_retry, NULL)) {
+        /* refused with nothing of ours in flight (a connection being set
+         * up): look again shortly, not in a spin */
+        struct timeval tv = {0, RETRY_US};
+        evtimer_add(u->ev_retry, &tv);
+    }
+}
+
+static lf_op_t *op_new(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const void *msg, size_t len,
+                       bool with_notif)
+{
+    lf_op_t *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    o->c.kind = CTX_OP;
+    o->u = u;
+    o->op = op;
+    o->conn = c;
+    if (with_notif) {
+        const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+        size_t nl = strlen(me);
+        if (nl > 255)
+            nl = 255;
+        o->msg_len = 2 + nl + len;
+        o->msg = malloc(o->msg_len);
+        if (!o->msg) {
+            free(o);
+            return NULL;
+        }
+        o->msg[0] = (unsigned char)(nl >> 8);
+        o->msg[1] = (unsigned char)nl;
+        memcpy(o->msg + 2, me, nl);
+        if (len)
+            memcpy(o->msg + 2 + nl, msg, len);
+        o->want_notif = true;
+        if (u->mr_local && !c->self &&
+            mr_reg(u, o->msg, o->msg_len, FI_SEND, &o->msg_mr, NULL, "a notification buffer") !=
+                NXL_SUCCESS) {
+            free(o->msg);
+            free(o);
+            return NULL;
+        }
+    }
+    c->refs++;
+    if (c->inflight++ == 0)
+        c->progress_us = nxlt_now_us();
+    u->inflight++;
+    LIST_INSERT_HEAD(&u->ops, o, link);
+    watch_start(u);
+    return o;
+}
+
+/* undoes op_new for a call that fails */
+static void op_unstart(lf_op_t *o)
+{
+    o->u->inflight--;
+    o->conn->inflight--;
+    o->op = NULL;
+    op_free(o);
+}
+
+static nxl_status_t check_conn(lf_t *u, lf_conn_t *c, const char *call)
+{
+    if (u->ep_closed) {
+        nxlt_error(u->ctx, "LIBFABRIC: %s: the transport is shutting down", call);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    if (!c->failed && !c->fail_deferred)
+        return NXL_SUCCESS;
+    nxlt_error(u->ctx, "LIBFABRIC: %s: the connection to agent '%s' failed earlier (%s); reload "
+               "its metadata once it is back", call, c->name,
+               c->stalled ? "no completion within the stall timeout"
+               : c->why   ? c->why
+                          : fi_strerror(c->failed ? c->err : c->fail_deferred));
+    return NXL_ERR_REMOTE_DISCONNECT;
+}
+
+/* loopback: the data moves now, the report comes from the loop */
+static void self_xfer(const nxlt_xfer_t *x)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        const nxlt_iov_t *v = &x->iov[i];
+        if (x->op == NXL_WRITE)
+            memmove((void *)(uintptr_t)v->raddr, v->laddr, v->len);
+        else
+            memmove(v->laddr, (const void *)(uintptr_t)v->raddr, v->len);
+    }
+}
+
+static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
+{
+    lf_t *u = state;
+    lf_conn_t *c = x->conn;
+    nxl_status_t st = check_conn(u, c, "post");
+    if (st != NXL_SUCCESS)
+        return st;
+    lf_op_t *o = op_new(u, op, c, x->notif, x->notif_len, x->notif != NULL);
+    if (!o) {
+        nxlt_error(u->ctx, "LIBFABRIC: post: out of memory (or the notification buffer could not "
+                   "be registered)");
+        return NXL_ERR_UNKNOWN;
+    }
+    o->is_xfer = true;
+    o->dir = x->op;
+    o->n = x->n;
+    if (c->self) {
+        self_xfer(x);
+        o->next = o->n;
+        check_later(o);
+        return NXL_SUCCESS;
+    }
+    o->iov = x->iov;
+    if (!TAILQ_EMPTY(&u->waitq)) {
+        enqueue(o); /* behind those already waiting */
+        kick(u);
+        return NXL_SUCCESS;
+    }
+    st = try_post(o, true);
+    if (st != NXL_SUCCESS && st != NXL_IN_PROG) {
+        op_unstart(o);
+        return st;
+    }
+    if (st == NXL_IN_PROG)
+        enqueue(o);
+    o->iov = NULL; /* the engine's array is ours only during this call */
+    if (o->stopped)
+        check_later(o);
+    kick(u);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                               size_t len)
+{
+    lf_t *u = state;
+    lf_conn_t *c = conn;
+    nxl_status_t st = check_conn(u, c, "notif_send");
+    if (st != NXL_SUCCESS)
+        return st;
+    lf_op_t *o = op_new(u, op, c, msg, len, true);
+    if (!o) {
+        nxlt_error(u->ctx, "LIBFABRIC: notif_send: out of memory (or the notification buffer "
+                   "could not be registered)");
+        return NXL_ERR_UNKNOWN;
+    }
+    if (c->self) {
+        check_later(o);
+        return NXL_SUCCESS;
+    }
+    if (!TAILQ_EMPTY(&u->waitq)) {
+        enqueue(o);
+        kick(u);
+        return NXL_SUCCESS;
+    }
+    st = try_post(o, true);
+    if (st != NXL_SUCCESS && st != NXL_IN_PROG) {
+        op_unstart(o);
+        return st;
+    }
+    if (st == NXL_IN_PROG)
+        enqueue(o);
+    if (o->stopped)
+        check_later(o);
+    kick(u);
+    return NXL_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- receives */
+
+static void rx_post(lf_t *u, lf_rx_t *rx)
+{
+    if (u->ep_closed)
+        return;
+    ssize_t r = fi_recv(u->ep, rx->buf, RXSZ, u->rx_desc, FI_ADDR_UNSPEC, rx);
+    if (r == 0) {
+        rx->posted = true;
+        return;
+    }
+    if (r != -FI_EAGAIN)
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: fi_recv failed: %s; retrying",
+                 fi_strerror((int)-r));
+    u->rx_unposted++;
+}
+
+static void rx_repost_all(lf_t *u)
+{
+    if (!u->rx_unposted)
+        return;
+    u->rx_unposted = 0;
+    for (unsigned i = 0; i < NRX; i++)
+        if (!u->rx[i].posted)
+            rx_post(u, &u->rx[i]);
+}
+
+static void rx_done(lf_t *u, lf_rx_t *rx, size_t len)
+{
+    rx->posted = false;
+    const unsigned char *b = rx->buf;
+    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if (len < 2 || nl == 0 || nl > 255 || 2 + nl > len) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: malformed notification of %zu bytes dropped",
+                 len);
+    } else {
+        char from[256];
+        memcpy(from, b + 2, nl);
+        from[nl] = 0;
+        u->hit = true;
+        nxlt_notif_recv(u->ctx, from, b + 2 + nl, len - 2 - nl);
+    }
+    rx_post(u, rx);
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void op_elem_done(lf_op_t *o, int err, const char *text)
+{
+    lf_t *u = o->u;
+    if (u->tx_inflight)
+        u->tx_inflight--;
+    o->conn->progress_us = nxlt_now_us();
+    if (err) {
+        if (!o->err) {
+            o->err = err;
+            free(o->errtxt);
+            o->errtxt = text ? strdup(text) : NULL;
+        }
+        o->stopped = true;
+        /* o is not counted complete yet: conn_fail reports it but cannot free it */
+        if (is_disconnect(err) && !o->conn->failed && !o->conn->self)
+            conn_fail(o->conn, err, text, false);
+    }
+    o->completed++;
+    if (o->notif_posted && !o->notif_counted && o->completed == o->posted) {
+        /* the notification is the last thing posted of an op */
+        o->notif_counted = true;
+        u->notif_inflight--;
+    }
+    /* writes done: the notification may go now */
+    if (o->op && !o->stopped && o->want_notif && !o->notif_posted && o->next == o->n &&
+        o->completed == o->posted && !nxlt_op_canceled(o->op)) {
+        if (!o->queued && try_post(o, false) == NXL_IN_PROG)
+            enqueue(o);
+    }
+    if (!o->queued)
+        op_check(o);
+}
+
+static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
+{
+    char text[256];
+    const char *s = fi_cq_strerror(u->cq, e->prov_errno, e->err_data, text, sizeof(text));
+    if (s && s != text)
+        snprintf(text, sizeof(text), "%s", s);
+    lf_ctx_t *c = e->op_context;
+    int err = e->err ? e->err : FI_EOTHER;
+    if (!c) {
+        /* rxm reports some failures without an operation: nothing to
+         * attribute them to; stalled operations are caught by the watch */
+        if (u->ctx_less_errors++ < 5)
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: provider %s reported an error with no "
+                     "operation attached: %s (%s)", u->prov, fi_strerror(err), text);
+        return;
+    }
+    if (c->kind == CTX_RX) {
+        lf_rx_t *rx = (lf_rx_t *)c;
+        rx->posted = false;
+        if (err != FI_ECANCELED) {
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: a notification receive failed: %s (%s)%s",
+                     fi_strerror(err), text,
+                     err == FI_ETRUNC ? "; a notification longer than the buffers was dropped"
+                                      : "");
+            rx_post(u, rx);
+        }
+        return;
+    }
+    lf_op_t *o = (lf_op_t *)c;
+    /* nxl cancels nothing itself: a provider that cancels an operation
+     * (rxm, when the peer's connection shuts down: ENOTCONN) lost the peer */
+    int perr = e->prov_errno < 0 ? -e->prov_errno : e->prov_errno;
+    if (err == FI_ECANCELED || is_disconnect(perr))
+        err = is_disconnect(perr) ? perr : FI_ECONNABORTED;
+    char full[320];
+    snprintf(full, sizeof(full), "%s: %s", fi_strerror(err), text);
+    op_elem_done(o, err, full);
+}
+
+/* Reads the CQ until it is empty or the turn's budget is spent; returns
+ * how many entries were handled (*more: the budget ran out). */
+static unsigned drain(lf_t *u, bool *more)
+{
+    struct fi_cq_msg_entry e[CQ_BATCH];
+    unsigned n = 0;
+    *more = false;
+    if (u->ep_closed)
+        return 0;
+    for (int b = 0; b < DRAIN_BATCHES; b++) {
+        ssize_t r = fi_cq_read(u->cq, e, CQ_BATCH);
+        if (r == -FI_EAGAIN)
+            return n;
+        if (r == -FI_EAVAIL) {
+            struct fi_cq_err_entry err;
+            memset(&err, 0, sizeof(err));
+            if (fi_cq_readerr(u->cq, &err, 0) == 1) {
+                on_err_entry(u, &err);
+                n++;
+            }
+            continue;
+        }
+        if (r < 0) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "LIBFABRIC: fi_cq_read failed: %s",
+                     fi_strerror((int)-r));
+            return n;
+        }
+        for (ssize_t i = 0; i < r; i++) {
+            lf_ctx_t *c = e[i].op_context;
+            if (!c)
+                continue;
+            if (c->kind == CTX_RX)
+                rx_done(u, (lf_rx_t *)c, e[i].len);
+            else
+                op_elem_done((lf_op_t *)c, 0, NULL);
+        }
+        n += (unsigned)r;
+        if (r < CQ_BATCH)
+            return n;
+    }
+    *more = true;
+    return n;
+}
+
+static void run_checkq(lf_t *u)
+{
+    lf_op_t *o;
+    while ((o = TAILQ_FIRST(&u->checkq))) {
+        TAILQ_REMOVE(&u->checkq, o, clink);
+        o->checkq = false;
+        if (o->conn->self && o->op && o->want_notif && !o->notif_counted &&
+            !nxlt_op_canceled(o->op)) {
+            /* loopback notification: after the data, which moved at post */
+            o->notif_counted = true;
+            u->hit = true;
+            nxlt_notif_recv(u->ctx, nxl_agent_name(nxlt_agent(u->ctx)), o->msg + 2 + o->msg[1],
+                            o->msg_len - 2 - o->msg[1]);
+        }
+        op_check(o);
+    }
+}
+
+/* Busy polling: spins on the CQ for a short slice, until something
+ * completes or anything else in the loop is ready to run. */
+static void spin(lf_t *u, unsigned bp)
+{
+    struct event_base *base = nxlt_base(u->ctx);
+    if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
+        return;
+    uint64_t end = nxlt_now_us() + SPIN_SLICE_US;
+    if (end > u->busy_until_us)
+        end = u->busy_until_us;
+    u->hit = false;
+    for (unsigned i = 1;; i++) {
+        bool more;
+        /* a peer's RMA into our memory is activity too, though the CQ shows none */
+        bool remote = !(i & 15) && remote_activity(u);
+        if (drain(u, &more) || u->hit) {
+            resume(u);
+            u->busy_until_us = nxlt_now_us() + bp;
+            return;
+        }
+        if (remote)
+            u->busy_until_us = nxlt_now_us() + bp;
+        if (!(i & 15) &&
+            (nxlt_now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+            return;
+    }
+}
+
+static void poll_schedule(lf_t *u, bool active)
+{
+    bool busy = u->inflight || !TAILQ_EMPTY(&u->waitq);
+    if (active)
+        u->poll_us = POLL_MIN_US;
+    else
+        u->poll_us = u->poll_us * 2 > u->poll_max_us ? u->poll_max_us : u->poll_us * 2;
+    if (busy && u->poll_us > POLL_ACTIVE_MAX_US)
+        u->poll_us = POLL_ACTIVE_MAX_US;
+    struct timeval tv = {(time_t)(u->poll_us / 1000000), (suseconds_t)(u->poll_us % 1000000)};
+    evtimer_del(u->ev_poll);
+    evtimer_add(u->ev_poll, &tv);
+}
+
+/* Did a peer touch our memory since we last looked? (Serving a peer's
+ * READ or delivery-complete WRITE puts nothing in our CQ.) From a timer,
+ * the RMA-event counter says; in fd mode, the wait fd being readable. */
+static bool remote_activity(lf_t *u)
+{
+    if (u->rma_cntr) {
+        uint64_t c = fi_cntr_read(u->rma_cntr);
+        bool changed = c != u->rma_seen;
+        u->rma_seen = c;
+        return changed;
+    }
+    if (u->wait_fd >= 0) {
+        struct pollfd pf = {.fd = u->wait_fd, .events = POLLIN};
+        return poll(&pf, 1, 0) > 0;
+    }
+    return false;
+}
+
+/* woke: called because the CQ's wait fd was readable */
+static void progress(lf_t *u, bool woke)
+{
+    if (u->in_progress || u->ep_closed)
+        return;
+    u->in_progress = true;
+    lf_conn_t *c, *cn;
+    for (c = LIST_FIRST(&u->conns); c; c = cn) {
+        cn = LIST_NEXT(c, link);
+        if (c->fail_deferred && !c->failed) {
+            char why[160];
+            snprintf(why, sizeof(why), "a post was refused: %s", fi_strerror(c->fail_deferred));
+            c->refs++;
+            conn_fail(c, c->fail_deferred, why, false);
+            cn = LIST_NEXT(c, link);
+            conn_put(c);
+        }
+    }
+    bool more;
+    unsigned n = drain(u, &more);
+    resume(u);
+    rx_repost_all(u);
+    run_checkq(u);
+    unsigned bp = nxlt_busy_poll_us(u->ctx);
+    /* A peer's RMA into our memory: on the wait fd (tcp), it extends the
+     * busy-poll window (a READ or a delivery-complete WRITE waits for us);
+     * from a timer (shm's one-sided writes) it only keeps the poll short —
+     * spinning on shm's progress would take the region lock the peer's
+     * posts need (a 4 KiB WRITE took 250 us instead of 9) */
+    bool remote = u->rma_cntr ? remote_activity(u) : woke;
+    if ((n || (remote && u->wait_fd >= 0)) && bp)
+        u->busy_until_us = nxlt_now_us() + bp;
+    if (more) {
+        kick(u);
+    } else if (u->busy_until_us && nxlt_now_us() < u->busy_until_us) {
+        /* from a timer, one CQ read per loop turn (shm's region lock, above) */
+        if (!n && u->wait_fd >= 0)
+            spin(u, bp);
+        kick(u); /* busy-poll window: keep polling from the loop */
+    } else if (u->wait_fd < 0) {
+        poll_schedule(u, n > 0 || u->hit || remote);
+        u->hit = false;
+    } else if (u->hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+        /* something is ready for the loop (a delivery): let it run first;
+         * the next turn reads the CQ again and then decides to sleep */
+        u->hit = false;
+        kick(u);
+    } else {
+        struct fid *f = &u->cq->fid;
+        int tries;
+        for (tries = 0; tries < TRY_ROUNDS; tries++) {
+            int r = fi_trywait(u->fabric, &f, 1);
+            if (r == 0 || r == -FI_ENOSYS)
+                break; /* safe to sleep on the fd */
+            if (drain(u, &more)) {
+                resume(u);
+                run_checkq(u);
+                kick(u); /* deliver first */
+                break;
+            }
+        }
+        if (tries == TRY_ROUNDS)
+            kick(u);
+    }
+    u->in_progress = false;
+}
+
+static void on_fd(evutil_socket_t fd, short what, void *arg) { progress(arg, true); }
+static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
+static void on_poll(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
+static void on_retry(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
+
+/* While ops are in flight: progress now and then, and declare lost a peer
+ * whose operations stopped completing. */
+static void on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    lf_t *u = arg;
+    progress(u, false);
+    uint64_t now = nxlt_now_us();
+    lf_conn_t *c, *next;
+    for (c = LIST_FIRST(&u->conns); c; c = next) {
+        next = LIST_NEXT(c, link);
+        if (c->inflight && !c->failed && !c->self && u->stall_us &&
+            now - c->progress_us > u->stall_us) {
+            c->refs++;
+            conn_fail(c, FI_ETIMEDOUT, NULL, true);
+            next = LIST_NEXT(c, link);
+            conn_put(c);
+        }
+    }
+    /* ops canceled while waiting for room */
+    lf_op_t *o, *on;
+    for (o = TAILQ_FIRST(&u->waitq); o; o = on) {
+        on = TAILQ_NEXT(o, wlink);
+        if (o->op && nxlt_op_canceled(o->op)) {
+            o->stopped = true;
+            TAILQ_REMOVE(&u->waitq, o, wlink);
+            o->queued = false;
+            op_check(o);
+        }
+    }
+    if (u->inflight)
+        watch_start(u);
+}
+
+static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
+{
+    lf_t *u = c->u;
+    if (c->failed)
+        return;
+    c->failed = true;
+    c->stalled = stalled;
+    c->err = err;
+    free(c->why);
+    c->why = text ? strdup(text) : NULL;
+    if (stalled)
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: no operation to agent '%s' completed for "
+                 "%llu ms; declaring the connection lost", c->name,
+                 (unsigned long long)(u->stall_us / 1000));
+    else
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: connection to agent '%s' failed: %s", c->name,
+                 text ? text : fi_strerror(err));
+    /* every op to it is reported now; each is freed when the provider
+     * hands back what it holds of it (or at destroy) */
+    c->refs++;
+    lf_op_t *o, *next;
+    for (o = LIST_FIRST(&u->ops); o; o = next) {
+        next = LIST_NEXT(o, link);
+        if (o->conn != c)
+            continue;
+        o->stopped = true;
+        if (o->queued) {
+            TAILQ_REMOVE(&u->waitq, o, wlink);
+            o->queued = false;
+        }
+        /* op_check may free o, never next: it frees only o */
+        op_check(o);
+    }
+    conn_put(c);
+}
+
+/* --------------------------------------------------------- life and death */
+
+static int probe(char *why, size_t cap)
+{
+    if (!lf_loaded()) {
+        snprintf(why, cap, "libfabric could not be loaded: %s", lf_sym.why);
+        return 0;
+    }
+    uint32_t v = fi_version();
+    snprintf(why, cap, "libfabric %u.%u: DRAM, remote and loopback, notifications; no VRAM "
+             "(FI_HMEM not used yet)", FI_MAJOR(v), FI_MINOR(v));
+    return 1;
+}
+
+static struct fi_info *base_hints(const char *prov, const char *domain)
+{
+    struct fi_info *h = lf_allocinfo();
+    if (!h)
+        return NULL;
+    h->ep_attr->type = FI_EP_RDM;
+    h->caps = LF_CAPS;
+    h->mode = 0;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    h->domain_attr->mr_mode = LF_MR_MODES;
+    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+    /* no RMA ordering needed (the notification waits for the writes'
+     * completions): shm then writes one-sided (CMA) */
+    h->tx_attr->msg_order = FI_ORDER_SAS;
+    h->rx_attr->msg_order = FI_ORDER_SAS;
+    if (prov)
+        h->fabric_attr->prov_name = strdup(prov);
+    if (domain)
+        h->domain_attr->name = strdup(domain);
+    return h;
+}
+
+/* Does this entry live on interface iface? The domain is named after it
+ * (tcp, sockets), or its source address is one of the interface's. */
+static bool on_iface(const struct fi_info *i, const char *iface)
+{
+    if (!iface)
+        return true;
+    if (i->domain_attr && i->domain_attr->name && !strcmp(i->domain_attr->name, iface))
+        return true;
+    if (!i->src_addr || (i->addr_format != FI_SOCKADDR_IN && i->addr_format != FI_SOCKADDR_IN6))
+        return false;
+    struct ifaddrs *ifs, *p;
+    bool found = false;
+    if (getifaddrs(&ifs))
+        return false;
+    const struct sockaddr *sa = i->src_addr;
+    for (p = ifs; p && !found; p = p->ifa_next) {
+        if (!p->ifa_addr || strcmp(p->ifa_name, iface) || p->ifa_addr->sa_family != sa->sa_family)
+            continue;
+        if (sa->sa_family == AF_INET)
+            found = !memcmp(&((const struct sockaddr_in *)sa)->sin_addr,
+                            &((const struct sockaddr_in *)p->ifa_addr)->sin_addr,
+                            sizeof(struct in_addr));
+        else
+            found = !memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr,
+                            &((const struct sockaddr_in6 *)p->ifa_addr)->sin6_addr,
+                            sizeof(struct in6_addr));
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+static bool link_local(const struct fi_info *i)
+{
+    return i->fabric_attr && i->fabric_attr->name && !strncasecmp(i->fabric_attr->name, "fe80", 4);
+}
+
+/* the entry to use: tcp;ofi_rxm first unless a provider was asked for,
+ * the first one on iface, link-local IPv6 last */
+static struct fi_info *choose(struct fi_info *list, const char *domain, const char *iface,
+                              bool asked)
+{
+    struct fi_info *best = NULL;
+    int best_score = -1;
+    for (struct fi_info *i = list; i; i = i->next) {
+        if (!on_iface(i, iface) ||
+            (domain && (!i->domain_attr->name || strcmp(i->domain_attr->name, domain))))
+            continue;
+        int score = 10;
+        if (!asked && !strcmp(i->fabric_attr->prov_name, "tcp;ofi_rxm"))
+            score += 4;
+        if (!asked && !strcmp(i->fabric_attr->prov_name, "net"))
+            score -= 2; /* its wait fd never sleeps */
+        if (link_local(i))
+            score -= 5;
+        if (score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* What libfabric offers here, for a sentence: "tcp;ofi_rxm (eth0, lo), shm (shm)". */
+static void list_offers(struct fi_info *list, char *out, size_t cap)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (struct fi_info *i = list; i && o < cap - 1; i = i->next) {
+        const char *p = i->fabric_attr->prov_name, *d = i->domain_attr->name;
+        bool seen = false;
+        for (struct fi_info *j = list; j != i && !seen; j = j->next)
+            seen = !strcmp(j->fabric_attr->prov_name, p) && !strcmp(j->domain_attr->name, d);
+        if (seen)
+            continue;
+        bool same_prov = false;
+        for (struct fi_info *j = list; j != i && !same_prov; j = j->next)
+            same_prov = !strcmp(j->fabric_attr->prov_name, p);
+        if (!same_prov)
+            o += (size_t)snprintf(out + o, cap - o, "%s%s [%s", o ? "], " : "", p, d);
+        else
+            o += (size_t)snprintf(out + o, cap - o, " %s", d);
+    }
+    if (o && o < cap - 1)
+        snprintf(out + o, cap - o, "]");
+}
+
+/* No provider matched: say what libfabric has and which hint to relax. */
+static void explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, const char *iface,
+                         int r)
+{
+    char offers[400] = "nothing", hint[200] = "";
+    struct fi_info *h, *info = NULL;
+    /* everything RDM with RMA and messages, ignoring our other wishes */
+    if ((h = lf_allocinfo())) {
+        h->ep_attr->type = FI_EP_RDM;
+        h->caps = FI_MSG | FI_RMA;
+        h->mode = ~0ULL;
+        h->domain_attr->mr_mode = LF_MR_MODES | FI_MR_RAW | FI_MR_HMEM | FI_MR_RMA_EVENT;
+        if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &info)) {
+            list_offers(info, offers, sizeof(offers));
+            fi_freeinfo(info);
+        }
+        fi_freeinfo(h);
+    }
+    /* the first relaxation that finds something */
+    struct {
+        const char *what;
+        const char *prov, *domain;
+        bool any_mode, raw, no_rma;
+    } tries[] = {
+        {"drop 'iface'/'domain'", prov, NULL, false, false, false},
+        {"drop 'provider' (and check FI_PROVIDER)", NULL, domain, false, false, false},
+        {"nothing: the provider needs FI_MR_RAW keys, which nxl does not support", prov, domain,
+         false, true, false},
+        {"nothing: the provider needs mode bits (FI_CONTEXT...) nxl does not offer", prov, domain,
+         true, false, false},
+        {"nothing: the provider has no RMA (FI_RMA) on RDM endpoints; nxl needs it", prov, domain,
+         false, false, true},
+    };
+    for (size_t t = 0; t < sizeof(tries) / sizeof(*tries) && !hint[0]; t++) {
+        if (t == 0 && !domain && !iface)
+            continue;
+        if (t == 1 && !prov)
+            continue;
+        if (!(h = base_hints(tries[t].prov, tries[t].domain)))
+            break;
+        if (tries[t].any_mode)
+            h->mode = ~0ULL;
+        if (tries[t].raw)
+            h->domain_attr->mr_mode |= FI_MR_RAW;
+        if (tries[t].no_rma)
+            h->caps = FI_MSG | FI_SEND | FI_RECV;
+        info = NULL;
+        if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &info)) {
+            if (t > 1 || choose(info, tries[t].domain, t == 0 ? NULL : iface, true))
+                snprintf(hint, sizeof(hint), "relax: %s", tries[t].what);
+            fi_freeinfo(info);
+        }
+        fi_freeinfo(h);
+    }
+    const char *env = getenv("FI_PROVIDER");
+    nxlt_error(ctx, "LIBFABRIC: fi_getinfo found no provider with RDM endpoints, RMA and "
+               "messages for provider=%s, domain=%s, iface=%s%s%s (%s); libfabric offers here "
+               "(RDM, RMA): %s; %s",
+               prov ? prov : "any", domain ? domain : "any", iface ? iface : "any",
+               env ? ", FI_PROVIDER=" : "", env ? env : "", r ? fi_strerror(-r) : "none matched",
+               offers, hint[0] ? hint : "check the parameters against 'fi_info -t FI_EP_RDM'");
+}
+
+static void destroy(void *state);
+
+static nxl_status_t fail(lf_t *u, const char *call, int r, const char *try)
+{
+    nxlt_error(u->ctx, "LIBFABRIC: %s failed on provider %s (fabric %s, domain %s): %s; %s", call,
+               u->prov, u->info ? u->info->fabric_attr->name : "?",
+               u->info ? u->info->domain_attr->name : "?", fi_strerror(r < 0 ? -r : r), try);
+    destroy(u);
+    return NXL_ERR_BACKEND;
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    if (!lf_loaded()) {
+        nxlt_error(ctx, "LIBFABRIC: libfabric could not be loaded (%s); install it (apt-get "
+                   "install libfabric1) or rebuild with --with-libfabric=PATH", lf_sym.why);
+        return NXL_ERR_BACKEND;
+    }
+    static const char *const known[] = {"provider", "domain",   "iface",   "stall_timeout",
+                                        "progress", "poll_max", "delivery_complete"};
+    for (size_t i = 0; i < n; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
+            ok |= !strcmp(params[i].key, known[k]);
+        if (!ok) {
+            nxlt_error(ctx, "LIBFABRIC: unknown parameter '%s' (known: provider, domain, iface, "
+                       "stall_timeout, progress, poll_max, delivery_complete)", params[i].key);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    const char *prov = param(params, n, "provider"), *domain = param(params, n, "domain");
+    const char *iface = param(params, n, "iface"), *pm = param(params, n, "progress");
+    long long stall_ms = 10000, poll_max_ms = 250;
+    const char *v;
+    if ((v = param(params, n, "stall_timeout")) && (stall_ms = parse_ms(v)) < 0) {
+        nxlt_error(ctx, "LIBFABRIC: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
+                   v);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if ((v = param(params, n, "poll_max")) && ((poll_max_ms = parse_ms(v)) < 1)) {
+        nxlt_error(ctx, "LIBFABRIC: poll_max '%s' is not a time of 1 ms or more (e.g. 250ms)", v);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (pm && strcmp(pm, "auto") && strcmp(pm, "fd") && strcmp(pm, "timer")) {
+        nxlt_error(ctx, "LIBFABRIC: progress '%s' is not one of auto, fd, timer", pm);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    const char *dcp = param(params, n, "delivery_complete");
+    if (dcp && strcmp(dcp, "auto") && strcmp(dcp, "yes") && strcmp(dcp, "no")) {
+        nxlt_error(ctx, "LIBFABRIC: delivery_complete '%s' is not one of auto, yes, no", dcp);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (prov && !*prov)
+        prov = NULL;
+
+    /* which provider: first with FI_DELIVERY_COMPLETE on writes, then without */
+    struct fi_info *h = base_hints(prov, domain), *list = NULL;
+    if (!h)
+        return NXL_ERR_UNKNOWN;
+    bool no_dc = dcp && !strcmp(dcp, "no");
+    h->tx_attr->op_flags = no_dc ? 0 : FI_DELIVERY_COMPLETE;
+    int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
+    struct fi_info *pick = r ? NULL : choose(list, domain, iface, prov != NULL);
+    bool dc = pick != NULL && !no_dc;
+    if (!pick) {
+        if (list)
+            fi_freeinfo(list);
+        list = NULL;
+        h->tx_attr->op_flags = 0;
+        r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
+        pick = r ? NULL : choose(list, domain, iface, prov != NULL);
+    }
+    fi_freeinfo(h);
+    if (!pick) {
+        if (list)
+            fi_freeinfo(list);
+        explain_none(ctx, prov, domain, iface, r);
+        return NXL_ERR_BACKEND;
+    }
+    lf_t *u = calloc(1, sizeof(*u));
+    if (!u) {
+        fi_freeinfo(list);
+        return NXL_ERR_UNKNOWN;
+    }
+    u->ctx = ctx;
+    u->wait_fd = -1;
+    u->stall_us = (uint64_t)stall_ms * 1000;
+    u->poll_max_us = (uint64_t)poll_max_ms * 1000;
+    u->poll_us = POLL_MIN_US;
+    /* shm writes one-sided (CMA) and completes them once written, unless
+     * asked for delivery completion, which sends the write through the
+     * target's command queue instead: not by default there */
+    u->dc = dc && !(!dcp || !strcmp(dcp, "auto") ? !strcmp(pick->fabric_attr->prov_name, "shm")
+                                                 : false);
+    LIST_INIT(&u->ops);
+    LIST_INIT(&u->conns);
+    LIST_INIT(&u->addrs);
+    TAILQ_INIT(&u->waitq);
+    TAILQ_INIT(&u->checkq);
+    u->info = fi_dupinfo(pick);
+    fi_freeinfo(list);
+    if (!u->info) {
+        free(u);
+        return NXL_ERR_UNKNOWN;
+    }
+    struct fi_info *fi = u->info;
+    snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
+    u->addr_format = fi->addr_format;
+    uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
+    if (mm & FI_MR_RAW) {
+        nxlt_error(ctx, "LIBFABRIC: provider %s needs raw memory keys (FI_MR_RAW), which nxl does "
+                   "not support yet; choose another provider", u->prov);
+        destroy(u);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    u->mr_local = mm & FI_MR_LOCAL;
+    u->mr_virt = mm & FI_MR_VIRT_ADDR;
+    u->mr_prov_key = mm & FI_MR_PROV_KEY;
+    u->mr_endpoint = mm & FI_MR_ENDPOINT;
+    u->max_msg = fi->ep_attr->max_msg_size ? fi->ep_attr->max_msg_size : (1ull << 30);
+    if (u->max_msg > (1ull << 30))
+        u->max_msg = 1ull << 30;
+    u->tx_cap = fi->tx_attr->size ? fi->tx_attr->size : 256;
+
+    if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
+        return fail(u, "fi_fabric", r, "check the provider's installation ('fi_info -v')");
+    if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
+        return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
+    struct fi_av_attr aa = {.type = fi->domain_attr->av_type == FI_AV_UNSPEC
+                                        ? FI_AV_TABLE
+                                        : fi->domain_attr->av_type};
+    if ((r = fi_av_open(u->domain, &aa, &u->av, NULL)))
+        return fail(u, "fi_av_open", r, "the provider refused an address vector");
+
+    /* the CQ: with a wait fd for the reactor, unless told otherwise */
+    bool want_timer = pm && !strcmp(pm, "timer");
+    if (!want_timer && (!pm || !strcmp(pm, "auto")) && !strcmp(u->prov, "net")) {
+        want_timer = true;
+        u->mode_why = "provider net's wait fd never stops being readable";
+    }
+    size_t cq_size = u->tx_cap + NRX + 64;
+    struct fi_cq_attr ca = {.size = cq_size, .format = FI_CQ_FORMAT_MSG,
+                            .wait_obj = want_timer ? FI_WAIT_NONE : FI_WAIT_FD};
+    r = want_timer ? 1 : fi_cq_open(u->domain, &ca, &u->cq, NULL);
+    if (r == 0) {
+        int fd = -1;
+        int cr = fi_control(&u->cq->fid, FI_GETWAIT, &fd);
+        if (cr == 0 && fd >= 0) {
+            u->wait_fd = fd;
+        } else {
+            fi_close(&u->cq->fid);
+            u->cq = NULL;
+            r = cr ? cr : -FI_ENOSYS;
+        }
+    }
+    if (r) {
+        if (pm && !strcmp(pm, "fd"))
+            return fail(u, "fi_cq_open with FI_WAIT_FD", r,
+                        "this provider has no wait fd: use progress=timer (or auto)");
+        if (!u->mode_why)
+            u->mode_why = want_timer ? "asked for" : "the provider gives its CQ no wait fd";
+        /* From a timer, an agent learns that peers write into its memory
+         * (shm needs the target's progress for that) by a counter of
+         * remote RMA events: take an entry with FI_RMA_EVENT if there is. */
+        if (!(fi->caps & FI_RMA_EVENT) && (h = base_hints(u->prov, fi->domain_attr->name))) {
+            struct fi_info *ev = NULL;
+            h->caps |= FI_RMA_EVENT;
+            h->tx_attr->op_flags = fi->tx_attr->op_flags;
+            free(h->fabric_attr->name);
+            h->fabric_attr->name = strdup(fi->fabric_attr->name);
+            if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &ev) && ev &&
+                !strcmp(ev->fabric_attr->prov_name, u->prov)) {
+                fi_close(&u->av->fid);
+                fi_close(&u->domain->fid);
+                fi_close(&u->fabric->fid);
+                u->av = NULL;
+                u->domain = NULL;
+                u->fabric = NULL;
+                fi_freeinfo(u->info);
+                u->info = fi = fi_dupinfo(ev);
+                fi_freeinfo(ev);
+                ev = NULL;
+                if (!fi)
+                    return fail(u, "fi_dupinfo", -FI_ENOMEM, "out of memory");
+                if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
+                    return fail(u, "fi_fabric", r, "check the provider's installation");
+                if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
+                    return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
+                if ((r = fi_av_open(u->domain, &aa, &u->av, NULL)))
+                    return fail(u, "fi_av_open", r, "the provider refused an address vector");
+            }
+            if (ev)
+                fi_freeinfo(ev);
+            fi_freeinfo(h);
+        }
+        ca.wait_obj = FI_WAIT_NONE;
+        r = fi_cq_open(u->domain, &ca, &u->cq, NULL);
+        if (!r && (fi->caps & FI_RMA_EVENT)) {
+            struct fi_cntr_attr cta = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+            if (fi_cntr_open(u->domain, &cta, &u->rma_cntr, NULL))
+                u->rma_cntr = NULL;
+        }
+    }
+    if (r)
+        return fail(u, "fi_cq_open", r, "the provider refused a completion queue");
+    /* writes ask for delivery completion one by one; sends need not */
+    fi->tx_attr->op_flags = 0;
+    if ((r = fi_endpoint(u->domain, fi, &u->ep, NULL)))
+        return fail(u, "fi_endpoint", r, "the provider refused an RDM endpoint");
+    if ((r = fi_ep_bind(u->ep, &u->av->fid, 0)) ||
+        (r = fi_ep_bind(u->ep, &u->cq->fid, FI_TRANSMIT | FI_RECV)))
+        return fail(u, "fi_ep_bind", r, "the provider refused to bind its endpoint");
+    if (u->rma_cntr &&
+        fi_ep_bind(u->ep, &u->rma_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ)) {
+        fi_close(&u->rma_cntr->fid);
+        u->rma_cntr = NULL;
+    }
+    if ((r = fi_enable(u->ep)))
+        return fail(u, "fi_enable", r, "the endpoint could not start (address in use?)");
+    u->name_len = sizeof(u->name);
+    if ((r = fi_getname(&u->ep->fid, u->name, &u->name_len)))
+        return fail(u, "fi_getname", r, "the endpoint has no address");
+
+    /* receive buffers for notifications */
+    u->rxmem = malloc((size_t)NRX * RXSZ);
+    if (!u->rxmem) {
+        nxlt_error(ctx, "LIBFABRIC: out of memory for notification buffers");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
+    if (u->mr_local) {
+        if (mr_reg(u, u->rxmem, (size_t)NRX * RXSZ, FI_RECV, &u->rx_mr, NULL,
+                   "the notification buffers") != NXL_SUCCESS) {
+            destroy(u);
+            return NXL_ERR_BACKEND;
+        }
+        u->rx_desc = fi_mr_desc(u->rx_mr);
+    }
+    for (unsigned i = 0; i < NRX; i++) {
+        u->rx[i].c.kind = CTX_RX;
+        u->rx[i].buf = u->rxmem + (size_t)i * RXSZ;
+        rx_post(u, &u->rx[i]);
+    }
+
+    struct event_base *base = nxlt_base(ctx);
+    u->ev_kick = evtimer_new(base, on_kick, u);
+    u->ev_watch = evtimer_new(base, on_watch, u);
+    u->ev_poll = evtimer_new(base, on_poll, u);
+    u->ev_retry = evtimer_new(base, on_retry, u);
+    if (u->wait_fd >= 0)
+        u->ev_fd = event_new(base, u->wait_fd, EV_READ | EV_PERSIST, on_fd, u);
+    if (!u->ev_kick || !u->ev_watch || !u->ev_poll || !u->ev_retry ||
+        (u->wait_fd >= 0 && (!u->ev_fd || event_add(u->ev_fd, NULL)))) {
+        nxlt_error(ctx, "LIBFABRIC: setting up the completion queue in the reactor failed");
+        destroy(u);
+        return NXL_ERR_BACKEND;
+    }
+    kick(u);
+
+    uint32_t ver = fi_version();
+    char mrs[160];
+    mr_mode_str(mm, mrs, sizeof(mrs));
+    snprintf(u->desc, sizeof(u->desc), "libfabric %u.%u: provider %s, fabric %s, domain %s, %s",
+             FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name, fi->domain_attr->name,
+             u->wait_fd >= 0 ? "progress on the CQ wait fd" : "progress from a timer");
+    nxlt_log(ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain %s; "
+             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms",
+             FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name,
+             fi->domain_attr->name, mrs,
+             u->dc ? "on delivery (FI_DELIVERY_COMPLETE)"
+                   : !strcmp(u->prov, "shm") ? "once written (shm's one-sided CMA path)"
+                                             : "on the provider's default (transmit)",
+             u->wait_fd >= 0 ? "the CQ's wait fd in the reactor, fi_trywait before sleeping"
+                             : "a reactor timer, backing off to poll_max while idle",
+             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms);
+    *out = u;
+    return NXL_SUCCESS;
+}
+
+/* Does the provider still hold operations to peers that may answer? */
+static bool holds_live_ops(lf_t *u)
+{
+    lf_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->posted != o->completed && !o->conn->failed)
+        return true;
+    return false;
+}
+
+/* Closes the endpoint: the provider stops using application memory, and
+ * every op not reported yet is reported CANCELED. Operations the provider
+ * holds are waited for first, a bounded time (rxm crashed closing an
+ * endpoint with RMA in flight): nothing more is posted meanwhile. */
+static void quiesce(void *state)
+{
+    lf_t *u = state;
+    lf_op_t *o;
+    if (u->ep && !u->ep_closed) {
+        u->quiescing = true;
+        LIST_FOREACH(o, &u->ops, link)
+        o->stopped = true;
+        while ((o = TAILQ_FIRST(&u->waitq))) {
+            TAILQ_REMOVE(&u->waitq, o, wlink);
+            o->queued = false;
+        }
+        uint64_t until = nxlt_now_us() + DESTROY_WAIT_MS * 1000ull;
+        while (holds_live_ops(u) && nxlt_now_us() < until) {
+            bool more;
+            if (drain(u, &more))
+                continue;
+            struct fid *f = &u->cq->fid;
+            if (u->wait_fd >= 0 && fi_trywait(u->fabric, &f, 1) == 0) {
+                struct pollfd pf = {.fd = u->wait_fd, .events = POLLIN};
+                poll(&pf, 1, 10);
+            } else {
+                usleep(50);
+            }
+        }
+        if (holds_live_ops(u))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: operations still in flight after %d ms at "
+                     "teardown (a peer that does not answer); closing the endpoint under them",
+                     DESTROY_WAIT_MS);
+    }
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->op) {
+        o->stopped = true;
+        op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: the agent is being destroyed");
+    }
+    if (u->ep && !u->ep_closed) {
+        fi_close(&u->ep->fid);
+        u->ep = NULL;
+    }
+    u->ep_closed = true;
+}
+
+static void destroy(void *state)
+{
+    lf_t *u = state;
+    quiesce(u);
+    if (u->ev_fd)
+        event_free(u->ev_fd);
+    if (u->ev_kick)
+        event_free(u->ev_kick);
+    if (u->ev_watch)
+        event_free(u->ev_watch);
+    if (u->ev_poll)
+        event_free(u->ev_poll);
+    if (u->ev_retry)
+        event_free(u->ev_retry);
+    while (!LIST_EMPTY(&u->ops)) {
+        lf_op_t *o = LIST_FIRST(&u->ops);
+        o->completed = o->posted;
+        op_free(o);
+    }
+    /* connections the engine still holds are freed with it (unload_conn
+     * already ran for every remote at teardown) */
+    while (!LIST_EMPTY(&u->conns)) {
+        lf_conn_t *c = LIST_FIRST(&u->conns);
+        LIST_REMOVE(c, link);
+        free(c->name);
+        free(c->why);
+        free(c);
+    }
+    while (!LIST_EMPTY(&u->addrs)) {
+        lf_addr_t *e = LIST_FIRST(&u->addrs);
+        LIST_REMOVE(e, link);
+        free(e);
+    }
+    if (u->rx_mr)
+        fi_close(&u->rx_mr->fid);
+    if (u->rma_cntr)
+        fi_close(&u->rma_cntr->fid);
+    if (u->cq)
+        fi_close(&u->cq->fid);
+    if (u->av)
+        fi_close(&u->av->fid);
+    if (u->domain)
+        fi_close(&u->domain->fid);
+    if (u->fabric)
+        fi_close(&u->fabric->fid);
+    if (u->info)
+        fi_freeinfo(u->info);
+    free(u->rxmem);
+    free(u);
+}
+
+static const char *describe(void *state)
+{
+    return ((lf_t *)state)->desc;
+}
+
+NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
+    .abi_version = NXLT_ABI_VERSION,
+    .name = "LIBFABRIC",
+    .mem_mask = 1u << NXL_DRAM,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS,
+    .probe = probe,
+    .create = create,
+    .destroy = destroy,
+    .reg = reg,
+    .dereg = dereg,
+    .pack_key = pack_key,
+    .conn_info = conn_info,
+    .load_conn = load_conn,
+    .load_key = load_key,
+    .unload_key = unload_key,
+    .unload_conn = unload_conn,
+    .post = post,
+    .notif_send = notif_send,
+    .describe = describe,
+    .quiesce = quiesce,
+};

@@ -1,0 +1,317 @@
+/* The LIBFABRIC transport's own manners, in one process (its two-process
+ * behaviours are in check_xfer's conformance suite, its hosts in
+ * check_netns): what nxl_plugins_available() says, parameters refused with
+ * a sentence, a creation that finds no provider listing what libfabric has
+ * and which hint to relax, the info line naming provider, fabric, domain
+ * and progress mode, VRAM refused, loopback transfers and notifications
+ * within one agent, two agents of one process over tcp;ofi_rxm and shm,
+ * nothing on standard output, and an idle agent that sleeps. */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static char logbuf[1 << 15];
+static size_t loglen;
+
+static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
+{
+    int n = snprintf(logbuf + loglen, sizeof(logbuf) - loglen, "%s\n", msg);
+    if (n > 0 && loglen + (size_t)n < sizeof(logbuf))
+        loglen += (size_t)n;
+}
+
+static nxl_agent_t *agent(const char *name)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = name;
+    c.log_level = NXL_LOG_INFO;
+    c.log_cb = log_cb;
+    nxl_agent_t *a;
+    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    return a;
+}
+
+static nxl_status_t lf(nxl_agent_t *a, const char *k1, const char *v1, const char *k2,
+                       const char *v2)
+{
+    nxl_param_t p[2] = {{k1, v1}, {k2, v2}};
+    return nxl_backend_create(a, "LIBFABRIC", p, k2 ? 2 : k1 ? 1 : 0, NULL);
+}
+
+START_TEST(t_plugin_info)
+{
+    nxl_plugin_info_t p[8];
+    size_t n = nxl_plugins_available(p, 8);
+    int k = -1;
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (!strcmp(p[i].name, "LIBFABRIC"))
+            k = (int)i;
+    ck_assert_msg(k >= 0, "LIBFABRIC not listed");
+    ck_assert(p[k].available);
+    ck_assert_uint_eq(p[k].mem_mask, 1u << NXL_DRAM);
+    ck_assert_msg(strstr(p[k].reason, "libfabric") && strstr(p[k].reason, "VRAM"), "reason '%s'",
+                  p[k].reason);
+}
+END_TEST
+
+START_TEST(t_bad_params)
+{
+    nxl_agent_t *a = agent("a");
+    ck_assert_int_eq(lf(a, "nope", "1", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(a), "LIBFABRIC");
+    ck_assert_int_eq(lf(a, "stall_timeout", "soon", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(a), "stall_timeout");
+    ck_assert_int_eq(lf(a, "progress", "sometimes", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(lf(a, "delivery_complete", "maybe", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(lf(a, "poll_max", "0", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    /* no provider of that name: the sentence lists what libfabric has and what to relax */
+    ck_assert_int_eq(lf(a, "provider", "verbs", NULL, NULL), NXL_ERR_BACKEND);
+    const char *e = nxl_agent_last_error(a);
+    ck_sentence(e, "fi_getinfo");
+    ck_assert_msg(strstr(e, "tcp;ofi_rxm") && strstr(e, "relax"), "'%s'", e);
+    ck_assert_int_eq(lf(a, "iface", "nxl-no-such-if", NULL, NULL), NXL_ERR_BACKEND);
+    ck_assert_msg(strstr(nxl_agent_last_error(a), "iface"), "'%s'", nxl_agent_last_error(a));
+    /* nothing was created by the failures */
+    ck_assert_ptr_null(nxl_backend_get(a, "LIBFABRIC"));
+    nxl_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(t_info_line)
+{
+    static const struct {
+        const char *prov, *progress;
+    } want[] = {{"tcp;ofi_rxm", "wait fd"}, {"shm", "timer"}, {"sockets", "wait fd"}};
+    for (size_t i = 0; i < 3; i++) {
+        loglen = 0;
+        logbuf[0] = 0;
+        nxl_agent_t *a = agent("a");
+        nxl_status_t st = lf(a, "provider", want[i].prov, NULL, NULL);
+        if (st != NXL_SUCCESS && i > 0) {
+            printf("SKIP: info_line: provider %s: %s\n", want[i].prov, nxl_agent_last_error(a));
+            nxl_agent_destroy(a);
+            continue;
+        }
+        ck_assert_msg(st == NXL_SUCCESS, "%s", nxl_agent_last_error(a));
+        ck_assert_msg(strstr(logbuf, "provider ") && strstr(logbuf, want[i].prov) &&
+                          strstr(logbuf, "fabric ") && strstr(logbuf, "domain ") &&
+                          strstr(logbuf, want[i].progress),
+                      "log: %s", logbuf);
+        /* VRAM is refused with a sentence */
+        char dummy[64];
+        nxl_desc_t d = {.addr = (uintptr_t)dummy, .len = sizeof(dummy)};
+        ck_assert_int_eq(nxl_mem_register(a, NXL_VRAM, &d, 1, nxl_backend_get(a, "LIBFABRIC")),
+                         NXL_ERR_NOT_SUPPORTED);
+        nxl_agent_destroy(a);
+    }
+}
+END_TEST
+
+static int ndone, nnotif;
+static nxl_status_t last_st;
+static char last_msg[64], last_from[64];
+
+static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ndone++;
+    last_st = st;
+}
+
+static void notif_cb(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    nnotif++;
+    snprintf(last_msg, sizeof(last_msg), "%.*s", (int)len, (const char *)msg);
+    snprintf(last_from, sizeof(last_from), "%s", from);
+}
+
+/* within one agent: the agent's own name as the remote */
+START_TEST(t_loopback)
+{
+    nxl_agent_t *a = agent("self");
+    ck_assert_int_eq(lf(a, NULL, NULL, NULL, NULL), NXL_SUCCESS);
+    size_t len = 4 << 20;
+    unsigned char *buf = malloc(len);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = len};
+    ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    nxl_agent_on_notif(a, notif_cb, NULL);
+    tl_fill(buf, len / 2, 7);
+    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len / 2},
+               r = {.addr = (uintptr_t)buf + len / 2, .len = len / 2};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = "here";
+    o.notif_len = 4;
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &ll, &rl, "self", &o, &x), NXL_SUCCESS);
+    ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(x)), "LIBFABRIC");
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_xfer_post(x, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(ndone, 0);
+    ck_assert(tl_run_until(a, &nnotif, 1, 5000));
+    ck_assert(tl_run_until(a, &ndone, 1, 5000));
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    ck_assert_str_eq(last_msg, "here");
+    ck_assert_str_eq(last_from, "self");
+    ck_assert(tl_check(buf + len / 2, len / 2, 7) < 0);
+    ck_assert_int_eq(nxl_notif_send(a, "self", "solo", 4, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(tl_run_until(a, &nnotif, 2, 5000));
+    ck_assert_str_eq(last_msg, "solo");
+    nxl_xfer_release(x);
+    nxl_agent_destroy(a);
+    free(buf);
+}
+END_TEST
+
+static void learn(nxl_agent_t *a, nxl_agent_t *b)
+{
+    void *blob;
+    size_t len;
+    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
+    ck_assert_msg(nxl_md_load(a, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    nxl_free(blob);
+}
+
+static int run_pair_until(nxl_agent_t *a, nxl_agent_t *b, int *counter, int target, int ms)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    while (*counter < target && tl_now_ms() < end) {
+        nxl_agent_run_once(a, 1);
+        nxl_agent_run_once(b, 1);
+    }
+    return *counter >= target;
+}
+
+/* two agents of one process, each its own endpoint: WRITE, READ and a
+ * notification after the data, over each provider */
+START_TEST(t_two_agents)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    for (size_t k = 0; k < 2; k++) {
+        nxl_agent_t *a = agent("a"), *b = agent("b");
+        if (lf(a, "provider", provs[k], NULL, NULL) != NXL_SUCCESS) {
+            ck_assert_msg(k > 0, "%s", nxl_agent_last_error(a));
+            printf("SKIP: two_agents: %s: %s\n", provs[k], nxl_agent_last_error(a));
+            nxl_agent_destroy(a);
+            nxl_agent_destroy(b);
+            continue;
+        }
+        ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
+        size_t len = 1 << 20;
+        unsigned char *pa = malloc(len), *pb = calloc(1, len);
+        nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len}, db = {.addr = (uintptr_t)pb, .len = len};
+        ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
+        learn(a, b);
+        learn(b, a);
+        nxl_agent_on_notif(b, notif_cb, NULL);
+        tl_fill(pa, len, 11 + (unsigned)k);
+        nxl_dlist_t la = {NXL_DRAM, &da, 1}, lb = {NXL_DRAM, &db, 1};
+        nxl_xfer_opts_t o;
+        nxl_xfer_opts_init(&o);
+        o.notif = "data";
+        o.notif_len = 4;
+        nxl_xfer_t *w, *r;
+        ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &lb, "b", &o, &w), NXL_SUCCESS);
+        ndone = nnotif = 0;
+        ck_assert_int_eq(nxl_xfer_post(w, done_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert(run_pair_until(a, b, &nnotif, 1, 10000));
+        ck_assert_msg(tl_check(pb, len, 11 + (unsigned)k) < 0, "data not there at the notification");
+        ck_assert_str_eq(last_from, "a");
+        ck_assert(run_pair_until(a, b, &ndone, 1, 10000));
+        ck_assert_int_eq(last_st, NXL_SUCCESS);
+        memset(pa, 0, len);
+        ck_assert_int_eq(nxl_xfer_create(a, NXL_READ, &la, &lb, "b", NULL, &r), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_xfer_post(r, done_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert(run_pair_until(a, b, &ndone, 2, 10000));
+        ck_assert_int_eq(last_st, NXL_SUCCESS);
+        ck_assert(tl_check(pa, len, 11 + (unsigned)k) < 0);
+        nxl_xfer_release(w);
+        nxl_xfer_release(r);
+        nxl_agent_destroy(a);
+        nxl_agent_destroy(b);
+        free(pa);
+        free(pb);
+    }
+}
+END_TEST
+
+/* nothing on standard output, whatever libfabric does */
+START_TEST(t_quiet_stdout)
+{
+    fflush(stdout);
+    char path[] = "/tmp/nxl-lf-stdout-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    int saved = dup(1);
+    dup2(fd, 1);
+    nxl_agent_t *a = agent("q");
+    lf(a, "provider", "verbs", NULL, NULL);
+    ck_assert_int_eq(lf(a, NULL, NULL, NULL, NULL), NXL_SUCCESS);
+    nxl_agent_run_once(a, 10);
+    nxl_agent_destroy(a);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    off_t size = lseek(fd, 0, SEEK_END);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(size, 0);
+}
+END_TEST
+
+/* an idle agent sleeps: a few wake-ups, no CPU, over half a second */
+START_TEST(t_idle_sleeps)
+{
+    nxl_agent_t *a = agent("idle");
+    ck_assert_int_eq(lf(a, NULL, NULL, NULL, NULL), NXL_SUCCESS);
+    for (int i = 0; i < 20; i++)
+        nxl_agent_run_once(a, 5); /* setup traffic, if any */
+    struct rusage r0, r1;
+    getrusage(RUSAGE_THREAD, &r0);
+    uint64_t t0 = tl_now_ms();
+    int turns = 0;
+    while (tl_now_ms() - t0 < 500) {
+        nxl_agent_run_once(a, 500);
+        turns++;
+    }
+    getrusage(RUSAGE_THREAD, &r1);
+    double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) +
+                 (double)(r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                 ((double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) +
+                  (double)(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec)) / 1e6;
+    ck_assert_msg(turns <= 4, "%d loop turns in 500 ms idle", turns);
+    ck_assert_msg(cpu < 0.05, "%.3f s CPU in 500 ms idle", cpu);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
+int main(void)
+{
+    nxl_plugin_info_t p[8];
+    size_t n = nxl_plugins_available(p, 8);
+    int have = 0;
+    for (size_t i = 0; i < n && i < 8; i++)
+        have |= !strcmp(p[i].name, "LIBFABRIC");
+    if (!have) {
+        printf("SKIP: this build has no LIBFABRIC transport\n");
+        return 77;
+    }
+    Suite *s = suite_create("libfabric");
+    TCase *tc = tcase_create("transport");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, t_plugin_info);
+    tcase_add_test(tc, t_bad_params);
+    tcase_add_test(tc, t_info_line);
+    tcase_add_test(tc, t_loopback);
+    tcase_add_test(tc, t_two_agents);
+    tcase_add_test(tc, t_quiet_stdout);
+    tcase_add_test(tc, t_idle_sleeps);
+    suite_add_tcase(s, tc);
+    return tl_run(s);
+}
