@@ -211,12 +211,13 @@ static void srv_close(srv_conn_t *c)
     free(c);
 }
 
-static void peer_text(const struct sockaddr_storage *ss, char *buf, size_t cap)
+/* An IPv4 or IPv6 address as text, for sentences. */
+static void peer_text(const struct sockaddr *sa, char *buf, size_t cap)
 {
-    const void *in = ss->ss_family == AF_INET6
-                         ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
-                         : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
-    if (!inet_ntop(ss->ss_family, in, buf, (socklen_t)cap))
+    const void *in = sa->sa_family == AF_INET6
+                         ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                         : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+    if (!inet_ntop(sa->sa_family, in, buf, (socklen_t)cap))
         snprintf(buf, cap, "?");
 }
 
@@ -226,7 +227,7 @@ static void refused(nxl_agent_t *a, const struct sockaddr_storage *ss, const cha
 {
     if (a->st.md_refused++ % 64 == 0) {
         char host[INET6_ADDRSTRLEN];
-        peer_text(ss, host, sizeof(host));
+        peer_text((const struct sockaddr *)ss, host, sizeof(host));
         nxli_log(a, NXL_LOG_WARN, "metadata listener: connection from %s closed: %s (%llu so "
                  "far)", host, why, (unsigned long long)a->st.md_refused);
     }
@@ -272,7 +273,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
         }
         if (o == -2) {
             char host[INET6_ADDRSTRLEN];
-            peer_text(&c->peer, host, sizeof(host));
+            peer_text((const struct sockaddr *)&c->peer, host, sizeof(host));
             nxli_err(a, "metadata listener: a request from %s was refused: %s", host, aw);
             if (a->st.md_auth_refused++ % 64 == 0)
                 nxli_log(a, NXL_LOG_WARN, "%s", a->err);
@@ -650,20 +651,11 @@ static void client_read(struct bufferevent *bev, void *arg)
     client_finish(c, st, why);
 }
 
-static void addr_text(const struct addrinfo *ai, char *buf, size_t cap)
-{
-    const void *in = ai->ai_family == AF_INET6
-                         ? (const void *)&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
-                         : (const void *)&((const struct sockaddr_in *)ai->ai_addr)->sin_addr;
-    if (!inet_ntop(ai->ai_family, in, buf, (socklen_t)cap))
-        snprintf(buf, cap, "?");
-}
-
 /* Notes why the current address failed, for the final sentence. */
 static void note_failure(client_t *c, const char *what)
 {
     char host[INET6_ADDRSTRLEN];
-    addr_text(c->cur, host, sizeof(host));
+    peer_text(c->cur->ai_addr, host, sizeof(host));
     size_t o = strlen(c->tried);
     if (o < sizeof(c->tried) - 1)
         snprintf(c->tried + o, sizeof(c->tried) - o, "%s%s (%s)", o ? ", " : "", host, what);
