@@ -132,11 +132,10 @@ int nxli_auth_sign(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const vo
     return compute(a->auth, hdr, hl, body, bl, trailer, trailer + 8 + NXLI_AUTH_NONCE);
 }
 
-int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
-                     size_t bl, const unsigned char *trailer, const unsigned char *expect_nonce,
-                     char *why, size_t cap)
+/* the MAC checked; the trailer's timestamp to *ts. 0 or -1 */
+static int check_mac(struct nxli_auth *au, const unsigned char *hdr, size_t hl, const void *body,
+                     size_t bl, const unsigned char *trailer, uint64_t *ts, char *why, size_t cap)
 {
-    struct nxli_auth *au = a->auth;
     unsigned char mac[NXLI_AUTH_MAC];
     if (compute(au, hdr, hl, body, bl, trailer, mac) != 0) {
         snprintf(why, cap, "HMAC could not be computed (libcrypto)");
@@ -146,9 +145,35 @@ int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const 
         snprintf(why, cap, "its HMAC does not verify (tampered, or signed with another secret)");
         return -1;
     }
-    uint64_t ts = 0;
+    *ts = 0;
     for (int i = 0; i < 8; i++)
-        ts = ts << 8 | trailer[i];
+        *ts = *ts << 8 | trailer[i];
+    return 0;
+}
+
+int nxli_auth_check_stored(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
+                           size_t bl, const unsigned char *trailer, uint64_t *ts, char *why,
+                           size_t cap)
+{
+    if (check_mac(a->auth, hdr, hl, body, bl, trailer, ts, why, cap) != 0)
+        return -1;
+    uint64_t now = wall_us(), skew = (uint64_t)NXLI_AUTH_SKEW_S * 1000000u;
+    if (*ts > now + skew) {
+        snprintf(why, cap, "it was signed %lld s in this host's future (more than %d s: clocks "
+                 "apart)", (long long)((*ts - now) / 1000000), NXLI_AUTH_SKEW_S);
+        return -1;
+    }
+    return 0;
+}
+
+int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
+                     size_t bl, const unsigned char *trailer, const unsigned char *expect_nonce,
+                     char *why, size_t cap)
+{
+    struct nxli_auth *au = a->auth;
+    uint64_t ts;
+    if (check_mac(au, hdr, hl, body, bl, trailer, &ts, why, cap) != 0)
+        return -1;
     uint64_t now = wall_us(), skew = (uint64_t)NXLI_AUTH_SKEW_S * 1000000u;
     if (ts + skew < now || ts > now + skew) {
         snprintf(why, cap, "its timestamp is %lld s away from this host's clock (more than %d s: "
@@ -194,6 +219,13 @@ int nxli_auth_sign(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const vo
 int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
                      size_t bl, const unsigned char *trailer, const unsigned char *expect_nonce,
                      char *why, size_t cap)
+{
+    snprintf(why, cap, "no authentication in this build");
+    return -1;
+}
+int nxli_auth_check_stored(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
+                           size_t bl, const unsigned char *trailer, uint64_t *ts, char *why,
+                           size_t cap)
 {
     snprintf(why, cap, "no authentication in this build");
     return -1;

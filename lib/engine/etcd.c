@@ -10,18 +10,297 @@
  * retried with backoff; the rest of the agent goes on. */
 #include "internal.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ parsing */
+
+#define NUM_MAX ((int64_t)1 << 62) /* revisions and TTLs: no overflow adding to one */
+
+/* An int64 of etcd's (a decimal string in its JSON, or a number), |v| <
+ * 2^62; absent: 0. false when present and not such a number. */
+static bool jnum(const cJSON *o, const char *k, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    *out = 0;
+    if (!v)
+        return true;
+    if (cJSON_IsString(v)) {
+        const char *s = v->valuestring;
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (!*s || *end || errno || x >= NUM_MAX || x <= -NUM_MAX)
+            return false;
+        *out = x;
+        return true;
+    }
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (!(d < (double)NUM_MAX && d > -(double)NUM_MAX))
+            return false; /* NaN too */
+        *out = (int64_t)d;
+        return true;
+    }
+    return false;
+}
+
+/* kv (etcd's mvccpb.KeyValue) into e: false when it has no usable key (not
+ * base64, empty, a NUL in it) */
+static bool kv_take(const cJSON *kv, nxli_etcd_kv_t *e, char *why, size_t cap)
+{
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(kv, "key");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
+    size_t kl;
+    char *key = cJSON_IsString(k) ? nxli_b64_decode(k->valuestring, &kl) : NULL;
+    if (!key || !kl || memchr(key, 0, kl)) {
+        free(key);
+        return false;
+    }
+    key[kl] = 0; /* nxli_b64_decode leaves room for it */
+    if (!jnum(kv, "mod_revision", &e->mod_rev) || e->mod_rev < 0) {
+        free(key);
+        snprintf(why, cap, "a key's mod_revision is not a revision");
+        return false;
+    }
+    e->key = key;
+    e->value = cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+    if (cJSON_IsString(v) && !e->value) {
+        free(key);
+        return false;
+    }
+    return true;
+}
+
+static int take_kvs(const cJSON *arr, bool events, nxli_etcd_resp_t *r, char *why, size_t cap)
+{
+    if (!arr)
+        return 0;
+    if (!cJSON_IsArray(arr)) {
+        snprintf(why, cap, "its \"%s\" is not an array", events ? "events" : "kvs");
+        return -1;
+    }
+    int n = cJSON_GetArraySize(arr);
+    if (n <= 0)
+        return 0;
+    r->kv = calloc((size_t)n, sizeof(*r->kv));
+    if (!r->kv) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        const cJSON *kv = events ? cJSON_GetObjectItemCaseSensitive(it, "kv") : it;
+        nxli_etcd_kv_t *e = &r->kv[r->n];
+        if (!cJSON_IsObject(kv) || !kv_take(kv, e, why, cap))
+            continue;
+        const cJSON *type = events ? cJSON_GetObjectItemCaseSensitive(it, "type") : NULL;
+        e->del = cJSON_IsString(type) && !strcmp(type->valuestring, "DELETE");
+        if (e->del) {
+            free(e->value);
+            e->value = NULL;
+        }
+        r->n++;
+    }
+    return 0;
+}
+
+void nxli_etcd_resp_free(nxli_etcd_resp_t *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->kv[i].key);
+        free(r->kv[i].value);
+    }
+    free(r->kv);
+    memset(r, 0, sizeof(*r));
+}
+
+int nxli_etcd_parse(nxli_etcd_kind_t kind, const char *buf, size_t len, nxli_etcd_resp_t *r,
+                    char *why, size_t cap)
+{
+    memset(r, 0, sizeof(*r));
+    cJSON *j = len ? cJSON_ParseWithLength(buf, len) : NULL;
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        snprintf(why, cap, "an answer that is not a JSON object");
+        return -1;
+    }
+    int rc = -1;
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (err) {
+        /* {"error": "...", "message": "..."}; in a stream {"error": {"message": ...}} */
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(j, "message");
+        if (!cJSON_IsString(msg))
+            msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        snprintf(why, cap, "%.300s", cJSON_IsString(msg) ? msg->valuestring : "error");
+        goto out;
+    }
+    const cJSON *o = j;
+    if (kind == NXLI_ETCD_WATCH || kind == NXLI_ETCD_KEEPALIVE) {
+        o = cJSON_GetObjectItemCaseSensitive(j, "result");
+        if (!o && kind == NXLI_ETCD_KEEPALIVE) {
+            rc = 0; /* no result: the lease is gone (ttl 0) */
+            goto out;
+        }
+        if (!cJSON_IsObject(o)) {
+            snprintf(why, cap, "no \"result\" object");
+            goto out;
+        }
+    }
+    const cJSON *hdr = cJSON_GetObjectItemCaseSensitive(o, "header");
+    if (hdr) {
+        if (!cJSON_IsObject(hdr) || !jnum(hdr, "revision", &r->revision) || r->revision < 0) {
+            snprintf(why, cap, "its header's revision is not a revision");
+            goto out;
+        }
+        r->has_header = true;
+    }
+    switch (kind) {
+    case NXLI_ETCD_RANGE:
+        rc = take_kvs(cJSON_GetObjectItemCaseSensitive(o, "kvs"), false, r, why, cap);
+        break;
+    case NXLI_ETCD_PUT:
+        rc = 0;
+        break;
+    case NXLI_ETCD_GRANT:
+    case NXLI_ETCD_KEEPALIVE: {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "ID");
+        size_t il = cJSON_IsString(id) ? strlen(id->valuestring) : 0;
+        if (kind == NXLI_ETCD_GRANT &&
+            (!il || il >= sizeof(r->lease) || strspn(id->valuestring, "-0123456789") != il)) {
+            snprintf(why, cap, "etcd granted a lease without an ID");
+            break;
+        }
+        if (kind == NXLI_ETCD_GRANT)
+            memcpy(r->lease, id->valuestring, il + 1);
+        if (!jnum(o, "TTL", &r->ttl)) {
+            snprintf(why, cap, "its TTL is not a number");
+            break;
+        }
+        rc = 0;
+        break;
+    }
+    case NXLI_ETCD_WATCH:
+        r->canceled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "canceled"));
+        rc = take_kvs(cJSON_GetObjectItemCaseSensitive(o, "events"), true, r, why, cap);
+        break;
+    }
+out:
+    cJSON_Delete(j);
+    if (rc != 0)
+        nxli_etcd_resp_free(r);
+    return rc;
+}
+
+size_t nxli_etcd_lines(char *buf, size_t len, void (*line)(void *arg, const char *l, size_t n),
+                       void *arg)
+{
+    char *start = buf, *nl;
+    while ((nl = memchr(start, '\n', len - (size_t)(start - buf)))) {
+        if (nl > start)
+            line(arg, start, (size_t)(nl - start));
+        start = nl + 1;
+    }
+    size_t rest = len - (size_t)(start - buf);
+    memmove(buf, start, rest);
+    return rest;
+}
+
+/* ------------------------------------------------------------ signing */
+
+/* what the MAC covers before the blob: the magic and the key (with its NUL:
+ * the key's end is unambiguous) */
+static unsigned char *sig_hdr(const char *key, size_t *hl)
+{
+    size_t kl = strlen(key) + 1;
+    unsigned char *h = malloc(NXLI_ETCD_SIG_LEN + kl);
+    if (h) {
+        memcpy(h, NXLI_ETCD_SIG, NXLI_ETCD_SIG_LEN);
+        memcpy(h + NXLI_ETCD_SIG_LEN, key, kl);
+    }
+    *hl = NXLI_ETCD_SIG_LEN + kl;
+    return h;
+}
+
+void *nxli_etcd_seal(nxl_agent_t *a, const char *key, const void *blob, size_t len,
+                     size_t *out_len)
+{
+    size_t pre = a->auth ? NXLI_ETCD_SIG_LEN + NXLI_AUTH_TRAILER : 0, hl;
+    unsigned char *v = malloc(pre + len + 1), *h = NULL;
+    if (!v)
+        return NULL;
+    memcpy(v + pre, blob, len);
+    if (a->auth) {
+        memcpy(v, NXLI_ETCD_SIG, NXLI_ETCD_SIG_LEN);
+        if (!(h = sig_hdr(key, &hl)) ||
+            nxli_auth_sign(a, h, hl, v + pre, len, NULL, v + NXLI_ETCD_SIG_LEN) != 0) {
+            free(h);
+            free(v);
+            return NULL;
+        }
+        free(h);
+    }
+    *out_len = pre + len;
+    return v;
+}
+
+nxl_status_t nxli_etcd_open(nxl_agent_t *a, const char *key, const char *b64, uint64_t *last_ts,
+                            void **blob, size_t *len, char *why, size_t cap)
+{
+    size_t n;
+    unsigned char *v = nxli_b64_decode(b64, &n);
+    *blob = NULL;
+    if (!v) {
+        snprintf(why, cap, "its value is not base64");
+        return NXL_ERR_MISMATCH;
+    }
+    size_t pre = NXLI_ETCD_SIG_LEN + NXLI_AUTH_TRAILER;
+    bool sig = n >= pre && !memcmp(v, NXLI_ETCD_SIG, NXLI_ETCD_SIG_LEN);
+    if (a->auth) {
+        uint64_t ts = 0;
+        size_t hl;
+        unsigned char *h = sig ? sig_hdr(key, &hl) : NULL;
+        if (!sig)
+            snprintf(why, cap, "its value is not signed (the publisher has no secret configured)");
+        else if (!h)
+            snprintf(why, cap, "out of memory");
+        int ok = h && nxli_auth_check_stored(a, h, hl, v + pre, n - pre, v + NXLI_ETCD_SIG_LEN,
+                                             &ts, why, cap) == 0;
+        free(h);
+        if (ok && ts < *last_ts) {
+            snprintf(why, cap, "its value was signed %.3f s before the one accepted from this key "
+                     "earlier (an old value put back: a replay)", (double)(*last_ts - ts) / 1e6);
+            ok = 0;
+        }
+        if (!ok) {
+            free(v);
+            return NXL_ERR_NOT_ALLOWED;
+        }
+        *last_ts = ts;
+    }
+    if (sig) {
+        /* without a secret this agent trusts etcd: the signature is not its to check */
+        memmove(v, v + pre, n - pre);
+        n -= pre;
+    }
+    *blob = v;
+    *len = n;
+    return NXL_SUCCESS;
+}
+
 #ifdef NXL_HAVE_ETCD
 
-#include <cjson/cJSON.h>
 #include <curl/curl.h>
-#include <string.h>
 
 #define RETRY_MIN_MS 200
 #define RETRY_MAX_MS 5000
 
 typedef struct ereq ereq_t;
-typedef void (*ereq_done_fn)(ereq_t *r, const char *err, cJSON *resp);
-typedef void (*ereq_line_fn)(ereq_t *r, cJSON *msg);
+typedef void (*ereq_done_fn)(ereq_t *r, const char *err, const nxli_etcd_resp_t *resp);
+typedef void (*ereq_line_fn)(ereq_t *r, const nxli_etcd_resp_t *msg);
 
 struct ereq {
     nxl_agent_t *a;
@@ -30,6 +309,7 @@ struct ereq {
     struct curl_slist *hdr;
     char *buf;              /* response, or the unparsed rest of a stream */
     size_t len, cap;
+    nxli_etcd_kind_t kind;  /* what the answer is */
     ereq_done_fn done;
     ereq_line_fn line;      /* streaming (watch): one call per JSON line */
     void *arg;
@@ -45,6 +325,9 @@ typedef struct ewatch {
     int64_t rev;            /* next revision wanted */
     char *loaded[4];        /* keys whose metadata we loaded: their deletion means the peer left */
     char *value[4];         /* what each held when loaded: the same value again is no news */
+    /* with a secret: when the newest value accepted from each key was
+     * signed; an older one is refused (kept when the key is deleted) */
+    struct enewest { struct enewest *next; uint64_t us; char key[]; } *newest;
     ereq_t *req;
     struct event *retry;
     unsigned backoff_ms;
@@ -102,27 +385,35 @@ static void ereq_free(ereq_t *r)
     free(r);
 }
 
+static void one_line(void *arg, const char *l, size_t n)
+{
+    ereq_t *r = arg;
+    nxli_etcd_resp_t m;
+    char why[400];
+    if (nxli_etcd_parse(NXLI_ETCD_WATCH, l, n, &m, why, sizeof(why)) != 0) {
+        nxli_log(r->a, NXL_LOG_DEBUG, "etcd: a watch message on %s ignored: %s", r->url, why);
+        return;
+    }
+    r->line(r, &m);
+    nxli_etcd_resp_free(&m);
+}
+
 static void feed_lines(ereq_t *r)
 {
-    char *start = r->buf, *nl;
-    while ((nl = memchr(start, '\n', r->len - (size_t)(start - r->buf)))) {
-        *nl = 0;
-        cJSON *j = cJSON_Parse(start);
-        if (j) {
-            r->line(r, j);
-            cJSON_Delete(j);
-        }
-        start = nl + 1;
-    }
-    size_t rest = r->len - (size_t)(start - r->buf);
-    memmove(r->buf, start, rest);
-    r->len = rest;
+    r->len = nxli_etcd_lines(r->buf, r->len, one_line, r);
 }
 
 static size_t on_write(char *p, size_t sz, size_t nm, void *arg)
 {
     ereq_t *r = arg;
     size_t n = sz * nm;
+    /* an answer (a watch message) holds at most a few values, each at most
+     * a metadata frame in base64: more is not etcd's (curl gives up) */
+    if (r->len + n > r->a->max_frame / 3 * 8 + (1 << 20)) {
+        nxli_log(r->a, NXL_LOG_WARN, "etcd at %s: an answer of more than %zu bytes; dropped",
+                 r->url, r->a->max_frame / 3 * 8 + (1 << 20));
+        return 0;
+    }
     if (r->len + n + 1 > r->cap) {
         size_t cap = (r->len + n + 1) * 2;
         char *b = realloc(r->buf, cap);
@@ -148,8 +439,8 @@ static void req_done(void *easy, int result, void *priv, void *arg)
     CURLcode rc = (CURLcode)result;
     long http = 0;
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
-    char err[512] = "";
-    cJSON *j = NULL;
+    char err[512] = "", why[400];
+    nxli_etcd_resp_t resp, *j = NULL;
     if (rc != CURLE_OK) {
         snprintf(err, sizeof(err), "etcd at %s: %s (is etcd running?)", r->url,
                  curl_easy_strerror(rc));
@@ -157,29 +448,30 @@ static void req_done(void *easy, int result, void *priv, void *arg)
     } else if (http != 200) {
         snprintf(err, sizeof(err), "etcd at %s answered HTTP %ld: %.200s", r->url, http,
                  r->buf ? r->buf : "");
-    } else if (!r->line && !(j = cJSON_ParseWithLength(r->buf ? r->buf : "", r->len))) {
-        snprintf(err, sizeof(err), "etcd at %s answered something that is not JSON", r->url);
-    } else if (j && cJSON_GetObjectItem(j, "error")) {
-        const cJSON *msg = cJSON_GetObjectItem(j, "message");
-        snprintf(err, sizeof(err), "etcd at %s: %s", r->url,
-                 cJSON_IsString(msg) ? msg->valuestring : "error");
+    } else if (!r->line) {
+        if (nxli_etcd_parse(r->kind, r->buf ? r->buf : "", r->len, &resp, why, sizeof(why)) == 0)
+            j = &resp;
+        else
+            snprintf(err, sizeof(err), "etcd at %s: %s", r->url, why);
     }
     ereq_done_fn done = r->done;
     r->done = NULL;
     if (done)
         done(r, err[0] ? err : NULL, j);
-    cJSON_Delete(j);
+    if (j)
+        nxli_etcd_resp_free(j);
     ereq_free(r);
 }
 
 /* POST a JSON body to /v3/<path>; done runs exactly once (not inline). */
-static ereq_t *post(etcd_t *e, const char *path, cJSON *body, ereq_done_fn done, ereq_line_fn line,
-                    void *arg, long timeout_ms)
+static ereq_t *post(etcd_t *e, const char *path, nxli_etcd_kind_t kind, cJSON *body,
+                    ereq_done_fn done, ereq_line_fn line, void *arg, long timeout_ms)
 {
     ereq_t *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
     r->a = e->a;
+    r->kind = kind;
     r->done = done;
     r->line = line;
     r->arg = arg;
@@ -244,16 +536,6 @@ static bool add_prefix_range(cJSON *o, const char *prefix)
     free(k);
     free(re);
     return ok;
-}
-
-static int64_t jint(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (cJSON_IsString(v))
-        return strtoll(v->valuestring, NULL, 10);
-    if (cJSON_IsNumber(v))
-        return (int64_t)v->valuedouble;
-    return 0;
 }
 
 /* ------------------------------------------------------------ setup */
@@ -331,7 +613,7 @@ static void republish(etcd_t *e)
     put_key(e, NULL, p->key, p->val);
 }
 
-static void ka_done(ereq_t *r, const char *err, cJSON *j)
+static void ka_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 {
     etcd_t *e = r->a->etcd;
     if (err) {
@@ -339,8 +621,7 @@ static void ka_done(ereq_t *r, const char *err, cJSON *j)
         ka_arm(e, backoff(&e->ka_backoff_ms));
         return;
     }
-    const cJSON *res = cJSON_GetObjectItem(j, "result");
-    if (!res || jint(res, "TTL") <= 0) {
+    if (j->ttl <= 0) {
         /* the lease expired (etcd was away longer than the TTL): new lease, publish again */
         nxli_log(e->a, NXL_LOG_WARN, "etcd lease %s expired; granting a new one and publishing "
                                      "again", e->lease);
@@ -363,18 +644,15 @@ static void on_ka(evutil_socket_t fd, short what, void *arg)
     }
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "ID", e->lease);
-    if (!post(e, "lease/keepalive", b, ka_done, NULL, NULL, 3000))
+    if (!post(e, "lease/keepalive", NXLI_ETCD_KEEPALIVE, b, ka_done, NULL, NULL, 3000))
         ka_arm(e, backoff(&e->ka_backoff_ms));
     cJSON_Delete(b);
 }
 
-static void grant_done(ereq_t *r, const char *err, cJSON *j)
+static void grant_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 {
     etcd_t *e = r->a->etcd;
     e->granting = false;
-    const cJSON *id = j ? cJSON_GetObjectItem(j, "ID") : NULL;
-    if (!err && !cJSON_IsString(id))
-        err = "etcd granted a lease without an ID";
     if (err) {
         /* fail the publishes waiting for it */
         while (e->waiting) {
@@ -392,7 +670,7 @@ static void grant_done(ereq_t *r, const char *err, cJSON *j)
         }
         return;
     }
-    snprintf(e->lease, sizeof(e->lease), "%s", id->valuestring);
+    snprintf(e->lease, sizeof(e->lease), "%s", j->lease);
     nxli_log(e->a, NXL_LOG_INFO, "etcd lease %s granted (TTL %u s)", e->lease, e->ttl);
     e->ka_backoff_ms = 0;
     ka_arm(e, e->ttl * 1000 / 3);
@@ -416,13 +694,13 @@ static void grant(etcd_t *e)
     /* the keep-alive timer also retries a failed grant (on_ka) */
     cJSON *b = cJSON_CreateObject();
     cJSON_AddNumberToObject(b, "TTL", e->ttl);
-    e->granting = post(e, "lease/grant", b, grant_done, NULL, NULL, 5000) != NULL;
+    e->granting = post(e, "lease/grant", NXLI_ETCD_GRANT, b, grant_done, NULL, NULL, 5000) != NULL;
     cJSON_Delete(b);
 }
 
 /* ------------------------------------------------------------ publish */
 
-static void put_done(ereq_t *r, const char *err, cJSON *j)
+static void put_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 {
     nxl_future_t *f = r->arg;
     if (f)
@@ -438,7 +716,7 @@ static void put_key(etcd_t *e, nxl_future_t *f, const char *key, const char *val
     cJSON_AddStringToObject(b, "key", k);
     cJSON_AddStringToObject(b, "value", val);
     cJSON_AddStringToObject(b, "lease", e->lease);
-    if (!post(e, "kv/put", b, put_done, NULL, f, 5000) && f)
+    if (!post(e, "kv/put", NXLI_ETCD_PUT, b, put_done, NULL, f, 5000) && f)
         nxli_future_complete(f, NXL_ERR_UNKNOWN, "etcd: out of memory");
     free(k);
     cJSON_Delete(b);
@@ -482,7 +760,11 @@ static nxl_status_t publish(nxl_agent_t *a, const char *call, const char *label,
         return st;
     }
     char *key = nxli_sprintf("%s%s/%s", e->prefix, a->name, label);
-    char *val = nxli_b64_encode(blob, len);
+    /* with a secret, signed: the key (agent name, label), when, the blob */
+    size_t sl = 0;
+    void *sealed = key ? nxli_etcd_seal(a, key, blob, len, &sl) : NULL;
+    char *val = sealed ? nxli_b64_encode(sealed, sl) : NULL;
+    free(sealed);
     free(blob);
     nxl_future_t *f = key && val ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
     if (!f) {
@@ -540,7 +822,7 @@ nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t
     return publish(a, "nxl_md_publish_partial", label, blob, len, cb, arg, out);
 }
 
-static void unpub_done(ereq_t *r, const char *err, cJSON *j)
+static void unpub_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 {
     nxl_future_t *f = r->arg;
     if (f)
@@ -560,13 +842,13 @@ nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_fut
     nxl_future_t *f =
         pre && add_prefix_range(b, pre) ? nxli_future_new(a, NXLI_F_MD, cb, arg) : NULL;
     if (f) {
-        if (!post(e, "kv/deleterange", b, unpub_done, NULL, f, 5000))
+        if (!post(e, "kv/deleterange", NXLI_ETCD_PUT, b, unpub_done, NULL, f, 5000))
             nxli_future_complete(f, NXL_ERR_UNKNOWN, "etcd: out of memory");
         /* stop keeping the lease: revoke it */
         if (e->lease[0]) {
             cJSON *rb = cJSON_CreateObject();
             cJSON_AddStringToObject(rb, "ID", e->lease);
-            post(e, "lease/revoke", rb, NULL, NULL, NULL, 3000);
+            post(e, "lease/revoke", NXLI_ETCD_PUT, rb, NULL, NULL, NULL, 3000);
             cJSON_Delete(rb);
             e->lease[0] = 0;
             if (e->ka)
@@ -600,11 +882,26 @@ static void fetch_finish(efetch_t *q, nxl_status_t st, const char *why)
     nxli_future_complete(f, st, why);
 }
 
+static uint64_t *newest_us(ewatch_t *w, const char *key)
+{
+    struct enewest *n;
+    for (n = w->newest; n; n = n->next)
+        if (!strcmp(n->key, key))
+            return &n->us;
+    size_t kl = strlen(key) + 1;
+    if (!(n = calloc(1, sizeof(*n) + kl)))
+        return NULL;
+    memcpy(n->key, key, kl);
+    n->next = w->newest;
+    w->newest = n;
+    return &n->us;
+}
+
 /* loads a value seen for key; completes the fetches waiting for it */
 static void seen_value(ewatch_t *w, const char *key, const char *b64)
 {
     nxl_agent_t *a = w->a;
-    size_t len;
+    size_t len = 0;
     char name[NXLI_NAME_MAX] = "";
     /* the value loaded before, put again (the peer re-publishing after a
      * lease renewal, say): reloading would replace the peer and void the
@@ -615,18 +912,30 @@ static void seen_value(ewatch_t *w, const char *key, const char *b64)
             slot = i;
     bool same = slot >= 0 && w->value[slot] && !strcmp(w->value[slot], b64) &&
                 nxl_md_check(a, w->peer) == NXL_SUCCESS;
-    void *blob = same ? NULL : nxli_b64_decode(b64, &len);
-    nxl_status_t st = same ? NXL_SUCCESS
-                           : blob ? nxl_md_load(a, blob, len, name, sizeof(name)) : NXL_ERR_MISMATCH;
-    if (same)
+    nxl_status_t st = NXL_SUCCESS;
+    if (same) {
         snprintf(name, sizeof(name), "%s", w->peer);
-    free(blob);
+    } else {
+        /* decoded and, with a secret, verified before a byte reaches cJSON
+         * or a transport */
+        char why[400];
+        void *blob;
+        uint64_t none = 0, *last = newest_us(w, key);
+        st = nxli_etcd_open(a, key, b64, last ? last : &none, &blob, &len, why, sizeof(why));
+        if (st == NXL_ERR_NOT_ALLOWED) {
+            a->st.md_auth_refused++;
+            nxli_log(a, NXL_LOG_WARN, "etcd: the value at %s was refused: %s", key, why);
+        }
+        if (st != NXL_SUCCESS)
+            nxli_err(a, "etcd: the value at %s was refused: %s", key, why);
+        else
+            st = nxl_md_load(a, blob, len, name, sizeof(name));
+        free(blob);
+    }
     if (st == NXL_SUCCESS && strcmp(name, w->peer)) {
         nxl_md_invalidate(a, name);
         nxli_err(a, "etcd: key %s holds metadata of agent '%s', not '%s'", key, name, w->peer);
         st = NXL_ERR_MISMATCH;
-    } else if (!blob) {
-        nxli_err(a, "etcd: key %s holds a value that is not base64", key);
     }
     efetch_t *q, *next;
     for (q = LIST_FIRST(&w->waiters); q; q = next) {
@@ -673,58 +982,37 @@ static void forget_loaded(ewatch_t *w)
     }
 }
 
-static void watch_line(ereq_t *r, cJSON *msg)
+static void watch_line(ereq_t *r, const nxli_etcd_resp_t *m)
 {
     ewatch_t *w = r->arg;
-    const cJSON *res = cJSON_GetObjectItem(msg, "result");
-    if (!res)
-        return;
-    if (cJSON_IsTrue(cJSON_GetObjectItem(res, "canceled"))) {
+    if (m->canceled) {
         /* compacted past our revision: read afresh */
         w->rev = 0;
         return;
     }
-    const cJSON *hdr = cJSON_GetObjectItem(res, "header");
-    const cJSON *evs = cJSON_GetObjectItem(res, "events");
-    const cJSON *ev;
-    cJSON_ArrayForEach(ev, evs)
-    {
-        const cJSON *kv = cJSON_GetObjectItem(ev, "kv");
-        const cJSON *type = cJSON_GetObjectItem(ev, "type");
-        const cJSON *k = cJSON_GetObjectItem(kv, "key");
-        if (!cJSON_IsString(k))
-            continue;
-        size_t kl;
-        char *key = nxli_b64_decode(k->valuestring, &kl);
-        if (!key)
-            continue;
-        char *ks = nxli_sprintf("%.*s", (int)kl, key);
-        free(key);
-        int64_t mod = jint(kv, "mod_revision");
-        if (mod >= w->rev)
-            w->rev = mod + 1;
-        bool del = cJSON_IsString(type) && !strcmp(type->valuestring, "DELETE");
-        if (del && ks && was_loaded(w, ks)) {
+    for (size_t i = 0; i < m->n; i++) {
+        const nxli_etcd_kv_t *kv = &m->kv[i];
+        if (kv->mod_rev >= w->rev)
+            w->rev = kv->mod_rev + 1;
+        if (kv->del && was_loaded(w, kv->key)) {
             nxli_log(w->a, NXL_LOG_WARN, "etcd: agent '%s' left (its key %s was deleted or its "
-                                         "lease expired); invalidating it", w->peer, ks);
+                                         "lease expired); invalidating it", w->peer, kv->key);
             forget_loaded(w);
             nxli_remote_lost(w->a, w->peer, "etcd: the peer's metadata was deleted (it left, or "
                                             "its lease expired); transfers to it are aborted");
-        } else if (!del && ks) {
-            const cJSON *v = cJSON_GetObjectItem(kv, "value");
+        } else if (!kv->del) {
             bool waited = false;
             efetch_t *q;
             LIST_FOREACH(q, &w->waiters, link)
-            waited |= !strcmp(q->key, ks);
+            waited |= !strcmp(q->key, kv->key);
             /* a new full metadata (peer restarted) replaces the old one */
-            if (cJSON_IsString(v) && (waited || (!strcmp(ks, w->mdkey) &&
-                                                  nxl_md_check(w->a, w->peer) == NXL_SUCCESS)))
-                seen_value(w, ks, v->valuestring);
+            if (kv->value && (waited || (!strcmp(kv->key, w->mdkey) &&
+                                         nxl_md_check(w->a, w->peer) == NXL_SUCCESS)))
+                seen_value(w, kv->key, kv->value);
         }
-        free(ks);
     }
-    if (hdr && !w->rev)
-        w->rev = jint(hdr, "revision") + 1;
+    if (m->has_header && !w->rev)
+        w->rev = m->revision + 1;
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -732,7 +1020,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     watch_start(arg);
 }
 
-static void watch_done(ereq_t *r, const char *err, cJSON *j)
+static void watch_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 {
     ewatch_t *w = r->arg;
     w->req = NULL;
@@ -744,7 +1032,7 @@ static void watch_done(ereq_t *r, const char *err, cJSON *j)
     evtimer_add(w->retry, &tv);
 }
 
-static void range_done(ereq_t *r, const char *err, cJSON *j);
+static void range_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j);
 
 static void watch_start(ewatch_t *w)
 {
@@ -752,7 +1040,7 @@ static void watch_start(ewatch_t *w)
     if (w->rev == 0) {
         /* read the current state first, then watch from the next revision */
         cJSON *b = cJSON_CreateObject();
-        ereq_t *r = add_prefix_range(b, w->key) ? post(e, "kv/range", b, range_done, NULL, w, 5000)
+        ereq_t *r = add_prefix_range(b, w->key) ? post(e, "kv/range", NXLI_ETCD_RANGE, b, range_done, NULL, w, 5000)
                                                 : NULL;
         cJSON_Delete(b);
         w->req = r;
@@ -764,14 +1052,14 @@ static void watch_start(ewatch_t *w)
     char rev[24];
     snprintf(rev, sizeof(rev), "%lld", (long long)w->rev);
     w->req = add_prefix_range(c, w->key) && cJSON_AddStringToObject(c, "start_revision", rev)
-                 ? post(e, "watch", b, watch_done, watch_line, w, 0)
+                 ? post(e, "watch", NXLI_ETCD_WATCH, b, watch_done, watch_line, w, 0)
                  : NULL;
     cJSON_Delete(b);
     if (!w->req)
         watch_done(&(ereq_t){.arg = w}, "out of memory", NULL);
 }
 
-static void range_done(ereq_t *r, const char *err, cJSON *j)
+static void range_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 {
     ewatch_t *w = r->arg;
     w->req = NULL;
@@ -783,27 +1071,19 @@ static void range_done(ereq_t *r, const char *err, cJSON *j)
         return;
     }
     w->backoff_ms = 0;
-    const cJSON *hdr = cJSON_GetObjectItem(j, "header");
-    w->rev = jint(hdr, "revision") + 1;
-    const cJSON *kvs = cJSON_GetObjectItem(j, "kvs"), *kv;
+    w->rev = j->revision + 1;
     int present = 0;
-    cJSON_ArrayForEach(kv, kvs)
-    {
-        const cJSON *k = cJSON_GetObjectItem(kv, "key"), *v = cJSON_GetObjectItem(kv, "value");
-        size_t kl;
-        char *key = cJSON_IsString(k) ? nxli_b64_decode(k->valuestring, &kl) : NULL;
-        char *ks = key ? nxli_sprintf("%.*s", (int)kl, key) : NULL;
-        free(key);
-        if (ks && cJSON_IsString(v)) {
-            bool waited = false;
-            efetch_t *q;
-            LIST_FOREACH(q, &w->waiters, link)
-            waited |= !strcmp(q->key, ks);
-            if (waited)
-                seen_value(w, ks, v->valuestring);
-            present += was_loaded(w, ks);
-        }
-        free(ks);
+    for (size_t i = 0; i < j->n; i++) {
+        const nxli_etcd_kv_t *kv = &j->kv[i];
+        if (!kv->value)
+            continue;
+        bool waited = false;
+        efetch_t *q;
+        LIST_FOREACH(q, &w->waiters, link)
+        waited |= !strcmp(q->key, kv->key);
+        if (waited)
+            seen_value(w, kv->key, kv->value);
+        present += was_loaded(w, kv->key);
     }
     /* keys we loaded from vanished while the watch was down: the peer left */
     int loaded = 0;
@@ -846,6 +1126,11 @@ static void watch_free(ewatch_t *w)
     }
     event_free(w->retry);
     forget_loaded(w);
+    while (w->newest) {
+        struct enewest *n = w->newest;
+        w->newest = n->next;
+        free(n);
+    }
     free(w->peer);
     free(w->key);
     free(w->mdkey);

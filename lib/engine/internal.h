@@ -323,6 +323,51 @@ void nxli_exchange_cleanup(nxl_agent_t *a);
 
 /* etcd.c */
 void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish);
+/* etcd's JSON gateway answers, parsed into plain structs before anything
+ * acts on them (no network needed: the fuzzers call these) */
+typedef enum {
+    NXLI_ETCD_RANGE,      /* kv/range: header, kvs */
+    NXLI_ETCD_PUT,        /* kv/put, kv/deleterange, lease/revoke: header */
+    NXLI_ETCD_GRANT,      /* lease/grant: ID, TTL */
+    NXLI_ETCD_KEEPALIVE,  /* lease/keepalive: result.TTL */
+    NXLI_ETCD_WATCH,      /* one line of a watch stream: result.{header,canceled,events} */
+} nxli_etcd_kind_t;
+typedef struct nxli_etcd_kv {
+    char *key;            /* decoded, NUL-terminated, holds no NUL */
+    char *value;          /* etcd's base64 of the value; NULL: none, or a DELETE */
+    int64_t mod_rev;
+    bool del;
+} nxli_etcd_kv_t;
+typedef struct nxli_etcd_resp {
+    bool has_header, canceled;
+    int64_t revision;     /* header.revision: 0 <= r < 2^62 */
+    int64_t ttl;          /* grant, keepalive (0: the lease is gone) */
+    char lease[24];       /* grant: the lease ID */
+    size_t n;
+    nxli_etcd_kv_t *kv;   /* range: kvs; watch: events (entries without a usable key skipped) */
+} nxli_etcd_resp_t;
+/* 0, or -1 with why (not JSON, etcd's error message, malformed) */
+int nxli_etcd_parse(nxli_etcd_kind_t kind, const char *buf, size_t len, nxli_etcd_resp_t *r,
+                    char *why, size_t cap);
+void nxli_etcd_resp_free(nxli_etcd_resp_t *r);
+/* a watch stream: line() for each whole line of buf; the rest moves to the
+ * front, its length returned */
+size_t nxli_etcd_lines(char *buf, size_t len, void (*line)(void *arg, const char *l, size_t n),
+                       void *arg);
+/* A value to publish at key: with a secret, signed (NXLI_ETCD_SIG, the
+ * trailer, the blob); without, the blob. malloc'd, or NULL. */
+void *nxli_etcd_seal(nxl_agent_t *a, const char *key, const void *blob, size_t len,
+                     size_t *out_len);
+/* A value read from key (etcd's base64 of it) opened: decoded and, with a
+ * secret, its signature checked, and its timestamp against *last_ts (the
+ * newest accepted from this key before, updated) — before a byte of it is
+ * parsed. NXL_SUCCESS with *blob (malloc'd); NXL_ERR_NOT_ALLOWED (unsigned,
+ * tampered, another key, older than one accepted before) or
+ * NXL_ERR_MISMATCH (not base64), with why. */
+nxl_status_t nxli_etcd_open(nxl_agent_t *a, const char *key, const char *b64, uint64_t *last_ts,
+                            void **blob, size_t *len, char *why, size_t cap);
+#define NXLI_ETCD_SIG "\0NXS\1" /* a signed value's first 5 bytes (metadata starts with '{') */
+#define NXLI_ETCD_SIG_LEN 5
 
 /* a peer is gone: fail transfers in flight to it, forget it */
 void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why);
@@ -343,6 +388,13 @@ int nxli_auth_sign(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const vo
 int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
                      size_t bl, const unsigned char *trailer, const unsigned char *expect_nonce,
                      char *why, size_t cap);
+/* a stored value's trailer (etcd): 0 when its MAC verifies and its
+ * timestamp (to *ts) is not ahead of this host's clock by more than the
+ * skew; no nonce bookkeeping (a stored value is read again legitimately).
+ * -1 with the reason in why */
+int nxli_auth_check_stored(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
+                           size_t bl, const unsigned char *trailer, uint64_t *ts, char *why,
+                           size_t cap);
 
 /* stats.c */
 void nxli_stats_settled(nxl_future_t *f);

@@ -58,9 +58,8 @@
 #define CU_MAX_STREAMS 32    /* per device; a transfer's used streams fit a 32-bit mask */
 #define CU_MAX_DEV 64
 #define CU_MAX_WAIT 32       /* streams that wait for events; more waits share them */
-#define KEY_MAGIC 0x314b5543u  /* "CUK1" */
-#define CONN_MAGIC 0x31435543u /* "CUC1" */
-#define KEY_IPC 1u             /* the key carries an IPC handle */
+#include "wire.h" /* connection info and keys as they travel, and their checks */
+_Static_assert(CU_IPC_BYTES == CUDA_IPC_HANDLE_SIZE, "wire.h: the IPC handle's size");
 
 /* ------------------------------------------------------------ identity */
 
@@ -90,27 +89,6 @@ static void id_init(void)
         my_pidns = (uint64_t)sb.st_ino;
 }
 
-typedef struct cu_wire_conn {
-    uint32_t magic;
-    uint32_t version;
-    uint64_t token;
-    int32_t pid;
-    uint32_t ndev;
-    uint64_t pidns;
-    char boot[40];
-} cu_wire_conn_t;
-
-typedef struct cu_wire_key {
-    uint32_t magic;
-    uint32_t flags;          /* KEY_IPC */
-    uint64_t token;
-    int32_t pid;
-    int32_t dev;             /* the owner's device ordinal */
-    uint64_t addr, len;      /* the registered region */
-    uint64_t base, size;     /* its allocation */
-    unsigned char uuid[16];  /* the device's UUID */
-    unsigned char ipc[CUDA_IPC_HANDLE_SIZE];
-} cu_wire_key_t;
 
 /* ------------------------------------------------------------ structures */
 
@@ -699,14 +677,10 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     cu_t *u = state;
     cu_wire_conn_t c;
     *conn = NULL;
-    if (len != sizeof(c)) {
-        nxlt_error(u->ctx, "CUDA: connection info of agent '%s' has %zu bytes, not %zu (another "
-                   "nxl version?)", agent, len, sizeof(c));
-        return NXL_ERR_MISMATCH;
-    }
-    memcpy(&c, info, sizeof(c));
-    if (c.magic != CONN_MAGIC || c.version != 1 || memchr(c.boot, 0, sizeof(c.boot)) == NULL) {
-        nxlt_error(u->ctx, "CUDA: connection info of agent '%s' is malformed", agent);
+    const char *bad = cu_conn_parse(info, len, &c);
+    if (bad) {
+        nxlt_error(u->ctx, "CUDA: connection info of agent '%s' (%zu bytes) is %s (another nxl "
+                   "version?)", agent, len, bad);
         return NXL_ERR_MISMATCH;
     }
     pthread_once(&id_once, id_init);
@@ -743,17 +717,11 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
     cu_conn_t *c = conn;
     cu_wire_key_t k;
     *rkey = NULL;
-    if (len != sizeof(k)) {
-        nxlt_error(u->ctx, "CUDA: a VRAM key of agent '%s' has %zu bytes, not %zu", c->name, len,
-                   sizeof(k));
-        return NXL_ERR_MISMATCH;
-    }
-    memcpy(&k, buf, sizeof(k));
-    if (k.magic != KEY_MAGIC || k.token != c->token || k.pid != c->pid || !k.len || !k.size ||
-        k.addr < k.base || k.len > k.size || k.addr - k.base > k.size - k.len ||
-        k.base + k.size < k.base) {
-        nxlt_error(u->ctx, "CUDA: a VRAM key of agent '%s' is malformed (its region lies outside "
-                   "its allocation, or it names another process)", c->name);
+    const char *bad = cu_key_parse(buf, len, &k);
+    if (!bad && (k.token != c->token || k.pid != c->pid))
+        bad = "another process's";
+    if (bad) {
+        nxlt_error(u->ctx, "CUDA: a VRAM key of agent '%s' (%zu bytes) is %s", c->name, len, bad);
         return NXL_ERR_MISMATCH;
     }
     cu_rkey_t *rk = calloc(1, sizeof(*rk));

@@ -58,6 +58,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include "wire.h" /* conn info and keys as they travel */
+
 /* libfabric is loaded when a LIBFABRIC transport is first probed or
  * created, not when libnxl is: Debian's libfabric pulls in libpsm2 and
  * libinfinipath, whose constructors look for their hardware for about
@@ -380,24 +382,15 @@ static void conn_put(lf_conn_t *c)
     free(c);
 }
 
-/* conn info: "LFC1", u32 address format, u8 provider length, provider,
- * u16 name length, the endpoint name */
+/* conn info: wire.h */
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     lf_t *u = state;
-    size_t pl = strlen(u->prov);
-    size_t l = 4 + 4 + 1 + pl + 2 + u->name_len;
-    unsigned char *b = malloc(l);
+    size_t l = lf_ci_size(u->prov, u->name_len);
+    unsigned char *b = l ? malloc(l) : NULL;
     if (!b)
         return NXL_ERR_UNKNOWN;
-    memcpy(b, "LFC1", 4);
-    uint32_t af = htonl(u->addr_format);
-    memcpy(b + 4, &af, 4);
-    b[8] = (unsigned char)pl;
-    memcpy(b + 9, u->prov, pl);
-    uint16_t nl = htons((uint16_t)u->name_len);
-    memcpy(b + 9 + pl, &nl, 2);
-    memcpy(b + 11 + pl, u->name, u->name_len);
+    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len);
     *buf = b;
     *len = l;
     return NXL_SUCCESS;
@@ -407,34 +400,21 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
                               void **out)
 {
     lf_t *u = state;
-    const unsigned char *b = info;
-    char prov[64];
-    if (len < 11 || memcmp(b, "LFC1", 4) || (size_t)b[8] + 11 > len) {
+    lf_ci_t ci;
+    const char *bad = lf_ci_parse(info, len, &ci);
+    if (bad) {
         nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
-                   "(%zu bytes); is it the same nxl version?", agent, len);
+                   "(%zu bytes: %s); is it the same nxl version?", agent, len, bad);
         return NXL_ERR_MISMATCH;
     }
-    size_t pl = b[8];
-    memcpy(prov, b + 9, pl < sizeof(prov) ? pl : sizeof(prov) - 1);
-    prov[pl < sizeof(prov) ? pl : sizeof(prov) - 1] = 0;
-    uint32_t af;
-    memcpy(&af, b + 4, 4);
-    af = ntohl(af);
-    uint16_t nl;
-    memcpy(&nl, b + 9 + pl, 2);
-    nl = ntohs(nl);
-    if (11 + pl + nl != len || nl == 0) {
-        nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
-                   "(endpoint name of %u bytes in %zu)", agent, nl, len);
-        return NXL_ERR_MISMATCH;
-    }
-    if (strcmp(prov, u->prov) || af != u->addr_format) {
+    if (strcmp(ci.prov, u->prov) || ci.af != u->addr_format) {
         nxlt_error(u->ctx, "LIBFABRIC: load_conn: agent '%s' uses provider '%s' (address format "
                    "%u), this agent '%s' (%u); create both with the same 'provider' parameter "
-                   "(or FI_PROVIDER)", agent, prov, af, u->prov, u->addr_format);
+                   "(or FI_PROVIDER)", agent, ci.prov, ci.af, u->prov, u->addr_format);
         return NXL_ERR_BACKEND;
     }
-    const unsigned char *name = b + 11 + pl;
+    const unsigned char *name = ci.name;
+    uint16_t nl = ci.name_len;
     lf_conn_t *c = calloc(1, sizeof(*c));
     if (!c || !(c->name = strdup(agent))) {
         free(c);
@@ -559,16 +539,9 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     unsigned char *b = malloc(24);
     if (!b)
         return NXL_ERR_UNKNOWN;
-    memcpy(b, "LFK1", 4);
-    uint32_t fl = htonl(u->mr_virt ? 1 : 0);
-    memcpy(b + 4, &fl, 4);
-    uint64_t k = m->key, base = m->base;
-    for (int i = 0; i < 8; i++) {
-        b[8 + i] = (unsigned char)(k >> (56 - 8 * i));
-        b[16 + i] = (unsigned char)(base >> (56 - 8 * i));
-    }
+    lf_key_pack(b, &(lf_wkey_t){.virt = u->mr_virt, .key = m->key, .base = m->base});
     *buf = b;
-    *len = 24;
+    *len = LF_KEY_LEN;
     return NXL_SUCCESS;
 }
 
@@ -576,22 +549,19 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
 {
     lf_t *u = state;
     lf_conn_t *c = conn;
-    const unsigned char *b = buf;
-    if (len != 24 || memcmp(b, "LFK1", 4)) {
+    lf_wkey_t w;
+    const char *bad = lf_key_parse(buf, len, &w);
+    if (bad) {
         nxlt_error(u->ctx, "LIBFABRIC: load_key: a memory key of agent '%s' is malformed (%zu "
-                   "bytes)", c->name, len);
+                   "bytes: %s)", c->name, len, bad);
         return NXL_ERR_MISMATCH;
     }
     lf_rkey_t *k = calloc(1, sizeof(*k));
     if (!k)
         return NXL_ERR_UNKNOWN;
-    uint32_t fl;
-    memcpy(&fl, b + 4, 4);
-    k->virt = ntohl(fl) & 1;
-    for (int i = 0; i < 8; i++) {
-        k->key = k->key << 8 | b[8 + i];
-        k->base = k->base << 8 | b[16 + i];
-    }
+    k->virt = w.virt;
+    k->key = w.key;
+    k->base = w.base;
     *rkey = k;
     return NXL_SUCCESS;
 }

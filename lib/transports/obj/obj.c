@@ -51,12 +51,8 @@
 
 static char obj_dram_md;
 
-typedef struct obj_blob {
-    uint32_t magic;
-    uint32_t pad;
-    uint64_t token;
-    uint64_t regid;
-} obj_blob_t;
+#include "../blob_wire.h" /* conn info and keys: magic, token, registration id */
+typedef nxlt_blob24_t obj_blob_t;
 
 static void req_enqueue(obj_t *o, obj_req_t *r, bool head);
 static void pump(obj_t *o);
@@ -386,9 +382,8 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     obj_t *o = state;
     obj_blob_t c;
     *conn = NULL;
-    if (len == sizeof(c)) {
-        memcpy(&c, info, sizeof(c));
-        if (c.magic == CONN_MAGIC && c.token == o->token_id)
+    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0) {
+        if (c.token == o->token_id)
             *conn = o; /* ourselves: the loopback view */
     }
     return NXL_SUCCESS;
@@ -406,8 +401,9 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
                    len);
         return NXL_ERR_MISMATCH;
     }
-    memcpy(&b, buf, sizeof(b));
-    obj_key_t *k = b.magic == KEY_MAGIC && b.token == o->token_id ? reg_find(o, b.regid) : NULL;
+    obj_key_t *k = nxlt_blob24_parse(buf, len, KEY_MAGIC, &b) == 0 && b.token == o->token_id
+                       ? reg_find(o, b.regid)
+                       : NULL;
     if (!k) {
         nxlt_error(o->ctx, "%s: region key %llu names no registered object", o->tname,
                    (unsigned long long)b.regid);

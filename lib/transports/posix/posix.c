@@ -72,12 +72,8 @@
 /* The md of a DRAM registration: nothing to keep. */
 static char px_dram_md;
 
-typedef struct px_blob {
-    uint32_t magic;
-    uint32_t pad;
-    uint64_t token;
-    uint64_t regid;
-} px_blob_t;
+#include "../blob_wire.h" /* conn info and keys: magic, token, registration id */
+typedef nxlt_blob24_t px_blob_t;
 
 /* ------------------------------------------------------------ files */
 
@@ -419,9 +415,8 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     px_t *u = state;
     px_blob_t c;
     *conn = NULL;
-    if (len == sizeof(c)) {
-        memcpy(&c, info, sizeof(c));
-        if (c.magic == CONN_MAGIC && c.token == u->token)
+    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0) {
+        if (c.token == u->token)
             *conn = u; /* ourselves: the loopback view */
     }
     /* another agent's files are not reachable from here: no connection,
@@ -440,8 +435,9 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
         nxlt_error(u->ctx, "POSIX: a region key of %zu bytes that is not this transport's", len);
         return NXL_ERR_MISMATCH;
     }
-    memcpy(&k, buf, sizeof(k));
-    px_file_t *f = k.magic == KEY_MAGIC && k.token == u->token ? reg_find(u, k.regid) : NULL;
+    px_file_t *f = nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) == 0 && k.token == u->token
+                       ? reg_find(u, k.regid)
+                       : NULL;
     if (!f) {
         nxlt_error(u->ctx, "POSIX: region key %llu names no registered file range",
                    (unsigned long long)k.regid);

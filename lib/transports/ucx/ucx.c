@@ -29,10 +29,7 @@
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
-/* Connection info: this magic, a flags byte, then UCX's worker address. */
-static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
-#define CI_HDR 9
-#define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
+#include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define AM_WRITE_MAX_DEFAULT 8192
 #define ARM_TRIES 16
 #define WATCH_MS 100
@@ -493,14 +490,12 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
                               void **out)
 {
     ucx_t *u = state;
-    if (len <= CI_HDR || memcmp(info, CI_MAGIC, sizeof(CI_MAGIC))) {
+    unsigned flags;
+    if (ucx_ci_parse(info, len, &flags, &info, &len) != 0) {
         nxlt_error(u->ctx, "UCX: the connection info of agent '%s' is not this transport's "
                    "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
     }
-    unsigned flags = ((const unsigned char *)info)[8];
-    info = (const unsigned char *)info + CI_HDR;
-    len -= CI_HDR;
     ucx_conn_t *c = calloc(1, sizeof(*c));
     if (!c || !(c->name = strdup(agent))) {
         free(c);
@@ -676,9 +671,7 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     unsigned char *b = malloc(CI_HDR + u->addr_len);
     if (!b)
         return NXL_ERR_UNKNOWN;
-    memcpy(b, CI_MAGIC, sizeof(CI_MAGIC));
-    b[8] = CI_AM_WRITE;
-    memcpy(b + CI_HDR, u->addr, u->addr_len);
+    ucx_ci_pack(b, CI_AM_WRITE, u->addr, u->addr_len);
     *buf = b;
     *len = CI_HDR + u->addr_len;
     return NXL_SUCCESS;

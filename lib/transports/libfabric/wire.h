@@ -1,0 +1,106 @@
+/* The LIBFABRIC transport's connection info and memory keys as they travel
+ * in metadata: packed and parsed here, header-only and without libfabric,
+ * so that tests/fuzz/fuzz_wire.c calls the same code as the transport.
+ *
+ *   conn info: "LFC1", u32 address format, u8 provider length, provider
+ *              (no NUL, < 64 bytes), u16 name length (> 0), the endpoint name
+ *   key:       "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base
+ * (integers big endian) */
+#ifndef NXL_LF_WIRE_H
+#define NXL_LF_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LF_PROV_MAX 64
+#define LF_KEY_LEN 24
+
+typedef struct lf_ci {
+    uint32_t af;                 /* address format */
+    char prov[LF_PROV_MAX];      /* provider name */
+    const unsigned char *name;   /* the endpoint name (inside the info) */
+    uint16_t name_len;
+} lf_ci_t;
+
+typedef struct lf_wkey {
+    bool virt;
+    uint64_t key, base;
+} lf_wkey_t;
+
+static inline void lf_put_be(unsigned char *b, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        b[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+}
+
+static inline uint64_t lf_get_be(const unsigned char *b, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+/* bytes conn info takes: 0 when prov or the name do not fit */
+static inline size_t lf_ci_size(const char *prov, size_t name_len)
+{
+    size_t pl = strlen(prov);
+    return pl < LF_PROV_MAX && name_len && name_len <= 0xffff ? 11 + pl + name_len : 0;
+}
+
+static inline void lf_ci_pack(unsigned char *b, uint32_t af, const char *prov, const void *name,
+                              size_t name_len)
+{
+    size_t pl = strlen(prov);
+    memcpy(b, "LFC1", 4);
+    lf_put_be(b + 4, af, 4);
+    b[8] = (unsigned char)pl;
+    memcpy(b + 9, prov, pl);
+    lf_put_be(b + 9 + pl, name_len, 2);
+    memcpy(b + 11 + pl, name, name_len);
+}
+
+/* NULL, or what is wrong with it */
+static inline const char *lf_ci_parse(const void *info, size_t len, lf_ci_t *c)
+{
+    const unsigned char *b = info;
+    if (len < 11 || memcmp(b, "LFC1", 4))
+        return "no LFC1 header";
+    size_t pl = b[8];
+    if (pl >= LF_PROV_MAX || 11 + pl > len || memchr(b + 9, 0, pl))
+        return "a malformed provider name";
+    memcpy(c->prov, b + 9, pl);
+    c->prov[pl] = 0;
+    c->af = (uint32_t)lf_get_be(b + 4, 4);
+    c->name_len = (uint16_t)lf_get_be(b + 9 + pl, 2);
+    if (!c->name_len || 11 + pl + c->name_len != len)
+        return "an endpoint name whose length does not match";
+    c->name = b + 11 + pl;
+    return NULL;
+}
+
+static inline void lf_key_pack(unsigned char *b, const lf_wkey_t *k)
+{
+    memcpy(b, "LFK1", 4);
+    lf_put_be(b + 4, k->virt ? 1 : 0, 4);
+    lf_put_be(b + 8, k->key, 8);
+    lf_put_be(b + 16, k->base, 8);
+}
+
+static inline const char *lf_key_parse(const void *buf, size_t len, lf_wkey_t *k)
+{
+    const unsigned char *b = buf;
+    if (len != LF_KEY_LEN || memcmp(b, "LFK1", 4))
+        return "not 24 bytes starting LFK1";
+    uint64_t fl = lf_get_be(b + 4, 4);
+    if (fl > 1)
+        return "unknown flags";
+    k->virt = fl == 1;
+    k->key = lf_get_be(b + 8, 8);
+    k->base = lf_get_be(b + 16, 8);
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,99 @@
+/* libFuzzer harness: what nxl itself parses of a peer's transport blobs
+ * (connection info, memory keys) before handing anything to a transport
+ * library — the same header-only parsers the transports call:
+ *   UCX        the "nxlucx\0\1" header and flags (the worker address and
+ *              rkeys after it are UCX's to unpack, not fuzzed here)
+ *   LIBFABRIC  "LFC1" connection info, "LFK1" keys
+ *   CUDA       connection info, VRAM keys (region inside its allocation)
+ *   POSIX/OBJ  magic, token, registration id
+ * The first byte picks the parser. Whatever a parser accepts must say what
+ * it read consistently: packed again it gives the same bytes, and every
+ * pointer it returns lies inside the input. */
+#include "transports/blob_wire.h"
+#include "transports/cuda/wire.h"
+#include "transports/libfabric/wire.h"
+#include "transports/ucx/wire.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(c) ((c) ? (void)0 : abort())
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!size)
+        return 0;
+    const uint8_t *p = data + 1;
+    size_t n = size - 1;
+    /* an exact-size heap copy: ASan sees any read past the end */
+    uint8_t *in = malloc(n ? n : 1);
+    CHECK(in);
+    memcpy(in, p, n);
+    switch (data[0] % 6) {
+    case 0: {
+        unsigned flags;
+        const void *addr;
+        size_t al;
+        if (ucx_ci_parse(in, n, &flags, &addr, &al) == 0) {
+            CHECK(al && (const uint8_t *)addr == in + CI_HDR && CI_HDR + al == n);
+            uint8_t *out = malloc(n);
+            CHECK(out);
+            ucx_ci_pack(out, flags, addr, al);
+            CHECK(!memcmp(out, in, n));
+            free(out);
+        }
+        break;
+    }
+    case 1: {
+        lf_ci_t c;
+        if (!lf_ci_parse(in, n, &c)) {
+            CHECK(c.name >= in && c.name_len && c.name + c.name_len == in + n);
+            CHECK(strlen(c.prov) < LF_PROV_MAX);
+            size_t l = lf_ci_size(c.prov, c.name_len);
+            CHECK(l == n);
+            uint8_t *out = malloc(l);
+            CHECK(out);
+            lf_ci_pack(out, c.af, c.prov, c.name, c.name_len);
+            CHECK(!memcmp(out, in, n));
+            free(out);
+        }
+        break;
+    }
+    case 2: {
+        lf_wkey_t k;
+        if (!lf_key_parse(in, n, &k)) {
+            uint8_t out[LF_KEY_LEN];
+            lf_key_pack(out, &k);
+            CHECK(n == LF_KEY_LEN && !memcmp(out, in, n));
+        }
+        break;
+    }
+    case 3: {
+        cu_wire_conn_t c;
+        if (!cu_conn_parse(in, n, &c))
+            CHECK(c.magic == CONN_MAGIC && strlen(c.boot) < sizeof(c.boot));
+        break;
+    }
+    case 4: {
+        cu_wire_key_t k;
+        if (!cu_key_parse(in, n, &k)) {
+            /* the region, inside its allocation, which does not wrap */
+            CHECK(k.len && k.base <= k.addr && k.base + k.size >= k.base);
+            CHECK(k.addr + k.len >= k.addr && k.addr + k.len <= k.base + k.size);
+        }
+        break;
+    }
+    case 5: {
+        nxlt_blob24_t b;
+        uint32_t magic = n >= 4 ? (uint32_t)in[0] | (uint32_t)in[1] << 8 |
+                                      (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24
+                                : 0x31435850u;
+        if (nxlt_blob24_parse(in, n, magic, &b) == 0)
+            CHECK(n == sizeof(b) && !memcmp(&b, in, n));
+        break;
+    }
+    }
+    free(in);
+    return 0;
+}
