@@ -1,8 +1,10 @@
 /* Discovery through a real etcd server: publish, fetch (waiting for the key
  * to appear, or timing out), partial metadata under a label, unpublish and
  * lease expiry invalidating a peer, a peer killed and one restarted under
- * the same name, etcd unreachable, etcd stopped and restarted, and eight
- * agent processes in a ring of WRITEs with notifications. */
+ * the same name, etcd unreachable, etcd stopped and restarted, eight
+ * agent processes in a ring of WRITEs with notifications, and values signed
+ * with a shared secret (unsigned, another secret, moved to another key,
+ * tampered, an old value put back: refused; the watch goes on). */
 #include "etcd_util.h"
 #include "testlib.h"
 
@@ -587,6 +589,274 @@ START_TEST(t_ring_of_eight)
 }
 END_TEST
 
+/* ---- signed values */
+
+#define SEC1 "the cluster's shared secret, 32 b"
+#define SEC2 "another secret, of another cluster"
+
+/* POSTs body to etcd's /v3/<path>; the answer's body into out. 0 or -1 */
+static int etcd_post(const char *path, const char *body, char *out, size_t cap)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)E.client_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+        close(s);
+        return -1;
+    }
+    char req[16384];
+    int n = snprintf(req, sizeof(req), "POST /v3/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     path, strlen(body), body);
+    if (n <= 0 || (size_t)n >= sizeof(req) || write(s, req, (size_t)n) != n) {
+        close(s);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    char *resp = malloc(1 << 20);
+    while (got < (1u << 20) - 1 && (r = read(s, resp + got, (1u << 20) - 1 - got)) > 0)
+        got += (size_t)r;
+    close(s);
+    resp[got] = 0;
+    char *b = strstr(resp, "\r\n\r\n");
+    int rc = b && strstr(resp, " 200 ") ? 0 : -1;
+    snprintf(out, cap, "%s", b ? b + 4 : "");
+    free(resp);
+    return rc;
+}
+
+static void b64(const char *in, char *out)
+{
+    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = strlen(in), o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned char)in[i] << 16 | (i + 1 < n ? (unsigned char)in[i + 1] << 8 : 0) |
+                     (i + 2 < n ? (unsigned char)in[i + 2] : 0);
+        out[o++] = t[v >> 18];
+        out[o++] = t[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? t[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? t[v & 63] : '=';
+    }
+    out[o] = 0;
+}
+
+/* the value stored at agent's metadata key (etcd's base64 of it) into v */
+static void raw_get(const char *agent, char *v, size_t cap)
+{
+    char key[128], k64[200], body[400], *resp = malloc(1 << 20);
+    snprintf(key, sizeof(key), "/nxl/agents/%s/metadata", agent);
+    b64(key, k64);
+    snprintf(body, sizeof(body), "{\"key\":\"%s\"}", k64);
+    ck_assert(etcd_post("kv/range", body, resp, 1 << 20) == 0);
+    char *p = strstr(resp, "\"value\":\"");
+    ck_assert_msg(p, "no value at %s: %s", key, resp);
+    p += 9;
+    size_t n = strcspn(p, "\"");
+    ck_assert(n < cap);
+    memcpy(v, p, n);
+    v[n] = 0;
+    free(resp);
+}
+
+/* puts v (etcd's base64) at agent's metadata key, without a lease: as
+ * anyone who can write to etcd can */
+static void raw_put(const char *agent, const char *v)
+{
+    char key[128], k64[200], *body = malloc(strlen(v) + 400), resp[4096];
+    snprintf(key, sizeof(key), "/nxl/agents/%s/metadata", agent);
+    b64(key, k64);
+    sprintf(body, "{\"key\":\"%s\",\"value\":\"%s\"}", k64, v);
+    ck_assert_msg(etcd_post("kv/put", body, resp, sizeof(resp)) == 0, "%s", resp);
+    free(body);
+}
+
+/* A publishing agent in a process of its own (no transport: its metadata
+ * is its name and connection list). Each 'p' written to it publishes its
+ * metadata again; it answers with the status. */
+typedef struct {
+    pid_t pid;
+    int cmd, res;
+} pub_t;
+
+static pub_t pub_start(const char *name, const char *secret)
+{
+    int cmd[2], res[2];
+    ck_assert(pipe(cmd) == 0 && pipe(res) == 0);
+    pub_t p = {.pid = fork()};
+    ck_assert(p.pid >= 0);
+    if (p.pid == 0) {
+        close(cmd[1]);
+        close(res[0]);
+        nxl_agent_config_t c;
+        nxl_agent_config_init(&c);
+        c.name = name;
+        c.etcd_endpoints = E.endpoint;
+        c.auth_secret = secret;
+        nxl_agent_t *a;
+        if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
+            _exit(2);
+        char b;
+        /* 'q' ends it (EOF would not come: the other children hold the pipe) */
+        while (read(cmd[0], &b, 1) == 1 && b != 'q') {
+            nxl_future_t *f;
+            char st = nxl_md_publish(a, NULL, NULL, &f) == NXL_SUCCESS
+                          ? (char)wait_f(a, f, 10000)
+                          : (char)NXL_ERR_UNKNOWN;
+            if (write(res[1], &st, 1) != 1)
+                _exit(3);
+        }
+        nxl_agent_destroy(a);
+        _exit(0);
+    }
+    close(cmd[0]);
+    close(res[1]);
+    p.cmd = cmd[1];
+    p.res = res[0];
+    return p;
+}
+
+static void pub_publish(pub_t *p)
+{
+    char b = 'p';
+    ck_assert(write(p->cmd, &b, 1) == 1);
+    ck_assert(read(p->res, &b, 1) == 1);
+    ck_assert_int_eq(b, NXL_SUCCESS);
+}
+
+static void pub_stop(pub_t *p)
+{
+    char q = 'q';
+    ck_assert(write(p->cmd, &q, 1) == 1);
+    close(p->cmd);
+    close(p->res);
+    int st;
+    waitpid(p->pid, &st, 0);
+}
+
+static char logged[8192];
+static void log_keep(nxl_log_level_t level, const char *msg, void *arg)
+{
+    if (level <= NXL_LOG_WARN && strlen(logged) + strlen(msg) + 2 < sizeof(logged))
+        strcat(strcat(logged, msg), "\n");
+}
+
+static nxl_agent_t *loader(const char *name, const char *secret)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = name;
+    c.etcd_endpoints = E.endpoint;
+    c.auth_secret = secret;
+    c.log_level = NXL_LOG_WARN;
+    c.log_cb = log_keep;
+    nxl_agent_t *a;
+    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    return a;
+}
+
+/* fetches remote's metadata; its status, the sentence into why */
+static nxl_status_t fetch(nxl_agent_t *a, const char *remote, char *why)
+{
+    nxl_future_t *f;
+    why[0] = 0;
+    ck_assert(nxl_md_fetch_etcd(a, remote, NULL, 3000, cb, why, &f) == NXL_SUCCESS);
+    return wait_f(a, f, 5000);
+}
+
+static uint64_t auth_refused(nxl_agent_t *a)
+{
+    nxl_stats_t st = {.size = sizeof(st)};
+    ck_assert(nxl_agent_stats(a, NULL, &st) == NXL_SUCCESS);
+    return st.md_auth_refused;
+}
+
+/* runs a's reactor for ms */
+static void idle(nxl_agent_t *a, int ms)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    while (tl_now_ms() < end)
+        nxl_agent_run_once(a, 20);
+}
+
+START_TEST(t_signed_values)
+{
+    /* publishers with the secret, without one, with another one */
+    pub_t S = pub_start("S", SEC1), U = pub_start("U", NULL), O = pub_start("O", SEC2);
+    pub_publish(&S);
+    pub_publish(&U);
+    pub_publish(&O);
+    nxl_agent_t *L = loader("L", SEC1), *N = loader("N", NULL);
+    char why[512], v1[65536], v[65536];
+
+    /* signed with the secret: loaded */
+    ck_assert_msg(fetch(L, "S", why) == NXL_SUCCESS, "%s", why);
+    ck_assert(nxl_md_check(L, "S") == NXL_SUCCESS);
+    /* an agent without a secret trusts etcd: it loads signed values too */
+    ck_assert_msg(fetch(N, "S", why) == NXL_SUCCESS, "%s", why);
+    /* and unsigned ones (as before) */
+    ck_assert_msg(fetch(N, "U", why) == NXL_SUCCESS, "%s", why);
+
+    /* unsigned: refused, with a sentence, nothing loaded */
+    uint64_t r0 = auth_refused(L);
+    ck_assert_int_eq(fetch(L, "U", why), NXL_ERR_NOT_ALLOWED);
+    ck_assert_msg(strstr(why, "not signed") && is_sentence(why), "%s", why);
+    ck_assert(nxl_md_check(L, "U") != NXL_SUCCESS);
+    /* signed with another secret */
+    ck_assert_int_eq(fetch(L, "O", why), NXL_ERR_NOT_ALLOWED);
+    ck_assert_msg(strstr(why, "does not verify"), "%s", why);
+    ck_assert(nxl_md_check(L, "O") != NXL_SUCCESS);
+    ck_assert_uint_eq(auth_refused(L), r0 + 2);
+    ck_assert_msg(strstr(logged, "etcd: the value at /nxl/agents/U/metadata was refused"), "%s",
+                  logged);
+
+    /* S's value copied under another agent's key: the key is signed too */
+    raw_get("S", v1, sizeof(v1));
+    raw_put("M", v1);
+    ck_assert_int_eq(fetch(L, "M", why), NXL_ERR_NOT_ALLOWED);
+    ck_assert_msg(strstr(why, "does not verify"), "%s", why);
+
+    /* tampered: one byte of the metadata changed (well inside the blob,
+     * past the 61 signed bytes' 84 base64 characters); the watch on S
+     * refuses it, S stays as it was loaded */
+    snprintf(v, sizeof(v), "%s", v1);
+    size_t at = strlen(v) - 12;
+    v[at] = v[at] == 'A' ? 'B' : 'A';
+    logged[0] = 0;
+    raw_put("S", v);
+    idle(L, 500);
+    ck_assert_msg(strstr(logged, "/nxl/agents/S/metadata was refused: its HMAC does not verify"),
+                  "%s", logged);
+    ck_assert(nxl_md_check(L, "S") == NXL_SUCCESS);
+    ck_assert_int_eq(fetch(L, "S", why), NXL_ERR_NOT_ALLOWED);
+
+    /* S publishes again (a newer value): loaded; then its old value put
+     * back is a replay, refused by the watch and by a fetch */
+    pub_publish(&S);
+    ck_assert_msg(fetch(L, "S", why) == NXL_SUCCESS, "%s", why);
+    logged[0] = 0;
+    raw_put("S", v1);
+    idle(L, 500);
+    ck_assert_msg(strstr(logged, "/nxl/agents/S/metadata was refused") &&
+                  strstr(logged, "a replay"), "%s", logged);
+    ck_assert(nxl_md_check(L, "S") == NXL_SUCCESS);
+    ck_assert_int_eq(fetch(L, "S", why), NXL_ERR_NOT_ALLOWED);
+    ck_assert_msg(strstr(why, "a replay") && is_sentence(why), "%s", why);
+
+    /* the watch kept running: S's next value is taken */
+    pub_publish(&S);
+    ck_assert_msg(fetch(L, "S", why) == NXL_SUCCESS, "%s", why);
+    /* and the same value read again is no replay */
+    ck_assert_msg(fetch(L, "S", why) == NXL_SUCCESS, "%s", why);
+
+    nxl_agent_destroy(L);
+    nxl_agent_destroy(N);
+    pub_stop(&S);
+    pub_stop(&U);
+    pub_stop(&O);
+}
+END_TEST
+
 int main(void)
 {
     if (!tl_etcd_binary()) {
@@ -606,6 +876,7 @@ int main(void)
     tcase_add_test(tc, t_peer_restarts_same_name);
     tcase_add_test(tc, t_etcd_restarts);
     tcase_add_test(tc, t_ring_of_eight);
+    tcase_add_test(tc, t_signed_values);
     suite_add_tcase(s, tc);
     return tl_run(s);
 }

@@ -10,7 +10,14 @@
  * MAC does not verify, whose timestamp is more than NXLI_AUTH_SKEW_S away
  * from its clock, or (requests) whose nonce it has seen within that window.
  * The check runs before the body reaches cJSON or a transport. HMAC from
- * OpenSSL's libcrypto (EVP_MAC). */
+ * OpenSSL's libcrypto (EVP_MAC).
+ *
+ * Values published to etcd carry the same trailer (etcd.c: the MAC covers
+ * the key, hence the agent's name and the label, and the value); a stored
+ * value is read again legitimately, so there is no nonce bookkeeping and no
+ * age limit for it: nxli_auth_check_stored() checks the MAC and that it was
+ * not signed in the future, and the loader refuses a value signed before
+ * the newest it accepted from the same key. */
 #include "internal.h"
 
 #ifdef NXL_HAVE_AUTH
