@@ -135,7 +135,8 @@ int nxli_etcd_parse(nxli_etcd_kind_t kind, const char *buf, size_t len, nxli_etc
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(j, "message");
         if (!cJSON_IsString(msg))
             msg = cJSON_GetObjectItemCaseSensitive(err, "message");
-        snprintf(why, cap, "%.300s", cJSON_IsString(msg) ? msg->valuestring : "error");
+        snprintf(why, cap, "%.300s",
+                 cJSON_IsString(msg) && msg->valuestring[0] ? msg->valuestring : "an error");
         goto out;
     }
     const cJSON *o = j;
