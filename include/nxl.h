@@ -209,6 +209,16 @@ typedef struct nxl_agent_config {
      * NULL: $NXL_AUTH_SECRET, else none (the listener trusts its network). */
     const char *auth_secret;
     const char *auth_key_file; /**< the secret read from a file instead ($NXL_AUTH_KEY_FILE) */
+    /** TLS for the metadata exchange, listener and client, both sides
+     * verified: this agent's certificate (PEM, with its chain) and key, and
+     * the CA that signed its peers' certificates. A peer is accepted when
+     * the CA signed its certificate (names are not checked). All three or
+     * none; NULL: $NXL_TLS_CERT_FILE, $NXL_TLS_KEY_FILE, $NXL_TLS_CA_FILE,
+     * else no TLS. Confidentiality on the wire; with auth_secret as well,
+     * each frame is also signed. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_ca_file;
 } nxl_agent_config_t;
 
 /** Fills @p cfg with defaults. */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # What libnxl.so needs at run time: its core libraries (libevent, cJSON,
 # libcurl for etcd, libcrypto for authenticated metadata — which libcurl
-# needs anyway on Debian —, libc) and those of the transports built into it, no
+# needs anyway on Debian —, libevent_openssl and libssl for TLS on the
+# metadata exchange, libc) and those of the transports built into it, no
 # more. A transport built as a module (--enable-<name>=dl) brings its own
 # libraries in its module only: with every transport a module, libnxl.so
 # needs only the core. Also: each module in the build tree exports its
@@ -21,7 +22,7 @@ needed() { # FILE: its DT_NEEDED entries, one a line
     readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'
 }
 core='libc.so.* ld-linux*.so.* libm.so.* libdl.so.* libpthread.so.* librt.so.* libgcc_s.so.*
-      libevent*.so* libcjson.so.* libcurl*.so.* libcrypto.so.*'
+      libevent*.so* libcjson.so.* libcurl*.so.* libcrypto.so.* libssl.so.*'
 builtin=
 for f in ${NXL_BUILTIN_LIBS:-}; do
     case $f in -l*) builtin="$builtin lib${f#-l}.so*" ;; esac

@@ -108,6 +108,24 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
             }
         }
     }
+    {
+        /* TLS for the metadata exchange: all three files, or none */
+        const char *tc = CFG_HAS(tls_cert_file) && cfg->tls_cert_file ? cfg->tls_cert_file
+                                                                      : getenv("NXL_TLS_CERT_FILE");
+        const char *tk = CFG_HAS(tls_key_file) && cfg->tls_key_file ? cfg->tls_key_file
+                                                                    : getenv("NXL_TLS_KEY_FILE");
+        const char *tca = CFG_HAS(tls_ca_file) && cfg->tls_ca_file ? cfg->tls_ca_file
+                                                                   : getenv("NXL_TLS_CA_FILE");
+        if ((tc && *tc) || (tk && *tk) || (tca && *tca)) {
+            nxl_status_t st = nxli_tls_init(a, tc && *tc ? tc : NULL, tk && *tk ? tk : NULL,
+                                            tca && *tca ? tca : NULL);
+            if (st != NXL_SUCCESS) {
+                nxli_set_create_error("%s", a->err);
+                nxl_agent_destroy(a);
+                return st;
+            }
+        }
+    }
 #undef CFG_HAS
     if (maddr && *maddr) {
         nxl_status_t st = nxli_metrics_start(a, maddr);
@@ -146,6 +164,7 @@ void nxl_agent_destroy(nxl_agent_t *a)
     nxli_exchange_cleanup(a);
     nxli_metrics_cleanup(a);
     nxli_auth_free(a);
+    nxli_tls_free(a);
     nxli_xfers_cleanup(a);
     nxli_remote_cleanup(a);
     nxli_mem_cleanup(a);

@@ -9,7 +9,10 @@
  * Host names are resolved without blocking the reactor: glibc's
  * getaddrinfo_a() (the same resolver and nsswitch order as getaddrinfo(),
  * on glibc's own threads) signals an eventfd the reactor watches. Numeric
- * addresses are taken at once. */
+ * addresses are taken at once.
+ *
+ * With TLS configured (tls.c) the listener's and the client's sockets are
+ * TLS bufferevents; everything above them is the same. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -68,7 +71,7 @@ typedef struct client {
     bool connected;
     void *frame;            /* the request, written again on each attempt */
     size_t frame_len;
-    char tried[400];        /* "::1 (Connection refused), ..." for the sentence */
+    char tried[800];        /* "::1 (Connection refused), ..." for the sentence */
     unsigned char nonce[NXLI_AUTH_NONCE]; /* the request's, which the reply must carry */
     resolve_t *rq;          /* the name's resolution, while it runs */
     LIST_ENTRY(client) link;
@@ -320,7 +323,12 @@ static void srv_read(struct bufferevent *bev, void *arg)
         send_frame(a, bev, T_REPLY, st, why, strlen(why), reply_to);
     }
     if (r < 0) {
-        refused(a, &c->peer, "a malformed frame, or one larger than max_frame_bytes");
+        /* a TLS handshake record (22) where a frame should be */
+        const unsigned char *b = evbuffer_pullup(bufferevent_get_input(bev), 1);
+        refused(a, &c->peer, b && b[0] == 22
+                                 ? "a TLS client, and this listener has no TLS configured "
+                                   "(tls_cert_file, tls_key_file, tls_ca_file)"
+                                 : "a malformed frame, or one larger than max_frame_bytes");
         srv_close(c);
         return;
     }
@@ -330,8 +338,17 @@ static void srv_read(struct bufferevent *bev, void *arg)
 static void srv_event(struct bufferevent *bev, short what, void *arg)
 {
     srv_conn_t *c = arg;
-    if (what & BEV_EVENT_TIMEOUT)
+    if (what & BEV_EVENT_CONNECTED)
+        return; /* TLS: the handshake is done */
+    if (what & BEV_EVENT_TIMEOUT) {
         refused(c->a, &c->peer, "idle for the I/O timeout");
+    } else if (c->a->tls && (what & BEV_EVENT_ERROR)) {
+        char why[500], msg[600];
+        nxli_tls_why(bev, why, sizeof(why));
+        snprintf(msg, sizeof(msg), "TLS failed: %s (a client without TLS, or with a "
+                 "certificate the CA did not sign?)", why);
+        refused(c->a, &c->peer, msg);
+    }
     srv_close(c);
 }
 
@@ -359,7 +376,8 @@ static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sock
         evutil_closesocket(fd);
         return;
     }
-    struct bufferevent *bev = bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = a->tls ? nxli_tls_bev(a, fd, true)
+                                     : bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         evutil_closesocket(fd);
         return;
@@ -585,9 +603,14 @@ static void client_read(struct bufferevent *bev, void *arg)
     if (r < 0 || h[5] != T_REPLY) {
         if (r > 0)
             free(p);
-        char why[400];
+        char why[600];
+        /* a TLS record (alert 21, handshake 22) where a frame should be */
+        bool tls = !a->tls && (h[0] == 21 || h[0] == 22) && h[1] == 3;
         snprintf(why, sizeof(why), "metadata exchange with %s: the peer answered with a "
-                 "malformed frame (is an nxl agent listening there?)", c->where);
+                 "malformed frame (%s)", c->where,
+                 tls ? "it speaks TLS, and this agent has no TLS configured: set tls_cert_file, "
+                       "tls_key_file and tls_ca_file"
+                     : "is an nxl agent listening there?");
         client_finish(c, NXL_ERR_MISMATCH, why);
         return;
     }
@@ -672,7 +695,8 @@ static void connect_next(client_t *c)
     for (; c->cur; c->cur = c->cur->ai_next) {
         if (c->bev)
             bufferevent_free(c->bev);
-        c->bev = bufferevent_socket_new(a->base, -1, BEV_OPT_CLOSE_ON_FREE);
+        c->bev = a->tls ? nxli_tls_bev(a, -1, false)
+                        : bufferevent_socket_new(a->base, -1, BEV_OPT_CLOSE_ON_FREE);
         if (!c->bev) {
             note_failure(c, "out of memory");
             continue;
@@ -690,11 +714,12 @@ static void connect_next(client_t *c)
         bufferevent_setcb(c->bev, client_read, NULL, client_event, c);
         bufferevent_enable(c->bev, EV_READ | EV_WRITE);
         bufferevent_write(c->bev, c->frame, c->frame_len);
-        if (bufferevent_socket_connect(c->bev, c->cur->ai_addr, (int)c->cur->ai_addrlen) == 0)
+        if (bufferevent_socket_connect(c->bev, c->cur->ai_addr, (int)c->cur->ai_addrlen) == 0 &&
+            (!a->tls || nxli_tls_connecting(c->bev) == 0))
             return;
         note_failure(c, strerror(errno));
     }
-    char why[1024];
+    char why[1400];
     snprintf(why, sizeof(why), "metadata exchange with %s: cannot connect; tried %s (is the "
              "peer's listener running, and on which address?)", c->where,
              c->tried[0] ? c->tried : "no address");
@@ -704,11 +729,22 @@ static void connect_next(client_t *c)
 static void client_event(struct bufferevent *bev, short what, void *arg)
 {
     client_t *c = arg;
-    char why[400];
+    char why[600];
     if (what & BEV_EVENT_CONNECTED) {
         c->connected = true;
         struct timeval tv = {c->a->io_timeout_ms / 1000, (c->a->io_timeout_ms % 1000) * 1000};
         bufferevent_set_timeouts(bev, &tv, &tv);
+        return;
+    }
+    if (!c->connected && c->a->tls && !(what & BEV_EVENT_TIMEOUT) && nxli_tls_started(bev)) {
+        /* connected, and the TLS handshake failed */
+        char tw[500], msg[700];
+        nxli_tls_why(bev, tw, sizeof(tw));
+        snprintf(msg, sizeof(msg), "TLS handshake failed: %s; does its listener use TLS, with a "
+                 "certificate this agent's CA signed?", tw);
+        note_failure(c, msg);
+        c->cur = c->cur->ai_next;
+        connect_next(c);
         return;
     }
     if (!c->connected) {
@@ -724,10 +760,13 @@ static void client_event(struct bufferevent *bev, short what, void *arg)
                  c->where, c->a->io_timeout_ms);
     else if (what & BEV_EVENT_EOF)
         snprintf(why, sizeof(why), "metadata exchange with %s: the peer closed the connection "
-                 "before answering", c->where);
+                 "before answering%s", c->where,
+                 c->a->tls ? "" : " (a listener with TLS closes a client without it: does it "
+                                  "use TLS?)");
     else
         snprintf(why, sizeof(why), "metadata exchange with %s: %s (is the peer's listener "
-                 "running?)", c->where, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+                 "running?%s)", c->where, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()),
+                 c->a->tls ? "" : " a listener with TLS resets a client without it");
     client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
 }
 

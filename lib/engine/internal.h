@@ -251,6 +251,7 @@ struct nxl_agent {
     size_t npeers;              /* remotes in the table (not self) */
     struct nxli_metrics *metrics; /* the /metrics server, when configured */
     struct nxli_auth *auth;     /* the shared secret, when configured */
+    struct nxli_tls *tls;       /* TLS for the metadata exchange, when configured */
 
     struct nxli_exchange *ex;   /* metadata exchange over TCP */
     struct etcd *etcd;          /* metadata discovery through etcd */
@@ -395,6 +396,19 @@ int nxli_auth_verify(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const 
 int nxli_auth_check_stored(nxl_agent_t *a, const unsigned char *hdr, size_t hl, const void *body,
                            size_t bl, const unsigned char *trailer, uint64_t *ts, char *why,
                            size_t cap);
+
+/* tls.c: TLS for the metadata exchange (libevent's OpenSSL bufferevents) */
+nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca);
+void nxli_tls_free(nxl_agent_t *a);
+/* a bufferevent doing TLS on fd (-1: to connect later), server or client
+ * side, the socket closed with it; NULL on failure (fd left open) */
+struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server);
+/* why a TLS bufferevent failed (OpenSSL's errors, the certificate check) */
+void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap);
+/* whether the handshake began (the TCP connection was made) */
+bool nxli_tls_started(struct bufferevent *bev);
+/* after bufferevent_socket_connect() on a TLS bufferevent; 0 or -1 */
+int nxli_tls_connecting(struct bufferevent *bev);
 
 /* stats.c */
 void nxli_stats_settled(nxl_future_t *f);

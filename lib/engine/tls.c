@@ -1,0 +1,218 @@
+/* TLS for the metadata exchange: the listener and the client wrap their
+ * sockets in libevent's OpenSSL bufferevents; the framing, limits and
+ * authentication above them are the same. Both sides present a certificate
+ * and check the other's against the configured CA (mutual TLS); any
+ * certificate the CA signed is a peer (names are not checked: agents are
+ * often reached by address). TLS 1.2 at least. */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#ifdef NXL_HAVE_TLS
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+struct nxli_tls {
+    SSL_CTX *ctx;
+};
+
+/* OpenSSL's socket BIO writes with write(): a peer gone raises SIGPIPE,
+ * which kills a process that did not ignore it (the plain exchange writes
+ * with libevent, which hits it far less: TLS writes after the request too,
+ * alerts and session tickets). This BIO is the socket BIO writing with
+ * send(MSG_NOSIGNAL). */
+static BIO_METHOD *nosig_method;
+static pthread_once_t nosig_once = PTHREAD_ONCE_INIT;
+
+static int nosig_write(BIO *b, const char *buf, int len)
+{
+    int fd = -1;
+    BIO_get_fd(b, &fd);
+    errno = 0;
+    ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n <= 0 && BIO_sock_should_retry((int)n))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static void nosig_init(void)
+{
+    const BIO_METHOD *s = BIO_s_socket();
+    BIO_METHOD *m = BIO_meth_new(BIO_TYPE_SOCKET, "nxl socket");
+    if (m && BIO_meth_set_write(m, nosig_write) && BIO_meth_set_read(m, BIO_meth_get_read(s)) &&
+        BIO_meth_set_puts(m, BIO_meth_get_puts(s)) && BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(s)) &&
+        BIO_meth_set_create(m, BIO_meth_get_create(s)) &&
+        BIO_meth_set_destroy(m, BIO_meth_get_destroy(s))) {
+        nosig_method = m;
+        return;
+    }
+    BIO_meth_free(m);
+}
+
+/* ssl reads and writes fd through the BIO above; 0 or -1 */
+static int nosig_attach(SSL *ssl, int fd)
+{
+    pthread_once(&nosig_once, nosig_init);
+    BIO *b = nosig_method ? BIO_new(nosig_method) : NULL;
+    if (!b)
+        return -1;
+    BIO_set_fd(b, fd, BIO_NOCLOSE);
+    SSL_set_bio(ssl, b, b);
+    return 0;
+}
+
+/* OpenSSL's queued errors as one sentence part */
+static void ossl_errors(char *buf, size_t cap)
+{
+    unsigned long e;
+    size_t o = 0;
+    buf[0] = 0;
+    while ((e = ERR_get_error()) && o + 3 < cap) {
+        char s[256];
+        ERR_error_string_n(e, s, sizeof(s));
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? "; " : "", s);
+    }
+    if (!buf[0])
+        snprintf(buf, cap, "no reason given");
+}
+
+nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca)
+{
+    if (!cert || !key || !ca) {
+        nxli_err(a, "nxl_agent_create: TLS needs a certificate, its key and a CA file "
+                    "(tls_cert_file, tls_key_file, tls_ca_file); %s is missing",
+                 !cert ? "tls_cert_file" : !key ? "tls_key_file" : "tls_ca_file");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    ERR_clear_error();
+    SSL_CTX *ctx = SSL_CTX_new(TLS_method());
+    char why[600];
+    const char *what = NULL, *file = NULL;
+    if (!ctx)
+        what = "cannot make a TLS context", file = "";
+    else if (!SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
+        what = "cannot require TLS 1.2", file = "";
+    else if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
+        what = "cannot use the certificate", file = cert;
+    else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
+        what = "cannot use the key", file = key;
+    else if (SSL_CTX_check_private_key(ctx) != 1)
+        what = "the key does not belong to the certificate", file = key;
+    else if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
+        what = "cannot use the CA file", file = ca;
+    if (what) {
+        ossl_errors(why, sizeof(why));
+        nxli_err(a, "nxl_agent_create: TLS: %s '%s': %s", what, file, why);
+        SSL_CTX_free(ctx);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    /* both sides verified: a client without a certificate is refused */
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    struct nxli_tls *t = calloc(1, sizeof(*t));
+    if (!t) {
+        SSL_CTX_free(ctx);
+        return NXL_ERR_UNKNOWN;
+    }
+    t->ctx = ctx;
+    a->tls = t;
+    return NXL_SUCCESS;
+}
+
+void nxli_tls_free(nxl_agent_t *a)
+{
+    if (!a->tls)
+        return;
+    SSL_CTX_free(a->tls->ctx);
+    free(a->tls);
+    a->tls = NULL;
+}
+
+struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server)
+{
+    SSL *ssl = SSL_new(a->tls->ctx);
+    if (!ssl || (fd >= 0 && nosig_attach(ssl, fd) != 0)) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        a->base, fd, ssl, server ? BUFFEREVENT_SSL_ACCEPTING : BUFFEREVENT_SSL_CONNECTING,
+        BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    /* a peer closing without close_notify is an end of stream, as without TLS */
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
+}
+
+void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap)
+{
+    size_t o = 0;
+    unsigned long e;
+    buf[0] = 0;
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+    if (v != X509_V_OK)
+        o += (size_t)snprintf(buf, cap, "the peer's certificate: %s",
+                              X509_verify_cert_error_string(v));
+    while ((e = bufferevent_get_openssl_error(bev)) && o + 3 < cap) {
+        if (!ERR_GET_LIB(e))
+            continue; /* libevent's note of a system error, no reason of OpenSSL's */
+        char s[256];
+        ERR_error_string_n(e, s, sizeof(s));
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? "; " : "", s);
+    }
+    if (!buf[0])
+        snprintf(buf, cap, "the connection closed during the handshake");
+}
+
+int nxli_tls_connecting(struct bufferevent *bev)
+{
+    /* bufferevent_socket_connect() gave the SSL a socket BIO of OpenSSL's:
+     * ours instead, before the handshake writes anything */
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    int fd = (int)bufferevent_getfd(bev);
+    return ssl && fd >= 0 ? nosig_attach(ssl, fd) : -1;
+}
+
+bool nxli_tls_started(struct bufferevent *bev)
+{
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    return ssl && !SSL_in_before(ssl);
+}
+
+#else /* no TLS */
+
+nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca)
+{
+    nxli_err(a, "nxl_agent_create: TLS files were given, but this build has no TLS (configure "
+                "found no libevent_openssl or libssl: apt-get install libevent-dev libssl-dev)");
+    return NXL_ERR_NOT_SUPPORTED;
+}
+void nxli_tls_free(nxl_agent_t *a) {}
+struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server)
+{
+    return NULL;
+}
+void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "no TLS in this build");
+}
+bool nxli_tls_started(struct bufferevent *bev)
+{
+    return false;
+}
+int nxli_tls_connecting(struct bufferevent *bev)
+{
+    return -1;
+}
+#endif
