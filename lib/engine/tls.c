@@ -17,6 +17,8 @@
 #include <openssl/x509.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 struct nxli_tls {
@@ -66,6 +68,10 @@ static int nosig_attach(SSL *ssl, int fd)
         return -1;
     BIO_set_fd(b, fd, BIO_NOCLOSE);
     SSL_set_bio(ssl, b, b);
+    /* a handshake is several small writes each way: with Nagle's algorithm
+     * and delayed ACKs each waits 40 ms */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return 0;
 }
 
