@@ -196,17 +196,20 @@ out:
     return rc;
 }
 
-size_t nxli_etcd_lines(char *buf, size_t len, void (*line)(void *arg, const char *l, size_t n),
-                       void *arg)
+size_t nxli_etcd_lines(char *buf, size_t len, size_t *scanned,
+                       void (*line)(void *arg, const char *l, size_t n), void *arg)
 {
     char *start = buf, *nl;
-    while ((nl = memchr(start, '\n', len - (size_t)(start - buf)))) {
+    size_t from = *scanned < len ? *scanned : len;
+    while ((nl = memchr(buf + from, '\n', len - from))) {
         if (nl > start)
             line(arg, start, (size_t)(nl - start));
         start = nl + 1;
+        from = (size_t)(start - buf);
     }
     size_t rest = len - (size_t)(start - buf);
     memmove(buf, start, rest);
+    *scanned = rest;
     return rest;
 }
 
@@ -311,6 +314,7 @@ struct ereq {
     char *buf;              /* response, or the unparsed rest of a stream */
     size_t len, cap;
     nxli_etcd_kind_t kind;  /* what the answer is */
+    size_t scanned;         /* a stream: how much of buf holds no newline */
     ereq_done_fn done;
     ereq_line_fn line;      /* streaming (watch): one call per JSON line */
     void *arg;
@@ -401,7 +405,7 @@ static void one_line(void *arg, const char *l, size_t n)
 
 static void feed_lines(ereq_t *r)
 {
-    r->len = nxli_etcd_lines(r->buf, r->len, one_line, r);
+    r->len = nxli_etcd_lines(r->buf, r->len, &r->scanned, one_line, r);
 }
 
 static size_t on_write(char *p, size_t sz, size_t nm, void *arg)

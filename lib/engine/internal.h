@@ -352,9 +352,11 @@ int nxli_etcd_parse(nxli_etcd_kind_t kind, const char *buf, size_t len, nxli_etc
                     char *why, size_t cap);
 void nxli_etcd_resp_free(nxli_etcd_resp_t *r);
 /* a watch stream: line() for each whole line of buf; the rest moves to the
- * front, its length returned */
-size_t nxli_etcd_lines(char *buf, size_t len, void (*line)(void *arg, const char *l, size_t n),
-                       void *arg);
+ * front, its length returned. *scanned: how much of the front is known to
+ * hold no newline (the rest of the call before), so that a long line
+ * arriving in pieces is scanned once, not once per piece */
+size_t nxli_etcd_lines(char *buf, size_t len, size_t *scanned,
+                       void (*line)(void *arg, const char *l, size_t n), void *arg);
 /* A value to publish at key: with a secret, signed (NXLI_ETCD_SIG, the
  * trailer, the blob); without, the blob. malloc'd, or NULL. */
 void *nxli_etcd_seal(nxl_agent_t *a, const char *key, const void *blob, size_t len,
