@@ -1140,6 +1140,10 @@ static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
     int perr = e->prov_errno < 0 ? -e->prov_errno : e->prov_errno;
     if (err == FI_ECANCELED || is_disconnect(perr))
         err = is_disconnect(perr) ? perr : FI_ECONNABORTED;
+    /* sockets fails a send with EIO in one place only: its progress engine
+     * found the connection to the peer closed ("Peer disconnected") */
+    else if (err == FI_EIO && !strcmp(u->prov, "sockets"))
+        err = FI_ECONNRESET;
     char full[320];
     snprintf(full, sizeof(full), "%s: %s", fi_strerror(err), text);
     op_elem_done(o, err, full);
