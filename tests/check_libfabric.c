@@ -5,7 +5,8 @@
  * and which hint to relax, the info line naming provider, fabric, domain
  * and progress mode, VRAM refused, loopback transfers and notifications
  * within one agent, two agents of one process over tcp;ofi_rxm and shm,
- * nothing on standard output, and an idle agent that sleeps. */
+ * nothing on standard output, an idle agent that sleeps, and shm's doorbell
+ * waking an idle target. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -241,6 +242,60 @@ START_TEST(t_two_agents)
 }
 END_TEST
 
+/* shm has no wait fd: an idle agent polls its CQ from a timer, backing off
+ * to poll_max (here a minute). Its peers ring its doorbell when they post to
+ * it, so a notification wakes it at once rather than at its next poll: the
+ * target idles 2.1 s (its next poll then about 2 s away), the initiator
+ * sends a notification while the target's loop does not run (200 ms of the
+ * initiator's loop alone), then the target's loop must deliver it in well
+ * under those 2 s (1 s here; it takes microseconds). A notification, not a
+ * WRITE: between two endpoints of one process shm moves a write through
+ * the target's queue, so it would not complete while the target sleeps. */
+START_TEST(t_doorbell)
+{
+    nxl_agent_t *a = agent("a"), *b = agent("b");
+    if (lf(a, "provider", "shm", "poll_max", "60s") != NXL_SUCCESS) {
+        printf("SKIP: doorbell: shm: %s\n", nxl_agent_last_error(a));
+        nxl_agent_destroy(a);
+        nxl_agent_destroy(b);
+        return;
+    }
+    ck_assert_int_eq(lf(b, "provider", "shm", "poll_max", "60s"), NXL_SUCCESS);
+    ck_assert_msg(strstr(logbuf, "doorbell"), "log: %s", logbuf);
+    learn(a, b);
+    learn(b, a);
+    nxl_agent_on_notif(b, notif_cb, NULL);
+    /* first contact: shm connects a peer with a message of its own both ways */
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_notif_send(a, "b", "warm", 4, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(run_pair_until(a, b, &nnotif, 1, 5000));
+    ck_assert(run_pair_until(a, b, &ndone, 1, 5000));
+    uint64_t t0 = tl_now_ms();
+    while (tl_now_ms() - t0 < 2100) {
+        nxl_agent_run_once(a, 50);
+        nxl_agent_run_once(b, 50);
+    }
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_notif_send(a, "b", "ring", 4, done_cb, NULL, NULL), NXL_SUCCESS);
+    t0 = tl_now_ms();
+    while (tl_now_ms() - t0 < 200)
+        nxl_agent_run_once(a, 5);
+    ck_assert_int_eq(nnotif, 0);
+    t0 = tl_now_ms();
+    while (nnotif < 1 && tl_now_ms() - t0 < 5000)
+        nxl_agent_run_once(b, 5000);
+    uint64_t took = tl_now_ms() - t0;
+    ck_assert_int_eq(nnotif, 1);
+    ck_assert_msg(took < 1000, "the notification took %llu ms to wake the idle target",
+                  (unsigned long long)took);
+    ck_assert_str_eq(last_msg, "ring");
+    ck_assert(run_pair_until(a, b, &ndone, 1, 5000));
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(b);
+}
+END_TEST
+
 /* nothing on standard output, whatever libfabric does */
 START_TEST(t_quiet_stdout)
 {
@@ -312,6 +367,7 @@ int main(void)
     tcase_add_test(tc, t_two_agents);
     tcase_add_test(tc, t_quiet_stdout);
     tcase_add_test(tc, t_idle_sleeps);
+    tcase_add_test(tc, t_doorbell);
     suite_add_tcase(s, tc);
     return tl_run(s);
 }

@@ -38,6 +38,8 @@
 #include <event2/event.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <stddef.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -134,6 +136,10 @@ static int lf_loaded(void)
 #define SPIN_SLICE_US 50
 #define POLL_MIN_US 1000                      /* timer mode: after activity (the loop's resolution) */
 #define POLL_ACTIVE_MAX_US 1000               /* timer mode, something in flight */
+#define POLL_MAX_MS 250                       /* timer mode, idle, by default */
+#define POLL_MAX_BELL_MS 1000                 /* the same, when this agent has a doorbell */
+#define RING_US 50                            /* a peer's doorbell rings at most this often */
+#define BELL_WINDOW_US (4 * RING_US)          /* then both poll every loop turn this long */
 #define RETRY_US 1000                         /* a post refused with nothing in flight */
 #define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
 
@@ -211,6 +217,10 @@ struct lf_conn {
     char *why;
     unsigned inflight;          /* ops not reported yet */
     uint64_t progress_us;       /* last completion (or first post) of an op on it */
+    struct sockaddr_un bell;    /* the peer's doorbell (timer mode), if it has one */
+    socklen_t bell_len;         /* 0: none, or it could not be rung */
+    uint64_t rung_us;           /* when it was last rung */
+    uint64_t heard_us;          /* when a notification of it came while we polled often */
     LIST_ENTRY(lf_conn) link;
 };
 
@@ -251,7 +261,10 @@ struct lf_state {
     /* progress */
     int wait_fd;                /* -1: timer mode */
     const char *mode_why;
-    struct event *ev_fd, *ev_kick, *ev_watch, *ev_poll, *ev_retry;
+    struct event *ev_fd, *ev_kick, *ev_watch, *ev_poll, *ev_retry, *ev_bell;
+    int bell_fd;                /* timer mode: our doorbell, a datagram socket; -1: none */
+    char bell_name[48];         /* its abstract address (bell_name[0] == 0) */
+    size_t bell_name_len;
     uint64_t busy_until_us;
     uint64_t poll_us, poll_max_us;
     bool hit;                   /* an op completed or a notification came */
@@ -386,11 +399,14 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     lf_t *u = state;
     size_t pl = strlen(u->prov);
-    size_t l = 4 + 4 + 1 + pl + 2 + u->name_len;
+    size_t bl = u->bell_fd >= 0 ? 1 + u->bell_name_len : 0;
+    size_t l = 4 + 4 + 1 + pl + 2 + u->name_len + bl;
     unsigned char *b = malloc(l);
     if (!b)
         return NXL_ERR_UNKNOWN;
-    memcpy(b, "LFC1", 4);
+    /* LFC1: provider, address format, endpoint name; LFC2: the same and
+     * the doorbell's abstract socket name after it (a length byte first) */
+    memcpy(b, bl ? "LFC2" : "LFC1", 4);
     uint32_t af = htonl(u->addr_format);
     memcpy(b + 4, &af, 4);
     b[8] = (unsigned char)pl;
@@ -398,6 +414,10 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     uint16_t nl = htons((uint16_t)u->name_len);
     memcpy(b + 9 + pl, &nl, 2);
     memcpy(b + 11 + pl, u->name, u->name_len);
+    if (bl) {
+        b[11 + pl + u->name_len] = (unsigned char)u->bell_name_len;
+        memcpy(b + 12 + pl + u->name_len, u->bell_name, u->bell_name_len);
+    }
     *buf = b;
     *len = l;
     return NXL_SUCCESS;
@@ -409,7 +429,8 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     lf_t *u = state;
     const unsigned char *b = info;
     char prov[64];
-    if (len < 11 || memcmp(b, "LFC1", 4) || (size_t)b[8] + 11 > len) {
+    bool v2 = len >= 4 && !memcmp(b, "LFC2", 4);
+    if (len < 11 || (memcmp(b, "LFC1", 4) && !v2) || (size_t)b[8] + 11 > len) {
         nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
                    "(%zu bytes); is it the same nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
@@ -423,7 +444,11 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     uint16_t nl;
     memcpy(&nl, b + 9 + pl, 2);
     nl = ntohs(nl);
-    if (11 + pl + nl != len || nl == 0) {
+    /* LFC2: a doorbell name follows the endpoint name */
+    size_t bl = v2 && 11 + pl + nl < len ? b[11 + pl + nl] : 0;
+    if (nl == 0 || (!v2 && 11 + pl + nl != len) ||
+        (v2 && (11 + pl + nl + 1 + bl != len || bl < 2 || bl > sizeof(((struct sockaddr_un *)0)->sun_path) ||
+                b[12 + pl + nl] != 0))) {
         nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
                    "(endpoint name of %u bytes in %zu)", agent, nl, len);
         return NXL_ERR_MISMATCH;
@@ -443,6 +468,11 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     c->u = u;
     c->refs = 1;
     c->addr = FI_ADDR_UNSPEC;
+    if (bl && u->bell_fd >= 0) {
+        c->bell.sun_family = AF_UNIX;
+        memcpy(c->bell.sun_path, b + 12 + pl + nl, bl);
+        c->bell_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + bl);
+    }
     if (nl == u->name_len && !memcmp(name, u->name, nl)) {
         c->self = true;
     } else {
@@ -707,6 +737,84 @@ static void seg_at(const lf_op_t *o, size_t i, lf_seg_t *s)
     s->len = v->len;
 }
 
+/* Timer mode has no fd to sleep on: an idle agent polls its CQ every
+ * poll_max. A peer that posts to it rings its doorbell (a datagram to an
+ * abstract unix socket named in its connection info) at most every RING_US:
+ * the ring wakes the agent, which then reads its CQ on every loop turn for
+ * BELL_WINDOW_US (a window, as busy polling opens one, of one read per turn)
+ * before backing off to the timer. A post within RING_US of the last ring
+ * finds the target still in that window. The poster opens the same window
+ * for itself, to see its completions without waiting for the timer. So a
+ * notification that reaches us within RING_US of its sending (we were
+ * polling every turn) says its sender is in a window: a post to it within
+ * RING_US needs no ring (a ping-pong rings only when it slows down). A ring
+ * that cannot be delivered (the peer in another network namespace, or gone)
+ * turns ringing off for that peer; the poll remains. */
+static void bell_window(lf_t *u, uint64_t now)
+{
+    if (u->busy_until_us < now + BELL_WINDOW_US)
+        u->busy_until_us = now + BELL_WINDOW_US;
+    kick(u);
+}
+
+static void ring(lf_conn_t *c)
+{
+    if (!c->bell_len)
+        return;
+    uint64_t now = nxlt_now_us();
+    bell_window(c->u, now);
+    if (now - c->rung_us < RING_US || now - c->heard_us < RING_US)
+        return;
+    c->rung_us = now;
+    if (sendto(c->u->bell_fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&c->bell,
+               c->bell_len) < 0 &&
+        errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+        nxlt_log(c->u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: agent '%s''s doorbell cannot be rung "
+                 "(%s): it will notice this agent's operations by polling", c->name,
+                 strerror(errno));
+        c->bell_len = 0;
+    }
+}
+
+static void on_bell(evutil_socket_t fd, short what, void *arg)
+{
+    lf_t *u = arg;
+    char b[64];
+    while (recv(fd, b, sizeof(b), MSG_DONTWAIT) >= 0)
+        ;
+    u->hit = true; /* back to polling often */
+    bell_window(u, nxlt_now_us());
+    progress(u, true);
+}
+
+/* Our doorbell: an abstract unix datagram socket, in timer mode only. */
+static void bell_open(lf_t *u)
+{
+    static unsigned seq;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    unsigned rnd = (unsigned)(nxlt_now_us() * 2654435761u);
+    int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "nxl-lf-%d-%u-%08x", (int)getpid(),
+                     __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), rnd);
+    socklen_t al = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    if (bind(fd, (struct sockaddr *)&a, al) ||
+        !(u->ev_bell = event_new(nxlt_base(u->ctx), fd, EV_READ | EV_PERSIST, on_bell, u)) ||
+        event_add(u->ev_bell, NULL)) {
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: no doorbell (%s): peers' operations are "
+                 "noticed by polling only", strerror(errno));
+        if (u->ev_bell)
+            event_free(u->ev_bell);
+        u->ev_bell = NULL;
+        close(fd);
+        return;
+    }
+    u->bell_fd = fd;
+    memcpy(u->bell_name, a.sun_path, 1 + (size_t)n);
+    u->bell_name_len = 1 + (size_t)n;
+}
+
 /* Posts what it can of the op. first: inside the engine's post call, where
  * a refusal of the very first element fails the call instead.
  * Returns NXL_SUCCESS (posted, finished or waiting for completions),
@@ -768,6 +876,7 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         }
         o->posted++;
         u->tx_inflight++;
+        ring(c);
         o->off += piece;
         if (o->off == s.len) {
             o->off = 0;
@@ -806,6 +915,7 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     o->posted++;
     u->tx_inflight++;
     u->notif_inflight++;
+    ring(c);
     return NXL_SUCCESS;
 }
 
@@ -1066,6 +1176,13 @@ static void rx_done(lf_t *u, lf_rx_t *rx, size_t len)
         memcpy(from, b + 2, nl);
         from[nl] = 0;
         u->hit = true;
+        uint64_t now = nxlt_now_us();
+        if (u->bell_fd >= 0 && u->busy_until_us > now) {
+            lf_conn_t *c;
+            LIST_FOREACH(c, &u->conns, link)
+            if (c->bell_len && !strcmp(c->name, from))
+                c->heard_us = now;
+        }
         nxlt_notif_recv(u->ctx, from, b + 2 + nl, len - 2 - nl);
     }
     rx_post(u, rx);
@@ -1630,7 +1747,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     const char *prov = param(params, n, "provider"), *domain = param(params, n, "domain");
     const char *iface = param(params, n, "iface"), *pm = param(params, n, "progress");
-    long long stall_ms = 10000, poll_max_ms = 250;
+    long long stall_ms = 10000, poll_max_ms = -1;
     const char *v;
     if ((v = param(params, n, "stall_timeout")) && (stall_ms = parse_ms(v)) < 0) {
         nxlt_error(ctx, "LIBFABRIC: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
@@ -1684,8 +1801,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     u->ctx = ctx;
     u->wait_fd = -1;
+    u->bell_fd = -1;
     u->stall_us = (uint64_t)stall_ms * 1000;
-    u->poll_max_us = (uint64_t)poll_max_ms * 1000;
+    u->poll_max_us = (uint64_t)(poll_max_ms < 0 ? POLL_MAX_MS : poll_max_ms) * 1000;
     u->poll_us = POLL_MIN_US;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
@@ -1855,6 +1973,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         destroy(u);
         return NXL_ERR_BACKEND;
     }
+    if (u->wait_fd < 0) {
+        bell_open(u);
+        if (u->bell_fd >= 0 && poll_max_ms < 0)
+            u->poll_max_us = (uint64_t)POLL_MAX_BELL_MS * 1000;
+    }
     kick(u);
 
     uint32_t ver = fi_version();
@@ -1871,7 +1994,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                    : !strcmp(u->prov, "shm") ? "once written (shm's one-sided CMA path)"
                                              : "on the provider's default (transmit)",
              u->wait_fd >= 0 ? "the CQ's wait fd in the reactor, fi_trywait before sleeping"
-                             : "a reactor timer, backing off to poll_max while idle",
+                             : u->bell_fd >= 0
+                                   ? "a reactor timer, backing off to poll_max while idle, "
+                                     "and a doorbell peers ring"
+                                   : "a reactor timer, backing off to poll_max while idle",
              u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms);
     *out = u;
     return NXL_SUCCESS;
@@ -1945,6 +2071,10 @@ static void destroy(void *state)
         event_free(u->ev_watch);
     if (u->ev_poll)
         event_free(u->ev_poll);
+    if (u->ev_bell)
+        event_free(u->ev_bell);
+    if (u->bell_fd >= 0)
+        close(u->bell_fd);
     if (u->ev_retry)
         event_free(u->ev_retry);
     while (!LIST_EMPTY(&u->ops)) {
