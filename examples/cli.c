@@ -114,6 +114,10 @@ int cli_parse(const cli_t *cli, int argc, char **argv)
             cli->usage(stdout);
             exit(0);
         }
+        if (c < VAL_FIRST) /* a short name */
+            for (size_t i = 0; i < n; i++)
+                if (cli->opts[i].short_name == c)
+                    c = VAL_FIRST + (int)i;
         if (c < VAL_FIRST)
             cli_die(cli, "unknown flag '-%c' (see --help)", c); /* not reached */
         const cli_opt_t *o = &cli->opts[c - VAL_FIRST];
