@@ -19,7 +19,9 @@ static int cmp_d(const void *a, const void *b)
 void stats(double *v, long n, double *avg, double *p50, double *p99)
 {
     if (n <= 0) {
-        *avg = *p50 = *p99 = 0;
+        *avg = *p99 = 0;
+        if (p50)
+            *p50 = 0;
         return;
     }
     double s = 0;
