@@ -3,7 +3,7 @@
  * library — the same header-only parsers the transports call:
  *   UCX        the "nxlucx\0\1" header and flags (the worker address and
  *              rkeys after it are UCX's to unpack, not fuzzed here)
- *   LIBFABRIC  "LFC1" connection info, "LFK1" keys
+ *   LIBFABRIC  "LFC2" (and "LFC1") connection info, "LFK1" keys
  *   CUDA       connection info, VRAM keys (region inside its allocation)
  *   POSIX/OBJ  magic, token, registration id
  * The first byte picks the parser. Whatever a parser accepts must say what
@@ -48,14 +48,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 1: {
         lf_ci_t c;
         if (!lf_ci_parse(in, n, &c)) {
-            CHECK(c.name >= in && c.name_len && c.name + c.name_len == in + n);
+            CHECK(c.name >= in && c.name_len && c.name + c.name_len <= in + n);
             CHECK(strlen(c.prov) < LF_PROV_MAX);
-            size_t l = lf_ci_size(c.prov, c.name_len);
-            CHECK(l == n);
+            CHECK(!c.bell_len || (c.bell > c.name && c.bell + c.bell_len == in + n &&
+                                  c.bell_len <= LF_BELL_MAX && !c.bell[0]));
+            /* packed again (always LFC2): the same fields, and for an
+             * LFC2 input the same bytes */
+            size_t l = lf_ci_size(c.prov, c.name_len, c.bell_len);
+            CHECK(l && (!c.v2 || l == n));
             uint8_t *out = malloc(l);
             CHECK(out);
-            lf_ci_pack(out, c.af, c.prov, c.name, c.name_len);
-            CHECK(!memcmp(out, in, n));
+            lf_ci_pack(out, c.af, c.prov, c.name, c.name_len, c.flags, c.bell, c.bell_len);
+            CHECK(!c.v2 || !memcmp(out, in, n));
+            lf_ci_t d;
+            CHECK(!lf_ci_parse(out, l, &d) && d.af == c.af && !strcmp(d.prov, c.prov) &&
+                  d.name_len == c.name_len && !memcmp(d.name, c.name, c.name_len) &&
+                  d.flags == c.flags && d.bell_len == c.bell_len);
             free(out);
         }
         break;

@@ -2,8 +2,11 @@
  * in metadata: packed and parsed here, header-only and without libfabric,
  * so that tests/fuzz/fuzz_wire.c calls the same code as the transport.
  *
- *   conn info: "LFC1", u32 address format, u8 provider length, provider
- *              (no NUL, < 64 bytes), u16 name length (> 0), the endpoint name
+ *   conn info: "LFC2", u32 address format, u8 provider length, provider
+ *              (no NUL, < 64 bytes), u16 name length (> 0), the endpoint name,
+ *              u8 flags, u8 length + the doorbell's abstract socket name
+ *              (0: none; else a leading NUL, at most sun_path's 108 bytes).
+ *              "LFC1" ended after the endpoint name (flags 0, no doorbell).
  *   key:       "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base
  * (integers big endian) */
 #ifndef NXL_LF_WIRE_H
@@ -16,12 +19,17 @@
 
 #define LF_PROV_MAX 64
 #define LF_KEY_LEN 24
+#define LF_BELL_MAX 108 /* sizeof(sockaddr_un.sun_path) */
 
 typedef struct lf_ci {
+    bool v2;                     /* LFC2 (else LFC1) */
     uint32_t af;                 /* address format */
     char prov[LF_PROV_MAX];      /* provider name */
     const unsigned char *name;   /* the endpoint name (inside the info) */
     uint16_t name_len;
+    unsigned flags;
+    const unsigned char *bell;   /* the doorbell's name (inside the info), bell_len 0: none */
+    size_t bell_len;
 } lf_ci_t;
 
 typedef struct lf_wkey {
@@ -43,31 +51,39 @@ static inline uint64_t lf_get_be(const unsigned char *b, int n)
     return v;
 }
 
-/* bytes conn info takes: 0 when prov or the name do not fit */
-static inline size_t lf_ci_size(const char *prov, size_t name_len)
+/* bytes conn info (LFC2) takes: 0 when prov, the name or the doorbell's do not fit */
+static inline size_t lf_ci_size(const char *prov, size_t name_len, size_t bell_len)
 {
     size_t pl = strlen(prov);
-    return pl < LF_PROV_MAX && name_len && name_len <= 0xffff ? 11 + pl + name_len : 0;
+    return pl < LF_PROV_MAX && name_len && name_len <= 0xffff && bell_len != 1 &&
+                   bell_len <= LF_BELL_MAX
+               ? 13 + pl + name_len + bell_len
+               : 0;
 }
 
 static inline void lf_ci_pack(unsigned char *b, uint32_t af, const char *prov, const void *name,
-                              size_t name_len)
+                              size_t name_len, unsigned flags, const void *bell, size_t bell_len)
 {
     size_t pl = strlen(prov);
-    memcpy(b, "LFC1", 4);
+    memcpy(b, "LFC2", 4);
     lf_put_be(b + 4, af, 4);
     b[8] = (unsigned char)pl;
     memcpy(b + 9, prov, pl);
     lf_put_be(b + 9 + pl, name_len, 2);
     memcpy(b + 11 + pl, name, name_len);
+    b[11 + pl + name_len] = (unsigned char)flags;
+    b[12 + pl + name_len] = (unsigned char)bell_len;
+    if (bell_len)
+        memcpy(b + 13 + pl + name_len, bell, bell_len);
 }
 
 /* NULL, or what is wrong with it */
 static inline const char *lf_ci_parse(const void *info, size_t len, lf_ci_t *c)
 {
     const unsigned char *b = info;
-    if (len < 11 || memcmp(b, "LFC1", 4))
-        return "no LFC1 header";
+    if (len < 11 || (memcmp(b, "LFC1", 4) && memcmp(b, "LFC2", 4)))
+        return "no LFC1 or LFC2 header";
+    c->v2 = b[3] == '2';
     size_t pl = b[8];
     if (pl >= LF_PROV_MAX || 11 + pl > len || memchr(b + 9, 0, pl))
         return "a malformed provider name";
@@ -75,9 +91,24 @@ static inline const char *lf_ci_parse(const void *info, size_t len, lf_ci_t *c)
     c->prov[pl] = 0;
     c->af = (uint32_t)lf_get_be(b + 4, 4);
     c->name_len = (uint16_t)lf_get_be(b + 9 + pl, 2);
-    if (!c->name_len || 11 + pl + c->name_len != len)
+    size_t end = 11 + pl + c->name_len; /* past the name */
+    if (!c->name_len || end > len || (!c->v2 && end != len))
         return "an endpoint name whose length does not match";
     c->name = b + 11 + pl;
+    c->flags = 0;
+    c->bell = NULL;
+    c->bell_len = 0;
+    if (c->v2) {
+        if (end + 2 > len)
+            return "no flags and doorbell after the endpoint name";
+        c->flags = b[end];
+        c->bell_len = b[end + 1];
+        if (end + 2 + c->bell_len != len)
+            return "a doorbell name whose length does not match";
+        if (c->bell_len == 1 || c->bell_len > LF_BELL_MAX || (c->bell_len && b[end + 2] != 0))
+            return "a doorbell name that is not an abstract socket's";
+        c->bell = c->bell_len ? b + end + 2 : NULL;
+    }
     return NULL;
 }
 
