@@ -91,8 +91,10 @@ int main(int argc, char **argv)
     /* 3. metadata: the target's connection info and regions, as bytes */
     void *blob;
     size_t blen;
-    if (nxl_md_local(tgt, &blob, &blen) != NXL_SUCCESS)
+    if (nxl_md_local(tgt, &blob, &blen) != NXL_SUCCESS) {
+        fprintf(stderr, "metadata: %s\n", nxl_agent_last_error(tgt));
         goto out;
+    }
     nxl_status_t st = nxl_md_load(ini, blob, blen, NULL, 0);
     nxl_free(blob);
     if (st != NXL_SUCCESS) {
