@@ -25,6 +25,8 @@
  * succeeded. */
 #include <nxl.h>
 
+#include "cli.h"
+
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -334,38 +336,49 @@ static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
         fprintf(stderr, "nxl: %s\n", msg);
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: kv_tiering [-d DIR] [-b BLOCKS] [-s SLOTS] [-k BLOCK_KIB] [-r REQUESTS]\n"
+"                  [-e auto|uring|threads] [--direct] [--tier s3://BUCKET[/PREFIX]]\n"
+"  -d, --dir DIR         where the file tier lives (/tmp)\n"
+"  -b, --blocks N        KV blocks in all (512)\n"
+"  -s, --slots N         of them in the DRAM pool at once (128)\n"
+"  -k, --block_kib N     block size in KiB (64)\n"
+"  -r, --requests N      requests to serve (20000)\n"
+"  -e, --engine E        the POSIX transport's I/O engine: auto, uring, threads (auto)\n"
+"  --direct              O_DIRECT on the file\n"
+"  --tier s3://BUCKET[/PREFIX]  an S3 bucket as the second tier instead of a file\n"
+"                        (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...)\n"
+"Flags take '-b N', '--blocks N' or '--blocks=N'.\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = "/tmp", *engine = "auto", *tier = NULL;
-    int direct = 0;
+    bool direct = false;
+    unsigned kib = 64;
     K.nblocks = 512;
     K.nslots = 128;
-    K.bs = 64 * 1024;
     K.nreq = 20000;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-d") && i + 1 < argc)
-            dir = argv[++i];
-        else if (!strcmp(argv[i], "-b") && i + 1 < argc)
-            K.nblocks = atol(argv[++i]);
-        else if (!strcmp(argv[i], "-s") && i + 1 < argc)
-            K.nslots = atol(argv[++i]);
-        else if (!strcmp(argv[i], "-k") && i + 1 < argc)
-            K.bs = (size_t)atol(argv[++i]) * 1024;
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
-            K.nreq = atol(argv[++i]);
-        else if (!strcmp(argv[i], "-e") && i + 1 < argc)
-            engine = argv[++i];
-        else if (!strcmp(argv[i], "--direct"))
-            direct = 1;
-        else if (!strcmp(argv[i], "--tier") && i + 1 < argc)
-            tier = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s [-d DIR] [-b BLOCKS] [-s SLOTS] [-k BLOCK_KIB] "
-                            "[-r REQUESTS] [-e auto|uring|threads] [--direct] "
-                            "[--tier s3://BUCKET[/PREFIX]]\n", argv[0]);
-            return 2;
-        }
-    }
+#define OPT(n, c, a, s, f, ...) {.name = n, .short_name = c, .arg = a, .set = s, .field = f, __VA_ARGS__}
+    const cli_opt_t opts[] = {
+        OPT("dir", 'd', CLI_VALUE, cli_set_str, &dir),
+        OPT("blocks", 'b', CLI_VALUE, cli_set_long, &K.nblocks, .min = 1, .max = 1 << 24),
+        OPT("slots", 's', CLI_VALUE, cli_set_long, &K.nslots, .min = 1, .max = 1 << 24),
+        OPT("block_kib", 'k', CLI_VALUE, cli_set_uint, &kib, .min = 1, .max = 1 << 20),
+        OPT("requests", 'r', CLI_VALUE, cli_set_long, &K.nreq, .min = 0),
+        OPT("engine", 'e', CLI_VALUE, cli_set_str, &engine),
+        OPT("direct", 0, CLI_SWITCH, cli_set_true, &direct),
+        OPT("tier", 0, CLI_VALUE, cli_set_str, &tier),
+        {0},
+    };
+#undef OPT
+    const cli_t cli = {.prog = "kv_tiering", .opts = opts, .usage = usage, .help_h = true};
+    int first = cli_parse(&cli, argc, argv);
+    if (first < argc)
+        cli_die(&cli, "unexpected argument '%s' (see --help)", argv[first]);
+    K.bs = (size_t)kib * 1024;
     char bucket[256] = "", prefix[256] = "";
     if (tier) {
         const char *b = !strncmp(tier, "s3://", 5) ? tier + 5 : NULL;

@@ -5,7 +5,8 @@
  * and which hint to relax, the info line naming provider, fabric, domain
  * and progress mode, VRAM refused, loopback transfers and notifications
  * within one agent, two agents of one process over tcp;ofi_rxm and shm,
- * nothing on standard output, and an idle agent that sleeps. */
+ * nothing on standard output, an idle agent that sleeps, and shm's doorbell
+ * waking an idle target. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -68,6 +69,9 @@ START_TEST(t_bad_params)
     ck_assert_int_eq(lf(a, "progress", "sometimes", NULL, NULL), NXL_ERR_INVALID_PARAM);
     ck_assert_int_eq(lf(a, "delivery_complete", "maybe", NULL, NULL), NXL_ERR_INVALID_PARAM);
     ck_assert_int_eq(lf(a, "poll_max", "0", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(lf(a, "am_write_max", "lots", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(lf(a, "am_write_max", "99999", NULL, NULL), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(a), "am_write_max");
     /* no provider of that name: the sentence lists what libfabric has and what to relax */
     ck_assert_int_eq(lf(a, "provider", "verbs", NULL, NULL), NXL_ERR_BACKEND);
     const char *e = nxl_agent_last_error(a);
@@ -241,6 +245,122 @@ START_TEST(t_two_agents)
 }
 END_TEST
 
+/* A small WRITE with a notification travels as one message, copied into
+ * place by the target after it checked the elements against its own
+ * registrations: into a region deregistered since the initiator learnt it,
+ * nothing is written, the notification is dropped with it, and the target
+ * says so in its log; a region still registered takes the next one. */
+START_TEST(t_one_message_write_checked)
+{
+    nxl_agent_t *a = agent("a"), *b = agent("b");
+    ck_assert_int_eq(lf(a, "provider", "tcp;ofi_rxm", NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(lf(b, "provider", "tcp;ofi_rxm", NULL, NULL), NXL_SUCCESS);
+    size_t len = 8192;
+    unsigned char *pa = malloc(len), *pb = calloc(1, 2 * len);
+    nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len};
+    nxl_desc_t db[2] = {{.addr = (uintptr_t)pb, .len = len},
+                        {.addr = (uintptr_t)pb + len, .len = len}};
+    ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, db, 2, NULL), NXL_SUCCESS);
+    learn(a, b);
+    learn(b, a);
+    nxl_agent_on_notif(b, notif_cb, NULL);
+    ck_assert_int_eq(nxl_mem_deregister(b, NXL_DRAM, &db[0], 1), NXL_SUCCESS);
+    tl_fill(pa, len, 3);
+    nxl_dlist_t la = {NXL_DRAM, &da, 1}, l0 = {NXL_DRAM, &db[0], 1}, l1 = {NXL_DRAM, &db[1], 1};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = "gone";
+    o.notif_len = 4;
+    nxl_xfer_t *w0, *w1;
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &l0, "b", &o, &w0), NXL_SUCCESS);
+    loglen = 0;
+    logbuf[0] = 0;
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_xfer_post(w0, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(run_pair_until(a, b, &ndone, 1, 10000));
+    /* its send completed: that is all the initiator learns (README) */
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    uint64_t t0 = tl_now_ms();
+    while (!strstr(logbuf, "was dropped") && tl_now_ms() - t0 < 5000) {
+        nxl_agent_run_once(a, 1);
+        nxl_agent_run_once(b, 1);
+    }
+    ck_assert_msg(strstr(logbuf, "was dropped") && strstr(logbuf, "outside every region"),
+                  "log: %s", logbuf);
+    ck_assert_int_eq(nnotif, 0);
+    for (size_t i = 0; i < len; i++)
+        ck_assert_msg(pb[i] == 0, "byte %zu of the deregistered region was written", i);
+    o.notif = "kept";
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &l1, "b", &o, &w1), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(w1, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(run_pair_until(a, b, &nnotif, 1, 10000));
+    ck_assert_str_eq(last_msg, "kept");
+    ck_assert(tl_check(pb + len, len, 3) < 0);
+    ck_assert(run_pair_until(a, b, &ndone, 2, 10000));
+    nxl_xfer_release(w0);
+    nxl_xfer_release(w1);
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(b);
+    free(pa);
+    free(pb);
+}
+END_TEST
+
+/* shm has no wait fd: an idle agent polls its CQ from a timer, backing off
+ * to poll_max (here a minute). Its peers ring its doorbell when they post to
+ * it, so a notification wakes it at once rather than at its next poll: the
+ * target idles 2.1 s (its next poll then about 2 s away), the initiator
+ * sends a notification while the target's loop does not run (200 ms of the
+ * initiator's loop alone), then the target's loop must deliver it in well
+ * under those 2 s (1 s here; it takes microseconds). A notification, not a
+ * WRITE: between two endpoints of one process shm moves a write through
+ * the target's queue, so it would not complete while the target sleeps. */
+START_TEST(t_doorbell)
+{
+    nxl_agent_t *a = agent("a"), *b = agent("b");
+    if (lf(a, "provider", "shm", "poll_max", "60s") != NXL_SUCCESS) {
+        printf("SKIP: doorbell: shm: %s\n", nxl_agent_last_error(a));
+        nxl_agent_destroy(a);
+        nxl_agent_destroy(b);
+        return;
+    }
+    ck_assert_int_eq(lf(b, "provider", "shm", "poll_max", "60s"), NXL_SUCCESS);
+    ck_assert_msg(strstr(logbuf, "doorbell"), "log: %s", logbuf);
+    learn(a, b);
+    learn(b, a);
+    nxl_agent_on_notif(b, notif_cb, NULL);
+    /* first contact: shm connects a peer with a message of its own both ways */
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_notif_send(a, "b", "warm", 4, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(run_pair_until(a, b, &nnotif, 1, 5000));
+    ck_assert(run_pair_until(a, b, &ndone, 1, 5000));
+    uint64_t t0 = tl_now_ms();
+    while (tl_now_ms() - t0 < 2100) {
+        nxl_agent_run_once(a, 50);
+        nxl_agent_run_once(b, 50);
+    }
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_notif_send(a, "b", "ring", 4, done_cb, NULL, NULL), NXL_SUCCESS);
+    t0 = tl_now_ms();
+    while (tl_now_ms() - t0 < 200)
+        nxl_agent_run_once(a, 5);
+    ck_assert_int_eq(nnotif, 0);
+    t0 = tl_now_ms();
+    while (nnotif < 1 && tl_now_ms() - t0 < 5000)
+        nxl_agent_run_once(b, 5000);
+    uint64_t took = tl_now_ms() - t0;
+    ck_assert_int_eq(nnotif, 1);
+    ck_assert_msg(took < 1000, "the notification took %llu ms to wake the idle target",
+                  (unsigned long long)took);
+    ck_assert_str_eq(last_msg, "ring");
+    ck_assert(run_pair_until(a, b, &ndone, 1, 5000));
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(b);
+}
+END_TEST
+
 /* nothing on standard output, whatever libfabric does */
 START_TEST(t_quiet_stdout)
 {
@@ -312,6 +432,8 @@ int main(void)
     tcase_add_test(tc, t_two_agents);
     tcase_add_test(tc, t_quiet_stdout);
     tcase_add_test(tc, t_idle_sleeps);
+    tcase_add_test(tc, t_doorbell);
+    tcase_add_test(tc, t_one_message_write_checked);
     suite_add_tcase(s, tc);
     return tl_run(s);
 }

@@ -52,10 +52,7 @@ static const conf_t confs[] = {
      {{0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false, {{0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
-     {{"peer_killed", "sockets now and then reports a write to a peer killed mid-transfer as "
-                      "EIO, which the transport does not take for a lost peer (EIO also means "
-                      "a local failure): that transfer then fails NXL_ERR_BACKEND"},
-      {0}}},
+     {{0}}},
 };
 #define NCONFS (sizeof(confs) / sizeof(confs[0]))
 

@@ -45,7 +45,7 @@ if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; 
 else
     echo "skip libfabric: this build has no LIBFABRIC transport"
 fi
-grep -q '"role": "target"' "$T/idle.json" || { echo "FAIL idle: no target row"; fail=1; }
+grep -Eq '"role":[[:space:]]*"target"' "$T/idle.json" || { echo "FAIL idle: no target row"; fail=1; }
 
 # discovery through etcd instead of the TCP listener
 erc=0
@@ -69,7 +69,7 @@ prun() { # NAME -- ARGS...
     for k in rows env nxl_version posix_engine direct footprint flags $BW; do
         grep -q "\"$k\":" "$T/$name.json" || { echo "FAIL $name: no \"$k\" in the JSON"; fail=1; }
     done
-    grep -q '"footprint": 8388608' "$T/$name.json" || { echo "FAIL $name: footprint not 8M"; fail=1; }
+    grep -Eq '"footprint":[[:space:]]*8388608' "$T/$name.json" || { echo "FAIL $name: footprint not 8M"; fail=1; }
     echo "ok   $name"
 }
 prun posix_write -- --block_sizes 4K,64K --max_batch_size 2 --pipeline_depth 4 --num_files 2
@@ -77,7 +77,7 @@ prun posix_read -- --op_type READ --block_sizes 4K,64K --pipeline_depth 4
 prun posix_write_direct -- --storage_enable_direct --block_sizes 4K,64K --pipeline_depth 4
 prun posix_read_direct -- --op_type READ --storage_enable_direct --block_sizes 4K,1M \
     --pipeline_depth 2 --num_files 4
-grep -q '"direct": true' "$T/posix_read_direct.json" || { echo "FAIL posix_read_direct: not direct"; fail=1; }
+grep -Eq '"direct":[[:space:]]*true' "$T/posix_read_direct.json" || { echo "FAIL posix_read_direct: not direct"; fail=1; }
 ls "$T"/nxlbench-* >/dev/null 2>&1 && { echo "FAIL posix: files left in $T"; fail=1; }
 if "$B" --backend POSIX --target_seg_type FILE --spawn >"$T/pspawn.out" 2>&1 ||
     ! grep -q "one process" "$T/pspawn.out"; then

@@ -1,6 +1,7 @@
 /* kv_server: flags, and "both" (store and serve forked, the client here).
  * See common.h for the roles and server.c for the embedding. */
 #include "common.h"
+#include "../cli.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -67,23 +68,29 @@ static bool parse_num(const char *s, unsigned long long max, unsigned long long 
     return true;
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
+/* the flags' setters (examples/cli.h): a count with K, M, G from min to max */
+#define COUNT_SETTER(fn, type)                                                                     \
+    static const char *fn(const cli_opt_t *opt, const char *val)                                  \
+    {                                                                                              \
+        unsigned long long v;                                                                      \
+        if (!parse_num(val, (unsigned long long)opt->max, &v) || v < opt->min)                    \
+            return cli_why("not a count from %.0f to %.0f (suffixes K, M, G)", opt->min,          \
+                           opt->max);                                                              \
+        *(type *)opt->field = (type)v;                                                             \
+        return NULL;                                                                               \
+    }
+COUNT_SETTER(set_ulong, unsigned long)
+COUNT_SETTER(set_unsigned, unsigned)
+COUNT_SETTER(set_sizet, size_t)
 
-static bool parse_addr(const char *s, kvs_addr_t *a)
+/* HOST:PORT or [HOST]:PORT */
+static const char *set_addr(const cli_opt_t *opt, const char *s)
 {
+    kvs_addr_t *a = opt->field;
     const char *colon = strrchr(s, ':');
     unsigned long long port;
     if (!colon || colon == s || !parse_num(colon + 1, 65535, &port))
-        return false;
+        return "not HOST:PORT";
     const char *h = s;
     size_t hl = (size_t)(colon - s);
     if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
@@ -91,117 +98,66 @@ static bool parse_addr(const char *s, kvs_addr_t *a)
         hl -= 2;
     }
     if (!hl || hl >= sizeof(a->host))
-        return false;
+        return "not HOST:PORT";
     memcpy(a->host, h, hl);
     a->host[hl] = 0;
     a->port = (uint16_t)port;
     a->set = true;
-    return true;
+    return NULL;
 }
 
-static int parse(int argc, char **argv, kvs_opts_t *o)
+/* --cpus S,C */
+static const char *set_cpus(const cli_opt_t *opt, const char *val)
 {
-    int i = 1;
-    if (i < argc && argv[i][0] != '-')
-        o->mode = argv[i++];
-    for (; i < argc; i++) {
-        char name[64];
-        const char *arg = argv[i], *val = NULL;
-        if (strncmp(arg, "--", 2)) {
-            fprintf(stderr, "kv_server: unexpected argument '%s'\n", arg);
-            return 2;
-        }
-        const char *eq = strchr(arg, '=');
-        size_t nl = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-        if (nl >= sizeof(name)) {
-            fprintf(stderr, "kv_server: unknown flag '%s'\n", arg);
-            return 2;
-        }
-        memcpy(name, arg + 2, nl);
-        name[nl] = 0;
-        for (char *c = name; *c; c++)
-            if (*c == '-')
-                *c = '_';
-        if (!strcmp(name, "help")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(name, "memcpy") || !strcmp(name, "quiet") || !strcmp(name, "warmup")) {
-            if (eq) {
-                fprintf(stderr, "kv_server: --%s takes no value\n", name);
-                return 2;
-            }
-            if (name[0] == 'm')
-                o->memcpy_mode = true;
-            else if (name[0] == 'q')
-                o->quiet = true;
-            else
-                o->warmup = true;
-            continue;
-        }
-        if (eq)
-            val = eq + 1;
-        else if (i + 1 < argc)
-            val = argv[++i];
-        if (!val) {
-            fprintf(stderr, "kv_server: --%s needs a value\n", name);
-            return 2;
-        }
-        unsigned long long v = 0;
-        bool ok;
-        if (!strcmp(name, "listen")) {
-            ok = parse_addr(val, &o->listen);
-        } else if (!strcmp(name, "store")) {
-            ok = parse_addr(val, &o->store);
-        } else if (!strcmp(name, "http")) {
-            ok = parse_addr(val, &o->http);
-        } else if (!strcmp(name, "connect")) {
-            ok = parse_addr(val, &o->connect);
-        } else if (!strcmp(name, "blocks")) {
-            ok = parse_num(val, 1ull << 26, &v) && v;
-            o->blocks = (unsigned long)v;
-        } else if (!strcmp(name, "block_size")) {
-            ok = parse_num(val, 1ull << 32, &v) && v >= 16;
-            o->block_size = (size_t)v;
-        } else if (!strcmp(name, "staging")) {
-            ok = parse_num(val, 1u << 16, &v) && v;
-            o->staging = (unsigned)v;
-        } else if (!strcmp(name, "queue")) {
-            ok = parse_num(val, 1u << 24, &v);
-            o->queue = (unsigned)v;
-        } else if (!strcmp(name, "connections")) {
-            ok = parse_num(val, 1u << 16, &v) && v;
-            o->connections = (unsigned)v;
-        } else if (!strcmp(name, "seconds")) {
-            ok = parse_double(val, 0.001, 86400, &o->seconds);
-        } else if (!strcmp(name, "requests")) {
-            ok = parse_num(val, 1ull << 40, &v) && v;
-            o->requests = (unsigned long)v;
-        } else if (!strcmp(name, "put_ratio")) {
-            ok = parse_double(val, 0, 1, &o->put_ratio);
-        } else if (!strcmp(name, "expect")) {
-            ok = parse_num(val, 599, &v) && v >= 100;
-            o->expect = (unsigned)v;
-        } else if (!strcmp(name, "timeout")) {
-            ok = parse_num(val, 86400, &v) && v;
-            o->timeout_s = (unsigned)v;
-        } else if (!strcmp(name, "cpus")) {
-            int sc, cc;
-            char extra;
-            ok = sscanf(val, "%d,%d%c", &sc, &cc, &extra) == 2 && sc >= 0 && cc >= 0 &&
-                 sc < 1024 && cc < 1024;
-            o->cpu_server = sc;
-            o->cpu_client = cc;
-        } else {
-            fprintf(stderr, "kv_server: unknown flag --%s (see --help)\n", name);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "kv_server: bad value '%s' for --%s\n", val, name);
-            return 2;
-        }
+    kvs_opts_t *o = opt->field;
+    int sc, cc;
+    char extra;
+    if (sscanf(val, "%d,%d%c", &sc, &cc, &extra) != 2 || sc < 0 || cc < 0 || sc >= 1024 ||
+        cc >= 1024)
+        return "not S,C (two CPU numbers)";
+    o->cpu_server = sc;
+    o->cpu_client = cc;
+    return NULL;
+}
+
+static void parse(int argc, char **argv, kvs_opts_t *o)
+{
+#define V(n, s, f, ...) {.name = n, .arg = CLI_VALUE, .set = s, .field = f, __VA_ARGS__}
+#define SW(n, f) {.name = n, .arg = CLI_SWITCH, .set = cli_set_true, .field = f}
+    const cli_opt_t opts[] = {
+        V("listen", set_addr, &o->listen),
+        V("store", set_addr, &o->store),
+        V("http", set_addr, &o->http),
+        V("connect", set_addr, &o->connect),
+        V("blocks", set_ulong, &o->blocks, .min = 1, .max = 1ull << 26),
+        V("block_size", set_sizet, &o->block_size, .min = 16, .max = 1ull << 32),
+        V("staging", set_unsigned, &o->staging, .min = 1, .max = 1u << 16),
+        V("queue", set_unsigned, &o->queue, .min = 0, .max = 1u << 24),
+        SW("memcpy", &o->memcpy_mode),
+        V("connections", set_unsigned, &o->connections, .min = 1, .max = 1u << 16),
+        V("seconds", cli_set_double, &o->seconds, .min = 0.001, .max = 86400),
+        V("requests", set_ulong, &o->requests, .min = 1, .max = 1ull << 40),
+        V("put_ratio", cli_set_double, &o->put_ratio, .min = 0, .max = 1),
+        SW("warmup", &o->warmup),
+        V("expect", set_unsigned, &o->expect, .min = 100, .max = 599),
+        V("cpus", set_cpus, o),
+        V("timeout", set_unsigned, &o->timeout_s, .min = 1, .max = 86400),
+        SW("quiet", &o->quiet),
+        {0},
+    };
+#undef V
+#undef SW
+    const cli_t cli = {.prog = "kv_server", .opts = opts, .usage = usage, .dash_aliases = true,
+                       .help_h = true};
+    /* the mode comes first: kv_server store --listen ... */
+    if (argc > 1 && argv[1][0] != '-') {
+        o->mode = argv[1];
+        argc--;
+        argv++;
     }
-    return 0;
+    int first = cli_parse(&cli, argc, argv);
+    if (first < argc)
+        cli_die(&cli, "unexpected argument '%s' (see --help)", argv[first]);
 }
 
 /* ----------------------------------------------------------------- both */
@@ -315,11 +271,7 @@ int main(int argc, char **argv)
         .listen = {.host = "127.0.0.1"},
         .http = {.host = "127.0.0.1"},
     };
-    int rc = parse(argc, argv, &o);
-    if (rc) {
-        usage(stderr);
-        return rc;
-    }
+    parse(argc, argv, &o);
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
     if (o.seconds == 0 && o.requests == 0)
@@ -348,7 +300,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(o.mode, "both"))
         return run_both(&o);
-    fprintf(stderr, "kv_server: unknown mode '%s' (store, serve, client or both)\n", o.mode);
-    usage(stderr);
+    fprintf(stderr, "kv_server: unknown mode '%s' (store, serve, client or both; see --help)\n",
+            o.mode);
     return 2;
 }

@@ -176,6 +176,16 @@ NXL_API void nxlt_log(nxlt_ctx_t *ctx, nxl_log_level_t lvl, const char *fmt, ...
 NXL_API void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why);
 /** A notification arrived from @p from. */
 NXL_API void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t len);
+/**
+ * 1 when [@p addr, @p addr + @p len) of memory type @p type (device
+ * @p dev) lies inside one region this agent has registered, and registered
+ * with the calling transport; 0 otherwise (never registered, deregistered
+ * since, or registered with other transports only). For a transport that
+ * writes into local memory on a peer's behalf (a WRITE carried in a
+ * message): check every element before writing a byte.
+ */
+NXL_API int nxlt_mem_registered(nxlt_ctx_t *ctx, nxl_mem_t type, uint64_t dev, uint64_t addr,
+                                size_t len);
 /** Per-op slot for the transport (one pointer). */
 NXL_API void **nxlt_op_priv(nxlt_op_t *op);
 /**

@@ -45,6 +45,20 @@ nxli_region_t *nxli_region_find(nxl_agent_t *a, nxl_mem_t t, uint64_t dev, uintp
     return r;
 }
 
+int nxlt_mem_registered(nxlt_ctx_t *ctx, nxl_mem_t type, uint64_t dev, uint64_t addr, size_t len)
+{
+    nxl_agent_t *a = ctx->agent;
+    if (addr > UINTPTR_MAX)
+        return 0;
+    nxli_region_t *r = nxli_region_find(a, type, dev, (uintptr_t)addr, len);
+    if (!r)
+        return 0;
+    for (int i = 0; i < a->nbackends; i++)
+        if (a->backends[i] == ctx->backend)
+            return r->md[i] != NULL;
+    return 0;
+}
+
 static nxli_region_t *find_exact(nxl_agent_t *a, nxl_mem_t t, const nxl_desc_t *d, size_t *pos)
 {
     nxli_rtab_t *tab = &a->regions[t];

@@ -38,6 +38,8 @@
 #include <event2/event.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <stddef.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -125,7 +127,15 @@ static int lf_loaded(void)
     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 
 #define NRX 32                                /* receive buffers kept posted */
-#define RXSZ (2 + 255 + NXL_NOTIF_MAX)        /* [u16 name length][name][message] */
+#define AMW_MAX 16384                         /* a one-message WRITE: most data it carries */
+#define AMW_DEFAULT 8192                      /* ... by default (am_write_max) */
+#define AMW_ELEMS 64                          /* ... and most elements */
+/* a notification: [u16 name length][name][message]; a WRITE with its
+ * notification in one message: [u8 'W'][u8 name length][name][u32 message
+ * length][message][u32 n][n x (u64 address, u32 length)][data] */
+#define RXSZ (2 + 255 + 4 + NXL_NOTIF_MAX + 4 + 12 * AMW_ELEMS + AMW_MAX)
+#define AMW_TAG 'W'
+#define CI_AMW 1                              /* connection info flag: takes 'W' messages */
 #define NOTIF_CAP 64                          /* notification sends in flight */
 #define CQ_BATCH 32
 #define DRAIN_BATCHES 64                      /* CQ reads per turn before the loop gets one */
@@ -134,6 +144,10 @@ static int lf_loaded(void)
 #define SPIN_SLICE_US 50
 #define POLL_MIN_US 1000                      /* timer mode: after activity (the loop's resolution) */
 #define POLL_ACTIVE_MAX_US 1000               /* timer mode, something in flight */
+#define POLL_MAX_MS 250                       /* timer mode, idle, by default */
+#define POLL_MAX_BELL_MS 1000                 /* the same, when this agent has a doorbell */
+#define RING_US 50                            /* a peer's doorbell rings at most this often */
+#define BELL_WINDOW_US (4 * RING_US)          /* then both poll every loop turn this long */
 #define RETRY_US 1000                         /* a post refused with nothing in flight */
 #define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
 
@@ -211,6 +225,11 @@ struct lf_conn {
     char *why;
     unsigned inflight;          /* ops not reported yet */
     uint64_t progress_us;       /* last completion (or first post) of an op on it */
+    struct sockaddr_un bell;    /* the peer's doorbell (timer mode), if it has one */
+    socklen_t bell_len;         /* 0: none, or it could not be rung */
+    uint64_t rung_us;           /* when it was last rung */
+    uint64_t heard_us;          /* when a notification of it came while we polled often */
+    bool am_write;              /* it takes a WRITE with its notification as one message */
     LIST_ENTRY(lf_conn) link;
 };
 
@@ -247,11 +266,15 @@ struct lf_state {
     bool mr_local, mr_virt, mr_prov_key, mr_endpoint;
     uint64_t next_key;
     size_t max_msg;
+    size_t am_write_max;        /* one-message WRITEs up to this many bytes (0: never) */
     bool dc;                    /* FI_DELIVERY_COMPLETE on writes */
     /* progress */
     int wait_fd;                /* -1: timer mode */
     const char *mode_why;
-    struct event *ev_fd, *ev_kick, *ev_watch, *ev_poll, *ev_retry;
+    struct event *ev_fd, *ev_kick, *ev_watch, *ev_poll, *ev_retry, *ev_bell;
+    int bell_fd;                /* timer mode: our doorbell, a datagram socket; -1: none */
+    char bell_name[48];         /* its abstract address (bell_name[0] == 0) */
+    size_t bell_name_len;
     uint64_t busy_until_us;
     uint64_t poll_us, poll_max_us;
     bool hit;                   /* an op completed or a notification came */
@@ -386,11 +409,15 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     lf_t *u = state;
     size_t pl = strlen(u->prov);
-    size_t l = 4 + 4 + 1 + pl + 2 + u->name_len;
+    size_t bl = u->bell_fd >= 0 ? u->bell_name_len : 0;
+    size_t l = 4 + 4 + 1 + pl + 2 + u->name_len + 2 + bl;
     unsigned char *b = malloc(l);
     if (!b)
         return NXL_ERR_UNKNOWN;
-    memcpy(b, "LFC1", 4);
+    /* "LFC2", u32 address format, u8 length + provider, u16 length +
+     * endpoint name, u8 flags (CI_AMW), u8 length + the doorbell's abstract
+     * socket name (0: none). ("LFC1" ended after the endpoint name.) */
+    memcpy(b, "LFC2", 4);
     uint32_t af = htonl(u->addr_format);
     memcpy(b + 4, &af, 4);
     b[8] = (unsigned char)pl;
@@ -398,6 +425,9 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     uint16_t nl = htons((uint16_t)u->name_len);
     memcpy(b + 9 + pl, &nl, 2);
     memcpy(b + 11 + pl, u->name, u->name_len);
+    b[11 + pl + u->name_len] = CI_AMW;
+    b[12 + pl + u->name_len] = (unsigned char)bl;
+    memcpy(b + 13 + pl + u->name_len, u->bell_name, bl);
     *buf = b;
     *len = l;
     return NXL_SUCCESS;
@@ -409,7 +439,8 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     lf_t *u = state;
     const unsigned char *b = info;
     char prov[64];
-    if (len < 11 || memcmp(b, "LFC1", 4) || (size_t)b[8] + 11 > len) {
+    bool v2 = len >= 4 && !memcmp(b, "LFC2", 4);
+    if (len < 11 || (memcmp(b, "LFC1", 4) && !v2) || (size_t)b[8] + 11 > len) {
         nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
                    "(%zu bytes); is it the same nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
@@ -423,7 +454,13 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     uint16_t nl;
     memcpy(&nl, b + 9 + pl, 2);
     nl = ntohs(nl);
-    if (11 + pl + nl != len || nl == 0) {
+    /* LFC2: flags and a doorbell name follow the endpoint name */
+    unsigned flags = v2 && 12 + pl + nl < len ? b[11 + pl + nl] : 0;
+    size_t bl = v2 && 12 + pl + nl < len ? b[12 + pl + nl] : 0;
+    if (nl == 0 || (!v2 && 11 + pl + nl != len) ||
+        (v2 && (13 + pl + nl + bl != len || bl == 1 ||
+                bl > sizeof(((struct sockaddr_un *)0)->sun_path) ||
+                (bl && b[13 + pl + nl] != 0)))) {
         nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
                    "(endpoint name of %u bytes in %zu)", agent, nl, len);
         return NXL_ERR_MISMATCH;
@@ -443,6 +480,12 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     c->u = u;
     c->refs = 1;
     c->addr = FI_ADDR_UNSPEC;
+    c->am_write = flags & CI_AMW;
+    if (bl && u->bell_fd >= 0) {
+        c->bell.sun_family = AF_UNIX;
+        memcpy(c->bell.sun_path, b + 13 + pl + nl, bl);
+        c->bell_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + bl);
+    }
     if (nl == u->name_len && !memcmp(name, u->name, nl)) {
         c->self = true;
     } else {
@@ -707,6 +750,84 @@ static void seg_at(const lf_op_t *o, size_t i, lf_seg_t *s)
     s->len = v->len;
 }
 
+/* Timer mode has no fd to sleep on: an idle agent polls its CQ every
+ * poll_max. A peer that posts to it rings its doorbell (a datagram to an
+ * abstract unix socket named in its connection info) at most every RING_US:
+ * the ring wakes the agent, which then reads its CQ on every loop turn for
+ * BELL_WINDOW_US (a window, as busy polling opens one, of one read per turn)
+ * before backing off to the timer. A post within RING_US of the last ring
+ * finds the target still in that window. The poster opens the same window
+ * for itself, to see its completions without waiting for the timer. So a
+ * notification that reaches us within RING_US of its sending (we were
+ * polling every turn) says its sender is in a window: a post to it within
+ * RING_US needs no ring (a ping-pong rings only when it slows down). A ring
+ * that cannot be delivered (the peer in another network namespace, or gone)
+ * turns ringing off for that peer; the poll remains. */
+static void bell_window(lf_t *u, uint64_t now)
+{
+    if (u->busy_until_us < now + BELL_WINDOW_US)
+        u->busy_until_us = now + BELL_WINDOW_US;
+    kick(u);
+}
+
+static void ring(lf_conn_t *c)
+{
+    if (!c->bell_len)
+        return;
+    uint64_t now = nxlt_now_us();
+    bell_window(c->u, now);
+    if (now - c->rung_us < RING_US || now - c->heard_us < RING_US)
+        return;
+    c->rung_us = now;
+    if (sendto(c->u->bell_fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&c->bell,
+               c->bell_len) < 0 &&
+        errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+        nxlt_log(c->u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: agent '%s''s doorbell cannot be rung "
+                 "(%s): it will notice this agent's operations by polling", c->name,
+                 strerror(errno));
+        c->bell_len = 0;
+    }
+}
+
+static void on_bell(evutil_socket_t fd, short what, void *arg)
+{
+    lf_t *u = arg;
+    char b[64];
+    while (recv(fd, b, sizeof(b), MSG_DONTWAIT) >= 0)
+        ;
+    u->hit = true; /* back to polling often */
+    bell_window(u, nxlt_now_us());
+    progress(u, true);
+}
+
+/* Our doorbell: an abstract unix datagram socket, in timer mode only. */
+static void bell_open(lf_t *u)
+{
+    static unsigned seq;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    unsigned rnd = (unsigned)(nxlt_now_us() * 2654435761u);
+    int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "nxl-lf-%d-%u-%08x", (int)getpid(),
+                     __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), rnd);
+    socklen_t al = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    if (bind(fd, (struct sockaddr *)&a, al) ||
+        !(u->ev_bell = event_new(nxlt_base(u->ctx), fd, EV_READ | EV_PERSIST, on_bell, u)) ||
+        event_add(u->ev_bell, NULL)) {
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: no doorbell (%s): peers' operations are "
+                 "noticed by polling only", strerror(errno));
+        if (u->ev_bell)
+            event_free(u->ev_bell);
+        u->ev_bell = NULL;
+        close(fd);
+        return;
+    }
+    u->bell_fd = fd;
+    memcpy(u->bell_name, a.sun_path, 1 + (size_t)n);
+    u->bell_name_len = 1 + (size_t)n;
+}
+
 /* Posts what it can of the op. first: inside the engine's post call, where
  * a refusal of the very first element fails the call instead.
  * Returns NXL_SUCCESS (posted, finished or waiting for completions),
@@ -768,6 +889,7 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         }
         o->posted++;
         u->tx_inflight++;
+        ring(c);
         o->off += piece;
         if (o->off == s.len) {
             o->off = 0;
@@ -806,6 +928,7 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     o->posted++;
     u->tx_inflight++;
     u->notif_inflight++;
+    ring(c);
     return NXL_SUCCESS;
 }
 
@@ -867,6 +990,22 @@ static void resume(lf_t *u)
     }
 }
 
+/* The op sends @p b (malloc'd, the op's now) as its message once its
+ * writes are done; false (and @p b freed) when it cannot be registered. */
+static bool op_msg_attach(lf_op_t *o, unsigned char *b, size_t len)
+{
+    o->msg = b;
+    o->msg_len = len;
+    o->want_notif = true;
+    if (o->u->mr_local && !o->conn->self &&
+        mr_reg(o->u, b, len, FI_SEND, &o->msg_mr, NULL, "a notification buffer") != NXL_SUCCESS) {
+        free(b);
+        o->msg = NULL;
+        return false;
+    }
+    return true;
+}
+
 static lf_op_t *op_new(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const void *msg, size_t len,
                        bool with_notif)
 {
@@ -882,22 +1021,17 @@ static lf_op_t *op_new(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const void *msg, si
         size_t nl = strlen(me);
         if (nl > 255)
             nl = 255;
-        o->msg_len = 2 + nl + len;
-        o->msg = malloc(o->msg_len);
-        if (!o->msg) {
+        unsigned char *b = malloc(2 + nl + len);
+        if (!b) {
             free(o);
             return NULL;
         }
-        o->msg[0] = (unsigned char)(nl >> 8);
-        o->msg[1] = (unsigned char)nl;
-        memcpy(o->msg + 2, me, nl);
+        b[0] = (unsigned char)(nl >> 8);
+        b[1] = (unsigned char)nl;
+        memcpy(b + 2, me, nl);
         if (len)
-            memcpy(o->msg + 2 + nl, msg, len);
-        o->want_notif = true;
-        if (u->mr_local && !c->self &&
-            mr_reg(u, o->msg, o->msg_len, FI_SEND, &o->msg_mr, NULL, "a notification buffer") !=
-                NXL_SUCCESS) {
-            free(o->msg);
+            memcpy(b + 2 + nl, msg, len);
+        if (!op_msg_attach(o, b, 2 + nl + len)) {
             free(o);
             return NULL;
         }
@@ -948,6 +1082,58 @@ static void self_xfer(const nxlt_xfer_t *x)
     }
 }
 
+static void put_be(unsigned char *w, uint64_t v, int bytes)
+{
+    for (int k = 0; k < bytes; k++)
+        w[k] = (unsigned char)(v >> (8 * (bytes - 1 - k)));
+}
+
+static uint64_t get_be(const unsigned char *r, int bytes)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < bytes; k++)
+        v = v << 8 | r[k];
+    return v;
+}
+
+/* A small WRITE with a notification as one message (AMW_TAG): one send
+ * instead of writes, their completions, then the send; the target copies
+ * the data into place, after checking every element against its
+ * registrations, and then delivers the notification. NULL: not this one. */
+static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
+{
+    size_t data = 0;
+    if (x->n > AMW_ELEMS)
+        return NULL;
+    for (size_t i = 0; i < x->n; i++)
+        if ((data += x->iov[i].len) > u->am_write_max)
+            return NULL;
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me);
+    if (nl > 255)
+        nl = 255;
+    size_t total = 2 + nl + 4 + x->notif_len + 4 + 12 * x->n + data;
+    if (total > RXSZ || total > u->max_msg)
+        return NULL;
+    unsigned char *b = malloc(total), *w = b;
+    if (!b)
+        return NULL;
+    *w++ = AMW_TAG;
+    *w++ = (unsigned char)nl;
+    memcpy(w, me, nl), w += nl;
+    put_be(w, x->notif_len, 4), w += 4;
+    memcpy(w, x->notif, x->notif_len), w += x->notif_len;
+    put_be(w, x->n, 4), w += 4;
+    for (size_t i = 0; i < x->n; i++, w += 12) {
+        put_be(w, x->iov[i].raddr, 8);
+        put_be(w + 8, x->iov[i].len, 4);
+    }
+    for (size_t i = 0; i < x->n; i++)
+        memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
+    *len = total;
+    return b;
+}
+
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
 {
     lf_t *u = state;
@@ -955,7 +1141,18 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     nxl_status_t st = check_conn(u, c, "post");
     if (st != NXL_SUCCESS)
         return st;
-    lf_op_t *o = op_new(u, op, c, x->notif, x->notif_len, x->notif != NULL);
+    size_t amw_len = 0;
+    unsigned char *amw = x->op == NXL_WRITE && x->notif && c->am_write && !c->self &&
+                                 u->am_write_max
+                             ? amw_build(u, x, &amw_len)
+                             : NULL;
+    lf_op_t *o = op_new(u, op, c, x->notif, x->notif_len, x->notif != NULL && !amw);
+    if (o && amw && !op_msg_attach(o, amw, amw_len)) {
+        op_unstart(o);
+        o = NULL;
+    } else if (!o) {
+        free(amw);
+    }
     if (!o) {
         nxlt_error(u->ctx, "LIBFABRIC: post: out of memory (or the notification buffer could not "
                    "be registered)");
@@ -963,7 +1160,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     }
     o->is_xfer = true;
     o->dir = x->op;
-    o->n = x->n;
+    o->n = amw ? 0 : x->n; /* the message carries the elements */
     if (c->self) {
         self_xfer(x);
         o->next = o->n;
@@ -1053,10 +1250,75 @@ static void rx_repost_all(lf_t *u)
             rx_post(u, &u->rx[i]);
 }
 
+/* A WRITE with its notification in one message: every element checked
+ * against this agent's registrations before a byte is written; then the
+ * notification. A message that fails a check is dropped whole, with a log
+ * line: its initiator has seen its send complete (README: the one-message
+ * WRITE's guarantee). */
+static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
+{
+    const unsigned char *end = b + len;
+    char from[256] = "?";
+    const char *bad = NULL;
+    size_t nl = len >= 2 ? b[1] : 0;
+    if (nl == 0 || len < 2 + nl + 4) {
+        bad = "malformed header";
+        goto drop;
+    }
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    b += 2 + nl;
+    uint64_t ml = get_be(b, 4);
+    b += 4;
+    if ((size_t)(end - b) < ml + 4) {
+        bad = "notification longer than the message";
+        goto drop;
+    }
+    const unsigned char *msg = b;
+    b += ml;
+    uint64_t n = get_be(b, 4);
+    b += 4;
+    if ((size_t)(end - b) / 12 < n) {
+        bad = "more elements than the message holds";
+        goto drop;
+    }
+    const unsigned char *el = b, *payload = b + 12 * n;
+    size_t at = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t ra = get_be(el + 12 * i, 8), l = get_be(el + 12 * i + 8, 4);
+        if ((size_t)(end - payload) - at < l) {
+            bad = "elements longer than the message";
+            goto drop;
+        }
+        if (!nxlt_mem_registered(u->ctx, NXL_DRAM, 0, ra, l)) {
+            bad = "an element outside every region registered here (deregistered meanwhile?)";
+            goto drop;
+        }
+        at += l;
+    }
+    at = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t ra = get_be(el + 12 * i, 8), l = get_be(el + 12 * i + 8, 4);
+        memcpy((void *)(uintptr_t)ra, payload + at, l);
+        at += l;
+    }
+    u->hit = true;
+    nxlt_notif_recv(u->ctx, from, msg, ml);
+    return;
+drop:
+    nxlt_log(u->ctx, NXL_LOG_ERROR, "LIBFABRIC: a WRITE of %zu bytes from agent '%s' was dropped, "
+             "and its notification with it: %s", len, from, bad);
+}
+
 static void rx_done(lf_t *u, lf_rx_t *rx, size_t len)
 {
     rx->posted = false;
     const unsigned char *b = rx->buf;
+    if (len >= 1 && b[0] == AMW_TAG) {
+        amw_recv(u, b, len);
+        rx_post(u, rx);
+        return;
+    }
     size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
     if (len < 2 || nl == 0 || nl > 255 || 2 + nl > len) {
         nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: malformed notification of %zu bytes dropped",
@@ -1066,6 +1328,13 @@ static void rx_done(lf_t *u, lf_rx_t *rx, size_t len)
         memcpy(from, b + 2, nl);
         from[nl] = 0;
         u->hit = true;
+        uint64_t now = nxlt_now_us();
+        if (u->bell_fd >= 0 && u->busy_until_us > now) {
+            lf_conn_t *c;
+            LIST_FOREACH(c, &u->conns, link)
+            if (c->bell_len && !strcmp(c->name, from))
+                c->heard_us = now;
+        }
         nxlt_notif_recv(u->ctx, from, b + 2 + nl, len - 2 - nl);
     }
     rx_post(u, rx);
@@ -1140,6 +1409,10 @@ static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
     int perr = e->prov_errno < 0 ? -e->prov_errno : e->prov_errno;
     if (err == FI_ECANCELED || is_disconnect(perr))
         err = is_disconnect(perr) ? perr : FI_ECONNABORTED;
+    /* sockets fails a send with EIO in one place only: its progress engine
+     * found the connection to the peer closed ("Peer disconnected") */
+    else if (err == FI_EIO && !strcmp(u->prov, "sockets"))
+        err = FI_ECONNRESET;
     char full[320];
     snprintf(full, sizeof(full), "%s: %s", fi_strerror(err), text);
     op_elem_done(o, err, full);
@@ -1612,21 +1885,23 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                    "install libfabric1) or rebuild with --with-libfabric=PATH", lf_sym.why);
         return NXL_ERR_BACKEND;
     }
-    static const char *const known[] = {"provider", "domain",   "iface",   "stall_timeout",
-                                        "progress", "poll_max", "delivery_complete"};
+    static const char *const known[] = {"provider", "domain",   "iface",
+                                        "stall_timeout", "progress", "poll_max",
+                                        "delivery_complete", "am_write_max"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "LIBFABRIC: unknown parameter '%s' (known: provider, domain, iface, "
-                       "stall_timeout, progress, poll_max, delivery_complete)", params[i].key);
+                       "stall_timeout, progress, poll_max, delivery_complete, am_write_max)",
+                       params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
     const char *prov = param(params, n, "provider"), *domain = param(params, n, "domain");
     const char *iface = param(params, n, "iface"), *pm = param(params, n, "progress");
-    long long stall_ms = 10000, poll_max_ms = 250;
+    long long stall_ms = 10000, poll_max_ms = -1;
     const char *v;
     if ((v = param(params, n, "stall_timeout")) && (stall_ms = parse_ms(v)) < 0) {
         nxlt_error(ctx, "LIBFABRIC: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
@@ -1640,6 +1915,16 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (pm && strcmp(pm, "auto") && strcmp(pm, "fd") && strcmp(pm, "timer")) {
         nxlt_error(ctx, "LIBFABRIC: progress '%s' is not one of auto, fd, timer", pm);
         return NXL_ERR_INVALID_PARAM;
+    }
+    long long am_max = AMW_DEFAULT;
+    if ((v = param(params, n, "am_write_max"))) {
+        char *e;
+        am_max = strtoll(v, &e, 10);
+        if (e == v || *e || am_max < 0 || am_max > AMW_MAX) {
+            nxlt_error(ctx, "LIBFABRIC: am_write_max '%s' is not a byte count up to %d (0 turns "
+                       "one-message WRITEs off)", v, AMW_MAX);
+            return NXL_ERR_INVALID_PARAM;
+        }
     }
     const char *dcp = param(params, n, "delivery_complete");
     if (dcp && strcmp(dcp, "auto") && strcmp(dcp, "yes") && strcmp(dcp, "no")) {
@@ -1680,9 +1965,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     u->ctx = ctx;
     u->wait_fd = -1;
+    u->bell_fd = -1;
     u->stall_us = (uint64_t)stall_ms * 1000;
-    u->poll_max_us = (uint64_t)poll_max_ms * 1000;
+    u->poll_max_us = (uint64_t)(poll_max_ms < 0 ? POLL_MAX_MS : poll_max_ms) * 1000;
     u->poll_us = POLL_MIN_US;
+    u->am_write_max = (size_t)am_max;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
      * target's command queue instead: not by default there */
@@ -1851,6 +2138,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         destroy(u);
         return NXL_ERR_BACKEND;
     }
+    if (u->wait_fd < 0) {
+        bell_open(u);
+        if (u->bell_fd >= 0 && poll_max_ms < 0)
+            u->poll_max_us = (uint64_t)POLL_MAX_BELL_MS * 1000;
+    }
     kick(u);
 
     uint32_t ver = fi_version();
@@ -1867,7 +2159,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                    : !strcmp(u->prov, "shm") ? "once written (shm's one-sided CMA path)"
                                              : "on the provider's default (transmit)",
              u->wait_fd >= 0 ? "the CQ's wait fd in the reactor, fi_trywait before sleeping"
-                             : "a reactor timer, backing off to poll_max while idle",
+                             : u->bell_fd >= 0
+                                   ? "a reactor timer, backing off to poll_max while idle, "
+                                     "and a doorbell peers ring"
+                                   : "a reactor timer, backing off to poll_max while idle",
              u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms);
     *out = u;
     return NXL_SUCCESS;
@@ -1941,6 +2236,10 @@ static void destroy(void *state)
         event_free(u->ev_watch);
     if (u->ev_poll)
         event_free(u->ev_poll);
+    if (u->ev_bell)
+        event_free(u->ev_bell);
+    if (u->bell_fd >= 0)
+        close(u->bell_fd);
     if (u->ev_retry)
         event_free(u->ev_retry);
     while (!LIST_EMPTY(&u->ops)) {

@@ -1,0 +1,479 @@
+/* nxlbench: the initiator of a two-process run (UCX, LIBFABRIC), which
+ * drives the sweep: bandwidth, latency, desc_rate and idle. The target
+ * (target.c) answers its control notifications. */
+#include "nxlbench.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct {
+    char host[256];
+    uint16_t port;
+    buf_t buf;
+    uintptr_t raddr;
+    size_t rlen;
+    /* control replies */
+    char reply[256];
+    int nreply;
+} I;
+
+static void wait_future(nxl_future_t *f, const char *what)
+{
+    nxl_status_t st = nxl_future_wait(f, 30000);
+    if (st != NXL_SUCCESS)
+        die("initiator: %s: %s (%s)", what, st == NXL_IN_PROG ? "timed out" : nxl_future_error(f),
+            nxl_strerror(st));
+    nxl_future_release(f);
+}
+
+/* Sends a control request and waits for the target's answer. */
+static const char *ask(const char *fmt, ...)
+{
+    char m[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof(m), fmt, ap);
+    va_end(ap);
+    int before = I.nreply;
+    nxl_future_t *f;
+    if (nxl_notif_send(RUN.a, T_NAME, m, strlen(m), NULL, NULL, &f) != NXL_SUCCESS)
+        die("initiator: sending '%s': %s", m, nxl_agent_last_error(RUN.a));
+    wait_future(f, "control notification");
+    uint64_t end = now_ns() + 60ull * 1000000000u;
+    while (I.nreply == before && now_ns() < end)
+        nxl_agent_run_once(RUN.a, 1000);
+    if (I.nreply == before)
+        die("initiator: no answer from the target to '%s' in 60 s", m);
+    if (!strncmp(I.reply, "bad", 3))
+        die("initiator: the target answered '%s' to '%s'", I.reply, m);
+    return I.reply;
+}
+
+/* latency state */
+static struct {
+    nxl_xfer_t *x;
+    long n, total, warm;
+    uint64_t t_sent;
+    double *rtt;
+    double *post;
+    bool got_pong, xfer_done;
+} L;
+
+static void l_ping(void);
+
+static void i_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    if (len == 1 && *(const char *)msg == 'q') {
+        uint64_t t = now_ns();
+        if (L.n >= L.warm)
+            L.rtt[L.n - L.warm] = (t - L.t_sent) / 1e3;
+        L.n++;
+        L.got_pong = true;
+        if (L.n < L.total && L.xfer_done)
+            l_ping();
+        return;
+    }
+    snprintf(I.reply, sizeof(I.reply), "%.*s", (int)(len < 255 ? len : 255), (const char *)msg);
+    I.nreply++;
+}
+
+/* ---- consistency: the source of a row holds one pattern, the destination another */
+
+static uint64_t consistency_prepare(size_t len)
+{
+    uint64_t seed = next_seed();
+    if (O.op == NXL_WRITE) {
+        pat_fill(I.buf.p, 0, len, seed);
+        ask("fill %llu 0 %zu", (unsigned long long)(seed ^ 0x5a5a5a5a), len);
+    } else {
+        ask("fill %llu 0 %zu", (unsigned long long)seed, len);
+        pat_fill(I.buf.p, 0, len, seed ^ 0x5a5a5a5a);
+    }
+    return seed;
+}
+
+static void consistency_verify(uint64_t seed, size_t len)
+{
+    if (O.op == NXL_WRITE) {
+        ask("chk %llu 0 %zu", (unsigned long long)seed, len); /* dies on "bad" */
+    } else {
+        long long bad = pat_check(I.buf.p, 0, len, seed);
+        if (bad >= 0)
+            die("consistency: READ: initiator byte %lld of [0, %zu) differs from the target's",
+                bad, len);
+    }
+}
+
+/* ---- bandwidth: pipeline_depth slots of n blocks each */
+
+typedef struct bwrow {
+    size_t n;
+    nxl_desc_t *ld, *rd; /* the slots' blocks, n after n */
+} bwrow_t;
+
+static bool bw_make(pipe_slot_t *s)
+{
+    bwrow_t *r = s->p->user;
+    nxl_desc_t *ld = r->ld + s->i * r->n, *rd = r->rd + s->i * r->n;
+    nxl_status_t st;
+    if (O.recreate) {
+        nxl_dlist_t l = {NXL_DRAM, ld, r->n}, rm = {NXL_DRAM, rd, r->n};
+        st = nxl_xfer_create(RUN.a, O.op, &l, &rm, T_NAME, NULL, &s->x);
+    } else {
+        nxl_prepped_t *lp = NULL, *rp = NULL;
+        st = nxl_prep(RUN.a, NULL, NXL_DRAM, ld, r->n, &lp);
+        if (st == NXL_SUCCESS)
+            st = nxl_prep(RUN.a, T_NAME, NXL_DRAM, rd, r->n, &rp);
+        if (st == NXL_SUCCESS)
+            st = nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, r->n, NULL, &s->x);
+        nxl_prepped_release(lp);
+        nxl_prepped_release(rp);
+    }
+    if (st != NXL_SUCCESS) {
+        fail("making the transfer: %s", nxl_agent_last_error(RUN.a));
+        return false;
+    }
+    return true;
+}
+
+/* --recreate_xfer: each transfer is made for one post */
+static bool bw_release(pipe_slot_t *s)
+{
+    nxl_xfer_release(s->x);
+    s->x = NULL;
+    return true;
+}
+
+static void run_bw_row(size_t bs, size_t n)
+{
+    long P = O.depth, warm;
+    size_t span = (size_t)P * n * bs;
+    long timed = row_iters(n * bs, &warm);
+    bwrow_t r = {.n = n, .ld = calloc((size_t)P * n, sizeof(nxl_desc_t)),
+                 .rd = calloc((size_t)P * n, sizeof(nxl_desc_t))};
+    if (!r.ld || !r.rd)
+        die("initiator: out of memory");
+    for (size_t i = 0; i < (size_t)P * n; i++) {
+        r.ld[i] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + i * bs, .len = bs};
+        r.rd[i] = (nxl_desc_t){.addr = I.raddr + i * bs, .len = bs};
+    }
+    pipe_t p;
+    pipe_init(&p, P, timed, warm);
+    p.user = &r;
+    uint64_t seed = O.check ? consistency_prepare(span) : 0;
+    if (O.recreate) {
+        p.make = bw_make;
+        p.done = bw_release;
+    } else {
+        for (long s = 0; s < P && !RUN.failed; s++) {
+            uint64_t t0 = now_ns();
+            if (bw_make(&p.slots[s]))
+                pipe_made(&p, t0, now_ns());
+        }
+    }
+    /* warm-up, then the timed part */
+    pipe_pass(&p, warm);
+    uint64_t t0 = now_ns();
+    pipe_pass(&p, timed);
+    uint64_t t1 = now_ns();
+    if (RUN.failed)
+        die("initiator: block %zu batch %zu: %s", bs, n, RUN.err);
+    if (O.check)
+        consistency_verify(seed, span);
+    report_bw_row(bs, n, timed, (t1 - t0) / 1e9, p.prep, p.nprep, p.post, timed, p.tx, timed);
+    pipe_free(&p);
+    free(r.ld);
+    free(r.rd);
+}
+
+/* ---- latency */
+
+static void l_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    if (st != NXL_SUCCESS) {
+        fail("ping failed: %s", nxl_future_error(f));
+        return;
+    }
+    L.xfer_done = true;
+    if (L.got_pong && L.n < L.total)
+        l_ping();
+}
+
+static void l_ping(void)
+{
+    long k = L.n - L.warm;
+    L.got_pong = L.xfer_done = false;
+    uint64_t t0 = now_ns();
+    L.t_sent = t0;
+    nxl_status_t st = nxl_xfer_post(L.x, l_done, NULL, NULL);
+    if (st != NXL_SUCCESS) {
+        fail("ping post: %s", nxl_agent_last_error(RUN.a));
+        return;
+    }
+    if (k >= 0)
+        L.post[k] = (now_ns() - t0) / 1e3;
+}
+
+static void run_lat(void)
+{
+    size_t v[64], nv;
+    size_list(v, &nv);
+    for (size_t i = 0; i < nv; i++) {
+        size_t bs = v[i];
+        char what[64];
+        snprintf(what, sizeof(what), "latency, block %zu", bs);
+        progress((int)i, (int)nv, what);
+        uint64_t seed = 0;
+        if (O.check) {
+            seed = next_seed();
+            pat_fill(I.buf.p, 0, bs, seed);
+            pat_fill(I.buf.p, bs, bs, seed + 9);
+            ask("fill %llu 0 %zu", (unsigned long long)(seed + 7), 2 * bs);
+        }
+        ask("lat %zu %s", bs, O.reply_notif ? "notif" : "write");
+        long warm, it = row_iters(bs * 2, &warm);
+        memset(&L, 0, sizeof(L));
+        L.warm = warm;
+        L.total = it + warm;
+        L.rtt = calloc((size_t)it, sizeof(double));
+        L.post = calloc((size_t)it, sizeof(double));
+        nxl_desc_t ld = {.addr = (uintptr_t)I.buf.p, .len = bs}, rd = {.addr = I.raddr, .len = bs};
+        nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+        nxl_xfer_opts_t o;
+        nxl_xfer_opts_init(&o);
+        o.notif = "p";
+        o.notif_len = 1;
+        uint64_t p0 = now_ns();
+        if (nxl_xfer_create(RUN.a, NXL_WRITE, &l, &r, T_NAME, &o, &L.x) != NXL_SUCCESS)
+            die("initiator: latency transfer: %s", nxl_agent_last_error(RUN.a));
+        double prep = (now_ns() - p0) / 1e3;
+        uint64_t t0 = now_ns();
+        l_ping();
+        run_until(&L.n, L.total, 30);
+        uint64_t t1 = now_ns();
+        if (RUN.failed)
+            die("initiator: latency, block %zu: %s", bs, RUN.err);
+        /* the last ping's own completion */
+        for (int k = 0; k < 100 && nxl_xfer_status(L.x) == NXL_IN_PROG; k++)
+            nxl_agent_run_once(RUN.a, 10);
+        nxl_xfer_release(L.x);
+        if (O.check) {
+            ask("chk %llu 0 %zu", (unsigned long long)seed, bs);
+            if (!O.reply_notif && pat_check(I.buf.p, bs, bs, seed + 7) >= 0)
+                die("consistency: latency: the pong's data did not arrive intact");
+        }
+        row_t *w = report_row();
+        w->bs = bs;
+        w->batch = 1;
+        w->iters = it;
+        double avg, p50, p99;
+        stats(L.rtt, it, &avg, &p50, &p99);
+        w->avg_lat_us = avg / 2;
+        w->p50_us = p50 / 2;
+        w->p99_us = p99 / 2;
+        w->avg_tx_us = avg;
+        w->p99_tx_us = p99;
+        w->bw_gbps = bs / (avg / 2 * 1e-6) / 1e9;
+        w->avg_prep_us = w->p99_prep_us = prep;
+        stats(L.post, it, &w->avg_post_us, NULL, &w->p99_post_us);
+        (void)t0;
+        (void)t1;
+        free(L.rtt);
+        free(L.post);
+        progress((int)i + 1, (int)nv, what);
+    }
+}
+
+/* ---- desc_rate */
+
+static long d_done_count;
+static uint64_t d_t_done;
+static void d_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    d_t_done = now_ns();
+    if (st != NXL_SUCCESS)
+        fail("transfer failed: %s", nxl_future_error(f));
+    d_done_count++;
+}
+
+static void run_desc(void)
+{
+    size_t v[64], nv;
+    size_list(v, &nv);
+    int k = 0, nrows = 0;
+    for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
+        nrows += (int)nv;
+    for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
+        for (size_t i = 0; i < nv; i++) {
+            size_t bs = v[i];
+            char what[96];
+            snprintf(what, sizeof(what), "desc_rate, %zu x %zu B", n, bs);
+            progress(k, nrows, what);
+            nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
+            for (size_t j = 0; j < n; j++) {
+                ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + j * bs, .len = bs};
+                rd[j] = (nxl_desc_t){.addr = I.raddr + j * bs, .len = bs};
+            }
+            uint64_t seed = O.check ? consistency_prepare(n * bs) : 0;
+            long warm, it = row_iters(n * bs, &warm);
+            if (it < 3 && O.num_iter >= 3)
+                it = 3;
+            double *pl = calloc((size_t)it, sizeof(double)), *pr = calloc((size_t)it, sizeof(double)),
+                   *mk = calloc((size_t)it, sizeof(double)), *pp = calloc((size_t)it, sizeof(double)),
+                   *po = calloc((size_t)it, sizeof(double)), *cp = calloc((size_t)it, sizeof(double));
+            for (long t = 0; t < warm + it; t++) {
+                nxl_prepped_t *lp, *rp;
+                nxl_xfer_t *x;
+                uint64_t t0 = now_ns();
+                if (nxl_prep(RUN.a, NULL, NXL_DRAM, ld, n, &lp) != NXL_SUCCESS)
+                    die("initiator: nxl_prep (local): %s", nxl_agent_last_error(RUN.a));
+                uint64_t t1 = now_ns();
+                if (nxl_prep(RUN.a, T_NAME, NXL_DRAM, rd, n, &rp) != NXL_SUCCESS)
+                    die("initiator: nxl_prep (remote): %s", nxl_agent_last_error(RUN.a));
+                uint64_t t2 = now_ns();
+                if (nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, n, NULL, &x) != NXL_SUCCESS)
+                    die("initiator: nxl_xfer_make: %s", nxl_agent_last_error(RUN.a));
+                uint64_t t3 = now_ns();
+                long before = d_done_count;
+                if (nxl_xfer_post(x, d_done, NULL, NULL) != NXL_SUCCESS)
+                    die("initiator: nxl_xfer_post: %s", nxl_agent_last_error(RUN.a));
+                uint64_t t4 = now_ns();
+                run_until(&d_done_count, before + 1, 30);
+                if (RUN.failed)
+                    die("initiator: desc_rate: %s", RUN.err);
+                long j = t - warm;
+                if (j >= 0) {
+                    pl[j] = (t1 - t0) / 1e3;
+                    pr[j] = (t2 - t1) / 1e3;
+                    mk[j] = (t3 - t2) / 1e3;
+                    pp[j] = (t3 - t0) / 1e3;
+                    po[j] = (t4 - t3) / 1e3;
+                    cp[j] = (d_t_done - t3) / 1e3;
+                }
+                nxl_xfer_release(x);
+                nxl_prepped_release(lp);
+                nxl_prepped_release(rp);
+            }
+            if (O.check)
+                consistency_verify(seed, n * bs);
+            row_t *w = report_row();
+            double p50, d;
+            w->bs = bs;
+            w->batch = n;
+            w->iters = it;
+            stats(pl, it, &d, &w->prep_local_us, &d);
+            stats(pr, it, &d, &w->prep_remote_us, &d);
+            stats(mk, it, &d, &w->make_us, &d);
+            stats(pp, it, &w->avg_prep_us, &w->prep_us, &w->p99_prep_us);
+            stats(po, it, &w->avg_post_us, &w->post_us, &w->p99_post_us);
+            stats(cp, it, &w->avg_tx_us, &w->complete_us, &w->p99_tx_us);
+            (void)p50;
+            w->bw_gbps = (double)n * bs / (w->complete_us * 1e-6) / 1e9;
+            w->avg_lat_us = w->avg_prep_us + w->avg_tx_us;
+            free(pl), free(pr), free(mk), free(pp), free(po), free(cp);
+            free(ld), free(rd);
+            progress(++k, nrows, what);
+        }
+}
+
+/* ---- idle */
+
+static void run_idle(void)
+{
+    ask("idle0");
+    double c0, c1;
+    long nv0, niv0, nv1, niv1;
+    usage_now(&c0, &nv0, &niv0);
+    uint64_t t0 = now_ns(), end = t0 + (uint64_t)(O.duration * 1e9);
+    uint64_t t;
+    while ((t = now_ns()) < end) {
+        uint64_t left_ms = (end - t + 999999) / 1000000;
+        nxl_agent_run_once(RUN.a, left_ms > 1000000 ? 1000000 : (int)left_ms);
+    }
+    usage_now(&c1, &nv1, &niv1);
+    double sec = (now_ns() - t0) / 1e9;
+    const char *r = ask("idle1");
+    double tsec, tcpu;
+    long tnv, tniv;
+    if (sscanf(r, "idle %lf %ld %ld %lf", &tsec, &tnv, &tniv, &tcpu) != 4)
+        die("initiator: unexpected idle answer '%s'", r);
+    row_t *w = report_row();
+    w->role = "initiator";
+    w->duration_s = sec;
+    w->nvcsw = nv1 - nv0;
+    w->nivcsw = niv1 - niv0;
+    w->wakeups_per_s = w->nvcsw / sec;
+    w->cpu_s = c1 - c0;
+    w = report_row();
+    w->role = "target";
+    w->duration_s = tsec;
+    w->nvcsw = tnv;
+    w->nivcsw = tniv;
+    w->wakeups_per_s = tnv / tsec;
+    w->cpu_s = tcpu;
+}
+
+int initiator_main(const char *host, uint16_t port)
+{
+    snprintf(I.host, sizeof(I.host), "%s", host);
+    I.port = port;
+    RUN.t_start = now_ns();
+    size_t need = need_bytes();
+    if (need > O.total_buf)
+        die("the sweep needs %zu bytes per process (largest block x batch x pipeline depth) but "
+            "--total_buffer_size is %zu (capped at an eighth of MemTotal)", need, O.total_buf);
+    RUN.a = make_agent(I_NAME, NULL, 0, "initiator");
+    nxl_agent_on_notif(RUN.a, i_notif, NULL);
+    if (!buf_alloc(RUN.a, &I.buf, need, O.mem_nxl))
+        die("initiator: %zu bytes (%s): %s", need, O.mem_nxl ? "nxl_mem_alloc" : "malloc",
+            nxl_agent_last_error(RUN.a));
+    nxl_future_t *f;
+    if (O.etcd) {
+        if (nxl_md_publish(RUN.a, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_publish: %s", nxl_agent_last_error(RUN.a));
+        wait_future(f, "publishing to etcd");
+        if (nxl_md_fetch_etcd(RUN.a, T_NAME, NULL, 120000, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_fetch_etcd: %s", nxl_agent_last_error(RUN.a));
+        wait_future(f, "fetching the target's metadata from etcd");
+    } else {
+        if (nxl_md_fetch(RUN.a, T_NAME, host, port, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_fetch: %s", nxl_agent_last_error(RUN.a));
+        wait_future(f, "fetching the target's metadata");
+        if (nxl_md_send(RUN.a, host, port, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_send: %s", nxl_agent_last_error(RUN.a));
+        wait_future(f, "sending metadata to the target");
+    }
+    const char *r = ask("setup %zu %s %llu %zu", need, O.mem_nxl ? "nxl" : "malloc",
+                        (unsigned long long)(uintptr_t)I.buf.p, need);
+    unsigned long long ra;
+    if (sscanf(r, "ready %llu", &ra) != 1)
+        die("initiator: unexpected answer '%s' to setup", r);
+    I.raddr = (uintptr_t)ra;
+    I.rlen = need;
+    if (O.etcd) {
+        if (nxl_md_fetch_etcd(RUN.a, T_NAME, NULL, 10000, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: nxl_md_fetch_etcd: %s", nxl_agent_last_error(RUN.a));
+    } else if (nxl_md_fetch(RUN.a, T_NAME, host, port, NULL, NULL, &f) != NXL_SUCCESS) {
+        die("initiator: nxl_md_fetch: %s", nxl_agent_last_error(RUN.a));
+    }
+    wait_future(f, "fetching the target's metadata (with its buffer)");
+
+    switch (O.mode) {
+    case M_BW: run_rows(run_bw_row); break;
+    case M_LAT: run_lat(); break;
+    case M_DESC: run_desc(); break;
+    case M_IDLE: run_idle(); break;
+    }
+
+    if (nxl_notif_send(RUN.a, T_NAME, "quit", 4, NULL, NULL, &f) == NXL_SUCCESS)
+        wait_future(f, "telling the target to quit");
+    report("# nxlbench %s, %s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us %ld%s\n",
+           mode_names[O.mode], O.backend, O.op == NXL_READ ? "READ" : "WRITE",
+           O.iseg, O.mem_nxl ? "nxl" : "malloc", O.depth, O.busy_poll_us,
+           O.recreate ? ", recreate_xfer" : "");
+    buf_free(RUN.a, &I.buf);
+    nxl_agent_destroy(RUN.a);
+    return report_plot_after_run();
+}

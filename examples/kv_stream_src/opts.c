@@ -1,0 +1,167 @@
+/* kv_stream: the flags, one table line each (examples/cli.h). */
+#include "kv_stream.h"
+#include "../cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void usage(FILE *f)
+{
+    fprintf(f,
+"usage: kv_stream [both|--spawn] [shape] [--compute_us N] [--inflight N] [--timeout S]\n"
+"       kv_stream decode  --listen HOST:PORT   [shape] [--timeout S]\n"
+"       kv_stream prefill --connect HOST:PORT  [shape] [--compute_us N] [--inflight N]\n"
+"       kv_stream decode|prefill|both --etcd_endpoints URL [shape] ...\n"
+"shape: --layers L (32)  --blocks B (64)  --block_size S (64K; suffixes K, M)\n"
+"       prefill and decode must be given the same shape.\n"
+"  --compute_us N  time to \"compute\" each layer before its WRITE (0)\n"
+"  --inflight N    layers in flight at most (4)\n"
+"  --timeout S     seconds to wait for the peer, or for progress (30)\n"
+"  --warmup        prefill writes every layer once, untimed and without\n"
+"                  notifications, before the stream (first-touch page faults)\n"
+"  --quiet         no line per layer\n"
+"  --mem DRAM|VRAM where the caches live (DRAM); VRAM: GPU memory of device 0, moved\n"
+"                  by the CUDA transport (CUDA IPC) and posted from CUDA events\n"
+"  --etcd_endpoints URL  find each other through etcd (e.g. http://127.0.0.1:2379)\n"
+"                  instead of --listen/--connect\n"
+"  --backend NAME  the transport: UCX (default) or LIBFABRIC (both sides the same)\n"
+"Flags take '--flag value' or '--flag=value'. UCX_TLS, FI_PROVIDER and NXL_LOG_LEVEL apply.\n");
+}
+
+/* N with k, m or g (powers of 1024), at most max */
+static const char *size_of(const char *s, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-')
+        return "not a size";
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'k' || *end == 'K')
+        shift = 10;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20;
+    else if (*end == 'g' || *end == 'G')
+        shift = 30;
+    if (shift)
+        end++;
+    if (errno || end == s || *end)
+        return "not a size (suffixes K, M, G)";
+    if (v > (max >> shift))
+        return cli_why("more than %llu", max);
+    *out = v << shift;
+    return NULL;
+}
+
+/* a count from min (0 or 1) to max; the field's type is in the table's line */
+#define COUNT_SETTER(fn, type)                                                                     \
+    static const char *fn(const cli_opt_t *opt, const char *val)                                  \
+    {                                                                                              \
+        unsigned long long v;                                                                      \
+        const char *why = size_of(val, (unsigned long long)opt->max, &v);                          \
+        if (!why && v < opt->min)                                                                  \
+            why = "must be at least 1";                                                            \
+        if (!why)                                                                                  \
+            *(type *)opt->field = (type)v;                                                         \
+        return why;                                                                                \
+    }
+COUNT_SETTER(set_ulong, unsigned long)
+COUNT_SETTER(set_unsigned, unsigned)
+COUNT_SETTER(set_sizet, size_t)
+
+/* HOST:PORT or [HOST]:PORT */
+static const char *set_addr(const cli_opt_t *opt, const char *s)
+{
+    opts_t *o = opt->field;
+    const char *colon = strrchr(s, ':');
+    unsigned long long port;
+    if (!colon || colon == s || size_of(colon + 1, 65535, &port))
+        return "not HOST:PORT";
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (!hl || hl >= sizeof(o->host))
+        return "not HOST:PORT";
+    memcpy(o->host, h, hl);
+    o->host[hl] = 0;
+    o->port = (uint16_t)port;
+    o->have_addr = true;
+    return NULL;
+}
+
+static const char *set_backend(const cli_opt_t *opt, const char *val)
+{
+    if (strcasecmp(val, "UCX") && strcasecmp(val, "LIBFABRIC"))
+        return "UCX or LIBFABRIC";
+    snprintf(opt->field, sizeof(((opts_t *)0)->backend), "%s",
+             !strcasecmp(val, "UCX") ? "UCX" : "LIBFABRIC");
+    return NULL;
+}
+
+static const char *set_etcd(const cli_opt_t *opt, const char *val)
+{
+    if (!*val || strlen(val) >= sizeof(((opts_t *)0)->etcd))
+        return "empty or too long";
+    snprintf(opt->field, sizeof(((opts_t *)0)->etcd), "%s", val);
+    return NULL;
+}
+
+static const char *set_mem(const cli_opt_t *opt, const char *val)
+{
+    if (strcasecmp(val, "DRAM") && strcasecmp(val, "VRAM"))
+        return "DRAM or VRAM";
+    *(bool *)opt->field = !strcasecmp(val, "VRAM");
+#ifndef KV_CUDA
+    if (*(bool *)opt->field)
+        return "built without CUDA (configure --enable-cuda with the CUDA headers)";
+#endif
+    return NULL;
+}
+
+static const char *set_spawn(const cli_opt_t *opt, const char *val)
+{
+    (void)val;
+    ((opts_t *)opt->field)->mode = "both";
+    return NULL;
+}
+
+void parse_args(int argc, char **argv, opts_t *o)
+{
+#define V(n, s, f, ...) {.name = n, .arg = CLI_VALUE, .set = s, .field = f, __VA_ARGS__}
+#define SW(n, s, f) {.name = n, .arg = CLI_SWITCH, .set = s, .field = f}
+    const cli_opt_t opts[] = {
+        SW("spawn", set_spawn, o),
+        V("listen", set_addr, o),
+        V("connect", set_addr, o),
+        V("etcd_endpoints", set_etcd, o->etcd),
+        V("backend", set_backend, o->backend),
+        V("layers", set_ulong, &o->layers, .min = 1, .max = 1ull << 24),
+        V("blocks", set_ulong, &o->blocks, .min = 1, .max = 1ull << 26),
+        V("block_size", set_sizet, &o->block_size, .min = 1, .max = 1ull << 32),
+        V("mem", set_mem, &o->vram),
+        V("compute_us", set_ulong, &o->compute_us, .min = 0, .max = 60000000),
+        V("inflight", set_unsigned, &o->inflight, .min = 1, .max = 1u << 20),
+        V("timeout", set_unsigned, &o->timeout_s, .min = 1, .max = 86400),
+        SW("warmup", cli_set_true, &o->warmup),
+        SW("quiet", cli_set_true, &o->quiet),
+        {0},
+    };
+#undef V
+#undef SW
+    const cli_t cli = {.prog = "kv_stream", .opts = opts, .usage = usage, .dash_aliases = true,
+                       .help_h = true};
+    /* the mode comes first: kv_stream decode --listen ... */
+    if (argc > 1 && argv[1][0] != '-') {
+        o->mode = argv[1];
+        argc--;
+        argv++;
+    }
+    int first = cli_parse(&cli, argc, argv);
+    if (first < argc)
+        cli_die(&cli, "unexpected argument '%s' (see --help)", argv[first]);
+}
