@@ -1,0 +1,67 @@
+#!/bin/sh
+# The installed tree, as a user of it sees it: run by `make installcheck`
+# (after `make install`, with the same DESTDIR), by .ci/run into a
+# temporary DESTDIR, and by make distcheck. It compiles
+# examples/first_xfer.c against the installed nxl with
+#   cc first_xfer.c $(pkg-config --cflags --libs nxl)
+# runs it over the installed UCX transport (built in or module), and checks
+# the installed man pages render (man -l) and their .so pages resolve.
+#
+# make passes: DESTDIR (may be empty), libdir, includedir, mandir,
+# moduledir, srcdir, CC.
+set -u
+fail() { echo "install_check: FAIL: $*" >&2; exit 1; }
+: "${libdir:?}" "${includedir:?}" "${mandir:?}" "${moduledir:?}" "${srcdir:=.}"
+D=${DESTDIR:-}
+CC=${CC:-cc}
+[ -f "$D$includedir/nxl.h" ] || fail "$D$includedir/nxl.h is not installed"
+[ -f "$D$libdir/pkgconfig/nxl.pc" ] || fail "$D$libdir/pkgconfig/nxl.pc is not installed"
+command -v pkg-config >/dev/null || fail "pkg-config is needed"
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+# pkg-config on the installed nxl.pc; with a DESTDIR, a copy of it whose
+# absolute paths are moved there
+mkdir "$tmp/pc"
+sed -E "s#^(prefix|exec_prefix|libdir|includedir)=/#\1=$D/#" "$D$libdir/pkgconfig/nxl.pc" > "$tmp/pc/nxl.pc"
+export PKG_CONFIG_PATH="$tmp/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+flags=$(pkg-config --cflags --libs nxl) || fail "pkg-config --cflags --libs nxl"
+echo "install_check: cc first_xfer.c $flags"
+# shellcheck disable=SC2086
+$CC -o "$tmp/first_xfer" "$srcdir/examples/first_xfer.c" $flags || fail "first_xfer.c does not compile against the installed nxl"
+[ "$(pkg-config --variable=moduledir nxl)" = "$D$moduledir" ] ||
+    fail "pkg-config --variable=moduledir nxl says $(pkg-config --variable=moduledir nxl), not $D$moduledir"
+
+# run it: the installed library, and the installed modules (with a DESTDIR
+# they are not where libnxl looks: NXL_PLUGIN_DIR points there)
+export LD_LIBRARY_PATH="$D$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -n "$D" ] && export NXL_PLUGIN_DIR="$D$moduledir"
+"$tmp/first_xfer" > "$tmp/out" 2>&1; rc=$?
+cat "$tmp/out"
+if [ $rc -ne 0 ]; then
+    # without UCX in this build, the listing must say so; that is not a failure here
+    grep -Eq '^  UCX +no: not built' "$tmp/out" && { echo "install_check: UCX not built, first_xfer not run"; } ||
+        fail "first_xfer against the installed nxl exited $rc"
+fi
+ldd "$tmp/first_xfer" | grep -q "libnxl.so.0 => $D$libdir/libnxl.so.0" ||
+    fail "first_xfer did not use the installed libnxl: $(ldd "$tmp/first_xfer" | grep libnxl)"
+
+# man pages: installed, rendered without error, every .so page resolves
+if [ -f "$D$mandir/man7/nxl.7" ]; then
+    n=0
+    for p in "$D$mandir"/man1/*.1 "$D$mandir"/man3/nxl_*.3 "$D$mandir/man7/nxl.7"; do
+        [ -f "$p" ] || continue
+        if head -n 1 "$p" | grep -q '^\.so '; then
+            target=$D$mandir/$(head -n 1 "$p" | sed 's/^\.so //')
+            [ -f "$target" ] || fail "$p: .so $target does not exist"
+        elif command -v man >/dev/null; then
+            MANWIDTH=80 man -l "$p" > "$tmp/page" 2>"$tmp/err" || fail "man -l $p: $(cat "$tmp/err")"
+            grep -q 'NAME' "$tmp/page" || fail "man -l $p rendered no NAME section"
+        fi
+        n=$((n + 1))
+    done
+    echo "install_check: $n man pages installed and resolved"
+else
+    echo "install_check: no man pages installed (configure: man pages no)"
+fi
+echo "install_check: OK"
