@@ -29,10 +29,13 @@
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
+#define NXL_UCX_AM_WACK 0x6e7a   /* the target's answer to an AM_WRITE: copied, or why not */
+#define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 /* Connection info: this magic, a flags byte, then UCX's worker address. */
 static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_HDR 9
-#define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
+#define CI_AM_WRITE 0x02 /* the peer copies AM_WRITE messages into its memory and answers
+                          * each with AM_WACK (0x01, never sent now: without answers) */
 #define AM_WRITE_MAX_DEFAULT 8192
 #define ARM_TRIES 16
 #define WATCH_MS 100
@@ -40,6 +43,16 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 
 typedef struct ucx_conn ucx_conn_t;
+
+/* a message of the transport's own (a region revoked, the answer to a
+ * small WRITE): its bytes live until UCX is done with them */
+typedef struct ucx_side {
+    struct ucx_state *u;
+    void *req;
+    LIST_ENTRY(ucx_side) link;
+    size_t len;
+    unsigned char buf[];
+} ucx_side_t;
 
 typedef struct ucx_state {
     nxlt_ctx_t *ctx;
@@ -53,6 +66,7 @@ typedef struct ucx_state {
     uint64_t busy_until_us;
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
+    LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */
     void **closing;             /* endpoint close requests in flight */
     unsigned nclosing, capclosing;
     char desc[256];
@@ -63,6 +77,7 @@ typedef struct ucx_state {
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
     struct ucx_md **regs;       /* registered regions, sorted by address: AM_WRITE targets */
     size_t nregs, capregs;
+    uint64_t am_seq;            /* the last AM_WRITE's number */
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
     bool is_live;               /* on live_list */
     LIST_ENTRY(ucx_state) live; /* every instance of the process */
@@ -156,6 +171,8 @@ typedef struct ucx_op {
     ucs_status_t st;            /* first error */
     void *notif;                /* [u16 name length][name][message] */
     size_t notif_len;
+    uint64_t seq;               /* an AM_WRITE waiting for its answer: its number, else 0 */
+    bool sent;                  /* that AM_WRITE's send completed (UCX holds nothing of it) */
     LIST_ENTRY(ucx_op) link;
 } ucx_op_t;
 
@@ -444,7 +461,44 @@ static void ep_close(ucx_t *u, ucp_ep_h ep, bool force)
     kick(u);
 }
 
+static void side_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_side_t *m = arg;
+    LIST_REMOVE(m, link);
+    ucp_request_free(req);
+    free(m);
+}
+
+/* Sends a message of the transport's own on @p ep (no op behind it: its
+ * failure is only logged). m->buf holds len bytes; m is taken. */
+static void side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = side_done,
+        .user_data = m,
+    };
+    m->u = u;
+    LIST_INSERT_HEAD(&u->sides, m, link);
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, NULL, 0, m->buf, m->len, &p);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r)) {
+        m->req = r;
+    } else {
+        if (UCS_PTR_IS_ERR(r))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a message of the transport (id 0x%x) could not "
+                     "be sent: %s", id, ucs_status_string(UCS_PTR_STATUS(r)));
+        LIST_REMOVE(m, link);
+        free(m);
+    }
+    kick(u);
+}
+
 static void op_report(ucx_op_t *o, ucs_status_t st);
+static void op_free(ucx_op_t *o);
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -477,10 +531,15 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     /* UCX 1.13 does not always complete a flush pending on a failed
      * endpoint: report every op on it now; each is freed when (if) UCX
      * calls back, or when the transport is destroyed. */
-    ucx_op_t *o;
-    LIST_FOREACH(o, &c->u->ops, link)
-    if (o->conn == c)
+    ucx_op_t *o, *next;
+    for (o = LIST_FIRST(&c->u->ops); o; o = next) {
+        next = LIST_NEXT(o, link);
+        if (o->conn != c)
+            continue;
         op_report(o, status);
+        if (o->seq && o->sent)
+            op_free(o); /* a small WRITE sent, its answer will not come: UCX holds nothing */
+    }
     if (stalled && c->ep) {
         /* stop UCX retrying: its requests on the endpoint end as canceled */
         ep_close(c->u, c->ep, true);
@@ -590,6 +649,76 @@ static void dereg(void *state, void *md)
     free(m);
 }
 
+static void put_u64(unsigned char *b, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        b[k] = (unsigned char)(v >> (56 - 8 * k));
+}
+
+static uint64_t get_u64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++)
+        v = v << 8 | b[k];
+    return v;
+}
+
+/* The application gave the region up. UCX does not check the address of a
+ * put or get at the target (on shared memory and TCP, into malloc'd
+ * memory, its software RMA copies wherever the initiator says), so the
+ * peers this agent is connected to are told, ahead of anything this agent
+ * sends them afterwards on the same endpoint:
+ *   [u16 name length][name][u8 type][u64 dev][u64 addr][u64 len]
+ * Small WRITEs into it are dropped here from now on (and answered so). */
+static void revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
+{
+    ucx_t *u = state;
+    regs_remove(u, md);
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me), len = 2 + nl + 1 + 24;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        if (!c->ep || c->failed || c->fail_deferred || c->unloaded)
+            continue;
+        ucx_side_t *m = malloc(sizeof(*m) + len);
+        if (!m) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: agent '%s' was not told of a "
+                     "deregistered region", c->name);
+            continue;
+        }
+        unsigned char *w = m->buf;
+        *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
+        memcpy(w, me, nl), w += nl;
+        *w++ = (unsigned char)type;
+        put_u64(w, d->dev_id), put_u64(w + 8, d->addr), put_u64(w + 16, d->len);
+        m->len = len;
+        side_send(u, c->ep, NXL_UCX_AM_REVOKE, m);
+    }
+}
+
+static ucs_status_t am_recv_revoke(void *arg, const void *header, size_t hlen, void *data,
+                                   size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data;
+    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || nl == 0 || nl >= 256 ||
+        len != 2 + nl + 1 + 24) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed region revocation of %zu bytes dropped",
+                 len);
+        return UCS_OK;
+    }
+    char from[256];
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    b += 2 + nl;
+    nxlt_remote_revoked(u->ctx, from, (nxl_mem_t)b[0], get_u64(b + 1), get_u64(b + 9),
+                        get_u64(b + 17));
+    u->hit = true;
+    return UCS_OK;
+}
+
 static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t dev, void **ptr,
                               void **md)
 {
@@ -696,6 +825,19 @@ static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
     return NXL_ERR_BACKEND;
 }
 
+static void op_done(ucx_op_t *o, nxl_status_t ns, const char *why)
+{
+    if (!o->op)
+        return;
+    nxlt_op_t *op = o->op;
+    o->op = NULL;
+    o->u->inflight--;
+    o->conn->inflight--;
+    o->conn->progress_us = nxlt_now_us();
+    o->u->hit = true;
+    nxlt_op_done(op, ns, why);
+}
+
 /* Tells the engine (once); the op itself lives on until UCX is done with it. */
 static void op_report(ucx_op_t *o, ucs_status_t st)
 {
@@ -716,13 +858,7 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
                  "(link down, or the peer hung); the connection is given up — reload its "
                  "metadata once it is reachable", o->conn->name,
                  (unsigned long long)(o->u->stall_us / 1000));
-    nxlt_op_t *op = o->op;
-    o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
-    o->conn->progress_us = nxlt_now_us();
-    o->u->hit = true;
-    nxlt_op_done(op, ns, ns == NXL_SUCCESS ? NULL : why);
+    op_done(o, ns, ns == NXL_SUCCESS ? NULL : why);
 }
 
 static void op_free(ucx_op_t *o)
@@ -820,13 +956,20 @@ static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
 
 /* ---- small WRITEs with a notification: one active message
  *
- * [u16 name length][name][u32 notification length][notification]
+ * [u64 number][u16 name length][name][u32 notification length][notification]
  * [u32 n][n x (u64 remote address, u32 length)][the n elements' bytes]
  *
  * The target copies each element into its memory — only into regions it
- * registered with this transport, checked like an rkey would be — and then
- * delivers the notification: one message instead of puts, a flush and a
- * notification. The op completes when the send does, as a notification's. */
+ * registered with this transport and has not deregistered, checked as an
+ * rkey would be, every element before any byte is written — then delivers
+ * the notification and answers on the message's reply endpoint with
+ * AM_WACK: [u64 number][u8 code][a sentence], code 0 (copied), 1 (an
+ * element outside its regions: deregistered meanwhile) or 2 (malformed).
+ * The op completes with the answer: success, NXL_ERR_NOT_FOUND or
+ * NXL_ERR_MISMATCH with the target's sentence. One message and its answer
+ * instead of puts, a flush (itself a round trip) and a notification. */
+
+enum { WACK_OK = 0, WACK_OUTSIDE = 1, WACK_MALFORMED = 2 };
 
 static void put_u32(unsigned char *b, uint32_t v)
 {
@@ -839,6 +982,23 @@ static uint32_t get_u32(const unsigned char *b)
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
+/* The send of an AM_WRITE completed: the op ends when both it and the
+ * answer are in (in either order), or at once on a failed send. */
+static void write_sent(ucx_op_t *o, ucs_status_t st)
+{
+    o->sent = true;
+    if (st != UCS_OK)
+        op_report(o, st);
+    if (st != UCS_OK || !o->seq)
+        op_free(o);
+}
+
+static void am_write_done(void *req, ucs_status_t st, void *arg)
+{
+    ucp_request_free(req);
+    write_sent(arg, st);
+}
+
 /* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
 static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
@@ -849,7 +1009,7 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         if (data > u->am_write_max || x->iov[i].len > UINT32_MAX)
             return 0;
     }
-    size_t total = 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
+    size_t total = 8 + 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
     ucx_op_t *o = op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? malloc(total) : NULL;
     if (!b) {
@@ -861,16 +1021,16 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         }
         return -1;
     }
+    o->seq = ++u->am_seq;
     unsigned char *w = b;
+    put_u64(w, o->seq), w += 8;
     *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
     memcpy(w, me, nl), w += nl;
     put_u32(w, (uint32_t)x->notif_len), w += 4;
     memcpy(w, x->notif, x->notif_len), w += x->notif_len;
     put_u32(w, (uint32_t)x->n), w += 4;
     for (size_t i = 0; i < x->n; i++) {
-        uint64_t ra = x->iov[i].raddr;
-        for (int k = 0; k < 8; k++)
-            *w++ = (unsigned char)(ra >> (56 - 8 * k));
+        put_u64(w, x->iov[i].raddr), w += 8;
         put_u32(w, (uint32_t)x->iov[i].len), w += 4;
     }
     for (size_t i = 0; i < x->n; i++)
@@ -880,17 +1040,81 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_AM_SEND_FLAG_EAGER,
-        .cb.send = am_done,
+        .flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY,
+        .cb.send = am_write_done,
         .user_data = o,
     };
     u->in_ucx++;
     ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, NULL, 0, b, total, &p);
     if (!UCS_PTR_IS_PTR(r))
-        op_finish(o, UCS_PTR_STATUS(r));
+        write_sent(o, UCS_PTR_STATUS(r));
     u->in_ucx--;
     kick(u);
     return 1;
+}
+
+/* The target's answer to an AM_WRITE of ours. */
+static ucs_status_t am_recv_wack(void *arg, const void *header, size_t hlen, void *data,
+                                 size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || len < 9) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed answer to a small WRITE (%zu bytes) "
+                 "dropped", len);
+        return UCS_OK;
+    }
+    uint64_t seq = get_u64(b);
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->seq == seq && seq)
+        break;
+    if (!o) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: an answer to no small WRITE of this agent (number "
+                 "%llu) dropped", (unsigned long long)seq);
+        return UCS_OK;
+    }
+    o->seq = 0;
+    unsigned code = b[8];
+    if (code == WACK_OK) {
+        op_report(o, UCS_OK);
+    } else {
+        char why[512];
+        size_t rl = len - 9 < 300 ? len - 9 : 300;
+        snprintf(why, sizeof(why), "UCX: agent '%s' refused the WRITE and dropped its "
+                 "notification: %.*s", o->conn->name, (int)rl, (const char *)b + 9);
+        for (char *p = why; *p; p++)
+            if ((unsigned char)*p < 0x20)
+                *p = '?';
+        op_done(o, code == WACK_OUTSIDE ? NXL_ERR_NOT_FOUND : NXL_ERR_MISMATCH, why);
+    }
+    if (o->sent)
+        op_free(o);
+    u->hit = true;
+    return UCS_OK;
+}
+
+/* Answers an AM_WRITE on its reply endpoint. */
+static void wack(ucx_t *u, const ucp_am_recv_param_t *param, uint64_t seq, unsigned code,
+                 const char *why)
+{
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a small WRITE came without a reply endpoint; it "
+                 "is not answered");
+        return;
+    }
+    size_t wl = why ? strlen(why) : 0;
+    ucx_side_t *m = malloc(sizeof(*m) + 9 + wl);
+    if (!m) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: a small WRITE is not answered");
+        return;
+    }
+    put_u64(m->buf, seq);
+    m->buf[8] = (unsigned char)code;
+    if (wl)
+        memcpy(m->buf + 9, why, wl);
+    m->len = 9 + wl;
+    side_send(u, param->reply_ep, NXL_UCX_AM_WACK, m);
 }
 
 static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, void *data,
@@ -898,14 +1122,24 @@ static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, vo
 {
     ucx_t *u = arg;
     const unsigned char *b = data, *end = b + len;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped");
-        return UCS_OK;
-    }
     char from[256] = "?";
     const char *bad = NULL;
-    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
-    if (len < 2 || nl == 0 || nl >= 256 || (size_t)(end - b) < 2 + nl + 4) {
+    unsigned code = WACK_MALFORMED;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        /* the data waits at the sender; never asked for by nxl (eager) */
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped "
+                 "unanswered");
+        return UCS_OK;
+    }
+    if (len < 8) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE of %zu bytes, too short to carry "
+                 "its number, dropped unanswered", len);
+        return UCS_OK;
+    }
+    uint64_t seq = get_u64(b);
+    b += 8;
+    size_t nl = end - b >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if (nl == 0 || nl >= 256 || (size_t)(end - b) < 2 + nl + 4) {
         bad = "malformed header";
         goto drop;
     }
@@ -930,35 +1164,39 @@ static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, vo
     /* every element checked before any byte is written */
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = 0;
-        for (int k = 0; k < 8; k++)
-            ra = ra << 8 | el[12 * i + k];
+        uint64_t ra = get_u64(el + 12 * i);
         uint32_t l = get_u32(el + 12 * i + 8);
         if ((size_t)(end - payload) - at < l) {
             bad = "elements longer than the message";
             goto drop;
         }
         if (!regs_hold(u, ra, l)) {
-            bad = "an element outside every region registered here (deregistered meanwhile?)";
+            bad = "an element lies outside every region registered here (deregistered "
+                  "meanwhile?)";
+            code = WACK_OUTSIDE;
             goto drop;
         }
         at += l;
     }
+    if (at != (size_t)(end - payload)) {
+        bad = "bytes after the last element";
+        goto drop;
+    }
     at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = 0;
-        for (int k = 0; k < 8; k++)
-            ra = ra << 8 | el[12 * i + k];
+        uint64_t ra = get_u64(el + 12 * i);
         uint32_t l = get_u32(el + 12 * i + 8);
         memcpy((void *)(uintptr_t)ra, payload + at, l);
         at += l;
     }
     u->hit = true;
     nxlt_notif_recv(u->ctx, from, msg, ml);
+    wack(u, param, seq, WACK_OK, NULL);
     return UCS_OK;
 drop:
     nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
              "and its notification with it: %s", len, from, bad);
+    wack(u, param, seq, code, bad);
     return UCS_OK;
 }
 
@@ -1162,6 +1400,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->efd = -1;
     LIST_INIT(&u->conns);
     LIST_INIT(&u->ops);
+    LIST_INIT(&u->sides);
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
@@ -1247,6 +1486,16 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         ap.cb = am_recv_write;
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
+    if (st == UCS_OK) {
+        ap.id = NXL_UCX_AM_WACK;
+        ap.cb = am_recv_wack;
+        st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    }
+    if (st == UCS_OK) {
+        ap.id = NXL_UCX_AM_REVOKE;
+        ap.cb = am_recv_revoke;
+        st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    }
     struct event_base *base = nxlt_base(ctx);
     u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, on_efd, u);
     u->ev_kick = evtimer_new(base, on_kick, u);
@@ -1276,9 +1525,11 @@ static bool holds_requests(ucx_t *u)
 {
     if (u->nclosing)
         return true;
+    if (!LIST_EMPTY(&u->sides))
+        return true;
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
-    if (!o->conn->forced)
+    if (!o->conn->forced && !(o->seq && o->sent)) /* not one waiting only for its answer */
         return true;
     return false;
 }
@@ -1331,6 +1582,12 @@ static void destroy(void *state)
          * before the worker goes (it asserts on requests still owned) */
         while (u->nclosing)
             ucp_request_free(u->closing[--u->nclosing]);
+        while (!LIST_EMPTY(&u->sides)) {
+            ucx_side_t *m = LIST_FIRST(&u->sides);
+            LIST_REMOVE(m, link);
+            ucp_request_free(m->req);
+            free(m);
+        }
     }
     free(u->closing);
     if (u->ev_efd)
@@ -1374,6 +1631,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .destroy = destroy,
     .reg = reg,
     .dereg = dereg,
+    .revoke = revoke,
     .pack_key = pack_key,
     .mem_alloc = mem_alloc,
     .mem_free = mem_free,
