@@ -136,6 +136,7 @@ static struct {
     unsigned char *buf;
     int quit;
     uint64_t checked, bad;
+    uint64_t last[MAXW]; /* per slot, the last seed checked: seeds only grow */
 } T;
 
 static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
@@ -145,12 +146,17 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
     unsigned long long seed, off, n;
     if (sscanf(m, "v %llu %llu %llu", &seed, &off, &n) == 3) {
         long bad = off + n <= TSLOTS ? check(T.buf + off, n, seed, 0) : 0;
+        size_t si = (size_t)(off / (2 * SLOT)) % MAXW;
+        bool again = seed <= T.last[si];
+        T.last[si] = seed > T.last[si] ? seed : T.last[si];
         T.checked++;
-        if (bad >= 0) {
+        if (bad >= 0 || again) {
             T.bad++;
-            char out[160];
-            snprintf(out, sizeof(out), "bad seed %llu off %llu len %llu byte %ld", seed, off, n,
-                     bad);
+            char out[200];
+            snprintf(out, sizeof(out), "bad seed %llu off %llu len %llu byte %ld%s (0x%02x, "
+                     "want 0x%02x; %llu checked)", seed, off, n, bad,
+                     again ? ", a notification seen again" : "", bad >= 0 ? T.buf[off + bad] : 0,
+                     bad >= 0 ? pat(seed, (uint64_t)bad) : 0, (unsigned long long)T.checked);
             nxl_notif_send(a, "I", out, strlen(out), NULL, NULL, NULL);
         }
     } else if (!strcmp(m, "quit")) {
