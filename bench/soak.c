@@ -159,6 +159,10 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
                      bad >= 0 ? pat(seed, (uint64_t)bad) : 0, (unsigned long long)T.checked);
             nxl_notif_send(a, "I", out, strlen(out), NULL, NULL, NULL);
         }
+        /* the initiator writes there again only once told the check is done */
+        char done[64];
+        snprintf(done, sizeof(done), "done %zu %llu", si, seed);
+        nxl_notif_send(a, "I", done, strlen(done), NULL, NULL, NULL);
     } else if (!strcmp(m, "quit")) {
         T.quit = 1;
     }
@@ -196,6 +200,7 @@ typedef struct slot {
     size_t len;             /* of the post in flight */
     uint64_t seed;
     int step;
+    uint64_t await;         /* the checked WRITE the target has not confirmed yet */
 } slot_t;
 
 static struct {
@@ -207,7 +212,7 @@ static struct {
     int window;
     slot_t s[MAXW];
     uint64_t posted, completed, dup, ok, failed_lost, failed_other, bad_read, bad_target;
-    uint64_t next_seed;
+    uint64_t next_seed, confirmed;
     bool killing;
 } I;
 
@@ -266,7 +271,15 @@ static uint64_t peers(void)
 
 static void i_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
-    if (len >= 3 && !memcmp(msg, "bad", 3)) {
+    char m[64];
+    snprintf(m, sizeof(m), "%.*s", (int)(len < 63 ? len : 63), (const char *)msg);
+    size_t si;
+    unsigned long long seed;
+    if (sscanf(m, "done %zu %llu", &si, &seed) == 2) {
+        if (si < MAXW && I.s[si].await == seed)
+            I.s[si].await = 0;
+        I.confirmed++;
+    } else if (len >= 3 && !memcmp(msg, "bad", 3)) {
         I.bad_target++;
         fprintf(stderr, "soak: target: %.*s\n", (int)len, (const char *)msg);
     }
@@ -301,6 +314,8 @@ static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
         }
     } else if (st == NXL_ERR_REMOTE_DISCONNECT || (st == NXL_ERR_CANCELED && I.killing)) {
         I.failed_lost++;
+        if (s->step == 0)
+            s->await = 0;
         if (s->step == 1)
             s->wlen = 0;
     } else {
@@ -310,6 +325,8 @@ static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
                     nxl_future_error(f));
         if (s->step == 1)
             s->wlen = 0;
+        if (s->step == 0)
+            s->await = 0;
     }
     if (s->once) {
         nxl_xfer_release(s->once);
@@ -385,6 +402,8 @@ static void post(int si)
     s->seed = seed;
     s->step = step;
     s->inflight = 1;
+    if (step == 0)
+        s->await = seed;
     nxl_status_t st = nxl_xfer_post(x, done_cb, s, NULL);
     if (st != NXL_SUCCESS) {
         s->inflight = 0;
@@ -392,6 +411,8 @@ static void post(int si)
             nxl_xfer_release(s->once);
             s->once = NULL;
         }
+        if (step == 0)
+            s->await = 0;
         if (st == NXL_ERR_REMOTE_DISCONNECT) {
             I.failed_lost++;
             return;
@@ -511,6 +532,7 @@ static int retire(bool kill_it)
                 I.s[si].x[step][z] = NULL;
             }
         I.s[si].wlen = 0;
+        I.s[si].await = 0;
     }
     if (nxl_md_check(I.a, "T") == NXL_SUCCESS)
         nxl_md_invalidate(I.a, "T");
@@ -601,7 +623,7 @@ int main(int argc, char **argv)
     uint64_t nsamples = 0;
     while (I.completed < total) {
         for (int si = 0; si < I.window; si++)
-            if (!I.s[si].inflight && I.posted < total)
+            if (!I.s[si].inflight && I.posted < total && !((I.s[si].k & 3) == 0 && I.s[si].await))
                 post(si);
         nxl_agent_run_once(I.a, 10);
         uint64_t now = now_ms();
@@ -667,10 +689,10 @@ int main(int argc, char **argv)
            (unsigned long long)I.dup, (unsigned long long)I.ok,
            (unsigned long long)I.failed_lost, (unsigned long long)I.failed_other,
            (unsigned long long)restarts + 1, (unsigned long long)restarts);
-    printf("soak: bytes checked: %llu READs wrong, %llu WRITEs wrong at the target; "
-           "notifications the initiator received: %llu\n",
+    printf("soak: bytes checked: %llu READs wrong, %llu WRITEs wrong at the target (%llu "
+           "checks confirmed); notifications the initiator received: %llu\n",
            (unsigned long long)I.bad_read, (unsigned long long)I.bad_target,
-           (unsigned long long)st.notifs_received);
+           (unsigned long long)I.confirmed, (unsigned long long)st.notifs_received);
     printf("soak: RSS %ld KiB at start, %ld after warm-up (%.0f%% of the transfers), %ld at the "
            "end, highest between targets %ld: growth after warm-up %+ld KiB (target <= 1024)\n",
            rss_start, rss_warm, warmup * 100, rss_end, rss_max, growth);
