@@ -1196,63 +1196,70 @@ START_TEST(t_dereg)
 }
 END_TEST
 
+/* no reply comes within ms milliseconds */
+static void no_reply(int ms, const char *what)
+{
+    int before = I.nreply;
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    while (tl_now_ms() < end)
+        nxl_agent_run_once(I.a, 20);
+    ck_assert_msg(I.nreply == before, "%s: the target answered '%s'", what, I.reply);
+}
+
 /* The deregistration races the transfer: the target deregisters while a
  * small WRITE with a notification is on its way, before this agent heard
  * of it (it does not run its loop meanwhile). Either the post is refused
- * (the target's word came first) or the target drops the WRITE and this
- * agent learns it from the completion: never a success, and the target
- * lives. */
+ * (the target's word came first), or the transfer completes: with an error
+ * where the transport learns of it (libfabric), or, over UCX's one-message
+ * WRITE, with success while the target drops the data and the notification
+ * (README, "Remote access"). The notification, which would make the target
+ * answer, never arrives, and the target lives. */
 START_TEST(t_dereg_race)
 {
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
     need_guard();
     nxl_status_t st;
+    bool ucx = !strcmp(C->transport, "UCX");
     tl_fill(I.buf, 64, 51);
-    nxl_xfer_t *x = make_at(NXL_WRITE, G_addr + 64, 64, "n", &st);
+    nxl_xfer_t *x = make_at(NXL_WRITE, G_addr + 64, 64, "addr", &st);
+    int before = I.nreply;
     ck_assert_int_eq(post_wait(x, 10000), NXL_SUCCESS);
+    ck_assert(tl_run_until(I.a, &I.nreply, before + 1, 10000)); /* its notification's answer */
     int sent = I.done;
     ck_assert(nxl_notif_send(I.a, "T", "dereg", 5, i_done, NULL, NULL) == NXL_SUCCESS);
     ck_assert(tl_run_until(I.a, &I.done, sent + 1, 10000));
     usleep(300000); /* the target deregisters; its word waits, unread */
-    st = post_gone(x, "WRITE 64 B + notification, racing");
-    if (!strcmp(C->transport, "UCX"))
-        ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    before = I.done;
+    st = nxl_xfer_post(x, i_done, NULL, NULL);
+    if (st == NXL_SUCCESS) {
+        ck_assert(tl_run_until(I.a, &I.done, before + 1, 20000));
+        st = I.last;
+        printf("%s: WRITE 64 B + notification racing the deregistration: completed with %s\n",
+               C->label, nxl_status_name(st));
+        if (!ucx)
+            ck_assert_msg(st != NXL_SUCCESS, "a WRITE into a deregistered region succeeded");
+    } else {
+        printf("%s: WRITE 64 B + notification racing the deregistration: refused by the post, "
+               "%s\n", C->label, nxl_status_name(st));
+        if (ucx)
+            ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    }
     nxl_xfer_release(x);
+    /* "dereg"'s own "ok", then silence: the WRITE's notification was not delivered */
+    no_reply(500, "after the racing WRITE");
     target_lives();
 }
 END_TEST
 
 /* The target's side of UCX's one-message WRITE, driven by a bare UCX
- * worker speaking its format: a message too short to carry its number is
- * dropped unanswered; a malformed one, one with an element straddling a
- * region's end, one into a region deregistered meanwhile are dropped and
- * answered with their reason; a good one is copied, its notification
- * delivered, and answered 0. The target lives through all of them. */
+ * worker speaking its format: malformed messages (too short, more elements
+ * than bytes, a notification longer than the message), one with an element
+ * straddling a region's end and one into a region deregistered meanwhile
+ * are dropped whole: no byte written, their notification (which would make
+ * the target answer) never delivered; a good one is copied and its
+ * notification delivered. The target lives through all of them. */
 #ifdef NXL_TEST_RAW_UCX
-static struct {
-    int n;
-    uint64_t seq[16];
-    unsigned code[16];
-    char why[16][128];
-} W;
-
-static ucs_status_t raw_wack(void *arg, const void *h, size_t hl, void *data, size_t len,
-                             const ucp_am_recv_param_t *param)
-{
-    const unsigned char *b = data;
-    if (len >= 9 && W.n < 16) {
-        uint64_t s = 0;
-        for (int k = 0; k < 8; k++)
-            s = s << 8 | b[k];
-        W.seq[W.n] = s;
-        W.code[W.n] = b[8];
-        snprintf(W.why[W.n], sizeof(W.why[0]), "%.*s", (int)(len - 9), (const char *)b + 9);
-        W.n++;
-    }
-    return UCS_OK;
-}
-
 static size_t b64dec(const char *s, unsigned char *out)
 {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -1272,13 +1279,11 @@ static size_t b64dec(const char *s, unsigned char *out)
     return n;
 }
 
-/* [u64 seq][u16 name length][name][u32 notif length][notif][u32 n][n x (u64 addr, u32 len)][data] */
-static size_t wmsg(unsigned char *b, uint64_t seq, const char *notif, uint32_t n,
-                   const uint64_t *addr, const uint32_t *len, size_t extra)
+/* [u16 name length][name][u32 notif length][notif][u32 n][n x (u64 addr, u32 len)][data] */
+static size_t wmsg(unsigned char *b, const char *notif, uint32_t n, const uint64_t *addr,
+                   const uint32_t *len, size_t extra)
 {
     size_t o = 0, nl = strlen(notif), data = 0;
-    for (int k = 0; k < 8; k++)
-        b[o++] = (unsigned char)(seq >> (56 - 8 * k));
     b[o++] = 0, b[o++] = 1, b[o++] = 'I';
     b[o++] = 0, b[o++] = 0, b[o++] = (unsigned char)(nl >> 8), b[o++] = (unsigned char)nl;
     memcpy(b + o, notif, nl), o += nl;
@@ -1310,7 +1315,7 @@ START_TEST(t_am_write_drops)
     ck_assert_msg(!strncmp(r, "ci ", 3) && strcmp(r, "ci -"), "reply: %s", r);
     static unsigned char ci[4096];
     size_t cl = b64dec(r + 3, ci);
-    ck_assert(cl > 9 && !memcmp(ci, "nxlucx", 6) && (ci[8] & 0x02));
+    ck_assert(cl > 9 && !memcmp(ci, "nxlucx", 6) && (ci[8] & 0x01));
     ucp_config_t *cfg;
     ck_assert(ucp_config_read(NULL, NULL, &cfg) == UCS_OK);
     for (size_t i = 0; i < C->nparams; i++)
@@ -1324,23 +1329,17 @@ START_TEST(t_am_write_drops)
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
     ucp_worker_h w;
     ck_assert(ucp_worker_create(ctx, &wp, &w) == UCS_OK);
-    ucp_am_handler_param_t ap = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                                               UCP_AM_HANDLER_PARAM_FIELD_CB,
-                                 .id = 0x6e7a, .cb = raw_wack};
-    ck_assert(ucp_worker_set_am_recv_handler(w, &ap) == UCS_OK);
     ucp_ep_params_t epp = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                                          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
                            .address = (const ucp_address_t *)(ci + 9),
                            .err_mode = UCP_ERR_HANDLING_MODE_PEER};
     ucp_ep_h ep;
     ck_assert(ucp_ep_create(w, &epp, &ep) == UCS_OK);
-    memset(&W, 0, sizeof(W));
     static unsigned char m[1 << 16];
-    int expect = 0;
 #define RAW_SEND(len)                                                                             \
     do {                                                                                           \
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,                          \
-                                 .flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY};       \
+                                 .flags = UCP_AM_SEND_FLAG_EAGER};                                 \
         ucs_status_ptr_t q = ucp_am_send_nbx(ep, 0x6e79, NULL, 0, m, (len), &p);                   \
         ck_assert(!UCS_PTR_IS_ERR(q));                                                             \
         while (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) == UCS_INPROGRESS) {               \
@@ -1349,72 +1348,55 @@ START_TEST(t_am_write_drops)
         }                                                                                          \
         if (UCS_PTR_IS_PTR(q))                                                                     \
             ucp_request_free(q);                                                                   \
-    } while (0)
-#define RAW_ANSWER()                                                                               \
-    do {                                                                                           \
-        expect++;                                                                                  \
-        uint64_t end_ = tl_now_ms() + 10000;                                                       \
-        while (W.n < expect && tl_now_ms() < end_) {                                               \
+        for (int i_ = 0; i_ < 20; i_++) {                                                          \
             ucp_worker_progress(w);                                                                \
-            nxl_agent_run_once(I.a, 1);                                                            \
+            nxl_agent_run_once(I.a, 10);                                                           \
         }                                                                                          \
-        ck_assert_msg(W.n == expect, "no answer %d from the target", expect);                     \
     } while (0)
     ck_assert_str_eq(ask("gfill 60", 10000), "ok");
-    /* too short to carry a number: dropped, unanswered */
-    RAW_SEND(5);
-    /* malformed: no name */
-    memset(m, 0, 16);
-    m[7] = 101;
-    RAW_SEND(16);
-    RAW_ANSWER();
-    ck_assert(W.seq[0] == 101 && W.code[0] == 2);
-    /* more elements than the message holds */
-    size_t len = wmsg(m, 102, "", 0xffffffffu, NULL, NULL, 0);
-    RAW_SEND(len);
-    RAW_ANSWER();
-    ck_assert_msg(W.seq[1] == 102 && W.code[1] == 2, "%llu %u", (unsigned long long)W.seq[1],
-                  W.code[1]);
-    /* bytes after the last element */
     uint64_t a1 = g;
     uint32_t l1 = 8;
-    len = wmsg(m, 103, "", 1, &a1, &l1, 3);
+    size_t len;
+    /* too short for a name */
+    m[0] = 0;
+    RAW_SEND(1);
+    /* no name */
+    memset(m, 0, 16);
+    RAW_SEND(16);
+    /* more elements than the message holds */
+    len = wmsg(m, "addr", 0xffffffffu, NULL, NULL, 0);
     RAW_SEND(len);
-    RAW_ANSWER();
-    ck_assert(W.seq[2] == 103 && W.code[2] == 2);
+    /* a notification longer than the message */
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
+    m[4] = 0x7f; /* its length's top byte */
+    RAW_SEND(len);
+    /* elements longer than the message */
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
+    RAW_SEND(len - 1);
     /* straddling the region's end */
     a1 = g + GLEN - 4;
-    len = wmsg(m, 104, "", 1, &a1, &l1, 0);
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
     RAW_SEND(len);
-    RAW_ANSWER();
-    ck_assert_msg(W.seq[3] == 104 && W.code[3] == 1, "%u: %s", W.code[3], W.why[3]);
-    ck_assert(strstr(W.why[3], "outside"));
+    no_reply(500, "dropped messages");
     /* nothing of them was written */
     char q[64];
     snprintf(q, sizeof(q), "gchk 60 0 %u", GLEN);
     ck_assert_str_eq(ask(q, 10000), "ok");
-    /* a good one: copied, then its notification ("chk" of the target's
-     * main buffer would not see it: ask it to check the guarded region) */
+    /* a good one: copied, then its notification */
     a1 = g + 128;
-    snprintf(q, sizeof(q), "gchk 61 128 8");
     int before = I.nreply;
-    len = wmsg(m, 105, q, 1, &a1, &l1, 0);
+    len = wmsg(m, "gchk 61 128 8", 1, &a1, &l1, 0);
     RAW_SEND(len);
-    RAW_ANSWER();
-    ck_assert_msg(W.seq[4] == 105 && W.code[4] == 0, "%u: %s", W.code[4], W.why[4]);
     ck_assert(tl_run_until(I.a, &I.nreply, before + 1, 10000));
     ck_assert_str_eq(I.reply, "ok");
     /* into the region after the target deregistered it */
     ck_assert_str_eq(ask("dereg", 10000), "ok");
-    len = wmsg(m, 106, "", 1, &a1, &l1, 0);
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
     RAW_SEND(len);
-    RAW_ANSWER();
-    ck_assert_msg(W.seq[5] == 106 && W.code[5] == 1, "%u: %s", W.code[5], W.why[5]);
+    no_reply(500, "a WRITE into a deregistered region");
     ck_assert(!strncmp(ask("addr", 10000), "addr ", 5));
     ck_assert_int_eq(waitpid(I.pid, NULL, WNOHANG), 0);
-    ck_assert_int_eq(W.n, 5 + 1);
 #undef RAW_SEND
-#undef RAW_ANSWER
     ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                               .flags = UCP_EP_CLOSE_FLAG_FORCE};
     ucs_status_ptr_t q2 = ucp_ep_close_nbx(ep, &cp);

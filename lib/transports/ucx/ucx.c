@@ -29,13 +29,11 @@
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
-#define NXL_UCX_AM_WACK 0x6e7a   /* the target's answer to an AM_WRITE: copied, or why not */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 /* Connection info: this magic, a flags byte, then UCX's worker address. */
 static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_HDR 9
-#define CI_AM_WRITE 0x02 /* the peer copies AM_WRITE messages into its memory and answers
-                          * each with AM_WACK (0x01, never sent now: without answers) */
+#define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
 #define AM_WRITE_MAX_DEFAULT 8192
 #define ARM_TRIES 16
 #define WATCH_MS 100
@@ -44,8 +42,8 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 
 typedef struct ucx_conn ucx_conn_t;
 
-/* a message of the transport's own (a region revoked, the answer to a
- * small WRITE): its bytes live until UCX is done with them */
+/* a message of the transport's own (a region revoked): its bytes live
+ * until UCX is done with them */
 typedef struct ucx_side {
     struct ucx_state *u;
     void *req;
@@ -77,7 +75,6 @@ typedef struct ucx_state {
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
     struct ucx_md **regs;       /* registered regions, sorted by address: AM_WRITE targets */
     size_t nregs, capregs;
-    uint64_t am_seq;            /* the last AM_WRITE's number */
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
     bool is_live;               /* on live_list */
     LIST_ENTRY(ucx_state) live; /* every instance of the process */
@@ -171,8 +168,6 @@ typedef struct ucx_op {
     ucs_status_t st;            /* first error */
     void *notif;                /* [u16 name length][name][message] */
     size_t notif_len;
-    uint64_t seq;               /* an AM_WRITE waiting for its answer: its number, else 0 */
-    bool sent;                  /* that AM_WRITE's send completed (UCX holds nothing of it) */
     LIST_ENTRY(ucx_op) link;
 } ucx_op_t;
 
@@ -498,7 +493,6 @@ static void side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
 }
 
 static void op_report(ucx_op_t *o, ucs_status_t st);
-static void op_free(ucx_op_t *o);
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -531,15 +525,10 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     /* UCX 1.13 does not always complete a flush pending on a failed
      * endpoint: report every op on it now; each is freed when (if) UCX
      * calls back, or when the transport is destroyed. */
-    ucx_op_t *o, *next;
-    for (o = LIST_FIRST(&c->u->ops); o; o = next) {
-        next = LIST_NEXT(o, link);
-        if (o->conn != c)
-            continue;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &c->u->ops, link)
+    if (o->conn == c)
         op_report(o, status);
-        if (o->seq && o->sent)
-            op_free(o); /* a small WRITE sent, its answer will not come: UCX holds nothing */
-    }
     if (stalled && c->ep) {
         /* stop UCX retrying: its requests on the endpoint end as canceled */
         ep_close(c->u, c->ep, true);
@@ -669,7 +658,7 @@ static uint64_t get_u64(const unsigned char *b)
  * peers this agent is connected to are told, ahead of anything this agent
  * sends them afterwards on the same endpoint:
  *   [u16 name length][name][u8 type][u64 dev][u64 addr][u64 len]
- * Small WRITEs into it are dropped here from now on (and answered so). */
+ * Small WRITEs into it are dropped here from now on. */
 static void revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
 {
     ucx_t *u = state;
@@ -956,20 +945,20 @@ static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
 
 /* ---- small WRITEs with a notification: one active message
  *
- * [u64 number][u16 name length][name][u32 notification length][notification]
+ * [u16 name length][name][u32 notification length][notification]
  * [u32 n][n x (u64 remote address, u32 length)][the n elements' bytes]
  *
  * The target copies each element into its memory — only into regions it
- * registered with this transport and has not deregistered, checked as an
- * rkey would be, every element before any byte is written — then delivers
- * the notification and answers on the message's reply endpoint with
- * AM_WACK: [u64 number][u8 code][a sentence], code 0 (copied), 1 (an
- * element outside its regions: deregistered meanwhile) or 2 (malformed).
- * The op completes with the answer: success, NXL_ERR_NOT_FOUND or
- * NXL_ERR_MISMATCH with the target's sentence. One message and its answer
- * instead of puts, a flush (itself a round trip) and a notification. */
-
-enum { WACK_OK = 0, WACK_OUTSIDE = 1, WACK_MALFORMED = 2 };
+ * registered with this transport and has not deregistered, checked like an
+ * rkey would be, every element before any byte is written — and then
+ * delivers the notification: one message instead of puts, a flush and a
+ * notification. The op completes when the send does, as a notification's:
+ * a message the target drops (malformed, or an element outside its
+ * regions: deregistered meanwhile) is logged there, its notification never
+ * delivered, and the initiator's transfer has succeeded. An answer would
+ * need the message's reply endpoint, which UCX 1.13 resolves from the
+ * sender's endpoint id: after the receiver replaced the sender's metadata
+ * (closing the endpoint that id names) it drops such messages unseen. */
 
 static void put_u32(unsigned char *b, uint32_t v)
 {
@@ -982,23 +971,6 @@ static uint32_t get_u32(const unsigned char *b)
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
-/* The send of an AM_WRITE completed: the op ends when both it and the
- * answer are in (in either order), or at once on a failed send. */
-static void write_sent(ucx_op_t *o, ucs_status_t st)
-{
-    o->sent = true;
-    if (st != UCS_OK)
-        op_report(o, st);
-    if (st != UCS_OK || !o->seq)
-        op_free(o);
-}
-
-static void am_write_done(void *req, ucs_status_t st, void *arg)
-{
-    ucp_request_free(req);
-    write_sent(arg, st);
-}
-
 /* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
 static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
@@ -1009,7 +981,7 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         if (data > u->am_write_max || x->iov[i].len > UINT32_MAX)
             return 0;
     }
-    size_t total = 8 + 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
+    size_t total = 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
     ucx_op_t *o = op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? malloc(total) : NULL;
     if (!b) {
@@ -1021,16 +993,16 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         }
         return -1;
     }
-    o->seq = ++u->am_seq;
     unsigned char *w = b;
-    put_u64(w, o->seq), w += 8;
     *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
     memcpy(w, me, nl), w += nl;
     put_u32(w, (uint32_t)x->notif_len), w += 4;
     memcpy(w, x->notif, x->notif_len), w += x->notif_len;
     put_u32(w, (uint32_t)x->n), w += 4;
     for (size_t i = 0; i < x->n; i++) {
-        put_u64(w, x->iov[i].raddr), w += 8;
+        uint64_t ra = x->iov[i].raddr;
+        for (int k = 0; k < 8; k++)
+            *w++ = (unsigned char)(ra >> (56 - 8 * k));
         put_u32(w, (uint32_t)x->iov[i].len), w += 4;
     }
     for (size_t i = 0; i < x->n; i++)
@@ -1040,81 +1012,17 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY,
-        .cb.send = am_write_done,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = am_done,
         .user_data = o,
     };
     u->in_ucx++;
     ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, NULL, 0, b, total, &p);
     if (!UCS_PTR_IS_PTR(r))
-        write_sent(o, UCS_PTR_STATUS(r));
+        op_finish(o, UCS_PTR_STATUS(r));
     u->in_ucx--;
     kick(u);
     return 1;
-}
-
-/* The target's answer to an AM_WRITE of ours. */
-static ucs_status_t am_recv_wack(void *arg, const void *header, size_t hlen, void *data,
-                                 size_t len, const ucp_am_recv_param_t *param)
-{
-    ucx_t *u = arg;
-    const unsigned char *b = data;
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || len < 9) {
-        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed answer to a small WRITE (%zu bytes) "
-                 "dropped", len);
-        return UCS_OK;
-    }
-    uint64_t seq = get_u64(b);
-    ucx_op_t *o;
-    LIST_FOREACH(o, &u->ops, link)
-    if (o->seq == seq && seq)
-        break;
-    if (!o) {
-        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: an answer to no small WRITE of this agent (number "
-                 "%llu) dropped", (unsigned long long)seq);
-        return UCS_OK;
-    }
-    o->seq = 0;
-    unsigned code = b[8];
-    if (code == WACK_OK) {
-        op_report(o, UCS_OK);
-    } else {
-        char why[512];
-        size_t rl = len - 9 < 300 ? len - 9 : 300;
-        snprintf(why, sizeof(why), "UCX: agent '%s' refused the WRITE and dropped its "
-                 "notification: %.*s", o->conn->name, (int)rl, (const char *)b + 9);
-        for (char *p = why; *p; p++)
-            if ((unsigned char)*p < 0x20)
-                *p = '?';
-        op_done(o, code == WACK_OUTSIDE ? NXL_ERR_NOT_FOUND : NXL_ERR_MISMATCH, why);
-    }
-    if (o->sent)
-        op_free(o);
-    u->hit = true;
-    return UCS_OK;
-}
-
-/* Answers an AM_WRITE on its reply endpoint. */
-static void wack(ucx_t *u, const ucp_am_recv_param_t *param, uint64_t seq, unsigned code,
-                 const char *why)
-{
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a small WRITE came without a reply endpoint; it "
-                 "is not answered");
-        return;
-    }
-    size_t wl = why ? strlen(why) : 0;
-    ucx_side_t *m = malloc(sizeof(*m) + 9 + wl);
-    if (!m) {
-        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: a small WRITE is not answered");
-        return;
-    }
-    put_u64(m->buf, seq);
-    m->buf[8] = (unsigned char)code;
-    if (wl)
-        memcpy(m->buf + 9, why, wl);
-    m->len = 9 + wl;
-    side_send(u, param->reply_ep, NXL_UCX_AM_WACK, m);
 }
 
 static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, void *data,
@@ -1122,24 +1030,14 @@ static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, vo
 {
     ucx_t *u = arg;
     const unsigned char *b = data, *end = b + len;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped");
+        return UCS_OK;
+    }
     char from[256] = "?";
     const char *bad = NULL;
-    unsigned code = WACK_MALFORMED;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        /* the data waits at the sender; never asked for by nxl (eager) */
-        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped "
-                 "unanswered");
-        return UCS_OK;
-    }
-    if (len < 8) {
-        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE of %zu bytes, too short to carry "
-                 "its number, dropped unanswered", len);
-        return UCS_OK;
-    }
-    uint64_t seq = get_u64(b);
-    b += 8;
-    size_t nl = end - b >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
-    if (nl == 0 || nl >= 256 || (size_t)(end - b) < 2 + nl + 4) {
+    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if (len < 2 || nl == 0 || nl >= 256 || (size_t)(end - b) < 2 + nl + 4) {
         bad = "malformed header";
         goto drop;
     }
@@ -1164,39 +1062,35 @@ static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, vo
     /* every element checked before any byte is written */
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = get_u64(el + 12 * i);
+        uint64_t ra = 0;
+        for (int k = 0; k < 8; k++)
+            ra = ra << 8 | el[12 * i + k];
         uint32_t l = get_u32(el + 12 * i + 8);
         if ((size_t)(end - payload) - at < l) {
             bad = "elements longer than the message";
             goto drop;
         }
         if (!regs_hold(u, ra, l)) {
-            bad = "an element lies outside every region registered here (deregistered "
-                  "meanwhile?)";
-            code = WACK_OUTSIDE;
+            bad = "an element outside every region registered here (deregistered meanwhile?)";
             goto drop;
         }
         at += l;
     }
-    if (at != (size_t)(end - payload)) {
-        bad = "bytes after the last element";
-        goto drop;
-    }
     at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = get_u64(el + 12 * i);
+        uint64_t ra = 0;
+        for (int k = 0; k < 8; k++)
+            ra = ra << 8 | el[12 * i + k];
         uint32_t l = get_u32(el + 12 * i + 8);
         memcpy((void *)(uintptr_t)ra, payload + at, l);
         at += l;
     }
     u->hit = true;
     nxlt_notif_recv(u->ctx, from, msg, ml);
-    wack(u, param, seq, WACK_OK, NULL);
     return UCS_OK;
 drop:
     nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
              "and its notification with it: %s", len, from, bad);
-    wack(u, param, seq, code, bad);
     return UCS_OK;
 }
 
@@ -1487,11 +1381,6 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
     if (st == UCS_OK) {
-        ap.id = NXL_UCX_AM_WACK;
-        ap.cb = am_recv_wack;
-        st = ucp_worker_set_am_recv_handler(u->w, &ap);
-    }
-    if (st == UCS_OK) {
         ap.id = NXL_UCX_AM_REVOKE;
         ap.cb = am_recv_revoke;
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
@@ -1529,7 +1418,7 @@ static bool holds_requests(ucx_t *u)
         return true;
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
-    if (!o->conn->forced && !(o->seq && o->sent)) /* not one waiting only for its answer */
+    if (!o->conn->forced)
         return true;
     return false;
 }
