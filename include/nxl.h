@@ -329,8 +329,12 @@ NXL_API nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_
 /**
  * Deregisters regions exactly as registered.
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (a region that was never registered:
- *         nothing changes). Prepared lists and transfers that use a region
- *         keep it alive until they are released.
+ *         nothing changes). Prepared lists and transfers of this agent
+ *         that use a region keep its registration alive until they are
+ *         released; remote agents are refused it from now on: those this
+ *         agent is connected to through a transport whose target does not
+ *         check accesses itself (UCX) are told at once (README, "Remote
+ *         access").
  */
 NXL_API nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                         size_t n);
@@ -544,8 +548,9 @@ NXL_API void nxl_free(void *p);
  * agent's own when @p agent is NULL, a loaded remote agent's otherwise (this
  * agent's own name gives loopback transfers within the agent).
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (unknown agent, or a descriptor
- *         outside every registered region: nothing is created);
- *         NXL_ERR_INVALID_PARAM.
+ *         outside every registered region, or in one its agent has since
+ *         deregistered: nothing is created); NXL_ERR_INVALID_PARAM (a DRAM
+ *         or VRAM descriptor of length 0).
  */
 NXL_API nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
@@ -607,7 +612,11 @@ NXL_API nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t l
  * @param [out] out  the future (may be NULL: released after the callback)
  * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);
  *         NXL_ERR_REMOTE_DISCONNECT (the peer is known dead);
- *         NXL_ERR_BACKEND. On error nothing started.
+ *         NXL_ERR_NOT_FOUND (the remote agent said it deregistered a region
+ *         the transfer uses); NXL_ERR_BACKEND. On error nothing started.
+ *         A transfer into a region the target deregistered before this
+ *         agent heard of it completes with an error status where the
+ *         transport can tell (README, "Remote access").
  */
 NXL_API nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out);
 /**

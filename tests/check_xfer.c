@@ -18,16 +18,29 @@
  *   "fill SEED"             fills the whole buffer with pattern SEED
  *   "seq K"                 a numbered notification; "cnt" reports them
  *   "addr"                  reports the buffer's address
+ *   "guard"                 registers a second region of GLEN bytes between
+ *                           two inaccessible pages (once), reports "gaddr A L"
+ *   "gfill SEED"            fills it with pattern SEED
+ *   "gchk SEED OFF LEN"     checks its bytes [OFF, OFF+LEN) hold the first
+ *                           LEN bytes of pattern SEED
+ *   "dereg"                 deregisters it and unmaps its pages: any later
+ *                           access to them kills the target
+ *   "ci"                    reports its UCX connection info (base64)
  *   "quit"                  exits
  * and answers "ok", "bad ..." or "cnt ..." with a notification of its own. */
 #include "testlib.h"
 
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef NXL_TEST_RAW_UCX
+#include <ucp/api/ucp.h>
+#endif
 
 #define TBUF (40u << 20) /* the target's buffer */
+#define GLEN (64u << 10) /* the target's guarded region */
 
 /* ------------------------------------------------- transport configurations */
 
@@ -45,14 +58,20 @@ typedef struct conf {
     skip_t skips[8];        /* what this transport cannot do, and why */
 } conf_t;
 
+#define NOT_UCX                                                                                \
+    "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
+    "drop path: check_libfabric t_one_message_write_checked)"
+
 static const conf_t confs[] = {
     {"ucx_shm", "UCX", {{0}}, 0, true, {{0}}},
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true, {{0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
-     {{0}}},
-    {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false, {{0}}},
+     {{"am_write_drops", NOT_UCX}, {0}}},
+    {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
+     {{"am_write_drops", NOT_UCX}, {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
-     {{0}}},
+     {{"am_write_drops", NOT_UCX},
+      {0}}},
 };
 #define NCONFS (sizeof(confs) / sizeof(confs[0]))
 
@@ -100,7 +119,57 @@ static struct {
     int quit;
     unsigned char *seen; /* seq numbers received */
     size_t nseen, maxseq, dups;
+    unsigned char *g, *gmap; /* the guarded region, its mapping with the guard pages */
+    size_t gmaplen;
 } T;
+
+/* "guard": GLEN bytes between two inaccessible pages, registered */
+static void t_guard(char *out, size_t cap)
+{
+    if (!T.g) {
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+        T.gmaplen = GLEN + 2 * pg;
+        T.gmap = mmap(NULL, T.gmaplen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (T.gmap == MAP_FAILED || mprotect(T.gmap + pg, GLEN, PROT_READ | PROT_WRITE)) {
+            snprintf(out, cap, "bad mmap");
+            return;
+        }
+        T.g = T.gmap + pg;
+        nxl_desc_t d = {.addr = (uintptr_t)T.g, .len = GLEN};
+        if (nxl_mem_register(T.a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS) {
+            snprintf(out, cap, "bad register: %s", nxl_agent_last_error(T.a));
+            return;
+        }
+    }
+    snprintf(out, cap, "gaddr %llu %u", (unsigned long long)(uintptr_t)T.g, GLEN);
+}
+
+/* "dereg": deregistered, then unmapped, so that a touch is fatal */
+static void t_deregister(char *out, size_t cap)
+{
+    nxl_desc_t d = {.addr = (uintptr_t)T.g, .len = GLEN};
+    if (!T.g || nxl_mem_deregister(T.a, NXL_DRAM, &d, 1) != NXL_SUCCESS) {
+        snprintf(out, cap, "bad dereg: %s", nxl_agent_last_error(T.a));
+        return;
+    }
+    munmap(T.gmap, T.gmaplen);
+    T.g = NULL;
+    snprintf(out, cap, "ok");
+}
+
+/* "ci": the UCX connection info from this agent's metadata, as base64 */
+static void t_ci(char *out, size_t cap)
+{
+    void *blob;
+    size_t len;
+    snprintf(out, cap, "ci -");
+    if (nxl_md_local(T.a, &blob, &len) != NXL_SUCCESS)
+        return;
+    const char *k = strstr(blob, "\"UCX\":\""), *e = k ? strchr(k + 7, '"') : NULL;
+    if (e)
+        snprintf(out, cap, "ci %.*s", (int)(e - (k + 7)), k + 7);
+    nxl_free(blob);
+}
 
 static void t_reply(const char *msg)
 {
@@ -111,10 +180,10 @@ static void t_reply(const char *msg)
 
 static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
-    char m[256], out[256];
+    char m[256], out[4096];
     snprintf(m, sizeof(m), "%.*s", (int)(len < 255 ? len : 255), (const char *)msg);
     unsigned seed;
-    size_t n, blk, stride, k;
+    size_t n, blk, stride, k, off;
     if (sscanf(m, "chk %u %zu %zu %zu", &seed, &n, &blk, &stride) == 4) {
         unsigned char *want = malloc(n * blk);
         tl_fill(want, n * blk, seed);
@@ -152,6 +221,23 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
         t_reply(out);
     } else if (!strcmp(m, "addr")) {
         snprintf(out, sizeof(out), "addr %llu", (unsigned long long)(uintptr_t)T.buf);
+        t_reply(out);
+    } else if (!strcmp(m, "guard")) {
+        t_guard(out, sizeof(out));
+        t_reply(out);
+    } else if (sscanf(m, "gfill %u", &seed) == 1 && T.g) {
+        tl_fill(T.g, GLEN, seed);
+        t_reply("ok");
+    } else if (sscanf(m, "gchk %u %zu %zu", &seed, &off, &n) == 3 && T.g) {
+        unsigned char *want = malloc(n ? n : 1);
+        tl_fill(want, n, seed);
+        t_reply(off <= GLEN && n <= GLEN - off && !memcmp(T.g + off, want, n) ? "ok" : "bad");
+        free(want);
+    } else if (!strcmp(m, "dereg")) {
+        t_deregister(out, sizeof(out));
+        t_reply(out);
+    } else if (!strcmp(m, "ci")) {
+        t_ci(out, sizeof(out));
         t_reply(out);
     } else if (!strcmp(m, "quit")) {
         T.quit = 1;
@@ -199,14 +285,15 @@ static struct {
     size_t len;
     uintptr_t raddr;    /* the target's buffer */
     int nreply;
-    char reply[256];
+    char reply[4096];
     int done;
     nxl_status_t last;
 } I;
 
 static void i_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
-    snprintf(I.reply, sizeof(I.reply), "%.*s", (int)(len < 255 ? len : 255), (const char *)msg);
+    int cap = (int)sizeof(I.reply) - 1;
+    snprintf(I.reply, sizeof(I.reply), "%.*s", (int)len < cap ? (int)len : cap, (const char *)msg);
     I.nreply++;
 }
 
@@ -823,6 +910,505 @@ START_TEST(t_peer_killed)
 }
 END_TEST
 
+/* ------------------------------------------ remote access: only what is registered */
+
+static uintptr_t G_addr; /* the target's guarded region, once asked for */
+
+/* the target's metadata again (after it registered something) */
+static void refetch(void)
+{
+    nxl_future_t *f;
+    ck_assert(nxl_md_fetch(I.a, "T", "127.0.0.1", I.port, NULL, NULL, &f) == NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, 10000) == NXL_SUCCESS, "fetch: %s", nxl_future_error(f));
+    nxl_future_release(f);
+}
+
+static void need_guard(void)
+{
+    const char *r = ask("guard", 10000);
+    unsigned long long a;
+    unsigned l;
+    ck_assert_msg(sscanf(r, "gaddr %llu %u", &a, &l) == 2 && l == GLEN, "reply: %s", r);
+    G_addr = (uintptr_t)a;
+    refetch();
+}
+
+/* The target is alive and answers. A transport whose provider answers a
+ * stray access by dropping the connection (libfabric's tcp;ofi_rxm) or by
+ * an error this side cannot attribute (shm: then the stall timeout gives
+ * the peer up) leaves the peer lost: both sides load each other again. */
+static void target_lives(void)
+{
+    ck_assert_msg(waitpid(I.pid, NULL, WNOHANG) == 0, "the target died");
+    if (nxl_notif_send(I.a, "T", "x", 1, NULL, NULL, NULL) != NXL_SUCCESS) {
+        ck_assert_msg(strcmp(C->transport, "UCX"), "UCX lost the peer: %s",
+                      nxl_agent_last_error(I.a));
+        printf("%s: the peer was lost (%s); loaded again\n", C->label, nxl_agent_last_error(I.a));
+        refetch();
+        nxl_future_t *f;
+        ck_assert(nxl_md_send(I.a, "127.0.0.1", I.port, NULL, NULL, &f) == NXL_SUCCESS);
+        ck_assert_msg(nxl_future_wait(f, 10000) == NXL_SUCCESS, "send: %s", nxl_future_error(f));
+        nxl_future_release(f);
+    }
+    ck_assert(!strncmp(ask("addr", 10000), "addr ", 5));
+}
+
+static nxl_status_t prep_remote(const char *agent, uintptr_t addr, size_t len)
+{
+    nxl_desc_t d = {.addr = addr, .len = len};
+    nxl_prepped_t *p = NULL;
+    nxl_status_t st = nxl_prep(I.a, agent, NXL_DRAM, &d, 1, &p);
+    if (st == NXL_SUCCESS)
+        nxl_prepped_release(p);
+    else
+        ck_assert_msg(p == NULL && nxl_agent_last_error(I.a)[0], "a failed prep leaves no list "
+                      "and a sentence");
+    return st;
+}
+
+/* one WRITE or READ of len bytes between I.buf and remote address ra */
+static nxl_xfer_t *make_at(nxl_op_t op, uintptr_t ra, size_t len, const char *notif,
+                           nxl_status_t *st)
+{
+    nxl_desc_t ld = {.addr = (uintptr_t)I.buf, .len = len}, rd = {.addr = ra, .len = len};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = notif;
+    o.notif_len = notif ? strlen(notif) : 0;
+    nxl_xfer_t *x = NULL;
+    *st = nxl_xfer_create(I.a, op, &l, &r, "T", &o, &x);
+    ck_assert((*st == NXL_SUCCESS) == (x != NULL));
+    return x;
+}
+
+static bool overlaps(uintptr_t a, size_t al, uintptr_t b, size_t bl)
+{
+    return a < b + bl && b < a + al;
+}
+
+/* Descriptors at and across the edges of a registered region, with
+ * lengths and addresses that wrap, of zero length, and of another agent's
+ * region: refused before anything moves (NXL_ERR_NOT_FOUND, or
+ * NXL_ERR_INVALID_PARAM for a zero length), READ and WRITE alike; the
+ * region's own bytes, to the last one, move; the target's memory outside
+ * what was written is unchanged. */
+START_TEST(t_bounds)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    need_guard();
+    const uintptr_t g = G_addr;
+    const size_t L = GLEN;
+    static const struct {
+        long off;     /* from the region's start */
+        size_t len;   /* 0 with wrap: SIZE_MAX - len_minus */
+        nxl_status_t want;
+        const char *what;
+    } cases[] = {
+        {0, GLEN, NXL_SUCCESS, "the whole region"},
+        {GLEN - 8, 8, NXL_SUCCESS, "its last 8 bytes"},
+        {GLEN, 8, NXL_ERR_NOT_FOUND, "just past its end"},
+        {GLEN - 4, 8, NXL_ERR_NOT_FOUND, "straddling its end"},
+        {-8, 8, NXL_ERR_NOT_FOUND, "just before its start"},
+        {-4, 8, NXL_ERR_NOT_FOUND, "straddling its start"},
+        {0, GLEN + 1, NXL_ERR_NOT_FOUND, "one byte longer than it"},
+        {0, 0, NXL_ERR_INVALID_PARAM, "zero length at its start"},
+        {GLEN, 0, NXL_ERR_INVALID_PARAM, "zero length at its end"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        uintptr_t a = g + (uintptr_t)cases[i].off;
+        ck_assert_msg(prep_remote("T", a, cases[i].len) == cases[i].want, "%s: %s",
+                      cases[i].what, nxl_agent_last_error(I.a));
+        for (int op = NXL_READ; op <= NXL_WRITE; op++) {
+            nxl_status_t st;
+            nxl_xfer_t *x = make_at((nxl_op_t)op, a, cases[i].len, NULL, &st);
+            ck_assert_msg(st == cases[i].want, "%s, %s: %s", cases[i].what,
+                          op == NXL_READ ? "READ" : "WRITE", nxl_status_name(st));
+            nxl_xfer_release(x);
+        }
+    }
+    /* addresses and lengths that wrap around the address space */
+    ck_assert_int_eq(prep_remote("T", UINTPTR_MAX - 3, 8), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("T", UINTPTR_MAX, 1), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("T", g + 8, SIZE_MAX - 4), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("T", g + 8, SIZE_MAX), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("T", g + L - 8, (size_t)0 - (L - 8)), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("T", I.raddr + TBUF - 8, 16), NXL_ERR_NOT_FOUND);
+
+    /* a region of another agent, U, loaded too: not T's, and the other way round */
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "U";
+    nxl_agent_t *u;
+    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
+    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    unsigned char *ub[4];
+    int k = 0;
+    for (; k < 4; k++) { /* an address range the target does not also have */
+        ub[k] = mmap(NULL, GLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ck_assert(ub[k] != MAP_FAILED);
+        if (!overlaps((uintptr_t)ub[k], GLEN, I.raddr, TBUF) &&
+            !overlaps((uintptr_t)ub[k], GLEN, g, L))
+            break;
+    }
+    ck_assert_msg(k < 4, "no address range free of the target's regions");
+    nxl_desc_t ud = {.addr = (uintptr_t)ub[k], .len = GLEN};
+    ck_assert(nxl_mem_register(u, NXL_DRAM, &ud, 1, NULL) == NXL_SUCCESS);
+    void *blob;
+    size_t blen;
+    ck_assert(nxl_md_local(u, &blob, &blen) == NXL_SUCCESS);
+    ck_assert_msg(nxl_md_load(I.a, blob, blen, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(I.a));
+    nxl_free(blob);
+    ck_assert_int_eq(prep_remote("U", ud.addr, 4096), NXL_SUCCESS);
+    ck_assert_int_eq(prep_remote("T", ud.addr, 4096), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("U", g, 4096), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep_remote("U", I.raddr, 4096), NXL_ERR_NOT_FOUND);
+    /* lists of two agents do not pair */
+    nxl_desc_t ld = {.addr = (uintptr_t)I.buf, .len = 4096}, td = {.addr = g, .len = 4096};
+    nxl_prepped_t *lp, *up, *tp;
+    ck_assert(nxl_prep(I.a, NULL, NXL_DRAM, &ld, 1, &lp) == NXL_SUCCESS);
+    ck_assert(nxl_prep(I.a, "U", NXL_DRAM, &ud, 1, &up) == NXL_SUCCESS);
+    ck_assert(nxl_prep(I.a, "T", NXL_DRAM, &td, 1, &tp) == NXL_SUCCESS);
+    nxl_xfer_t *x = NULL;
+    ck_assert_int_eq(nxl_xfer_make(I.a, NXL_WRITE, lp, NULL, tp, NULL, 1, NULL, &x), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    ck_assert_int_eq(nxl_xfer_make(I.a, NXL_WRITE, up, NULL, tp, NULL, 1, NULL, &x),
+                     NXL_ERR_MISMATCH);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(up);
+    nxl_prepped_release(tp);
+    ck_assert_int_eq(nxl_md_invalidate(I.a, "U"), NXL_SUCCESS);
+    nxl_agent_destroy(u);
+    for (int j = 0; j <= k; j++)
+        munmap(ub[j], GLEN);
+
+    /* nothing moved; the region's own bytes do, to the last one */
+    ck_assert_str_eq(ask("gfill 5", 10000), "ok");
+    tl_fill(I.buf, 8, 6);
+    nxl_status_t st;
+    x = make_at(NXL_WRITE, g + L - 8, 8, NULL, &st);
+    ck_assert_int_eq(post_wait(x, 10000), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    char q[64];
+    snprintf(q, sizeof(q), "gchk 6 %zu 8", L - 8);
+    ck_assert_str_eq(ask(q, 10000), "ok");
+    snprintf(q, sizeof(q), "gchk 5 0 %zu", L - 8);
+    ck_assert_str_eq(ask(q, 10000), "ok");
+    memset(I.buf, 0, L);
+    x = make_at(NXL_READ, g, L, NULL, &st);
+    ck_assert_int_eq(post_wait(x, 10000), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    ck_assert(tl_check(I.buf, L - 8, 5) < 0);
+    ck_assert(tl_check(I.buf + L - 8, 8, 6) < 0);
+}
+END_TEST
+
+/* Posts a transfer whose remote region is gone: refused by the post, or
+ * completed with an error; never a success. Returns the status. */
+static nxl_status_t post_gone(nxl_xfer_t *x, const char *what)
+{
+    int before = I.done;
+    nxl_status_t st = nxl_xfer_post(x, i_done, NULL, NULL);
+    bool posted = st == NXL_SUCCESS;
+    if (posted) {
+        ck_assert_msg(tl_run_until(I.a, &I.done, before + 1, 20000), "%s: no completion", what);
+        st = I.last;
+    } else {
+        ck_assert_int_eq(I.done, before);
+    }
+    ck_assert_msg(st != NXL_SUCCESS, "%s into a deregistered region succeeded", what);
+    printf("%s: %s into a deregistered region: %s %s\n", C->label, what,
+           posted ? "completed with" : "refused by the post,", nxl_status_name(st));
+    return st;
+}
+
+/* The target deregisters a region this agent uses and unmaps its pages (a
+ * touch kills it): every later transfer into it fails with a status — small
+ * and large WRITEs, with and without a notification, READs — and the target
+ * lives on. UCX (whose target does not check puts) is told by the target
+ * (NXL_ERR_NOT_FOUND at the post, new lists refused); libfabric's providers
+ * check keys at the target. */
+START_TEST(t_dereg)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    need_guard();
+    const uintptr_t g = G_addr;
+    bool ucx = !strcmp(C->transport, "UCX");
+    ck_assert_str_eq(ask("gfill 9", 10000), "ok");
+    nxl_status_t st;
+    struct {
+        nxl_op_t op;
+        size_t off, len;
+        const char *notif, *what;
+        nxl_xfer_t *x;
+    } xs[] = {
+        {NXL_WRITE, 0, 4096, NULL, "WRITE 4 KiB", NULL},
+        {NXL_READ, 0, 4096, NULL, "READ 4 KiB", NULL},
+        {NXL_WRITE, 4096, 64, "n", "WRITE 64 B + notification", NULL},
+        {NXL_WRITE, 0, GLEN, "n", "WRITE 64 KiB + notification", NULL},
+    };
+    enum { NX = sizeof(xs) / sizeof(xs[0]) };
+    for (int i = 0; i < NX; i++) {
+        tl_fill(I.buf, xs[i].len, 30 + i);
+        xs[i].x = make_at(xs[i].op, g + xs[i].off, xs[i].len, xs[i].notif, &st);
+        ck_assert_int_eq(st, NXL_SUCCESS);
+        ck_assert_int_eq(post_wait(xs[i].x, 10000), NXL_SUCCESS);
+    }
+    nxl_desc_t gd = {.addr = g, .len = GLEN};
+    nxl_prepped_t *gp, *lp;
+    ck_assert(nxl_prep(I.a, "T", NXL_DRAM, &gd, 1, &gp) == NXL_SUCCESS);
+    nxl_desc_t ld = {.addr = (uintptr_t)I.buf, .len = GLEN};
+    ck_assert(nxl_prep(I.a, NULL, NXL_DRAM, &ld, 1, &lp) == NXL_SUCCESS);
+
+    ck_assert_str_eq(ask("dereg", 10000), "ok");
+
+    for (int i = 0; i < NX; i++) {
+        st = post_gone(xs[i].x, xs[i].what);
+        if (ucx)
+            ck_assert_msg(st == NXL_ERR_NOT_FOUND, "%s: %s", xs[i].what, nxl_status_name(st));
+        nxl_xfer_release(xs[i].x);
+        target_lives();
+    }
+    /* lists and transfers made now */
+    nxl_xfer_t *x = NULL;
+    st = nxl_xfer_make(I.a, NXL_WRITE, lp, NULL, gp, NULL, 1, NULL, &x);
+    if (ucx)
+        ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    if (x) /* a transport that was not told: the transfer fails at the target */
+        post_gone(x, "WRITE from a list prepared before");
+    nxl_xfer_release(x);
+    nxl_prepped_release(gp);
+    nxl_prepped_release(lp);
+    target_lives();
+    st = prep_remote("T", g, 4096);
+    if (ucx)
+        ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    /* this agent still moves data to the target */
+    tl_fill(I.buf, 4096, 41);
+    x = make(NXL_WRITE, 1, 4096, 4096, NULL);
+    ck_assert_int_eq(post_wait(x, 10000), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    ck_assert_str_eq(ask("chk 41 1 4096 4096", 10000), "ok");
+}
+END_TEST
+
+/* no reply comes within ms milliseconds */
+static void no_reply(int ms, const char *what)
+{
+    int before = I.nreply;
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    while (tl_now_ms() < end)
+        nxl_agent_run_once(I.a, 20);
+    ck_assert_msg(I.nreply == before, "%s: the target answered '%s'", what, I.reply);
+}
+
+/* The deregistration races the transfer: the target deregisters while a
+ * small WRITE with a notification is on its way, before this agent heard
+ * of it (it does not run its loop meanwhile). Either the post is refused
+ * (the target's word came first), or the transfer completes: with an error
+ * where the transport learns of it (libfabric), or, over UCX's one-message
+ * WRITE, with success while the target drops the data and the notification
+ * (README, "Remote access"). The notification, which would make the target
+ * answer, never arrives, and the target lives. */
+START_TEST(t_dereg_race)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    need_guard();
+    nxl_status_t st;
+    bool ucx = !strcmp(C->transport, "UCX");
+    tl_fill(I.buf, 64, 51);
+    nxl_xfer_t *x = make_at(NXL_WRITE, G_addr + 64, 64, "addr", &st);
+    int before = I.nreply;
+    ck_assert_int_eq(post_wait(x, 10000), NXL_SUCCESS);
+    ck_assert(tl_run_until(I.a, &I.nreply, before + 1, 10000)); /* its notification's answer */
+    int sent = I.done;
+    ck_assert(nxl_notif_send(I.a, "T", "dereg", 5, i_done, NULL, NULL) == NXL_SUCCESS);
+    ck_assert(tl_run_until(I.a, &I.done, sent + 1, 10000));
+    usleep(300000); /* the target deregisters; its word waits, unread */
+    before = I.done;
+    st = nxl_xfer_post(x, i_done, NULL, NULL);
+    if (st == NXL_SUCCESS) {
+        ck_assert(tl_run_until(I.a, &I.done, before + 1, 20000));
+        st = I.last;
+        printf("%s: WRITE 64 B + notification racing the deregistration: completed with %s\n",
+               C->label, nxl_status_name(st));
+        if (!ucx)
+            ck_assert_msg(st != NXL_SUCCESS, "a WRITE into a deregistered region succeeded");
+    } else {
+        printf("%s: WRITE 64 B + notification racing the deregistration: refused by the post, "
+               "%s\n", C->label, nxl_status_name(st));
+        if (ucx)
+            ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    }
+    nxl_xfer_release(x);
+    /* "dereg"'s own "ok", then silence: the WRITE's notification was not delivered */
+    no_reply(500, "after the racing WRITE");
+    target_lives();
+}
+END_TEST
+
+/* The target's side of UCX's one-message WRITE, driven by a bare UCX
+ * worker speaking its format: malformed messages (too short, more elements
+ * than bytes, a notification longer than the message), one with an element
+ * straddling a region's end and one into a region deregistered meanwhile
+ * are dropped whole: no byte written, their notification (which would make
+ * the target answer) never delivered; a good one is copied and its
+ * notification delivered. The target lives through all of them. */
+#ifdef NXL_TEST_RAW_UCX
+static size_t b64dec(const char *s, unsigned char *out)
+{
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = 0;
+    unsigned v = 0;
+    int bits = 0;
+    for (; *s && *s != '='; s++) {
+        const char *p = strchr(A, *s);
+        if (!p)
+            break;
+        v = v << 6 | (unsigned)(p - A);
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            out[n++] = (unsigned char)(v >> bits);
+        }
+    }
+    return n;
+}
+
+/* [u16 name length][name][u32 notif length][notif][u32 n][n x (u64 addr, u32 len)][data] */
+static size_t wmsg(unsigned char *b, const char *notif, uint32_t n, const uint64_t *addr,
+                   const uint32_t *len, size_t extra)
+{
+    size_t o = 0, nl = strlen(notif), data = 0;
+    b[o++] = 0, b[o++] = 1, b[o++] = 'I';
+    b[o++] = 0, b[o++] = 0, b[o++] = (unsigned char)(nl >> 8), b[o++] = (unsigned char)nl;
+    memcpy(b + o, notif, nl), o += nl;
+    for (int k = 0; k < 4; k++)
+        b[o++] = (unsigned char)(n >> (24 - 8 * k));
+    for (uint32_t i = 0; i < n && addr; i++) {
+        for (int k = 0; k < 8; k++)
+            b[o++] = (unsigned char)(addr[i] >> (56 - 8 * k));
+        for (int k = 0; k < 4; k++)
+            b[o++] = (unsigned char)(len[i] >> (24 - 8 * k));
+        data += len[i];
+    }
+    tl_fill(b + o, data + extra, 61);
+    return o + data + extra;
+}
+#endif
+
+START_TEST(t_am_write_drops)
+{
+    SKIP_UNLESS_SUPPORTED();
+#ifndef NXL_TEST_RAW_UCX
+    printf("SKIP: %s: am_write_drops: this build has no UCX to speak to the target with\n",
+           C->label);
+#else
+    need_raddr();
+    need_guard();
+    const uintptr_t g = G_addr;
+    const char *r = ask("ci", 10000);
+    ck_assert_msg(!strncmp(r, "ci ", 3) && strcmp(r, "ci -"), "reply: %s", r);
+    static unsigned char ci[4096];
+    size_t cl = b64dec(r + 3, ci);
+    ck_assert(cl > 9 && !memcmp(ci, "nxlucx", 6) && (ci[8] & 0x01));
+    ucp_config_t *cfg;
+    ck_assert(ucp_config_read(NULL, NULL, &cfg) == UCS_OK);
+    for (size_t i = 0; i < C->nparams; i++)
+        if (!strcmp(C->params[i].key, "tls"))
+            ck_assert(ucp_config_modify(cfg, "TLS", C->params[i].value) == UCS_OK);
+    ucp_params_t up = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_context_h ctx;
+    ck_assert(ucp_init(&up, cfg, &ctx) == UCS_OK);
+    ucp_config_release(cfg);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ucp_worker_h w;
+    ck_assert(ucp_worker_create(ctx, &wp, &w) == UCS_OK);
+    ucp_ep_params_t epp = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                           .address = (const ucp_address_t *)(ci + 9),
+                           .err_mode = UCP_ERR_HANDLING_MODE_PEER};
+    ucp_ep_h ep;
+    ck_assert(ucp_ep_create(w, &epp, &ep) == UCS_OK);
+    static unsigned char m[1 << 16];
+#define RAW_SEND(len)                                                                             \
+    do {                                                                                           \
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,                          \
+                                 .flags = UCP_AM_SEND_FLAG_EAGER};                                 \
+        ucs_status_ptr_t q = ucp_am_send_nbx(ep, 0x6e79, NULL, 0, m, (len), &p);                   \
+        ck_assert(!UCS_PTR_IS_ERR(q));                                                             \
+        while (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) == UCS_INPROGRESS) {               \
+            ucp_worker_progress(w);                                                                \
+            nxl_agent_run_once(I.a, 0);                                                            \
+        }                                                                                          \
+        if (UCS_PTR_IS_PTR(q))                                                                     \
+            ucp_request_free(q);                                                                   \
+        for (int i_ = 0; i_ < 20; i_++) {                                                          \
+            ucp_worker_progress(w);                                                                \
+            nxl_agent_run_once(I.a, 10);                                                           \
+        }                                                                                          \
+    } while (0)
+    ck_assert_str_eq(ask("gfill 60", 10000), "ok");
+    uint64_t a1 = g;
+    uint32_t l1 = 8;
+    size_t len;
+    /* too short for a name */
+    m[0] = 0;
+    RAW_SEND(1);
+    /* no name */
+    memset(m, 0, 16);
+    RAW_SEND(16);
+    /* more elements than the message holds */
+    len = wmsg(m, "addr", 0xffffffffu, NULL, NULL, 0);
+    RAW_SEND(len);
+    /* a notification longer than the message */
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
+    m[4] = 0x7f; /* its length's top byte */
+    RAW_SEND(len);
+    /* elements longer than the message */
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
+    RAW_SEND(len - 1);
+    /* straddling the region's end */
+    a1 = g + GLEN - 4;
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
+    RAW_SEND(len);
+    no_reply(500, "dropped messages");
+    /* nothing of them was written */
+    char q[64];
+    snprintf(q, sizeof(q), "gchk 60 0 %u", GLEN);
+    ck_assert_str_eq(ask(q, 10000), "ok");
+    /* a good one: copied, then its notification */
+    a1 = g + 128;
+    int before = I.nreply;
+    len = wmsg(m, "gchk 61 128 8", 1, &a1, &l1, 0);
+    RAW_SEND(len);
+    ck_assert(tl_run_until(I.a, &I.nreply, before + 1, 10000));
+    ck_assert_str_eq(I.reply, "ok");
+    /* into the region after the target deregistered it */
+    ck_assert_str_eq(ask("dereg", 10000), "ok");
+    len = wmsg(m, "addr", 1, &a1, &l1, 0);
+    RAW_SEND(len);
+    no_reply(500, "a WRITE into a deregistered region");
+    ck_assert(!strncmp(ask("addr", 10000), "addr ", 5));
+    ck_assert_int_eq(waitpid(I.pid, NULL, WNOHANG), 0);
+#undef RAW_SEND
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t q2 = ucp_ep_close_nbx(ep, &cp);
+    while (UCS_PTR_IS_PTR(q2) && ucp_request_check_status(q2) == UCS_INPROGRESS)
+        ucp_worker_progress(w);
+    if (UCS_PTR_IS_PTR(q2))
+        ucp_request_free(q2);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+#endif
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("xfer");
@@ -842,6 +1428,10 @@ int main(void)
         tcase_add_test(tc, t_peer_killed);
         tcase_add_test(tc, t_killed_quiet);
         tcase_add_test(tc, t_killed_quiet_close);
+        tcase_add_test(tc, t_bounds);
+        tcase_add_test(tc, t_dereg);
+        tcase_add_test(tc, t_dereg_race);
+        tcase_add_test(tc, t_am_write_drops);
         suite_add_tcase(s, tc);
     }
     return tl_run(s);

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Version of this header's ABI; names the folder modules are installed in. */
-#define NXLT_ABI_VERSION 1
+#define NXLT_ABI_VERSION 2
 
 /** Exports a transport's ops table from its module (see the file comment). */
 #ifdef NXLT_MODULE
@@ -150,6 +150,17 @@ typedef struct nxlt_ops {
      * polling. Serves nxl_future_from_cuda_event().
      */
     nxl_status_t (*wait_event)(void *state, nxlt_op_t *op, void *event);
+    /**
+     * Optional: the application deregistered (or freed) the region of
+     * @p md, described by @p type and @p d: from now on no peer may reach
+     * it. Called once, inside nxl_mem_deregister() or nxl_mem_free(), while
+     * dereg() may come later (local transfers still holding the region keep
+     * its registration). A transport whose target does not check remote
+     * accesses itself tells the peers it is connected to, and their engine
+     * refuses transfers into the region (nxlt_remote_revoked()); one whose
+     * provider checks keys at the target needs nothing here.
+     */
+    void (*revoke)(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md);
 } nxlt_ops_t;
 
 /* ---- what the engine offers a transport ---- */
@@ -186,6 +197,14 @@ NXL_API void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg,
  */
 NXL_API int nxlt_mem_registered(nxlt_ctx_t *ctx, nxl_mem_t type, uint64_t dev, uint64_t addr,
                                 size_t len);
+/**
+ * Agent @p from says it deregistered its region @p type, @p dev,
+ * [@p addr, @p addr + @p len) (sent by its transport's revoke()): prepared
+ * lists, transfers and posts that use that region are refused from now on
+ * (NXL_ERR_NOT_FOUND). Unknown agents and regions are ignored.
+ */
+NXL_API void nxlt_remote_revoked(nxlt_ctx_t *ctx, const char *from, nxl_mem_t type, uint64_t dev,
+                                 uint64_t addr, uint64_t len);
 /** Per-op slot for the transport (one pointer). */
 NXL_API void **nxlt_op_priv(nxlt_op_t *op);
 /**

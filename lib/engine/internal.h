@@ -76,6 +76,7 @@ typedef struct nxli_rregion {
     uintptr_t addr;
     size_t len;
     void *rkey[NXLI_MAX_BACKENDS];
+    bool revoked;           /* its agent deregistered it (nxlt_remote_revoked) */
 } nxli_rregion_t;
 
 struct nxli_remote {
@@ -87,6 +88,8 @@ struct nxli_remote {
     void *conn[NXLI_MAX_BACKENDS];
     nxli_rregion_t **regs;  /* sorted by (type, dev, addr); entries never move */
     size_t nregs, cap;
+    nxli_rregion_t **gone;  /* revoked regions, out of regs; kept for the lists using them */
+    size_t ngone;
     void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
     size_t conn_info_len[NXLI_MAX_BACKENDS];
     LIST_ENTRY(nxli_remote) link;
@@ -181,6 +184,7 @@ struct nxl_xfer {
     nxl_future_t *active;
     nxl_status_t last;
     bool posted;
+    size_t gone_seen;       /* remote->ngone when its elements were last checked */
     LIST_ENTRY(nxl_xfer) link;
 };
 
@@ -306,6 +310,9 @@ nxli_remote_t *nxli_remote_find(nxl_agent_t *a, const char *name);
 nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name); /* incl. self; takes a ref */
 void nxli_remote_put(nxli_remote_t *r);
 void nxli_remote_cleanup(nxl_agent_t *a);
+/* marks the region of r revoked (exact match): 1; 0 when r has no such
+ * region; -1 out of memory */
+int nxli_rregion_revoke(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len);
 const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev,
                                         uintptr_t addr, size_t len);
 nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool self,

@@ -16,15 +16,22 @@
 
 /* ---------------------------------------------------------------- remotes */
 
+static void rregion_free(nxl_agent_t *a, nxli_rregion_t *g)
+{
+    for (int b = 0; b < a->nbackends; b++)
+        if (g->rkey[b])
+            a->backends[b]->ops->unload_key(a->backends[b]->state, g->rkey[b]);
+    free(g);
+}
+
 static void remote_free(nxli_remote_t *r)
 {
     nxl_agent_t *a = r->agent;
-    for (size_t i = 0; i < r->nregs; i++) {
-        for (int b = 0; b < a->nbackends; b++)
-            if (r->regs[i]->rkey[b])
-                a->backends[b]->ops->unload_key(a->backends[b]->state, r->regs[i]->rkey[b]);
-        free(r->regs[i]);
-    }
+    for (size_t i = 0; i < r->nregs; i++)
+        rregion_free(a, r->regs[i]);
+    for (size_t i = 0; i < r->ngone; i++)
+        rregion_free(a, r->gone[i]);
+    free(r->gone);
     for (int b = 0; b < a->nbackends; b++) {
         if (r->conn[b])
             a->backends[b]->ops->unload_conn(a->backends[b]->state, r->conn[b]);
@@ -93,6 +100,41 @@ const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uin
         addr - g->addr > g->len - len)
         return NULL;
     return g;
+}
+
+/* A revoked region leaves the sorted table (nothing new resolves to it)
+ * but lives on, flagged, for the prepared lists and transfers that point at
+ * it: they are refused when used (xfer.c). */
+int nxli_rregion_revoke(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len)
+{
+    size_t i = rupper(r, t, dev, addr);
+    if (!i || rcmp(t, dev, addr, r->regs[i - 1]) || r->regs[i - 1]->len != len)
+        return 0;
+    nxli_rregion_t *g = r->regs[i - 1], **v = realloc(r->gone, (r->ngone + 1) * sizeof(*v));
+    if (!v)
+        return -1;
+    r->gone = v;
+    g->revoked = true;
+    r->gone[r->ngone++] = g;
+    memmove(&r->regs[i - 1], &r->regs[i], (r->nregs - i) * sizeof(*r->regs));
+    r->nregs--;
+    return 1;
+}
+
+void nxlt_remote_revoked(nxlt_ctx_t *ctx, const char *from, nxl_mem_t type, uint64_t dev,
+                         uint64_t addr, uint64_t len)
+{
+    nxl_agent_t *a = ctx->agent;
+    nxli_remote_t *r = from ? nxli_remote_find(a, from) : NULL;
+    if ((unsigned)type >= NXL_MEM_TYPES || !r || addr > UINTPTR_MAX || len > SIZE_MAX)
+        return;
+    int k = nxli_rregion_revoke(r, type, dev, (uintptr_t)addr, (size_t)len);
+    if (k < 0) /* out of memory: forget the agent rather than keep a region it revoked */
+        nxli_remote_lost(a, from, "out of memory while recording a region it deregistered");
+    else if (k > 0)
+        nxli_log(a, NXL_LOG_INFO, "agent '%s' deregistered its %s region 0x%llx+%llu (dev %llu): "
+                 "transfers into it are refused from now on", from, nxl_mem_name(type),
+                 (unsigned long long)addr, (unsigned long long)len, (unsigned long long)dev);
 }
 
 void nxli_remote_cleanup(nxl_agent_t *a)

@@ -129,6 +129,26 @@ static void region_release_backends(nxl_agent_t *a, nxli_region_t *r)
         free((void *)r->addr);
 }
 
+/* The application gave the region up (deregistered, freed): peers must not
+ * reach it any more, even while local transfers keep its registration
+ * alive. Each transport that needs to tells its peers (revoke); loopback
+ * transfers of this agent made before are refused from now on. */
+static void region_revoke(nxl_agent_t *a, nxli_region_t *r)
+{
+    for (int i = 0; i < a->nbackends; i++) {
+        nxl_backend_t *b = a->backends[i];
+        if (r->md[i] && b->ops->revoke) {
+            nxl_desc_t d = {.addr = r->addr, .len = r->len, .dev_id = r->dev};
+            b->ops->revoke(b->state, r->type, &d, r->md[i]);
+        }
+    }
+    if (a->self && nxli_rregion_revoke(a->self, r->type, r->dev, r->addr, r->len) < 0) {
+        a->self->invalid = true; /* out of memory: its transfers are refused */
+        nxli_remote_put(a->self);
+        a->self = NULL;
+    }
+}
+
 void nxli_region_put(nxl_agent_t *a, nxli_region_t *r)
 {
     if (--r->refs > 0)
@@ -349,6 +369,7 @@ nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t
         size_t pos;
         nxli_region_t *r = find_exact(a, type, &descs[i], &pos);
         tab_remove(&a->regions[type], pos);
+        region_revoke(a, r);
         nxli_region_put(a, r);
     }
     a->mem_gen++;
@@ -458,6 +479,7 @@ nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
             if (t->v[i]->alloc && t->v[i]->addr == (uintptr_t)ptr) {
                 nxli_region_t *r = t->v[i];
                 tab_remove(t, i);
+                region_revoke(a, r);
                 nxli_region_put(a, r);
                 a->mem_gen++;
                 return NXL_SUCCESS;

@@ -98,6 +98,13 @@ nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const n
         const nxl_desc_t *d = &descs[i];
         p->e[i].addr = d->addr;
         p->e[i].len = d->len;
+        if (!d->len && type <= NXL_VRAM) {
+            /* it would resolve to the region it ends, or begins, at */
+            nxli_err(a, "nxl_prep: descriptor %zu (%s 0x%lx) has length 0; nothing was prepared",
+                     i, nxl_mem_name(type), (unsigned long)d->addr);
+            prepped_free(p);
+            return NXL_ERR_INVALID_PARAM;
+        }
         if (r) {
             const nxli_rregion_t *g = nxli_rregion_find(r, type, d->dev_id, d->addr, d->len);
             if (!g) {
@@ -243,6 +250,13 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
                      li >= lp->n ? li : ri, li >= lp->n ? lp->n : rp->n);
             return NXL_ERR_INVALID_PARAM;
         }
+        const nxli_rregion_t *rg = rp->e[ri].region;
+        if (rg->revoked) {
+            nxli_err(a, "nxl_xfer_make: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
+                        "deregistered after the list was prepared", i, nxl_mem_name(rg->type),
+                     (unsigned long)rg->addr, rg->len, rp->remote->name);
+            return NXL_ERR_NOT_FOUND;
+        }
         if (lp->e[li].len != rp->e[ri].len) {
             nxli_err(a, "nxl_xfer_make: element %zu pairs %zu local bytes with %zu remote bytes",
                      i, lp->e[li].len, rp->e[ri].len);
@@ -318,6 +332,7 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
     x->nlregs = lp->nlregs;
     x->remote = rp->remote;
     x->remote->refs++;
+    x->gone_seen = x->remote->ngone;
     LIST_INSERT_HEAD(&a->xfers, x, link);
     *out = x;
     return NXL_SUCCESS;
@@ -375,6 +390,33 @@ static nxl_status_t check_peer(nxl_agent_t *a, nxli_remote_t *r, const char *cal
     return NXL_SUCCESS;
 }
 
+/* Regions the remote agent deregistered since the transfer was last
+ * checked: a transfer using one is refused (the remote memory may be
+ * gone). Element i uses revoked region g when its key is g's: keys are
+ * unpacked per region. Costs nothing while nothing was revoked. */
+static nxl_status_t check_revoked(nxl_xfer_t *x, const char *call)
+{
+    nxli_remote_t *r = x->remote;
+    if (x->gone_seen == r->ngone)
+        return NXL_SUCCESS;
+    int bi = x->backend->index;
+    for (size_t k = x->gone_seen; k < r->ngone; k++) {
+        const nxli_rregion_t *g = r->gone[k];
+        if (!g->rkey[bi])
+            continue;
+        for (size_t i = 0; i < x->n; i++)
+            if (x->iov[i].rkey == g->rkey[bi]) {
+                nxli_err(x->agent, "%s: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
+                                   "deregistered; nothing was posted (prepare and make the "
+                                   "transfer again from regions it still has)", call, i,
+                         nxl_mem_name(g->type), (unsigned long)g->addr, g->len, r->name);
+                return NXL_ERR_NOT_FOUND;
+            }
+    }
+    x->gone_seen = r->ngone;
+    return NXL_SUCCESS;
+}
+
 static void xfer_cancel(nxl_future_t *f)
 {
     /* nothing to undo: the op is detached and finishes on its own */
@@ -392,6 +434,8 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         return NXL_ERR_REPOST_ACTIVE;
     }
     nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    if (st == NXL_SUCCESS)
+        st = check_revoked(x, "nxl_xfer_post");
     if (st != NXL_SUCCESS)
         return st;
     nxl_future_t *f = nxli_future_new(a, NXLI_F_XFER, cb, arg);

@@ -30,6 +30,7 @@
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
+#define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define AM_WRITE_MAX_DEFAULT 8192
 #define ARM_TRIES 16
 #define WATCH_MS 100
@@ -37,6 +38,16 @@
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 
 typedef struct ucx_conn ucx_conn_t;
+
+/* a message of the transport's own (a region revoked): its bytes live
+ * until UCX is done with them */
+typedef struct ucx_side {
+    struct ucx_state *u;
+    void *req;
+    LIST_ENTRY(ucx_side) link;
+    size_t len;
+    unsigned char buf[];
+} ucx_side_t;
 
 typedef struct ucx_state {
     nxlt_ctx_t *ctx;
@@ -50,6 +61,7 @@ typedef struct ucx_state {
     uint64_t busy_until_us;
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
+    LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */
     void **closing;             /* endpoint close requests in flight */
     unsigned nclosing, capclosing;
     char desc[256];
@@ -441,6 +453,42 @@ static void ep_close(ucx_t *u, ucp_ep_h ep, bool force)
     kick(u);
 }
 
+static void side_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_side_t *m = arg;
+    LIST_REMOVE(m, link);
+    ucp_request_free(req);
+    free(m);
+}
+
+/* Sends a message of the transport's own on @p ep (no op behind it: its
+ * failure is only logged). m->buf holds len bytes; m is taken. */
+static void side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = side_done,
+        .user_data = m,
+    };
+    m->u = u;
+    LIST_INSERT_HEAD(&u->sides, m, link);
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, NULL, 0, m->buf, m->len, &p);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r)) {
+        m->req = r;
+    } else {
+        if (UCS_PTR_IS_ERR(r))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a message of the transport (id 0x%x) could not "
+                     "be sent: %s", id, ucs_status_string(UCS_PTR_STATUS(r)));
+        LIST_REMOVE(m, link);
+        free(m);
+    }
+    kick(u);
+}
+
 static void op_report(ucx_op_t *o, ucs_status_t st);
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -585,6 +633,76 @@ static void dereg(void *state, void *md)
     free(m);
 }
 
+static void put_u64(unsigned char *b, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        b[k] = (unsigned char)(v >> (56 - 8 * k));
+}
+
+static uint64_t get_u64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++)
+        v = v << 8 | b[k];
+    return v;
+}
+
+/* The application gave the region up. UCX does not check the address of a
+ * put or get at the target (on shared memory and TCP, into malloc'd
+ * memory, its software RMA copies wherever the initiator says), so the
+ * peers this agent is connected to are told, ahead of anything this agent
+ * sends them afterwards on the same endpoint:
+ *   [u16 name length][name][u8 type][u64 dev][u64 addr][u64 len]
+ * Small WRITEs into it are dropped here from now on. */
+static void revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
+{
+    ucx_t *u = state;
+    regs_remove(u, md);
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me), len = 2 + nl + 1 + 24;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        if (!c->ep || c->failed || c->fail_deferred || c->unloaded)
+            continue;
+        ucx_side_t *m = malloc(sizeof(*m) + len);
+        if (!m) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: agent '%s' was not told of a "
+                     "deregistered region", c->name);
+            continue;
+        }
+        unsigned char *w = m->buf;
+        *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
+        memcpy(w, me, nl), w += nl;
+        *w++ = (unsigned char)type;
+        put_u64(w, d->dev_id), put_u64(w + 8, d->addr), put_u64(w + 16, d->len);
+        m->len = len;
+        side_send(u, c->ep, NXL_UCX_AM_REVOKE, m);
+    }
+}
+
+static ucs_status_t am_recv_revoke(void *arg, const void *header, size_t hlen, void *data,
+                                   size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data;
+    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || nl == 0 || nl >= 256 ||
+        len != 2 + nl + 1 + 24) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed region revocation of %zu bytes dropped",
+                 len);
+        return UCS_OK;
+    }
+    char from[256];
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    b += 2 + nl;
+    nxlt_remote_revoked(u->ctx, from, (nxl_mem_t)b[0], get_u64(b + 1), get_u64(b + 9),
+                        get_u64(b + 17));
+    u->hit = true;
+    return UCS_OK;
+}
+
 static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t dev, void **ptr,
                               void **md)
 {
@@ -689,6 +807,19 @@ static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
     return NXL_ERR_BACKEND;
 }
 
+static void op_done(ucx_op_t *o, nxl_status_t ns, const char *why)
+{
+    if (!o->op)
+        return;
+    nxlt_op_t *op = o->op;
+    o->op = NULL;
+    o->u->inflight--;
+    o->conn->inflight--;
+    o->conn->progress_us = nxlt_now_us();
+    o->u->hit = true;
+    nxlt_op_done(op, ns, why);
+}
+
 /* Tells the engine (once); the op itself lives on until UCX is done with it. */
 static void op_report(ucx_op_t *o, ucs_status_t st)
 {
@@ -709,13 +840,7 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
                  "(link down, or the peer hung); the connection is given up — reload its "
                  "metadata once it is reachable", o->conn->name,
                  (unsigned long long)(o->u->stall_us / 1000));
-    nxlt_op_t *op = o->op;
-    o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
-    o->conn->progress_us = nxlt_now_us();
-    o->u->hit = true;
-    nxlt_op_done(op, ns, ns == NXL_SUCCESS ? NULL : why);
+    op_done(o, ns, ns == NXL_SUCCESS ? NULL : why);
 }
 
 static void op_free(ucx_op_t *o)
@@ -817,9 +942,16 @@ static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
  * [u32 n][n x (u64 remote address, u32 length)][the n elements' bytes]
  *
  * The target copies each element into its memory — only into regions it
- * registered with this transport, checked like an rkey would be — and then
+ * registered with this transport and has not deregistered, checked like an
+ * rkey would be, every element before any byte is written — and then
  * delivers the notification: one message instead of puts, a flush and a
- * notification. The op completes when the send does, as a notification's. */
+ * notification. The op completes when the send does, as a notification's:
+ * a message the target drops (malformed, or an element outside its
+ * regions: deregistered meanwhile) is logged there, its notification never
+ * delivered, and the initiator's transfer has succeeded. An answer would
+ * need the message's reply endpoint, which UCX 1.13 resolves from the
+ * sender's endpoint id: after the receiver replaced the sender's metadata
+ * (closing the endpoint that id names) it drops such messages unseen. */
 
 static void put_u32(unsigned char *b, uint32_t v)
 {
@@ -1155,6 +1287,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->efd = -1;
     LIST_INIT(&u->conns);
     LIST_INIT(&u->ops);
+    LIST_INIT(&u->sides);
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
@@ -1240,6 +1373,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         ap.cb = am_recv_write;
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
+    if (st == UCS_OK) {
+        ap.id = NXL_UCX_AM_REVOKE;
+        ap.cb = am_recv_revoke;
+        st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    }
     struct event_base *base = nxlt_base(ctx);
     u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, on_efd, u);
     u->ev_kick = evtimer_new(base, on_kick, u);
@@ -1268,6 +1406,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
 static bool holds_requests(ucx_t *u)
 {
     if (u->nclosing)
+        return true;
+    if (!LIST_EMPTY(&u->sides))
         return true;
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
@@ -1324,6 +1464,12 @@ static void destroy(void *state)
          * before the worker goes (it asserts on requests still owned) */
         while (u->nclosing)
             ucp_request_free(u->closing[--u->nclosing]);
+        while (!LIST_EMPTY(&u->sides)) {
+            ucx_side_t *m = LIST_FIRST(&u->sides);
+            LIST_REMOVE(m, link);
+            ucp_request_free(m->req);
+            free(m);
+        }
     }
     free(u->closing);
     if (u->ev_efd)
@@ -1367,6 +1513,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .destroy = destroy,
     .reg = reg,
     .dereg = dereg,
+    .revoke = revoke,
     .pack_key = pack_key,
     .mem_alloc = mem_alloc,
     .mem_free = mem_free,
