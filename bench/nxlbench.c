@@ -22,6 +22,7 @@
  * Modes: bandwidth (default), latency, desc_rate, idle. See --help. */
 #define _GNU_SOURCE
 #include <nxl.h>
+#include <pthread.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -65,6 +66,7 @@ static struct {
     bool check, recreate, spawn, pin, quiet;
     long depth;
     long busy_poll_us;
+    long threads;           /* --threads: a threaded initiator, posting from N threads */
     bool mem_nxl;
     int cuda_dev;
     const char *listen, *connect;
@@ -154,6 +156,8 @@ static void usage(FILE *f)
 "  --recreate_xfer           make a new transfer each iteration (default: prepared once)\n"
 "  --check_consistency       verify every byte after the timed part\n"
 "  --busy_poll_us N          agent busy polling after activity (default 0: sleep at once)\n"
+"  --threads N               the initiator's agent in threaded mode; desc_rate posts from\n"
+"                            N threads at once (default 0: the default mode, one thread)\n"
 "  --mem_source malloc|nxl   malloc'd memory registered (default), or nxl_mem_alloc\n"
 "  --latency_reply write|notif  latency pong: WRITE+notification (default) or a notification\n"
 "  --duration S              idle mode: seconds to stay idle (default 5)\n"
@@ -428,6 +432,8 @@ static void parse_args(int argc, char **argv)
             O.depth = parse_long(name, val, 1);
         } else if (!strcmp(name, "--busy_poll_us")) {
             O.busy_poll_us = parse_long(name, val, 0);
+        } else if (!strcmp(name, "--threads")) {
+            O.threads = parse_long(name, val, 0);
         } else if (!strcmp(name, "--mem_source")) {
             if (!strcmp(val, "malloc"))
                 O.mem_nxl = false;
@@ -674,6 +680,7 @@ static nxl_agent_t *make_agent(const char *name, const char *host, uint16_t port
     c.listen_port = port;
     c.etcd_endpoints = O.etcd;
     c.busy_poll_us = (unsigned)O.busy_poll_us;
+    c.threaded = O.threads > 0 && !strcmp(role, "initiator");
     c.log_level = NXL_LOG_INFO;
     c.log_cb = log_cb;
     c.log_arg = (void *)role;
@@ -1024,6 +1031,18 @@ static void wait_future(nxl_future_t *f, const char *what)
     nxl_future_release(f);
 }
 
+/* One reactor turn of the initiator; a threaded one runs on its own
+ * thread: sleep a little (its callbacks update what the caller polls). */
+static void i_turn(int timeout_ms)
+{
+    if (!O.threads) {
+        nxl_agent_run_once(I.a, timeout_ms);
+        return;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+}
+
 /* Sends a control request and waits for the target's answer. */
 static const char *ask(const char *fmt, ...)
 {
@@ -1039,7 +1058,7 @@ static const char *ask(const char *fmt, ...)
     wait_future(f, "control notification");
     uint64_t end = now_ns() + 60ull * 1000000000u;
     while (I.nreply == before && now_ns() < end)
-        nxl_agent_run_once(I.a, 1000);
+        i_turn(1000);
     if (I.nreply == before)
         die("initiator: no answer from the target to '%s' in 60 s", m);
     if (!strncmp(I.reply, "bad", 3))
@@ -1203,7 +1222,7 @@ static void run_until(long *counter, long target)
     uint64_t last = now_ns();
     long seen = *counter;
     while (*counter < target && !I.failed) {
-        nxl_agent_run_once(I.a, 1000);
+        i_turn(1000);
         if (*counter != seen) {
             seen = *counter;
             last = now_ns();
@@ -1343,7 +1362,7 @@ static size_t need_bytes(void)
     for (size_t i = 0; i < nv; i++) {
         size_t b = v[i];
         size_t m = O.mode == M_BW ? b * O.max_batch * (size_t)O.depth
-                   : O.mode == M_DESC ? b * O.max_batch
+                   : O.mode == M_DESC ? b * O.max_batch * (size_t)(O.threads > 1 ? O.threads : 1)
                    : O.mode == M_LAT  ? 2 * b
                                       : 4096;
         if (m > need)
@@ -1443,7 +1462,7 @@ static void run_lat(void)
             die("initiator: latency, block %zu: %s", bs, I.err);
         /* the last ping's own completion */
         for (int k = 0; k < 100 && nxl_xfer_status(L.x) == NXL_IN_PROG; k++)
-            nxl_agent_run_once(I.a, 10);
+            i_turn(10);
         nxl_xfer_release(L.x);
         if (O.check) {
             ask("chk %llu 0 %zu", (unsigned long long)seed, bs);
@@ -1484,6 +1503,84 @@ static void d_done(nxl_future_t *f, nxl_status_t st, void *arg)
     d_done_count++;
 }
 
+/* desc_rate --threads N: N threads each run the cycle of run_desc (prep
+ * both lists, make, post, wait, release) against the threaded agent; the
+ * rate is every thread's descriptors over the wall-clock time of the timed
+ * iterations (after a barrier that ends the warm-up). */
+typedef struct {
+    size_t n;
+    long warm, it;
+    const nxl_desc_t *ld, *rd;
+    pthread_barrier_t *bar;
+    uint64_t t0, t1;
+} dthr_t;
+
+static void *desc_thread(void *arg)
+{
+    dthr_t *d = arg;
+    for (long t = 0; t < d->warm + d->it; t++) {
+        if (t == d->warm) {
+            pthread_barrier_wait(d->bar);
+            d->t0 = now_ns();
+        }
+        nxl_prepped_t *lp, *rp;
+        nxl_xfer_t *x;
+        nxl_future_t *f;
+        if (nxl_prep(I.a, NULL, NXL_DRAM, d->ld, d->n, &lp) != NXL_SUCCESS ||
+            nxl_prep(I.a, T_NAME, NXL_DRAM, d->rd, d->n, &rp) != NXL_SUCCESS ||
+            nxl_xfer_make(I.a, O.op, lp, NULL, rp, NULL, d->n, NULL, &x) != NXL_SUCCESS ||
+            nxl_xfer_post(x, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: desc_rate thread: %s", nxl_agent_last_error(I.a));
+        nxl_status_t st = nxl_future_wait(f, 30000);
+        if (st != NXL_SUCCESS)
+            die("initiator: desc_rate thread: transfer %s", nxl_status_name(st));
+        nxl_future_release(f);
+        nxl_xfer_release(x);
+        nxl_prepped_release(lp);
+        nxl_prepped_release(rp);
+    }
+    d->t1 = now_ns();
+    return NULL;
+}
+
+static void run_desc_threads(size_t n, size_t bs, long warm, long it)
+{
+    int nt = (int)O.threads;
+    pthread_t th[256];
+    dthr_t d[256];
+    pthread_barrier_t bar;
+    if (nt > 256)
+        die("--threads: at most 256");
+    /* each thread its own part of the buffers */
+    size_t per = n * bs;
+    if (per * nt > I.rlen || per * nt > I.buf.len)
+        die("desc_rate --threads %d: %d x %zu x %zu B do not fit in the %zu B buffer "
+            "(--total_buffer_size)", nt, nt, n, bs, I.buf.len);
+    pthread_barrier_init(&bar, NULL, (unsigned)nt);
+    for (int k = 0; k < nt; k++) {
+        nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
+        for (size_t j = 0; j < n; j++) {
+            ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + k * per + j * bs, .len = bs};
+            rd[j] = (nxl_desc_t){.addr = I.raddr + k * per + j * bs, .len = bs};
+        }
+        d[k] = (dthr_t){.n = n, .warm = warm, .it = it, .ld = ld, .rd = rd, .bar = &bar};
+        pthread_create(&th[k], NULL, desc_thread, &d[k]);
+    }
+    uint64_t t0 = UINT64_MAX, t1 = 0;
+    for (int k = 0; k < nt; k++) {
+        pthread_join(th[k], NULL);
+        t0 = d[k].t0 < t0 ? d[k].t0 : t0;
+        t1 = d[k].t1 > t1 ? d[k].t1 : t1;
+        free((void *)d[k].ld);
+        free((void *)d[k].rd);
+    }
+    pthread_barrier_destroy(&bar);
+    double sec = (t1 - t0) / 1e9;
+    printf("# desc_rate %zu x %zu B, %d threads x %ld iterations: %.3f s, %.2f Mdesc/s "
+           "(prep + make + post + completion + release, wall clock)\n", n, bs, nt, it, sec,
+           (double)n * it * nt / sec / 1e6);
+}
+
 static void run_desc(void)
 {
     size_t v[64], nv;
@@ -1506,6 +1603,13 @@ static void run_desc(void)
             long warm, it = row_iters(n * bs, &warm);
             if (it < 3 && O.num_iter >= 3)
                 it = 3;
+            if (O.threads) {
+                run_desc_threads(n, bs, warm, it);
+                free(ld), free(rd);
+                progress(++k, nrows, what);
+                continue;
+            }
+            uint64_t w0 = 0;
             double *pl = calloc((size_t)it, sizeof(double)), *pr = calloc((size_t)it, sizeof(double)),
                    *mk = calloc((size_t)it, sizeof(double)), *pp = calloc((size_t)it, sizeof(double)),
                    *po = calloc((size_t)it, sizeof(double)), *cp = calloc((size_t)it, sizeof(double));
@@ -1513,6 +1617,8 @@ static void run_desc(void)
                 nxl_prepped_t *lp, *rp;
                 nxl_xfer_t *x;
                 uint64_t t0 = now_ns();
+                if (t == warm)
+                    w0 = t0;
                 if (nxl_prep(I.a, NULL, NXL_DRAM, ld, n, &lp) != NXL_SUCCESS)
                     die("initiator: nxl_prep (local): %s", nxl_agent_last_error(I.a));
                 uint64_t t1 = now_ns();
@@ -1542,6 +1648,10 @@ static void run_desc(void)
                 nxl_prepped_release(lp);
                 nxl_prepped_release(rp);
             }
+            double wsec = (now_ns() - w0) / 1e9;
+            printf("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.2f Mdesc/s "
+                   "(prep + make + post + completion + release, wall clock)\n", n, bs, it, wsec,
+                   (double)n * it / wsec / 1e6);
             if (O.check)
                 consistency_verify(seed, n * bs);
             row_t *w = &I.rows[I.nrows++];
@@ -1876,10 +1986,13 @@ static int initiator_main(const char *host, uint16_t port)
 
     if (nxl_notif_send(I.a, T_NAME, "quit", 4, NULL, NULL, &f) == NXL_SUCCESS)
         wait_future(f, "telling the target to quit");
-    printf("# nxlbench %s, %s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us %ld%s\n",
+    printf("# nxlbench %s, %s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us %ld%s",
            mode_names[O.mode], O.backend, O.op == NXL_READ ? "READ" : "WRITE",
            O.iseg, O.mem_nxl ? "nxl" : "malloc", O.depth, O.busy_poll_us,
            O.recreate ? ", recreate_xfer" : "");
+    if (O.threads)
+        printf(", threaded initiator, %ld threads", O.threads);
+    printf("\n");
     print_table(stdout);
     fflush(stdout);
     if (O.json)
