@@ -1032,14 +1032,16 @@ static void wait_future(nxl_future_t *f, const char *what)
 }
 
 /* One reactor turn of the initiator; a threaded one runs on its own
- * thread: sleep a little (its callbacks update what the caller polls). */
+ * thread: sleep a millisecond (its callbacks update what the caller polls,
+ * and take their own timings: a 1 ms poll here only ends a row later, and
+ * leaves the 2 cores to the reactor threads). */
 static void i_turn(int timeout_ms)
 {
     if (!O.threads) {
         nxl_agent_run_once(I.a, timeout_ms);
         return;
     }
-    struct timespec ts = {0, 100000};
+    struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
 }
 
