@@ -1525,9 +1525,9 @@ static void *desc_thread(void *arg)
             pthread_barrier_wait(d->bar);
             d->t0 = now_ns();
         }
-        nxl_prepped_t *lp, *rp;
-        nxl_xfer_t *x;
-        nxl_future_t *f;
+        nxl_prepped_t *lp = NULL, *rp = NULL;
+        nxl_xfer_t *x = NULL;
+        nxl_future_t *f = NULL;
         if (nxl_prep(I.a, NULL, NXL_DRAM, d->ld, d->n, &lp) != NXL_SUCCESS ||
             nxl_prep(I.a, T_NAME, NXL_DRAM, d->rd, d->n, &rp) != NXL_SUCCESS ||
             nxl_xfer_make(I.a, O.op, lp, NULL, rp, NULL, d->n, NULL, &x) != NXL_SUCCESS ||
