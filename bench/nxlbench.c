@@ -1578,7 +1578,7 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
     }
     pthread_barrier_destroy(&bar);
     double sec = (t1 - t0) / 1e9;
-    printf("# desc_rate %zu x %zu B, %d threads x %ld iterations: %.3f s, %.2f Mdesc/s "
+    printf("# desc_rate %zu x %zu B, %d threads x %ld iterations: %.3f s, %.3f Mdesc/s "
            "(prep + make + post + completion + release, wall clock)\n", n, bs, nt, it, sec,
            (double)n * it * nt / sec / 1e6);
 }
@@ -1651,7 +1651,7 @@ static void run_desc(void)
                 nxl_prepped_release(rp);
             }
             double wsec = (now_ns() - w0) / 1e9;
-            printf("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.2f Mdesc/s "
+            printf("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.3f Mdesc/s "
                    "(prep + make + post + completion + release, wall clock)\n", n, bs, it, wsec,
                    (double)n * it / wsec / 1e6);
             if (O.check)

@@ -80,7 +80,9 @@
  *   another thread posts it is such a use. Two threads posting one transfer
  *   at once: one post starts, the other returns NXL_ERR_REPOST_ACTIVE.
  *   Strings a call returns (nxl_future_error(), nxl_future_peer()) live as
- *   long as the future. Arrays and strings passed in are read during the
+ *   long as the future. As in the default mode, a future still held when
+ *   its agent is destroyed stays valid (status, error, release) and is
+ *   then its holder's alone. Arrays and strings passed in are read during the
  *   call only, as in the default mode. nxl_agent_base() is for the reactor
  *   thread only (from callbacks).
  * - nxl_agent_destroy() may be called from any thread but the reactor

@@ -349,8 +349,21 @@ START_TEST(foreign_wait)
     ck_sentence(nxl_agent_last_error(I), "threaded");
     ck_assert_int_eq(nxl_agent_run(I), NXL_ERR_NOT_ALLOWED);
     nxl_agent_stop(I); /* nothing */
+    /* a future held past its agent's destroy is still the caller's (rule 4),
+     * one completed and one canceled by the teardown */
+    nxl_future_t *kept, *pending;
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &kept), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(kept, 10000), NXL_SUCCESS);
+    lfd = silent_listener(&port);
+    ck_assert_int_eq(nxl_md_fetch(I, NULL, "127.0.0.1", port, NULL, NULL, &pending), NXL_SUCCESS);
     nxl_xfer_release(x);
     nxl_agent_destroy(I);
+    ck_assert_int_eq(nxl_future_status(kept), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_status(pending), NXL_ERR_CANCELED);
+    ck_assert(is_sentence(nxl_future_error(pending)));
+    nxl_future_release(kept);
+    nxl_future_release(pending);
+    close(lfd);
     nxl_agent_destroy(T);
 }
 END_TEST

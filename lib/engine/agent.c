@@ -75,6 +75,7 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
     LIST_INIT(&a->ops);
+    LIST_INIT(&a->tfutures);
     TAILQ_INIT(&a->pending);
     TAILQ_INIT(&a->deliver);
     STAILQ_INIT(&a->notifs);
@@ -204,6 +205,13 @@ void nxli_agent_teardown(nxl_agent_t *a)
         free(n->from);
         free(n->msg);
         free(n);
+    }
+    /* futures the application still holds outlive the agent (rule 4):
+     * from now on they are its alone, called directly */
+    nxl_future_t *f;
+    while ((f = LIST_FIRST(&a->tfutures))) {
+        LIST_REMOVE(f, alink);
+        f->mt = false;
     }
 }
 

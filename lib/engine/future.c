@@ -19,6 +19,8 @@ static void future_unref(nxl_future_t *f);
 
 static void future_free(nxl_future_t *f)
 {
+    if (f->mt)
+        LIST_REMOVE(f, alink);
     nxli_cb_t *c = f->cbs;
     while (c) {
         nxli_cb_t *n = c->next;
@@ -65,6 +67,10 @@ nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb,
     if (cb && add_cb(f, cb, arg) != NXL_SUCCESS) {
         free(f);
         return NULL;
+    }
+    if (a->thr) { /* threaded: known to the agent, to be let go at teardown */
+        f->mt = true;
+        LIST_INSERT_HEAD(&a->tfutures, f, alink);
     }
     TAILQ_INSERT_TAIL(&a->pending, f, plink);
     return f;
@@ -282,7 +288,7 @@ void **nxlt_op_priv(nxlt_op_t *op)
 
 nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 {
-    if (f && nxli_thread_foreign(f->agent))
+    if (f && nxli_future_foreign(f))
         return nxli_rpc_future_then(f, cb, arg);
     if (!f || !cb)
         return NXL_ERR_INVALID_PARAM;
@@ -297,28 +303,28 @@ nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 
 nxl_status_t nxl_future_status(const nxl_future_t *f)
 {
-    if (nxli_thread_foreign(f->agent))
+    if (nxli_future_foreign(f))
         return nxli_rpc_future_status(f);
     return f->settled ? f->status : NXL_IN_PROG;
 }
 
 const char *nxl_future_error(const nxl_future_t *f)
 {
-    if (nxli_thread_foreign(f->agent))
+    if (nxli_future_foreign(f))
         return nxli_rpc_future_error(f);
     return f->settled && f->err ? f->err : "";
 }
 
 const char *nxl_future_peer(const nxl_future_t *f)
 {
-    if (nxli_thread_foreign(f->agent))
+    if (nxli_future_foreign(f))
         return nxli_rpc_future_peer(f);
     return f->settled && f->status == NXL_SUCCESS ? f->peer : NULL;
 }
 
 void nxl_future_release(nxl_future_t *f)
 {
-    if (f && nxli_thread_foreign(f->agent)) {
+    if (f && nxli_future_foreign(f)) {
         nxli_rpc_future_release(f);
         return;
     }
@@ -360,7 +366,7 @@ static void cancel_impl(nxl_future_t *f, bool now)
 
 void nxl_future_cancel(nxl_future_t *f)
 {
-    if (f && nxli_thread_foreign(f->agent)) {
+    if (f && nxli_future_foreign(f)) {
         nxli_rpc_future_cancel(f);
         return;
     }
@@ -369,7 +375,7 @@ void nxl_future_cancel(nxl_future_t *f)
 
 nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
 {
-    if (f && nxli_thread_foreign(f->agent))
+    if (f && nxli_future_foreign(f))
         return nxli_thread_wait(f, timeout_ms);
     if (!f)
         return NXL_ERR_INVALID_PARAM;

@@ -128,6 +128,8 @@ struct nxl_future {
     nxl_future_t **children;
     size_t nchildren, nleft;
     nxli_waiter_t *waiters; /* threads in nxl_future_wait() (threads.c) */
+    bool mt;                /* its agent is threaded and alive: calls are marshalled */
+    LIST_ENTRY(nxl_future) alink; /* the threaded agent's futures (tfutures) */
     TAILQ_ENTRY(nxl_future) plink;  /* pending list */
     TAILQ_ENTRY(nxl_future) dlink;  /* delivery queue */
 };
@@ -262,6 +264,7 @@ struct nxl_agent {
     unsigned etcd_ttl_s;
     uint16_t listen_port;
     struct nxli_thr *thr;       /* threaded mode: the reactor thread (threads.c); NULL by default */
+    LIST_HEAD(, nxl_future) tfutures; /* threaded mode: every live future (mt) */
 };
 
 /* util.c */

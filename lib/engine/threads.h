@@ -22,6 +22,10 @@ bool nxli_thread_foreign_slow(const nxl_agent_t *a);
 #define nxli_thread_foreign(a) (__builtin_expect((a)->thr != NULL, 0) && \
                                 nxli_thread_foreign_slow(a))
 
+/* a future of a threaded agent, called from another thread; a future
+ * held after its agent was destroyed is the caller's alone (mt cleared) */
+#define nxli_future_foreign(f) (__builtin_expect((f)->mt, 0) && nxli_thread_foreign_slow((f)->agent))
+
 /* agent.c calls these */
 nxl_status_t nxli_thread_start(nxl_agent_t *a);      /* at the end of nxl_agent_create */
 void nxli_thread_destroy(nxl_agent_t *a);            /* nxl_agent_destroy of a threaded agent */
