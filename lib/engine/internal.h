@@ -200,7 +200,10 @@ typedef struct nxli_notif {
 struct nxli_exchange;
 
 /* ---- the agent */
-#define NXLI_SPARES 4            /* large arrays an agent keeps for reuse */
+#define NXLI_SPARES 32           /* large arrays an agent keeps for reuse: */
+/* 4 in the default mode; a threaded agent serves many threads' prepared
+ * lists and transfers at once, each with its arrays */
+#define NXLI_SPARES_USED(a) ((a)->thr ? NXLI_SPARES : 4)
 #define NXLI_SPARE_MIN (64 * 1024) /* smaller ones go back to malloc at once */
 
 struct nxl_agent {

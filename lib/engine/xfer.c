@@ -21,7 +21,7 @@ static void *big_alloc(nxl_agent_t *a, size_t n, size_t size)
     size_t len = n * size;
     if (len >= NXLI_SPARE_MIN) {
         int best = -1;
-        for (int i = 0; i < NXLI_SPARES; i++)
+        for (int i = 0; i < NXLI_SPARES_USED(a); i++)
             if (a->spare[i] && a->spare_cap[i] >= len &&
                 (best < 0 || a->spare_cap[i] < a->spare_cap[best]))
                 best = i;
@@ -39,7 +39,7 @@ static void big_free(nxl_agent_t *a, void *p)
     size_t cap = p ? malloc_usable_size(p) : 0;
     if (cap >= NXLI_SPARE_MIN) {
         int k = 0; /* an empty slot, else the smallest one */
-        for (int i = 0; i < NXLI_SPARES; i++) {
+        for (int i = 0; i < NXLI_SPARES_USED(a); i++) {
             if (!a->spare[i]) {
                 k = i;
                 break;
