@@ -674,7 +674,8 @@ NXL_API void nxl_xfer_release(nxl_xfer_t *x);
 NXL_API nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg);
 /**
  * Runs the reactor until the future is complete and its callbacks ran, or
- * @p timeout_ms passed (negative: no limit).
+ * @p timeout_ms passed (negative: no limit). Threaded mode: from any thread
+ * but the reactor's, sleeps until then instead (see Threads).
  * @return its final status; NXL_IN_PROG on timeout; NXL_ERR_NOT_ALLOWED
  *         when called from inside a callback (the reactor cannot be re-entered).
  */
