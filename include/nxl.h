@@ -44,10 +44,57 @@
  *
  * # Threads
  *
- * An agent belongs to the thread that runs its reactor: every call on an
- * agent, on its transfers and on its futures must be made from that thread
- * (as with libevent's event_base and hiredis' contexts). Different agents may
- * live on different threads. Callbacks always run on the reactor thread.
+ * By default an agent belongs to the thread that runs its reactor: every
+ * call on an agent, on its transfers and on its futures must be made from
+ * that thread (as with libevent's event_base and hiredis' contexts).
+ * Different agents may live on different threads. Callbacks always run on
+ * the reactor thread.
+ *
+ * Threaded mode (nxl_agent_config_t.threaded = 1): the agent makes an event
+ * base of its own and a thread that runs it, from nxl_agent_create() until
+ * nxl_agent_destroy(). Then:
+ *
+ * - Every call on the agent, its backends, prepared lists, transfers and
+ *   futures may be made from any thread. A call made from another thread
+ *   runs on the reactor thread, and each thread's calls run in the order
+ *   it made them; the caller waits for the result. Releases and cancels
+ *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),
+ *   nxl_prepped_release()) return at once and take effect before the
+ *   thread's next call on the agent.
+ * - Callbacks (completions, notifications, log lines) run on the reactor
+ *   thread, never on the calling thread. A callback may call the API (the
+ *   call runs directly, no hand-over); a callback that blocks stalls the
+ *   agent.
+ * - nxl_future_wait() from another thread sleeps (no polling) until the
+ *   future settles (rule 3: its callbacks ran) or the timeout passes; from
+ *   a callback it returns NXL_ERR_NOT_ALLOWED. nxl_agent_run() and
+ *   nxl_agent_run_once() return NXL_ERR_NOT_ALLOWED; nxl_agent_stop() does
+ *   nothing.
+ * - nxl_agent_last_error() called from another thread gives the sentence
+ *   of the last failed call this thread made on the agent; a failure that
+ *   happens later, asynchronously, leaves its sentence in nxl_future_error().
+ * - Ownership does not change with threads: the reference a call hands out
+ *   through @c out belongs to whoever holds the pointer, on any thread,
+ *   until it is released; a handle released by one thread must not be used
+ *   by another afterwards (as with free()), and a transfer released while
+ *   another thread posts it is such a use. Two threads posting one transfer
+ *   at once: one post starts, the other returns NXL_ERR_REPOST_ACTIVE.
+ *   Strings a call returns (nxl_future_error(), nxl_future_peer()) live as
+ *   long as the future. As in the default mode, a future still held when
+ *   its agent is destroyed stays valid (status, error, release) and is
+ *   then its holder's alone. Arrays and strings passed in are read during the
+ *   call only, as in the default mode. nxl_agent_base() is for the reactor
+ *   thread only (from callbacks).
+ * - nxl_agent_destroy() may be called from any thread but the reactor
+ *   thread (from a callback it logs an error and leaves the agent alone):
+ *   pending futures complete with NXL_ERR_CANCELED, their callbacks run on
+ *   the reactor thread exactly once, then the thread is joined. Calls made
+ *   by other threads once destroy began are a use after free.
+ *
+ * The default mode costs nothing for this: each call tests one pointer.
+ * A call from another thread costs a queue append under a mutex, an
+ * eventfd write per batch of calls and a semaphore wake-up (see the
+ * README's thread model for the numbers).
  *
  * # Errors
  *
@@ -219,6 +266,10 @@ typedef struct nxl_agent_config {
     const char *tls_cert_file;
     const char *tls_key_file;
     const char *tls_ca_file;
+    /** 1: the agent runs its reactor on a thread of its own and every call
+     * may be made from any thread (see "Threads" above); @c base must be
+     * NULL. 0 (default): the agent belongs to the thread that runs it. */
+    int threaded;
 } nxl_agent_config_t;
 
 /** Fills @p cfg with defaults. */
@@ -642,7 +693,8 @@ NXL_API void nxl_xfer_release(nxl_xfer_t *x);
 NXL_API nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg);
 /**
  * Runs the reactor until the future is complete and its callbacks ran, or
- * @p timeout_ms passed (negative: no limit).
+ * @p timeout_ms passed (negative: no limit). Threaded mode: from any thread
+ * but the reactor's, sleeps until then instead (see Threads).
  * @return its final status; NXL_IN_PROG on timeout; NXL_ERR_NOT_ALLOWED
  *         when called from inside a callback (the reactor cannot be re-entered).
  */

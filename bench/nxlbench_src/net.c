@@ -3,6 +3,7 @@
  * (target.c) answers its control notifications. */
 #include "nxlbench.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ static const char *ask(const char *fmt, ...)
     wait_future(f, "control notification");
     uint64_t end = now_ns() + 60ull * 1000000000u;
     while (I.nreply == before && now_ns() < end)
-        nxl_agent_run_once(RUN.a, 1000);
+        agent_turn(1000);
     if (I.nreply == before)
         die("initiator: no answer from the target to '%s' in 60 s", m);
     if (!strncmp(I.reply, "bad", 3))
@@ -257,7 +258,7 @@ static void run_lat(void)
             die("initiator: latency, block %zu: %s", bs, RUN.err);
         /* the last ping's own completion */
         for (int k = 0; k < 100 && nxl_xfer_status(L.x) == NXL_IN_PROG; k++)
-            nxl_agent_run_once(RUN.a, 10);
+            agent_turn(10);
         nxl_xfer_release(L.x);
         if (O.check) {
             ask("chk %llu 0 %zu", (unsigned long long)seed, bs);
@@ -298,6 +299,82 @@ static void d_done(nxl_future_t *f, nxl_status_t st, void *arg)
     d_done_count++;
 }
 
+/* desc_rate --threads N: N threads each run the cycle of run_desc (prep
+ * both lists, make, post, wait, release) against the threaded agent; the
+ * rate is every thread's descriptors over the wall-clock time of the timed
+ * iterations (after a barrier that ends the warm-up). */
+typedef struct {
+    size_t n;
+    long warm, it;
+    const nxl_desc_t *ld, *rd;
+    pthread_barrier_t *bar;
+    uint64_t t0, t1;
+} dthr_t;
+
+static void *desc_thread(void *arg)
+{
+    dthr_t *d = arg;
+    for (long t = 0; t < d->warm + d->it; t++) {
+        if (t == d->warm) {
+            pthread_barrier_wait(d->bar);
+            d->t0 = now_ns();
+        }
+        nxl_prepped_t *lp = NULL, *rp = NULL;
+        nxl_xfer_t *x = NULL;
+        nxl_future_t *f = NULL;
+        if (nxl_prep(RUN.a, NULL, NXL_DRAM, d->ld, d->n, &lp) != NXL_SUCCESS ||
+            nxl_prep(RUN.a, T_NAME, NXL_DRAM, d->rd, d->n, &rp) != NXL_SUCCESS ||
+            nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, d->n, NULL, &x) != NXL_SUCCESS ||
+            nxl_xfer_post(x, NULL, NULL, &f) != NXL_SUCCESS)
+            die("initiator: desc_rate thread: %s", nxl_agent_last_error(RUN.a));
+        nxl_status_t st = nxl_future_wait(f, 30000);
+        if (st != NXL_SUCCESS)
+            die("initiator: desc_rate thread: transfer %s", nxl_status_name(st));
+        nxl_future_release(f);
+        nxl_xfer_release(x);
+        nxl_prepped_release(lp);
+        nxl_prepped_release(rp);
+    }
+    d->t1 = now_ns();
+    return NULL;
+}
+
+static void run_desc_threads(size_t n, size_t bs, long warm, long it)
+{
+    int nt = (int)O.threads;
+    pthread_t th[256];
+    dthr_t d[256];
+    pthread_barrier_t bar;
+    /* each thread its own part of the buffers */
+    size_t per = n * bs;
+    if (per * (size_t)nt > I.rlen || per * (size_t)nt > I.buf.len)
+        die("desc_rate --threads %d: %d x %zu x %zu B do not fit in the %zu B buffer "
+            "(--total_buffer_size)", nt, nt, n, bs, I.buf.len);
+    pthread_barrier_init(&bar, NULL, (unsigned)nt);
+    for (int k = 0; k < nt; k++) {
+        nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
+        for (size_t j = 0; j < n; j++) {
+            ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + k * per + j * bs, .len = bs};
+            rd[j] = (nxl_desc_t){.addr = I.raddr + k * per + j * bs, .len = bs};
+        }
+        d[k] = (dthr_t){.n = n, .warm = warm, .it = it, .ld = ld, .rd = rd, .bar = &bar};
+        pthread_create(&th[k], NULL, desc_thread, &d[k]);
+    }
+    uint64_t t0 = UINT64_MAX, t1 = 0;
+    for (int k = 0; k < nt; k++) {
+        pthread_join(th[k], NULL);
+        t0 = d[k].t0 < t0 ? d[k].t0 : t0;
+        t1 = d[k].t1 > t1 ? d[k].t1 : t1;
+        free((void *)d[k].ld);
+        free((void *)d[k].rd);
+    }
+    pthread_barrier_destroy(&bar);
+    double sec = (double)(t1 - t0) / 1e9;
+    report("# desc_rate %zu x %zu B, %d threads x %ld iterations: %.3f s, %.3f Mdesc/s "
+           "(prep + make + post + completion + release, wall clock)\n", n, bs, nt, it, sec,
+           (double)n * (double)it * nt / sec / 1e6);
+}
+
 static void run_desc(void)
 {
     size_t v[64], nv;
@@ -320,6 +397,13 @@ static void run_desc(void)
             long warm, it = row_iters(n * bs, &warm);
             if (it < 3 && O.num_iter >= 3)
                 it = 3;
+            if (O.threads) {
+                run_desc_threads(n, bs, warm, it);
+                free(ld), free(rd);
+                progress(++k, nrows, what);
+                continue;
+            }
+            uint64_t w0 = 0;
             double *pl = calloc((size_t)it, sizeof(double)), *pr = calloc((size_t)it, sizeof(double)),
                    *mk = calloc((size_t)it, sizeof(double)), *pp = calloc((size_t)it, sizeof(double)),
                    *po = calloc((size_t)it, sizeof(double)), *cp = calloc((size_t)it, sizeof(double));
@@ -327,6 +411,8 @@ static void run_desc(void)
                 nxl_prepped_t *lp, *rp;
                 nxl_xfer_t *x;
                 uint64_t t0 = now_ns();
+                if (t == warm)
+                    w0 = t0;
                 if (nxl_prep(RUN.a, NULL, NXL_DRAM, ld, n, &lp) != NXL_SUCCESS)
                     die("initiator: nxl_prep (local): %s", nxl_agent_last_error(RUN.a));
                 uint64_t t1 = now_ns();
@@ -356,6 +442,10 @@ static void run_desc(void)
                 nxl_prepped_release(lp);
                 nxl_prepped_release(rp);
             }
+            double wsec = (double)(now_ns() - w0) / 1e9;
+            report("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.3f Mdesc/s "
+                   "(prep + make + post + completion + release, wall clock)\n", n, bs, it, wsec,
+                   (double)n * (double)it / wsec / 1e6);
             if (O.check)
                 consistency_verify(seed, n * bs);
             row_t *w = report_row();
@@ -390,7 +480,10 @@ static void run_idle(void)
     uint64_t t;
     while ((t = now_ns()) < end) {
         uint64_t left_ms = (end - t + 999999) / 1000000;
-        nxl_agent_run_once(RUN.a, left_ms > 1000000 ? 1000000 : (int)left_ms);
+        if (O.threads)
+            agent_turn(0);
+        else
+            nxl_agent_run_once(RUN.a, left_ms > 1000000 ? 1000000 : (int)left_ms);
     }
     usage_now(&c1, &nv1, &niv1);
     double sec = (now_ns() - t0) / 1e9;
@@ -469,10 +562,10 @@ int initiator_main(const char *host, uint16_t port)
 
     if (nxl_notif_send(RUN.a, T_NAME, "quit", 4, NULL, NULL, &f) == NXL_SUCCESS)
         wait_future(f, "telling the target to quit");
-    report("# nxlbench %s, %s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us %ld%s\n",
+    report("# nxlbench %s, %s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us %ld%s%s\n",
            mode_names[O.mode], O.backend, O.op == NXL_READ ? "READ" : "WRITE",
            O.iseg, O.mem_nxl ? "nxl" : "malloc", O.depth, O.busy_poll_us,
-           O.recreate ? ", recreate_xfer" : "");
+           O.recreate ? ", recreate_xfer" : "", O.threads ? ", threaded initiator" : "");
     buf_free(RUN.a, &I.buf);
     nxl_agent_destroy(RUN.a);
     return report_plot_after_run();

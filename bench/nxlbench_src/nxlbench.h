@@ -49,6 +49,7 @@ typedef struct nb_opts {
     bool check, recreate, spawn, pin, quiet;
     long depth;
     long busy_poll_us;
+    long threads;           /* --threads: a threaded initiator, posting from N threads */
     bool mem_nxl;
     int cuda_dev;
     const char *listen, *connect;
@@ -166,6 +167,7 @@ void usage_now(double *cpu_s, long *nvcsw, long *nivcsw);
 
 /* runs RUN.a until *counter reaches target, failing after stall_s without progress */
 void run_until(long *counter, long target, int stall_s);
+void agent_turn(int timeout_ms);
 /* timed iterations of a row moving bytes_per_iter each; *warm: its warm-up */
 long row_iters(size_t bytes_per_iter, long *warm);
 /* the block sizes of the sweep */

@@ -74,6 +74,8 @@ static void usage(FILE *f)
 "  --recreate_xfer           make a new transfer each iteration (default: prepared once)\n"
 "  --check_consistency       verify every byte after the timed part\n"
 "  --busy_poll_us N          agent busy polling after activity (default 0: sleep at once)\n"
+"  --threads N               the initiator's agent in threaded mode; desc_rate posts from\n"
+"                            N threads at once (default 0: the default mode, one thread)\n"
 "  --mem_source malloc|nxl   malloc'd memory registered (default), or nxl_mem_alloc\n"
 "  --latency_reply write|notif  latency pong: WRITE+notification (default) or a notification\n"
 "  --duration S              idle mode: seconds to stay idle (default 5)\n"
@@ -359,6 +361,7 @@ static const cli_opt_t opts[] = {
     SWITCH("recreate_xfer", &O.recreate),
     SWITCH("check_consistency", &O.check),
     VALUE("busy_poll_us", cli_set_long, &O.busy_poll_us, .min = 0),
+    VALUE("threads", cli_set_long, &O.threads, .min = 0, .max = 256),
     VALUE("mem_source", set_pair, &O.mem_nxl),
     VALUE("latency_reply", set_pair, &O.reply_notif),
     VALUE("duration", set_duration, &O.duration),

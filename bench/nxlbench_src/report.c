@@ -175,6 +175,7 @@ static cJSON *json_flags(void)
     cJSON_AddBoolToObject(f, "recreate_xfer", O.recreate);
     whole(f, "pipeline_depth", (double)O.depth);
     whole(f, "busy_poll_us", (double)O.busy_poll_us);
+    whole(f, "threads", (double)O.threads);
     cJSON_AddStringToObject(f, "mem_source", O.mem_nxl ? "nxl" : "malloc");
     cJSON_AddStringToObject(f, "latency_reply", O.reply_notif ? "notif" : "write");
     cJSON_AddBoolToObject(f, "pin", O.pin);

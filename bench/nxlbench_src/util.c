@@ -126,6 +126,7 @@ nxl_agent_t *make_agent(const char *name, const char *host, uint16_t port, const
     c.listen_port = port;
     c.etcd_endpoints = O.etcd;
     c.busy_poll_us = (unsigned)O.busy_poll_us;
+    c.threaded = O.threads > 0 && !strcmp(role, "initiator");
     c.log_level = NXL_LOG_INFO;
     c.log_cb = log_cb;
     c.log_arg = (void *)role;
@@ -237,12 +238,26 @@ uint64_t next_seed(void)
     return (uint64_t)getpid() * 1000 + seed_counter++;
 }
 
+/* One reactor turn of the initiator; a threaded one runs on its own
+ * thread: sleep a millisecond (its callbacks update what the caller polls,
+ * and take their own timings: a 1 ms poll here only ends a row later, and
+ * leaves the cores to the reactor threads). */
+void agent_turn(int timeout_ms)
+{
+    if (!O.threads) {
+        nxl_agent_run_once(RUN.a, timeout_ms);
+        return;
+    }
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+}
+
 void run_until(long *counter, long target, int stall_s)
 {
     uint64_t last = now_ns();
     long seen = *counter;
     while (*counter < target && !RUN.failed) {
-        nxl_agent_run_once(RUN.a, 1000);
+        agent_turn(1000);
         if (*counter != seen) {
             seen = *counter;
             last = now_ns();
@@ -288,7 +303,7 @@ size_t need_bytes(void)
     for (size_t i = 0; i < nv; i++) {
         size_t b = v[i];
         size_t m = O.mode == M_BW ? b * O.max_batch * (size_t)O.depth
-                   : O.mode == M_DESC ? b * O.max_batch
+                   : O.mode == M_DESC ? b * O.max_batch * (size_t)(O.threads > 1 ? O.threads : 1)
                    : O.mode == M_LAT  ? 2 * b
                                       : 4096;
         if (m > need)

@@ -16,7 +16,7 @@ void nxl_agent_config_init(nxl_agent_config_t *cfg)
 static void deliver_cb(evutil_socket_t fd, short what, void *arg)
 {
     nxl_agent_t *a = arg;
-    nxli_deliver(a);
+    nxli_deliver_turn(a);
     if (a->notif_cb)
         nxl_notifs_drain(a, a->notif_cb, a->notif_arg);
 }
@@ -75,11 +75,31 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
     LIST_INIT(&a->ops);
+    LIST_INIT(&a->tfutures);
     TAILQ_INIT(&a->pending);
     TAILQ_INIT(&a->deliver);
     STAILQ_INIT(&a->notifs);
+    bool threaded = CFG_HAS(threaded) && cfg->threaded;
+    if (threaded && cfg->base) {
+        nxli_set_create_error("nxl_agent_create: a threaded agent runs an event base of its own "
+                              "on its reactor thread; leave base NULL, or embed the agent "
+                              "without threaded");
+        nxl_agent_destroy(a);
+        return NXL_ERR_INVALID_PARAM;
+    }
     if (cfg->base) {
         a->base = cfg->base;
+    } else if (threaded) {
+        /* libevent runs callbacks activated by callbacks before it polls
+         * again: a callback that re-posts a transfer the transport finishes
+         * at once would keep the reactor from the other threads' calls
+         * (its eventfd) for ever. Poll again after every 8 callbacks. */
+        struct event_config *ec = event_config_new();
+        if (ec && event_config_set_max_dispatch_interval(ec, NULL, 8, 0) == 0)
+            a->base = event_base_new_with_config(ec);
+        if (ec)
+            event_config_free(ec);
+        a->own_base = true;
     } else {
         a->base = event_base_new();
         a->own_base = true;
@@ -126,7 +146,6 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
             }
         }
     }
-#undef CFG_HAS
     if (maddr && *maddr) {
         nxl_status_t st = nxli_metrics_start(a, maddr);
         if (st != NXL_SUCCESS) {
@@ -143,8 +162,18 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
             return st;
         }
     }
-    nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s event base%s)", a->name,
-             a->own_base ? "own" : "embedded", a->listen_port ? ", metadata listener up" : "");
+    if (threaded) {
+        nxl_status_t st = nxli_thread_start(a);
+        if (st != NXL_SUCCESS) {
+            nxli_set_create_error("%s", a->err);
+            nxl_agent_destroy(a);
+            return st;
+        }
+    }
+#undef CFG_HAS
+    nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s event base%s%s)", a->name,
+             a->own_base ? "own" : "embedded", a->listen_port ? ", metadata listener up" : "",
+             a->thr ? ", reactor on its own thread" : "");
     *out = a;
     return NXL_SUCCESS;
 }
@@ -153,6 +182,18 @@ void nxl_agent_destroy(nxl_agent_t *a)
 {
     if (!a)
         return;
+    if (a->thr) {
+        nxli_thread_destroy(a); /* teardown on the reactor thread, join, free */
+        return;
+    }
+    nxli_agent_teardown(a);
+    nxli_agent_free(a);
+}
+
+/* Everything but the event base, its events and the struct: callbacks of
+ * pending futures run here (on the reactor thread in threaded mode). */
+void nxli_agent_teardown(nxl_agent_t *a)
+{
     /* transports that move data on their own (the kernel, worker threads)
      * stop first, so that no callback sees its buffer still in use */
     for (int i = 0; i < a->nbackends; i++)
@@ -184,6 +225,17 @@ void nxl_agent_destroy(nxl_agent_t *a)
         free(n->msg);
         free(n);
     }
+    /* futures the application still holds outlive the agent (rule 4):
+     * from now on they are its alone, called directly */
+    nxl_future_t *f;
+    while ((f = LIST_FIRST(&a->tfutures))) {
+        LIST_REMOVE(f, alink);
+        f->mt = false;
+    }
+}
+
+void nxli_agent_free(nxl_agent_t *a)
+{
     if (a->ev_deliver)
         event_free(a->ev_deliver);
     if (a->ev_timeout)
@@ -210,8 +262,24 @@ static nxl_status_t loop_guard(nxl_agent_t *a, const char *call)
     return NXL_SUCCESS;
 }
 
+/* threaded mode: the agent's own thread runs the reactor */
+static nxl_status_t threaded_refuse(nxl_agent_t *a, const char *call)
+{
+    char why[NXLI_ERR_MAX];
+    snprintf(why, sizeof(why), "%s: agent '%s' runs its reactor on a thread of its own "
+             "(threaded mode); wait for futures with nxl_future_wait() or their callbacks "
+             "instead", call, a->name);
+    if (a && nxli_thread_foreign(a))
+        nxli_thread_set_error(a, why);
+    else
+        nxli_err(a, "%s", why);
+    return NXL_ERR_NOT_ALLOWED;
+}
+
 nxl_status_t nxl_agent_run(nxl_agent_t *a)
 {
+    if (a->thr)
+        return threaded_refuse(a, "nxl_agent_run");
     nxl_status_t st = loop_guard(a, "nxl_agent_run");
     if (st != NXL_SUCCESS)
         return st;
@@ -231,6 +299,8 @@ nxl_status_t nxl_agent_run(nxl_agent_t *a)
 
 nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
 {
+    if (a->thr)
+        return threaded_refuse(a, "nxl_agent_run_once");
     nxl_status_t st = loop_guard(a, "nxl_agent_run_once");
     if (st != NXL_SUCCESS)
         return st;
@@ -259,6 +329,8 @@ nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
 
 void nxl_agent_stop(nxl_agent_t *a)
 {
+    if (a->thr)
+        return; /* the reactor thread runs until nxl_agent_destroy() */
     a->stopping = true;
     event_base_loopbreak(a->base);
 }
@@ -286,6 +358,8 @@ size_t nxl_plugins_available(nxl_plugin_info_t *out, size_t cap)
 nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
                                 size_t nparams, nxl_backend_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_backend_create(a, name, params, nparams, out);
     if (out)
         *out = NULL;
     if (!name) {
@@ -374,6 +448,8 @@ const char *nxl_backend_name(const nxl_backend_t *b) { return b->ops->name; }
 
 nxl_backend_t *nxl_backend_get(nxl_agent_t *a, const char *name)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_backend_get(a, name);
     for (int i = 0; i < a->nbackends; i++)
         if (!strcasecmp(a->backends[i]->ops->name, name))
             return a->backends[i];
@@ -412,6 +488,8 @@ void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t 
 
 size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_notifs_drain(a, cb, arg);
     size_t k = 0;
     nxli_notif_t *n;
     while ((n = STAILQ_FIRST(&a->notifs))) {
@@ -432,6 +510,10 @@ size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
 
 void nxl_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
 {
+    if (nxli_thread_foreign(a)) {
+        nxli_rpc_agent_on_notif(a, cb, arg);
+        return;
+    }
     a->notif_cb = cb;
     a->notif_arg = arg;
     if (cb && !STAILQ_EMPTY(&a->notifs))

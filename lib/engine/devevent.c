@@ -9,6 +9,8 @@
 nxl_status_t nxl_future_from_cuda_event(nxl_agent_t *a, void *cuda_event, nxl_done_cb cb,
                                         void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_future_from_cuda_event(a, cuda_event, cb, arg, out);
     if (out)
         *out = NULL;
     if (!a)

@@ -798,6 +798,8 @@ static nxl_status_t publish(nxl_agent_t *a, const char *call, const char *label,
 
 nxl_status_t nxl_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_publish(a, cb, arg, out);
     if (out)
         *out = NULL;
     void *blob;
@@ -812,6 +814,8 @@ nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t
                                     const nxl_desc_t *descs, size_t n, nxl_done_cb cb, void *arg,
                                     nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_publish_partial(a, label, type, descs, n, cb, arg, out);
     if (out)
         *out = NULL;
     if (!label || !*label || strchr(label, '/') || !strcmp(label, "metadata")) {
@@ -836,6 +840,8 @@ static void unpub_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
 
 nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_unpublish(a, cb, arg, out);
     if (out)
         *out = NULL;
     etcd_t *e;
@@ -1168,6 +1174,8 @@ static void fetch_cancel(nxl_future_t *f)
 nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
                                int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_fetch_etcd(a, remote, label, timeout_ms, cb, arg, out);
     if (out)
         *out = NULL;
     if (!remote || !*remote || strchr(remote, '/') || (label && (!*label || strchr(label, '/')))) {
@@ -1294,6 +1302,8 @@ static nxl_status_t no_etcd(nxl_agent_t *a, const char *call, nxl_future_t **out
 
 nxl_status_t nxl_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_publish(a, cb, arg, out);
     return no_etcd(a, "nxl_md_publish", out);
 }
 
@@ -1301,17 +1311,23 @@ nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t
                                     const nxl_desc_t *descs, size_t n, nxl_done_cb cb, void *arg,
                                     nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_publish_partial(a, label, type, descs, n, cb, arg, out);
     return no_etcd(a, "nxl_md_publish_partial", out);
 }
 
 nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_unpublish(a, cb, arg, out);
     return no_etcd(a, "nxl_md_unpublish", out);
 }
 
 nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
                                int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_fetch_etcd(a, remote, label, timeout_ms, cb, arg, out);
     return no_etcd(a, "nxl_md_fetch_etcd", out);
 }
 

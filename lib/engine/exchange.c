@@ -851,6 +851,8 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
 nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
                          void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_send(a, host, port, cb, arg, out);
     void *blob;
     size_t len;
     nxl_status_t st = nxl_md_local(a, &blob, &len);
@@ -864,12 +866,16 @@ nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_do
 nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char *host, uint16_t port,
                           nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_fetch(a, remote, host, port, cb, arg, out);
     return request(a, "nxl_md_fetch", T_FETCH_MD, host, port, NULL, 0, remote, cb, arg, out);
 }
 
 nxl_status_t nxl_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
                                     nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_send_invalidate(a, host, port, cb, arg, out);
     return request(a, "nxl_md_send_invalidate", T_INVALIDATE, host, port, a->name,
                    strlen(a->name), NULL, cb, arg, out);
 }

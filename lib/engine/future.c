@@ -19,6 +19,8 @@ static void future_unref(nxl_future_t *f);
 
 static void future_free(nxl_future_t *f)
 {
+    if (f->mt)
+        LIST_REMOVE(f, alink);
     nxli_cb_t *c = f->cbs;
     while (c) {
         nxli_cb_t *n = c->next;
@@ -65,6 +67,10 @@ nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb,
     if (cb && add_cb(f, cb, arg) != NXL_SUCCESS) {
         free(f);
         return NULL;
+    }
+    if (a->thr) { /* threaded: known to the agent, to be let go at teardown */
+        f->mt = true;
+        LIST_INSERT_HEAD(&a->tfutures, f, alink);
     }
     TAILQ_INSERT_TAIL(&a->pending, f, plink);
     return f;
@@ -140,11 +146,11 @@ static void settle(nxl_future_t *f)
     }
 }
 
-void nxli_deliver(nxl_agent_t *a)
+static void deliver_queue(nxl_agent_t *a, struct nxli_fq *q)
 {
     nxl_future_t *f;
-    while ((f = TAILQ_FIRST(&a->deliver))) {
-        TAILQ_REMOVE(&a->deliver, f, dlink);
+    while ((f = TAILQ_FIRST(q))) {
+        TAILQ_REMOVE(q, f, dlink);
         if (!f->settled)
             settle(f);
         /* callbacks added while these run are delivered in this loop too */
@@ -159,8 +165,29 @@ void nxli_deliver(nxl_agent_t *a)
             free(c);
         }
         f->queued = false;
+        if (f->waiters) /* threads in nxl_future_wait() (threaded mode) */
+            nxli_thread_settled(f);
         future_unref(f);
     }
+}
+
+/* Until nothing is left, futures completed by callbacks included (teardown). */
+void nxli_deliver(nxl_agent_t *a)
+{
+    deliver_queue(a, &a->deliver);
+}
+
+/* One reactor turn: the futures queued before it. Those that callbacks
+ * complete meanwhile (a callback re-posting a transfer that a transport
+ * finishes at once, UCX over CMA) go to the next turn, so that a chain of
+ * re-posts cannot keep the reactor from its other events (in threaded
+ * mode: the calls of other threads). */
+void nxli_deliver_turn(nxl_agent_t *a)
+{
+    struct nxli_fq batch;
+    TAILQ_INIT(&batch);
+    TAILQ_CONCAT(&batch, &a->deliver, dlink);
+    deliver_queue(a, &batch);
 }
 
 static void cancel_impl(nxl_future_t *f, bool now);
@@ -261,6 +288,8 @@ void **nxlt_op_priv(nxlt_op_t *op)
 
 nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 {
+    if (f && nxli_future_foreign(f))
+        return nxli_rpc_future_then(f, cb, arg);
     if (!f || !cb)
         return NXL_ERR_INVALID_PARAM;
     if (add_cb(f, cb, arg) != NXL_SUCCESS) {
@@ -274,21 +303,31 @@ nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 
 nxl_status_t nxl_future_status(const nxl_future_t *f)
 {
+    if (nxli_future_foreign(f))
+        return nxli_rpc_future_status(f);
     return f->settled ? f->status : NXL_IN_PROG;
 }
 
 const char *nxl_future_error(const nxl_future_t *f)
 {
+    if (nxli_future_foreign(f))
+        return nxli_rpc_future_error(f);
     return f->settled && f->err ? f->err : "";
 }
 
 const char *nxl_future_peer(const nxl_future_t *f)
 {
+    if (nxli_future_foreign(f))
+        return nxli_rpc_future_peer(f);
     return f->settled && f->status == NXL_SUCCESS ? f->peer : NULL;
 }
 
 void nxl_future_release(nxl_future_t *f)
 {
+    if (f && nxli_future_foreign(f)) {
+        nxli_rpc_future_release(f);
+        return;
+    }
     if (f)
         future_unref(f);
 }
@@ -327,11 +366,17 @@ static void cancel_impl(nxl_future_t *f, bool now)
 
 void nxl_future_cancel(nxl_future_t *f)
 {
+    if (f && nxli_future_foreign(f)) {
+        nxli_rpc_future_cancel(f);
+        return;
+    }
     cancel_impl(f, false);
 }
 
 nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
 {
+    if (f && nxli_future_foreign(f))
+        return nxli_thread_wait(f, timeout_ms);
     if (!f)
         return NXL_ERR_INVALID_PARAM;
     nxl_agent_t *a = f->agent;
@@ -382,6 +427,8 @@ static void all_child_done(nxl_future_t *child, nxl_status_t st, void *arg)
 nxl_status_t nxl_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n, nxl_done_cb cb,
                             void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_future_all(a, fs, n, cb, arg, out);
     if (!a || (n && !fs)) {
         if (a)
             nxli_err(a, "nxl_future_all: NULL future array");

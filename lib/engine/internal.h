@@ -24,6 +24,8 @@
 
 #define NXLI_UNUSED(x) ((void)(x))
 
+#include "threads.h"
+
 typedef struct nxli_region nxli_region_t;
 typedef struct nxli_remote nxli_remote_t;
 
@@ -128,6 +130,9 @@ struct nxl_future {
     /* nxl_future_all */
     nxl_future_t **children;
     size_t nchildren, nleft;
+    nxli_waiter_t *waiters; /* threads in nxl_future_wait() (threads.c) */
+    bool mt;                /* its agent is threaded and alive: calls are marshalled */
+    LIST_ENTRY(nxl_future) alink; /* the threaded agent's futures (tfutures) */
     TAILQ_ENTRY(nxl_future) plink;  /* pending list */
     TAILQ_ENTRY(nxl_future) dlink;  /* delivery queue */
 };
@@ -199,7 +204,10 @@ typedef struct nxli_notif {
 struct nxli_exchange;
 
 /* ---- the agent */
-#define NXLI_SPARES 4            /* large arrays an agent keeps for reuse */
+#define NXLI_SPARES 32           /* large arrays an agent keeps for reuse: */
+/* 4 in the default mode; a threaded agent serves many threads' prepared
+ * lists and transfers at once, each with its arrays */
+#define NXLI_SPARES_USED(a) ((a)->thr ? NXLI_SPARES : 4)
 #define NXLI_SPARE_MIN (64 * 1024) /* smaller ones go back to malloc at once */
 
 struct nxl_agent {
@@ -263,6 +271,8 @@ struct nxl_agent {
     char *etcd_prefix;
     unsigned etcd_ttl_s;
     uint16_t listen_port;
+    struct nxli_thr *thr;       /* threaded mode: the reactor thread (threads.c); NULL by default */
+    LIST_HEAD(, nxl_future) tfutures; /* threaded mode: every live future (mt) */
 };
 
 /* util.c */
@@ -289,6 +299,7 @@ void nxli_future_give(nxl_future_t *f, nxl_future_t **out);
 void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
 void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks */
 void nxli_deliver(nxl_agent_t *a);
+void nxli_deliver_turn(nxl_agent_t *a);
 void nxli_futures_cancel_all(nxl_agent_t *a);
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f);
 void nxli_op_free(nxlt_op_t *op);

@@ -190,11 +190,15 @@ void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why)
 
 nxl_status_t nxl_md_check(nxl_agent_t *a, const char *remote)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_check(a, remote);
     return remote && nxli_remote_find(a, remote) ? NXL_SUCCESS : NXL_ERR_NOT_FOUND;
 }
 
 nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_invalidate(a, remote);
     nxli_remote_t *r = remote ? nxli_remote_find(a, remote) : NULL;
     if (!r) {
         nxli_err(a, "nxl_md_invalidate: agent '%s' knows no agent '%s'", a->name,
@@ -299,6 +303,8 @@ out:
 
 nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_local(a, blob, len);
     if (!blob || !len) {
         nxli_err(a, "nxl_md_local: blob and len pointers are required");
         return NXL_ERR_INVALID_PARAM;
@@ -310,6 +316,8 @@ nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len)
 nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                   size_t n, void **blob, size_t *len)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_local_partial(a, type, descs, n, blob, len);
     if (!blob || !len || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
         nxli_err(a, "nxl_md_local_partial: invalid arguments");
         return NXL_ERR_INVALID_PARAM;
@@ -632,6 +640,8 @@ out:
 nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                          size_t cap)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_load(a, blob, len, name_out, cap);
     nxl_status_t st = nxli_md_load_ex(a, blob, len, false, NULL, name_out, cap);
     if (st == NXL_SUCCESS)
         a->st.md_loaded++;

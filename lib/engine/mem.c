@@ -279,6 +279,8 @@ static void unreg_one(nxl_agent_t *a, nxl_mem_t type, nxli_region_t *r, nxl_back
 nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
                               nxl_backend_t *b)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_mem_register(a, type, descs, n, b);
     nxl_status_t st = check_type(a, "nxl_mem_register", type);
     if (st != NXL_SUCCESS)
         return st;
@@ -346,6 +348,8 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
 
 nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_mem_deregister(a, type, descs, n);
     nxl_status_t st = check_type(a, "nxl_mem_deregister", type);
     if (st != NXL_SUCCESS)
         return st;
@@ -400,6 +404,8 @@ static void *host_alloc(size_t len)
 
 nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id, void **ptr)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_mem_alloc(a, type, len, dev_id, ptr);
     if (!ptr || !len) {
         nxli_err(a, "nxl_mem_alloc: a length and an out pointer are required");
         return NXL_ERR_INVALID_PARAM;
@@ -473,6 +479,8 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
 
 nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_mem_free(a, ptr);
     for (int k = 0; k < NXL_MEM_TYPES; k++) {
         nxli_rtab_t *t = &a->regions[k];
         for (size_t i = 0; i < t->n; i++)
@@ -493,6 +501,8 @@ nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
 nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
                            nxl_backend_t *b, nxl_query_t *results)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_mem_query(a, type, descs, n, b, results);
     nxl_status_t st = check_type(a, "nxl_mem_query", type);
     if (st != NXL_SUCCESS)
         return st;

@@ -96,6 +96,8 @@ static uint64_t peers_known(nxl_agent_t *a)
 
 nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_agent_stats(a, transport, out);
     if (!a || !out) {
         if (a)
             nxli_err(a, "nxl_agent_stats: an output struct is required");

@@ -18,6 +18,8 @@ void nxli_set_create_error(const char *fmt, ...)
 
 const char *nxl_agent_last_error(const nxl_agent_t *a)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_thread_last_error(a);
     return a ? a->err : create_err;
 }
 

@@ -21,7 +21,7 @@ static void *big_alloc(nxl_agent_t *a, size_t n, size_t size)
     size_t len = n * size;
     if (len >= NXLI_SPARE_MIN) {
         int best = -1;
-        for (int i = 0; i < NXLI_SPARES; i++)
+        for (int i = 0; i < NXLI_SPARES_USED(a); i++)
             if (a->spare[i] && a->spare_cap[i] >= len &&
                 (best < 0 || a->spare_cap[i] < a->spare_cap[best]))
                 best = i;
@@ -39,7 +39,7 @@ static void big_free(nxl_agent_t *a, void *p)
     size_t cap = p ? malloc_usable_size(p) : 0;
     if (cap >= NXLI_SPARE_MIN) {
         int k = 0; /* an empty slot, else the smallest one */
-        for (int i = 0; i < NXLI_SPARES; i++) {
+        for (int i = 0; i < NXLI_SPARES_USED(a); i++) {
             if (!a->spare[i]) {
                 k = i;
                 break;
@@ -73,6 +73,8 @@ static void prepped_free(nxl_prepped_t *p)
 nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const nxl_desc_t *descs,
                       size_t n, nxl_prepped_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_prep(a, agent, type, descs, n, out);
     if (!out || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
         nxli_err(a, "nxl_prep: invalid arguments (out pointer, descriptors, memory type)");
         return NXL_ERR_INVALID_PARAM;
@@ -155,6 +157,10 @@ nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const n
 
 void nxl_prepped_release(nxl_prepped_t *p)
 {
+    if (p && nxli_thread_foreign(p->agent)) {
+        nxli_rpc_prepped_release(p);
+        return;
+    }
     if (p)
         prepped_free(p);
 }
@@ -222,6 +228,8 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
                            nxl_prepped_t *rp, const size_t *ridx, size_t n,
                            const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_xfer_make(a, op, lp, lidx, rp, ridx, n, opts, out);
     if (!out || !lp || !rp || (op != NXL_READ && op != NXL_WRITE)) {
         nxli_err(a, "nxl_xfer_make: needs an out pointer, two prepared lists and READ or WRITE");
         return NXL_ERR_INVALID_PARAM;
@@ -342,6 +350,8 @@ nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *loc
                              const nxl_dlist_t *remote, const char *remote_agent,
                              const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_xfer_create(a, op, local, remote, remote_agent, opts, out);
     if (!local || !remote || !remote_agent || !out) {
         nxli_err(a, "nxl_xfer_create: local and remote lists, the remote agent's name and an out "
                     "pointer are required");
@@ -368,6 +378,8 @@ nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *loc
 
 nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
 {
+    if (nxli_thread_foreign(x->agent))
+        return nxli_rpc_xfer_set_notif(x, msg, len);
     if (x->active) {
         nxli_err(x->agent, "nxl_xfer_set_notif: the transfer is in flight");
         return NXL_ERR_REPOST_ACTIVE;
@@ -425,6 +437,8 @@ static void xfer_cancel(nxl_future_t *f)
 
 nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (nxli_thread_foreign(x->agent))
+        return nxli_rpc_xfer_post(x, cb, arg, out);
     nxl_agent_t *a = x->agent;
     if (out)
         *out = NULL;
@@ -499,6 +513,8 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
 
 nxl_status_t nxl_xfer_status(const nxl_xfer_t *x)
 {
+    if (nxli_thread_foreign(x->agent))
+        return nxli_rpc_xfer_status(x);
     return x->active ? NXL_IN_PROG : x->last;
 }
 
@@ -526,6 +542,10 @@ static void xfer_free(nxl_xfer_t *x)
 
 void nxl_xfer_release(nxl_xfer_t *x)
 {
+    if (x && nxli_thread_foreign(x->agent)) {
+        nxli_rpc_xfer_release(x);
+        return;
+    }
     if (x)
         xfer_free(x);
 }
@@ -547,6 +567,8 @@ void nxli_xfers_cleanup(nxl_agent_t *a)
 nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
                             nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_notif_send(a, remote, msg, len, cb, arg, out);
     if (out)
         *out = NULL;
     if (!remote || (len && !msg) || len > NXL_NOTIF_MAX) {

@@ -1,0 +1,808 @@
+/* Threaded mode: the agent's reactor on a thread of its own.
+ *
+ * With nxl_agent_config_t.threaded the agent makes its own event_base and
+ * a thread that runs it. Everything the agent owns (its tables, futures,
+ * transports: UCX workers, io_uring rings, libfabric endpoints, CUDA
+ * streams) is touched by that thread only, as in the default mode; a public
+ * call made from any other thread is marshalled to it:
+ *
+ *   caller                                reactor thread
+ *   ------                                --------------
+ *   fill a call record (on its stack)
+ *   lock; append to the queue; unlock
+ *   queue was empty: write the eventfd ──▶ wake_cb: read the eventfd,
+ *   sem_wait(record)                       lock; take the whole queue; unlock
+ *                                          run each record's thunk (the public
+ *                                          function itself, now on its thread)
+ *   ◀── sem_post(record) ───────────────── copy the error sentence on failure
+ *   read the result
+ *
+ * One wake-up serves every call queued before the reactor took the queue:
+ * eight threads posting at once cost one eventfd write and one read per
+ * batch, not per call. Releases and cancels (nothing to return) are
+ * fire-and-forget: the record is malloc'd and freed by the reactor, the
+ * caller does not wait; the queue keeps each thread's calls in order.
+ *
+ * Calls made on the reactor thread (from callbacks) run directly, so a
+ * callback may call the API without a deadlock. nxl_future_wait() from a
+ * foreign thread registers a waiter on the future (on the reactor) and
+ * sleeps on its semaphore, posted when the future settles (rule 3: the turn
+ * that runs its callbacks). nxl_agent_destroy() from a foreign thread runs
+ * the teardown on the reactor thread (cancellation callbacks run there,
+ * exactly once as in the default mode), stops its loop, joins it and frees
+ * the rest.
+ *
+ * Why marshal rather than lock: every call would otherwise need the same
+ * lock as the reactor's whole turn (transports report completions from
+ * their progress calls, which touch the same futures, ops and tables), so
+ * callers would wait for the reactor all the same, and a transport would
+ * see two threads; UCX workers are made UCS_THREAD_MODE_SINGLE. The
+ * README's thread model has the numbers. */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef union nxli_arg {
+    void *p;
+    const void *cp;
+    size_t z;
+    int i;
+    uint64_t u64;
+    nxl_done_cb done;
+    nxl_notif_cb notif;
+} nxli_arg_t;
+
+typedef struct nxli_call nxli_call_t;
+struct nxli_call {
+    void (*fn)(nxli_call_t *c);
+    nxl_agent_t *a;
+    nxli_arg_t v[9];
+    union {
+        nxl_status_t st;
+        size_t z;
+        void *p;
+        const char *s;
+    } r;
+    bool fail;              /* the call failed: its sentence is copied to err */
+    bool async;             /* malloc'd, nobody waits: the reactor frees it */
+    sem_t done;
+    nxli_call_t *next;
+    char err[NXLI_ERR_MAX];
+};
+
+struct nxli_thr {
+    pthread_t join;         /* from pthread_create */
+    pthread_t tid;          /* set by the thread itself before create returns */
+    sem_t started;
+    pthread_mutex_t mu;
+    nxli_call_t *head, **tail;
+    bool closed;            /* the loop ended: calls are refused */
+    bool exit;              /* reactor thread only: leave the loop (destroy asked) */
+    bool torn;              /* the teardown ran on the reactor thread */
+    int efd;
+    struct event *ev_wake;
+};
+
+struct nxli_waiter {
+    sem_t sem;          /* posted by the reactor when the future settled */
+    nxl_status_t st;
+    nxli_waiter_t *next;
+};
+
+/* The sentence of the last call this thread made on a threaded agent that
+ * failed (nxl_agent_last_error() from a foreign thread). */
+static __thread struct {
+    const nxl_agent_t *a;
+    char err[NXLI_ERR_MAX];
+} tls_err;
+
+bool nxli_thread_foreign_slow(const nxl_agent_t *a)
+{
+    return !pthread_equal(pthread_self(), a->thr->tid);
+}
+
+const char *nxli_thread_last_error(const nxl_agent_t *a)
+{
+    return tls_err.a == a ? tls_err.err : "";
+}
+
+void nxli_thread_set_error(const nxl_agent_t *a, const char *s)
+{
+    tls_err.a = a;
+    snprintf(tls_err.err, sizeof(tls_err.err), "%s", s);
+}
+
+/* ---- the queue */
+
+static void run_call(nxli_call_t *c)
+{
+    c->fn(c);
+    if (c->async) {
+        free(c);
+        return;
+    }
+    if (c->fail)
+        snprintf(c->err, sizeof(c->err), "%s", c->a->err);
+    sem_post(&c->done);
+}
+
+static void refuse_call(nxli_call_t *c)
+{
+    if (c->async) {
+        free(c);
+        return;
+    }
+    c->r.st = NXL_ERR_NOT_ALLOWED;
+    c->fail = true;
+    snprintf(c->err, sizeof(c->err), "agent '%s' is being destroyed: its reactor thread no "
+             "longer takes calls", c->a->name);
+    sem_post(&c->done);
+}
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+    nxl_agent_t *a = arg;
+    struct nxli_thr *t = a->thr;
+    uint64_t v;
+    if (read(t->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        nxli_log(a, NXL_LOG_ERROR, "reactor thread: reading its eventfd failed: %s",
+                 strerror(errno));
+    pthread_mutex_lock(&t->mu);
+    nxli_call_t *c = t->head;
+    t->head = NULL;
+    t->tail = &t->head;
+    pthread_mutex_unlock(&t->mu);
+    while (c) {
+        nxli_call_t *next = c->next;
+        if (t->exit)
+            refuse_call(c); /* queued behind nxl_agent_destroy() */
+        else
+            run_call(c);
+        c = next;
+    }
+}
+
+/* Appends c; false when the loop has ended (c untouched). */
+static bool enqueue(nxl_agent_t *a, nxli_call_t *c)
+{
+    struct nxli_thr *t = a->thr;
+    c->next = NULL;
+    pthread_mutex_lock(&t->mu);
+    if (t->closed) {
+        pthread_mutex_unlock(&t->mu);
+        return false;
+    }
+    bool was_empty = t->head == NULL;
+    *t->tail = c;
+    t->tail = &c->next;
+    pthread_mutex_unlock(&t->mu);
+    if (was_empty) {
+        uint64_t one = 1;
+        while (write(t->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+            ;
+    }
+    return true;
+}
+
+/* Runs c on the reactor thread and waits for it. */
+static void call(nxl_agent_t *a, nxli_call_t *c)
+{
+    c->a = a;
+    c->async = false;
+    c->fail = false;
+    sem_init(&c->done, 0, 0);
+    if (!enqueue(a, c)) {
+        refuse_call(c);
+    }
+    while (sem_wait(&c->done) < 0 && errno == EINTR)
+        ;
+    sem_destroy(&c->done);
+    if (c->fail)
+        nxli_thread_set_error(a, c->err);
+}
+
+/* Queues a call nobody waits for (releases, cancels). */
+static void call_async(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p)
+{
+    nxli_call_t *c = malloc(sizeof(*c));
+    if (!c) {
+        /* no memory for a record: wait on one of our own instead */
+        nxli_call_t s = {.fn = fn};
+        s.v[0].p = p;
+        call(a, &s);
+        return;
+    }
+    c->fn = fn;
+    c->fail = false;
+    c->a = a;
+    c->async = true;
+    c->v[0].p = p;
+    if (!enqueue(a, c))
+        free(c);
+}
+
+#define CALL(agent, thunk) nxli_call_t c_ = {.fn = (thunk)}; nxl_agent_t *a_ = (agent)
+#define ARG(i) c_.v[i]
+#define RUN_ST() (call(a_, &c_), c_.r.st)
+#define A(i) c->v[i]
+#define ST(expr) do { c->r.st = (expr); c->fail = c->r.st < 0; } while (0)
+
+/* ---- the reactor thread */
+
+static void *reactor_main(void *arg)
+{
+    nxl_agent_t *a = arg;
+    struct nxli_thr *t = a->thr;
+    t->tid = pthread_self();
+    sem_post(&t->started);
+    a->loop_depth++;
+    while (!t->exit)
+        if (event_base_loop(a->base, EVLOOP_ONCE) < 0) {
+            nxli_log(a, NXL_LOG_ERROR, "reactor thread of agent '%s': event_base_loop failed; "
+                     "the thread ends and calls are refused", a->name);
+            break;
+        }
+    a->loop_depth--;
+    pthread_mutex_lock(&t->mu);
+    t->closed = true;
+    nxli_call_t *c = t->head;
+    t->head = NULL;
+    t->tail = &t->head;
+    pthread_mutex_unlock(&t->mu);
+    while (c) {
+        nxli_call_t *next = c->next;
+        refuse_call(c);
+        c = next;
+    }
+    if (t->exit) {
+        /* nxl_agent_destroy(): the teardown runs here, on the reactor
+         * thread, so that cancellation callbacks run where every callback
+         * runs; the destroying thread joins and frees the rest */
+        nxli_agent_teardown(a);
+        t->torn = true;
+    }
+    return NULL;
+}
+
+static void thr_free(nxl_agent_t *a)
+{
+    struct nxli_thr *t = a->thr;
+    if (!t)
+        return;
+    if (t->ev_wake)
+        event_free(t->ev_wake);
+    if (t->efd >= 0)
+        close(t->efd);
+    pthread_mutex_destroy(&t->mu);
+    sem_destroy(&t->started);
+    free(t);
+    a->thr = NULL;
+}
+
+nxl_status_t nxli_thread_start(nxl_agent_t *a)
+{
+    struct nxli_thr *t = calloc(1, sizeof(*t));
+    if (!t) {
+        nxli_err(a, "nxl_agent_create: out of memory for the reactor thread");
+        return NXL_ERR_UNKNOWN;
+    }
+    t->efd = -1;
+    t->tail = &t->head;
+    pthread_mutex_init(&t->mu, NULL);
+    sem_init(&t->started, 0, 0);
+    a->thr = t;
+    t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (t->efd < 0 || !(t->ev_wake = event_new(a->base, t->efd, EV_READ | EV_PERSIST, wake_cb, a)) ||
+        event_add(t->ev_wake, NULL) < 0) {
+        nxli_err(a, "nxl_agent_create: threaded mode: no eventfd or event for the reactor "
+                    "thread (%s)", strerror(errno));
+        thr_free(a);
+        return NXL_ERR_BACKEND;
+    }
+    /* the reactor thread takes no signals: they go to the application's */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t->join, NULL, reactor_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        nxli_err(a, "nxl_agent_create: threaded mode: pthread_create failed (%s)", strerror(rc));
+        thr_free(a);
+        return NXL_ERR_BACKEND;
+    }
+    while (sem_wait(&t->started) < 0 && errno == EINTR)
+        ;
+    return NXL_SUCCESS;
+}
+
+static void t_teardown(nxli_call_t *c)
+{
+    c->a->thr->exit = true; /* the loop ends after this turn */
+    event_base_loopbreak(c->a->base);
+}
+
+void nxli_thread_destroy(nxl_agent_t *a)
+{
+    struct nxli_thr *t = a->thr;
+    if (!nxli_thread_foreign(a)) {
+        nxli_log(a, NXL_LOG_ERROR, "nxl_agent_destroy: called on agent '%s''s own reactor "
+                 "thread (from a callback): a thread cannot join itself; the agent is left "
+                 "alone — destroy it from another thread", a->name);
+        return;
+    }
+    CALL(a, t_teardown);
+    call(a_, &c_);
+    pthread_join(t->join, NULL);
+    if (!t->torn) /* the loop had failed before: tear down here, after the join */
+        nxli_agent_teardown(a);
+    thr_free(a);
+    nxli_agent_free(a);
+}
+
+/* ---- nxl_future_wait from a foreign thread */
+
+static void t_wait_begin(nxli_call_t *c)
+{
+    nxl_future_t *f = A(0).p;
+    nxli_waiter_t *w = A(1).p;
+    if (f->settled && !f->queued) {
+        A(2).i = 1;
+        c->r.st = f->status;
+        return;
+    }
+    f->refs++; /* dropped when the waiter is woken or leaves */
+    w->next = f->waiters;
+    f->waiters = w;
+}
+
+static void t_wait_end(nxli_call_t *c)
+{
+    nxl_future_t *f = A(0).p;
+    nxli_waiter_t *w = A(1).p;
+    for (nxli_waiter_t **pp = &f->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            A(2).i = 1; /* still waiting: we leave, with the future's reference */
+            nxl_future_release(f);
+            return;
+        }
+}
+
+void nxli_thread_settled(nxl_future_t *f)
+{
+    nxli_waiter_t *w;
+    while ((w = f->waiters)) {
+        f->waiters = w->next;
+        w->st = f->status;
+        sem_post(&w->sem); /* w may be gone once posted */
+        f->refs--;         /* the deliverer still holds one */
+    }
+}
+
+nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms)
+{
+    nxl_agent_t *a = f->agent;
+    nxli_waiter_t w = {.st = NXL_IN_PROG};
+    sem_init(&w.sem, 0, 0);
+    CALL(a, t_wait_begin);
+    ARG(0).p = f;
+    ARG(1).p = &w;
+    call(a_, &c_);
+    if (ARG(2).i) {
+        sem_destroy(&w.sem);
+        return c_.r.st;
+    }
+    int rc;
+    if (timeout_ms < 0) {
+        while ((rc = sem_wait(&w.sem)) < 0 && errno == EINTR)
+            ;
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while ((rc = sem_clockwait(&w.sem, CLOCK_MONOTONIC, &ts)) < 0 && errno == EINTR)
+            ;
+    }
+    nxl_status_t st = w.st;
+    if (rc < 0) {
+        /* timed out: leave, unless the reactor woke us meanwhile */
+        nxli_call_t e = {.fn = t_wait_end};
+        e.v[0].p = f;
+        e.v[1].p = &w;
+        call(a, &e);
+        st = e.v[2].i ? NXL_IN_PROG : w.st;
+    }
+    sem_destroy(&w.sem);
+    return st;
+}
+
+/* ---- one thunk and one entry per public function */
+
+static void t_backend_create(nxli_call_t *c)
+{
+    ST(nxl_backend_create(c->a, A(0).cp, A(1).cp, A(2).z, A(3).p));
+}
+nxl_status_t nxli_rpc_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
+                                     size_t nparams, nxl_backend_t **out)
+{
+    CALL(a, t_backend_create);
+    ARG(0).cp = name, ARG(1).cp = params, ARG(2).z = nparams, ARG(3).p = out;
+    return RUN_ST();
+}
+
+static void t_backend_get(nxli_call_t *c) { c->r.p = nxl_backend_get(c->a, A(0).cp); }
+nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name)
+{
+    CALL(a, t_backend_get);
+    ARG(0).cp = name;
+    call(a_, &c_);
+    return c_.r.p;
+}
+
+static void t_notifs_drain(nxli_call_t *c) { c->r.z = nxl_notifs_drain(c->a, A(0).notif, A(1).p); }
+size_t nxli_rpc_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
+{
+    CALL(a, t_notifs_drain);
+    ARG(0).notif = cb, ARG(1).p = arg;
+    call(a_, &c_);
+    return c_.r.z;
+}
+
+static void t_agent_on_notif(nxli_call_t *c) { nxl_agent_on_notif(c->a, A(0).notif, A(1).p); }
+void nxli_rpc_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
+{
+    CALL(a, t_agent_on_notif);
+    ARG(0).notif = cb, ARG(1).p = arg;
+    call(a_, &c_);
+}
+
+static void t_future_from_cuda_event(nxli_call_t *c)
+{
+    ST(nxl_future_from_cuda_event(c->a, A(0).p, A(1).done, A(2).p, A(3).p));
+}
+nxl_status_t nxli_rpc_future_from_cuda_event(nxl_agent_t *a, void *ev, nxl_done_cb cb, void *arg,
+                                             nxl_future_t **out)
+{
+    CALL(a, t_future_from_cuda_event);
+    ARG(0).p = ev, ARG(1).done = cb, ARG(2).p = arg, ARG(3).p = out;
+    return RUN_ST();
+}
+
+static void t_md_publish(nxli_call_t *c) { ST(nxl_md_publish(c->a, A(0).done, A(1).p, A(2).p)); }
+nxl_status_t nxli_rpc_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_publish);
+    ARG(0).done = cb, ARG(1).p = arg, ARG(2).p = out;
+    return RUN_ST();
+}
+
+static void t_md_publish_partial(nxli_call_t *c)
+{
+    ST(nxl_md_publish_partial(c->a, A(0).cp, (nxl_mem_t)A(1).i, A(2).cp, A(3).z, A(4).done,
+                              A(5).p, A(6).p));
+}
+nxl_status_t nxli_rpc_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                                         const nxl_desc_t *descs, size_t n, nxl_done_cb cb,
+                                         void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_publish_partial);
+    ARG(0).cp = label, ARG(1).i = (int)type, ARG(2).cp = descs, ARG(3).z = n;
+    ARG(4).done = cb, ARG(5).p = arg, ARG(6).p = out;
+    return RUN_ST();
+}
+
+static void t_md_unpublish(nxli_call_t *c) { ST(nxl_md_unpublish(c->a, A(0).done, A(1).p, A(2).p)); }
+nxl_status_t nxli_rpc_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_unpublish);
+    ARG(0).done = cb, ARG(1).p = arg, ARG(2).p = out;
+    return RUN_ST();
+}
+
+static void t_md_fetch_etcd(nxli_call_t *c)
+{
+    ST(nxl_md_fetch_etcd(c->a, A(0).cp, A(1).cp, A(2).i, A(3).done, A(4).p, A(5).p));
+}
+nxl_status_t nxli_rpc_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
+                                    int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_fetch_etcd);
+    ARG(0).cp = remote, ARG(1).cp = label, ARG(2).i = timeout_ms;
+    ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
+    return RUN_ST();
+}
+
+static void t_md_send(nxli_call_t *c)
+{
+    ST(nxl_md_send(c->a, A(0).cp, (uint16_t)A(1).i, A(2).done, A(3).p, A(4).p));
+}
+nxl_status_t nxli_rpc_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
+                              void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_send);
+    ARG(0).cp = host, ARG(1).i = port, ARG(2).done = cb, ARG(3).p = arg, ARG(4).p = out;
+    return RUN_ST();
+}
+
+static void t_md_fetch(nxli_call_t *c)
+{
+    ST(nxl_md_fetch(c->a, A(0).cp, A(1).cp, (uint16_t)A(2).i, A(3).done, A(4).p, A(5).p));
+}
+nxl_status_t nxli_rpc_md_fetch(nxl_agent_t *a, const char *remote, const char *host,
+                               uint16_t port, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_fetch);
+    ARG(0).cp = remote, ARG(1).cp = host, ARG(2).i = port;
+    ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
+    return RUN_ST();
+}
+
+static void t_md_send_invalidate(nxli_call_t *c)
+{
+    ST(nxl_md_send_invalidate(c->a, A(0).cp, (uint16_t)A(1).i, A(2).done, A(3).p, A(4).p));
+}
+nxl_status_t nxli_rpc_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
+                                         nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_md_send_invalidate);
+    ARG(0).cp = host, ARG(1).i = port, ARG(2).done = cb, ARG(3).p = arg, ARG(4).p = out;
+    return RUN_ST();
+}
+
+static void t_future_then(nxli_call_t *c) { ST(nxl_future_then(A(0).p, A(1).done, A(2).p)); }
+nxl_status_t nxli_rpc_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
+{
+    CALL(f->agent, t_future_then);
+    ARG(0).p = f, ARG(1).done = cb, ARG(2).p = arg;
+    return RUN_ST();
+}
+
+static void t_future_status(nxli_call_t *c) { c->r.st = nxl_future_status(A(0).cp); }
+nxl_status_t nxli_rpc_future_status(const nxl_future_t *f)
+{
+    CALL(f->agent, t_future_status);
+    ARG(0).cp = f;
+    return RUN_ST();
+}
+
+static void t_future_error(nxli_call_t *c) { c->r.s = nxl_future_error(A(0).cp); }
+const char *nxli_rpc_future_error(const nxl_future_t *f)
+{
+    CALL(f->agent, t_future_error);
+    ARG(0).cp = f;
+    call(a_, &c_);
+    return c_.r.s;
+}
+
+static void t_future_peer(nxli_call_t *c) { c->r.s = nxl_future_peer(A(0).cp); }
+const char *nxli_rpc_future_peer(const nxl_future_t *f)
+{
+    CALL(f->agent, t_future_peer);
+    ARG(0).cp = f;
+    call(a_, &c_);
+    return c_.r.s;
+}
+
+static void t_future_release(nxli_call_t *c) { nxl_future_release(A(0).p); }
+void nxli_rpc_future_release(nxl_future_t *f) { call_async(f->agent, t_future_release, f); }
+
+static void t_future_cancel(nxli_call_t *c) { nxl_future_cancel(A(0).p); }
+void nxli_rpc_future_cancel(nxl_future_t *f) { call_async(f->agent, t_future_cancel, f); }
+
+static void t_future_all(nxli_call_t *c)
+{
+    ST(nxl_future_all(c->a, A(0).p, A(1).z, A(2).done, A(3).p, A(4).p));
+}
+nxl_status_t nxli_rpc_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n,
+                                 nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_future_all);
+    ARG(0).cp = fs, ARG(1).z = n, ARG(2).done = cb, ARG(3).p = arg, ARG(4).p = out;
+    return RUN_ST();
+}
+
+static void t_md_check(nxli_call_t *c) { ST(nxl_md_check(c->a, A(0).cp)); }
+nxl_status_t nxli_rpc_md_check(nxl_agent_t *a, const char *remote)
+{
+    CALL(a, t_md_check);
+    ARG(0).cp = remote;
+    return RUN_ST();
+}
+
+static void t_md_invalidate(nxli_call_t *c) { ST(nxl_md_invalidate(c->a, A(0).cp)); }
+nxl_status_t nxli_rpc_md_invalidate(nxl_agent_t *a, const char *remote)
+{
+    CALL(a, t_md_invalidate);
+    ARG(0).cp = remote;
+    return RUN_ST();
+}
+
+static void t_md_local(nxli_call_t *c) { ST(nxl_md_local(c->a, A(0).p, A(1).p)); }
+nxl_status_t nxli_rpc_md_local(nxl_agent_t *a, void **blob, size_t *len)
+{
+    CALL(a, t_md_local);
+    ARG(0).p = blob, ARG(1).p = len;
+    return RUN_ST();
+}
+
+static void t_md_local_partial(nxli_call_t *c)
+{
+    ST(nxl_md_local_partial(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z, A(3).p, A(4).p));
+}
+nxl_status_t nxli_rpc_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                       size_t n, void **blob, size_t *len)
+{
+    CALL(a, t_md_local_partial);
+    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n, ARG(3).p = blob, ARG(4).p = len;
+    return RUN_ST();
+}
+
+static void t_md_load(nxli_call_t *c) { ST(nxl_md_load(c->a, A(0).cp, A(1).z, A(2).p, A(3).z)); }
+nxl_status_t nxli_rpc_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
+                              size_t cap)
+{
+    CALL(a, t_md_load);
+    ARG(0).cp = blob, ARG(1).z = len, ARG(2).p = name_out, ARG(3).z = cap;
+    return RUN_ST();
+}
+
+static void t_mem_register(nxli_call_t *c)
+{
+    ST(nxl_mem_register(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z, A(3).p));
+}
+nxl_status_t nxli_rpc_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                   size_t n, nxl_backend_t *b)
+{
+    CALL(a, t_mem_register);
+    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n, ARG(3).p = b;
+    return RUN_ST();
+}
+
+static void t_mem_deregister(nxli_call_t *c)
+{
+    ST(nxl_mem_deregister(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z));
+}
+nxl_status_t nxli_rpc_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                     size_t n)
+{
+    CALL(a, t_mem_deregister);
+    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n;
+    return RUN_ST();
+}
+
+static void t_mem_alloc(nxli_call_t *c)
+{
+    ST(nxl_mem_alloc(c->a, (nxl_mem_t)A(0).i, A(1).z, A(2).u64, A(3).p));
+}
+nxl_status_t nxli_rpc_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id,
+                                void **ptr)
+{
+    CALL(a, t_mem_alloc);
+    ARG(0).i = (int)type, ARG(1).z = len, ARG(2).u64 = dev_id, ARG(3).p = ptr;
+    return RUN_ST();
+}
+
+static void t_mem_free(nxli_call_t *c) { ST(nxl_mem_free(c->a, A(0).p)); }
+nxl_status_t nxli_rpc_mem_free(nxl_agent_t *a, void *ptr)
+{
+    CALL(a, t_mem_free);
+    ARG(0).p = ptr;
+    return RUN_ST();
+}
+
+static void t_mem_query(nxli_call_t *c)
+{
+    ST(nxl_mem_query(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z, A(3).p, A(4).p));
+}
+nxl_status_t nxli_rpc_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                size_t n, nxl_backend_t *b, nxl_query_t *results)
+{
+    CALL(a, t_mem_query);
+    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n, ARG(3).p = b, ARG(4).p = results;
+    return RUN_ST();
+}
+
+static void t_agent_stats(nxli_call_t *c) { ST(nxl_agent_stats(c->a, A(0).cp, A(1).p)); }
+nxl_status_t nxli_rpc_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out)
+{
+    CALL(a, t_agent_stats);
+    ARG(0).cp = transport, ARG(1).p = out;
+    return RUN_ST();
+}
+
+static void t_prep(nxli_call_t *c)
+{
+    ST(nxl_prep(c->a, A(0).cp, (nxl_mem_t)A(1).i, A(2).cp, A(3).z, A(4).p));
+}
+nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                           const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
+{
+    CALL(a, t_prep);
+    ARG(0).cp = agent, ARG(1).i = (int)type, ARG(2).cp = descs, ARG(3).z = n, ARG(4).p = out;
+    return RUN_ST();
+}
+
+static void t_prepped_release(nxli_call_t *c) { nxl_prepped_release(A(0).p); }
+void nxli_rpc_prepped_release(nxl_prepped_t *p) { call_async(p->agent, t_prepped_release, p); }
+
+static void t_xfer_make(nxli_call_t *c)
+{
+    ST(nxl_xfer_make(c->a, (nxl_op_t)A(0).i, A(1).p, A(2).cp, A(3).p, A(4).cp, A(5).z, A(6).cp,
+                     A(7).p));
+}
+nxl_status_t nxli_rpc_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
+                                nxl_prepped_t *rp, const size_t *ridx, size_t n,
+                                const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
+{
+    CALL(a, t_xfer_make);
+    ARG(0).i = (int)op, ARG(1).p = lp, ARG(2).cp = lidx, ARG(3).p = rp, ARG(4).cp = ridx;
+    ARG(5).z = n, ARG(6).cp = opts, ARG(7).p = out;
+    return RUN_ST();
+}
+
+static void t_xfer_create(nxli_call_t *c)
+{
+    ST(nxl_xfer_create(c->a, (nxl_op_t)A(0).i, A(1).cp, A(2).cp, A(3).cp, A(4).cp, A(5).p));
+}
+nxl_status_t nxli_rpc_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *local,
+                                  const nxl_dlist_t *remote, const char *remote_agent,
+                                  const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
+{
+    CALL(a, t_xfer_create);
+    ARG(0).i = (int)op, ARG(1).cp = local, ARG(2).cp = remote, ARG(3).cp = remote_agent;
+    ARG(4).cp = opts, ARG(5).p = out;
+    return RUN_ST();
+}
+
+static void t_xfer_set_notif(nxli_call_t *c) { ST(nxl_xfer_set_notif(A(0).p, A(1).cp, A(2).z)); }
+nxl_status_t nxli_rpc_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
+{
+    CALL(x->agent, t_xfer_set_notif);
+    ARG(0).p = x, ARG(1).cp = msg, ARG(2).z = len;
+    return RUN_ST();
+}
+
+static void t_xfer_post(nxli_call_t *c) { ST(nxl_xfer_post(A(0).p, A(1).done, A(2).p, A(3).p)); }
+nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(x->agent, t_xfer_post);
+    ARG(0).p = x, ARG(1).done = cb, ARG(2).p = arg, ARG(3).p = out;
+    return RUN_ST();
+}
+
+static void t_xfer_status(nxli_call_t *c) { c->r.st = nxl_xfer_status(A(0).cp); }
+nxl_status_t nxli_rpc_xfer_status(const nxl_xfer_t *x)
+{
+    CALL(x->agent, t_xfer_status);
+    ARG(0).cp = x;
+    return RUN_ST();
+}
+
+static void t_xfer_release(nxli_call_t *c) { nxl_xfer_release(A(0).p); }
+void nxli_rpc_xfer_release(nxl_xfer_t *x) { call_async(x->agent, t_xfer_release, x); }
+
+static void t_notif_send(nxli_call_t *c)
+{
+    ST(nxl_notif_send(c->a, A(0).cp, A(1).cp, A(2).z, A(3).done, A(4).p, A(5).p));
+}
+nxl_status_t nxli_rpc_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
+                                 nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    CALL(a, t_notif_send);
+    ARG(0).cp = remote, ARG(1).cp = msg, ARG(2).z = len;
+    ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
+    return RUN_ST();
+}

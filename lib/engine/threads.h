@@ -1,0 +1,102 @@
+/* Threaded mode (nxl_agent_config_t.threaded): the agent runs its reactor
+ * on a thread of its own, and a public call made from any other thread is
+ * handed to that thread (threads.c). Each public function that touches the
+ * agent's state begins with one line of dispatch:
+ *
+ *     if (nxli_thread_foreign(a)) return nxli_rpc_xfer_post(x, cb, arg, out);
+ *
+ * In the default mode a->thr is NULL and the test is one load and one
+ * branch. On the reactor thread (callbacks, the thunks themselves) the call
+ * runs directly. */
+#ifndef NXL_THREADS_H
+#define NXL_THREADS_H
+
+#include <nxl.h>
+#include <stdbool.h>
+
+struct nxli_thr;
+typedef struct nxli_waiter nxli_waiter_t;
+
+/* nonzero when a is threaded and this is not its reactor thread */
+bool nxli_thread_foreign_slow(const nxl_agent_t *a);
+#define nxli_thread_foreign(a) (__builtin_expect((a)->thr != NULL, 0) && \
+                                nxli_thread_foreign_slow(a))
+
+/* a future of a threaded agent, called from another thread; a future
+ * held after its agent was destroyed is the caller's alone (mt cleared) */
+#define nxli_future_foreign(f) (__builtin_expect((f)->mt, 0) && nxli_thread_foreign_slow((f)->agent))
+
+/* agent.c calls these */
+nxl_status_t nxli_thread_start(nxl_agent_t *a);      /* at the end of nxl_agent_create */
+void nxli_thread_destroy(nxl_agent_t *a);            /* nxl_agent_destroy of a threaded agent */
+void nxli_agent_teardown(nxl_agent_t *a);            /* agent.c: all but the base and the struct */
+void nxli_agent_free(nxl_agent_t *a);                /* agent.c: the rest */
+/* future.c: a future settled and its callbacks ran: wake foreign waiters */
+void nxli_thread_settled(nxl_future_t *f);
+nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms);
+const char *nxli_thread_last_error(const nxl_agent_t *a);
+void nxli_thread_set_error(const nxl_agent_t *a, const char *s);
+
+/* One marshalled entry per public function (threads.c). */
+nxl_status_t nxli_rpc_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
+                                     size_t nparams, nxl_backend_t **out);
+nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name);
+size_t nxli_rpc_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
+void nxli_rpc_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
+nxl_status_t nxli_rpc_future_from_cuda_event(nxl_agent_t *a, void *ev, nxl_done_cb cb, void *arg,
+                                             nxl_future_t **out);
+nxl_status_t nxli_rpc_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                                         const nxl_desc_t *descs, size_t n, nxl_done_cb cb,
+                                         void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
+                                    int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
+                              void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_fetch(nxl_agent_t *a, const char *remote, const char *host,
+                               uint16_t port, nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
+                                         nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg);
+nxl_status_t nxli_rpc_future_status(const nxl_future_t *f);
+const char *nxli_rpc_future_error(const nxl_future_t *f);
+const char *nxli_rpc_future_peer(const nxl_future_t *f);
+void nxli_rpc_future_release(nxl_future_t *f);
+void nxli_rpc_future_cancel(nxl_future_t *f);
+nxl_status_t nxli_rpc_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n,
+                                 nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_md_check(nxl_agent_t *a, const char *remote);
+nxl_status_t nxli_rpc_md_invalidate(nxl_agent_t *a, const char *remote);
+nxl_status_t nxli_rpc_md_local(nxl_agent_t *a, void **blob, size_t *len);
+nxl_status_t nxli_rpc_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                       size_t n, void **blob, size_t *len);
+nxl_status_t nxli_rpc_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
+                              size_t cap);
+nxl_status_t nxli_rpc_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                   size_t n, nxl_backend_t *b);
+nxl_status_t nxli_rpc_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                     size_t n);
+nxl_status_t nxli_rpc_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id,
+                                void **ptr);
+nxl_status_t nxli_rpc_mem_free(nxl_agent_t *a, void *ptr);
+nxl_status_t nxli_rpc_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
+                                size_t n, nxl_backend_t *b, nxl_query_t *results);
+nxl_status_t nxli_rpc_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out);
+nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                           const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
+void nxli_rpc_prepped_release(nxl_prepped_t *p);
+nxl_status_t nxli_rpc_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
+                                nxl_prepped_t *rp, const size_t *ridx, size_t n,
+                                const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
+nxl_status_t nxli_rpc_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *local,
+                                  const nxl_dlist_t *remote, const char *remote_agent,
+                                  const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
+nxl_status_t nxli_rpc_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len);
+nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out);
+nxl_status_t nxli_rpc_xfer_status(const nxl_xfer_t *x);
+void nxli_rpc_xfer_release(nxl_xfer_t *x);
+nxl_status_t nxli_rpc_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
+                                 nxl_done_cb cb, void *arg, nxl_future_t **out);
+
+#endif

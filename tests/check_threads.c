@@ -1,0 +1,584 @@
+/* Threaded mode (nxl_agent_config_t.threaded): calls from many threads
+ * against one agent, each callback exactly once, every notification
+ * arriving; nxl_future_wait() from other threads; destroy from another
+ * thread while transfers are in flight; the API called from callbacks; the
+ * default mode unchanged. Transfers go over UCX (shared memory: both
+ * agents live in this process). Run under ThreadSanitizer by tests/tsan. */
+#include "testlib.h"
+
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define NTHREADS 8
+#define WINDOW 4    /* transfers per thread, posted round-robin */
+#define BLK 256
+
+/* iterations per thread: 10,000 unless NXL_THREADS_ITERS says otherwise */
+static int iters(void)
+{
+    const char *e = getenv("NXL_THREADS_ITERS");
+    int n = e ? atoi(e) : 0;
+    return n > 0 ? n : 10000;
+}
+
+static nxl_agent_t *threaded_agent(const char *name)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = name;
+    c.threaded = 1;
+    nxl_agent_t *a = NULL;
+    nxl_status_t st = nxl_agent_create(&c, &a);
+    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
+    st = nxl_backend_create(a, "UCX", NULL, 0, NULL);
+    ck_assert_msg(st == NXL_SUCCESS, "UCX backend: %s", nxl_agent_last_error(a));
+    return a;
+}
+
+/* each agent loads the other's metadata */
+static void introduce(nxl_agent_t *a, nxl_agent_t *b)
+{
+    void *blob;
+    size_t len;
+    ck_assert_int_eq(nxl_md_local(a, &blob, &len), NXL_SUCCESS);
+    ck_assert_msg(nxl_md_load(b, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(b));
+    nxl_free(blob);
+    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
+    ck_assert_msg(nxl_md_load(a, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    nxl_free(blob);
+}
+
+static void *mem(nxl_agent_t *a, size_t len)
+{
+    void *p = NULL;
+    ck_assert_msg(nxl_mem_alloc(a, NXL_DRAM, len, 0, &p) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    return p;
+}
+
+static int load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void add_int(int *p) { __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL); }
+
+/* waits (sleeping) until *p >= target; 1 when reached */
+static int wait_count(const int *p, int target, int timeout_ms)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)timeout_ms;
+    while (load_int(p) < target && tl_now_ms() < end)
+        usleep(1000);
+    return load_int(p) >= target;
+}
+
+/* ---------------------------------------------------------------- many threads */
+
+static struct {
+    nxl_agent_t *I, *T;
+    unsigned char *ibuf, *tbuf;
+    int n;
+    /* [thread][iteration], each written by a callback, exactly once */
+    unsigned char *post_cb, *notif_cb, *notif_seen;
+    int posts_done, notifs_done, notifs_seen, bad;
+    pthread_t reactor_I, reactor_T;
+    int reactor_I_set, reactor_T_set;
+} M;
+
+static void note_reactor(pthread_t *slot, int *set)
+{
+    if (!__atomic_exchange_n(set, 1, __ATOMIC_ACQ_REL))
+        *slot = pthread_self();
+}
+
+static void m_post_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    size_t k = (size_t)(uintptr_t)arg;
+    note_reactor(&M.reactor_I, &M.reactor_I_set);
+    if (st != NXL_SUCCESS || __atomic_fetch_add(&M.post_cb[k], 1, __ATOMIC_RELAXED) != 0)
+        add_int(&M.bad);
+    add_int(&M.posts_done);
+}
+
+static void m_notif_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    size_t k = (size_t)(uintptr_t)arg;
+    if (st != NXL_SUCCESS || __atomic_fetch_add(&M.notif_cb[k], 1, __ATOMIC_RELAXED) != 0)
+        add_int(&M.bad);
+    add_int(&M.notifs_done);
+}
+
+static void m_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    unsigned t, i;
+    char s[32];
+    note_reactor(&M.reactor_T, &M.reactor_T_set);
+    snprintf(s, sizeof(s), "%.*s", (int)(len < sizeof(s) - 1 ? len : sizeof(s) - 1),
+             (const char *)msg);
+    if (strcmp(from, "I") || sscanf(s, "n %u %u", &t, &i) != 2 || t >= NTHREADS ||
+        i >= (unsigned)M.n || __atomic_fetch_add(&M.notif_seen[t * M.n + i], 1,
+                                                 __ATOMIC_RELAXED) != 0)
+        add_int(&M.bad);
+    add_int(&M.notifs_seen);
+}
+
+static void *m_thread(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    nxl_xfer_t *x[WINDOW];
+    nxl_future_t *f[WINDOW] = {0};
+    for (int w = 0; w < WINDOW; w++) {
+        size_t off = ((size_t)t * WINDOW + w) * BLK;
+        nxl_desc_t ld = {.addr = (uintptr_t)M.ibuf + off, .len = BLK};
+        nxl_desc_t rd = {.addr = (uintptr_t)M.tbuf + off, .len = BLK};
+        nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+        if (nxl_xfer_create(M.I, NXL_WRITE, &l, &r, "T", NULL, &x[w]) != NXL_SUCCESS) {
+            fprintf(stderr, "thread %u: nxl_xfer_create: %s\n", t, nxl_agent_last_error(M.I));
+            add_int(&M.bad);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < M.n; i++) {
+        int w = i % WINDOW;
+        size_t k = (size_t)t * M.n + i;
+        if (f[w]) {
+            /* the window is full: wait for this slot's previous post */
+            nxl_status_t st = nxl_future_wait(f[w], 20000);
+            if (st != NXL_SUCCESS) {
+                fprintf(stderr, "thread %u: wait: %s\n", t, nxl_status_name(st));
+                add_int(&M.bad);
+            }
+            nxl_future_release(f[w]);
+        }
+        nxl_status_t st = nxl_xfer_post(x[w], m_post_done, (void *)(uintptr_t)k, &f[w]);
+        if (st != NXL_SUCCESS) {
+            fprintf(stderr, "thread %u: post %d: %s: %s\n", t, i, nxl_status_name(st),
+                    nxl_agent_last_error(M.I));
+            add_int(&M.bad);
+            f[w] = NULL;
+        }
+        char msg[32];
+        int len = snprintf(msg, sizeof(msg), "n %u %d", t, i);
+        st = nxl_notif_send(M.I, "T", msg, (size_t)len, m_notif_done, (void *)(uintptr_t)k, NULL);
+        if (st != NXL_SUCCESS) {
+            fprintf(stderr, "thread %u: notif %d: %s: %s\n", t, i, nxl_status_name(st),
+                    nxl_agent_last_error(M.I));
+            add_int(&M.bad);
+        }
+    }
+    for (int w = 0; w < WINDOW; w++) {
+        if (f[w]) {
+            if (nxl_future_wait(f[w], 20000) != NXL_SUCCESS)
+                add_int(&M.bad);
+            nxl_future_release(f[w]);
+        }
+        nxl_xfer_release(x[w]);
+    }
+    return NULL;
+}
+
+START_TEST(many_threads)
+{
+    memset(&M, 0, sizeof(M));
+    M.n = iters();
+    M.I = threaded_agent("I");
+    M.T = threaded_agent("T");
+    size_t len = (size_t)NTHREADS * WINDOW * BLK;
+    M.ibuf = mem(M.I, len);
+    M.tbuf = mem(M.T, len);
+    for (size_t i = 0; i < len; i++)
+        M.ibuf[i] = (unsigned char)(i / BLK + 1);
+    memset(M.tbuf, 0, len);
+    introduce(M.I, M.T);
+    size_t total = (size_t)NTHREADS * M.n;
+    M.post_cb = calloc(total, 1);
+    M.notif_cb = calloc(total, 1);
+    M.notif_seen = calloc(total, 1);
+    /* after the arrays: the call hands them to T's reactor thread (the
+     * notifications themselves come through UCX's shared memory, which
+     * orders nothing that ThreadSanitizer can see) */
+    nxl_agent_on_notif(M.T, m_notif, NULL);
+    pthread_t th[NTHREADS];
+    uint64_t t0 = tl_now_ms();
+    for (int t = 0; t < NTHREADS; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL, m_thread, (void *)(uintptr_t)t), 0);
+    for (int t = 0; t < NTHREADS; t++)
+        pthread_join(th[t], NULL);
+    ck_assert_msg(wait_count(&M.posts_done, (int)total, 30000), "%d of %zu post callbacks",
+                  load_int(&M.posts_done), total);
+    ck_assert_msg(wait_count(&M.notifs_done, (int)total, 30000), "%d of %zu send callbacks",
+                  load_int(&M.notifs_done), total);
+    ck_assert_msg(wait_count(&M.notifs_seen, (int)total, 30000),
+                  "%d of %zu notifications arrived", load_int(&M.notifs_seen), total);
+    fprintf(stderr, "many_threads: %d threads x %d posts + notification sends: %llu ms\n",
+            NTHREADS, M.n, (unsigned long long)(tl_now_ms() - t0));
+    usleep(20000); /* anything more (a duplicate) would arrive now */
+    ck_assert_int_eq(load_int(&M.bad), 0);
+    ck_assert_int_eq(load_int(&M.posts_done), (int)total);
+    ck_assert_int_eq(load_int(&M.notifs_done), (int)total);
+    ck_assert_int_eq(load_int(&M.notifs_seen), (int)total);
+    for (size_t k = 0; k < total; k++) {
+        ck_assert_msg(M.post_cb[k] == 1, "post %zu: %d callbacks", k, M.post_cb[k]);
+        ck_assert_msg(M.notif_cb[k] == 1, "send %zu: %d callbacks", k, M.notif_cb[k]);
+        ck_assert_msg(M.notif_seen[k] == 1, "notification %zu arrived %d times", k,
+                      M.notif_seen[k]);
+    }
+    /* every block landed; callbacks ran on the reactor threads */
+    ck_assert_int_eq(memcmp(M.ibuf, M.tbuf, len), 0);
+    ck_assert(M.reactor_I_set && M.reactor_T_set);
+    ck_assert(!pthread_equal(M.reactor_I, pthread_self()));
+    ck_assert(!pthread_equal(M.reactor_I, M.reactor_T));
+    nxl_stats_t s = {.size = sizeof(s)};
+    ck_assert_int_eq(nxl_agent_stats(M.I, NULL, &s), NXL_SUCCESS);
+    ck_assert_uint_eq(s.xfers_posted, total);
+    ck_assert_uint_eq(s.xfers_succeeded, total);
+    ck_assert_uint_eq(s.notifs_sent, total);
+    ck_assert_int_eq(nxl_agent_stats(M.T, NULL, &s), NXL_SUCCESS);
+    ck_assert_uint_eq(s.notifs_received, total);
+    nxl_agent_destroy(M.I);
+    nxl_agent_destroy(M.T);
+    free(M.post_cb);
+    free(M.notif_cb);
+    free(M.notif_seen);
+}
+END_TEST
+
+/* ------------------------------------------------------------ foreign wait */
+
+static int w_calls;
+static pthread_t w_cb_thread;
+static void w_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    w_cb_thread = pthread_self();
+    add_int(&w_calls);
+}
+
+/* a TCP listener that accepts (the kernel does) and never answers */
+static int silent_listener(uint16_t *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    socklen_t sl = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+typedef struct {
+    nxl_future_t *f;
+    int timeout_ms;
+    nxl_status_t st;
+} waitarg_t;
+
+static void *waiter(void *arg)
+{
+    waitarg_t *w = arg;
+    w->st = nxl_future_wait(w->f, w->timeout_ms);
+    return NULL;
+}
+
+START_TEST(foreign_wait)
+{
+    nxl_agent_t *I = threaded_agent("I"), *T = threaded_agent("T");
+    unsigned char *ib = mem(I, 1 << 20), *tb = mem(T, 1 << 20);
+    tl_fill(ib, 1 << 20, 7);
+    introduce(I, T);
+    nxl_desc_t ld = {.addr = (uintptr_t)ib, .len = 1 << 20}, rd = {.addr = (uintptr_t)tb, .len = 1 << 20};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &x), NXL_SUCCESS);
+
+    /* four threads and this one wait for one transfer: all see it settle,
+     * after its callback ran (on the reactor thread) */
+    nxl_future_t *f;
+    w_calls = 0;
+    ck_assert_int_eq(nxl_xfer_post(x, w_done, NULL, &f), NXL_SUCCESS);
+    waitarg_t wa[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        wa[i] = (waitarg_t){f, 10000, NXL_IN_PROG};
+        pthread_create(&th[i], NULL, waiter, &wa[i]);
+    }
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    ck_assert_int_eq(load_int(&w_calls), 1);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(wa[i].st, NXL_SUCCESS);
+    }
+    ck_assert(!pthread_equal(w_cb_thread, pthread_self()));
+    ck_assert_int_eq(nxl_future_status(f), NXL_SUCCESS);
+    ck_assert_str_eq(nxl_future_error(f), "");
+    ck_assert_int_eq(nxl_xfer_status(x), NXL_SUCCESS);
+    /* waiting again on a settled future returns at once */
+    ck_assert_int_eq(nxl_future_wait(f, 0), NXL_SUCCESS);
+    nxl_future_release(f);
+    ck_assert_int_eq(tl_check(tb, 1 << 20, 7), -1);
+
+    /* a future that does not complete: the wait times out, then a cancel
+     * from another thread completes it with CANCELED, once */
+    uint16_t port;
+    int lfd = silent_listener(&port);
+    w_calls = 0;
+    ck_assert_int_eq(nxl_md_fetch(I, NULL, "127.0.0.1", port, w_done, NULL, &f), NXL_SUCCESS);
+    uint64_t t0 = tl_now_ms();
+    ck_assert_int_eq(nxl_future_wait(f, 100), NXL_IN_PROG);
+    ck_assert_uint_ge(tl_now_ms() - t0, 90);
+    ck_assert_int_eq(nxl_future_status(f), NXL_IN_PROG);
+    waitarg_t wl = {f, 10000, NXL_IN_PROG};
+    pthread_t tl;
+    pthread_create(&tl, NULL, waiter, &wl);
+    usleep(50000);
+    nxl_future_cancel(f);
+    pthread_join(tl, NULL);
+    ck_assert_int_eq(wl.st, NXL_ERR_CANCELED);
+    ck_assert_int_eq(load_int(&w_calls), 1);
+    ck_assert_int_eq(nxl_future_status(f), NXL_ERR_CANCELED);
+    ck_assert(is_sentence(nxl_future_error(f)));
+    nxl_future_release(f);
+    close(lfd);
+
+    /* errors reach the calling thread's nxl_agent_last_error() */
+    nxl_desc_t bad = {.addr = 16, .len = 16};
+    nxl_prepped_t *p;
+    ck_assert_int_eq(nxl_prep(I, NULL, NXL_DRAM, &bad, 1, &p), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(I), "nxl_prep");
+    ck_assert_int_eq(nxl_agent_run_once(I, 0), NXL_ERR_NOT_ALLOWED);
+    ck_sentence(nxl_agent_last_error(I), "threaded");
+    ck_assert_int_eq(nxl_agent_run(I), NXL_ERR_NOT_ALLOWED);
+    nxl_agent_stop(I); /* nothing */
+    /* a future held past its agent's destroy is still the caller's (rule 4),
+     * one completed and one canceled by the teardown */
+    nxl_future_t *kept, *pending;
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &kept), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(kept, 10000), NXL_SUCCESS);
+    lfd = silent_listener(&port);
+    ck_assert_int_eq(nxl_md_fetch(I, NULL, "127.0.0.1", port, NULL, NULL, &pending), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(I);
+    ck_assert_int_eq(nxl_future_status(kept), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_status(pending), NXL_ERR_CANCELED);
+    ck_assert(is_sentence(nxl_future_error(pending)));
+    nxl_future_release(kept);
+    nxl_future_release(pending);
+    close(lfd);
+    nxl_agent_destroy(T);
+}
+END_TEST
+
+/* ---------------------------------------- destroy from a foreign thread */
+
+#define D_N 16
+static struct {
+    nxl_xfer_t *x[D_N];
+    int posts, calls, canceled, bad;
+    pthread_t destroyer;
+    int stop;
+} D;
+
+/* each transfer re-posts itself from its callback until the destroy
+ * cancels it: at any time D_N posts are in flight */
+static void d_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    int i = (int)(uintptr_t)arg;
+    add_int(&D.calls);
+    if (pthread_equal(pthread_self(), D.destroyer))
+        add_int(&D.bad); /* not on the reactor thread */
+    if (st == NXL_ERR_CANCELED) {
+        add_int(&D.canceled);
+        return;
+    }
+    if (st != NXL_SUCCESS)
+        add_int(&D.bad);
+    if (nxl_xfer_post(D.x[i], d_done, arg, NULL) == NXL_SUCCESS)
+        add_int(&D.posts);
+    else
+        add_int(&D.bad);
+}
+
+static void *d_destroy(void *arg)
+{
+    nxl_agent_destroy(arg);
+    return NULL;
+}
+
+START_TEST(destroy_foreign)
+{
+    memset(&D, 0, sizeof(D));
+    nxl_agent_t *I = threaded_agent("I"), *T = threaded_agent("T");
+    size_t blk = 1 << 20;
+    unsigned char *ib = mem(I, D_N * blk), *tb = mem(T, D_N * blk);
+    introduce(I, T);
+    for (int i = 0; i < D_N; i++) {
+        nxl_desc_t ld = {.addr = (uintptr_t)ib + i * blk, .len = blk};
+        nxl_desc_t rd = {.addr = (uintptr_t)tb + i * blk, .len = blk};
+        nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+        ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &D.x[i]), NXL_SUCCESS);
+    }
+    for (int i = 0; i < D_N; i++) {
+        ck_assert_int_eq(nxl_xfer_post(D.x[i], d_done, (void *)(uintptr_t)i, NULL), NXL_SUCCESS);
+        add_int(&D.posts);
+    }
+    usleep(100000);
+    /* destroyed from another thread with D_N transfers in flight, their
+     * transfers never released by hand (the teardown does it) */
+    ck_assert_int_eq(pthread_create(&D.destroyer, NULL, d_destroy, I), 0);
+    pthread_join(D.destroyer, NULL);
+    int posts = load_int(&D.posts), calls = load_int(&D.calls);
+    fprintf(stderr, "destroy_foreign: %d posts, %d callbacks, %d canceled by the destroy\n",
+            posts, calls, load_int(&D.canceled));
+    ck_assert_int_eq(load_int(&D.bad), 0);
+    ck_assert_int_gt(posts, D_N);
+    ck_assert_int_eq(calls, posts);               /* each post's callback, exactly once */
+    ck_assert_int_eq(load_int(&D.canceled), D_N); /* the ones in flight, canceled */
+    usleep(10000);
+    ck_assert_int_eq(load_int(&D.calls), posts);  /* and nothing after */
+    nxl_agent_destroy(T);
+}
+END_TEST
+
+/* ------------------------------------------- the API from inside callbacks */
+
+static struct {
+    nxl_agent_t *I;
+    nxl_xfer_t *x;
+    int left, chain_done, inner_ok, bad;
+    nxl_status_t wait_st, run_st;
+    char run_err[256];
+} C;
+
+static void c_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    if (st != NXL_SUCCESS)
+        add_int(&C.bad);
+    /* on the reactor thread the calls run directly: no hand-over, no deadlock */
+    C.wait_st = nxl_future_wait(f, 10);
+    C.run_st = nxl_agent_run_once(C.I, 0);
+    if (nxl_xfer_status(C.x) != NXL_SUCCESS || nxl_future_status(f) != NXL_SUCCESS)
+        add_int(&C.bad);
+    nxl_stats_t s = {.size = sizeof(s)};
+    if (nxl_agent_stats(C.I, NULL, &s) == NXL_SUCCESS && s.xfers_posted > 0)
+        add_int(&C.inner_ok);
+    if (--C.left > 0) {
+        if (nxl_xfer_post(C.x, c_done, NULL, NULL) != NXL_SUCCESS)
+            add_int(&C.bad);
+    } else {
+        /* destroy on its own reactor thread: refused, the agent stays */
+        nxl_agent_destroy(C.I);
+        add_int(&C.chain_done);
+    }
+}
+
+static void quiet_log(nxl_log_level_t lvl, const char *msg, void *arg) {}
+
+START_TEST(api_in_callback)
+{
+    memset(&C, 0, sizeof(C));
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    c.log_cb = quiet_log;
+    ck_assert_int_eq(nxl_agent_create(&c, &C.I), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_backend_create(C.I, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+    unsigned char *b = mem(C.I, 8192);
+    tl_fill(b, 4096, 3);
+    /* loopback: the agent is its own peer */
+    nxl_desc_t ld = {.addr = (uintptr_t)b, .len = 4096}, rd = {.addr = (uintptr_t)b + 4096, .len = 4096};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    ck_assert_msg(nxl_xfer_create(C.I, NXL_WRITE, &l, &r, "I", NULL, &C.x) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(C.I));
+    C.left = 100;
+    ck_assert_int_eq(nxl_xfer_post(C.x, c_done, NULL, NULL), NXL_SUCCESS);
+    ck_assert_msg(wait_count(&C.chain_done, 1, 20000), "the chain of re-posts stopped at %d",
+                  C.left);
+    ck_assert_int_eq(load_int(&C.bad), 0);
+    ck_assert_int_eq(load_int(&C.inner_ok), 100);
+    ck_assert_int_eq(C.wait_st, NXL_ERR_NOT_ALLOWED);
+    ck_assert_int_eq(C.run_st, NXL_ERR_NOT_ALLOWED);
+    ck_assert_int_eq(tl_check(b + 4096, 4096, 3), -1);
+    /* the refused destroy left the agent working */
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_xfer_post(C.x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    nxl_future_release(f);
+    nxl_xfer_release(C.x);
+    nxl_agent_destroy(C.I);
+}
+END_TEST
+
+/* ------------------------------------------------------ the default mode */
+
+static int dm_calls;
+static pthread_t dm_thread;
+static void dm_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    dm_thread = pthread_self();
+    dm_calls++;
+}
+
+START_TEST(default_mode)
+{
+    /* a config from before the field: the size ends where threaded begins */
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "D";
+    c.size = offsetof(nxl_agent_config_t, threaded);
+    nxl_agent_t *a;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+    unsigned char *b = mem(a, 8192);
+    tl_fill(b, 4096, 5);
+    nxl_desc_t ld = {.addr = (uintptr_t)b, .len = 4096}, rd = {.addr = (uintptr_t)b + 4096, .len = 4096};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &l, &r, "D", NULL, &x), NXL_SUCCESS);
+    nxl_future_t *f;
+    dm_calls = 0;
+    ck_assert_int_eq(nxl_xfer_post(x, dm_done, NULL, &f), NXL_SUCCESS);
+    /* nothing runs until this thread runs the reactor */
+    usleep(20000);
+    ck_assert_int_eq(dm_calls, 0);
+    ck_assert_int_eq(nxl_future_status(f), NXL_IN_PROG);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    ck_assert_int_eq(dm_calls, 1);
+    ck_assert(pthread_equal(dm_thread, pthread_self()));
+    ck_assert_int_eq(tl_check(b + 4096, 4096, 5), -1);
+    ck_assert_int_eq(nxl_agent_run_once(a, 0), NXL_SUCCESS);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(a);
+
+    /* threaded needs its own base */
+    nxl_agent_config_init(&c);
+    c.name = "bad";
+    c.threaded = 1;
+    struct event_base *base = event_base_new();
+    c.base = base;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_assert_ptr_null(a);
+    ck_sentence(nxl_agent_last_error(NULL), "threaded");
+    event_base_free(base);
+}
+END_TEST
+
+Suite *threads_suite(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *tc = tcase_create("threads");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, many_threads);
+    tcase_add_test(tc, foreign_wait);
+    tcase_add_test(tc, destroy_foreign);
+    tcase_add_test(tc, api_in_callback);
+    tcase_add_test(tc, default_mode);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tl_run(threads_suite());
+}
