@@ -272,8 +272,22 @@ typedef struct nxl_agent_config {
     int threaded;
 } nxl_agent_config_t;
 
-/** Fills @p cfg with defaults. */
-NXL_API void nxl_agent_config_init(nxl_agent_config_t *cfg);
+/**
+ * Fills @p cfg with defaults and sets @c size to @p size: call it through
+ * the macro nxl_agent_config_init(), which passes sizeof the struct as the
+ * caller's header declares it. A program built against an older header
+ * and run with a newer libnxl is so never written past its struct, and the
+ * library reads only the fields that fit in @c size.
+ */
+NXL_API void nxl_agent_config_init_size(nxl_agent_config_t *cfg, size_t size);
+/**
+ * The function programs built before the macro call: it knows only the
+ * fields up to @c metrics_addr, @c auth_secret, @c auth_key_file and the
+ * limits (libnxl -version-info 3), and initialises that much.
+ */
+NXL_API void(nxl_agent_config_init)(nxl_agent_config_t *cfg);
+/** Fills @p cfg with defaults (see nxl_agent_config_init_size()). */
+#define nxl_agent_config_init(cfg) nxl_agent_config_init_size((cfg), sizeof(*(cfg)))
 
 /**
  * Creates an agent.

@@ -4,6 +4,8 @@
  * callback, and an idle agent that sleeps instead of spinning. */
 #include "testlib.h"
 
+#include <stddef.h>
+
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -121,6 +123,34 @@ START_TEST(t_mem_names_version)
 END_TEST
 
 /* --------------------------------------------------------------- agents */
+
+/* A program built against an older header, run with this library: the
+ * struct it passes is shorter. Neither the macro's function (given the
+ * caller's size) nor the function older programs call (the layout of
+ * -version-info 3) writes past it, and an agent is made from it. */
+START_TEST(t_config_older_header)
+{
+    size_t old = offsetof(nxl_agent_config_t, tls_cert_file);
+    unsigned char *mem = malloc(sizeof(nxl_agent_config_t) + 64);
+    for (int pass = 0; pass < 2; pass++) {
+        memset(mem, 0xa5, sizeof(nxl_agent_config_t) + 64);
+        nxl_agent_config_t *c = (nxl_agent_config_t *)mem;
+        if (pass == 0)
+            nxl_agent_config_init_size(c, old);
+        else
+            (nxl_agent_config_init)(c);
+        ck_assert_uint_eq(c->size, old);
+        ck_assert_int_eq(c->log_level, -1);
+        for (size_t i = old; i < sizeof(nxl_agent_config_t) + 64; i++)
+            ck_assert_msg(mem[i] == 0xa5, "byte %zu past the caller's struct written", i);
+        c->name = "old";
+        nxl_agent_t *a;
+        ck_assert_msg(nxl_agent_create(c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+        nxl_agent_destroy(a);
+    }
+    free(mem);
+}
+END_TEST
 
 START_TEST(t_create_errors)
 {
@@ -500,6 +530,7 @@ int main(void)
     TCase *ta = tcase_create("agent");
     tcase_set_timeout(ta, 30);
     tcase_add_test(ta, t_create_errors);
+    tcase_add_test(ta, t_config_older_header);
     tcase_add_test(ta, t_plugins);
     tcase_add_test(ta, t_backend_errors);
     suite_add_tcase(s, ta);

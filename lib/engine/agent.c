@@ -4,11 +4,19 @@
 #include <stdio.h>
 #include <string.h>
 
-void nxl_agent_config_init(nxl_agent_config_t *cfg)
+void nxl_agent_config_init_size(nxl_agent_config_t *cfg, size_t size)
 {
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->size = sizeof(*cfg);
+    /* the caller's struct: size bytes, fewer or more fields than ours */
+    memset(cfg, 0, size);
+    cfg->size = size;
     cfg->log_level = -1;
+}
+
+/* programs built against headers before the macro: their struct ended
+ * before the TLS fields (-version-info 3) */
+void(nxl_agent_config_init)(nxl_agent_config_t *cfg)
+{
+    nxl_agent_config_init_size(cfg, offsetof(nxl_agent_config_t, tls_cert_file));
 }
 
 /* One reactor event delivers completed futures and queued notifications,

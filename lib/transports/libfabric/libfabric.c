@@ -1039,20 +1039,6 @@ static void self_xfer(const nxlt_xfer_t *x)
     }
 }
 
-static void put_be(unsigned char *w, uint64_t v, int bytes)
-{
-    for (int k = 0; k < bytes; k++)
-        w[k] = (unsigned char)(v >> (8 * (bytes - 1 - k)));
-}
-
-static uint64_t get_be(const unsigned char *r, int bytes)
-{
-    uint64_t v = 0;
-    for (int k = 0; k < bytes; k++)
-        v = v << 8 | r[k];
-    return v;
-}
-
 /* A small WRITE with a notification as one message (AMW_TAG): one send
  * instead of writes, their completions, then the send; the target copies
  * the data into place, after checking every element against its
@@ -1078,12 +1064,12 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
     *w++ = AMW_TAG;
     *w++ = (unsigned char)nl;
     memcpy(w, me, nl), w += nl;
-    put_be(w, x->notif_len, 4), w += 4;
+    lf_put_be(w, x->notif_len, 4), w += 4;
     memcpy(w, x->notif, x->notif_len), w += x->notif_len;
-    put_be(w, x->n, 4), w += 4;
+    lf_put_be(w, x->n, 4), w += 4;
     for (size_t i = 0; i < x->n; i++, w += 12) {
-        put_be(w, x->iov[i].raddr, 8);
-        put_be(w + 8, x->iov[i].len, 4);
+        lf_put_be(w, x->iov[i].raddr, 8);
+        lf_put_be(w + 8, x->iov[i].len, 4);
     }
     for (size_t i = 0; i < x->n; i++)
         memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
@@ -1225,7 +1211,7 @@ static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
     memcpy(from, b + 2, nl);
     from[nl] = 0;
     b += 2 + nl;
-    uint64_t ml = get_be(b, 4);
+    uint64_t ml = lf_get_be(b, 4);
     b += 4;
     if ((size_t)(end - b) < ml + 4) {
         bad = "notification longer than the message";
@@ -1233,7 +1219,7 @@ static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
     }
     const unsigned char *msg = b;
     b += ml;
-    uint64_t n = get_be(b, 4);
+    uint64_t n = lf_get_be(b, 4);
     b += 4;
     if ((size_t)(end - b) / 12 < n) {
         bad = "more elements than the message holds";
@@ -1242,7 +1228,7 @@ static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
     const unsigned char *el = b, *payload = b + 12 * n;
     size_t at = 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t ra = get_be(el + 12 * i, 8), l = get_be(el + 12 * i + 8, 4);
+        uint64_t ra = lf_get_be(el + 12 * i, 8), l = lf_get_be(el + 12 * i + 8, 4);
         if ((size_t)(end - payload) - at < l) {
             bad = "elements longer than the message";
             goto drop;
@@ -1255,7 +1241,7 @@ static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
     }
     at = 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t ra = get_be(el + 12 * i, 8), l = get_be(el + 12 * i + 8, 4);
+        uint64_t ra = lf_get_be(el + 12 * i, 8), l = lf_get_be(el + 12 * i + 8, 4);
         memcpy((void *)(uintptr_t)ra, payload + at, l);
         at += l;
     }
