@@ -253,8 +253,8 @@ END_TEST
 START_TEST(t_one_message_write_checked)
 {
     nxl_agent_t *a = agent("a"), *b = agent("b");
-    ck_assert_int_eq(lf(a, "provider", "tcp;ofi_rxm", NULL, NULL), NXL_SUCCESS);
-    ck_assert_int_eq(lf(b, "provider", "tcp;ofi_rxm", NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(lf(a, "provider", "tcp;ofi_rxm", "am_write_max", "8192"), NXL_SUCCESS);
+    ck_assert_int_eq(lf(b, "provider", "tcp;ofi_rxm", "am_write_max", "8192"), NXL_SUCCESS);
     size_t len = 8192;
     unsigned char *pa = malloc(len), *pb = calloc(1, 2 * len);
     nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len};

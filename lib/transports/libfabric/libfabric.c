@@ -130,7 +130,7 @@ static int lf_loaded(void)
 
 #define NRX 32                                /* receive buffers kept posted */
 #define AMW_MAX 16384                         /* a one-message WRITE: most data it carries */
-#define AMW_DEFAULT 8192                      /* ... by default (am_write_max) */
+#define AMW_DEFAULT 0 /* ... by default (am_write_max): off until peers learn of deregistrations */
 #define AMW_ELEMS 64                          /* ... and most elements */
 /* a notification: [u16 name length][name][message]; a WRITE with its
  * notification in one message: [u8 'W'][u8 name length][name][u32 message
