@@ -17,6 +17,8 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <sys/prctl.h>
 
 #define TL_S3RVER_PKG "s3rver@3.7.1"
 #define TL_AZURITE_PKG "azurite@3.35.0"
@@ -86,6 +88,19 @@ static inline int tl_node_setup(char *why, size_t cap)
     return 0;
 }
 
+static inline void tl_srv_kill(tl_srv_t *s, int sig)
+{
+    if (s->pid > 0) {
+        kill(s->pid, sig);
+        int st;
+        for (int i = 0; i < 50 && waitpid(s->pid, &st, WNOHANG) == 0; i++)
+            usleep(100000);
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &st, 0);
+        s->pid = 0;
+    }
+}
+
 static inline int tl_srv_wait(tl_srv_t *s)
 {
     for (int i = 0; i < 200; i++) {
@@ -98,6 +113,7 @@ static inline int tl_srv_wait(tl_srv_t *s)
         }
         usleep(50000);
     }
+    tl_srv_kill(s, SIGTERM); /* never listened: not left running after the test */
     return -1;
 }
 
@@ -113,8 +129,11 @@ static inline int tl_srv_dir(tl_srv_t *s, const char *what)
     return 0;
 }
 
+/* In the child: logs to DIR/NAME.log, and dies with the test process (a
+ * crashed or killed test leaves no server behind). */
 static inline void tl_child_log(const tl_srv_t *s, const char *name)
 {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     char log[128];
     snprintf(log, sizeof(log), "%s/%s.log", s->dir, name);
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -176,19 +195,6 @@ static inline int tl_azurite_start(tl_srv_t *s)
         _exit(127);
     }
     return tl_srv_wait(s);
-}
-
-static inline void tl_srv_kill(tl_srv_t *s, int sig)
-{
-    if (s->pid > 0) {
-        kill(s->pid, sig);
-        int st;
-        for (int i = 0; i < 50 && waitpid(s->pid, &st, WNOHANG) == 0; i++)
-            usleep(100000);
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, &st, 0);
-        s->pid = 0;
-    }
 }
 
 static inline void tl_srv_cleanup(tl_srv_t *s)
