@@ -173,10 +173,15 @@ void px_thp_add(px_t *u, uint64_t addr, size_t len)
             if (again)
                 usleep(THP_RETRY_US / 10);
         } while (again);
-        nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: DRAM %#llx+%zu: 2 MiB pages for %zu of %zu "
+        /* auto: the thread may be working on a larger region meanwhile */
+        pthread_mutex_lock(&t->mu);
+        uint64_t done = t->done, asked = t->asked;
+        int err = t->last_err;
+        pthread_mutex_unlock(&t->mu);
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: DRAM %#llx+%zu: 2 MiB pages for %llu of %llu "
                                         "bytes so far (MADV_COLLAPSE%s%s)",
-                 (unsigned long long)addr, len, (size_t)t->done, (size_t)t->asked,
-                 t->last_err ? ": " : "", t->last_err ? strerror(t->last_err) : "");
+                 (unsigned long long)addr, len, (unsigned long long)done,
+                 (unsigned long long)asked, err ? ": " : "", err ? strerror(err) : "");
         return;
     }
     thp_range_t *r = malloc(sizeof(*r));
