@@ -8,6 +8,7 @@
  * a write past RLIMIT_FSIZE (EFBIG); an I/O error (EIO, through
  * /proc/self/mem); reads past the end of a file;
  * registration errors; nxl_mem_query; nxl_mem_alloc without UCX;
+ * registered plain-page DRAM moved onto 2 MiB pages (thp_collapse);
  * batched submission of what completion callbacks post; 64 transfers in flight (also with busy polling); teardown and
  * release with I/O in flight (CANCELED exactly once). Tests that cannot run
  * here say why and pass. */
@@ -428,6 +429,10 @@ START_TEST(t_engine_params)
     nxl_param_t bad4 = {"coop_taskrun", "yes please"};
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad4, 1, NULL), NXL_ERR_INVALID_PARAM);
     ck_assert_msg(strstr(nxl_agent_last_error(a), "coop_taskrun"), "%s", nxl_agent_last_error(a));
+    nxl_param_t bad5 = {"thp_collapse", "maybe"};
+    ck_assert_int_eq(nxl_backend_create(a, "POSIX", &bad5, 1, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_msg(strstr(nxl_agent_last_error(a), "thp_collapse=maybe"), "%s",
+                  nxl_agent_last_error(a));
 #ifndef NXL_HAVE_LIBURING
     nxl_param_t pu = {"engine", "uring"};
     ck_assert_int_eq(nxl_backend_create(a, "POSIX", &pu, 1, NULL), NXL_ERR_NOT_SUPPORTED);
@@ -867,6 +872,125 @@ START_TEST(t_mem_alloc_host)
     ck_assert_int_eq(nxl_mem_free(a, big), NXL_SUCCESS);
     ck_assert_int_eq(nxl_mem_free(a, small), NXL_SUCCESS);
     nxl_agent_destroy(a);
+}
+END_TEST
+
+/* ------------------------------------------- registered DRAM onto 2 MiB pages */
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+/* kB of AnonHugePages in the mapping that holds p (/proc/self/smaps); -1 if unreadable */
+static long thp_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int in = 0;
+    long kb = -1;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+            continue;
+        }
+        if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* Can this kernel move anonymous memory onto huge pages (MADV_COLLAPSE,
+ * Linux 6.1)? NULL if so, or why not. */
+static const char *collapse_works(void)
+{
+    static char why[160];
+    size_t len = 4 * MiB;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return "mmap failed";
+    memset(m, 1, len);
+    char *a = (char *)(((uintptr_t)m + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+    int rc = madvise(a, 2 * MiB, MADV_COLLAPSE);
+    snprintf(why, sizeof(why), "madvise(MADV_COLLAPSE): %s", strerror(errno));
+    munmap(m, len);
+    return rc == 0 ? NULL : why;
+}
+
+/* thp_collapse: the application's plain-page buffer (not 2 MiB-aligned, so
+ * a head and a tail stay on 4 KiB pages) is moved onto huge pages where it
+ * holds whole 2 MiB ranges: at registration (sync, both engines), in the
+ * background, or not at all (off). Its contents survive, and O_DIRECT
+ * blocks that straddle the plain and the huge parts write and read back
+ * byte for byte. Loop: 0 sync/uring, 1 sync/threads, 2 background, 3 off. */
+START_TEST(t_thp_collapse)
+{
+    static const char *const mode[] = {"sync", "sync", "background", "off"};
+    const char *engine = _i == 1 ? "threads" : "uring", *why;
+    if (_i != 1 && !uring_works()) {
+        printf("check_posix: t_thp_collapse[%d] skipped: " NO_URING "\n", _i);
+        return;
+    }
+    if (_i != 3 && (why = collapse_works())) {
+        printf("check_posix: t_thp_collapse[%d] skipped: this kernel cannot (%s)\n", _i, why);
+        return;
+    }
+    /* a mapping of its own (guard pages either side: no merged neighbours in smaps) */
+    size_t maplen = 12 * MiB, len = 6 * MiB;
+    char *m = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(m != MAP_FAILED);
+    ck_assert_int_eq(mprotect(m, 4096, PROT_NONE), 0);
+    ck_assert_int_eq(mprotect(m + maplen - 4096, 4096, PROT_NONE), 0);
+    char *A = (char *)(((uintptr_t)m + 4096 + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+    char *buf = A + 12 * KiB; /* whole 2 MiB ranges: [A + 2 MiB, A + 6 MiB) */
+    tl_fill(buf, len, 61);
+    char *copy = xalloc(len);
+    memcpy(copy, buf, len);
+    ck_assert_int_eq(thp_kb(buf), 0); /* plain pages, as malloc gives them */
+    extra_key = "thp_collapse";
+    extra_val = mode[_i];
+    nxl_agent_t *a = px_agent("px", engine, "1");
+    extra_key = NULL;
+    static const char *const said[] = {"2 MiB pages: at registration",
+                                       "2 MiB pages: at registration",
+                                       "2 MiB pages: in the background", "2 MiB pages: off"};
+    ck_assert_msg(strstr(engine_line, said[_i]), "%s", engine_line);
+    reg_dram(a, buf, len);
+    long kb = thp_kb(buf);
+    if (_i == 2) /* the background thread: wait for it (no timing asserted) */
+        for (uint64_t end = tl_now_ms() + 30000; kb < 4096 && tl_now_ms() < end; kb = thp_kb(buf))
+            nxl_agent_run_once(a, 20);
+    if (_i == 3)
+        ck_assert_msg(kb == 0, "thp_collapse=off: %ld kB on huge pages", kb);
+    else
+        ck_assert_msg(kb == 4096, "thp_collapse=%s: %ld kB of the buffer on huge pages, not the "
+                                  "4096 of its two whole 2 MiB ranges", mode[_i], kb);
+    ck_assert_msg(first_diff(buf, copy, len) < 0, "the contents changed");
+    /* O_DIRECT through both parts: 3 blocks of 1 MiB from the plain head on,
+     * read back into the next 3 MiB (huge, then the plain tail) */
+    char path[300];
+    snprintf(path, sizeof(path), "%s/thp", tdir);
+    ck_assert_int_eq(reg_path(a, NXL_FILE, 2, path, "create", 0, 4 * MiB), NXL_SUCCESS);
+    memset(buf + 3 * MiB, 0, 3 * MiB);
+    write_read_back(a, 2, buf, buf + 3 * MiB, 0, 1 * MiB, 3);
+    ck_assert_msg(first_diff(buf, copy, 3 * MiB) < 0, "the written half changed");
+    stats_line[0] = 0;
+    nxl_agent_destroy(a);
+    unsigned long long direct = 0;
+    const char *p = strstr(stats_line, "statistics:");
+    ck_assert_msg(p && sscanf(p, "statistics: %*u transfers, %*u I/Os (%llu direct", &direct) == 1,
+                  "statistics logged: '%s'", stats_line);
+    ck_assert_msg(direct == 6, "6 O_DIRECT I/Os: %s", stats_line);
+    if (_i == 3)
+        ck_assert_msg(strstr(stats_line, "2 MiB pages: none asked"), "%s", stats_line);
+    else
+        ck_assert_msg(strstr(stats_line, "2 MiB pages: 4194304 of 4194304 bytes"), "%s",
+                      stats_line);
+    munmap(m, maplen);
+    free(copy);
 }
 END_TEST
 
@@ -1508,6 +1632,7 @@ int main(void)
     tcase_add_loop_test(tc, t_efbig, 0, 2);
     tcase_add_loop_test(tc, t_eio, 0, 2);
     tcase_add_test(tc, t_mem_alloc_host);
+    tcase_add_loop_test(tc, t_thp_collapse, 0, 4);
     tcase_add_loop_test(tc, t_batch_from_callbacks, 0, 2);
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_test(tc, t_blk_loop);

@@ -374,9 +374,13 @@ int posix_main(void)
     snprintf(qd, sizeof(qd), "%zu", (size_t)O.depth * O.max_batch < 256 ? 256
                                      : (size_t)O.depth * O.max_batch > 32768 ? 32768
                                      : (size_t)O.depth * O.max_batch);
-    nxl_param_t prm[] = {{"engine", O.posix_engine}, {"direct", O.direct ? "1" : "0"},
-                         {"queue_depth", qd}};
-    if (nxl_backend_create(P.a, "POSIX", prm, 3, NULL) != NXL_SUCCESS)
+    /* --backend_params (chunk=..., ...) after nxlbench's own, which they may repeat */
+    nxl_param_t prm[3 + sizeof(O.bparams) / sizeof(O.bparams[0])] = {
+        {"engine", O.posix_engine}, {"direct", O.direct ? "1" : "0"}, {"queue_depth", qd}};
+    size_t nprm = 3;
+    for (size_t i = 0; i < O.nbparams; i++)
+        prm[nprm++] = O.bparams[i];
+    if (nxl_backend_create(P.a, "POSIX", prm, nprm, NULL) != NXL_SUCCESS)
         die("nxl_backend_create(POSIX): %s", nxl_agent_last_error(P.a));
     p_files();
     nxl_mem_t ft = !strcmp(O.tseg, "BLK") ? NXL_BLK : NXL_FILE;

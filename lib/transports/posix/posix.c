@@ -250,6 +250,7 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
 {
     px_t *u = state;
     if (type == NXL_DRAM) {
+        px_thp_add(u, d->addr, d->len);
         *out = &px_dram_md;
         return NXL_SUCCESS;
     }
@@ -787,8 +788,8 @@ static int parse_bool(const char *s, bool *out)
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"engine",  "direct", "queue_depth",
-                                        "threads", "chunk",  "coop_taskrun"};
+    static const char *const known[] = {"engine", "direct",       "queue_depth", "threads",
+                                        "chunk",  "coop_taskrun", "thp_collapse"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
@@ -796,7 +797,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         if (!ok) {
             nxlt_error(ctx, "POSIX: unknown parameter '%s' (engine=auto|uring|threads, "
                             "direct=0|1, queue_depth=N, threads=N, chunk=BYTES, "
-                            "coop_taskrun=0|1)",
+                            "coop_taskrun=0|1, thp_collapse=auto|off|background|sync)",
                        params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
@@ -823,6 +824,22 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         nxlt_error(ctx, "POSIX: coop_taskrun=%s: use 0 or 1", v);
         goto bad;
     }
+    /* auto: registered DRAM onto 2 MiB pages when O_DIRECT is asked for */
+    u->thp = PX_THP_AUTO;
+    if ((v = param(params, n, "thp_collapse"))) {
+        if (!strcmp(v, "off") || !strcmp(v, "0"))
+            u->thp = PX_THP_OFF;
+        else if (!strcmp(v, "background"))
+            u->thp = PX_THP_BACKGROUND;
+        else if (!strcmp(v, "sync"))
+            u->thp = PX_THP_SYNC;
+        else if (strcmp(v, "auto")) {
+            nxlt_error(ctx, "POSIX: thp_collapse=%s: use auto, off, background or sync", v);
+            goto bad;
+        }
+    }
+    if (u->thp == PX_THP_AUTO && !u->direct)
+        u->thp = PX_THP_OFF;
     if ((v = param(params, n, "queue_depth"))) {
         if (parse_uint(v, 1, 32768, &x) < 0) {
             nxlt_error(ctx, "POSIX: queue_depth=%s: a number from 1 to 32768", v);
@@ -888,8 +905,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         u->eng = &px_engine_threads;
     }
     size_t l = strlen(u->desc);
-    snprintf(u->desc + l, sizeof(u->desc) - l, "; O_DIRECT %s; chunks of %zu KiB",
-             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", u->chunk >> 10);
+    static const char *const thp_mode[] = {
+        "off", "at registration up to 64 MiB, larger regions in the background",
+        "in the background", "at registration"};
+    snprintf(u->desc + l, sizeof(u->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; registered "
+                                               "DRAM onto 2 MiB pages: %s",
+             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", u->chunk >> 10,
+             thp_mode[u->thp]);
     nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", u->desc);
     *out = u;
     return NXL_SUCCESS;
@@ -928,12 +950,14 @@ static void destroy(void *state)
 {
     px_t *u = state;
     quiesce(u);
+    char thp[160];
+    px_thp_stop(u, thp, sizeof(thp));
     nxlt_log(u->ctx, NXL_LOG_INFO,
              "POSIX statistics: %llu transfers, %llu I/Os (%llu direct, %llu buffered, %llu "
-             "short) in %llu submissions",
+             "short) in %llu submissions; DRAM onto 2 MiB pages: %s",
              (unsigned long long)u->n_xfers, (unsigned long long)(u->n_direct + u->n_buffered),
              (unsigned long long)u->n_direct, (unsigned long long)u->n_buffered,
-             (unsigned long long)u->n_short, (unsigned long long)u->n_submits);
+             (unsigned long long)u->n_short, (unsigned long long)u->n_submits, thp);
     if (u->kick)
         event_free(u->kick);
     if (u->reg) {

@@ -26,6 +26,11 @@
 
 struct event;
 typedef struct px px_t;
+typedef struct px_thp px_thp_t;
+
+/* registered DRAM onto 2 MiB pages (thp.c; backend parameter thp_collapse) */
+enum { PX_THP_OFF, PX_THP_AUTO, PX_THP_BACKGROUND, PX_THP_SYNC };
+#define PX_THP_SYNC_MAX (64u << 20) /* auto: up to this much at registration, more in the background */
 typedef struct px_xop px_xop_t;
 
 /* A registered file or block device range, shared by its registration,
@@ -97,6 +102,8 @@ struct px {
     bool closing;
     bool direct;             /* backend parameter direct=1 */
     bool coop;               /* io_uring: cooperative task work (coop_taskrun=1, default) */
+    int thp;                 /* PX_THP_*: registered DRAM onto 2 MiB pages */
+    px_thp_t *thp_state;     /* thp.c, made on first use */
     size_t chunk;
     unsigned depth;          /* io_uring entries */
     unsigned nthreads;
@@ -126,5 +133,13 @@ int px_seg_fd(px_t *u, px_seg_t *s, size_t *len);
 /* resets an engine's eventfd before its results are collected (a result
  * that arrives after this wakes the reactor again); @p whose names it */
 void px_efd_drain(px_t *u, int efd, const char *whose);
+
+
+/* thp.c: the whole 2 MiB ranges of a DRAM registration onto huge pages, in
+ * the background or before returning (u->thp); never fails */
+void px_thp_add(px_t *u, uint64_t addr, size_t len);
+/* ends the thread (waits for the 2 MiB range it is on), writes what was
+ * done into @p stats and frees */
+void px_thp_stop(px_t *u, char *stats, size_t cap);
 
 #endif

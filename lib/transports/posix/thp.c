@@ -1,0 +1,235 @@
+/* The POSIX transport: registered DRAM onto 2 MiB pages (MADV_COLLAPSE).
+ *
+ * An O_DIRECT request hands the device one scatter-gather segment per
+ * physically contiguous run of its buffer. Memory the application
+ * allocated itself (malloc, posix_memalign: 4 KiB pages) gives one segment
+ * per page, 256 for a 1 MiB block, and on a virtio disk without indirect
+ * descriptors each segment takes one slot of a ring of 256: about one such
+ * request fits in flight, and the block layer splits a 1 MiB request
+ * (256 segments) into 254 + 2. On 2 MiB pages the same request is one or
+ * two segments (doc/storage-notes.md has the measurements).
+ *
+ * madvise(MADV_COLLAPSE) (Linux 6.1) moves the whole, aligned 2 MiB ranges
+ * of a region onto huge pages in place: same addresses, same contents, the
+ * application sees nothing but the layout. It copies each range, so it
+ * costs 0.3-10 ms per 2 MiB here (more under load); a thread of its own
+ * does it after the registration returns (thp_collapse=background), or
+ * the registration does it before returning (sync); auto, the default
+ * with direct=1, does regions up to 64 MiB at registration and larger
+ * ones in the background. In the background a range whose pages are pinned
+ * by I/O in flight is refused (EAGAIN) and tried again later, up to 20
+ * times over a second. Failure is never an error: the memory stays as
+ * it was (kernels before 6.1, file mappings, no huge page free, pages
+ * pinned by I/O in flight: retried a few times).
+ *
+ * Nothing is undone at deregistration: collapsing memory that the
+ * application has freed and reused is as harmless as collapsing it before
+ * (contents are kept), and on an unmapped range the kernel refuses. */
+#include "posix.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+#define THP_SIZE (2u << 20)
+#define THP_TRIES 20         /* per range, when the kernel says EAGAIN (pinned by I/O, busy) */
+#define THP_RETRY_US 50000   /* between those tries */
+
+typedef struct thp_range {
+    uintptr_t a, e;
+    int tries;
+    struct thp_range *next;
+} thp_range_t;
+
+struct px_thp {
+    pthread_t th;
+    bool started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    thp_range_t *head, *tail;
+    /* under mu: statistics (read at destroy) */
+    uint64_t asked, done, us;
+    int last_err;            /* errno of the last refusal, 0 if none */
+    bool unsupported;        /* EINVAL: this kernel or this memory cannot: stop asking */
+};
+
+/* one 2 MiB range: 0, or the errno */
+static int thp_one(uintptr_t p)
+{
+    return madvise((void *)p, THP_SIZE, MADV_COLLAPSE) == 0 ? 0 : errno;
+}
+
+/* collapses [r->a, r->e) from r->a on; returns with r->a past what is done,
+ * or at the range that said EAGAIN (to be tried again); mu not held */
+static void thp_walk(px_thp_t *t, thp_range_t *r, bool *again)
+{
+    *again = false;
+    while (r->a < r->e) {
+        pthread_mutex_lock(&t->mu);
+        bool stop = t->stop || t->unsupported;
+        pthread_mutex_unlock(&t->mu);
+        if (stop)
+            return;
+        uint64_t t0 = nxlt_now_us();
+        int e = thp_one(r->a);
+        uint64_t dt = nxlt_now_us() - t0;
+        pthread_mutex_lock(&t->mu);
+        t->us += dt;
+        if (!e)
+            t->done += THP_SIZE;
+        else
+            t->last_err = e;
+        if (e == EINVAL)
+            t->unsupported = true;
+        pthread_mutex_unlock(&t->mu);
+        if (e == EAGAIN && ++r->tries < THP_TRIES) {
+            *again = true;
+            return;
+        }
+        r->tries = 0;
+        r->a += THP_SIZE;
+    }
+}
+
+static void *thp_main(void *arg)
+{
+    px_thp_t *t = arg;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (!t->stop && !t->head)
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (t->stop) {
+            pthread_mutex_unlock(&t->mu);
+            return NULL;
+        }
+        thp_range_t *r = t->head;
+        t->head = r->next;
+        if (!t->head)
+            t->tail = NULL;
+        pthread_mutex_unlock(&t->mu);
+        bool again;
+        thp_walk(t, r, &again);
+        if (again) {
+            /* pinned by I/O in flight, or busy: back of the queue, a little later */
+            usleep(THP_RETRY_US);
+            pthread_mutex_lock(&t->mu);
+            r->next = NULL;
+            if (t->tail)
+                t->tail->next = r;
+            else
+                t->head = r;
+            t->tail = r;
+            pthread_mutex_unlock(&t->mu);
+        } else {
+            free(r);
+        }
+    }
+}
+
+/* the whole, aligned 2 MiB ranges of [addr, addr + len): false if none */
+static bool thp_span(uint64_t addr, size_t len, uintptr_t *a, uintptr_t *e)
+{
+    if (addr > UINTPTR_MAX - len)
+        return false;
+    *a = ((uintptr_t)addr + THP_SIZE - 1) & ~(uintptr_t)(THP_SIZE - 1);
+    *e = ((uintptr_t)addr + len) & ~(uintptr_t)(THP_SIZE - 1);
+    return *a >= (uintptr_t)addr && *e > *a;
+}
+
+void px_thp_add(px_t *u, uint64_t addr, size_t len)
+{
+    uintptr_t a, e;
+    if (u->thp == PX_THP_OFF || !thp_span(addr, len, &a, &e))
+        return;
+    px_thp_t *t = u->thp_state;
+    if (!t) {
+        t = calloc(1, sizeof(*t));
+        if (!t)
+            return;
+        pthread_mutex_init(&t->mu, NULL);
+        pthread_cond_init(&t->cv, NULL);
+        u->thp_state = t;
+    }
+    pthread_mutex_lock(&t->mu);
+    bool unsupported = t->unsupported;
+    if (!unsupported)
+        t->asked += e - a;
+    pthread_mutex_unlock(&t->mu);
+    if (unsupported)
+        return;
+    thp_range_t r0 = {.a = a, .e = e};
+    if (u->thp == PX_THP_SYNC || (u->thp == PX_THP_AUTO && e - a <= PX_THP_SYNC_MAX)) {
+        bool again;
+        do {
+            thp_walk(t, &r0, &again);
+            if (again)
+                usleep(THP_RETRY_US / 10);
+        } while (again);
+        /* auto: the thread may be working on a larger region meanwhile */
+        pthread_mutex_lock(&t->mu);
+        uint64_t done = t->done, asked = t->asked;
+        int err = t->last_err;
+        pthread_mutex_unlock(&t->mu);
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: DRAM %#llx+%zu: 2 MiB pages for %llu of %llu "
+                                        "bytes so far (MADV_COLLAPSE%s%s)",
+                 (unsigned long long)addr, len, (unsigned long long)done,
+                 (unsigned long long)asked, err ? ": " : "", err ? strerror(err) : "");
+        return;
+    }
+    thp_range_t *r = malloc(sizeof(*r));
+    if (!r)
+        return;
+    *r = r0;
+    pthread_mutex_lock(&t->mu);
+    if (!t->started) {
+        if (pthread_create(&t->th, NULL, thp_main, t) != 0) {
+            pthread_mutex_unlock(&t->mu);
+            free(r);
+            nxlt_log(u->ctx, NXL_LOG_INFO, "POSIX: no thread for 2 MiB pages (%s); registered "
+                                           "DRAM keeps its pages", strerror(errno));
+            return;
+        }
+        t->started = true;
+    }
+    if (t->tail)
+        t->tail->next = r;
+    else
+        t->head = r;
+    t->tail = r;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void px_thp_stop(px_t *u, char *stats, size_t cap)
+{
+    px_thp_t *t = u->thp_state;
+    if (!t) {
+        snprintf(stats, cap, "none asked");
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (t->started)
+        pthread_join(t->th, NULL);
+    snprintf(stats, cap, "%llu of %llu bytes in %.1f ms%s%s%s", (unsigned long long)t->done,
+             (unsigned long long)t->asked, t->us / 1e3, t->last_err ? " (last refusal: " : "",
+             t->last_err ? strerror(t->last_err) : "", t->last_err ? ")" : "");
+    for (thp_range_t *r = t->head, *n; r; r = n) {
+        n = r->next;
+        free(r);
+    }
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+    u->thp_state = NULL;
+}
