@@ -16,6 +16,8 @@
  *   "chk SEED N BLK STRIDE" checks that block i (BLK bytes at i*STRIDE)
  *                           holds bytes [i*BLK, (i+1)*BLK) of pattern SEED
  *   "fill SEED"             fills the whole buffer with pattern SEED
+ *   "nomark N"              checks that none of the first N bytes' 64-byte
+ *                           blocks is all 0xEE (the initiator's mark)
  *   "seq K"                 a numbered notification; "cnt" reports them
  *   "addr"                  reports the buffer's address
  *   "guard"                 registers a second region of GLEN bytes between
@@ -182,6 +184,18 @@ static void t_reply(const char *msg)
         fprintf(stderr, "target: reply failed: %s\n", nxl_agent_last_error(T.a));
 }
 
+/* 64-byte blocks of buf that are all 0xEE: the mark the initiator writes
+ * into its buffer once a canceled transfer's callback ran */
+static size_t marked_blocks(const unsigned char *buf, size_t len)
+{
+    unsigned char mark[64];
+    memset(mark, 0xEE, sizeof(mark));
+    size_t k = 0;
+    for (size_t off = 0; off + sizeof(mark) <= len; off += sizeof(mark))
+        k += !memcmp(buf + off, mark, sizeof(mark));
+    return k;
+}
+
 static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
     char m[256], out[4096];
@@ -212,6 +226,10 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
     } else if (sscanf(m, "fill %u", &seed) == 1) {
         tl_fill(T.buf, TBUF, seed);
         t_reply("ok");
+    } else if (sscanf(m, "nomark %zu", &n) == 1) {
+        size_t marked = marked_blocks(T.buf, n < TBUF ? n : TBUF);
+        snprintf(out, sizeof(out), marked ? "bad: %zu blocks marked" : "ok", marked);
+        t_reply(out);
     } else if (sscanf(m, "seq %zu", &k) == 1) {
         if (k < T.maxseq) {
             if (T.seen[k])
@@ -644,6 +662,16 @@ START_TEST(t_cancel)
         ck_assert_int_eq(nxl_future_wait(f, 20000), NXL_ERR_CANCELED);
         ck_assert_int_eq(c_calls, 1);
         ck_assert_int_eq(c_st, NXL_ERR_CANCELED);
+        /* once its callback ran, the canceled transfer touches none of its
+         * buffers: a WRITE reads no more of the source (the mark never
+         * reaches the target), a READ writes no more into it */
+        memset(I.buf, 0xEE, 64 * 65536);
+        for (int i = 0; i < 10; i++)
+            nxl_agent_run_once(I.a, 5);
+        if (k == 1)
+            ck_assert_int_eq(marked_blocks(I.buf, 64 * 65536), 64 * 65536 / 64);
+        else
+            ck_assert_str_eq(ask("nomark 4194304", 10000), "ok");
         nxl_future_cancel(f); /* no effect on a complete future */
         nxl_future_release(f);
         for (int i = 0; i < 5; i++)

@@ -888,7 +888,9 @@ static void flush_done(void *req, ucs_status_t st, void *arg)
     ucx_op_t *o = arg;
     if (req)
         ucp_request_free(req);
-    if (st != UCS_OK || o->st != UCS_OK || !o->notif)
+    /* canceled (NXLT_CAP_CANCEL_WAITS): the flush saw every put and get of
+     * it through, so its buffers are free now; its notification stays */
+    if (st != UCS_OK || o->st != UCS_OK || !o->notif || (o->op && nxlt_op_canceled(o->op)))
         op_finish(o, st);
     else
         send_notif(o);
@@ -1507,7 +1509,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "UCX",
     .mem_mask = 1u << NXL_DRAM,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS,
     .probe = probe,
     .create = create,
     .destroy = destroy,
