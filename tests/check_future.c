@@ -555,6 +555,35 @@ START_TEST(t_cancel)
 }
 END_TEST
 
+/* A callback that starts an operation which finishes at once (a group of
+ * no futures) gets its completion on the next reactor turn: a chain of them
+ * advances one step per turn, and nxl_agent_run_once(a, 0) returns (it
+ * looped inside libevent for as long as the chain went on). */
+static int chain_n;
+
+static void chain_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ck_assert_int_eq(st, NXL_SUCCESS);
+    if (++chain_n < 1000)
+        ck_assert_int_eq(nxl_future_all(A, NULL, 0, chain_cb, NULL, NULL), NXL_SUCCESS);
+}
+
+START_TEST(t_chain_one_per_turn)
+{
+    chain_n = 0;
+    ck_assert_int_eq(nxl_future_all(A, NULL, 0, chain_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(chain_n, 0);
+    for (int i = 1; i <= 10; i++) {
+        ck_assert_int_eq(nxl_agent_run_once(A, 0), NXL_SUCCESS);
+        ck_assert_int_le(chain_n, i);
+    }
+    ck_assert_int_ge(chain_n, 1);
+    /* and it keeps going on its own, through turns with a timeout too */
+    ck_assert(tl_run_until(A, &chain_n, 1000, 10000));
+    ck_assert_int_eq(chain_n, 1000);
+}
+END_TEST
+
 START_TEST(t_release_inflight)
 {
     for (int i = 0; i < 3; i++) {
@@ -1034,6 +1063,7 @@ int main(void)
     tcase_add_test(tc, t_repost);
     tcase_add_test(tc, t_destroy_pending);
     tcase_add_test(tc, t_status_follows_callbacks);
+    tcase_add_test(tc, t_chain_one_per_turn);
     tcase_add_test(tc, t_failed_calls);
     suite_add_tcase(s, tc);
     TCase *tn = tcase_create("notif");

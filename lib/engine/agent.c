@@ -113,6 +113,7 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
         a->own_base = true;
     }
     if (!a->base || !(a->ev_deliver = event_new(a->base, -1, 0, deliver_cb, a)) ||
+        !(a->ev_deliver_next = evtimer_new(a->base, deliver_cb, a)) ||
         !(a->ev_timeout = evtimer_new(a->base, timeout_cb, a))) {
         nxli_set_create_error("nxl_agent_create: libevent could not make an event base");
         nxl_agent_destroy(a);
@@ -246,6 +247,8 @@ void nxli_agent_free(nxl_agent_t *a)
 {
     if (a->ev_deliver)
         event_free(a->ev_deliver);
+    if (a->ev_deliver_next)
+        event_free(a->ev_deliver_next);
     if (a->ev_timeout)
         event_free(a->ev_timeout);
     if (a->own_base && a->base)

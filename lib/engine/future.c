@@ -100,8 +100,17 @@ static void enqueue(nxl_future_t *f)
     f->refs++;
     bool was_empty = TAILQ_EMPTY(&a->deliver);
     TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
-    if (was_empty && a->ev_deliver)
+    if (!was_empty || !a->ev_deliver)
+        return;
+    if (a->delivering) {
+        /* completed by a callback of this turn: libevent would run an event
+         * activated now in this same turn, so a zero timer takes it to the
+         * next one, after the loop polled its fds */
+        static const struct timeval now = {0, 0};
+        evtimer_add(a->ev_deliver_next, &now);
+    } else {
         event_active(a->ev_deliver, EV_READ, 0);
+    }
 }
 
 void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why)
@@ -187,7 +196,10 @@ void nxli_deliver_turn(nxl_agent_t *a)
     struct nxli_fq batch;
     TAILQ_INIT(&batch);
     TAILQ_CONCAT(&batch, &a->deliver, dlink);
+    bool outer = a->delivering;
+    a->delivering = true;
     deliver_queue(a, &batch);
+    a->delivering = outer;
 }
 
 static void cancel_impl(nxl_future_t *f, bool now);

@@ -240,6 +240,8 @@ struct nxl_agent {
     struct nxli_fq pending;
     struct nxli_fq deliver;
     struct event *ev_deliver;
+    struct event *ev_deliver_next; /* a zero timer: the next turn's deliveries */
+    bool delivering;               /* inside a turn's deliveries */
     struct event *ev_timeout;   /* bounds nxl_agent_run_once() */
 
     nxl_notif_cb notif_cb;
