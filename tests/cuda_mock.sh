@@ -1,7 +1,9 @@
 #!/bin/sh
 # check_cuda again, with the CUDA runtime and driver replaced by
 # tests/mock_cudart.c (streams as threads, device memory as shared
-# mappings): the GPU cases run on machines without a GPU. Then nxlbench
+# mappings): the GPU cases run on machines without a GPU; check_gds with
+# libcufile replaced by tests/mock_cufile.c (pread/pwrite against that
+# device memory). Then nxlbench
 # --backend CUDA in every direction with --check_consistency, kv_stream
 # --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
 # bench/compare-cuda with the reference program on the stand-in too, so
@@ -14,6 +16,11 @@ if [ ! -f "$lib" ]; then
 fi
 export NXL_CUDA_RUNTIME="$lib" NXL_CUDA_DRIVER="$lib" NXL_TEST_SMALL=1
 tests/check_cuda || exit 1
+# GDS: VRAM to and from files through the stand-in libcufile
+cufile="$PWD/tests/.libs/libmockcufile.so"
+if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
+    NXL_CUFILE_LIB="$cufile" tests/check_gds || exit 1
+fi
 for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \
             "--initiator_seg_type DRAM --target_seg_type VRAM --op_type READ" \
             "--initiator_seg_type VRAM --target_seg_type VRAM --op_type WRITE" \
