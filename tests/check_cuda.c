@@ -158,6 +158,15 @@ START_TEST(t_plugins)
         printf("check_cuda: CUDA %s: %s\n", info[i].available ? "available" : "not available",
                info[i].reason);
     }
+    /* UCX says whether it serves VRAM (a UCX built with CUDA) or leaves it
+     * to the CUDA transport, and its memory types agree */
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (!strcmp(info[i].name, "UCX") && info[i].available) {
+            ck_assert_msg(strstr(info[i].reason, "CUDA"), "UCX: '%s'", info[i].reason);
+            int with = strstr(info[i].reason, "UCX with CUDA") != NULL;
+            ck_assert_int_eq(!!(info[i].mem_mask & (1u << NXL_VRAM)), with);
+            printf("check_cuda: UCX: %s\n", info[i].reason);
+        }
 #ifdef NXL_HAVE_CUDA
     ck_assert_msg(found, "CUDA is built but nxl_plugins_available() does not list it");
 #else
