@@ -20,6 +20,12 @@ tests/check_cuda || exit 1
 cufile="$PWD/tests/.libs/libmockcufile.so"
 if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
     NXL_CUFILE_LIB="$cufile" tests/check_gds || exit 1
+    # kv_tiering with its pool in VRAM, the file tier through GDS
+    if [ -x examples/kv_tiering ]; then
+        echo "kv_tiering --vram"
+        NXL_CUFILE_LIB="$cufile" examples/kv_tiering --vram -d "${TMPDIR:-/tmp}" -b 256 -s 64 \
+            -k 16 -r 3000 || exit 1
+    fi
 fi
 for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \
             "--initiator_seg_type DRAM --target_seg_type VRAM --op_type READ" \
