@@ -4,7 +4,8 @@
 # mappings): the GPU cases run on machines without a GPU; check_gds with
 # libcufile replaced by tests/mock_cufile.c (pread/pwrite against that
 # device memory). Then nxlbench
-# --backend CUDA in every direction with --check_consistency, kv_stream
+# --backend CUDA in every direction with --check_consistency (also to a
+# peer process's VRAM, --cuda_peer), kv_stream
 # --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
 # bench/compare-cuda with the reference program on the stand-in too, so
 # that they cannot silently rot. It proves the logic, not a real driver's
@@ -30,7 +31,10 @@ fi
 for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \
             "--initiator_seg_type DRAM --target_seg_type VRAM --op_type READ" \
             "--initiator_seg_type VRAM --target_seg_type VRAM --op_type WRITE" \
-            "--initiator_seg_type VRAM --target_seg_type DRAM --op_type WRITE"; do
+            "--initiator_seg_type VRAM --target_seg_type DRAM --op_type WRITE" \
+            "--initiator_seg_type VRAM --target_seg_type VRAM --op_type WRITE --cuda_peer" \
+            "--initiator_seg_type VRAM --target_seg_type VRAM --op_type READ --cuda_peer" \
+            "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE --cuda_peer"; do
     echo "nxlbench --backend CUDA $args"
     # shellcheck disable=SC2086
     bench/nxlbench --backend CUDA $args --block_sizes 4K,64K --max_batch_size 4 \
@@ -43,5 +47,5 @@ if [ -x bench/cuda_memcpy_ref ]; then
     out=$(LD_PRELOAD="$lib" NXLBENCH=bench/nxlbench CUDA_MEMCPY_REF=bench/cuda_memcpy_ref \
         SIZES=4K,64K "${srcdir:-.}/bench/compare-cuda") || { echo "$out"; exit 1; }
     echo "$out"
-    [ "$(echo "$out" | grep -c '^65536 ')" = 3 ] || { echo "compare-cuda: rows missing"; exit 1; }
+    [ "$(echo "$out" | grep -c '^65536 ')" = 4 ] || { echo "compare-cuda: rows missing"; exit 1; }
 fi
