@@ -401,6 +401,19 @@ START_TEST(t_errors)
     ck_sentence(r.why, "end of the file");
     nxl_xfer_release(x);
 
+    /* nxl_mem_query: by fd, by path, and nothing there */
+    nxl_query_t q[3];
+    char qmeta[64];
+    snprintf(qmeta, sizeof(qmeta), "path=/proc/self/fd/%d", sfd);
+    nxl_desc_t qd[3] = {{.dev_id = (uint64_t)sfd},
+                        {.dev_id = 7, .meta = qmeta, .meta_len = strlen(qmeta)},
+                        {.dev_id = 8, .meta = "path=/nonexistent/x", .meta_len = 19}};
+    ck_assert_msg(nxl_mem_query(a, NXL_FILE, qd, 3, NULL, q) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    ck_assert(q[0].exists && q[0].size == 4096);
+    ck_assert(q[1].exists && q[1].size == 4096);
+    ck_assert(!q[2].exists);
+
     /* reading from a write-only file: refused at post */
     int wfd = tmpfile_fd(len, O_WRONLY);
     reg(a, NXL_FILE, 0, len, (uint64_t)wfd);

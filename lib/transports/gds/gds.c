@@ -217,7 +217,7 @@ typedef struct gds_file {
     nxl_cufile_handle_t fh;
     dev_t sdev;
     ino_t ino;
-    int acc;                 /* O_RDONLY, O_WRONLY, O_RDWR */
+    int acc;                 /* O_RDONLY, O_WRONLY, O_RDWR, with O_DIRECT */
     int refs;                /* ranges and chunks in flight */
     LIST_ENTRY(gds_file) link;
 } gds_file_t;
@@ -381,6 +381,8 @@ static nxl_status_t file_get(gds_t *u, int fd, int acc, const char *name, gds_fi
         close(fd);
         return NXL_ERR_INVALID_PARAM;
     }
+    int fl = fcntl(fd, F_GETFL);
+    acc = fl >= 0 ? fl & (O_ACCMODE | O_DIRECT) : acc;
     gds_file_t *f;
     LIST_FOREACH(f, &u->files, link)
     if (f->sdev == sb.st_dev && f->ino == sb.st_ino && f->acc == acc) {
@@ -915,7 +917,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
                        fr ? "VRAM region" : "file range");
             return NXL_ERR_NOT_SUPPORTED;
         }
-        int acc = fr->file->acc;
+        int acc = fr->file->acc & O_ACCMODE;
         if (write ? acc == O_RDONLY : acc == O_WRONLY) {
             nxlt_error(u->ctx, "GDS: element %zu %s %s, which is registered %s", i,
                        write ? "writes to" : "reads from", fr->name,
@@ -982,8 +984,30 @@ static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_
         return NXL_ERR_NOT_SUPPORTED;
     }
     struct stat sb;
-    if (d->meta_len || d->dev_id > INT_MAX || fstat((int)d->dev_id, &sb) < 0)
-        return NXL_SUCCESS; /* by path: the POSIX transport answers; not an fd: nothing there */
+    int rc;
+    if (d->meta_len) {
+        /* by path: "path=...;..." */
+        char buf[PATH_MAX + 64];
+        if (!d->meta || d->meta_len >= sizeof(buf)) {
+            nxlt_error(u->ctx, "GDS: descriptor meta must be text such as \"path=/x/y\"");
+            return NXL_ERR_INVALID_PARAM;
+        }
+        memcpy(buf, d->meta, d->meta_len);
+        buf[d->meta_len] = 0;
+        char *path = NULL, *save = NULL;
+        for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save))
+            if (!strncmp(kv, "path=", 5))
+                path = kv + 5;
+        if (!path || !*path) {
+            nxlt_error(u->ctx, "GDS: descriptor meta names no path (\"path=/x/y;mode=rw\")");
+            return NXL_ERR_INVALID_PARAM;
+        }
+        rc = stat(path, &sb);
+    } else {
+        rc = d->dev_id > INT_MAX ? -1 : fstat((int)d->dev_id, &sb);
+    }
+    if (rc < 0)
+        return NXL_SUCCESS; /* nothing there */
     res->exists = 1;
     res->size = (uint64_t)sb.st_size;
     return NXL_SUCCESS;
