@@ -24,7 +24,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#ifdef NXL_HAVE_GDS
+#ifdef NXL_TEST_GDS
 #include "transports/cuda/cudart.h"
 #endif
 
@@ -68,7 +68,7 @@ START_TEST(t_plugins)
     const nxl_plugin_info_t *g = find_plugin("GDS", info, 16);
     ck_assert_msg(g != NULL, "GDS is not listed by nxl_plugins_available()");
     ck_assert_msg(is_sentence(g->reason), "reason: '%s'", g->reason);
-#ifndef NXL_HAVE_GDS
+#ifndef NXL_TEST_GDS
     ck_assert(!g->available);
     ck_assert_msg(strstr(g->reason, "not built"), "reason: '%s'", g->reason);
 #else
@@ -101,7 +101,7 @@ END_TEST
 START_TEST(t_no_cufile)
 {
     cur_test = "t_no_cufile";
-#ifndef NXL_HAVE_GDS
+#ifndef NXL_TEST_GDS
     skip("built without GDS");
 #else
     const char *fk = getenv("CK_FORK");
@@ -135,7 +135,7 @@ END_TEST
 
 /* ======================================================== with cuFile */
 
-#ifdef NXL_HAVE_GDS
+#ifdef NXL_TEST_GDS
 
 static const nxl_cuda_rt_t *rt;
 static void (*mock_counts)(int *, int *, int *); /* the stand-in's, or NULL */
@@ -588,9 +588,9 @@ START_TEST(t_teardown_inflight)
 }
 END_TEST
 
-#endif /* NXL_HAVE_GDS */
+#endif /* NXL_TEST_GDS */
 
-#ifndef NXL_HAVE_GDS
+#ifndef NXL_TEST_GDS
 START_TEST(t_gds_cases)
 {
     cur_test = "t_gds_cases";
@@ -610,7 +610,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("cufile");
     tcase_set_timeout(tg, 240);
-#ifdef NXL_HAVE_GDS
+#ifdef NXL_TEST_GDS
     tcase_add_loop_test(tg, t_roundtrip, 0, (int)(sizeof(shapes) / sizeof(*shapes)));
     tcase_add_test(tg, t_errors);
     tcase_add_test(tg, t_cancel_inflight);

@@ -13,7 +13,7 @@ dnl GDS_CFLAGS and GDS_LIBS.
 AC_DEFUN([NXL_GDS_CONFIGURE], [
   GDS_CFLAGS=""
   GDS_LIBS=""
-  nxl_gds_hint="libcufile (NVIDIA GPUDirect Storage) and the CUDA runtime"
+  nxl_gds_hint="libcufile (cuFile)"
   AS_IF([test "x$have_cuda" = xyes], [
     GDS_CFLAGS=$CUDA_CFLAGS
     GDS_LIBS=$CUDA_DL_LIBS

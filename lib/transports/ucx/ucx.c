@@ -728,6 +728,12 @@ static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t 
                               void **md)
 {
     ucx_t *u = state;
+    if (type != NXL_DRAM) {
+        /* VRAM is allocated by the CUDA transport and registered here */
+        nxlt_error(u->ctx, "UCX: allocates DRAM only, not %s (the CUDA transport allocates "
+                   "VRAM)", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
     ucx_md_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NXL_ERR_UNKNOWN;
