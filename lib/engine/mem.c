@@ -324,8 +324,12 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
         nxli_err(a, "nxl_mem_register: out of memory");
         return NXL_ERR_UNKNOWN;
     }
+    /* Without a named transport, one that serves the type but declines
+     * this region (NXL_ERR_NOT_SUPPORTED: a UCX without CUDA memory at run
+     * time and VRAM) is left out, as long as another one takes it. */
     size_t nu = 0;
     for (size_t i = 0; i < n && st == NXL_SUCCESS; i++) {
+        int took = 0;
         for (int k = 0; k < nuse && st == NXL_SUCCESS; k++) {
             nxli_region_t *created;
             st = reg_one(a, type, &descs[i], use[k], &created);
@@ -334,8 +338,13 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
                 u[nu].b = use[k];
                 u[nu].created = created != NULL;
                 nu++;
+                took++;
+            } else if (st == NXL_ERR_NOT_SUPPORTED && !b && nuse > 1) {
+                st = NXL_SUCCESS; /* its sentence stays, should no other take it */
             }
         }
+        if (st == NXL_SUCCESS && !took)
+            st = NXL_ERR_NOT_SUPPORTED;
     }
     if (st != NXL_SUCCESS)
         while (nu--)
@@ -478,7 +487,12 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
         nxl_backend_t *b = a->backends[i];
         if (b == ab || !serves(b, type))
             continue;
-        if (b->ops->reg(b->state, type, &d, &r->md[i]) != NXL_SUCCESS) {
+        nxl_status_t rst = b->ops->reg(b->state, type, &d, &r->md[i]);
+        if (rst == NXL_ERR_NOT_SUPPORTED) {
+            r->md[i] = NULL; /* it declines this memory: the others serve it */
+            continue;
+        }
+        if (rst != NXL_SUCCESS) {
             nxli_err(a, "nxl_mem_alloc: %s could not register the new memory", b->ops->name);
             tab_remove(&a->regions[type], pos);
             nxli_region_put(a, r);

@@ -598,17 +598,18 @@ static void unload_conn(void *state, void *conn)
 
 /* VRAM (only in a build against a UCX with CUDA, NXL_UCX_CUDA): mapped
  * with its memory type, so that UCX's CUDA transports serve it to peers;
- * where this UCX cannot (no CUDA at run time) it is left to the other
- * transports: no registration here, and the engine does not pick UCX for
- * it. VRAM is never an AM_WRITE target (those are written with memcpy). */
+ * where this UCX cannot (no CUDA memory type at run time) it is declined
+ * (NXL_ERR_NOT_SUPPORTED), and the engine leaves it to the other
+ * transports. VRAM is never an AM_WRITE target (written with memcpy). */
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out)
 {
     ucx_t *u = state;
     *out = NULL;
     if (type == NXL_VRAM && !u->cuda) {
-        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: VRAM 0x%lx+%zu left to other transports (this "
-                 "UCX has no CUDA memory support)", (unsigned long)d->addr, d->len);
-        return NXL_SUCCESS;
+        nxlt_error(u->ctx, "UCX: cannot register VRAM 0x%lx+%zu: this UCX has no CUDA memory "
+                   "support here (ucp_context_query); the CUDA transport serves VRAM",
+                   (unsigned long)d->addr, d->len);
+        return NXL_ERR_NOT_SUPPORTED;
     }
     ucx_md_t *m = calloc(1, sizeof(*m));
     if (!m)
@@ -647,7 +648,7 @@ static void dereg(void *state, void *md)
     ucx_t *u = state;
     ucx_md_t *m = md;
     if (!m)
-        return; /* VRAM this UCX left to other transports */
+        return;
     if (!m->vram)
         regs_remove(u, m);
     ucp_mem_unmap(u->ucp, m->memh);
