@@ -10,7 +10,13 @@
  * cudaMemcpyAsync + cudaStreamSynchronize round that a 4 KiB HtoD
  * transfer's post-to-callback time is measured against.
  *
- *   cuda_memcpy_ref --kind HtoD|DtoH|DtoD [--block_sizes 4K,1M,...]
+ * DtoD-IPC: the destination is another process's VRAM. The program forks
+ * before touching CUDA; the child allocates the destination and passes
+ * its cudaIpcGetMemHandle through a pipe, the parent opens it
+ * (cudaIpcOpenMemHandle) and copies into it: what nxl's CUDA IPC WRITE to
+ * a peer process does, without nxl.
+ *
+ *   cuda_memcpy_ref --kind HtoD|DtoH|DtoD|DtoD-IPC [--block_sizes 4K,1M,...]
  *                   [--batch N] [--streams N] [--num_iter N]
  *                   [--max_row_bytes N] [--device N]
  *
@@ -22,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -51,6 +59,24 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* the IPC peer: allocates @p len bytes of VRAM, sends its handle, holds it
+ * until the parent closes the pipe */
+static int ipc_child(int dev, size_t len, int wfd, int rfd)
+{
+    void *p;
+    cudaIpcMemHandle_t h;
+    CK(cudaSetDevice(dev));
+    CK(cudaMalloc(&p, len));
+    CK(cudaIpcGetMemHandle(&h, p));
+    if (write(wfd, &h, sizeof(h)) != (ssize_t)sizeof(h))
+        return 1;
+    char c;
+    while (read(rfd, &c, 1) > 0) /* until the parent closes its end */
+        ;
+    cudaFree(p);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -86,25 +112,60 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int h2d = !strcmp(kind, "HtoD"), d2h = !strcmp(kind, "DtoH"), d2d = !strcmp(kind, "DtoD");
-    if (!(h2d || d2h || d2d) || batch < 1 || nstreams < 1 || nstreams > 32 || num_iter < 1) {
-        fprintf(stderr, "cuda_memcpy_ref: --kind HtoD|DtoH|DtoD, --batch >= 1, --streams 1..32\n");
+    int h2d = !strcmp(kind, "HtoD"), d2h = !strcmp(kind, "DtoH"), d2d = !strcmp(kind, "DtoD"),
+        ipc = !strcmp(kind, "DtoD-IPC");
+    if (!(h2d || d2h || d2d || ipc) || batch < 1 || nstreams < 1 || nstreams > 32 ||
+        num_iter < 1) {
+        fprintf(stderr, "cuda_memcpy_ref: --kind HtoD|DtoH|DtoD|DtoD-IPC, --batch >= 1, "
+                        "--streams 1..32\n");
         return 2;
     }
-    CK(cudaSetDevice(dev));
     size_t maxb = 0;
     for (int i = 0; i < nsizes; i++)
         if (sizes[i] > maxb)
             maxb = sizes[i];
     size_t len = maxb * (size_t)batch;
     void *src, *dst;
+    pid_t child = 0;
+    int hold = -1; /* closing it lets the child go */
+    if (ipc) {
+        int up[2], down[2];
+        if (pipe(up) || pipe(down)) {
+            perror("cuda_memcpy_ref: pipe");
+            return 1;
+        }
+        child = fork();
+        if (child < 0) {
+            perror("cuda_memcpy_ref: fork");
+            return 1;
+        }
+        if (child == 0) {
+            close(up[0]);
+            close(down[1]);
+            _exit(ipc_child(dev, len, up[1], down[0]));
+        }
+        close(up[1]);
+        close(down[0]);
+        hold = down[1];
+        cudaIpcMemHandle_t h;
+        if (read(up[0], &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+            fprintf(stderr, "cuda_memcpy_ref: the IPC peer did not start\n");
+            return 1;
+        }
+        close(up[0]);
+        CK(cudaSetDevice(dev));
+        CK(cudaMalloc(&src, len));
+        CK(cudaIpcOpenMemHandle(&dst, h, cudaIpcMemLazyEnablePeerAccess));
+        d2d = 1;
+    }
+    CK(cudaSetDevice(dev));
     if (h2d) {
         CK(cudaHostAlloc(&src, len, cudaHostAllocPortable));
         CK(cudaMalloc(&dst, len));
     } else if (d2h) {
         CK(cudaMalloc(&src, len));
         CK(cudaHostAlloc(&dst, len, cudaHostAllocPortable));
-    } else {
+    } else if (!ipc) {
         CK(cudaMalloc(&src, len));
         CK(cudaMalloc(&dst, len));
     }
@@ -152,6 +213,11 @@ int main(int argc, char **argv)
     } else if (d2h) {
         cudaFree(src);
         cudaFreeHost(dst);
+    } else if (ipc) {
+        cudaIpcCloseMemHandle(dst);
+        cudaFree(src);
+        close(hold);
+        waitpid(child, NULL, 0);
     } else {
         cudaFree(src);
         cudaFree(dst);

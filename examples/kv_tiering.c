@@ -21,9 +21,18 @@
  * AWS_SECRET_ACCESS_KEY); block i is the object PREFIXkv_tiering.PID/block-i,
  * left in the bucket afterwards.
  *
+ * With --vram the pool is GPU memory (nxl_mem_alloc(NXL_VRAM) on device 0,
+ * through the CUDA transport) and the file tier moves through the GDS
+ * transport (cuFile: VRAM to and from the file, no host copy where GDS is
+ * set up); blocks are computed and checked through a host staging buffer
+ * (cudaMemcpy), as a model's kernels would write and read them.
+ *
  * Prints a summary; exits 0 when every byte was right and every transfer
  * succeeded. */
 #include <nxl.h>
+#ifdef KV_CUDA
+#include "transports/cuda/cudart.h"
+#endif
 
 #include "cli.h"
 
@@ -74,7 +83,13 @@ static struct {
         modified;
     uint64_t bytes_checked;
     char engine[200];
+    bool vram;     /* the pool is GPU memory */
+    char *stage;   /* --vram: a block on the host, to compute and check it */
 } K;
+
+#ifdef KV_CUDA
+static const nxl_cuda_rt_t *rt;
+#endif
 
 static uint64_t now_us(void)
 {
@@ -120,6 +135,31 @@ static long check(const char *p, size_t len, long b, unsigned v)
 }
 
 static char *slot_mem(long s) { return K.pool + (size_t)s * K.bs; }
+
+/* block b at version v written into slot s (in VRAM: through the stage) */
+static void fill_slot(long s, long b, unsigned v)
+{
+    if (!K.vram) {
+        fill(slot_mem(s), K.bs, b, v);
+        return;
+    }
+#ifdef KV_CUDA
+    fill(K.stage, K.bs, b, v);
+    rt->cudaMemcpy(slot_mem(s), K.stage, K.bs, cudaMemcpyHostToDevice);
+#endif
+}
+
+/* the first byte of slot s that is not block b at version v, or -1 */
+static long check_slot(long s, long b, unsigned v)
+{
+    if (!K.vram)
+        return check(slot_mem(s), K.bs, b, v);
+#ifdef KV_CUDA
+    if (rt->cudaMemcpy(K.stage, slot_mem(s), K.bs, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return 0;
+#endif
+    return check(K.stage, K.bs, b, v);
+}
 
 static void step(void);
 
@@ -255,7 +295,7 @@ static bool ensure(long bi)
     sl->used = ++K.clock;
     b->slot = s;
     if (!b->on_file) { /* first touch: the block is computed (prefill) */
-        fill(slot_mem(s), K.bs, bi, b->ver);
+        fill_slot(s, bi, b->ver);
         b->dirty = true;
         sl->state = S_READY;
         K.first_touch++;
@@ -301,8 +341,7 @@ static void step(void)
             return; /* a callback calls again */
         }
         slot_t *s = &K.slots[b->slot];
-        char *m = slot_mem(b->slot);
-        long bad = check(m, K.bs, K.req[K.cur], b->ver);
+        long bad = check_slot(b->slot, K.req[K.cur], b->ver);
         if (bad >= 0) {
             char why[160];
             snprintf(why, sizeof(why), "block %ld version %u differs at byte %ld", K.req[K.cur],
@@ -314,7 +353,7 @@ static void step(void)
         s->used = ++K.clock;
         if (K.modify[K.cur]) {
             b->ver++;
-            fill(m, K.bs, K.req[K.cur], b->ver);
+            fill_slot(b->slot, K.req[K.cur], b->ver);
             b->dirty = true;
             K.modified++;
         }
@@ -328,7 +367,9 @@ static void step(void)
 
 static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 {
-    if (strstr(msg, "I/O engine"))
+    if (!strncmp(msg, "GDS: cuFile", 11))
+        snprintf(K.engine, sizeof(K.engine), "%s", msg + 5);
+    else if (strstr(msg, "I/O engine"))
         snprintf(K.engine, sizeof(K.engine), "%s", strstr(msg, "I/O engine") + 11);
     else if (!strncmp(msg, "OBJ: S3 at", 10))
         snprintf(K.engine, sizeof(K.engine), "%s", msg + 5);
@@ -340,7 +381,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: kv_tiering [-d DIR] [-b BLOCKS] [-s SLOTS] [-k BLOCK_KIB] [-r REQUESTS]\n"
-"                  [-e auto|uring|threads] [--direct] [--tier s3://BUCKET[/PREFIX]]\n"
+"                  [-e auto|uring|threads] [--direct] [--tier s3://BUCKET[/PREFIX]] [--vram]\n"
 "  -d, --dir DIR         where the file tier lives (/tmp)\n"
 "  -b, --blocks N        KV blocks in all (512)\n"
 "  -s, --slots N         of them in the DRAM pool at once (128)\n"
@@ -349,6 +390,7 @@ static void usage(FILE *f)
 "  -e, --engine E        the POSIX transport's I/O engine: auto, uring, threads (auto)\n"
 "  --direct              O_DIRECT on the file\n"
 "  --tier s3://BUCKET[/PREFIX]  an S3 bucket as the second tier instead of a file\n"
+"  --vram                the pool in GPU memory (CUDA), the file tier through GDS (cuFile)\n"
 "                        (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...)\n"
 "Flags take '-b N', '--blocks N' or '--blocks=N'.\n");
 }
@@ -371,6 +413,7 @@ int main(int argc, char **argv)
         OPT("engine", 'e', CLI_VALUE, cli_set_str, &engine),
         OPT("direct", 0, CLI_SWITCH, cli_set_true, &direct),
         OPT("tier", 0, CLI_VALUE, cli_set_str, &tier),
+        OPT("vram", 0, CLI_SWITCH, cli_set_true, &K.vram),
         {0},
     };
 #undef OPT
@@ -409,15 +452,38 @@ int main(int argc, char **argv)
     }
     nxl_param_t params[] = {{"engine", engine}, {"direct", direct ? "1" : "0"}};
     nxl_param_t oparams[] = {{"bucket", bucket}};
-    if (tier ? nxl_backend_create(K.a, "OBJ", oparams, 1, NULL) != NXL_SUCCESS
-             : nxl_backend_create(K.a, "POSIX", params, 2, NULL) != NXL_SUCCESS) {
+    if (K.vram) {
+#ifdef KV_CUDA
+        char why[160];
+        int kind;
+        if (tier) {
+            fprintf(stderr, "kv_tiering: --vram takes a file tier, not --tier\n");
+            return 2;
+        }
+        if (!(rt = nxl_cuda_rt_get(&kind, why, sizeof(why)))) {
+            fprintf(stderr, "kv_tiering: --vram: %s\n", why);
+            return 1;
+        }
+        K.stage = malloc(K.bs);
+        if (nxl_backend_create(K.a, "CUDA", NULL, 0, NULL) != NXL_SUCCESS ||
+            nxl_backend_create(K.a, "GDS", NULL, 0, NULL) != NXL_SUCCESS) {
+            fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
+            return 1;
+        }
+#else
+        fprintf(stderr, "kv_tiering: --vram: built without the CUDA transport\n");
+        return 1;
+#endif
+    } else if (tier ? nxl_backend_create(K.a, "OBJ", oparams, 1, NULL) != NXL_SUCCESS
+                    : nxl_backend_create(K.a, "POSIX", params, 2, NULL) != NXL_SUCCESS) {
         fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
         return 1;
     }
 
-    /* the DRAM tier */
+    /* the DRAM tier (with --vram: the VRAM tier, on device 0) */
     void *pool;
-    if (nxl_mem_alloc(K.a, NXL_DRAM, (size_t)K.nslots * K.bs, 0, &pool) != NXL_SUCCESS) {
+    if (nxl_mem_alloc(K.a, K.vram ? NXL_VRAM : NXL_DRAM, (size_t)K.nslots * K.bs, 0, &pool) !=
+        NXL_SUCCESS) {
         fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
         return 1;
     }
@@ -457,7 +523,8 @@ int main(int argc, char **argv)
     for (long i = 0; i < K.nblocks; i++)
         rd[i] = tier ? (nxl_desc_t){.addr = 0, .len = K.bs, .dev_id = (uint64_t)i + 1}
                      : (nxl_desc_t){.addr = (uintptr_t)i * K.bs, .len = K.bs, .dev_id = 1};
-    if (nxl_prep(K.a, NULL, NXL_DRAM, ld, (size_t)K.nslots, &K.lp) != NXL_SUCCESS ||
+    if (nxl_prep(K.a, NULL, K.vram ? NXL_VRAM : NXL_DRAM, ld, (size_t)K.nslots, &K.lp) !=
+            NXL_SUCCESS ||
         nxl_prep(K.a, nxl_agent_name(K.a), ttype, rd, (size_t)K.nblocks, &K.rp) !=
             NXL_SUCCESS) {
         fprintf(stderr, "kv_tiering: %s\n", nxl_agent_last_error(K.a));
@@ -490,10 +557,9 @@ int main(int argc, char **argv)
     for (long i = 0; i < K.nblocks; i++)
         resident += K.blks[i].slot >= 0;
 
-    printf("kv_tiering: %ld requests over %ld blocks of %zu KiB (%s %s, %.1f MiB), DRAM pool "
+    printf("kv_tiering: %ld requests over %ld blocks of %zu KiB (%s %s, %.1f MiB), %s pool "
            "of %ld slots (%.1f MiB)\n", K.nreq, K.nblocks, K.bs >> 10, tier ? "objects" : "file",
-           path,
-           (double)fsize / 1048576.0, K.nslots, (double)K.nslots * (double)K.bs / 1048576.0);
+           path, (double)fsize / 1048576.0, K.vram ? "VRAM" : "DRAM", K.nslots, (double)K.nslots * (double)K.bs / 1048576.0);
     printf("  engine:     %s\n", K.engine);
     printf("  hits:       %ld   first touches: %ld   loads from the tier: %ld   modified: %ld\n",
            K.hits = K.nreq - K.misses - K.first_touch, K.first_touch, K.loads, K.modified);
@@ -517,5 +583,6 @@ int main(int argc, char **argv)
     free(K.blks);
     free(K.req);
     free(K.modify);
+    free(K.stage);
     return rc;
 }

@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifdef NXL_HAVE_CUDA
+#ifdef NXL_TEST_CUDA
 #include "transports/cuda/cudart.h"
 #endif
 
@@ -136,7 +136,7 @@ START_TEST(t_plugins)
         if (strcmp(info[i].name, "CUDA"))
             continue;
         ck_assert_msg(is_sentence(info[i].reason), "reason: '%s'", info[i].reason);
-#ifndef NXL_HAVE_CUDA
+#ifndef NXL_TEST_CUDA
         /* listed as a transport configure knows but did not build */
         ck_assert(!info[i].available);
         ck_assert_msg(strstr(info[i].reason, "not built") &&
@@ -158,7 +158,16 @@ START_TEST(t_plugins)
         printf("check_cuda: CUDA %s: %s\n", info[i].available ? "available" : "not available",
                info[i].reason);
     }
-#ifdef NXL_HAVE_CUDA
+    /* UCX says whether it serves VRAM (a UCX built with CUDA) or leaves it
+     * to the CUDA transport, and its memory types agree */
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (!strcmp(info[i].name, "UCX") && info[i].available) {
+            ck_assert_msg(strstr(info[i].reason, "CUDA"), "UCX: '%s'", info[i].reason);
+            int with = strstr(info[i].reason, "UCX with CUDA") != NULL;
+            ck_assert_int_eq(!!(info[i].mem_mask & (1u << NXL_VRAM)), with);
+            printf("check_cuda: UCX: %s\n", info[i].reason);
+        }
+#ifdef NXL_TEST_CUDA
     ck_assert_msg(found, "CUDA is built but nxl_plugins_available() does not list it");
 #else
     ck_assert_msg(!found, "CUDA is listed as available by a build without it");
@@ -218,7 +227,7 @@ END_TEST
 START_TEST(t_no_runtime)
 {
     cur_test = "t_no_runtime";
-#ifndef NXL_HAVE_CUDA
+#ifndef NXL_TEST_CUDA
     skip("built without CUDA (--enable-cuda=no or no CUDA headers)");
     return;
 #else
@@ -263,7 +272,7 @@ START_TEST(t_vram_refused)
     ck_assert_int_eq(nxl_mem_register(a, NXL_VRAM, &d, 1, NULL), NXL_ERR_NOT_SUPPORTED);
     const char *e = nxl_agent_last_error(a);
     ck_sentence(e, "VRAM");
-#ifdef NXL_HAVE_CUDA
+#ifdef NXL_TEST_CUDA
     ck_sentence(e, "CUDA");
 #else
     ck_sentence(e, "--enable-cuda");
@@ -514,7 +523,7 @@ END_TEST
 
 /* ======================================================== on a GPU */
 
-#ifdef NXL_HAVE_CUDA
+#ifdef NXL_TEST_CUDA
 
 static const nxl_cuda_rt_t *rt;
 
@@ -1323,10 +1332,10 @@ START_TEST(t_ipc_peer_killed)
 }
 END_TEST
 
-#endif /* NXL_HAVE_CUDA */
+#endif /* NXL_TEST_CUDA */
 
 /* Without CUDA in the build, the GPU cases are listed as skipped. */
-#ifndef NXL_HAVE_CUDA
+#ifndef NXL_TEST_CUDA
 START_TEST(t_gpu_cases)
 {
     cur_test = "t_gpu_cases";
@@ -1341,7 +1350,7 @@ int main(int argc, char **argv)
     /* under valgrind /proc/self/exe is valgrind itself */
     if (argv[0] && strchr(argv[0], '/'))
         self_exe = argv[0];
-#ifdef NXL_HAVE_CUDA
+#ifdef NXL_TEST_CUDA
     if (argc == 3 && !strcmp(argv[1], "--peer"))
         return peer_main(atoi(argv[2]));
 #endif
@@ -1363,7 +1372,7 @@ int main(int argc, char **argv)
     suite_add_tcase(s, tr);
     TCase *tg = tcase_create("gpu");
     tcase_set_timeout(tg, 180);
-#ifdef NXL_HAVE_CUDA
+#ifdef NXL_TEST_CUDA
     tcase_add_loop_test(tg, t_roundtrip, 0, (int)(sizeof(shapes) / sizeof(*shapes)));
     tcase_add_test(tg, t_registration);
     tcase_add_test(tg, t_cancel_inflight);

@@ -1,8 +1,11 @@
 #!/bin/sh
 # check_cuda again, with the CUDA runtime and driver replaced by
 # tests/mock_cudart.c (streams as threads, device memory as shared
-# mappings): the GPU cases run on machines without a GPU. Then nxlbench
-# --backend CUDA in every direction with --check_consistency, kv_stream
+# mappings): the GPU cases run on machines without a GPU; check_gds with
+# libcufile replaced by tests/mock_cufile.c (pread/pwrite against that
+# device memory). Then nxlbench
+# --backend CUDA in every direction with --check_consistency (also to a
+# peer process's VRAM, --cuda_peer), kv_stream
 # --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
 # bench/compare-cuda with the reference program on the stand-in too, so
 # that they cannot silently rot. It proves the logic, not a real driver's
@@ -14,10 +17,24 @@ if [ ! -f "$lib" ]; then
 fi
 export NXL_CUDA_RUNTIME="$lib" NXL_CUDA_DRIVER="$lib" NXL_TEST_SMALL=1
 tests/check_cuda || exit 1
+# GDS: VRAM to and from files through the stand-in libcufile
+cufile="$PWD/tests/.libs/libmockcufile.so"
+if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
+    NXL_CUFILE_LIB="$cufile" tests/check_gds || exit 1
+    # kv_tiering with its pool in VRAM, the file tier through GDS
+    if [ -x examples/kv_tiering ]; then
+        echo "kv_tiering --vram"
+        NXL_CUFILE_LIB="$cufile" examples/kv_tiering --vram -d "${TMPDIR:-/tmp}" -b 256 -s 64 \
+            -k 16 -r 3000 || exit 1
+    fi
+fi
 for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \
             "--initiator_seg_type DRAM --target_seg_type VRAM --op_type READ" \
             "--initiator_seg_type VRAM --target_seg_type VRAM --op_type WRITE" \
-            "--initiator_seg_type VRAM --target_seg_type DRAM --op_type WRITE"; do
+            "--initiator_seg_type VRAM --target_seg_type DRAM --op_type WRITE" \
+            "--initiator_seg_type VRAM --target_seg_type VRAM --op_type WRITE --cuda_peer" \
+            "--initiator_seg_type VRAM --target_seg_type VRAM --op_type READ --cuda_peer" \
+            "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE --cuda_peer"; do
     echo "nxlbench --backend CUDA $args"
     # shellcheck disable=SC2086
     bench/nxlbench --backend CUDA $args --block_sizes 4K,64K --max_batch_size 4 \
@@ -30,5 +47,5 @@ if [ -x bench/cuda_memcpy_ref ]; then
     out=$(LD_PRELOAD="$lib" NXLBENCH=bench/nxlbench CUDA_MEMCPY_REF=bench/cuda_memcpy_ref \
         SIZES=4K,64K "${srcdir:-.}/bench/compare-cuda") || { echo "$out"; exit 1; }
     echo "$out"
-    [ "$(echo "$out" | grep -c '^65536 ')" = 3 ] || { echo "compare-cuda: rows missing"; exit 1; }
+    [ "$(echo "$out" | grep -c '^65536 ')" = 4 ] || { echo "compare-cuda: rows missing"; exit 1; }
 fi

@@ -52,6 +52,7 @@ typedef struct nb_opts {
     long threads;           /* --threads: a threaded initiator, posting from N threads */
     bool mem_nxl;
     int cuda_dev;
+    bool cuda_peer;         /* --cuda_peer: the target VRAM in another process */
     const char *listen, *connect;
     const char *etcd;       /* --etcd_endpoints: discovery through etcd */
     const char *json, *plot;

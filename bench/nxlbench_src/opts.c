@@ -103,6 +103,8 @@ static void usage(FILE *f)
 "  --cuda_device N (default 0). HtoD: --initiator_seg_type DRAM --target_seg_type VRAM\n"
 "  --op_type WRITE; DtoH: the same with READ; DtoD: VRAM and VRAM. bench/compare-cuda\n"
 "  puts these rows next to plain cudaMemcpyAsync (bench/cuda_memcpy_ref).\n"
+"  --cuda_peer: the target's VRAM in a second process nxlbench forks (CUDA IPC, UCX\n"
+"  for the metadata), e.g. peer-process DtoD: VRAM and VRAM --cuda_peer.\n"
 "Object store (--backend OBJ --target_seg_type OBJ: one process; unset flags fall back\n"
 "to AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ... as the OBJ transport reads them)\n"
 "  --obj_endpoint_override URL  the S3 server (e.g. http://127.0.0.1:9000)\n"
@@ -376,6 +378,7 @@ static const cli_opt_t opts[] = {
     VALUE("storage_prefill", set_not, &O.no_prefill, .min = 0),
     /* GPU */
     VALUE("cuda_device", set_int, &O.cuda_dev, .min = 0, .max = 1 << 20),
+    SWITCH("cuda_peer", &O.cuda_peer),
     /* object store */
     VALUE("obj_endpoint_override", cli_set_str, &O.obj_endpoint),
     VALUE("obj_scheme", cli_set_str, &O.obj_scheme),

@@ -324,8 +324,12 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
         nxli_err(a, "nxl_mem_register: out of memory");
         return NXL_ERR_UNKNOWN;
     }
+    /* Without a named transport, one that serves the type but declines
+     * this region (NXL_ERR_NOT_SUPPORTED: a UCX without CUDA memory at run
+     * time and VRAM) is left out, as long as another one takes it. */
     size_t nu = 0;
     for (size_t i = 0; i < n && st == NXL_SUCCESS; i++) {
+        int took = 0;
         for (int k = 0; k < nuse && st == NXL_SUCCESS; k++) {
             nxli_region_t *created;
             st = reg_one(a, type, &descs[i], use[k], &created);
@@ -334,8 +338,13 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
                 u[nu].b = use[k];
                 u[nu].created = created != NULL;
                 nu++;
+                took++;
+            } else if (st == NXL_ERR_NOT_SUPPORTED && !b && nuse > 1) {
+                st = NXL_SUCCESS; /* its sentence stays, should no other take it */
             }
         }
+        if (st == NXL_SUCCESS && !took)
+            st = NXL_ERR_NOT_SUPPORTED;
     }
     if (st != NXL_SUCCESS)
         while (nu--)
@@ -414,26 +423,39 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
     nxl_status_t cst = check_type(a, "nxl_mem_alloc", type);
     if (cst != NXL_SUCCESS)
         return cst;
+    /* the first transport that allocates it; one that declines this type
+     * (NXL_ERR_NOT_SUPPORTED: it serves it, allocates only others) passes
+     * it on to the next */
     nxl_backend_t *ab = NULL;
-    for (int i = 0; i < a->nbackends && !ab; i++)
-        if (a->backends[i]->ops->mem_alloc && serves(a->backends[i], type))
-            ab = a->backends[i];
-    if (!ab && type != NXL_DRAM) {
-        char what[192];
-        nxli_err(a, "nxl_mem_alloc: no transport of agent '%s' allocates %s memory; %s", a->name,
-                 nxl_mem_name(type), what_serves(type, true, what, sizeof(what)));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     void *p = NULL, *amd = NULL;
-    if (ab) {
+    bool declined = false;
+    for (int i = 0; i < a->nbackends && !ab; i++) {
+        nxl_backend_t *b = a->backends[i];
+        if (!b->ops->mem_alloc || !serves(b, type))
+            continue;
         a->err[0] = 0;
-        nxl_status_t st = ab->ops->mem_alloc(ab->state, type, len, dev_id, &p, &amd);
+        nxl_status_t st = b->ops->mem_alloc(b->state, type, len, dev_id, &p, &amd);
+        if (st == NXL_ERR_NOT_SUPPORTED) {
+            declined = true;
+            continue;
+        }
         if (st != NXL_SUCCESS) {
             if (!a->err[0])
                 nxli_err(a, "nxl_mem_alloc: %s could not allocate %zu bytes of %s memory (%s)",
-                         ab->ops->name, len, nxl_mem_name(type), nxl_strerror(st));
+                         b->ops->name, len, nxl_mem_name(type), nxl_strerror(st));
             return st;
         }
+        ab = b;
+    }
+    if (!ab && type != NXL_DRAM) {
+        char what[192];
+        if (!declined || !a->err[0])
+            nxli_err(a, "nxl_mem_alloc: no transport of agent '%s' allocates %s memory; %s",
+                     a->name, nxl_mem_name(type), what_serves(type, true, what, sizeof(what)));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    if (ab) {
+        /* allocated above */
     } else if (!(p = host_alloc(len))) {
         nxli_err(a, "nxl_mem_alloc: out of memory for %zu bytes", len);
         return NXL_ERR_UNKNOWN;
@@ -465,7 +487,12 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
         nxl_backend_t *b = a->backends[i];
         if (b == ab || !serves(b, type))
             continue;
-        if (b->ops->reg(b->state, type, &d, &r->md[i]) != NXL_SUCCESS) {
+        nxl_status_t rst = b->ops->reg(b->state, type, &d, &r->md[i]);
+        if (rst == NXL_ERR_NOT_SUPPORTED) {
+            r->md[i] = NULL; /* it declines this memory: the others serve it */
+            continue;
+        }
+        if (rst != NXL_SUCCESS) {
             nxli_err(a, "nxl_mem_alloc: %s could not register the new memory", b->ops->name);
             tab_remove(&a->regions[type], pos);
             nxli_region_put(a, r);

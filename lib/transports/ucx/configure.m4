@@ -31,6 +31,24 @@ AC_DEFUN([NXL_UCX_CONFIGURE], [
     AC_MSG_RESULT([$ucx_ok])
   ], [nxl_ucx_why="ucp/api/ucp.h not found (apt-get install libucx-dev, or --with-ucx=PATH)"])
   CPPFLAGS=$save_CPPFLAGS; LIBS=$save_LIBS
+  dnl Was this UCX built with CUDA? Its CUDA transports are the module
+  dnl libuct_cuda in its module folder: then VRAM is registered with UCX
+  dnl too (with its memory type), where UCX reports CUDA memory at run time.
+  AS_IF([test "x$ucx_ok" = xyes], [
+    AS_IF([test "x$with_ucx" != x && test "x$with_ucx" != xyes],
+      [ucx_moddir="$ucx_libdir/ucx"],
+      [ucx_moddir="`$PKG_CONFIG --variable=libdir ucx 2>/dev/null`/ucx"])
+    AC_MSG_CHECKING([whether UCX was built with CUDA (libuct_cuda in $ucx_moddir)])
+    ucx_cuda=no
+    for f in "$ucx_moddir"/libuct_cuda.so*; do
+      AS_IF([test -e "$f"], [ucx_cuda=yes])
+    done
+    AC_MSG_RESULT([$ucx_cuda])
+    AS_IF([test "x$ucx_cuda" = xyes], [
+      AC_DEFINE([NXL_UCX_CUDA], [1], [UCX was built with CUDA: the UCX transport serves VRAM too])
+      nxl_ucx_summary="${nxl_ucx_summary:-UCX}, with CUDA"
+    ], [nxl_ucx_summary="${nxl_ucx_summary:-UCX}, without CUDA"])
+  ])
   AS_IF([test "x$ucx_ok" = xyes], [$1], [UCX_CFLAGS=""; UCX_LIBS=""; nxl_ucx_pc=""; $2])
   AC_SUBST([UCX_CFLAGS])
   AC_SUBST([UCX_LIBS])

@@ -65,6 +65,7 @@ typedef struct ucx_state {
     void **closing;             /* endpoint close requests in flight */
     unsigned nclosing, capclosing;
     char desc[256];
+    bool cuda;                  /* this UCX moves CUDA memory (ucp_context_query) */
     unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
     bool hit;                   /* an op completed or a notification came: the engine has work */
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
@@ -100,6 +101,7 @@ typedef struct ucx_md {
     ucp_mem_h memh;
     void *addr;
     size_t len;
+    bool vram;
 } ucx_md_t;
 
 /* ---- the regions a peer may write with AM_WRITE: those registered here */
@@ -594,9 +596,21 @@ static void unload_conn(void *state, void *conn)
 
 /* ------------------------------------------------------------- memory */
 
+/* VRAM (only in a build against a UCX with CUDA, NXL_UCX_CUDA): mapped
+ * with its memory type, so that UCX's CUDA transports serve it to peers;
+ * where this UCX cannot (no CUDA memory type at run time) it is declined
+ * (NXL_ERR_NOT_SUPPORTED), and the engine leaves it to the other
+ * transports. VRAM is never an AM_WRITE target (written with memcpy). */
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out)
 {
     ucx_t *u = state;
+    *out = NULL;
+    if (type == NXL_VRAM && !u->cuda) {
+        nxlt_error(u->ctx, "UCX: cannot register VRAM 0x%lx+%zu: this UCX has no CUDA memory "
+                   "support here (ucp_context_query); the CUDA transport serves VRAM",
+                   (unsigned long)d->addr, d->len);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
     ucx_md_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NXL_ERR_UNKNOWN;
@@ -605,6 +619,11 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
         .address = (void *)d->addr,
         .length = d->len,
     };
+    if (type == NXL_VRAM) {
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+        m->vram = true;
+    }
     ucs_status_t st = ucp_mem_map(u->ucp, &mp, &m->memh);
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_mem_map of %s 0x%lx+%zu failed: %s (is the range mapped? "
@@ -615,7 +634,7 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     }
     m->addr = (void *)d->addr;
     m->len = d->len;
-    if (regs_add(u, m) != 0) {
+    if (!m->vram && regs_add(u, m) != 0) {
         ucp_mem_unmap(u->ucp, m->memh);
         free(m);
         return NXL_ERR_UNKNOWN;
@@ -628,7 +647,10 @@ static void dereg(void *state, void *md)
 {
     ucx_t *u = state;
     ucx_md_t *m = md;
-    regs_remove(u, m);
+    if (!m)
+        return;
+    if (!m->vram)
+        regs_remove(u, m);
     ucp_mem_unmap(u->ucp, m->memh);
     free(m);
 }
@@ -707,6 +729,12 @@ static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t 
                               void **md)
 {
     ucx_t *u = state;
+    if (type != NXL_DRAM) {
+        /* VRAM is allocated by the CUDA transport and registered here */
+        nxlt_error(u->ctx, "UCX: allocates DRAM only, not %s (the CUDA transport allocates "
+                   "VRAM)", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
     ucx_md_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NXL_ERR_UNKNOWN;
@@ -1216,10 +1244,40 @@ static void list_tls(ucx_t *u)
     free(buf);
 }
 
+#ifdef NXL_UCX_CUDA
+#define UCX_MEM_MASK ((1u << NXL_DRAM) | (1u << NXL_VRAM))
+#define UCX_CUDA_BUILD "built against a UCX with CUDA: VRAM too where its CUDA transports load"
+#else
+#define UCX_MEM_MASK (1u << NXL_DRAM)
+#define UCX_CUDA_BUILD "built against a UCX without CUDA: VRAM goes through the CUDA transport"
+#endif
+
 static int probe(char *why, size_t cap)
 {
-    snprintf(why, cap, "UCX %s: DRAM, remote and loopback, notifications", ucp_get_version_string());
+    snprintf(why, cap, "UCX %s: DRAM, remote and loopback, notifications; %s",
+             ucp_get_version_string(), UCX_CUDA_BUILD);
     return 1;
+}
+
+/* does this UCX, as loaded, move CUDA memory? (its memory types) */
+static void query_cuda(ucx_t *u)
+{
+    ucp_context_attr_t at = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    u->cuda = false;
+#ifdef NXL_UCX_CUDA
+    if (ucp_context_query(u->ucp, &at) == UCS_OK)
+        u->cuda = (at.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+#endif
+    size_t l = strlen(u->desc);
+    snprintf(u->desc + l, sizeof(u->desc) - l, "%sVRAM %s", l ? "; " : "",
+             u->cuda ? "too (UCX has CUDA)"
+#ifdef NXL_UCX_CUDA
+                     : "no (this UCX has CUDA, but its CUDA memory type is not loaded here)"
+#else
+                     : "no (this UCX has no CUDA)"
+#endif
+    );
+    (void)at;
 }
 
 static void destroy(void *state);
@@ -1341,6 +1399,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_BACKEND;
     }
     list_tls(u);
+    query_cuda(u);
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
     st = ucp_worker_create(u->ucp, &wp, &u->w);
@@ -1508,7 +1567,7 @@ static const char *describe(void *state)
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "UCX",
-    .mem_mask = 1u << NXL_DRAM,
+    .mem_mask = UCX_MEM_MASK,
     .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS,
     .probe = probe,
     .create = create,

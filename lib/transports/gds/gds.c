@@ -1,0 +1,1254 @@
+/* The GDS transport: GPU memory (VRAM) to and from files through NVIDIA's
+ * cuFile (GPUDirect Storage), within the agent.
+ *
+ * As the POSIX transport, it moves data locally: the local list is VRAM,
+ * the list prepared against the agent's own name is FILE; a WRITE copies
+ * VRAM to the file, a READ the file into VRAM. Where GDS proper is not set
+ * up (no nvidia-fs kernel module) cuFile runs in its compatibility mode,
+ * through host bounce buffers: the same calls, the same results.
+ *
+ * Registration: a VRAM region (device memory of device dev_id, inside one
+ * allocation) is registered with cuFileBufRegister, so that cuFile pins
+ * and maps it once; a FILE range (desc.addr = offset, desc.len = length)
+ * by an open fd in desc.dev_id (the transport keeps a duplicate), or by
+ * "path=...;mode=r|w|rw|create" in desc.meta. Ranges of one file opened
+ * the same way share one cuFileHandleRegister handle.
+ *
+ * Transfers: elements are cut into chunks (chunk=BYTES, 8 MiB) and a few
+ * worker threads (threads=N, 4) run cuFileRead / cuFileWrite on them, at
+ * most queue_depth (2 per thread) at a time; a finished chunk goes on a
+ * done list and an eventfd wakes the reactor, which accounts it and hands
+ * the workers the next. The reactor thread never calls cuFile's I/O. The
+ * synchronous calls are used because they work in every mode cuFile runs
+ * in, compatibility mode included; the stream API (cuFileReadAsync) and
+ * the batch API are left for when they have been tried on a GPU.
+ *
+ * Completion statuses: NXL_SUCCESS once every byte moved; NXL_ERR_NOT_FOUND
+ * for a read that reaches the end of the file; NXL_ERR_BACKEND for a
+ * system error (errno) or a cuFile error (its status code, by name). A
+ * failed or canceled transfer starts nothing more and completes once none
+ * of its chunks is with a worker (NXLT_CAP_CANCEL_WAITS), so its buffers
+ * are free when the callback runs; teardown waits for the workers.
+ *
+ * libcufile is loaded at run time (libcufile.so.0, .1, libcufile.so, or
+ * what $NXL_CUFILE_LIB names) and the CUDA runtime as the CUDA transport
+ * loads it (../cuda/cudart.c): libnxl links neither. */
+#include "config.h"
+#include "../cuda/cudart.h"
+#include "cufile_abi.h"
+
+#include <nxl/transport.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/queue.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../blob_wire.h"
+
+#define KEY_MAGIC 0x314b4447u  /* "GDK1" */
+#define CONN_MAGIC 0x31434447u /* "GDC1" */
+#define GDS_DEF_THREADS 4
+#define GDS_MAX_THREADS 64
+#define GDS_DEF_CHUNK (8u << 20)
+#define GDS_ALIGN 4096u
+#define GDS_NBUCKETS 256
+
+/* ------------------------------------------------------------ libcufile */
+
+typedef struct gds_lib {
+    nxl_cufile_driver_open_fn driver_open;
+    nxl_cufile_driver_close_fn driver_close;
+    nxl_cufile_handle_register_fn handle_register;
+    nxl_cufile_handle_deregister_fn handle_deregister;
+    nxl_cufile_buf_register_fn buf_register;
+    nxl_cufile_buf_deregister_fn buf_deregister;
+    nxl_cufile_read_fn read;
+    nxl_cufile_write_fn write;
+    nxl_cufile_get_version_fn get_version; /* may be NULL (older libraries) */
+    const char *name;
+    const nxl_cuda_rt_t *rt;
+} gds_lib_t;
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static gds_lib_t lib;
+static bool lib_ok;
+static char lib_why[200];
+
+/* process-wide: cuFileDriverOpen once for all instances, closed with the last */
+static pthread_mutex_t drv_mu = PTHREAD_MUTEX_INITIALIZER;
+static int drv_users;
+
+static void lib_load(void)
+{
+    const char *env = getenv("NXL_CUFILE_LIB");
+    static const char *const names[] = {"libcufile.so.0", "libcufile.so.1", "libcufile.so"};
+    void *h = NULL;
+    char first[160] = "";
+    if (env && *env) {
+        h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        lib.name = env;
+        if (!h)
+            snprintf(first, sizeof(first), "%s", dlerror());
+    } else {
+        for (size_t i = 0; i < sizeof(names) / sizeof(*names) && !h; i++) {
+            h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+            lib.name = names[i];
+            const char *e = h ? NULL : dlerror();
+            if (!h && !i)
+                snprintf(first, sizeof(first), "%s", e ? e : "dlopen failed");
+        }
+    }
+    if (!h) {
+        char *tail = strstr(first, ": No such file or directory");
+        if (tail)
+            *tail = 0;
+        snprintf(lib_why, sizeof(lib_why), "no libcufile (%.150s)", first);
+        return;
+    }
+    struct {
+        void **slot;
+        const char *sym;
+    } need[] = {
+        {(void **)&lib.driver_open, "cuFileDriverOpen"},
+        {(void **)&lib.handle_register, "cuFileHandleRegister"},
+        {(void **)&lib.handle_deregister, "cuFileHandleDeregister"},
+        {(void **)&lib.buf_register, "cuFileBufRegister"},
+        {(void **)&lib.buf_deregister, "cuFileBufDeregister"},
+        {(void **)&lib.read, "cuFileRead"},
+        {(void **)&lib.write, "cuFileWrite"},
+    };
+    for (size_t i = 0; i < sizeof(need) / sizeof(*need); i++)
+        if (!(*need[i].slot = dlsym(h, need[i].sym))) {
+            snprintf(lib_why, sizeof(lib_why), "no libcufile (%s lacks %s)", lib.name,
+                     need[i].sym);
+            return;
+        }
+    if (!(*(void **)&lib.driver_close = dlsym(h, "cuFileDriverClose_v2")))
+        *(void **)&lib.driver_close = dlsym(h, "cuFileDriverClose");
+    *(void **)&lib.get_version = dlsym(h, "cuFileGetVersion");
+    char why[160];
+    int kind;
+    lib.rt = nxl_cuda_rt_get(&kind, why, sizeof(why));
+    if (!lib.rt) {
+        snprintf(lib_why, sizeof(lib_why), "%s", why);
+        return;
+    }
+    lib_ok = true;
+}
+
+static const gds_lib_t *lib_get(char *why, size_t cap)
+{
+    pthread_once(&lib_once, lib_load);
+    if (!lib_ok) {
+        if (why && cap)
+            snprintf(why, cap, "%s", lib_why);
+        return NULL;
+    }
+    return &lib;
+}
+
+static const char *cufile_errname(int e)
+{
+    switch (e) {
+    case NXL_CUFILE_DRIVER_NOT_INITIALIZED: return "CU_FILE_DRIVER_NOT_INITIALIZED";
+    case NXL_CUFILE_DRIVER_INVALID_PROPS: return "CU_FILE_DRIVER_INVALID_PROPS";
+    case NXL_CUFILE_DRIVER_VERSION_MISMATCH: return "CU_FILE_DRIVER_VERSION_MISMATCH";
+    case NXL_CUFILE_DRIVER_CLOSING: return "CU_FILE_DRIVER_CLOSING";
+    case NXL_CUFILE_PLATFORM_NOT_SUPPORTED: return "CU_FILE_PLATFORM_NOT_SUPPORTED";
+    case NXL_CUFILE_IO_NOT_SUPPORTED: return "CU_FILE_IO_NOT_SUPPORTED";
+    case NXL_CUFILE_DEVICE_NOT_SUPPORTED: return "CU_FILE_DEVICE_NOT_SUPPORTED";
+    case NXL_CUFILE_NVFS_DRIVER_ERROR: return "CU_FILE_NVFS_DRIVER_ERROR";
+    case NXL_CUFILE_CUDA_DRIVER_ERROR: return "CU_FILE_CUDA_DRIVER_ERROR";
+    case NXL_CUFILE_CUDA_POINTER_INVALID: return "CU_FILE_CUDA_POINTER_INVALID";
+    case NXL_CUFILE_CUDA_MEMORY_TYPE_INVALID: return "CU_FILE_CUDA_MEMORY_TYPE_INVALID";
+    case NXL_CUFILE_CUDA_POINTER_RANGE_ERROR: return "CU_FILE_CUDA_POINTER_RANGE_ERROR";
+    case NXL_CUFILE_CUDA_CONTEXT_MISMATCH: return "CU_FILE_CUDA_CONTEXT_MISMATCH";
+    case NXL_CUFILE_INVALID_MAPPING_SIZE: return "CU_FILE_INVALID_MAPPING_SIZE";
+    case NXL_CUFILE_INVALID_MAPPING_RANGE: return "CU_FILE_INVALID_MAPPING_RANGE";
+    case NXL_CUFILE_INVALID_FILE_TYPE: return "CU_FILE_INVALID_FILE_TYPE";
+    case NXL_CUFILE_INVALID_FILE_OPEN_FLAG: return "CU_FILE_INVALID_FILE_OPEN_FLAG";
+    case NXL_CUFILE_DIO_NOT_SET: return "CU_FILE_DIO_NOT_SET";
+    case NXL_CUFILE_INVALID_VALUE: return "CU_FILE_INVALID_VALUE";
+    case NXL_CUFILE_MEMORY_ALREADY_REGISTERED: return "CU_FILE_MEMORY_ALREADY_REGISTERED";
+    case NXL_CUFILE_MEMORY_NOT_REGISTERED: return "CU_FILE_MEMORY_NOT_REGISTERED";
+    case NXL_CUFILE_PERMISSION_DENIED: return "CU_FILE_PERMISSION_DENIED";
+    case NXL_CUFILE_HANDLE_NOT_REGISTERED: return "CU_FILE_HANDLE_NOT_REGISTERED";
+    case NXL_CUFILE_HANDLE_ALREADY_REGISTERED: return "CU_FILE_HANDLE_ALREADY_REGISTERED";
+    case NXL_CUFILE_DEVICE_NOT_FOUND: return "CU_FILE_DEVICE_NOT_FOUND";
+    case NXL_CUFILE_INTERNAL_ERROR: return "CU_FILE_INTERNAL_ERROR";
+    case NXL_CUFILE_NVFS_SETUP_ERROR: return "CU_FILE_NVFS_SETUP_ERROR";
+    case NXL_CUFILE_IO_DISABLED: return "CU_FILE_IO_DISABLED";
+    case NXL_CUFILE_GPU_MEMORY_PINNING_FAILED: return "CU_FILE_GPU_MEMORY_PINNING_FAILED";
+    default: return "a cuFile error";
+    }
+}
+
+/* "CU_FILE_INVALID_VALUE (5022)", with the CUDA error when there is one */
+static const char *cstatus(nxl_cufile_status_t s, char *buf, size_t cap)
+{
+    if (s.err == NXL_CUFILE_CUDA_DRIVER_ERROR)
+        snprintf(buf, cap, "%s (%d, CUresult %d)", cufile_errname(s.err), s.err, s.cu_err);
+    else
+        snprintf(buf, cap, "%s (%d)", cufile_errname(s.err), s.err);
+    return buf;
+}
+
+/* ------------------------------------------------------------ structures */
+
+typedef struct gds gds_t;
+
+/* one open file with its cuFile handle, shared by the ranges registered on it */
+typedef struct gds_file {
+    int fd;
+    nxl_cufile_handle_t fh;
+    dev_t sdev;
+    ino_t ino;
+    int acc;                 /* O_RDONLY, O_WRONLY, O_RDWR, with O_DIRECT */
+    int refs;                /* ranges and chunks in flight */
+    LIST_ENTRY(gds_file) link;
+} gds_file_t;
+
+/* a registration: a VRAM region, or a FILE range */
+typedef struct gds_reg {
+    nxl_mem_t type;
+    uintptr_t addr;          /* VRAM: the region; FILE: the offset */
+    size_t len;
+    int dev;                 /* VRAM: the device */
+    bool buf_reg;            /* VRAM: cuFileBufRegister'd */
+    gds_file_t *file;        /* FILE */
+    char name[160];          /* FILE: "fd 5" or "'/x/y'" */
+    uint64_t regid;
+    int refs;                /* FILE: the registration and the keys loaded */
+    struct gds_reg *hnext;
+} gds_reg_t;
+
+typedef struct gds_xop gds_xop_t;
+
+enum { S_PENDING, S_WORKER, S_DONE };
+
+typedef struct gds_seg {
+    gds_xop_t *x;
+    gds_reg_t *vr;           /* the VRAM region */
+    gds_file_t *file;
+    const char *fname;
+    char *base;              /* what cuFile is given: the registered base and an offset */
+    off_t boff;
+    off_t foff;
+    size_t len, done;
+    size_t elem;
+    ssize_t res;             /* the worker's last call: bytes, 0 (end of file), -errno or -cuFile */
+    bool cufile_err;         /* res is a negated cuFile status */
+    int state;
+    TAILQ_ENTRY(gds_seg) link;
+} gds_seg_t;
+
+TAILQ_HEAD(gds_segq, gds_seg);
+
+struct gds_xop {
+    gds_t *u;
+    nxlt_op_t *op;
+    bool write;
+    size_t nseg, nleft;      /* chunks, chunks not yet done */
+    bool failed;
+    nxl_status_t st;
+    char why[400];
+    LIST_ENTRY(gds_xop) link;
+    gds_seg_t seg[];
+};
+
+struct gds {
+    nxlt_ctx_t *ctx;
+    const gds_lib_t *L;
+    uint64_t token;
+    size_t chunk;
+    unsigned nthreads, depth, inflight;
+    gds_reg_t *reg[GDS_NBUCKETS];
+    uint64_t next_regid;
+    LIST_HEAD(, gds_file) files;
+    LIST_HEAD(, gds_xop) xops;
+    struct gds_segq pending;  /* reactor side: not yet given to a worker */
+    /* shared with the workers, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct gds_segq todo, done;
+    bool stop;
+    pthread_t th[GDS_MAX_THREADS];
+    unsigned nth;
+    int efd;
+    struct event *ev, *kick;
+    bool closing, drv_open;
+    uint64_t n_xfers, n_io, n_bytes, n_short;
+    char desc[320];
+};
+
+/* ------------------------------------------------------------ workers */
+
+static __thread int worker_dev = -1;
+
+static void *worker(void *arg)
+{
+    gds_t *u = arg;
+    const gds_lib_t *L = u->L;
+    for (;;) {
+        pthread_mutex_lock(&u->mu);
+        while (!u->stop && TAILQ_EMPTY(&u->todo))
+            pthread_cond_wait(&u->cv, &u->mu);
+        if (u->stop) {
+            pthread_mutex_unlock(&u->mu);
+            return NULL;
+        }
+        gds_seg_t *s = TAILQ_FIRST(&u->todo);
+        TAILQ_REMOVE(&u->todo, s, link);
+        pthread_mutex_unlock(&u->mu);
+
+        /* cuFile works in the context of the buffer's device */
+        if (worker_dev != s->vr->dev && L->rt->cudaSetDevice(s->vr->dev) == cudaSuccess)
+            worker_dev = s->vr->dev;
+        s->res = 0;
+        s->cufile_err = false;
+        while (s->done < s->len) {
+            size_t n = s->len - s->done;
+            off_t fo = s->foff + (off_t)s->done, bo = s->boff + (off_t)s->done;
+            errno = 0;
+            ssize_t r = s->x->write ? L->write(s->file->fh, s->base, n, fo, bo)
+                                    : L->read(s->file->fh, s->base, n, fo, bo);
+            if (r > 0) {
+                if ((size_t)r < n)
+                    __atomic_fetch_add(&u->n_short, 1, __ATOMIC_RELAXED);
+                s->done += (size_t)r;
+                s->res = r;
+                continue;
+            }
+            if (r == 0) {
+                s->res = 0;
+                break;
+            }
+            if (r == -1 && errno == EINTR)
+                continue;
+            if (r == -1) {
+                s->res = -(errno ? errno : EIO);
+            } else {
+                s->res = r;
+                s->cufile_err = true;
+            }
+            break;
+        }
+
+        pthread_mutex_lock(&u->mu);
+        bool was_empty = TAILQ_EMPTY(&u->done);
+        TAILQ_INSERT_TAIL(&u->done, s, link);
+        pthread_mutex_unlock(&u->mu);
+        if (was_empty) {
+            uint64_t one = 1;
+            ssize_t w = write(u->efd, &one, sizeof(one));
+            (void)w; /* EAGAIN: the counter is non-zero, the reactor wakes anyway */
+        }
+    }
+}
+
+/* ------------------------------------------------------------ files */
+
+static void file_put(gds_t *u, gds_file_t *f)
+{
+    if (--f->refs > 0)
+        return;
+    LIST_REMOVE(f, link);
+    u->L->handle_deregister(f->fh);
+    close(f->fd);
+    free(f);
+}
+
+/* the shared handle of the file behind @p fd (taken over, or closed) */
+static nxl_status_t file_get(gds_t *u, int fd, int acc, const char *name, gds_file_t **out)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        nxlt_error(u->ctx, "GDS: %s is not a regular file; cuFile reads and writes files", name);
+        close(fd);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    acc = fl >= 0 ? fl & (O_ACCMODE | O_DIRECT) : acc;
+    gds_file_t *f;
+    LIST_FOREACH(f, &u->files, link)
+    if (f->sdev == sb.st_dev && f->ino == sb.st_ino && f->acc == acc) {
+        close(fd);
+        f->refs++;
+        *out = f;
+        return NXL_SUCCESS;
+    }
+    f = calloc(1, sizeof(*f));
+    if (!f) {
+        close(fd);
+        nxlt_error(u->ctx, "GDS: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    nxl_cufile_descr_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = NXL_CUFILE_HANDLE_TYPE_OPAQUE_FD;
+    d.handle.fd = fd;
+    nxl_cufile_status_t s = u->L->handle_register(&f->fh, &d);
+    if (s.err != NXL_CUFILE_SUCCESS) {
+        char b[96];
+        nxlt_error(u->ctx, "GDS: cuFileHandleRegister of %s failed: %s%s", name,
+                   cstatus(s, b, sizeof(b)),
+                   s.err == NXL_CUFILE_INVALID_FILE_OPEN_FLAG || s.err == NXL_CUFILE_DIO_NOT_SET
+                       ? " (GDS proper needs the file opened with O_DIRECT: mode=...,direct)"
+                       : "");
+        close(fd);
+        free(f);
+        return NXL_ERR_BACKEND;
+    }
+    f->fd = fd;
+    f->sdev = sb.st_dev;
+    f->ino = sb.st_ino;
+    f->acc = acc;
+    f->refs = 1;
+    LIST_INSERT_HEAD(&u->files, f, link);
+    *out = f;
+    return NXL_SUCCESS;
+}
+
+/* "path=/x/y;mode=r|w|rw|create[,direct]" */
+static nxl_status_t open_meta(gds_t *u, const nxl_desc_t *d, int *fd, int *acc, char *name,
+                              size_t cap)
+{
+    char buf[PATH_MAX + 64];
+    if (d->meta_len >= sizeof(buf) || !d->meta) {
+        nxlt_error(u->ctx, "GDS: descriptor meta must be text such as \"path=/data/kv.bin;"
+                           "mode=create\" (at most %zu bytes)", sizeof(buf) - 1);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    memcpy(buf, d->meta, d->meta_len);
+    buf[d->meta_len] = 0;
+    const char *path = NULL;
+    int a = O_RDWR, flags = 0;
+    char *save = NULL;
+    for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            nxlt_error(u->ctx, "GDS: descriptor meta field '%s' is not key=value (path, mode)", kv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        *eq = 0;
+        if (!strcmp(kv, "path")) {
+            path = eq + 1;
+        } else if (!strcmp(kv, "mode")) {
+            char *s2 = NULL;
+            bool r = false, w = false;
+            for (char *t = strtok_r(eq + 1, ",|+", &s2); t; t = strtok_r(NULL, ",|+", &s2)) {
+                if (!strcmp(t, "r"))
+                    r = true;
+                else if (!strcmp(t, "w"))
+                    w = true;
+                else if (!strcmp(t, "rw"))
+                    r = w = true;
+                else if (!strcmp(t, "create")) {
+                    r = w = true;
+                    flags |= O_CREAT;
+                } else if (!strcmp(t, "direct"))
+                    flags |= O_DIRECT;
+                else {
+                    nxlt_error(u->ctx, "GDS: unknown mode '%s' in descriptor meta (r, w, rw, "
+                                       "create, direct)", t);
+                    return NXL_ERR_INVALID_PARAM;
+                }
+            }
+            if (r || w)
+                a = r && w ? O_RDWR : r ? O_RDONLY : O_WRONLY;
+        } else {
+            nxlt_error(u->ctx, "GDS: unknown descriptor meta key '%s' (path, mode)", kv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    if (!path || !*path) {
+        nxlt_error(u->ctx, "GDS: descriptor meta names no path (\"path=/x/y;mode=rw\")");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *fd = open(path, a | flags | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        int e = errno;
+        nxlt_error(u->ctx, "GDS: cannot open '%s' to register FILE range %llu+%zu: %s", path,
+                   (unsigned long long)d->addr, d->len, strerror(e));
+        return e == ENOENT ? NXL_ERR_NOT_FOUND : e == EACCES ? NXL_ERR_NOT_ALLOWED
+                                                             : NXL_ERR_BACKEND;
+    }
+    *acc = a;
+    snprintf(name, cap, "'%.140s'", path);
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ memory */
+
+static size_t bucket(uint64_t id)
+{
+    return (size_t)(id * 0x9e3779b97f4a7c15ull >> 40) % GDS_NBUCKETS;
+}
+
+static void reg_unhash(gds_t *u, gds_reg_t *r)
+{
+    for (gds_reg_t **p = &u->reg[bucket(r->regid)]; *p; p = &(*p)->hnext)
+        if (*p == r) {
+            *p = r->hnext;
+            return;
+        }
+}
+
+static void freg_put(gds_t *u, gds_reg_t *r)
+{
+    if (--r->refs > 0)
+        return;
+    file_put(u, r->file);
+    free(r);
+}
+
+static nxl_status_t reg_vram(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
+{
+    const nxl_cuda_rt_t *rt = u->L->rt;
+    char b[160];
+    if (d->dev_id >= (uint64_t)rt->ndev) {
+        nxlt_error(u->ctx, "GDS: VRAM region 0x%lx+%zu names device %llu, but %d device%s "
+                   "visible", (unsigned long)d->addr, d->len, (unsigned long long)d->dev_id,
+                   rt->ndev, rt->ndev == 1 ? " is" : "s are");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    struct cudaPointerAttributes at;
+    memset(&at, 0, sizeof(at));
+    cudaError_t e = rt->cudaPointerGetAttributes(&at, (const void *)d->addr);
+    if (e != cudaSuccess || at.type != cudaMemoryTypeDevice || (uint64_t)at.device != d->dev_id) {
+        if (e != cudaSuccess)
+            nxl_cuda_rt_errstr(rt, e, b, sizeof(b));
+        rt->cudaGetLastError();
+        nxlt_error(u->ctx, "GDS: VRAM region 0x%lx+%zu is not device memory of device %llu (%s); "
+                   "register memory from cudaMalloc", (unsigned long)d->addr, d->len,
+                   (unsigned long long)d->dev_id,
+                   e != cudaSuccess                      ? b
+                   : at.type != cudaMemoryTypeDevice ? "another kind of memory"
+                                                      : "another device");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (rt->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                  (CUdeviceptr)d->addr) != CUDA_SUCCESS ||
+        rt->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)d->addr) !=
+            CUDA_SUCCESS ||
+        d->addr < base || d->len > size || d->addr - base > size - d->len) {
+        nxlt_error(u->ctx, "GDS: VRAM region 0x%lx+%zu does not lie inside one allocation; "
+                   "register at most what one cudaMalloc returned", (unsigned long)d->addr, d->len);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    int prev = 0;
+    rt->cudaGetDevice(&prev);
+    if (prev != (int)d->dev_id)
+        rt->cudaSetDevice((int)d->dev_id);
+    nxl_cufile_status_t s = u->L->buf_register((const void *)d->addr, d->len, 0);
+    if (prev != (int)d->dev_id)
+        rt->cudaSetDevice(prev);
+    if (s.err != NXL_CUFILE_SUCCESS) {
+        nxlt_error(u->ctx, "GDS: cuFileBufRegister of VRAM region 0x%lx+%zu on device %llu "
+                   "failed: %s; register smaller regions, or this one with the CUDA transport "
+                   "only (nxl_mem_register with its backend)", (unsigned long)d->addr, d->len,
+                   (unsigned long long)d->dev_id, cstatus(s, b, sizeof(b)));
+        return NXL_ERR_BACKEND;
+    }
+    r->buf_reg = true;
+    r->dev = (int)d->dev_id;
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
+{
+    int fd, acc;
+    nxl_status_t st;
+    if (d->meta_len) {
+        if ((st = open_meta(u, d, &fd, &acc, r->name, sizeof(r->name))) != NXL_SUCCESS)
+            return st;
+    } else {
+        if (d->dev_id > INT_MAX) {
+            nxlt_error(u->ctx, "GDS: FILE dev_id %llu is not a file descriptor; register an open "
+                       "fd, or a path in desc.meta (\"path=/x/y;mode=rw\")",
+                       (unsigned long long)d->dev_id);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        int ufd = (int)d->dev_id;
+        int fl = fcntl(ufd, F_GETFL);
+        if (fl < 0) {
+            nxlt_error(u->ctx, "GDS: fd %d given to register FILE range %llu+%zu is not open "
+                       "(%s): pass an open fd in dev_id, or a path in desc.meta", ufd,
+                       (unsigned long long)d->addr, d->len, strerror(errno));
+            return NXL_ERR_INVALID_PARAM;
+        }
+        acc = fl & O_ACCMODE;
+        if ((fl & O_APPEND) && acc != O_RDONLY) {
+            nxlt_error(u->ctx, "GDS: fd %d is opened with O_APPEND, where positional writes "
+                       "append instead; open it without O_APPEND", ufd);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        if ((fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            nxlt_error(u->ctx, "GDS: cannot duplicate fd %d: %s", ufd, strerror(errno));
+            return NXL_ERR_BACKEND;
+        }
+        snprintf(r->name, sizeof(r->name), "fd %d", ufd);
+    }
+    if ((st = file_get(u, fd, acc, r->name, &r->file)) != NXL_SUCCESS)
+        return st;
+    r->regid = ++u->next_regid;
+    r->refs = 1;
+    size_t b = bucket(r->regid);
+    r->hnext = u->reg[b];
+    u->reg[b] = r;
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
+{
+    gds_t *u = state;
+    if (type != NXL_VRAM && type != NXL_FILE) {
+        nxlt_error(u->ctx, "GDS: serves VRAM and FILE, not %s", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    gds_reg_t *r = calloc(1, sizeof(*r));
+    if (!r) {
+        nxlt_error(u->ctx, "GDS: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    r->type = type;
+    r->addr = d->addr;
+    r->len = d->len;
+    nxl_status_t st = type == NXL_VRAM ? reg_vram(u, d, r) : reg_file(u, d, r);
+    if (st != NXL_SUCCESS) {
+        free(r);
+        return st;
+    }
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "GDS: registered %s 0x%lx+%zu%s%s", nxl_mem_name(type),
+             (unsigned long)d->addr, d->len, type == NXL_FILE ? " of " : "",
+             type == NXL_FILE ? r->name : "");
+    *md = r;
+    return NXL_SUCCESS;
+}
+
+static void dereg(void *state, void *md)
+{
+    gds_t *u = state;
+    gds_reg_t *r = md;
+    if (r->type == NXL_VRAM) {
+        if (r->buf_reg) {
+            nxl_cufile_status_t s = u->L->buf_deregister((const void *)r->addr);
+            if (s.err != NXL_CUFILE_SUCCESS) {
+                char b[96];
+                nxlt_log(u->ctx, NXL_LOG_WARN, "GDS: cuFileBufDeregister of 0x%lx failed: %s",
+                         (unsigned long)r->addr, cstatus(s, b, sizeof(b)));
+            }
+        }
+        free(r);
+        return;
+    }
+    reg_unhash(u, r);
+    freg_put(u, r);
+}
+
+static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
+{
+    gds_t *u = state;
+    gds_reg_t *r = md;
+    *buf = NULL;
+    *len = 0;
+    if (r->type != NXL_FILE)
+        return NXL_SUCCESS; /* VRAM is only ever the local side */
+    nxlt_blob24_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NXL_ERR_UNKNOWN;
+    k->magic = KEY_MAGIC;
+    k->token = u->token;
+    k->regid = r->regid;
+    *buf = k;
+    *len = sizeof(*k);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t conn_info(void *state, void **buf, size_t *len)
+{
+    gds_t *u = state;
+    nxlt_blob24_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NXL_ERR_UNKNOWN;
+    c->magic = CONN_MAGIC;
+    c->token = u->token;
+    *buf = c;
+    *len = sizeof(*c);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
+                              void **conn)
+{
+    gds_t *u = state;
+    nxlt_blob24_t c;
+    *conn = NULL;
+    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0 && c.token == u->token)
+        *conn = u; /* ourselves: the loopback view; another agent's files are not reachable */
+    return NXL_SUCCESS;
+}
+
+static void unload_conn(void *state, void *conn) {}
+
+static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
+{
+    gds_t *u = state;
+    nxlt_blob24_t k;
+    *rkey = NULL;
+    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->token) {
+        nxlt_error(u->ctx, "GDS: a region key of %zu bytes that is not this transport's", len);
+        return NXL_ERR_MISMATCH;
+    }
+    gds_reg_t *r = u->reg[bucket(k.regid)];
+    while (r && r->regid != k.regid)
+        r = r->hnext;
+    if (!r) {
+        nxlt_error(u->ctx, "GDS: region key %llu names no registered file range",
+                   (unsigned long long)k.regid);
+        return NXL_ERR_NOT_FOUND;
+    }
+    r->refs++;
+    *rkey = r;
+    return NXL_SUCCESS;
+}
+
+static void unload_key(void *state, void *rkey)
+{
+    if (rkey)
+        freg_put(state, rkey);
+}
+
+/* ------------------------------------------------------------ transfers */
+
+static void xop_fail(gds_t *u, gds_xop_t *x, nxl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void xop_finish(gds_t *u, gds_xop_t *x)
+{
+    LIST_REMOVE(x, link);
+    for (size_t i = 0; i < x->nseg; i++)
+        file_put(u, x->seg[i].file);
+    nxlt_op_done(x->op, x->failed ? x->st : NXL_SUCCESS, x->failed ? x->why : NULL);
+    free(x);
+}
+
+static void seg_done(gds_t *u, gds_seg_t *s)
+{
+    s->state = S_DONE;
+    s->x->nleft--;
+}
+
+/* reports @p x once none of its chunks is pending or with a worker */
+static void maybe_finish(gds_t *u, gds_xop_t *x)
+{
+    if (!x->nleft && !u->closing)
+        xop_finish(u, x);
+}
+
+/* starts nothing more of @p x: its chunks not yet with a worker are done */
+static void xop_fail(gds_t *u, gds_xop_t *x, nxl_status_t st, const char *fmt, ...)
+{
+    if (!x->failed) {
+        x->failed = true;
+        x->st = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->why, sizeof(x->why), fmt, ap);
+        va_end(ap);
+        nxlt_log(u->ctx, NXL_LOG_INFO, "%s", x->why);
+    }
+    for (size_t i = 0; i < x->nseg; i++)
+        if (x->seg[i].state == S_PENDING) {
+            TAILQ_REMOVE(&u->pending, &x->seg[i], link);
+            seg_done(u, &x->seg[i]);
+        }
+}
+
+/* hands the workers what the queue depth allows */
+static void pump(gds_t *u)
+{
+    struct gds_segq batch;
+    TAILQ_INIT(&batch);
+    gds_seg_t *s;
+    while (u->inflight < u->depth && (s = TAILQ_FIRST(&u->pending))) {
+        gds_xop_t *x = s->x;
+        if (nxlt_op_canceled(x->op)) {
+            xop_fail(u, x, NXL_ERR_CANCELED, "GDS: %s %s canceled before offset %llu (element %zu)",
+                     x->write ? "write to" : "read from", s->fname, (unsigned long long)s->foff,
+                     s->elem);
+            maybe_finish(u, x);
+            continue;
+        }
+        TAILQ_REMOVE(&u->pending, s, link);
+        s->state = S_WORKER;
+        u->inflight++;
+        u->n_io++;
+        TAILQ_INSERT_TAIL(&batch, s, link);
+    }
+    if (!TAILQ_EMPTY(&batch)) {
+        pthread_mutex_lock(&u->mu);
+        TAILQ_CONCAT(&u->todo, &batch, link);
+        pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+    }
+}
+
+static void seg_result(gds_t *u, gds_seg_t *s)
+{
+    gds_xop_t *x = s->x;
+    u->inflight--;
+    u->n_bytes += s->done;
+    seg_done(u, s);
+    if (u->closing || x->failed || s->done == s->len)
+        return;
+    const char *verb = x->write ? "write to" : "read from";
+    const char *call = x->write ? "cuFileWrite" : "cuFileRead";
+    unsigned long long at = (unsigned long long)(s->foff + (off_t)s->done);
+    if (s->res == 0 && !x->write) {
+        struct stat sb;
+        long long size = fstat(s->file->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+        xop_fail(u, x, NXL_ERR_NOT_FOUND, "GDS: read from %s at offset %llu (element %zu) reached "
+                 "the end of the file (%lld bytes long) after %zu of %zu bytes of that chunk",
+                 s->fname, at, s->elem, size, s->done, s->len);
+    } else if (s->res == 0) {
+        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s to %s at offset %llu (element %zu) wrote nothing",
+                 call, s->fname, at, s->elem);
+    } else if (s->cufile_err) {
+        nxl_cufile_status_t cs = {(int)-s->res, 0};
+        char b[96];
+        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s %s at offset %llu (element %zu) failed: %s",
+                 call, s->fname, at, s->elem, cstatus(cs, b, sizeof(b)));
+    } else {
+        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s (%s %s at offset %llu, element %zu) failed after "
+                 "%zu of %zu bytes of that chunk: %s", call, verb, s->fname, at, s->elem, s->done,
+                 s->len, strerror((int)-s->res));
+    }
+}
+
+static void reap(gds_t *u)
+{
+    struct gds_segq got;
+    TAILQ_INIT(&got);
+    pthread_mutex_lock(&u->mu);
+    TAILQ_CONCAT(&got, &u->done, link);
+    pthread_mutex_unlock(&u->mu);
+    gds_seg_t *s;
+    while ((s = TAILQ_FIRST(&got))) {
+        TAILQ_REMOVE(&got, s, link);
+        gds_xop_t *x = s->x;
+        if (nxlt_op_canceled(x->op) && !x->failed)
+            xop_fail(u, x, NXL_ERR_CANCELED, "GDS: %s %s canceled at offset %llu (element %zu)",
+                     x->write ? "write to" : "read from", s->fname, (unsigned long long)s->foff,
+                     s->elem);
+        seg_result(u, s);
+        maybe_finish(u, x);
+    }
+}
+
+static void finish_done(gds_t *u)
+{
+    gds_xop_t *x, *n;
+    for (x = LIST_FIRST(&u->xops); x; x = n) {
+        n = LIST_NEXT(x, link);
+        if (!x->nleft)
+            xop_finish(u, x);
+    }
+}
+
+static void on_efd(evutil_socket_t fd, short what, void *arg)
+{
+    gds_t *u = arg;
+    uint64_t v;
+    if (read(u->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        nxlt_log(u->ctx, NXL_LOG_WARN, "GDS: reading the workers' eventfd: %s", strerror(errno));
+    reap(u);
+    pump(u);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    gds_t *u = arg;
+    pump(u);
+    finish_done(u);
+}
+
+static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
+{
+    gds_t *u = state;
+    if (u->closing) {
+        nxlt_error(u->ctx, "GDS: the transport is shutting down");
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    if (t->conn != u) {
+        nxlt_error(u->ctx, "GDS: moves data only within the agent (its own name as the remote "
+                           "agent)");
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    if (t->ltype != NXL_VRAM || t->rtype != NXL_FILE) {
+        nxlt_error(u->ctx, "GDS: moves VRAM (the local list) to and from FILE (the list prepared "
+                           "against the agent itself), not %s and %s",
+                   nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    bool write = t->op == NXL_WRITE;
+    size_t nseg = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const nxlt_iov_t *v = &t->iov[i];
+        gds_reg_t *fr = v->rkey, *vr = v->lmd;
+        if (!fr || !vr) {
+            nxlt_error(u->ctx, "GDS: element %zu has no %s registered with GDS", i,
+                       fr ? "VRAM region" : "file range");
+            return NXL_ERR_NOT_SUPPORTED;
+        }
+        int acc = fr->file->acc & O_ACCMODE;
+        if (write ? acc == O_RDONLY : acc == O_WRONLY) {
+            nxlt_error(u->ctx, "GDS: element %zu %s %s, which is registered %s", i,
+                       write ? "writes to" : "reads from", fr->name,
+                       write ? "read-only (open it for writing, or mode=rw)"
+                             : "write-only (open it for reading, or mode=rw)");
+            return NXL_ERR_NOT_ALLOWED;
+        }
+        nseg += v->len ? (v->len + u->chunk - 1) / u->chunk : 0;
+    }
+    gds_xop_t *x = calloc(1, sizeof(*x) + nseg * sizeof(gds_seg_t));
+    if (!x) {
+        nxlt_error(u->ctx, "GDS: out of memory for a transfer of %zu elements", t->n);
+        return NXL_ERR_UNKNOWN;
+    }
+    x->u = u;
+    x->op = op;
+    x->write = write;
+    x->nseg = x->nleft = nseg;
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const nxlt_iov_t *v = &t->iov[i];
+        gds_reg_t *fr = v->rkey, *vr = v->lmd;
+        for (size_t at = 0; at < v->len; at += u->chunk) {
+            gds_seg_t *s = &x->seg[k++];
+            s->x = x;
+            s->vr = vr;
+            s->file = fr->file;
+            s->file->refs++;
+            s->fname = fr->name;
+            s->base = (char *)vr->addr;
+            s->boff = (off_t)((uintptr_t)v->laddr - vr->addr + at);
+            s->foff = (off_t)(v->raddr + at);
+            s->len = v->len - at < u->chunk ? v->len - at : u->chunk;
+            s->elem = i;
+            s->state = S_PENDING;
+            TAILQ_INSERT_TAIL(&u->pending, s, link);
+        }
+    }
+    LIST_INSERT_HEAD(&u->xops, x, link);
+    u->n_xfers++;
+    if (!nseg)
+        event_active(u->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
+    else
+        pump(u);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                               size_t len)
+{
+    gds_t *u = state;
+    nxlt_error(u->ctx, "GDS: carries no notifications");
+    return NXL_ERR_NOT_SUPPORTED;
+}
+
+/* ------------------------------------------------------------ query */
+
+static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
+{
+    gds_t *u = state;
+    memset(res, 0, sizeof(*res));
+    if (type != NXL_FILE) {
+        nxlt_error(u->ctx, "GDS: answers queries about FILE, not %s", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    struct stat sb;
+    int rc;
+    if (d->meta_len) {
+        /* by path: "path=...;..." */
+        char buf[PATH_MAX + 64];
+        if (!d->meta || d->meta_len >= sizeof(buf)) {
+            nxlt_error(u->ctx, "GDS: descriptor meta must be text such as \"path=/x/y\"");
+            return NXL_ERR_INVALID_PARAM;
+        }
+        memcpy(buf, d->meta, d->meta_len);
+        buf[d->meta_len] = 0;
+        char *path = NULL, *save = NULL;
+        for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save))
+            if (!strncmp(kv, "path=", 5))
+                path = kv + 5;
+        if (!path || !*path) {
+            nxlt_error(u->ctx, "GDS: descriptor meta names no path (\"path=/x/y;mode=rw\")");
+            return NXL_ERR_INVALID_PARAM;
+        }
+        rc = stat(path, &sb);
+    } else {
+        rc = d->dev_id > INT_MAX ? -1 : fstat((int)d->dev_id, &sb);
+    }
+    if (rc < 0)
+        return NXL_SUCCESS; /* nothing there */
+    res->exists = 1;
+    res->size = (uint64_t)sb.st_size;
+    return NXL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ instance */
+
+static int probe(char *why, size_t cap)
+{
+    const gds_lib_t *L = lib_get(why, cap);
+    if (!L)
+        return 0;
+    int v = 0;
+    char ver[32] = "";
+    if (L->get_version && L->get_version(&v).err == NXL_CUFILE_SUCCESS && v)
+        snprintf(ver, sizeof(ver), " %d.%d", v / 1000, v % 1000 / 10);
+    snprintf(why, cap, "cuFile%s (%s) with CUDA %d.%d, %d device%s: VRAM to and from files",
+             ver, L->name, L->rt->runtime_version / 1000, L->rt->runtime_version % 1000 / 10,
+             L->rt->ndev, L->rt->ndev == 1 ? "" : "s");
+    return 1;
+}
+
+static void destroy(void *state);
+
+static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 0);
+    if (errno || !*s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    unsigned nthreads = GDS_DEF_THREADS, depth = 0;
+    size_t chunk = GDS_DEF_CHUNK;
+    for (size_t i = 0; i < n; i++) {
+        unsigned long v;
+        const char *k = params[i].key, *s = params[i].value;
+        if (!strcmp(k, "threads")) {
+            if (parse_uint(s, 1, GDS_MAX_THREADS, &v) < 0) {
+                nxlt_error(ctx, "GDS: threads=%s: a number from 1 to %d", s, GDS_MAX_THREADS);
+                return NXL_ERR_INVALID_PARAM;
+            }
+            nthreads = (unsigned)v;
+        } else if (!strcmp(k, "queue_depth")) {
+            if (parse_uint(s, 1, 4096, &v) < 0) {
+                nxlt_error(ctx, "GDS: queue_depth=%s: a number from 1 to 4096", s);
+                return NXL_ERR_INVALID_PARAM;
+            }
+            depth = (unsigned)v;
+        } else if (!strcmp(k, "chunk")) {
+            if (parse_uint(s, GDS_ALIGN, 1ul << 30, &v) < 0 || v % GDS_ALIGN) {
+                nxlt_error(ctx, "GDS: chunk=%s: a multiple of %u up to 1 GiB", s, GDS_ALIGN);
+                return NXL_ERR_INVALID_PARAM;
+            }
+            chunk = v;
+        } else {
+            nxlt_error(ctx, "GDS: unknown parameter '%s' (threads=N, queue_depth=N, chunk=BYTES)",
+                       k);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    char why[200];
+    const gds_lib_t *L = lib_get(why, sizeof(why));
+    if (!L) {
+        nxlt_error(ctx, "GDS: cannot create the transport: %s; %s", why,
+                   !strncmp(why, "no libcufile", 12)
+                       ? "install cuFile (libcufile, the GPUDirect Storage library) or set "
+                         "NXL_CUFILE_LIB to it"
+                       : "cuFile needs a GPU and its driver");
+        return NXL_ERR_BACKEND;
+    }
+    gds_t *u = calloc(1, sizeof(*u));
+    if (!u) {
+        nxlt_error(ctx, "GDS: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    u->ctx = ctx;
+    u->L = L;
+    u->chunk = chunk;
+    u->nthreads = nthreads;
+    u->depth = depth ? depth : 2 * nthreads;
+    u->efd = -1;
+    LIST_INIT(&u->files);
+    LIST_INIT(&u->xops);
+    TAILQ_INIT(&u->pending);
+    TAILQ_INIT(&u->todo);
+    TAILQ_INIT(&u->done);
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, NULL);
+    if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
+        u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
+    pthread_mutex_lock(&drv_mu);
+    nxl_cufile_status_t s = {NXL_CUFILE_SUCCESS, 0};
+    if (!drv_users)
+        s = L->driver_open();
+    if (s.err == NXL_CUFILE_SUCCESS || s.err == NXL_CUFILE_DRIVER_ALREADY_OPEN) {
+        drv_users++;
+        u->drv_open = true;
+    }
+    pthread_mutex_unlock(&drv_mu);
+    if (!u->drv_open) {
+        char b[96];
+        nxlt_error(ctx, "GDS: cuFileDriverOpen failed: %s; without the nvidia-fs module cuFile "
+                   "needs its compatibility mode allowed (\"allow_compat_mode\": true in "
+                   "cufile.json, $CUFILE_ENV_PATH_JSON)", cstatus(s, b, sizeof(b)));
+        destroy(u);
+        return NXL_ERR_BACKEND;
+    }
+    u->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (u->efd < 0 ||
+        !(u->ev = event_new(nxlt_base(ctx), u->efd, EV_READ | EV_PERSIST, on_efd, u)) ||
+        event_add(u->ev, NULL) < 0 || !(u->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, u))) {
+        nxlt_error(ctx, "GDS: could not put the workers' eventfd into the reactor (%s)",
+                   u->efd < 0 ? strerror(errno) : "libevent refused it");
+        destroy(u);
+        return NXL_ERR_BACKEND;
+    }
+    for (unsigned i = 0; i < nthreads; i++) {
+        int rc = pthread_create(&u->th[i], NULL, worker, u);
+        if (rc) {
+            nxlt_error(ctx, "GDS: pthread_create failed: %s", strerror(rc));
+            destroy(u);
+            return NXL_ERR_BACKEND;
+        }
+        u->nth++;
+    }
+    char pr[200];
+    probe(pr, sizeof(pr));
+    snprintf(u->desc, sizeof(u->desc), "%.200s; %u threads doing cuFileRead/cuFileWrite, %u "
+             "chunks of %zu KiB in flight, eventfd in the reactor", pr, nthreads, u->depth,
+             chunk >> 10);
+    nxlt_log(ctx, NXL_LOG_INFO, "GDS: %s", u->desc);
+    *out = u;
+    return NXL_SUCCESS;
+}
+
+/* Waits for what the workers hold (the application's buffers), then
+ * reports every transfer CANCELED. */
+static void quiesce(void *state)
+{
+    gds_t *u = state;
+    if (u->closing)
+        return;
+    u->closing = true;
+    pthread_mutex_lock(&u->mu);
+    u->stop = true;
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    for (unsigned i = 0; i < u->nth; i++)
+        pthread_join(u->th[i], NULL);
+    u->nth = 0;
+    gds_seg_t *s;
+    while ((s = TAILQ_FIRST(&u->done))) {
+        TAILQ_REMOVE(&u->done, s, link);
+        s->state = S_DONE;
+    }
+    while ((s = TAILQ_FIRST(&u->todo))) {
+        TAILQ_REMOVE(&u->todo, s, link);
+        s->state = S_DONE;
+    }
+    while ((s = TAILQ_FIRST(&u->pending))) {
+        TAILQ_REMOVE(&u->pending, s, link);
+        s->state = S_DONE;
+    }
+    gds_xop_t *x;
+    while ((x = LIST_FIRST(&u->xops))) {
+        x->failed = true;
+        x->st = NXL_ERR_CANCELED;
+        snprintf(x->why, sizeof(x->why), "GDS: transport destroyed with the transfer in flight "
+                 "(agent teardown)");
+        xop_finish(u, x);
+    }
+}
+
+static void destroy(void *state)
+{
+    gds_t *u = state;
+    quiesce(u);
+    nxlt_log(u->ctx, NXL_LOG_INFO, "GDS statistics: %llu transfers, %llu chunks (%llu short "
+             "calls), %llu bytes", (unsigned long long)u->n_xfers, (unsigned long long)u->n_io,
+             (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
+    /* keys are unloaded and regions deregistered before transports are
+     * destroyed: what is left has no user */
+    for (size_t b = 0; b < GDS_NBUCKETS; b++)
+        while (u->reg[b]) {
+            gds_reg_t *r = u->reg[b];
+            u->reg[b] = r->hnext;
+            r->refs = 1;
+            freg_put(u, r);
+        }
+    while (!LIST_EMPTY(&u->files)) {
+        gds_file_t *f = LIST_FIRST(&u->files);
+        f->refs = 1;
+        file_put(u, f);
+    }
+    if (u->drv_open) {
+        pthread_mutex_lock(&drv_mu);
+        if (--drv_users == 0 && u->L->driver_close)
+            u->L->driver_close();
+        pthread_mutex_unlock(&drv_mu);
+    }
+    if (u->kick)
+        event_free(u->kick);
+    if (u->ev)
+        event_free(u->ev);
+    if (u->efd >= 0)
+        close(u->efd);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    free(u);
+}
+
+static const char *describe(void *state)
+{
+    return ((gds_t *)state)->desc;
+}
+
+NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
+    .abi_version = NXLT_ABI_VERSION,
+    .name = "GDS",
+    .mem_mask = (1u << NXL_VRAM) | (1u << NXL_FILE),
+    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS,
+    .probe = probe,
+    .create = create,
+    .destroy = destroy,
+    .reg = reg,
+    .dereg = dereg,
+    .pack_key = pack_key,
+    .conn_info = conn_info,
+    .load_conn = load_conn,
+    .load_key = load_key,
+    .unload_key = unload_key,
+    .unload_conn = unload_conn,
+    .post = post,
+    .notif_send = notif_send,
+    .describe = describe,
+    .query = query,
+    .quiesce = quiesce,
+};
