@@ -36,6 +36,7 @@
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
+#define QUIESCE_LOCAL_MS 200 /* teardown: longest wait for transfers to agents of this process */
 
 typedef struct ucx_conn ucx_conn_t;
 
@@ -1416,9 +1417,43 @@ static bool holds_requests(ucx_t *u)
     return false;
 }
 
-static void destroy(void *state)
+/* Transfers still in flight to a peer that is alive, on endpoints not
+ * closed: of local peers (agents of this process) or of the others. */
+static bool live_ops(ucx_t *u, bool local)
+{
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->op && o->conn->ep && !o->conn->failed && !o->conn->fail_deferred &&
+        o->conn->local == local)
+        return true;
+    return false;
+}
+
+/* First in the agent's teardown: transfers in flight are let finish, a
+ * bounded time (DESTROY_WAIT_MS; QUIESCE_LOCAL_MS for an agent of this
+ * process, which may be the one not progressed while this one tears down),
+ * before the endpoints are closed by force under them. Over TCP a put is
+ * emulated: the target writes it and answers, and UCX 1.13 aborts the
+ * target's process (ucp_request_try_send: "unexpected error: Endpoint
+ * timeout", from ucp_put_handler) when that answer finds the initiator's
+ * endpoint gone. Then every op not reported yet is reported CANCELED. */
+static void quiesce(void *state)
 {
     ucx_t *u = state;
+    uint64_t start = nxlt_now_us();
+    while (u->w) {
+        uint64_t now = nxlt_now_us();
+        bool wait = (live_ops(u, false) && now < start + DESTROY_WAIT_MS * 1000ull) ||
+                    (live_ops(u, true) && now < start + QUIESCE_LOCAL_MS * 1000ull);
+        if (!wait)
+            break;
+        if (ucp_worker_progress(u->w))
+            continue;
+        if (ucp_worker_arm(u->w) != UCS_OK)
+            continue; /* events came in meanwhile, or sends queued: progress again */
+        struct pollfd pf = {.fd = u->efd, .events = POLLIN};
+        poll(&pf, 1, 10);
+    }
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
     if (o->op) {
@@ -1428,6 +1463,12 @@ static void destroy(void *state)
         o->conn->inflight--;
         nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
+}
+
+static void destroy(void *state)
+{
+    ucx_t *u = state;
+    quiesce(u);
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
@@ -1525,4 +1566,5 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .post = post,
     .notif_send = notif_send,
     .describe = describe,
+    .quiesce = quiesce,
 };
