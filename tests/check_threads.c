@@ -718,7 +718,10 @@ START_TEST(destroy_foreign)
         ck_assert_int_eq(nxl_xfer_post(D.x[i], d_done, (void *)(uintptr_t)i, NULL), NXL_SUCCESS);
         add_int(&D.posts);
     }
-    usleep(100000);
+    /* some re-posted from their callbacks (over TCP a 1 MiB write can take
+     * longer than any fixed sleep on a loaded machine) */
+    ck_assert_msg(wait_count(&D.posts, D_N + 1, 20000), "no transfer completed in 20 s");
+    usleep(20000);
     /* destroyed from another thread with D_N transfers in flight, their
      * transfers never released by hand (the teardown does it) */
     ck_assert_int_eq(pthread_create(&D.destroyer, NULL, d_destroy, I), 0);
