@@ -142,10 +142,10 @@ static void settle(nxl_future_t *f)
     nxli_stats_settled(f);
     if (f->kind == NXLI_F_XFER && f->owner) {
         nxl_xfer_t *x = f->owner;
-        NXLI_TLOCK(f->agent); /* a foreign thread's release reads it (xfer.c) */
-        x->active = NULL;
         x->last = f->status;
-        NXLI_TUNLOCK(f->agent);
+        /* a foreign thread's release reads it (xfer.c): no table lock for
+         * the reactor on every delivery */
+        __atomic_store_n(&x->active, NULL, __ATOMIC_RELEASE);
         f->owner = NULL;
     }
 }

@@ -37,6 +37,11 @@ void nxli_tlock(nxl_agent_t *a);
 void nxli_tunlock(nxl_agent_t *a);
 #define NXLI_TLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tlock(a); } while (0)
 #define NXLI_TUNLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tunlock(a); } while (0)
+/* Lists longer than this are prepared and made on the reactor as before:
+ * their work outweighs a hand-over, and eight threads holding the table
+ * lock for 16,384 descriptors each kept one another (and the reactor)
+ * waiting */
+#define NXLI_FOREIGN_MAX 1024
 /* A foreign thread's own attempt: the table lock, quiet failures; false
  * (nothing held) when the agent is being torn down. */
 bool nxli_foreign_begin(nxl_agent_t *a);

@@ -95,7 +95,7 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
 static nxl_status_t prep_foreign(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                                  const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
 {
-    if (nxli_foreign_begin(a)) {
+    if (n <= NXLI_FOREIGN_MAX && nxli_foreign_begin(a)) {
         bool stale = agent && !strcmp(agent, a->name) && (!a->self || a->self_gen != a->mem_gen);
         nxl_status_t st = stale ? NXL_ERR_NOT_FOUND : prep_impl(a, agent, type, descs, n, out);
         nxli_foreign_end(a);
@@ -289,7 +289,7 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
     if (a && nxli_thread_foreign(a)) {
         /* on the caller's thread as nxl_prep() (a notification asks the
          * relay's transports: the reactor's) */
-        if ((!opts || !opts->notif) && nxli_foreign_begin(a)) {
+        if (n <= NXLI_FOREIGN_MAX && (!opts || !opts->notif) && nxli_foreign_begin(a)) {
             st = make_impl(a, op, lp, lidx, rp, ridx, n, opts, out);
             nxli_foreign_end(a);
             if (st == NXL_SUCCESS)
@@ -627,7 +627,8 @@ void nxl_xfer_release(nxl_xfer_t *x)
          * canceled: the reactor's) */
         nxl_agent_t *a = x->agent;
         if (nxli_foreign_begin(a)) {
-            bool mine = !x->active && !puts_free(x->lregs, x->nlregs, x->remote);
+            bool mine = !__atomic_load_n(&x->active, __ATOMIC_ACQUIRE) &&
+                        !puts_free(x->lregs, x->nlregs, x->remote);
             if (mine)
                 xfer_free(x);
             nxli_foreign_end(a);
