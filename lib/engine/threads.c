@@ -10,34 +10,43 @@
  *   ------                                --------------
  *   fill a call record (on its stack)
  *   lock; append to the queue; unlock
- *   queue was empty: write the eventfd ──▶ wake_cb: read the eventfd,
+ *   not signaled yet: write the eventfd ──▶ wake_cb: read the eventfd,
  *   sem_wait(record)                       lock; take the whole queue; unlock
  *                                          run each record's thunk (the public
- *                                          function itself, now on its thread)
- *   ◀── sem_post(record) ───────────────── copy the error sentence on failure
+ *                                          function itself, now on its thread),
+ *                                          copy the error sentence on failure;
+ *                                          one delivery turn
+ *   ◀── sem_post(record) ─────────────────
  *   read the result
  *
  * One wake-up serves every call queued before the reactor took the queue:
  * eight threads posting at once cost one eventfd write and one read per
- * batch, not per call. Releases and cancels (nothing to return) are
- * fire-and-forget: the record is malloc'd and freed by the reactor, the
- * caller does not wait; the queue keeps each thread's calls in order.
+ * batch, not per call. The delivery turn before the replies settles what
+ * the calls finished at once (a transfer done inside its post), so the
+ * caller's nxl_future_wait() then returns without sleeping again. Releases
+ * and cancels (nothing to return) are fire-and-forget: the record is
+ * malloc'd and freed by the reactor, the caller does not wait; a future's
+ * release does not even write the eventfd (it runs on the next wake-up);
+ * the queue keeps each thread's calls in order.
  *
  * Calls made on the reactor thread (from callbacks) run directly, so a
  * callback may call the API without a deadlock. nxl_future_wait() from a
- * foreign thread registers a waiter on the future (on the reactor) and
+ * foreign thread puts a waiter on the future under the queue's mutex and
  * sleeps on its semaphore, posted when the future settles (rule 3: the turn
  * that runs its callbacks). nxl_agent_destroy() from a foreign thread runs
  * the teardown on the reactor thread (cancellation callbacks run there,
  * exactly once as in the default mode), stops its loop, joins it and frees
  * the rest.
  *
- * Why marshal rather than lock: every call would otherwise need the same
- * lock as the reactor's whole turn (transports report completions from
- * their progress calls, which touch the same futures, ops and tables), so
- * callers would wait for the reactor all the same, and a transport would
- * see two threads; UCX workers are made UCS_THREAD_MODE_SINGLE. The
- * README's thread model has the numbers. */
+ * Marshal or lock: what touches a transport is marshalled — a lock would
+ * have to be held for the reactor's whole turn (transports report
+ * completions from their progress calls), which libevent gives no hook to
+ * release around its poll, and transports would see two threads (UCX
+ * workers are UCS_THREAD_MODE_SINGLE). What touches only the engine's
+ * tables — nxl_prep(), nxl_xfer_make() and the releases of prepared lists
+ * and idle transfers — a foreign thread runs itself under the table lock
+ * (threads.h), and hands over only what could reach a transport or fail.
+ * The README's thread model has the numbers. */
 #include "internal.h"
 
 #include <errno.h>
