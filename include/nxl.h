@@ -56,8 +56,11 @@
  *
  * - Every call on the agent, its backends, prepared lists, transfers and
  *   futures may be made from any thread. A call made from another thread
- *   runs on the reactor thread, and each thread's calls run in the order
- *   it made them; the caller waits for the result. Releases and cancels
+ *   runs on the reactor thread (nxl_prep(), nxl_xfer_make() and the
+ *   releases of prepared lists and idle transfers mostly run on the
+ *   calling thread itself, under a lock of the agent, with the same
+ *   results), and each thread's calls run in the order it made them; the
+ *   caller waits for the result. Releases and cancels
  *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),
  *   nxl_prepped_release()) return at once and take effect before the
  *   thread's next call on the agent.

@@ -3,10 +3,14 @@
  * arriving; nxl_future_wait() from other threads; destroy from another
  * thread while transfers are in flight; the API called from callbacks; the
  * default mode unchanged. Transfers go over UCX (shared memory: both
- * agents live in this process). Run under ThreadSanitizer by tests/tsan. */
+ * agents live in this process); the prep-to-release cycle from eight
+ * threads also into a POSIX file and over LIBFABRIC tcp;ofi_rxm. Run under
+ * ThreadSanitizer by tests/tsan. */
 #include "testlib.h"
 
 #include <event2/event.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -244,6 +248,299 @@ START_TEST(many_threads)
 }
 END_TEST
 
+/* ------------------------------------------------------ the prep-to-release cycle
+ *
+ * Eight threads each run, one descriptor at a time: nxl_prep() of a local
+ * block and of a remote one, nxl_xfer_make(), nxl_xfer_post(),
+ * nxl_future_wait(), the releases — the cycle a foreign thread mostly runs
+ * itself under the table lock (threads.c) — while the main thread keeps
+ * changing the tables those read: it allocates and frees a region of the
+ * initiator (a new self view each time, the loopback preps go to the
+ * reactor) and, with a target agent, one of the target's (a revocation
+ * arrives at the initiator). Every few cycles a thread prepares a
+ * descriptor outside every region: NXL_ERR_NOT_FOUND, its sentence on that
+ * thread. Every post's callback once, on the reactor thread; every
+ * notification once; the last block of each thread landed. Over UCX shared
+ * memory, into a POSIX file (loopback), and over LIBFABRIC tcp;ofi_rxm. */
+
+#define CYC_BLK 4096
+
+static struct {
+    nxl_agent_t *I, *T;     /* T: NULL for a loopback (POSIX) */
+    const char *remote;     /* the name prepared against */
+    nxl_mem_t rtype;
+    uint64_t rdev;
+    uintptr_t rbase;        /* remote block k at rbase + k * CYC_BLK */
+    unsigned char *ibuf;
+    bool notif;
+    int n;
+    unsigned char *post_cb, *notif_seen;
+    int posts_done, notifs_seen, bad, refused, stop;
+    pthread_t reactor_I;
+    int reactor_I_set;
+} Y;
+
+static void y_post_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    size_t k = (size_t)(uintptr_t)arg;
+    note_reactor(&Y.reactor_I, &Y.reactor_I_set);
+    if (st != NXL_SUCCESS || __atomic_fetch_add(&Y.post_cb[k], 1, __ATOMIC_RELAXED) != 0) {
+        fprintf(stderr, "cycle: post %zu: %s (%s)\n", k, nxl_status_name(st), nxl_future_error(f));
+        add_int(&Y.bad);
+    }
+    add_int(&Y.posts_done);
+}
+
+static void y_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    unsigned t, i;
+    char s[32];
+    snprintf(s, sizeof(s), "%.*s", (int)(len < sizeof(s) - 1 ? len : sizeof(s) - 1),
+             (const char *)msg);
+    if (strcmp(from, "I") || sscanf(s, "c %u %u", &t, &i) != 2 || t >= NTHREADS ||
+        i >= (unsigned)Y.n ||
+        __atomic_fetch_add(&Y.notif_seen[t * Y.n + i], 1, __ATOMIC_RELAXED) != 0)
+        add_int(&Y.bad);
+    add_int(&Y.notifs_seen);
+}
+
+static unsigned char y_byte(unsigned t, int i) { return (unsigned char)(t * 37 + (unsigned)i * 7 + 1); }
+
+static void *y_thread(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    unsigned char *blk = Y.ibuf + (size_t)t * CYC_BLK;
+    nxl_desc_t ld = {.addr = (uintptr_t)blk, .len = CYC_BLK};
+    nxl_desc_t rd = {.addr = Y.rbase + (uintptr_t)t * CYC_BLK, .len = CYC_BLK, .dev_id = Y.rdev};
+    nxl_desc_t out = {.addr = Y.rbase + (uintptr_t)(NTHREADS + 8) * CYC_BLK * 64, .len = CYC_BLK,
+                      .dev_id = Y.rdev};
+    for (int i = 0; i < Y.n; i++) {
+        size_t k = (size_t)t * Y.n + i;
+        memset(blk, y_byte(t, i), CYC_BLK);
+        nxl_prepped_t *lp = NULL, *rp = NULL, *bad = NULL;
+        nxl_xfer_t *x = NULL;
+        nxl_future_t *f = NULL;
+        if (i % 16 == 5) {
+            /* refused on this thread, with its sentence here */
+            nxl_status_t st = nxl_prep(Y.I, Y.remote, Y.rtype, &out, 1, &bad);
+            const char *e = nxl_agent_last_error(Y.I);
+            if (st != NXL_ERR_NOT_FOUND || bad || !strstr(e, "outside every")) {
+                fprintf(stderr, "cycle: thread %u: a descriptor outside every region: %s, '%s'\n",
+                        t, nxl_status_name(st), e);
+                add_int(&Y.bad);
+            } else {
+                add_int(&Y.refused);
+            }
+        }
+        nxl_xfer_opts_t o, *op = NULL;
+        char msg[32];
+        if (Y.notif) {
+            nxl_xfer_opts_init(&o);
+            int len = snprintf(msg, sizeof(msg), "c %u %d", t, i);
+            o.notif = msg;
+            o.notif_len = (size_t)len;
+            op = &o;
+        }
+        nxl_status_t st;
+        if ((st = nxl_prep(Y.I, NULL, NXL_DRAM, &ld, 1, &lp)) != NXL_SUCCESS ||
+            (st = nxl_prep(Y.I, Y.remote, Y.rtype, &rd, 1, &rp)) != NXL_SUCCESS ||
+            (st = nxl_xfer_make(Y.I, NXL_WRITE, lp, NULL, rp, NULL, 1, op, &x)) != NXL_SUCCESS ||
+            (st = nxl_xfer_post(x, y_post_done, (void *)(uintptr_t)k, &f)) != NXL_SUCCESS) {
+            fprintf(stderr, "cycle: thread %u, cycle %d: %s: %s\n", t, i, nxl_status_name(st),
+                    nxl_agent_last_error(Y.I));
+            add_int(&Y.bad);
+        } else if ((st = nxl_future_wait(f, 20000)) != NXL_SUCCESS) {
+            fprintf(stderr, "cycle: thread %u, cycle %d: wait: %s\n", t, i, nxl_status_name(st));
+            add_int(&Y.bad);
+        }
+        /* settled: the transfer is idle, its release stays on this thread */
+        if (f && nxl_xfer_status(x) == NXL_IN_PROG) {
+            fprintf(stderr, "cycle: thread %u, cycle %d: in flight after its wait\n", t, i);
+            add_int(&Y.bad);
+        }
+        nxl_future_release(f);
+        nxl_xfer_release(x);
+        nxl_prepped_release(lp);
+        nxl_prepped_release(rp);
+    }
+    return NULL;
+}
+
+/* the main thread, meanwhile: the tables change under the threads */
+static void y_churn(void)
+{
+    while (!load_int(&Y.stop)) {
+        void *p = NULL;
+        if (nxl_mem_alloc(Y.I, NXL_DRAM, 8192, 0, &p) != NXL_SUCCESS ||
+            nxl_mem_free(Y.I, p) != NXL_SUCCESS)
+            add_int(&Y.bad);
+        if (Y.T && (nxl_mem_alloc(Y.T, NXL_DRAM, 8192, 0, &p) != NXL_SUCCESS ||
+                    nxl_mem_free(Y.T, p) != NXL_SUCCESS))
+            add_int(&Y.bad);
+        usleep(2000);
+    }
+}
+
+static void *y_joiner(void *arg)
+{
+    pthread_t *th = arg;
+    for (int t = 0; t < NTHREADS; t++)
+        pthread_join(th[t], NULL);
+    __atomic_store_n(&Y.stop, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* runs the cycle from NTHREADS threads against Y.I, then checks; reads the
+ * remote blocks back through rb (NTHREADS * CYC_BLK bytes) */
+static void cycle_run(const char *what, void (*read_back)(unsigned char *rb))
+{
+    Y.n = iters() / 5;
+    size_t total = (size_t)NTHREADS * Y.n;
+    Y.post_cb = calloc(total, 1);
+    Y.notif_seen = calloc(total, 1);
+    if (Y.notif)
+        nxl_agent_on_notif(Y.T, y_notif, NULL);
+    pthread_t th[NTHREADS], j;
+    uint64_t t0 = tl_now_ms();
+    for (int t = 0; t < NTHREADS; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL, y_thread, (void *)(uintptr_t)t), 0);
+    ck_assert_int_eq(pthread_create(&j, NULL, y_joiner, th), 0);
+    y_churn();
+    pthread_join(j, NULL);
+    ck_assert_msg(wait_count(&Y.posts_done, (int)total, 30000), "%d of %zu post callbacks",
+                  load_int(&Y.posts_done), total);
+    if (Y.notif)
+        ck_assert_msg(wait_count(&Y.notifs_seen, (int)total, 30000),
+                      "%d of %zu notifications arrived", load_int(&Y.notifs_seen), total);
+    fprintf(stderr, "cycle %s: %d threads x %d prep/make/post/wait/release cycles: %llu ms\n",
+            what, NTHREADS, Y.n, (unsigned long long)(tl_now_ms() - t0));
+    usleep(20000); /* a duplicate would arrive now */
+    ck_assert_int_eq(load_int(&Y.bad), 0);
+    ck_assert_int_eq(load_int(&Y.posts_done), (int)total);
+    ck_assert_int_eq(load_int(&Y.refused), NTHREADS * ((Y.n + 10) / 16));
+    for (size_t k = 0; k < total; k++) {
+        ck_assert_msg(Y.post_cb[k] == 1, "post %zu: %d callbacks", k, Y.post_cb[k]);
+        if (Y.notif)
+            ck_assert_msg(Y.notif_seen[k] == 1, "notification %zu arrived %d times", k,
+                          Y.notif_seen[k]);
+    }
+    ck_assert(Y.reactor_I_set && !pthread_equal(Y.reactor_I, pthread_self()));
+    nxl_stats_t s = {.size = sizeof(s)};
+    ck_assert_int_eq(nxl_agent_stats(Y.I, NULL, &s), NXL_SUCCESS);
+    ck_assert_uint_eq(s.xfers_posted, total);
+    ck_assert_uint_eq(s.xfers_succeeded, total);
+    unsigned char *rb = calloc(NTHREADS, CYC_BLK);
+    read_back(rb);
+    for (unsigned t = 0; t < NTHREADS; t++)
+        for (size_t b = 0; b < CYC_BLK; b++)
+            ck_assert_msg(rb[t * CYC_BLK + b] == y_byte(t, Y.n - 1),
+                          "%s: thread %u's last block: byte %zu is %u, not %u", what, t, b,
+                          rb[t * CYC_BLK + b], y_byte(t, Y.n - 1));
+    free(rb);
+    /* nothing left over: every prepared list and transfer was released */
+    free(Y.post_cb);
+    free(Y.notif_seen);
+}
+
+static unsigned char *y_tbuf;
+static void y_read_mem(unsigned char *rb) { memcpy(rb, y_tbuf, (size_t)NTHREADS * CYC_BLK); }
+
+START_TEST(cycle_ucx)
+{
+    memset(&Y, 0, sizeof(Y));
+    Y.I = threaded_agent("I");
+    Y.T = threaded_agent("T");
+    Y.ibuf = mem(Y.I, (size_t)NTHREADS * CYC_BLK);
+    y_tbuf = mem(Y.T, (size_t)NTHREADS * CYC_BLK);
+    introduce(Y.I, Y.T);
+    Y.remote = "T";
+    Y.rtype = NXL_DRAM;
+    Y.rbase = (uintptr_t)y_tbuf;
+    Y.notif = true;
+    cycle_run("UCX", y_read_mem);
+    nxl_agent_destroy(Y.I);
+    nxl_agent_destroy(Y.T);
+}
+END_TEST
+
+static char y_path[64];
+static void y_read_file(unsigned char *rb)
+{
+    int fd = open(y_path, O_RDONLY);
+    ck_assert(fd >= 0);
+    ck_assert_int_eq(pread(fd, rb, (size_t)NTHREADS * CYC_BLK, 0), (ssize_t)NTHREADS * CYC_BLK);
+    close(fd);
+}
+
+START_TEST(cycle_posix)
+{
+    memset(&Y, 0, sizeof(Y));
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    ck_assert_int_eq(nxl_agent_create(&c, &Y.I), NXL_SUCCESS);
+    ck_assert_msg(nxl_backend_create(Y.I, "POSIX", NULL, 0, NULL) == NXL_SUCCESS, "POSIX: %s",
+                  nxl_agent_last_error(Y.I));
+    snprintf(y_path, sizeof(y_path), "/tmp/nxl-threads-XXXXXX");
+    int fd = mkstemp(y_path);
+    ck_assert(fd >= 0);
+    close(fd);
+    char meta[128];
+    snprintf(meta, sizeof(meta), "path=%s;mode=create", y_path);
+    nxl_desc_t d = {.addr = 0, .len = (size_t)NTHREADS * CYC_BLK, .dev_id = 7, .meta = meta,
+                    .meta_len = strlen(meta)};
+    ck_assert_msg(nxl_mem_register(Y.I, NXL_FILE, &d, 1, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(Y.I));
+    Y.ibuf = mem(Y.I, (size_t)NTHREADS * CYC_BLK);
+    Y.remote = "I"; /* loopback: the agent's own file */
+    Y.rtype = NXL_FILE;
+    Y.rdev = 7;
+    Y.rbase = 0;
+    cycle_run("POSIX", y_read_file);
+    ck_assert_int_eq(nxl_mem_deregister(Y.I, NXL_FILE, &d, 1), NXL_SUCCESS);
+    nxl_agent_destroy(Y.I);
+    unlink(y_path);
+}
+END_TEST
+
+START_TEST(cycle_libfabric)
+{
+    memset(&Y, 0, sizeof(Y));
+    nxl_agent_t *ag[2];
+    const char *names[2] = {"I", "T"};
+    nxl_param_t p = {"provider", "tcp;ofi_rxm"};
+    for (int k = 0; k < 2; k++) {
+        nxl_agent_config_t c;
+        nxl_agent_config_init(&c);
+        c.name = names[k];
+        c.threaded = 1;
+        ck_assert_int_eq(nxl_agent_create(&c, &ag[k]), NXL_SUCCESS);
+        nxl_status_t st = nxl_backend_create(ag[k], "LIBFABRIC", &p, 1, NULL);
+        if (st == NXL_ERR_NOT_SUPPORTED || (st != NXL_SUCCESS && k == 0 &&
+                                            strstr(nxl_agent_last_error(ag[k]), "provider"))) {
+            printf("SKIP: cycle_libfabric: %s\n", nxl_agent_last_error(ag[k]));
+            for (int j = 0; j <= k; j++)
+                nxl_agent_destroy(ag[j]);
+            return;
+        }
+        ck_assert_msg(st == NXL_SUCCESS, "LIBFABRIC: %s", nxl_agent_last_error(ag[k]));
+    }
+    Y.I = ag[0];
+    Y.T = ag[1];
+    Y.ibuf = mem(Y.I, (size_t)NTHREADS * CYC_BLK);
+    y_tbuf = mem(Y.T, (size_t)NTHREADS * CYC_BLK);
+    introduce(Y.I, Y.T);
+    Y.remote = "T";
+    Y.rtype = NXL_DRAM;
+    Y.rbase = (uintptr_t)y_tbuf;
+    Y.notif = true;
+    cycle_run("LIBFABRIC tcp;ofi_rxm", y_read_mem);
+    nxl_agent_destroy(Y.I);
+    nxl_agent_destroy(Y.T);
+}
+END_TEST
+
 /* ------------------------------------------------------------ foreign wait */
 
 static int w_calls;
@@ -421,7 +718,10 @@ START_TEST(destroy_foreign)
         ck_assert_int_eq(nxl_xfer_post(D.x[i], d_done, (void *)(uintptr_t)i, NULL), NXL_SUCCESS);
         add_int(&D.posts);
     }
-    usleep(100000);
+    /* some re-posted from their callbacks (over TCP a 1 MiB write can take
+     * longer than any fixed sleep on a loaded machine) */
+    ck_assert_msg(wait_count(&D.posts, D_N + 1, 20000), "no transfer completed in 20 s");
+    usleep(20000);
     /* destroyed from another thread with D_N transfers in flight, their
      * transfers never released by hand (the teardown does it) */
     ck_assert_int_eq(pthread_create(&D.destroyer, NULL, d_destroy, I), 0);
@@ -570,6 +870,9 @@ Suite *threads_suite(void)
     TCase *tc = tcase_create("threads");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, many_threads);
+    tcase_add_test(tc, cycle_ucx);
+    tcase_add_test(tc, cycle_posix);
+    tcase_add_test(tc, cycle_libfabric);
     tcase_add_test(tc, foreign_wait);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);

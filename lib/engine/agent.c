@@ -446,8 +446,10 @@ nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name, const nxl_para
         free(b);
         return st;
     }
+    NXLI_TLOCK(a);
     a->backends[a->nbackends++] = b;
     a->mem_gen++; /* connection info changed */
+    NXLI_TUNLOCK(a);
     nxli_log(a, NXL_LOG_INFO, "transport %s is up%s%s", ops->name,
              ops->describe ? ": " : "", ops->describe ? ops->describe(b->state) : "");
     if (out)

@@ -19,8 +19,10 @@ static void future_unref(nxl_future_t *f);
 
 static void future_free(nxl_future_t *f)
 {
-    if (f->mt)
+    if (f->mt) {
+        nxli_thread_settled(f); /* a waiter of a future released meanwhile */
         LIST_REMOVE(f, alink);
+    }
     nxli_cb_t *c = f->cbs;
     while (c) {
         nxli_cb_t *n = c->next;
@@ -149,8 +151,10 @@ static void settle(nxl_future_t *f)
     nxli_stats_settled(f);
     if (f->kind == NXLI_F_XFER && f->owner) {
         nxl_xfer_t *x = f->owner;
-        x->active = NULL;
         x->last = f->status;
+        /* a foreign thread's release reads it (xfer.c): no table lock for
+         * the reactor on every delivery */
+        __atomic_store_n(&x->active, NULL, __ATOMIC_RELEASE);
         f->owner = NULL;
     }
 }
@@ -174,7 +178,7 @@ static void deliver_queue(nxl_agent_t *a, struct nxli_fq *q)
             free(c);
         }
         f->queued = false;
-        if (f->waiters) /* threads in nxl_future_wait() (threaded mode) */
+        if (f->mt) /* threads in nxl_future_wait() (threaded mode) */
             nxli_thread_settled(f);
         future_unref(f);
     }

@@ -131,6 +131,7 @@ struct nxl_future {
     nxl_future_t **children;
     size_t nchildren, nleft;
     nxli_waiter_t *waiters; /* threads in nxl_future_wait() (threads.c) */
+    bool wdone;             /* under the queue's mutex: delivered, waiters return at once */
     bool mt;                /* its agent is threaded and alive: calls are marshalled */
     LIST_ENTRY(nxl_future) alink; /* the threaded agent's futures (tfutures) */
     TAILQ_ENTRY(nxl_future) plink;  /* pending list */

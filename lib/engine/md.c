@@ -44,8 +44,13 @@ static void remote_free(nxli_remote_t *r)
 
 void nxli_remote_put(nxli_remote_t *r)
 {
-    if (r && --r->refs == 0)
+    if (!r)
+        return;
+    nxl_agent_t *a = r->agent;
+    NXLI_TLOCK(a);
+    if (--r->refs == 0)
         remote_free(r);
+    NXLI_TUNLOCK(a);
 }
 
 nxli_remote_t *nxli_remote_find(nxl_agent_t *a, const char *name)
@@ -59,10 +64,13 @@ nxli_remote_t *nxli_remote_find(nxl_agent_t *a, const char *name)
 
 static void remote_unlink(nxli_remote_t *r)
 {
+    nxl_agent_t *a = r->agent;
+    NXLI_TLOCK(a);
     LIST_REMOVE(r, link);
-    r->agent->npeers--;
+    a->npeers--;
     r->invalid = true;
     nxli_remote_put(r);
+    NXLI_TUNLOCK(a);
 }
 
 static int rcmp(nxl_mem_t t, uint64_t dev, uintptr_t addr, const nxli_rregion_t *r)
@@ -105,7 +113,17 @@ const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uin
 /* A revoked region leaves the sorted table (nothing new resolves to it)
  * but lives on, flagged, for the prepared lists and transfers that point at
  * it: they are refused when used (xfer.c). */
+static int rregion_revoke_locked(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len);
+
 int nxli_rregion_revoke(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len)
+{
+    NXLI_TLOCK(r->agent);
+    int ret_ = rregion_revoke_locked(r, t, dev, addr, len);
+    NXLI_TUNLOCK(r->agent);
+    return ret_;
+}
+
+static int rregion_revoke_locked(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len)
 {
     size_t i = rupper(r, t, dev, addr);
     if (!i || rcmp(t, dev, addr, r->regs[i - 1]) || r->regs[i - 1]->len != len)
@@ -139,13 +157,25 @@ void nxlt_remote_revoked(nxlt_ctx_t *ctx, const char *from, nxl_mem_t type, uint
 
 void nxli_remote_cleanup(nxl_agent_t *a)
 {
+    NXLI_TLOCK(a);
     while (!LIST_EMPTY(&a->remotes))
         remote_unlink(LIST_FIRST(&a->remotes));
     nxli_remote_put(a->self);
     a->self = NULL;
+    NXLI_TUNLOCK(a);
 }
 
+static nxli_remote_t *remote_get_locked(nxl_agent_t *a, const char *name);
+
 nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name)
+{
+    NXLI_TLOCK(a);
+    nxli_remote_t * ret_ = remote_get_locked(a, name);
+    NXLI_TUNLOCK(a);
+    return ret_;
+}
+
+static nxli_remote_t *remote_get_locked(nxl_agent_t *a, const char *name)
 {
     nxli_remote_t *r;
     if (!strcmp(name, a->name)) {
@@ -175,7 +205,16 @@ nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name)
     return r;
 }
 
+static void remote_lost_locked(nxl_agent_t *a, const char *name, const char *why);
+
 void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why)
+{
+    NXLI_TLOCK(a);
+    remote_lost_locked(a, name, why);
+    NXLI_TUNLOCK(a);
+}
+
+static void remote_lost_locked(nxl_agent_t *a, const char *name, const char *why)
 {
     nxli_remote_t *r = nxli_remote_find(a, name);
     if (!r)
@@ -408,7 +447,19 @@ static bool same_conn(nxl_agent_t *a, const nxli_remote_t *old, void *const *ci,
     return true;
 }
 
+static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t len, bool self,
+                             nxli_remote_t **out, char *name_out, size_t cap);
+
 nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool self,
+                             nxli_remote_t **out, char *name_out, size_t cap)
+{
+    NXLI_TLOCK(a);
+    nxl_status_t ret_ = md_load_ex_locked(a, blob, len, self, out, name_out, cap);
+    NXLI_TUNLOCK(a);
+    return ret_;
+}
+
+static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t len, bool self,
                              nxli_remote_t **out, char *name_out, size_t cap)
 {
     nxl_status_t st = NXL_SUCCESS;

@@ -151,10 +151,12 @@ static void region_revoke(nxl_agent_t *a, nxli_region_t *r)
 
 void nxli_region_put(nxl_agent_t *a, nxli_region_t *r)
 {
-    if (--r->refs > 0)
-        return;
-    region_release_backends(a, r);
-    free(r);
+    NXLI_TLOCK(a);
+    if (--r->refs == 0) {
+        region_release_backends(a, r);
+        free(r);
+    }
+    NXLI_TUNLOCK(a);
 }
 
 nxl_status_t nxli_region_key(nxl_agent_t *a, nxli_region_t *r, int bi, const void **key,
@@ -276,11 +278,23 @@ static void unreg_one(nxl_agent_t *a, nxl_mem_t type, nxli_region_t *r, nxl_back
     }
 }
 
+static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
+                              nxl_backend_t *b);
+
 nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
                               nxl_backend_t *b)
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_register(a, type, descs, n, b);
+    NXLI_TLOCK(a);
+    nxl_status_t ret_ = mem_register_locked(a, type, descs, n, b);
+    NXLI_TUNLOCK(a);
+    return ret_;
+}
+
+static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
+                              nxl_backend_t *b)
+{
     nxl_status_t st = check_type(a, "nxl_mem_register", type);
     if (st != NXL_SUCCESS)
         return st;
@@ -355,10 +369,20 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
     return st;
 }
 
+static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n);
+
 nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n)
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_deregister(a, type, descs, n);
+    NXLI_TLOCK(a);
+    nxl_status_t ret_ = mem_deregister_locked(a, type, descs, n);
+    NXLI_TUNLOCK(a);
+    return ret_;
+}
+
+static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n)
+{
     nxl_status_t st = check_type(a, "nxl_mem_deregister", type);
     if (st != NXL_SUCCESS)
         return st;
@@ -411,10 +435,20 @@ static void *host_alloc(size_t len)
     return p;
 }
 
+static nxl_status_t mem_alloc_locked(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id, void **ptr);
+
 nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id, void **ptr)
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_alloc(a, type, len, dev_id, ptr);
+    NXLI_TLOCK(a);
+    nxl_status_t ret_ = mem_alloc_locked(a, type, len, dev_id, ptr);
+    NXLI_TUNLOCK(a);
+    return ret_;
+}
+
+static nxl_status_t mem_alloc_locked(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id, void **ptr)
+{
     if (!ptr || !len) {
         nxli_err(a, "nxl_mem_alloc: a length and an out pointer are required");
         return NXL_ERR_INVALID_PARAM;
@@ -504,10 +538,20 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
     return NXL_SUCCESS;
 }
 
+static nxl_status_t mem_free_locked(nxl_agent_t *a, void *ptr);
+
 nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_free(a, ptr);
+    NXLI_TLOCK(a);
+    nxl_status_t ret_ = mem_free_locked(a, ptr);
+    NXLI_TUNLOCK(a);
+    return ret_;
+}
+
+static nxl_status_t mem_free_locked(nxl_agent_t *a, void *ptr)
+{
     for (int k = 0; k < NXL_MEM_TYPES; k++) {
         nxli_rtab_t *t = &a->regions[k];
         for (size_t i = 0; i < t->n; i++)
@@ -566,6 +610,7 @@ nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *des
 
 void nxli_mem_cleanup(nxl_agent_t *a)
 {
+    NXLI_TLOCK(a);
     for (int t = 0; t < NXL_MEM_TYPES; t++) {
         nxli_rtab_t *tab = &a->regions[t];
         for (size_t i = 0; i < tab->n; i++)
@@ -573,4 +618,5 @@ void nxli_mem_cleanup(nxl_agent_t *a)
         free(tab->v);
         memset(tab, 0, sizeof(*tab));
     }
+    NXLI_TUNLOCK(a);
 }

@@ -69,7 +69,9 @@ nxl_status_t nxli_relay_attach(nxlt_op_t *op, nxli_remote_t *r, const void *msg,
     rl->via = via;
     rl->data = op->backend->ops->name;
     rl->remote = r;
+    NXLI_TLOCK(a);
     r->refs++;
+    NXLI_TUNLOCK(a);
     snprintf(rl->peer, sizeof(rl->peer), "%s", r->name);
     rl->sending = false;
     rl->len = len;

@@ -10,34 +10,43 @@
  *   ------                                --------------
  *   fill a call record (on its stack)
  *   lock; append to the queue; unlock
- *   queue was empty: write the eventfd ──▶ wake_cb: read the eventfd,
+ *   not signaled yet: write the eventfd ──▶ wake_cb: read the eventfd,
  *   sem_wait(record)                       lock; take the whole queue; unlock
  *                                          run each record's thunk (the public
- *                                          function itself, now on its thread)
- *   ◀── sem_post(record) ───────────────── copy the error sentence on failure
+ *                                          function itself, now on its thread),
+ *                                          copy the error sentence on failure;
+ *                                          one delivery turn
+ *   ◀── sem_post(record) ─────────────────
  *   read the result
  *
  * One wake-up serves every call queued before the reactor took the queue:
  * eight threads posting at once cost one eventfd write and one read per
- * batch, not per call. Releases and cancels (nothing to return) are
- * fire-and-forget: the record is malloc'd and freed by the reactor, the
- * caller does not wait; the queue keeps each thread's calls in order.
+ * batch, not per call. The delivery turn before the replies settles what
+ * the calls finished at once (a transfer done inside its post), so the
+ * caller's nxl_future_wait() then returns without sleeping again. Releases
+ * and cancels (nothing to return) are fire-and-forget: the record is
+ * malloc'd and freed by the reactor, the caller does not wait; a future's
+ * release does not even write the eventfd (it runs on the next wake-up);
+ * the queue keeps each thread's calls in order.
  *
  * Calls made on the reactor thread (from callbacks) run directly, so a
  * callback may call the API without a deadlock. nxl_future_wait() from a
- * foreign thread registers a waiter on the future (on the reactor) and
+ * foreign thread puts a waiter on the future under the queue's mutex and
  * sleeps on its semaphore, posted when the future settles (rule 3: the turn
  * that runs its callbacks). nxl_agent_destroy() from a foreign thread runs
  * the teardown on the reactor thread (cancellation callbacks run there,
  * exactly once as in the default mode), stops its loop, joins it and frees
  * the rest.
  *
- * Why marshal rather than lock: every call would otherwise need the same
- * lock as the reactor's whole turn (transports report completions from
- * their progress calls, which touch the same futures, ops and tables), so
- * callers would wait for the reactor all the same, and a transport would
- * see two threads; UCX workers are made UCS_THREAD_MODE_SINGLE. The
- * README's thread model has the numbers. */
+ * Marshal or lock: what touches a transport is marshalled — a lock would
+ * have to be held for the reactor's whole turn (transports report
+ * completions from their progress calls), which libevent gives no hook to
+ * release around its poll, and transports would see two threads (UCX
+ * workers are UCS_THREAD_MODE_SINGLE). What touches only the engine's
+ * tables — nxl_prep(), nxl_xfer_make() and the releases of prepared lists
+ * and idle transfers — a foreign thread runs itself under the table lock
+ * (threads.h), and hands over only what could reach a transport or fail.
+ * The README's thread model has the numbers. */
 #include "internal.h"
 
 #include <errno.h>
@@ -85,6 +94,9 @@ struct nxli_thr {
     pthread_mutex_t mu;
     nxli_call_t *head, **tail;
     bool closed;            /* the loop ended: calls are refused */
+    bool signaled;          /* the eventfd was written since the reactor last took the queue */
+    pthread_mutex_t tmu;    /* the table lock (recursive; threads.h) */
+    bool dead;              /* under tmu: the teardown began; foreign threads marshal again */
     bool exit;              /* reactor thread only: leave the loop (destroy asked) */
     bool torn;              /* the teardown ran on the reactor thread */
     int efd;
@@ -94,6 +106,7 @@ struct nxli_thr {
 struct nxli_waiter {
     sem_t sem;          /* posted by the reactor when the future settled */
     nxl_status_t st;
+    bool linked;        /* under the queue's mutex: on its future's list */
     nxli_waiter_t *next;
 };
 
@@ -103,6 +116,40 @@ static __thread struct {
     const nxl_agent_t *a;
     char err[NXLI_ERR_MAX];
 } tls_err;
+
+__thread bool nxli_quiet;
+
+void nxli_tlock(nxl_agent_t *a)
+{
+    pthread_mutex_lock(&a->thr->tmu);
+}
+
+void nxli_tunlock(nxl_agent_t *a)
+{
+    pthread_mutex_unlock(&a->thr->tmu);
+}
+
+bool nxli_thread_alive(const nxl_agent_t *a)
+{
+    return !a->thr->dead;
+}
+
+bool nxli_foreign_begin(nxl_agent_t *a)
+{
+    pthread_mutex_lock(&a->thr->tmu);
+    if (a->thr->dead) {
+        pthread_mutex_unlock(&a->thr->tmu);
+        return false;
+    }
+    nxli_quiet = true;
+    return true;
+}
+
+void nxli_foreign_end(nxl_agent_t *a)
+{
+    nxli_quiet = false;
+    pthread_mutex_unlock(&a->thr->tmu);
+}
 
 bool nxli_thread_foreign_slow(const nxl_agent_t *a)
 {
@@ -121,18 +168,6 @@ void nxli_thread_set_error(const nxl_agent_t *a, const char *s)
 }
 
 /* ---- the queue */
-
-static void run_call(nxli_call_t *c)
-{
-    c->fn(c);
-    if (c->async) {
-        free(c);
-        return;
-    }
-    if (c->fail)
-        snprintf(c->err, sizeof(c->err), "%s", c->a->err);
-    sem_post(&c->done);
-}
 
 static void refuse_call(nxli_call_t *c)
 {
@@ -159,19 +194,43 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     nxli_call_t *c = t->head;
     t->head = NULL;
     t->tail = &t->head;
+    t->signaled = false;
     pthread_mutex_unlock(&t->mu);
+    nxli_call_t *replies = NULL, **rtail = &replies;
     while (c) {
         nxli_call_t *next = c->next;
-        if (t->exit)
+        if (t->exit) {
             refuse_call(c); /* queued behind nxl_agent_destroy() */
-        else
-            run_call(c);
+        } else {
+            c->fn(c);
+            if (c->async) {
+                free(c);
+            } else {
+                if (c->fail)
+                    snprintf(c->err, sizeof(c->err), "%s", a->err);
+                c->next = NULL;
+                *rtail = c;
+                rtail = &c->next;
+            }
+        }
         c = next;
+    }
+    /* What finished inside these calls (a transfer the transport completed
+     * in its post) is delivered before the callers wake: their
+     * nxl_future_wait() then returns without sleeping a second time. */
+    if (replies)
+        nxli_deliver_turn(a);
+    while (replies) {
+        nxli_call_t *next = replies->next;
+        sem_post(&replies->done); /* the record is gone once posted */
+        replies = next;
     }
 }
 
-/* Appends c; false when the loop has ended (c untouched). */
-static bool enqueue(nxl_agent_t *a, nxli_call_t *c)
+/* Appends c; false when the loop has ended (c untouched). Without wake the
+ * record waits for the reactor's next wake-up (a release nothing depends
+ * on but the thread's later calls, which wake it and run after it). */
+static bool enqueue(nxl_agent_t *a, nxli_call_t *c, bool wake)
 {
     struct nxli_thr *t = a->thr;
     c->next = NULL;
@@ -180,11 +239,13 @@ static bool enqueue(nxl_agent_t *a, nxli_call_t *c)
         pthread_mutex_unlock(&t->mu);
         return false;
     }
-    bool was_empty = t->head == NULL;
     *t->tail = c;
     t->tail = &c->next;
+    bool signal = wake && !t->signaled;
+    if (signal)
+        t->signaled = true;
     pthread_mutex_unlock(&t->mu);
-    if (was_empty) {
+    if (signal) {
         uint64_t one = 1;
         while (write(t->efd, &one, sizeof(one)) < 0 && errno == EINTR)
             ;
@@ -199,7 +260,7 @@ static void call(nxl_agent_t *a, nxli_call_t *c)
     c->async = false;
     c->fail = false;
     sem_init(&c->done, 0, 0);
-    if (!enqueue(a, c)) {
+    if (!enqueue(a, c, true)) {
         refuse_call(c);
     }
     while (sem_wait(&c->done) < 0 && errno == EINTR)
@@ -210,7 +271,7 @@ static void call(nxl_agent_t *a, nxli_call_t *c)
 }
 
 /* Queues a call nobody waits for (releases, cancels). */
-static void call_async(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p)
+static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bool wake)
 {
     nxli_call_t *c = malloc(sizeof(*c));
     if (!c) {
@@ -225,8 +286,13 @@ static void call_async(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p)
     c->a = a;
     c->async = true;
     c->v[0].p = p;
-    if (!enqueue(a, c))
+    if (!enqueue(a, c, wake))
         free(c);
+}
+
+static void call_async(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p)
+{
+    call_async_ex(a, fn, p, true);
 }
 
 #define CALL(agent, thunk) nxli_call_t c_ = {.fn = (thunk)}; nxl_agent_t *a_ = (agent)
@@ -266,6 +332,9 @@ static void *reactor_main(void *arg)
         /* nxl_agent_destroy(): the teardown runs here, on the reactor
          * thread, so that cancellation callbacks run where every callback
          * runs; the destroying thread joins and frees the rest */
+        pthread_mutex_lock(&t->tmu);
+        t->dead = true;
+        pthread_mutex_unlock(&t->tmu);
         nxli_agent_teardown(a);
         t->torn = true;
     }
@@ -282,6 +351,7 @@ static void thr_free(nxl_agent_t *a)
     if (t->efd >= 0)
         close(t->efd);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->tmu);
     sem_destroy(&t->started);
     free(t);
     a->thr = NULL;
@@ -297,6 +367,11 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
     t->efd = -1;
     t->tail = &t->head;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&t->tmu, &ma);
+    pthread_mutexattr_destroy(&ma);
     sem_init(&t->started, 0, 0);
     a->thr = t;
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -341,65 +416,52 @@ void nxli_thread_destroy(nxl_agent_t *a)
     CALL(a, t_teardown);
     call(a_, &c_);
     pthread_join(t->join, NULL);
-    if (!t->torn) /* the loop had failed before: tear down here, after the join */
+    if (!t->torn) { /* the loop had failed before: tear down here, after the join */
+        t->dead = true;
         nxli_agent_teardown(a);
+    }
     thr_free(a);
     nxli_agent_free(a);
 }
 
-/* ---- nxl_future_wait from a foreign thread */
-
-static void t_wait_begin(nxli_call_t *c)
-{
-    nxl_future_t *f = A(0).p;
-    nxli_waiter_t *w = A(1).p;
-    if (f->settled && !f->queued) {
-        A(2).i = 1;
-        c->r.st = f->status;
-        return;
-    }
-    f->refs++; /* dropped when the waiter is woken or leaves */
-    w->next = f->waiters;
-    f->waiters = w;
-}
-
-static void t_wait_end(nxli_call_t *c)
-{
-    nxl_future_t *f = A(0).p;
-    nxli_waiter_t *w = A(1).p;
-    for (nxli_waiter_t **pp = &f->waiters; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            A(2).i = 1; /* still waiting: we leave, with the future's reference */
-            nxl_future_release(f);
-            return;
-        }
-}
+/* ---- nxl_future_wait from a foreign thread
+ *
+ * No hand-over: the waiter goes onto the future's list under the queue's
+ * mutex, which the reactor takes when it delivers the future (after its
+ * callbacks: rule 3) or frees it. The waiter holds no reference: the
+ * caller's keeps the future alive, and a future freed meanwhile (another
+ * thread released the last reference) wakes its waiters first. */
 
 void nxli_thread_settled(nxl_future_t *f)
 {
+    struct nxli_thr *t = f->agent->thr;
+    pthread_mutex_lock(&t->mu);
+    f->wdone = true;
     nxli_waiter_t *w;
     while ((w = f->waiters)) {
         f->waiters = w->next;
+        w->linked = false;
         w->st = f->status;
         sem_post(&w->sem); /* w may be gone once posted */
-        f->refs--;         /* the deliverer still holds one */
     }
+    pthread_mutex_unlock(&t->mu);
 }
 
 nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms)
 {
-    nxl_agent_t *a = f->agent;
+    struct nxli_thr *t = f->agent->thr;
     nxli_waiter_t w = {.st = NXL_IN_PROG};
-    sem_init(&w.sem, 0, 0);
-    CALL(a, t_wait_begin);
-    ARG(0).p = f;
-    ARG(1).p = &w;
-    call(a_, &c_);
-    if (ARG(2).i) {
-        sem_destroy(&w.sem);
-        return c_.r.st;
+    pthread_mutex_lock(&t->mu);
+    if (f->wdone) {
+        nxl_status_t st = f->status;
+        pthread_mutex_unlock(&t->mu);
+        return st;
     }
+    sem_init(&w.sem, 0, 0);
+    w.linked = true;
+    w.next = f->waiters;
+    f->waiters = &w;
+    pthread_mutex_unlock(&t->mu);
     int rc;
     if (timeout_ms < 0) {
         while ((rc = sem_wait(&w.sem)) < 0 && errno == EINTR)
@@ -416,15 +478,18 @@ nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms)
         while ((rc = sem_clockwait(&w.sem, CLOCK_MONOTONIC, &ts)) < 0 && errno == EINTR)
             ;
     }
-    nxl_status_t st = w.st;
-    if (rc < 0) {
-        /* timed out: leave, unless the reactor woke us meanwhile */
-        nxli_call_t e = {.fn = t_wait_end};
-        e.v[0].p = f;
-        e.v[1].p = &w;
-        call(a, &e);
-        st = e.v[2].i ? NXL_IN_PROG : w.st;
+    nxl_status_t st = NXL_IN_PROG;
+    pthread_mutex_lock(&t->mu);
+    if (w.linked) { /* timed out, not woken meanwhile: leave the list */
+        for (nxli_waiter_t **pp = &f->waiters; *pp; pp = &(*pp)->next)
+            if (*pp == &w) {
+                *pp = w.next;
+                break;
+            }
+    } else {
+        st = w.st;
     }
+    pthread_mutex_unlock(&t->mu);
     sem_destroy(&w.sem);
     return st;
 }
@@ -597,7 +662,9 @@ const char *nxli_rpc_future_peer(const nxl_future_t *f)
 }
 
 static void t_future_release(nxli_call_t *c) { nxl_future_release(A(0).p); }
-void nxli_rpc_future_release(nxl_future_t *f) { call_async(f->agent, t_future_release, f); }
+/* a release wakes nobody: it runs on the reactor's next wake-up, before
+ * this thread's next marshalled call (which wakes it) */
+void nxli_rpc_future_release(nxl_future_t *f) { call_async_ex(f->agent, t_future_release, f, false); }
 
 static void t_future_cancel(nxli_call_t *c) { nxl_future_cancel(A(0).p); }
 void nxli_rpc_future_cancel(nxl_future_t *f) { call_async(f->agent, t_future_cancel, f); }

@@ -26,12 +26,41 @@ bool nxli_thread_foreign_slow(const nxl_agent_t *a);
  * held after its agent was destroyed is the caller's alone (mt cleared) */
 #define nxli_future_foreign(f) (__builtin_expect((f)->mt, 0) && nxli_thread_foreign_slow((f)->agent))
 
+/* The table lock of a threaded agent (recursive; nothing in the default
+ * mode). A foreign thread runs nxl_prep(), nxl_xfer_make() and the
+ * releases of prepared lists and idle transfers itself, under this lock,
+ * instead of handing them to the reactor; the reactor holds it where it
+ * changes what those read (region tables, loaded agents, backends) or
+ * takes and drops the references they take (regions, agents), the agent's
+ * lists of prepared lists and transfers, and its spare arrays. */
+void nxli_tlock(nxl_agent_t *a);
+void nxli_tunlock(nxl_agent_t *a);
+#define NXLI_TLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tlock(a); } while (0)
+#define NXLI_TUNLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tunlock(a); } while (0)
+/* Lists longer than this are prepared and made on the reactor as before:
+ * their work outweighs a hand-over, and eight threads holding the table
+ * lock for 16,384 descriptors each kept one another (and the reactor)
+ * waiting */
+#define NXLI_FOREIGN_MAX 1024
+/* A foreign thread's own attempt: the table lock, quiet failures; false
+ * (nothing held) when the agent is being torn down. */
+bool nxli_foreign_begin(nxl_agent_t *a);
+void nxli_foreign_end(nxl_agent_t *a);
+/* Under the table lock on a foreign thread: false once the reactor began
+ * its teardown (the caller then marshals the call, which is refused). */
+bool nxli_thread_alive(const nxl_agent_t *a);
+/* Set around a foreign thread's own attempt: a failure leaves no sentence
+ * and no log line (the call is then marshalled and fails on the reactor,
+ * with both) */
+extern __thread bool nxli_quiet;
+
 /* agent.c calls these */
 nxl_status_t nxli_thread_start(nxl_agent_t *a);      /* at the end of nxl_agent_create */
 void nxli_thread_destroy(nxl_agent_t *a);            /* nxl_agent_destroy of a threaded agent */
 void nxli_agent_teardown(nxl_agent_t *a);            /* agent.c: all but the base and the struct */
 void nxli_agent_free(nxl_agent_t *a);                /* agent.c: the rest */
-/* future.c: a future settled and its callbacks ran: wake foreign waiters */
+/* future.c: a future of a threaded agent was delivered (its callbacks
+ * ran) or is freed: wake foreign waiters */
 void nxli_thread_settled(nxl_future_t *f);
 nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms);
 const char *nxli_thread_last_error(const nxl_agent_t *a);

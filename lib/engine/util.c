@@ -25,6 +25,8 @@ const char *nxl_agent_last_error(const nxl_agent_t *a)
 
 void nxli_verr(nxl_agent_t *a, const char *fmt, va_list ap)
 {
+    if (nxli_quiet) /* a foreign thread's own attempt: the reactor reports it */
+        return;
     va_list cp;
     va_copy(cp, ap);
     vsnprintf(a->err, sizeof(a->err), fmt, cp);

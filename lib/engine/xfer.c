@@ -61,20 +61,64 @@ static void big_free(nxl_agent_t *a, void *p)
 
 static void prepped_free(nxl_prepped_t *p)
 {
+    nxl_agent_t *a = p->agent;
+    NXLI_TLOCK(a);
     for (size_t i = 0; i < p->nlregs; i++)
-        nxli_region_put(p->agent, p->lregs[i]);
+        nxli_region_put(a, p->lregs[i]);
     nxli_remote_put(p->remote);
     free(p->lregs);
-    big_free(p->agent, p->e);
+    big_free(a, p->e);
     LIST_REMOVE(p, link);
     free(p);
+    NXLI_TUNLOCK(a);
+}
+
+/* Threaded mode, on a foreign thread, under the table lock: would dropping
+ * these references free a region or a loaded agent? That (transports
+ * deregistering, unloading keys) is left to the reactor. */
+static bool puts_free(nxli_region_t *const *regs, size_t n, const nxli_remote_t *r)
+{
+    for (size_t i = 0; i < n; i++)
+        if (regs[i]->refs <= 1)
+            return true;
+    return r && r->refs <= 1;
+}
+
+static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                              const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
+
+/* Threaded mode: a foreign thread prepares the list itself, under the
+ * table lock (no hand-over to the reactor). Only what cannot touch a
+ * transport or fail: loopback with a stale view of this agent (it is
+ * rebuilt from the transports) and every failure go to the reactor, which
+ * runs the call again and reports it. */
+static nxl_status_t prep_foreign(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                                 const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
+{
+    if (n <= NXLI_FOREIGN_MAX && nxli_foreign_begin(a)) {
+        bool stale = agent && !strcmp(agent, a->name) && (!a->self || a->self_gen != a->mem_gen);
+        nxl_status_t st = stale ? NXL_ERR_NOT_FOUND : prep_impl(a, agent, type, descs, n, out);
+        nxli_foreign_end(a);
+        if (st == NXL_SUCCESS)
+            return st;
+    }
+    return nxli_rpc_prep(a, agent, type, descs, n, out);
 }
 
 nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const nxl_desc_t *descs,
                       size_t n, nxl_prepped_t **out)
 {
     if (a && nxli_thread_foreign(a))
-        return nxli_rpc_prep(a, agent, type, descs, n, out);
+        return prep_foreign(a, agent, type, descs, n, out);
+    NXLI_TLOCK(a);
+    nxl_status_t st = prep_impl(a, agent, type, descs, n, out);
+    NXLI_TUNLOCK(a);
+    return st;
+}
+
+static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                              const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
+{
     if (!out || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
         nxli_err(a, "nxl_prep: invalid arguments (out pointer, descriptors, memory type)");
         return NXL_ERR_INVALID_PARAM;
@@ -158,6 +202,15 @@ nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const n
 void nxl_prepped_release(nxl_prepped_t *p)
 {
     if (p && nxli_thread_foreign(p->agent)) {
+        nxl_agent_t *a = p->agent;
+        if (nxli_foreign_begin(a)) {
+            bool mine = !puts_free(p->lregs, p->nlregs, p->remote);
+            if (mine)
+                prepped_free(p);
+            nxli_foreign_end(a);
+            if (mine)
+                return;
+        }
         nxli_rpc_prepped_release(p);
         return;
     }
@@ -224,12 +277,36 @@ static nxl_status_t set_notif(nxl_xfer_t *x, const void *msg, size_t len)
     return NXL_SUCCESS;
 }
 
+static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
+                              nxl_prepped_t *rp, const size_t *ridx, size_t n,
+                              const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
+
 nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
                            nxl_prepped_t *rp, const size_t *ridx, size_t n,
                            const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
 {
-    if (a && nxli_thread_foreign(a))
+    nxl_status_t st;
+    if (a && nxli_thread_foreign(a)) {
+        /* on the caller's thread as nxl_prep() (a notification asks the
+         * relay's transports: the reactor's) */
+        if (n <= NXLI_FOREIGN_MAX && (!opts || !opts->notif) && nxli_foreign_begin(a)) {
+            st = make_impl(a, op, lp, lidx, rp, ridx, n, opts, out);
+            nxli_foreign_end(a);
+            if (st == NXL_SUCCESS)
+                return st;
+        }
         return nxli_rpc_xfer_make(a, op, lp, lidx, rp, ridx, n, opts, out);
+    }
+    NXLI_TLOCK(a);
+    st = make_impl(a, op, lp, lidx, rp, ridx, n, opts, out);
+    NXLI_TUNLOCK(a);
+    return st;
+}
+
+static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
+                              nxl_prepped_t *rp, const size_t *ridx, size_t n,
+                              const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
+{
     if (!out || !lp || !rp || (op != NXL_READ && op != NXL_WRITE)) {
         nxli_err(a, "nxl_xfer_make: needs an out pointer, two prepared lists and READ or WRITE");
         return NXL_ERR_INVALID_PARAM;
@@ -525,6 +602,8 @@ nxl_backend_t *nxl_xfer_backend(const nxl_xfer_t *x)
 
 static void xfer_free(nxl_xfer_t *x)
 {
+    nxl_agent_t *a = x->agent;
+    NXLI_TLOCK(a);
     if (x->active) {
         nxl_future_t *f = x->active;
         nxl_future_cancel(f);
@@ -538,11 +617,24 @@ static void xfer_free(nxl_xfer_t *x)
     free(x->notif);
     big_free(x->agent, x->iov);
     free(x);
+    NXLI_TUNLOCK(a);
 }
 
 void nxl_xfer_release(nxl_xfer_t *x)
 {
     if (x && nxli_thread_foreign(x->agent)) {
+        /* an idle transfer on the caller's thread (one in flight is
+         * canceled: the reactor's) */
+        nxl_agent_t *a = x->agent;
+        if (nxli_foreign_begin(a)) {
+            bool mine = !__atomic_load_n(&x->active, __ATOMIC_ACQUIRE) &&
+                        !puts_free(x->lregs, x->nlregs, x->remote);
+            if (mine)
+                xfer_free(x);
+            nxli_foreign_end(a);
+            if (mine)
+                return;
+        }
         nxli_rpc_xfer_release(x);
         return;
     }
@@ -552,6 +644,7 @@ void nxl_xfer_release(nxl_xfer_t *x)
 
 void nxli_xfers_cleanup(nxl_agent_t *a)
 {
+    NXLI_TLOCK(a);
     while (!LIST_EMPTY(&a->xfers))
         xfer_free(LIST_FIRST(&a->xfers));
     while (!LIST_EMPTY(&a->prepped))
@@ -560,6 +653,7 @@ void nxli_xfers_cleanup(nxl_agent_t *a)
         free(a->spare[i]);
         a->spare[i] = NULL;
     }
+    NXLI_TUNLOCK(a);
 }
 
 /* ---- notifications */

@@ -87,6 +87,8 @@ struct ucx_conn {
     bool unloaded;
     bool stalled;               /* failed by our stall timeout, not by UCX */
     bool local;                 /* the peer is another agent of this process */
+    void *peer_addr;            /* local: its worker address (finds it on live_list) */
+    size_t peer_addr_len;
     bool am_write;              /* the peer takes AM_WRITE messages */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
@@ -261,6 +263,23 @@ static void live_remove(ucx_t *u)
     pthread_mutex_unlock(&live_lock);
 }
 
+/* Is the local peer of c alive and progressed by another thread than this
+ * one (its own reactor thread, or another thread of the application)? */
+static bool live_elsewhere(const ucx_conn_t *c)
+{
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    ucx_t *u;
+    LIST_FOREACH(u, &live_list, live)
+    if (c->peer_addr && u->addr && u->addr_len == c->peer_addr_len &&
+        !memcmp(u->addr, c->peer_addr, c->peer_addr_len)) {
+        found = !pthread_equal(u->thread, pthread_self());
+        break;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
 /* Is this worker address one of this process's own instances? */
 static bool live_is_local(const void *addr, size_t len)
 {
@@ -406,6 +425,7 @@ static void conn_put(ucx_conn_t *c)
     if (--c->refs)
         return;
     LIST_REMOVE(c, link);
+    free(c->peer_addr);
     free(c->name);
     free(c);
 }
@@ -573,6 +593,10 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         return NXL_ERR_BACKEND;
     }
     c->local = live_is_local(info, len);
+    if (c->local && (c->peer_addr = malloc(len))) {
+        memcpy(c->peer_addr, info, len);
+        c->peer_addr_len = len;
+    }
     LIST_INSERT_HEAD(&u->conns, c, link);
     kick(u);
     *out = c;
@@ -1477,9 +1501,41 @@ static bool holds_requests(ucx_t *u)
     return false;
 }
 
-static void destroy(void *state)
+/* Transfers still in flight to a peer that is alive and progressed, on
+ * endpoints not closed: another process, or an agent of this process run
+ * by another thread (one on this thread cannot answer while this one
+ * tears down). */
+static bool live_ops(ucx_t *u)
+{
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->op && o->conn->ep && !o->conn->failed && !o->conn->fail_deferred &&
+        (!o->conn->local || live_elsewhere(o->conn)))
+        return true;
+    return false;
+}
+
+/* First in the agent's teardown: transfers in flight are let finish, at
+ * most DESTROY_WAIT_MS, before the endpoints are closed by force under
+ * them. Over TCP a put is emulated: the target writes it and answers, and
+ * UCX 1.13 aborts the target's process (ucp_request_try_send: "unexpected
+ * error: Endpoint timeout", from ucp_put_handler) when that answer finds
+ * the initiator's endpoint gone. Then every op not reported yet is
+ * reported CANCELED. */
+static void quiesce(void *state)
 {
     ucx_t *u = state;
+    uint64_t until = nxlt_now_us() + DESTROY_WAIT_MS * 1000ull;
+    while (u->w) {
+        if (!live_ops(u) || nxlt_now_us() >= until)
+            break;
+        if (ucp_worker_progress(u->w))
+            continue;
+        if (ucp_worker_arm(u->w) != UCS_OK)
+            continue; /* events came in meanwhile, or sends queued: progress again */
+        struct pollfd pf = {.fd = u->efd, .events = POLLIN};
+        poll(&pf, 1, 10);
+    }
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
     if (o->op) {
@@ -1489,6 +1545,12 @@ static void destroy(void *state)
         o->conn->inflight--;
         nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
+}
+
+static void destroy(void *state)
+{
+    ucx_t *u = state;
+    quiesce(u);
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
@@ -1547,6 +1609,7 @@ static void destroy(void *state)
     while (!LIST_EMPTY(&u->conns)) {
         c = LIST_FIRST(&u->conns);
         LIST_REMOVE(c, link);
+        free(c->peer_addr);
         free(c->name);
         free(c);
     }
@@ -1586,4 +1649,5 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .post = post,
     .notif_send = notif_send,
     .describe = describe,
+    .quiesce = quiesce,
 };
