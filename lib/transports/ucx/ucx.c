@@ -1473,70 +1473,9 @@ static void cma_to_ucx(ucx_t *u, ucx_op_t *o)
         op_finish(o, st);
 }
 
-/* one system call of o's copies; false when o left the queue */
-static bool cma_step(ucx_t *u, ucx_op_t *o)
+/* every byte of o is there: the notification, or the op is done */
+static void cma_complete(ucx_t *u, ucx_op_t *o)
 {
-    ucx_conn_t *c = o->conn;
-    size_t cnt = 0, bytes = 0, i = o->at, off = o->off;
-    while (i < o->n && cnt < IOV_MAX && bytes < u->cma_chunk) {
-        const nxlt_iov_t *v = &o->iov[i];
-        size_t take = v->len - off;
-        if (take > u->cma_chunk - bytes)
-            take = u->cma_chunk - bytes;
-        if (take) {
-            u->cma_liov[cnt] = (struct iovec){(char *)v->laddr + off, take};
-            u->cma_riov[cnt] = (struct iovec){(void *)(uintptr_t)(v->raddr + off), take};
-            cnt++;
-        }
-        bytes += take;
-        off += take;
-        if (off == v->len)
-            i++, off = 0;
-    }
-    ssize_t k = 0;
-    if (cnt) {
-        /* never a pid whose process has exited: it may be another one now */
-        if (c->pid != (pid_t)u->cma_me.pid && (c->pidfd < 0 || pidfd_exited(c->pidfd))) {
-            cma_peer_gone(o);
-            return false;
-        }
-        k = o->read ? process_vm_readv(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0)
-                    : process_vm_writev(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0);
-        if (k <= 0) {
-            int err = k < 0 ? errno : EFAULT;
-            if (err == EPERM || err == EACCES) {
-                cma_refused(u, c, err, "at a transfer");
-                cma_to_ucx(u, o);
-            } else if (err == ESRCH) {
-                cma_peer_gone(o);
-            } else {
-                cma_fail(o, err == EFAULT ? UCS_ERR_INVALID_ADDR : UCS_ERR_IO_ERROR,
-                         "UCX: %s agent '%s' by cross-memory attach failed: %s: %s",
-                         o->read ? "READ from" : "WRITE to", c->name,
-                         o->read ? "process_vm_readv" : "process_vm_writev",
-                         err == EFAULT ? "an address is not mapped (at the peer: a region freed "
-                                         "without being deregistered?)"
-                                       : strerror(err));
-            }
-            return false;
-        }
-        u->cma_bytes += (uint64_t)k;
-    }
-    /* advance by what was copied (short: the next call names the fault) */
-    size_t left = (size_t)k;
-    while (o->at < o->n) {
-        size_t rest = o->iov[o->at].len - o->off;
-        if (left < rest) {
-            o->off += left;
-            break;
-        }
-        left -= rest;
-        o->at++;
-        o->off = 0;
-    }
-    if (o->at < o->n)
-        return true;
-    /* every byte is there */
     TAILQ_REMOVE(&u->cma_q, o, cq);
     o->queued = false;
     if (!o->op)
@@ -1545,7 +1484,88 @@ static bool cma_step(ucx_t *u, ucx_op_t *o)
         send_notif(o);
     else
         op_finish(o, UCS_OK);
-    return false;
+}
+
+/* One system call: the head of the queue and the transfers behind it to
+ * the same peer in the same direction (transfers posted in one turn go in
+ * one call), up to IOV_MAX pieces and cma_chunk bytes. */
+static void cma_step(ucx_t *u)
+{
+    ucx_op_t *h = TAILQ_FIRST(&u->cma_q), *o;
+    ucx_conn_t *c = h->conn;
+    size_t cnt = 0, bytes = 0;
+    for (o = h; o && cnt < IOV_MAX && bytes < u->cma_chunk; o = TAILQ_NEXT(o, cq)) {
+        if (o->conn != c || o->read != h->read || !o->op)
+            break;
+        size_t i = o->at, off = o->off;
+        while (i < o->n && cnt < IOV_MAX && bytes < u->cma_chunk) {
+            const nxlt_iov_t *v = &o->iov[i];
+            size_t take = v->len - off;
+            if (take > u->cma_chunk - bytes)
+                take = u->cma_chunk - bytes;
+            if (take) {
+                u->cma_liov[cnt] = (struct iovec){(char *)v->laddr + off, take};
+                u->cma_riov[cnt] = (struct iovec){(void *)(uintptr_t)(v->raddr + off), take};
+                cnt++;
+            }
+            bytes += take;
+            off += take;
+            if (off == v->len)
+                i++, off = 0;
+        }
+        if (i < o->n)
+            break; /* o is the last one in this call */
+    }
+    ssize_t k = 0;
+    if (cnt) {
+        /* never a pid whose process has exited: it may be another one now */
+        if (c->pid != (pid_t)u->cma_me.pid && (c->pidfd < 0 || pidfd_exited(c->pidfd))) {
+            cma_peer_gone(h);
+            return;
+        }
+        k = h->read ? process_vm_readv(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0)
+                    : process_vm_writev(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0);
+        if (k <= 0) { /* the first piece, the head's, failed */
+            int err = k < 0 ? errno : EFAULT;
+            if (err == EPERM || err == EACCES) {
+                cma_refused(u, c, err, "at a transfer"); /* the pump sends them to UCX */
+            } else if (err == ESRCH) {
+                cma_peer_gone(h);
+            } else {
+                cma_fail(h, err == EFAULT ? UCS_ERR_INVALID_ADDR : UCS_ERR_IO_ERROR,
+                         "UCX: %s agent '%s' by cross-memory attach failed: %s: %s",
+                         h->read ? "READ from" : "WRITE to", c->name,
+                         h->read ? "process_vm_readv" : "process_vm_writev",
+                         err == EFAULT ? "an address is not mapped (at the peer: a region freed "
+                                         "without being deregistered?)"
+                                       : strerror(err));
+            }
+            return;
+        }
+        u->cma_bytes += (uint64_t)k;
+    }
+    /* advance by what was copied (short: the next call names the fault) */
+    size_t left = (size_t)k;
+    for (o = h; o;) {
+        ucx_op_t *next = TAILQ_NEXT(o, cq);
+        while (o->at < o->n) {
+            size_t rest = o->iov[o->at].len - o->off;
+            if (left < rest) {
+                o->off += left;
+                left = 0;
+                break;
+            }
+            left -= rest;
+            o->at++;
+            o->off = 0;
+        }
+        if (o->at < o->n)
+            break;
+        cma_complete(u, o);
+        o = next;
+        if (!left && o && o->iov[o->at].len)
+            break; /* nothing of it was in this call */
+    }
 }
 
 /* copies queued transfers until the queue is empty or the slice is used */
@@ -1564,9 +1584,7 @@ static void cma_pump(ucx_t *u, uint64_t end)
                 cma_peer_gone(o);
             continue;
         }
-        while (cma_step(u, o))
-            if (nxlt_now_us() >= end)
-                break;
+        cma_step(u);
         if (nxlt_now_us() >= end)
             break;
     }
@@ -1605,8 +1623,9 @@ static nxl_status_t post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_
     o->queued = true;
     TAILQ_INSERT_TAIL(&u->cma_q, o, cq);
     u->cma_xfers++;
-    /* start now, unless this turn's slice is spent */
-    if (!u->cma_defer) {
+    /* start now, unless this turn's slice is spent, or this is posted from
+     * a callback: then with the others posted in this turn, in one call */
+    if (!u->cma_defer && !nxlt_in_callback(u->ctx)) {
         uint64_t now = nxlt_now_us();
         if (now >= u->cma_burst_end)
             u->cma_burst_end = now + CMA_SLICE_US;
