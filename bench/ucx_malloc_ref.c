@@ -16,7 +16,8 @@
  *         READ: the same from the target into receives the initiator posted
  *
  * Each row first runs a warm-up of at least --warmup transfers, takes its
- * rate, and then times as many transfers as that rate moves in --secs.
+ * rate, and then times as many transfers as that rate moves in --secs
+ * (put, get: posting stops after --secs, whatever the rate).
  * Output, one line per size: "ROW op dir size window GB/s transfers seconds"
  * (GB/s = 1e9 B/s).
  *
@@ -262,16 +263,24 @@ static uint64_t g_raddr;
 static ucp_rkey_h g_rk;
 static void post_rma_g(size_t bs, long k) { post_rma(bs, k, g_raddr, g_rk); }
 
-static void drive(post_fn post, size_t bs, long n)
+/* with a deadline (put, get: the initiator alone decides), posting stops
+ * there and what was posted completes: a row stays near --secs when the
+ * machine slows down after the warm-up; returns the transfers done */
+static long drive(post_fn post, size_t bs, long n, double deadline)
 {
     posted = done = 0;
-    while (done < n && !failed) {
+    while (done < posted || (posted < n && !failed)) {
         while (posted < n && posted - done < O.window && !failed)
             post(bs, posted++);
         ucp_worker_progress(wrk);
+        if (deadline > 0 && posted < n && !(posted & 63) && now_s() > deadline)
+            n = posted;
+        if (failed)
+            break;
     }
     if (failed)
         die("transfer", "a request failed");
+    return done;
 }
 
 /* ---- the two sides */
@@ -310,7 +319,7 @@ static void target(int fd)
         if (c.cmd == CMD_QUIT)
             break;
         if (!strcmp(O.op, "tag")) {
-            drive(O.read ? post_send_tag : post_recv_tag, c.size, (long)c.count);
+            drive(O.read ? post_send_tag : post_recv_tag, c.size, (long)c.count, 0);
             char ok = 1;
             xwrite(fd, &ok, 1);
         }
@@ -318,17 +327,18 @@ static void target(int fd)
     teardown();
 }
 
-static double row(int fd, size_t bs, long n)
+/* a row of up to *n transfers; *n becomes those done; returns seconds */
+static double row(int fd, size_t bs, long *n)
 {
-    cmd_t c = {.cmd = CMD_ROW, .size = bs, .count = (uint64_t)n};
+    cmd_t c = {.cmd = CMD_ROW, .size = bs, .count = (uint64_t)*n};
     double t0 = now_s();
     xwrite(fd, &c, sizeof(c));
     if (!strcmp(O.op, "tag")) {
-        drive(O.read ? post_recv_tag : post_send_tag, bs, n);
+        drive(O.read ? post_recv_tag : post_send_tag, bs, *n, 0);
         char ok;
         xread(fd, &ok, 1); /* the target has all of it */
     } else {
-        drive(post_rma_g, bs, n);
+        *n = drive(post_rma_g, bs, *n, t0 + O.secs);
     }
     return now_s() - t0;
 }
@@ -351,11 +361,13 @@ static void initiator(int fd)
             w = (long)((16.0 * (1 << 20)) / bs);
         if (w < 2L * O.window)
             w = 2L * O.window;
-        double tw = row(fd, bs, w);
+        double tw = row(fd, bs, &w);
         long n = (long)(w / (tw > 1e-6 ? tw : 1e-6) * O.secs);
         if (n < 2L * O.window)
             n = 2L * O.window;
-        double t = row(fd, bs, n);
+        if (strcmp(O.op, "tag"))
+            n *= 4; /* put, get: the deadline ends the row */
+        double t = row(fd, bs, &n);
         printf("ROW %s %s %zu %d %.4f %ld %.3f\n", O.op, dir, bs, O.window, (double)n * bs / t / 1e9,
                n, t);
         fflush(stdout);
