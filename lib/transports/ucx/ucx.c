@@ -63,6 +63,7 @@
 #define IOV_MAX 1024
 #endif
 
+#define CMA_MAGIC 0x6e786c636d610001ull /* "nxlcma", 0, 1: before the cookie's random value */
 enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
@@ -105,7 +106,8 @@ typedef struct ucx_state {
     int cma_mode;               /* CMA_OFF, CMA_AUTO, CMA_ON */
     bool cma_here;              /* our identity is known: advertised in the connection info */
     ucx_ci_cma_t cma_me;
-    volatile uint64_t cma_cookie; /* peers read it to prove they reach this process */
+    volatile uint64_t cma_cookie[2]; /* CMA_MAGIC and a random value: peers read them to
+                                      * prove they reach this process */
     size_t cma_chunk;           /* bytes a system call copies at most */
     TAILQ_HEAD(, ucx_op) cma_q; /* transfers being copied, in order */
     struct event *ev_cma;       /* continues the copies on the next turn */
@@ -747,8 +749,10 @@ static void cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
                  "attach (the process is gone?)", c->name, (int)c->pid, strerror(errno));
         return;
     }
-    uint64_t v = 0;
-    struct iovec l = {&v, sizeof(v)}, r = {(void *)(uintptr_t)p->cookie_addr, sizeof(v)};
+    /* the magic and the random value side by side: what only an nxl
+     * agent's own memory holds, at an address only it announced */
+    uint64_t v[2] = {0, 0};
+    struct iovec l = {v, sizeof(v)}, r = {(void *)(uintptr_t)p->cookie_addr, sizeof(v)};
     ssize_t k = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
     int err = errno;
     if (k < 0 && (err == EPERM || err == EACCES)) {
@@ -756,7 +760,7 @@ static void cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
         cma_refused(u, c, err, "at connection");
         return;
     }
-    if (k != (ssize_t)sizeof(v) || v != p->cookie || pidfd_exited(fd)) {
+    if (k != (ssize_t)sizeof(v) || v[0] != CMA_MAGIC || v[1] != p->cookie || pidfd_exited(fd)) {
         close(fd);
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: pid %d on this host is not agent '%s' any more "
                  "(%s): no cross-memory attach; its metadata is stale?", (int)c->pid, c->name,
@@ -1044,8 +1048,8 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     if (!b)
         return NXL_ERR_UNKNOWN;
     ucx_ci_cma_t me = u->cma_me;
-    me.cookie_addr = (uintptr_t)&u->cma_cookie;
-    me.cookie = u->cma_cookie;
+    me.cookie_addr = (uintptr_t)u->cma_cookie;
+    me.cookie = u->cma_cookie[1];
     ucx_ci_pack(b, flags, &me, u->addr, u->addr_len);
     *buf = b;
     *len = ucx_ci_hdr(flags) + u->addr_len;
@@ -1577,6 +1581,11 @@ static void cma_pump(ucx_t *u, uint64_t end)
             op_free(o);
             continue;
         }
+        if (o->conn->unloaded) {
+            cma_fail(o, UCS_ERR_CANCELED, "UCX: transfer to agent '%s' canceled: its metadata "
+                     "was unloaded during the transfer", o->conn->name);
+            continue;
+        }
         if (o->conn->cma != CMA_READY) { /* refused, or the peer went, meanwhile */
             if (o->conn->cma == CMA_REFUSED)
                 cma_to_ucx(u, o);
@@ -1959,7 +1968,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         if (getrandom(&ck, sizeof(ck), GRND_NONBLOCK) != sizeof(ck))
             ck = nxlt_now_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
                  (uint64_t)(uintptr_t)u;
-        u->cma_cookie = ck | 1;
+        u->cma_cookie[0] = CMA_MAGIC;
+        u->cma_cookie[1] = ck | 1;
         if (!u->cma_liov)
             nxlt_log(ctx, NXL_LOG_WARN, "UCX: out of memory: no cross-memory attach");
         else if (!(u->cma_here = cma_identity(&u->cma_me, why, sizeof(why))))
@@ -1968,11 +1978,12 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     live_add(u);
     kick(u);
-    nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s)",
-             ucp_get_version_string(), u->desc,
+    nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s); cross-memory "
+             "attach to peers on this host: %s", ucp_get_version_string(), u->desc,
              strstr(u->desc, "rc") || strstr(u->desc, "ud") || strstr(u->desc, "dc")
                  ? "with RDMA"
-                 : "shared memory and TCP, no RDMA");
+                 : "shared memory and TCP, no RDMA",
+             !u->cma_here ? "off" : u->cma_mode == CMA_ON ? "on" : "auto");
     *out = u;
     return NXL_SUCCESS;
 }
