@@ -741,8 +741,8 @@ static void cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
         return;
     }
     c->pid = (pid_t)p->pid;
-    if (c->pid <= 0)
-        return;
+    if (c->pid <= 0 || c->pid == (pid_t)u->cma_me.pid)
+        return; /* this process's own agents are live ones (c->local): a stale info */
     int fd = pidfd_open_(c->pid);
     if (fd < 0) {
         nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s': pidfd_open(%d): %s; no cross-memory "
@@ -769,12 +769,10 @@ static void cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
     }
     c->pidfd = fd;
     c->cma = CMA_READY;
-    if (c->pid != (pid_t)u->cma_me.pid) {
-        c->ev_pid = event_new(nxlt_base(u->ctx), fd, EV_READ, on_pid_exit, c);
-        if (!c->ev_pid || event_add(c->ev_pid, NULL)) {
-            cma_close(c); /* not watched: not used */
-            return;
-        }
+    c->ev_pid = event_new(nxlt_base(u->ctx), fd, EV_READ, on_pid_exit, c);
+    if (!c->ev_pid || event_add(c->ev_pid, NULL)) {
+        cma_close(c); /* not watched: not used */
+        return;
     }
     nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' (pid %d) is reached by cross-memory attach",
              c->name, (int)c->pid);
@@ -820,7 +818,9 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     }
     c->local = live_is_local(info, len);
     LIST_INSERT_HEAD(&u->conns, c, link);
-    if ((flags & CI_CMA) && u->cma_mode != CMA_OFF && u->cma_here)
+    /* not to another agent of this process: the process outlives the
+     * agent, and its memory stays mapped after the agent is gone */
+    if ((flags & CI_CMA) && u->cma_mode != CMA_OFF && u->cma_here && !c->local)
         cma_connect(u, c, &pc);
     kick(u);
     *out = c;
@@ -1523,7 +1523,7 @@ static void cma_step(ucx_t *u)
     ssize_t k = 0;
     if (cnt) {
         /* never a pid whose process has exited: it may be another one now */
-        if (c->pid != (pid_t)u->cma_me.pid && (c->pidfd < 0 || pidfd_exited(c->pidfd))) {
+        if (c->pidfd < 0 || pidfd_exited(c->pidfd)) {
             cma_peer_gone(h);
             return;
         }
@@ -1833,6 +1833,15 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
             return NXL_ERR_INVALID_PARAM;
         }
     }
+    /* cma=auto follows the UCX transports asked for: with shared memory
+     * left out (tls=tcp: a network, or hosts in network namespaces, to go
+     * through) nothing goes around it */
+    bool cma_tls = !tl || (tl[0] == '^' ? !strstr(tl, "sm") && !strstr(tl, "cma")
+                                        : strstr(tl, "all") || strstr(tl, "sm") ||
+                                              strstr(tl, "cma") || strstr(tl, "mm") ||
+                                              strstr(tl, "posix") || strstr(tl, "sysv"));
+    if (cma_mode == CMA_AUTO && !cma_tls)
+        cma_mode = CMA_OFF;
     size_t cma_chunk = CMA_CHUNK_DEFAULT;
     const char *ccv = param(params, n, "cma_chunk");
     if (ccv) {
