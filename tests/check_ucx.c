@@ -2,12 +2,29 @@
  * the application's standard output (UCX's own log lines go through nxl's
  * log), it returns every request before its worker goes, and tearing an
  * agent down with transfers in flight to another agent of the same process
- * is quick and does not burn a core. Over shared memory and over TCP. */
+ * is quick and does not burn a core. Over shared memory and over TCP.
+ *
+ * Cross-memory attach (suite "cma"): to a target in another process of
+ * this host, WRITEs and READs into malloc'd memory complete while the
+ * target is stopped (SIGSTOP) — one-sided, which UCX 1.13 on such memory
+ * is not — and move every byte right; a notification comes after its
+ * data; a target killed mid-transfer fails it; a kernel that refuses
+ * (seccomp here) sends the transfer back to UCX; bounds and revocation
+ * are still refused. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -187,6 +204,481 @@ START_TEST(t_log_routed)
 }
 END_TEST
 
+
+/* ---------------------------------------------------- cross-memory attach */
+
+/* a target agent "T" in a child process: a malloc'd region filled with
+ * pattern `seed`, registered; its metadata and the region's address come
+ * back over a pipe. Commands: 'd' deregister (answer 'D'), EOF: leave.
+ * A notification "chk SEED OFF LEN" is answered 'k' (the bytes hold the
+ * pattern) or 'b'. */
+typedef struct {
+    pid_t pid;
+    int cmd, ans;
+    uint64_t addr;
+    size_t len;
+} peer_t;
+
+static struct {
+    nxl_agent_t *a;
+    unsigned char *buf;
+    size_t len;
+    int ans;
+} T;
+
+static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    char m[128];
+    unsigned long long seed, off, l;
+    snprintf(m, sizeof(m), "%.*s", (int)len, (const char *)msg);
+    char r = 'b';
+    if (sscanf(m, "chk %llu %llu %llu", &seed, &off, &l) == 3 && off + l <= T.len &&
+        tl_check(T.buf + off, l, (uint32_t)seed) < 0)
+        r = 'k';
+    ck_assert(write(T.ans, &r, 1) == 1);
+}
+
+static void xread(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n) {
+        ssize_t k = read(fd, b, n);
+        ck_assert_msg(k > 0, "pipe from the target: %s", k ? strerror(errno) : "closed");
+        b += k, n -= (size_t)k;
+    }
+}
+
+static peer_t peer_start(size_t len, uint32_t seed)
+{
+    int c[2], r[2];
+    ck_assert(pipe(c) == 0 && pipe(r) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(c[1]);
+        close(r[0]);
+        T.ans = r[1];
+        T.a = tl_agent("T", 0);
+        T.len = len;
+        T.buf = malloc(len);
+        tl_fill(T.buf, len, seed);
+        nxl_desc_t d = {.addr = (uintptr_t)T.buf, .len = len};
+        if (nxl_mem_register(T.a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS)
+            _exit(2);
+        nxl_agent_on_notif(T.a, t_notif, NULL);
+        void *blob;
+        size_t bl;
+        if (nxl_md_local(T.a, &blob, &bl) != NXL_SUCCESS)
+            _exit(3);
+        uint64_t l = bl, a = (uintptr_t)T.buf;
+        if (write(r[1], &l, 8) != 8 || write(r[1], blob, bl) != (ssize_t)bl ||
+            write(r[1], &a, 8) != 8)
+            _exit(4);
+        nxl_free(blob);
+        for (;;) {
+            nxl_agent_run_once(T.a, 2);
+            struct pollfd pf = {.fd = c[0], .events = POLLIN};
+            if (poll(&pf, 1, 0) <= 0)
+                continue;
+            char k;
+            if (read(c[0], &k, 1) != 1)
+                break;
+            if (k == 'm') { /* the initiator's metadata: [u64 length][blob] */
+                uint64_t ml;
+                xread(c[0], &ml, 8);
+                void *mb = malloc(ml);
+                xread(c[0], mb, ml);
+                if (nxl_md_load(T.a, mb, ml, NULL, 0) != NXL_SUCCESS)
+                    _exit(5);
+                free(mb);
+            }
+            if (k == 'd') {
+                nxl_mem_deregister(T.a, NXL_DRAM, &d, 1);
+                nxl_agent_run_once(T.a, 0);
+                char D = 'D';
+                if (write(r[1], &D, 1) != 1)
+                    break;
+            }
+        }
+        nxl_agent_destroy(T.a);
+        _exit(0);
+    }
+    close(c[0]);
+    close(r[1]);
+    peer_t p = {.pid = pid, .cmd = c[1], .ans = r[0], .len = len};
+    return p;
+}
+
+/* loads the target's metadata into a */
+static void peer_learn(nxl_agent_t *a, peer_t *p)
+{
+    uint64_t l;
+    xread(p->ans, &l, 8);
+    void *blob = malloc(l);
+    xread(p->ans, blob, l);
+    xread(p->ans, &p->addr, 8);
+    ck_assert_msg(nxl_md_load(a, blob, l, NULL, 0) == NXL_SUCCESS, "%s", nxl_agent_last_error(a));
+    free(blob);
+}
+
+/* and the target loads a's (once a has registered its memory) */
+static void peer_teach(nxl_agent_t *a, peer_t *p)
+{
+    void *blob;
+    size_t bl;
+    ck_assert_int_eq(nxl_md_local(a, &blob, &bl), NXL_SUCCESS);
+    uint64_t l = bl;
+    char k = 'm';
+    ck_assert(write(p->cmd, &k, 1) == 1 && write(p->cmd, &l, 8) == 8 &&
+              write(p->cmd, blob, bl) == (ssize_t)bl);
+    nxl_free(blob);
+}
+
+static void peer_stop(peer_t *p)
+{
+    close(p->cmd);
+    kill(p->pid, SIGCONT);
+    int ws;
+    ck_assert(waitpid(p->pid, &ws, 0) == p->pid);
+    close(p->ans);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "target exited with %#x", ws);
+}
+
+/* the initiator "I" with UCX parameters (key=value pairs), at log level debug */
+static nxl_agent_t *initiator(const nxl_param_t *p, size_t n)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.log_level = NXL_LOG_DEBUG;
+    c.log_cb = log_cb;
+    nxl_agent_t *a;
+    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    ck_assert_msg(nxl_backend_create(a, "UCX", p, n, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    return a;
+}
+
+static nxl_status_t last_st;
+static char last_err[512];
+static void st_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    last_st = st;
+    snprintf(last_err, sizeof(last_err), "%s", st ? nxl_future_error(f) : "");
+    ndone++;
+}
+
+/* one transfer of n elements {loff[i], roff[i], len[i]} between buf and
+ * the target's region; waits up to ms; returns whether it completed */
+static int xfer(nxl_agent_t *a, nxl_op_t op, unsigned char *buf, uint64_t raddr,
+                const size_t *loff, const size_t *roff, const size_t *len, size_t n,
+                const char *notif, int ms)
+{
+    nxl_desc_t *l = calloc(n, sizeof(*l)), *r = calloc(n, sizeof(*r));
+    for (size_t i = 0; i < n; i++) {
+        l[i] = (nxl_desc_t){.addr = (uintptr_t)buf + loff[i], .len = len[i]};
+        r[i] = (nxl_desc_t){.addr = raddr + roff[i], .len = len[i]};
+    }
+    nxl_dlist_t ll = {NXL_DRAM, l, n}, rl = {NXL_DRAM, r, n};
+    nxl_xfer_t *x;
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = notif;
+    o.notif_len = notif ? strlen(notif) : 0;
+    ck_assert_msg(nxl_xfer_create(a, op, &ll, &rl, "T", &o, &x) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    ndone = 0;
+    last_st = NXL_IN_PROG;
+    ck_assert_msg(nxl_xfer_post(x, st_cb, NULL, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    int ok = tl_run_until(a, &ndone, 1, ms);
+    if (!ok) { /* let it finish before its handle goes */
+        kill(0, 0);
+        return 0;
+    }
+    nxl_xfer_release(x);
+    free(l);
+    free(r);
+    return 1;
+}
+
+/* reads the target's bytes [off, off+len) directly (the test's own view) */
+static void peek(const peer_t *p, size_t off, void *out, size_t len)
+{
+    struct iovec l = {out, len}, r = {(void *)(uintptr_t)(p->addr + off), len};
+    ck_assert_msg(process_vm_readv(p->pid, &l, 1, &r, 1, 0) == (ssize_t)len,
+                  "process_vm_readv of the target: %s", strerror(errno));
+}
+
+#define TLEN (24u << 20)
+
+/* WRITEs and READs of many sizes and descriptors with the target stopped */
+START_TEST(t_cma_stopped)
+{
+    peer_t p = peer_start(TLEN, 9);
+    nxl_agent_t *A = initiator(NULL, 0);
+    peer_learn(A, &p);
+    unsigned char *buf = malloc(TLEN);
+    tl_fill(buf, TLEN, 3);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = TLEN};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    /* sizes, odd offsets: 1 B .. 17 MiB + 5 (more than a chunk), in one transfer */
+    static const size_t len[] = {1, 7, 4096, 65539, 1 << 20, (17u << 20) + 5, 3};
+    size_t n = sizeof(len) / sizeof(*len), loff[8], roff[8], at = 0;
+    for (size_t i = 0; i < n; i++) {
+        loff[i] = at + 11;
+        roff[i] = at + 13 * (i + 1);
+        at += len[i] + 4096;
+    }
+    ck_assert(at + 4096 < TLEN);
+    kill(p.pid, SIGSTOP);
+    ck_assert_msg(xfer(A, NXL_WRITE, buf, p.addr, loff, roff, len, n, NULL, 5000),
+                  "a WRITE to a stopped target on this host did not complete: not one-sided "
+                  "(cross-memory attach not used?); log:\n%s", logbuf);
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    /* every element there, and nothing around it touched */
+    unsigned char *got = malloc(TLEN), *want = malloc(TLEN);
+    peek(&p, 0, got, TLEN);
+    tl_fill(want, TLEN, 9);
+    for (size_t i = 0; i < n; i++)
+        memcpy(want + roff[i], buf + loff[i], len[i]);
+    if (memcmp(got, want, TLEN)) {
+        size_t i = 0;
+        while (got[i] == want[i])
+            i++;
+        ck_abort_msg("target byte %zu wrong after the WRITE", i);
+    }
+    /* READ back, many descriptors: 2,000 x 1 KiB + 1 from spread offsets */
+    enum { M = 2000 };
+    size_t *ml = malloc(M * sizeof(size_t)), *mlo = malloc(M * sizeof(size_t)),
+           *mro = malloc(M * sizeof(size_t));
+    for (size_t i = 0; i < M; i++) {
+        ml[i] = 1025;
+        mlo[i] = i * 1030;
+        mro[i] = (i * 7919 % M) * 2048 + 5;
+    }
+    memset(buf, 0, TLEN);
+    ck_assert_msg(xfer(A, NXL_READ, buf, p.addr, mlo, mro, ml, M, NULL, 5000),
+                  "a READ from a stopped target did not complete; log:\n%s", logbuf);
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    for (size_t i = 0; i < M; i++)
+        if (memcmp(buf + mlo[i], want + mro[i], ml[i]))
+            ck_abort_msg("READ element %zu wrong", i);
+    kill(p.pid, SIGCONT);
+    /* a WRITE with a notification (above am_write_max: copies, then the
+     * message): the target checks the bytes when the notification comes */
+    size_t one = 3u << 20, lo = 0, ro = 1u << 20;
+    tl_fill(buf, one, 77);
+    char note[64];
+    snprintf(note, sizeof(note), "chk 77 %zu %zu", ro, one);
+    ck_assert(xfer(A, NXL_WRITE, buf, p.addr, &lo, &ro, &one, 1, note, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    char r = 0;
+    xread(p.ans, &r, 1);
+    ck_assert_msg(r == 'k', "the target found other bytes when the notification came");
+    nxl_agent_destroy(A);
+    peer_stop(&p);
+    free(got), free(want), free(buf), free(ml), free(mlo), free(mro);
+}
+END_TEST
+
+/* cma=off: the same WRITE waits for the stopped target (UCX 1.13 on malloc'd
+ * memory), and completes once it runs again */
+START_TEST(t_cma_off)
+{
+    peer_t p = peer_start(1 << 20, 9);
+    nxl_param_t prm = {"cma", "off"};
+    nxl_agent_t *A = initiator(&prm, 1);
+    peer_learn(A, &p);
+    unsigned char *buf = malloc(1 << 20);
+    tl_fill(buf, 1 << 20, 4);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = 1 << 20};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    size_t off = 0, len = 1 << 20;
+    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len}, rr = {.addr = p.addr, .len = len};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &rr, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x), NXL_SUCCESS);
+    kill(p.pid, SIGSTOP);
+    ndone = 0;
+    ck_assert_int_eq(nxl_xfer_post(x, st_cb, NULL, NULL), NXL_SUCCESS);
+    tl_run_until(A, &ndone, 1, 300);
+    ck_assert_msg(ndone == 0, "with cma=off a WRITE into a stopped target's malloc'd memory "
+                  "completed: UCX 1.13 does not do that (is cma=off ignored?)");
+    kill(p.pid, SIGCONT);
+    ck_assert(tl_run_until(A, &ndone, 1, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    unsigned char *got = malloc(len);
+    peek(&p, 0, got, len);
+    ck_assert(tl_check(got, len, 4) < 0);
+    (void)off;
+    nxl_xfer_release(x);
+    nxl_agent_destroy(A);
+    peer_stop(&p);
+    free(got);
+    free(buf);
+}
+END_TEST
+
+/* the target dies during a WRITE (copied 4 KiB a system call, so that it
+ * spans many loop turns): the transfer fails, its sentence says why */
+START_TEST(t_cma_peer_killed)
+{
+    size_t len = 64u << 20;
+    peer_t p = peer_start(len, 1);
+    nxl_param_t prm = {"cma_chunk", "4096"};
+    nxl_agent_t *A = initiator(&prm, 1);
+    peer_learn(A, &p);
+    unsigned char *buf = calloc(1, len);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = len};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len}, rr = {.addr = p.addr, .len = len};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &rr, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x), NXL_SUCCESS);
+    ndone = 0;
+    last_st = NXL_IN_PROG;
+    ck_assert_int_eq(nxl_xfer_post(x, st_cb, NULL, NULL), NXL_SUCCESS);
+    /* dead and reaped: its pid is free for the kernel to give again */
+    kill(p.pid, SIGKILL);
+    int ws;
+    ck_assert(waitpid(p.pid, &ws, 0) == p.pid);
+    ck_assert(tl_run_until(A, &ndone, 1, 10000));
+    ck_assert_int_eq(ndone, 1);
+    ck_assert_msg(last_st == NXL_ERR_REMOTE_DISCONNECT, "the WRITE ended with %s: %s",
+                  nxl_status_name(last_st), last_err);
+    ck_sentence(last_err, "exited");
+    /* and nothing more starts to it */
+    run_both(A, NULL, 20);
+    ndone = 0;
+    nxl_status_t st = nxl_xfer_post(x, st_cb, NULL, NULL);
+    if (st == NXL_SUCCESS) {
+        ck_assert(tl_run_until(A, &ndone, 1, 10000));
+        st = last_st;
+    }
+    ck_assert_int_eq(st, NXL_ERR_REMOTE_DISCONNECT);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(A);
+    close(p.cmd);
+    close(p.ans);
+    free(buf);
+}
+END_TEST
+
+/* process_vm_readv/writev refused (seccomp: EPERM, as Yama or another uid
+ * would) after the connection was made: the transfer goes on through UCX,
+ * every byte right, and the log says why once */
+static void deny_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
+    struct sock_fprog prog = {.len = sizeof(f) / sizeof(*f), .filter = f};
+    ck_assert(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+    ck_assert_msg(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0, "seccomp: %s",
+                  strerror(errno));
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *s = hay; (s = strstr(s, needle)); s++)
+        n++;
+    return n;
+}
+
+START_TEST(t_cma_refused)
+{
+    size_t len = 4u << 20;
+    peer_t p = peer_start(len, 6);
+    nxl_agent_t *A = initiator(NULL, 0);
+    peer_learn(A, &p);
+    unsigned char *buf = malloc(len);
+    tl_fill(buf, len, 8);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = len};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    deny_cma();
+    size_t lo[2] = {0, 2u << 20}, ro[2] = {0, 2u << 20}, ln[2] = {2u << 20, 2u << 20};
+    ck_assert(xfer(A, NXL_WRITE, buf, p.addr, lo, ro, ln, 1, NULL, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    memset(buf + (2u << 20), 0, 2u << 20);
+    ck_assert(xfer(A, NXL_READ, buf, p.addr, lo + 1, ro + 1, ln + 1, 1, NULL, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    ck_assert_msg(count(logbuf, "refused at a transfer") == 1, "the refusal was not said once:\n%s",
+                  logbuf);
+    ck_assert_msg(strstr(logbuf, "Operation not permitted") && strstr(logbuf, "CAP_SYS_PTRACE"),
+                  "%s", logbuf);
+    /* the WRITE landed (checked by the target: this process may not look) */
+    char note[64];
+    snprintf(note, sizeof(note), "chk 8 0 %zu", (size_t)(2u << 20));
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_notif_send(A, "T", note, strlen(note), NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    nxl_future_release(f);
+    char r = 0;
+    xread(p.ans, &r, 1);
+    ck_assert_msg(r == 'k', "the WRITE through UCX did not land right");
+    /* the READ brought the target's pattern (seed 6) of its second half */
+    unsigned char *want = malloc(len);
+    tl_fill(want, len, 6);
+    ck_assert(!memcmp(buf + (2u << 20), want + (2u << 20), 2u << 20));
+    nxl_agent_destroy(A);
+    peer_stop(&p);
+    free(want);
+    free(buf);
+}
+END_TEST
+
+/* bounds and revocation: outside the region is refused before anything
+ * moves; after the target deregisters, posts are refused */
+START_TEST(t_cma_bounds_revoked)
+{
+    size_t len = 1u << 20;
+    peer_t p = peer_start(len, 2);
+    nxl_agent_t *A = initiator(NULL, 0);
+    peer_learn(A, &p);
+    unsigned char *buf = calloc(1, 2 * len);
+    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = 2 * len};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    peer_teach(A, &p); /* it tells those it knows of its deregistrations */
+    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len + 1}, r = {.addr = p.addr, .len = len + 1};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_ne(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert(is_sentence(nxl_agent_last_error(A)));
+    l.len = r.len = len;
+    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, st_cb, NULL, NULL), NXL_SUCCESS);
+    ndone = 0;
+    ck_assert(tl_run_until(A, &ndone, 1, 10000) && last_st == NXL_SUCCESS);
+    char k = 'd';
+    ck_assert(write(p.cmd, &k, 1) == 1);
+    xread(p.ans, &k, 1);
+    ck_assert_int_eq(k, 'D');
+    /* the revocation travels as a UCX message: run until it is in */
+    nxl_status_t st = NXL_SUCCESS;
+    for (uint64_t end = tl_now_ms() + 5000; tl_now_ms() < end;) {
+        nxl_agent_run_once(A, 10);
+        ndone = 0;
+        st = nxl_xfer_post(x, st_cb, NULL, NULL);
+        if (st != NXL_SUCCESS)
+            break;
+        ck_assert(tl_run_until(A, &ndone, 1, 10000));
+    }
+    ck_assert_msg(st == NXL_ERR_NOT_FOUND, "a post into a deregistered region: %s",
+                  nxl_status_name(st));
+    nxl_xfer_release(x);
+    nxl_agent_destroy(A);
+    peer_stop(&p);
+    free(buf);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -207,5 +699,14 @@ int main(void)
     tcase_add_test(tt, t_destroy_inflight);
     tcase_add_test(tt, t_log_routed);
     suite_add_tcase(s, tt);
+    TCase *tm = tcase_create("cma");
+    tcase_add_checked_fixture(tm, setup_shm, NULL);
+    tcase_set_timeout(tm, 60);
+    tcase_add_test(tm, t_cma_stopped);
+    tcase_add_test(tm, t_cma_off);
+    tcase_add_test(tm, t_cma_peer_killed);
+    tcase_add_test(tm, t_cma_refused);
+    tcase_add_test(tm, t_cma_bounds_revoked);
+    suite_add_tcase(s, tm);
     return tl_run(s);
 }

@@ -1,8 +1,9 @@
 /* libFuzzer harness: what nxl itself parses of a peer's transport blobs
  * (connection info, memory keys) before handing anything to a transport
  * library — the same header-only parsers the transports call:
- *   UCX        the "nxlucx\0\1" header and flags (the worker address and
- *              rkeys after it are UCX's to unpack, not fuzzed here)
+ *   UCX        the "nxlucx\0\1" header and flags, and version 2's
+ *              cross-memory attach identity (the worker address and rkeys
+ *              after it are UCX's to unpack, not fuzzed here)
  *   LIBFABRIC  "LFC2" (and "LFC1") connection info, "LFK1" keys
  *   CUDA       connection info, VRAM keys (region inside its allocation)
  *   POSIX/OBJ  magic, token, registration id
@@ -35,11 +36,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned flags;
         const void *addr;
         size_t al;
-        if (ucx_ci_parse(in, n, &flags, &addr, &al) == 0) {
-            CHECK(al && (const uint8_t *)addr == in + CI_HDR && CI_HDR + al == n);
+        ucx_ci_cma_t cma;
+        if (ucx_ci_parse(in, n, &flags, &cma, &addr, &al) == 0) {
+            size_t h = ucx_ci_hdr(flags);
+            CHECK(al && (const uint8_t *)addr == in + h && h + al == n);
+            CHECK(h == ((flags & CI_CMA) ? (size_t)CI_HDR + 2 + CI_CMA_LEN : (size_t)CI_HDR));
             uint8_t *out = malloc(n);
             CHECK(out);
-            ucx_ci_pack(out, flags, addr, al);
+            ucx_ci_pack(out, flags, &cma, addr, al);
             CHECK(!memcmp(out, in, n));
             free(out);
         }

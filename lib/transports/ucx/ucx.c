@@ -11,11 +11,27 @@
  * the flush completing means the data is at the target, and only then is
  * the notification sent as an active message. While operations are in
  * flight a slow timer keeps progressing the worker so that UCX's keepalive
- * notices a dead peer even when no fd wakes us. */
+ * notices a dead peer even when no fd wakes us.
+ *
+ * Same host: UCX 1.13 moves puts and gets into memory it did not allocate
+ * as messages the target must progress. To a peer on this host (same boot
+ * id and pid namespace, advertised in the connection info and proved by
+ * reading a cookie out of the peer) the transport copies itself, one-sided,
+ * with process_vm_writev / process_vm_readv into the peer's registered
+ * regions ("cross-memory attach", as UCX's own cma transport does for
+ * rendezvous): in slices of the reactor's time, the notification (a UCX
+ * message) only after the last byte landed. The peer is held by a pidfd:
+ * checked before every system call, so that a pid that died is never
+ * written to again (a recycled pid is another process), and watched in
+ * the reactor, so that its transfers fail as soon as it exits. A kernel
+ * that refuses (ptrace rules) sends the transfers back to UCX. */
 #include "config.h"
 #include <nxl/transport.h>
 
+#include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -24,7 +40,12 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 #include <ucs/debug/log_def.h>
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
@@ -36,6 +57,15 @@
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
+#define CMA_SLICE_US 200 /* cross-memory attach: longest run of copies before the loop's turn */
+#define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+#define CMA_MAGIC 0x6e786c636d610001ull /* "nxlcma", 0, 1: before the cookie's random value */
+enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
+enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
 typedef struct ucx_conn ucx_conn_t;
 
@@ -74,6 +104,19 @@ typedef struct ucx_state {
     struct ucx_md **regs;       /* registered regions, sorted by address: AM_WRITE targets */
     size_t nregs, capregs;
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
+    int cma_mode;               /* CMA_OFF, CMA_AUTO, CMA_ON */
+    bool cma_here;              /* our identity is known: advertised in the connection info */
+    ucx_ci_cma_t cma_me;
+    volatile uint64_t cma_cookie[2]; /* CMA_MAGIC and a random value: peers read them to
+                                      * prove they reach this process */
+    size_t cma_chunk;           /* bytes a system call copies at most */
+    TAILQ_HEAD(, ucx_op) cma_q; /* transfers being copied, in order */
+    struct event *ev_cma;       /* continues the copies on the next turn */
+    uint64_t cma_burst_end;     /* copies inside calls stop here... */
+    bool cma_defer;             /* ... and then wait for the loop's turn */
+    bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
+    struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
+    uint64_t cma_xfers, cma_bytes; /* statistics */
     bool is_live;               /* on live_list */
     LIST_ENTRY(ucx_state) live; /* every instance of the process */
 } ucx_t;
@@ -96,8 +139,19 @@ struct ucx_conn {
     ucs_status_t why;
     unsigned inflight;          /* ops reported to the engine not yet */
     uint64_t progress_us;       /* last completion (or first post) of an op on it */
+    int cma;                    /* CMA_NONE, CMA_READY, CMA_REFUSED */
+    int pidfd;                  /* the peer's process, while cma is CMA_READY (or -1) */
+    pid_t pid;
+    struct event *ev_pid;       /* the peer's process exited */
     LIST_ENTRY(ucx_conn) link;
 };
+
+/* a remote region's key: UCX's, and whether UCX maps it here itself
+ * (memory it allocated, on shared memory: its puts are one-sided) */
+typedef struct ucx_rkey {
+    ucp_rkey_h rk;
+    int mapped; /* -1 not asked yet */
+} ucx_rkey_t;
 
 typedef struct ucx_md {
     ucp_mem_h memh;
@@ -170,6 +224,12 @@ typedef struct ucx_op {
     void *notif;                /* [u16 name length][name][message] */
     size_t notif_len;
     LIST_ENTRY(ucx_op) link;
+    /* cross-memory attach: the elements, and how far the copies got */
+    nxlt_iov_t *iov;
+    size_t n, at, off;
+    bool read, queued;
+    TAILQ_ENTRY(ucx_op) cq;
+    char *why;                  /* a sentence of its own for a failure (malloc'd) */
 } ucx_op_t;
 
 
@@ -420,10 +480,23 @@ static void op_started(ucx_t *u)
 
 /* -------------------------------------------------------- connections */
 
+static void cma_close(ucx_conn_t *c)
+{
+    if (c->ev_pid)
+        event_free(c->ev_pid);
+    c->ev_pid = NULL;
+    if (c->pidfd >= 0)
+        close(c->pidfd);
+    c->pidfd = -1;
+    if (c->cma == CMA_READY)
+        c->cma = CMA_NONE;
+}
+
 static void conn_put(ucx_conn_t *c)
 {
     if (--c->refs)
         return;
+    cma_close(c);
     LIST_REMOVE(c, link);
     free(c->peer_addr);
     free(c->name);
@@ -527,10 +600,22 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     conn_fail(c, status, false);
 }
 
+static bool pidfd_exited(int fd);
+
 static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
 {
     if (c->failed)
         return;
+    if (c->pidfd >= 0 && pidfd_exited(c->pidfd)) {
+        /* a peer on this host: say what happened to it */
+        char why[300];
+        snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: its process (pid %d) "
+                 "exited (reload its metadata once it is back)", c->name, (int)c->pid);
+        ucx_op_t *o;
+        LIST_FOREACH(o, &c->u->ops, link)
+        if (o->conn == c && o->op && !o->why)
+            o->why = strdup(why);
+    }
     c->failed = true;
     c->stalled = stalled;
     c->why = status;
@@ -556,12 +641,172 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     }
 }
 
+/* ---- cross-memory attach: who we are, and may we reach a peer
+ *
+ * A peer advertises its boot id, pid namespace, pid and the address and
+ * value of a cookie of its own. Same boot id and pid namespace: its pid
+ * means the same process here. A pidfd on it, then a process_vm_readv of
+ * the cookie, prove that the pid is that process (a recycled pid would
+ * not hold the cookie there) and that the kernel lets us attach. */
+
+static int pidfd_open_(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* has the process behind the pidfd exited? */
+static bool pidfd_exited(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    return poll(&pf, 1, 0) > 0;
+}
+
+static bool cma_identity(ucx_ci_cma_t *me, char *why, size_t cap)
+{
+    char b[64] = "";
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, b, sizeof(b) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    size_t k = 0;
+    for (ssize_t i = 0; i < n && k < 32; i++) {
+        char ch = b[i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (v < 0)
+            continue;
+        me->boot[k / 2] = (unsigned char)(k % 2 ? me->boot[k / 2] | v : v << 4);
+        k++;
+    }
+    if (k != 32) {
+        snprintf(why, cap, "/proc/sys/kernel/random/boot_id unreadable");
+        return false;
+    }
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0) {
+        snprintf(why, cap, "/proc/self/ns/pid: %s", strerror(errno));
+        return false;
+    }
+    me->ns_dev = (uint64_t)st.st_dev;
+    me->ns_ino = (uint64_t)st.st_ino;
+    me->pid = (uint32_t)getpid();
+    int pf = pidfd_open_(getpid());
+    if (pf < 0) {
+        snprintf(why, cap, "pidfd_open: %s", strerror(errno));
+        return false;
+    }
+    close(pf);
+    return true;
+}
+
+/* Yama's ptrace_scope, in words, for the sentence of a refusal */
+static const char *ptrace_scope_words(char *buf, size_t cap)
+{
+    int fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
+    char b[8] = "";
+    ssize_t n = fd >= 0 ? read(fd, b, sizeof(b) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return "Yama is not active here (no /proc/sys/kernel/yama/ptrace_scope)";
+    switch (b[0]) {
+    case '0':
+        return "/proc/sys/kernel/yama/ptrace_scope is 0 (the classic rules)";
+    case '1':
+        return "/proc/sys/kernel/yama/ptrace_scope is 1: only a process's ancestors may attach, "
+               "or a process it named with prctl(PR_SET_PTRACER, ...)";
+    case '2':
+        return "/proc/sys/kernel/yama/ptrace_scope is 2: only with CAP_SYS_PTRACE";
+    default:
+        snprintf(buf, cap, "/proc/sys/kernel/yama/ptrace_scope is %c: attaching is off", b[0]);
+        return buf;
+    }
+}
+
+/* The kernel refused to let us reach the peer: its transfers go through
+ * UCX from now on. Said once as a warning, then as info. */
+static void cma_refused(ucx_t *u, ucx_conn_t *c, int err, const char *when)
+{
+    char sb[96];
+    nxlt_log(u->ctx, u->cma_refusal_said ? NXL_LOG_INFO : NXL_LOG_WARN,
+             "UCX: cross-memory attach to agent '%s' (pid %d, this host) refused %s: "
+             "process_vm_readv/writev: %s; its transfers go through UCX instead. The kernel "
+             "allows it to a process of the same uid that stayed dumpable, or with "
+             "CAP_SYS_PTRACE; %s. Parameter cma=off stops trying",
+             c->name, (int)c->pid, when, strerror(err), ptrace_scope_words(sb, sizeof(sb)));
+    u->cma_refusal_said = true;
+    cma_close(c);
+    c->cma = CMA_REFUSED;
+}
+
+static void on_pid_exit(evutil_socket_t fd, short what, void *arg)
+{
+    ucx_conn_t *c = arg;
+    nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: the process of agent '%s' (pid %d) exited",
+             c->name, (int)c->pid);
+    if (!c->failed)
+        conn_fail(c, UCS_ERR_CONNECTION_RESET, false); /* says the process exited */
+    cma_close(c);
+}
+
+static void cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
+{
+    if (memcmp(p->boot, u->cma_me.boot, 16) || p->ns_dev != u->cma_me.ns_dev ||
+        p->ns_ino != u->cma_me.ns_ino) {
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' is on another host or in another pid "
+                 "namespace: no cross-memory attach", c->name);
+        return;
+    }
+    c->pid = (pid_t)p->pid;
+    if (c->pid <= 0 || c->pid == (pid_t)u->cma_me.pid)
+        return; /* this process's own agents are live ones (c->local): a stale info */
+    int fd = pidfd_open_(c->pid);
+    if (fd < 0) {
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s': pidfd_open(%d): %s; no cross-memory "
+                 "attach (the process is gone?)", c->name, (int)c->pid, strerror(errno));
+        return;
+    }
+    /* the magic and the random value side by side: what only an nxl
+     * agent's own memory holds, at an address only it announced */
+    uint64_t v[2] = {0, 0};
+    struct iovec l = {v, sizeof(v)}, r = {(void *)(uintptr_t)p->cookie_addr, sizeof(v)};
+    ssize_t k = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
+    int err = errno;
+    if (k < 0 && (err == EPERM || err == EACCES)) {
+        close(fd);
+        cma_refused(u, c, err, "at connection");
+        return;
+    }
+    if (k != (ssize_t)sizeof(v) || v[0] != CMA_MAGIC || v[1] != p->cookie || pidfd_exited(fd)) {
+        close(fd);
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: pid %d on this host is not agent '%s' any more "
+                 "(%s): no cross-memory attach; its metadata is stale?", (int)c->pid, c->name,
+                 k < 0 ? strerror(err) : "its cookie is not there");
+        return;
+    }
+    c->pidfd = fd;
+    c->cma = CMA_READY;
+    c->ev_pid = event_new(nxlt_base(u->ctx), fd, EV_READ, on_pid_exit, c);
+    if (!c->ev_pid || event_add(c->ev_pid, NULL)) {
+        cma_close(c); /* not watched: not used */
+        return;
+    }
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' (pid %d) is reached by cross-memory attach",
+             c->name, (int)c->pid);
+}
+
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
                               void **out)
 {
     ucx_t *u = state;
     unsigned flags;
-    if (ucx_ci_parse(info, len, &flags, &info, &len) != 0) {
+    ucx_ci_cma_t pc;
+    if (ucx_ci_parse(info, len, &flags, &pc, &info, &len) != 0) {
         nxlt_error(u->ctx, "UCX: the connection info of agent '%s' is not this transport's "
                    "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
@@ -574,6 +819,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     c->am_write = flags & CI_AM_WRITE;
     c->u = u;
     c->refs = 1;
+    c->pidfd = -1;
     ucp_ep_params_t ep = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -598,6 +844,10 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         c->peer_addr_len = len;
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
+    /* not to another agent of this process: the process outlives the
+     * agent, and its memory stays mapped after the agent is gone */
+    if ((flags & CI_CMA) && u->cma_mode != CMA_OFF && u->cma_here && !c->local)
+        cma_connect(u, c, &pc);
     kick(u);
     *out = c;
     return NXL_SUCCESS;
@@ -607,6 +857,7 @@ static void unload_conn(void *state, void *conn)
 {
     ucx_conn_t *c = conn;
     c->unloaded = true;
+    cma_close(c);
     /* a peer known dead, or another agent of this process (which is not
      * progressed while this one tears down), would never answer a flushing
      * close: those are closed at once */
@@ -700,7 +951,7 @@ static uint64_t get_u64(const unsigned char *b)
  * sends them afterwards on the same endpoint:
  *   [u16 name length][name][u8 type][u64 dev][u64 addr][u64 len]
  * Small WRITEs into it are dropped here from now on. */
-static void revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
+static void mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
 {
     ucx_t *u = state;
     regs_remove(u, md);
@@ -819,31 +1070,41 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
 {
     ucx_t *u = state;
     ucx_conn_t *c = conn;
-    ucp_rkey_h rk;
-    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, buf, &rk);
+    ucx_rkey_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NXL_ERR_UNKNOWN;
+    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, buf, &k->rk);
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_rkey_unpack of a key of agent '%s' failed: %s", c->name,
                    ucs_status_string(st));
+        free(k);
         return NXL_ERR_BACKEND;
     }
-    *rkey = rk;
+    k->mapped = -1;
+    *rkey = k;
     return NXL_SUCCESS;
 }
 
 static void unload_key(void *state, void *rkey)
 {
-    ucp_rkey_destroy(rkey);
+    ucx_rkey_t *k = rkey;
+    ucp_rkey_destroy(k->rk);
+    free(k);
 }
 
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    unsigned char *b = malloc(CI_HDR + u->addr_len);
+    unsigned flags = CI_AM_WRITE | (u->cma_here ? CI_CMA : 0);
+    unsigned char *b = malloc(ucx_ci_hdr(flags) + u->addr_len);
     if (!b)
         return NXL_ERR_UNKNOWN;
-    ucx_ci_pack(b, CI_AM_WRITE, u->addr, u->addr_len);
+    ucx_ci_cma_t me = u->cma_me;
+    me.cookie_addr = (uintptr_t)u->cma_cookie;
+    me.cookie = u->cma_cookie[1];
+    ucx_ci_pack(b, flags, &me, u->addr, u->addr_len);
     *buf = b;
-    *len = CI_HDR + u->addr_len;
+    *len = ucx_ci_hdr(flags) + u->addr_len;
     return NXL_SUCCESS;
 }
 
@@ -892,11 +1153,17 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
                  "(link down, or the peer hung); the connection is given up — reload its "
                  "metadata once it is reachable", o->conn->name,
                  (unsigned long long)(o->u->stall_us / 1000));
+    else if (ns != NXL_SUCCESS && o->why)
+        snprintf(why, sizeof(why), "%s", o->why);
     op_done(o, ns, ns == NXL_SUCCESS ? NULL : why);
 }
 
 static void op_free(ucx_op_t *o)
 {
+    if (o->queued)
+        TAILQ_REMOVE(&o->u->cma_q, o, cq);
+    free(o->iov);
+    free(o->why);
     LIST_REMOVE(o, link);
     conn_put(o->conn);
     free(o->notif);
@@ -1141,6 +1408,306 @@ drop:
     return UCS_OK;
 }
 
+/* Posts a put or get per element of iov[0..n) — the first from byte skip
+ * on — then the endpoint flush that completes o. UCS_OK, or the status of
+ * the first put or get when that one failed at once and nothing went out
+ * (o is then untouched). Inside u->in_ucx. */
+static ucs_status_t post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_t *iov, size_t n,
+                             size_t skip)
+{
+    ucx_conn_t *c = o->conn;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH};
+    for (size_t i = 0; i < n; i++, skip = 0) {
+        const nxlt_iov_t *v = &iov[i];
+        p.memh = ((ucx_md_t *)v->lmd)->memh;
+        ucp_rkey_h rk = ((ucx_rkey_t *)v->rkey)->rk;
+        void *la = (char *)v->laddr + skip;
+        ucs_status_ptr_t r = write ? ucp_put_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p)
+                                   : ucp_get_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p);
+        if (UCS_PTR_IS_ERR(r)) {
+            if (i == 0)
+                return UCS_PTR_STATUS(r); /* nothing went out */
+            o->st = UCS_PTR_STATUS(r);
+            break;
+        }
+        if (r)
+            ucp_request_free(r); /* completes on its own; the flush below waits for it */
+    }
+    ucp_request_param_t fp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = flush_done,
+        .user_data = o,
+    };
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(c->ep, &fp);
+    if (!UCS_PTR_IS_PTR(r))
+        flush_done(NULL, UCS_PTR_STATUS(r), o);
+    return UCS_OK;
+}
+
+/* ---- cross-memory attach: the copies
+ *
+ * A transfer to a peer reached by cross-memory attach is queued and copied
+ * with process_vm_writev / process_vm_readv, up to IOV_MAX elements and
+ * cma_chunk bytes a call. Copies run inside post() (the transfer starts
+ * at once) and then from a zero-delay timer, each run at most
+ * CMA_SLICE_US long, so that a 16 MiB transfer does not hold the loop for
+ * its whole copy. When the last byte has landed, the notification goes
+ * out as a UCX message, as after a flush. */
+
+static void cma_kick(ucx_t *u)
+{
+    static const struct timeval zero = {0, 0};
+    u->cma_defer = true;
+    if (!evtimer_pending(u->ev_cma, NULL))
+        evtimer_add(u->ev_cma, &zero);
+}
+
+/* Which transfers go this way: DRAM on both sides, to a peer reached by
+ * cross-memory attach, into regions UCX does not map here itself (with
+ * cma=auto: memory UCX allocated, on shared memory, it writes one-sided
+ * and faster) */
+static bool cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    if (c->cma != CMA_READY || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM || !x->n)
+        return false;
+    if (u->cma_mode == CMA_AUTO)
+        for (size_t i = 0; i < x->n; i++) {
+            ucx_rkey_t *k = x->iov[i].rkey;
+            if (k->mapped < 0) {
+                void *ptr;
+                k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
+            }
+            if (k->mapped)
+                return false;
+        }
+    return true;
+}
+
+static void cma_fail(ucx_op_t *o, ucs_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void cma_fail(ucx_op_t *o, ucs_status_t st, const char *fmt, ...)
+{
+    char b[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof(b), fmt, ap);
+    va_end(ap);
+    free(o->why);
+    o->why = strdup(b);
+    op_finish(o, st);
+}
+
+/* The peer's process is gone: the transfer fails, and the connection
+ * with it, from the loop */
+static void cma_peer_gone(ucx_op_t *o)
+{
+    ucx_conn_t *c = o->conn;
+    pid_t pid = c->pid;
+    cma_close(c);
+    c->cma = CMA_NONE;
+    if (!c->fail_deferred && !c->failed) {
+        c->fail_deferred = true;
+        c->why = UCS_ERR_CONNECTION_RESET;
+    }
+    kick(o->u);
+    cma_fail(o, UCS_ERR_CONNECTION_RESET, "UCX: transfer to agent '%s' failed: its process "
+             "(pid %d) exited during the transfer; nothing more was written to that pid",
+             c->name, (int)pid);
+}
+
+/* the rest of o through UCX (the peer refused cross-memory attach) */
+static void cma_to_ucx(ucx_t *u, ucx_op_t *o)
+{
+    TAILQ_REMOVE(&u->cma_q, o, cq);
+    o->queued = false;
+    if (!o->conn->ep) {
+        op_finish(o, UCS_ERR_CANCELED);
+        return;
+    }
+    u->in_ucx++;
+    ucs_status_t st = post_rma(u, o, !o->read, o->iov + o->at, o->n - o->at, o->off);
+    u->in_ucx--;
+    if (st != UCS_OK)
+        op_finish(o, st);
+}
+
+/* every byte of o is there: the notification, or the op is done */
+static void cma_complete(ucx_t *u, ucx_op_t *o)
+{
+    TAILQ_REMOVE(&u->cma_q, o, cq);
+    o->queued = false;
+    if (!o->op)
+        op_free(o);
+    else if (o->notif && !nxlt_op_canceled(o->op))
+        send_notif(o);
+    else
+        op_finish(o, UCS_OK);
+}
+
+/* One system call: the head of the queue and the transfers behind it to
+ * the same peer in the same direction (transfers posted in one turn go in
+ * one call), up to IOV_MAX pieces and cma_chunk bytes. */
+static void cma_step(ucx_t *u)
+{
+    ucx_op_t *h = TAILQ_FIRST(&u->cma_q), *o;
+    ucx_conn_t *c = h->conn;
+    size_t cnt = 0, bytes = 0;
+    for (o = h; o && cnt < IOV_MAX && bytes < u->cma_chunk; o = TAILQ_NEXT(o, cq)) {
+        if (o->conn != c || o->read != h->read || !o->op)
+            break;
+        size_t i = o->at, off = o->off;
+        while (i < o->n && cnt < IOV_MAX && bytes < u->cma_chunk) {
+            const nxlt_iov_t *v = &o->iov[i];
+            size_t take = v->len - off;
+            if (take > u->cma_chunk - bytes)
+                take = u->cma_chunk - bytes;
+            if (take) {
+                u->cma_liov[cnt] = (struct iovec){(char *)v->laddr + off, take};
+                u->cma_riov[cnt] = (struct iovec){(void *)(uintptr_t)(v->raddr + off), take};
+                cnt++;
+            }
+            bytes += take;
+            off += take;
+            if (off == v->len)
+                i++, off = 0;
+        }
+        if (i < o->n)
+            break; /* o is the last one in this call */
+    }
+    ssize_t k = 0;
+    if (cnt) {
+        /* never a pid whose process has exited: it may be another one now */
+        if (c->pidfd < 0 || pidfd_exited(c->pidfd)) {
+            cma_peer_gone(h);
+            return;
+        }
+        k = h->read ? process_vm_readv(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0)
+                    : process_vm_writev(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0);
+        if (k <= 0) { /* the first piece, the head's, failed */
+            int err = k < 0 ? errno : EFAULT;
+            if (err == EPERM || err == EACCES) {
+                cma_refused(u, c, err, "at a transfer"); /* the pump sends them to UCX */
+            } else if (err == ESRCH) {
+                cma_peer_gone(h);
+            } else {
+                cma_fail(h, err == EFAULT ? UCS_ERR_INVALID_ADDR : UCS_ERR_IO_ERROR,
+                         "UCX: %s agent '%s' by cross-memory attach failed: %s: %s",
+                         h->read ? "READ from" : "WRITE to", c->name,
+                         h->read ? "process_vm_readv" : "process_vm_writev",
+                         err == EFAULT ? "an address is not mapped (at the peer: a region freed "
+                                         "without being deregistered?)"
+                                       : strerror(err));
+            }
+            return;
+        }
+        u->cma_bytes += (uint64_t)k;
+    }
+    /* advance by what was copied (short: the next call names the fault) */
+    size_t left = (size_t)k;
+    for (o = h; o;) {
+        ucx_op_t *next = TAILQ_NEXT(o, cq);
+        while (o->at < o->n) {
+            size_t rest = o->iov[o->at].len - o->off;
+            if (left < rest) {
+                o->off += left;
+                left = 0;
+                break;
+            }
+            left -= rest;
+            o->at++;
+            o->off = 0;
+        }
+        if (o->at < o->n)
+            break;
+        cma_complete(u, o);
+        o = next;
+        if (!left && o && o->iov[o->at].len)
+            break; /* nothing of it was in this call */
+    }
+}
+
+/* copies queued transfers until the queue is empty or the slice is used */
+static void cma_pump(ucx_t *u, uint64_t end)
+{
+    ucx_op_t *o;
+    while ((o = TAILQ_FIRST(&u->cma_q))) {
+        if (!o->op) { /* reported already: its connection failed */
+            op_free(o);
+            continue;
+        }
+        if (nxlt_op_canceled(o->op)) {
+            /* NXLT_CAP_CANCEL_WAITS: between two calls no copy of it is in
+             * the kernel, so it ends here, its notification not sent */
+            op_finish(o, UCS_OK);
+            continue;
+        }
+        if (o->conn->unloaded) {
+            cma_fail(o, UCS_ERR_CANCELED, "UCX: transfer to agent '%s' canceled: its metadata "
+                     "was unloaded during the transfer", o->conn->name);
+            continue;
+        }
+        if (o->conn->cma != CMA_READY) { /* refused, or the peer went, meanwhile */
+            if (o->conn->cma == CMA_REFUSED)
+                cma_to_ucx(u, o);
+            else
+                cma_peer_gone(o);
+            continue;
+        }
+        cma_step(u);
+        if (nxlt_now_us() >= end)
+            break;
+    }
+    if (!TAILQ_EMPTY(&u->cma_q))
+        cma_kick(u);
+}
+
+static void on_cma(evutil_socket_t fd, short what, void *arg)
+{
+    ucx_t *u = arg;
+    u->cma_defer = false;
+    u->in_ucx++;
+    cma_pump(u, nxlt_now_us() + CMA_SLICE_US);
+    u->in_ucx--;
+    deferred_failures(u);
+}
+
+static nxl_status_t post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif, x->notif_len,
+                         x->notif != NULL);
+    nxlt_iov_t *iov = o ? malloc(x->n * sizeof(*iov)) : NULL;
+    if (!iov) {
+        if (o) {
+            o->op = NULL;
+            u->inflight--;
+            c->inflight--;
+            op_free(o);
+        }
+        return NXL_ERR_UNKNOWN;
+    }
+    memcpy(iov, x->iov, x->n * sizeof(*iov));
+    o->iov = iov;
+    o->n = x->n;
+    o->read = x->op == NXL_READ;
+    o->queued = true;
+    TAILQ_INSERT_TAIL(&u->cma_q, o, cq);
+    u->cma_xfers++;
+    /* start now, unless this turn's slice is spent, or this is posted from
+     * a callback: then with the others posted in this turn, in one call */
+    if (!u->cma_defer && !nxlt_in_callback(u->ctx)) {
+        uint64_t now = nxlt_now_us();
+        if (now >= u->cma_burst_end)
+            u->cma_burst_end = now + CMA_SLICE_US;
+        u->in_ucx++;
+        cma_pump(u, u->cma_burst_end);
+        u->in_ucx--;
+    } else {
+        cma_kick(u);
+    }
+    kick(u);
+    return NXL_SUCCESS;
+}
+
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
 {
     ucx_t *u = state;
@@ -1157,46 +1724,25 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         default:
             break; /* too large: puts, a flush, then the notification */
         }
+    if (cma_usable(u, c, x))
+        return post_cma(u, op, c, x);
     ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif, x->notif_len,
                          x->notif != NULL);
     if (!o)
         return NXL_ERR_UNKNOWN;
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH};
     u->in_ucx++;
-    for (size_t i = 0; i < x->n; i++) {
-        const nxlt_iov_t *v = &x->iov[i];
-        p.memh = ((ucx_md_t *)v->lmd)->memh;
-        ucs_status_ptr_t r = x->op == NXL_WRITE
-                                 ? ucp_put_nbx(c->ep, v->laddr, v->len, v->raddr, v->rkey, &p)
-                                 : ucp_get_nbx(c->ep, v->laddr, v->len, v->raddr, v->rkey, &p);
-        if (UCS_PTR_IS_ERR(r)) {
-            if (i == 0) {
-                /* nothing went out: fail the call itself */
-                nxlt_error(u->ctx, "UCX: %s to agent '%s' failed at once: %s",
-                           x->op == NXL_WRITE ? "ucp_put_nbx" : "ucp_get_nbx", c->name,
-                           ucs_status_string(UCS_PTR_STATUS(r)));
-                o->op = NULL;
-                u->inflight--;
-                c->inflight--;
-                op_free(o);
-                u->in_ucx--;
-                return map_status(c, UCS_PTR_STATUS(r));
-            }
-            o->st = UCS_PTR_STATUS(r);
-            break;
-        }
-        if (r)
-            ucp_request_free(r); /* completes on its own; the flush below waits for it */
-    }
-    ucp_request_param_t fp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-        .cb.send = flush_done,
-        .user_data = o,
-    };
-    ucs_status_ptr_t r = ucp_ep_flush_nbx(c->ep, &fp);
-    if (!UCS_PTR_IS_PTR(r))
-        flush_done(NULL, UCS_PTR_STATUS(r), o);
+    ucs_status_t st = post_rma(u, o, x->op == NXL_WRITE, x->iov, x->n, 0);
     u->in_ucx--;
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: %s to agent '%s' failed at once: %s",
+                   x->op == NXL_WRITE ? "ucp_put_nbx" : "ucp_get_nbx", c->name,
+                   ucs_status_string(st));
+        o->op = NULL;
+        u->inflight--;
+        c->inflight--;
+        op_free(o);
+        return map_status(c, st);
+    }
     kick(u);
     return NXL_SUCCESS;
 }
@@ -1317,14 +1863,14 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
     static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
-                                        "stall_timeout", "am_write_max"};
+                                        "stall_timeout", "am_write_max", "cma", "cma_chunk"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
-                       "shm_error_handling, stall_timeout, am_write_max)", params[i].key);
+                       "shm_error_handling, stall_timeout, am_write_max, cma, cma_chunk)", params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
@@ -1362,10 +1908,49 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         }
         am_max = (size_t)v;
     }
+    int cma_mode = CMA_AUTO;
+    const char *cmv = param(params, n, "cma");
+    if (cmv) {
+        if (!strcmp(cmv, "auto"))
+            cma_mode = CMA_AUTO;
+        else if (!strcmp(cmv, "on") || !strcmp(cmv, "y") || !strcmp(cmv, "yes") || !strcmp(cmv, "1"))
+            cma_mode = CMA_ON;
+        else if (!strcmp(cmv, "off") || !strcmp(cmv, "n") || !strcmp(cmv, "no") || !strcmp(cmv, "0"))
+            cma_mode = CMA_OFF;
+        else {
+            nxlt_error(ctx, "UCX: cma '%s' is not auto, on or off (cross-memory attach to peers "
+                       "on this host)", cmv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    /* cma=auto follows the UCX transports asked for: with shared memory
+     * left out (tls=tcp: a network, or hosts in network namespaces, to go
+     * through) nothing goes around it */
+    bool cma_tls = !tl || (tl[0] == '^' ? !strstr(tl, "sm") && !strstr(tl, "cma")
+                                        : strstr(tl, "all") || strstr(tl, "sm") ||
+                                              strstr(tl, "cma") || strstr(tl, "mm") ||
+                                              strstr(tl, "posix") || strstr(tl, "sysv"));
+    if (cma_mode == CMA_AUTO && !cma_tls)
+        cma_mode = CMA_OFF;
+    size_t cma_chunk = CMA_CHUNK_DEFAULT;
+    const char *ccv = param(params, n, "cma_chunk");
+    if (ccv) {
+        char *end;
+        unsigned long long v = strtoull(ccv, &end, 10);
+        if (end == ccv || *end || v < 1 || v > (1ull << 30)) {
+            nxlt_error(ctx, "UCX: cma_chunk '%s' is not a byte count from 1 to 1073741824 (bytes "
+                       "one cross-memory attach system call copies at most)", ccv);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        cma_chunk = (size_t)v;
+    }
     ucx_t *u = calloc(1, sizeof(*u));
     if (!u)
         return NXL_ERR_UNKNOWN;
     u->ctx = ctx;
+    u->cma_mode = cma_mode;
+    u->cma_chunk = cma_chunk;
+    TAILQ_INIT(&u->cma_q);
     u->am_write_max = am_max;
     u->stall_us = stall_ms * 1000;
     u->efd = -1;
@@ -1467,20 +2052,38 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, on_efd, u);
     u->ev_kick = evtimer_new(base, on_kick, u);
     u->ev_watch = evtimer_new(base, on_watch, u);
-    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch ||
+    u->ev_cma = evtimer_new(base, on_cma, u);
+    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch || !u->ev_cma ||
         event_add(u->ev_efd, NULL)) {
         nxlt_error(ctx, "UCX: setting up the worker in the reactor failed (%s)",
                    ucs_status_string(st));
         destroy(u);
         return NXL_ERR_BACKEND;
     }
+    if (u->cma_mode != CMA_OFF) {
+        char why[160];
+        u->cma_liov = malloc(2 * IOV_MAX * sizeof(struct iovec));
+        u->cma_riov = u->cma_liov ? u->cma_liov + IOV_MAX : NULL;
+        uint64_t ck = 0;
+        if (getrandom(&ck, sizeof(ck), GRND_NONBLOCK) != sizeof(ck))
+            ck = nxlt_now_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
+                 (uint64_t)(uintptr_t)u;
+        u->cma_cookie[0] = CMA_MAGIC;
+        u->cma_cookie[1] = ck | 1;
+        if (!u->cma_liov)
+            nxlt_log(ctx, NXL_LOG_WARN, "UCX: out of memory: no cross-memory attach");
+        else if (!(u->cma_here = cma_identity(&u->cma_me, why, sizeof(why))))
+            nxlt_log(ctx, NXL_LOG_INFO, "UCX: no cross-memory attach to peers on this host: %s",
+                     why);
+    }
     live_add(u);
     kick(u);
-    nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s)",
-             ucp_get_version_string(), u->desc,
+    nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s); cross-memory "
+             "attach to peers on this host: %s", ucp_get_version_string(), u->desc,
              strstr(u->desc, "rc") || strstr(u->desc, "ud") || strstr(u->desc, "dc")
                  ? "with RDMA"
-                 : "shared memory and TCP, no RDMA");
+                 : "shared memory and TCP, no RDMA",
+             !u->cma_here ? "off" : u->cma_mode == CMA_ON ? "on" : "auto");
     *out = u;
     return NXL_SUCCESS;
 }
@@ -1496,7 +2099,7 @@ static bool holds_requests(ucx_t *u)
         return true;
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
-    if (!o->conn->forced)
+    if (!o->conn->forced && !o->queued)
         return true;
     return false;
 }
@@ -1509,7 +2112,7 @@ static bool live_ops(ucx_t *u)
 {
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
-    if (o->op && o->conn->ep && !o->conn->failed && !o->conn->fail_deferred &&
+    if (o->op && !o->queued && o->conn->ep && !o->conn->failed && !o->conn->fail_deferred &&
         (!o->conn->local || live_elsewhere(o->conn)))
         return true;
     return false;
@@ -1551,9 +2154,13 @@ static void destroy(void *state)
 {
     ucx_t *u = state;
     quiesce(u);
+    /* copies not done: nothing of theirs is in UCX or the kernel */
+    while (!TAILQ_EMPTY(&u->cma_q))
+        op_free(TAILQ_FIRST(&u->cma_q));
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
+        cma_close(c);
         if (c->ep) {
             ep_close(u, c->ep, true);
             c->ep = NULL;
@@ -1601,6 +2208,9 @@ static void destroy(void *state)
         event_free(u->ev_kick);
     if (u->ev_watch)
         event_free(u->ev_watch);
+    if (u->ev_cma)
+        event_free(u->ev_cma);
+    free(u->cma_liov);
     if (u->w)
         ucp_worker_destroy(u->w);
     /* ops UCX never called back for: their requests died with the worker */
@@ -1637,7 +2247,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .destroy = destroy,
     .reg = reg,
     .dereg = dereg,
-    .revoke = revoke,
+    .revoke = mem_revoke,
     .pack_key = pack_key,
     .mem_alloc = mem_alloc,
     .mem_free = mem_free,

@@ -1,38 +1,119 @@
-/* What nxl itself reads of a UCX peer's connection info: the magic and the
- * flags byte; the rest is UCX's worker address, which only UCX unpacks
- * (README "Trust"). Header-only, without UCX, so that tests/fuzz/fuzz_wire.c
- * calls the same code as the transport. */
+/* What nxl itself reads of a UCX peer's connection info: the magic, the
+ * flags byte and, in version 2, the peer's same-host identity for
+ * cross-memory attach; the rest is UCX's worker address, which only UCX
+ * unpacks (README "Trust"). Header-only, without UCX, so that
+ * tests/fuzz/fuzz_wire.c calls the same code as the transport.
+ *
+ *   version 1: [magic "nxlucx\0\1"][flags][UCX worker address]
+ *   version 2: [magic "nxlucx\0\2"][flags, CI_CMA set][u16 CI_CMA_LEN]
+ *              [the CMA identity: boot id (16), u64 pid namespace device,
+ *              u64 pid namespace inode, u32 pid, u64 cookie address,
+ *              u64 cookie][UCX worker address]
+ *
+ * Integers big-endian. A peer that does not advertise cross-memory attach
+ * sends version 1, byte for byte what nxl sent before version 2; an nxl
+ * that knows only version 1 refuses a version 2 info with a sentence. */
 #ifndef NXL_UCX_WIRE_H
 #define NXL_UCX_WIRE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
-/* Connection info: this magic, a flags byte, then UCX's worker address. */
+/* Connection info: this magic (its last byte the version), a flags byte,
+ * then UCX's worker address. */
 static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_HDR 9
 #define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
+#define CI_CMA 0x02      /* version 2: the peer's identity for cross-memory attach follows */
+#define CI_CMA_LEN 52
 
-/* writes the header and addr to out (CI_HDR + addr_len bytes) */
-static inline void ucx_ci_pack(unsigned char *out, unsigned flags, const void *addr,
-                               size_t addr_len)
+/* A peer's identity for cross-memory attach: same host (boot id), same pid
+ * namespace (its /proc/self/ns/pid), its pid, and an 8-byte cookie at an
+ * address of its own, read through process_vm_readv to prove that the pid
+ * is that process and that the kernel lets us reach it. */
+typedef struct ucx_ci_cma {
+    unsigned char boot[16];
+    uint64_t ns_dev, ns_ino;
+    uint32_t pid;
+    uint64_t cookie_addr, cookie;
+} ucx_ci_cma_t;
+
+static inline void ucx_ci_put(unsigned char *b, uint64_t v, int n)
+{
+    for (int k = 0; k < n; k++)
+        b[k] = (unsigned char)(v >> (8 * (n - 1 - k)));
+}
+
+static inline uint64_t ucx_ci_get(const unsigned char *b, int n)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < n; k++)
+        v = v << 8 | b[k];
+    return v;
+}
+
+/* bytes before UCX's address: for flags with CI_CMA, version 2 */
+static inline size_t ucx_ci_hdr(unsigned flags)
+{
+    return (flags & CI_CMA) ? CI_HDR + 2 + CI_CMA_LEN : CI_HDR;
+}
+
+/* writes the header (with cma when flags has CI_CMA) and addr to out
+ * (ucx_ci_hdr(flags) + addr_len bytes) */
+static inline void ucx_ci_pack(unsigned char *out, unsigned flags, const ucx_ci_cma_t *cma,
+                               const void *addr, size_t addr_len)
 {
     memcpy(out, CI_MAGIC, sizeof(CI_MAGIC));
     out[8] = (unsigned char)flags;
-    memcpy(out + CI_HDR, addr, addr_len);
+    unsigned char *w = out + CI_HDR;
+    if (flags & CI_CMA) {
+        out[7] = 2;
+        ucx_ci_put(w, CI_CMA_LEN, 2), w += 2;
+        memcpy(w, cma->boot, 16), w += 16;
+        ucx_ci_put(w, cma->ns_dev, 8), w += 8;
+        ucx_ci_put(w, cma->ns_ino, 8), w += 8;
+        ucx_ci_put(w, cma->pid, 4), w += 4;
+        ucx_ci_put(w, cma->cookie_addr, 8), w += 8;
+        ucx_ci_put(w, cma->cookie, 8), w += 8;
+    }
+    memcpy(w, addr, addr_len);
 }
 
-/* 0 with the flags and UCX's address (inside info); -1: no nxl UCX header,
- * or no address after it */
-static inline int ucx_ci_parse(const void *info, size_t len, unsigned *flags, const void **addr,
-                               size_t *addr_len)
+/* 0 with the flags, the CMA identity (when flags has CI_CMA; cma may be
+ * NULL) and UCX's address (inside info); -1: no nxl UCX header of a
+ * version known here, a version 2 header that is not whole, or no address
+ * after it */
+static inline int ucx_ci_parse(const void *info, size_t len, unsigned *flags, ucx_ci_cma_t *cma,
+                               const void **addr, size_t *addr_len)
 {
     const unsigned char *b = info;
-    if (len <= CI_HDR || memcmp(b, CI_MAGIC, sizeof(CI_MAGIC)))
+    if (len <= CI_HDR || memcmp(b, CI_MAGIC, 7) || (b[7] != 1 && b[7] != 2))
         return -1;
-    *flags = b[8];
-    *addr = b + CI_HDR;
-    *addr_len = len - CI_HDR;
+    unsigned f = b[8];
+    /* version 1 never has CI_CMA; version 2 always has it, with its block */
+    if ((b[7] == 2) != ((f & CI_CMA) != 0))
+        return -1;
+    size_t h = ucx_ci_hdr(f);
+    if (len <= h)
+        return -1;
+    if (f & CI_CMA) {
+        const unsigned char *r = b + CI_HDR;
+        if (ucx_ci_get(r, 2) != CI_CMA_LEN)
+            return -1;
+        r += 2;
+        if (cma) {
+            memcpy(cma->boot, r, 16);
+            cma->ns_dev = ucx_ci_get(r + 16, 8);
+            cma->ns_ino = ucx_ci_get(r + 24, 8);
+            cma->pid = (uint32_t)ucx_ci_get(r + 32, 4);
+            cma->cookie_addr = ucx_ci_get(r + 36, 8);
+            cma->cookie = ucx_ci_get(r + 44, 8);
+        }
+    }
+    *flags = f;
+    *addr = b + h;
+    *addr_len = len - h;
     return 0;
 }
 
