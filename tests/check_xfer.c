@@ -68,6 +68,9 @@ typedef struct conf {
 static const conf_t confs[] = {
     {"ucx_shm", "UCX", {{0}}, 0, true, {{0}}},
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true, {{0}}},
+    /* shared memory without cross-memory attach: UCX's own puts and gets
+     * (software emulated into malloc'd memory on UCX 1.13) */
+    {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true, {{0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
       {"dereg", "on tcp;ofi_rxm the target's first answer ('addr') does not come back when this "
@@ -392,7 +395,8 @@ SETUP(1)
 SETUP(2)
 SETUP(3)
 SETUP(4)
-static void (*const setups[])(void) = {setup_0, setup_1, setup_2, setup_3, setup_4};
+SETUP(5)
+static void (*const setups[])(void) = {setup_0, setup_1, setup_2, setup_3, setup_4, setup_5};
 _Static_assert(sizeof(setups) / sizeof(setups[0]) == NCONFS, "one SETUP(i) per configuration");
 
 static void teardown(void)
