@@ -1131,16 +1131,16 @@ static nxl_status_t post_gone(nxl_xfer_t *x, const char *what)
 /* The target deregisters a region this agent uses and unmaps its pages (a
  * touch kills it): every later transfer into it fails with a status — small
  * and large WRITEs, with and without a notification, READs — and the target
- * lives on. UCX (whose target does not check puts) is told by the target
- * (NXL_ERR_NOT_FOUND at the post, new lists refused); libfabric's providers
- * check keys at the target. */
+ * lives on. The target tells this agent (UCX, whose target does not check
+ * puts, and LIBFABRIC, whose one-message WRITE is checked only against the
+ * target's registrations) ahead of its answer: NXL_ERR_NOT_FOUND at the
+ * post, new lists refused. */
 START_TEST(t_dereg)
 {
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
     need_guard();
     const uintptr_t g = G_addr;
-    bool ucx = !strcmp(C->transport, "UCX");
     ck_assert_str_eq(ask("gfill 9", 10000), "ok");
     nxl_status_t st;
     struct {
@@ -1171,25 +1171,20 @@ START_TEST(t_dereg)
 
     for (int i = 0; i < NX; i++) {
         st = post_gone(xs[i].x, xs[i].what);
-        if (ucx)
-            ck_assert_msg(st == NXL_ERR_NOT_FOUND, "%s: %s", xs[i].what, nxl_status_name(st));
+        ck_assert_msg(st == NXL_ERR_NOT_FOUND, "%s: %s", xs[i].what, nxl_status_name(st));
         nxl_xfer_release(xs[i].x);
         target_lives();
     }
     /* lists and transfers made now */
     nxl_xfer_t *x = NULL;
     st = nxl_xfer_make(I.a, NXL_WRITE, lp, NULL, gp, NULL, 1, NULL, &x);
-    if (ucx)
-        ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
-    if (x) /* a transport that was not told: the transfer fails at the target */
-        post_gone(x, "WRITE from a list prepared before");
-    nxl_xfer_release(x);
+    ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    ck_assert(x == NULL);
     nxl_prepped_release(gp);
     nxl_prepped_release(lp);
     target_lives();
     st = prep_remote("T", g, 4096);
-    if (ucx)
-        ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
     /* this agent still moves data to the target */
     tl_fill(I.buf, 4096, 41);
     x = make(NXL_WRITE, 1, 4096, 4096, NULL);
@@ -1212,18 +1207,19 @@ static void no_reply(int ms, const char *what)
 /* The deregistration races the transfer: the target deregisters while a
  * small WRITE with a notification is on its way, before this agent heard
  * of it (it does not run its loop meanwhile). Either the post is refused
- * (the target's word came first), or the transfer completes: with an error
- * where the transport learns of it (libfabric), or, over UCX's one-message
- * WRITE, with success while the target drops the data and the notification
- * (README, "Remote access"). The notification, which would make the target
- * answer, never arrives, and the target lives. */
+ * (the target's word came first: NXL_ERR_NOT_FOUND), or the transfer
+ * completes: over a one-message WRITE (UCX, LIBFABRIC) with success while
+ * the target drops the data and the notification (README, "Remote
+ * access"), with an error where the provider's key check fails it. The
+ * notification, which would make the target answer, never arrives, the
+ * target lives, and once this agent has read the target's word the same
+ * transfer is refused at the post. */
 START_TEST(t_dereg_race)
 {
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
     need_guard();
     nxl_status_t st;
-    bool ucx = !strcmp(C->transport, "UCX");
     tl_fill(I.buf, 64, 51);
     nxl_xfer_t *x = make_at(NXL_WRITE, G_addr + 64, 64, "addr", &st);
     int before = I.nreply;
@@ -1240,21 +1236,24 @@ START_TEST(t_dereg_race)
         st = I.last;
         printf("%s: WRITE 64 B + notification racing the deregistration: completed with %s\n",
                C->label, nxl_status_name(st));
-        if (!ucx)
-            ck_assert_msg(st != NXL_SUCCESS, "a WRITE into a deregistered region succeeded");
     } else {
         printf("%s: WRITE 64 B + notification racing the deregistration: refused by the post, "
                "%s\n", C->label, nxl_status_name(st));
-        if (ucx)
-            ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+        ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
     }
-    nxl_xfer_release(x);
     /* "dereg"'s own "ok" (not read yet when the post was refused at once),
      * then silence: the WRITE's notification was not delivered */
     ck_assert_msg(tl_run_until(I.a, &I.nreply, replies + 1, 10000), "no reply to 'dereg'");
     ck_assert_str_eq(I.reply, "ok");
     no_reply(500, "after the racing WRITE");
     ck_assert_msg(I.nreply == replies + 1, "the racing WRITE's notification was delivered");
+    /* the target's word came ahead of its "ok" */
+    before = I.done;
+    st = nxl_xfer_post(x, i_done, NULL, NULL);
+    ck_assert_msg(st == NXL_ERR_NOT_FOUND, "a WRITE posted after the word: %s",
+                  nxl_status_name(st));
+    ck_assert_int_eq(I.done, before);
+    nxl_xfer_release(x);
     target_lives();
 }
 END_TEST

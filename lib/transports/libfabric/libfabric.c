@@ -130,14 +130,16 @@ static int lf_loaded(void)
 
 #define NRX 32                                /* receive buffers kept posted */
 #define AMW_MAX 16384                         /* a one-message WRITE: most data it carries */
-#define AMW_DEFAULT 0 /* ... by default (am_write_max): off until peers learn of deregistrations */
+#define AMW_DEFAULT 8192                      /* ... by default (am_write_max) */
 #define AMW_ELEMS 64                          /* ... and most elements */
 /* a notification: [u16 name length][name][message]; a WRITE with its
  * notification in one message: [u8 'W'][u8 name length][name][u32 message
- * length][message][u32 n][n x (u64 address, u32 length)][data] */
+ * length][message][u32 n][n x (u64 address, u32 length)][data]; a region
+ * revoked: [u8 'R'][u8 name length][name]... (wire.h) */
 #define RXSZ (2 + 255 + 4 + NXL_NOTIF_MAX + 4 + 12 * AMW_ELEMS + AMW_MAX)
 #define AMW_TAG 'W'
 #define CI_AMW 1                              /* connection info flag: takes 'W' messages */
+#define CI_REVOKE 2                           /* ... tells its peers of deregistrations (wire.h) */
 #define NOTIF_CAP 64                          /* notification sends in flight */
 #define CQ_BATCH 32
 #define DRAIN_BATCHES 64                      /* CQ reads per turn before the loop gets one */
@@ -198,6 +200,7 @@ typedef struct lf_op {
     bool stopped;               /* post nothing more of it */
     bool queued;                /* on the wait queue */
     bool checkq;                /* on the check queue */
+    bool side;                  /* the transport's own message (a revoke): no engine op */
     LIST_ENTRY(lf_op) link;
     TAILQ_ENTRY(lf_op) wlink;
     TAILQ_ENTRY(lf_op) clink;
@@ -232,6 +235,7 @@ struct lf_conn {
     uint64_t rung_us;           /* when it was last rung */
     uint64_t heard_us;          /* when a notification of it came while we polled often */
     bool am_write;              /* it takes a WRITE with its notification as one message */
+    bool revokes;               /* it tells this agent of the regions it deregisters */
     LIST_ENTRY(lf_conn) link;
 };
 
@@ -414,7 +418,8 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     unsigned char *b = l ? malloc(l) : NULL;
     if (!b)
         return NXL_ERR_UNKNOWN;
-    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len, CI_AMW, u->bell_name, bl);
+    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len, CI_AMW | CI_REVOKE,
+               u->bell_name, bl);
     *buf = b;
     *len = l;
     return NXL_SUCCESS;
@@ -448,6 +453,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     c->refs = 1;
     c->addr = FI_ADDR_UNSPEC;
     c->am_write = ci.flags & CI_AMW;
+    c->revokes = ci.flags & CI_REVOKE;
     if (ci.bell_len && u->bell_fd >= 0) {
         c->bell.sun_family = AF_UNIX;
         memcpy(c->bell.sun_path, ci.bell, ci.bell_len);
@@ -634,6 +640,10 @@ static void op_free(lf_op_t *o)
     if (o->checkq)
         TAILQ_REMOVE(&u->checkq, o, clink);
     LIST_REMOVE(o, link);
+    if (o->side) {
+        u->inflight--;
+        o->conn->inflight--;
+    }
     if (o->msg_mr)
         fi_close(&o->msg_mr->fid);
     conn_put(o->conn);
@@ -1085,8 +1095,10 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     if (st != NXL_SUCCESS)
         return st;
     size_t amw_len = 0;
-    unsigned char *amw = x->op == NXL_WRITE && x->notif && c->am_write && !c->self &&
-                                 u->am_write_max
+    /* only to a peer that tells of its deregistrations (a post into a region
+     * it gave up is then refused here, not dropped there) */
+    unsigned char *amw = x->op == NXL_WRITE && x->notif && c->am_write && c->revokes &&
+                                 !c->self && u->am_write_max
                              ? amw_build(u, x, &amw_len)
                              : NULL;
     lf_op_t *o = op_new(u, op, c, x->notif, x->notif_len, x->notif != NULL && !amw);
@@ -1164,6 +1176,79 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
         check_later(o);
     kick(u);
     return NXL_SUCCESS;
+}
+
+/* Sends @p b (malloc'd, taken) to @p c as a message of the transport's own,
+ * in order with the operations posted to it: behind those waiting for
+ * room, ahead of anything posted later. Nothing is reported of it; a peer
+ * lost meanwhile just does not get it. */
+static void side_send(lf_t *u, lf_conn_t *c, unsigned char *b, size_t len, const char *what)
+{
+    lf_op_t *o = calloc(1, sizeof(*o));
+    if (o) {
+        o->c.kind = CTX_OP;
+        o->u = u;
+        o->conn = c;
+        o->side = true;
+    }
+    if (!o || !op_msg_attach(o, b, len)) {
+        if (!o)
+            free(b);
+        free(o);
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "LIBFABRIC: out of memory (or its buffer could not be "
+                 "registered): agent '%s' was not sent %s", c->name, what);
+        return;
+    }
+    c->refs++;
+    if (c->inflight++ == 0)
+        c->progress_us = nxlt_now_us();
+    u->inflight++;
+    LIST_INSERT_HEAD(&u->ops, o, link);
+    watch_start(u);
+    if (!TAILQ_EMPTY(&u->waitq)) {
+        enqueue(o);
+    } else if (try_post(o, false) == NXL_IN_PROG) {
+        enqueue(o);
+    } else if (o->stopped) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: agent '%s' was not sent %s: %s", c->name,
+                 what, o->err ? fi_strerror(o->err) : "the transport is shutting down");
+        check_later(o);
+    }
+    kick(u);
+}
+
+/* The application gave the region up. A one-message WRITE (amw_recv)
+ * checks its elements here and drops one into the region silently for its
+ * initiator, which has seen its send complete: so every peer this agent is
+ * connected to is told (wire.h), ahead of anything this agent sends it
+ * afterwards (messages keep their order, FI_ORDER_SAS), and its engine
+ * refuses lists, transfers and posts into the region from then on. RMA
+ * into it fails at the provider's key check meanwhile. */
+static void lf_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
+{
+    lf_t *u = state;
+    (void)md;
+    if (u->ep_closed || u->quiescing)
+        return;
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me);
+    if (nl > 255)
+        nl = 255;
+    size_t len = lf_rv_size(nl);
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        if (c->self || c->failed || c->fail_deferred || c->unloaded)
+            continue;
+        unsigned char *b = malloc(len);
+        if (!b) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "LIBFABRIC: out of memory: agent '%s' was not told "
+                     "of a deregistered region", c->name);
+            continue;
+        }
+        lf_rv_pack(b, me, nl, (unsigned)type, d->dev_id, d->addr, d->len);
+        side_send(u, c, b, len, "word of a deregistered region");
+    }
 }
 
 /* ---------------------------------------------------------------- receives */
@@ -1259,6 +1344,18 @@ static void rx_done(lf_t *u, lf_rx_t *rx, size_t len)
     const unsigned char *b = rx->buf;
     if (len >= 1 && b[0] == AMW_TAG) {
         amw_recv(u, b, len);
+        rx_post(u, rx);
+        return;
+    }
+    if (len >= 1 && b[0] == LF_RV_TAG) {
+        lf_rv_t rv;
+        const char *bad = lf_rv_parse(b, len, &rv);
+        if (bad)
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: malformed region revocation of %zu bytes "
+                     "dropped: %s", len, bad);
+        else
+            nxlt_remote_revoked(u->ctx, rv.from, (nxl_mem_t)rv.type, rv.dev, rv.addr, rv.len);
+        u->hit = true;
         rx_post(u, rx);
         return;
     }
@@ -2247,4 +2344,5 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
     .notif_send = notif_send,
     .describe = describe,
     .quiesce = quiesce,
+    .revoke = lf_revoke,
 };
