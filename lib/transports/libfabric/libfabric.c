@@ -234,10 +234,19 @@ struct lf_conn {
     socklen_t bell_len;         /* 0: none, or it could not be rung */
     uint64_t rung_us;           /* when it was last rung */
     uint64_t heard_us;          /* when a notification of it came while we polled often */
+    uint64_t hold_until_us;     /* post nothing before (rxm_hold); 0: no hold */
     bool am_write;              /* it takes a WRITE with its notification as one message */
     bool revokes;               /* it tells this agent of the regions it deregisters */
     LIST_ENTRY(lf_conn) link;
 };
+
+/* A peer address whose connection failed lately (rxm_hold) */
+typedef struct lf_hold {
+    uint64_t until_us;
+    size_t len;
+    LIST_ENTRY(lf_hold) link;
+    unsigned char name[];
+} lf_hold_t;
 
 typedef struct lf_md {
     struct fid_mr *mr;
@@ -294,6 +303,8 @@ struct lf_state {
     TAILQ_HEAD(, lf_op) checkq;
     LIST_HEAD(, lf_conn) conns;
     LIST_HEAD(, lf_addr) addrs;
+    LIST_HEAD(, lf_hold) holds;
+    uint64_t hold_us;           /* rxm: how long a failed peer's address is held (0: never) */
     /* receives */
     lf_rx_t rx[NRX];
     unsigned char *rxmem;
@@ -409,6 +420,85 @@ static void conn_put(lf_conn_t *c)
     free(c);
 }
 
+/* ofi_rxm learns that a peer closed a connection (a shutdown event on its
+ * connection-management queue) only when it next reads that queue, which
+ * fi_cq_read does at most every FI_OFI_RXM_CM_PROGRESS_INTERVAL (10 ms by
+ * default). The error completions of the operations on the connection come
+ * at once, though: a send posted to that peer in between (the application
+ * reloads it at once and sends) goes onto the connection rxm still thinks
+ * is up, and is lost when rxm then closes it, without a completion. So
+ * after a connection failure, posts to the peer's address wait for that
+ * interval and a little more (from the reactor, reading the CQ meanwhile),
+ * and rxm has closed the old connection before the next send opens a new
+ * one. */
+static uint64_t rxm_hold_us(const char *prov)
+{
+    if (!strstr(prov, "ofi_rxm"))
+        return 0;
+    const char *v = getenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL");
+    char *end;
+    long long us = v ? strtoll(v, &end, 10) : 10000;
+    if (v && (end == v || *end || us < 0))
+        us = 10000;
+    return us ? (uint64_t)us + 5000 : 0;
+}
+
+/* the hold on a peer address, 0 if none (expired ones are dropped) */
+static uint64_t hold_find(lf_t *u, const unsigned char *name, size_t len)
+{
+    uint64_t now = nxlt_now_us(), until = 0;
+    lf_hold_t *h, *hn;
+    for (h = LIST_FIRST(&u->holds); h; h = hn) {
+        hn = LIST_NEXT(h, link);
+        if (h->until_us <= now) {
+            LIST_REMOVE(h, link);
+            free(h);
+        } else if (h->len == len && !memcmp(h->name, name, len)) {
+            until = h->until_us;
+        }
+    }
+    return until;
+}
+
+static void hold_start(lf_t *u, lf_conn_t *failed)
+{
+    lf_addr_t *e = failed->av_entry;
+    if (!u->hold_us || !e)
+        return;
+    uint64_t until = nxlt_now_us() + u->hold_us;
+    hold_find(u, e->name, e->len); /* drops expired ones */
+    lf_hold_t *h;
+    LIST_FOREACH(h, &u->holds, link)
+    if (h->len == e->len && !memcmp(h->name, e->name, e->len))
+        break;
+    if (!h && (h = malloc(sizeof(*h) + e->len))) {
+        h->len = e->len;
+        memcpy(h->name, e->name, e->len);
+        LIST_INSERT_HEAD(&u->holds, h, link);
+    }
+    if (h)
+        h->until_us = until;
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->av_entry == e)
+        c->hold_until_us = until;
+}
+
+/* false while @p c is held; the retry timer then comes back at its end */
+static bool hold_over(lf_conn_t *c)
+{
+    uint64_t now = nxlt_now_us();
+    if (!c->hold_until_us || now >= c->hold_until_us) {
+        c->hold_until_us = 0;
+        return true;
+    }
+    uint64_t left = c->hold_until_us - now;
+    struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
+    evtimer_del(c->u->ev_retry);
+    evtimer_add(c->u->ev_retry, &tv);
+    return false;
+}
+
 /* conn info: wire.h */
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
@@ -486,6 +576,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         e->refs++;
         c->av_entry = e;
         c->addr = e->fa;
+        c->hold_until_us = hold_find(u, name, nl);
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     *out = c;
@@ -806,6 +897,8 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     lf_conn_t *c = o->conn;
     if (u->quiescing)
         o->stopped = true;
+    if (!o->stopped && !hold_over(c))
+        return NXL_IN_PROG;
     while (o->next < o->n) {
         if (o->stopped)
             return NXL_SUCCESS;
@@ -1692,6 +1785,8 @@ static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
         return;
     c->failed = true;
     c->stalled = stalled;
+    if (!c->self)
+        hold_start(u, c);
     c->err = err;
     free(c->why);
     c->why = text ? strdup(text) : NULL;
@@ -2018,6 +2113,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     LIST_INIT(&u->ops);
     LIST_INIT(&u->conns);
     LIST_INIT(&u->addrs);
+    LIST_INIT(&u->holds);
     TAILQ_INIT(&u->waitq);
     TAILQ_INIT(&u->checkq);
     u->info = fi_dupinfo(pick);
@@ -2028,6 +2124,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     struct fi_info *fi = u->info;
     snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
+    u->hold_us = rxm_hold_us(u->prov);
     u->addr_format = fi->addr_format;
     uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
     if (mm & FI_MR_RAW) {
@@ -2300,6 +2397,11 @@ static void destroy(void *state)
         lf_addr_t *e = LIST_FIRST(&u->addrs);
         LIST_REMOVE(e, link);
         free(e);
+    }
+    while (!LIST_EMPTY(&u->holds)) {
+        lf_hold_t *h = LIST_FIRST(&u->holds);
+        LIST_REMOVE(h, link);
+        free(h);
     }
     if (u->rx_mr)
         fi_close(&u->rx_mr->fid);
