@@ -282,6 +282,7 @@ struct lf_state {
     uint64_t next_key;
     size_t max_msg;
     size_t am_write_max;        /* one-message WRITEs up to this many bytes (0: never) */
+    size_t amw_msg_max;         /* ... whose whole message is at most this long */
     bool dc;                    /* FI_DELIVERY_COMPLETE on writes */
     /* progress */
     int wait_fd;                /* -1: timer mode */
@@ -1159,7 +1160,7 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
     if (nl > 255)
         nl = 255;
     size_t total = 2 + nl + 4 + x->notif_len + 4 + 12 * x->n + data;
-    if (total > RXSZ || total > u->max_msg)
+    if (total > RXSZ || total > u->max_msg || total > u->amw_msg_max)
         return NULL;
     unsigned char *b = malloc(total), *w = b;
     if (!b)
@@ -2105,6 +2106,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->poll_max_us = (uint64_t)(poll_max_ms < 0 ? POLL_MAX_MS : poll_max_ms) * 1000;
     u->poll_us = POLL_MIN_US;
     u->am_write_max = (size_t)am_max;
+    /* shm sends a message above its inject size (4 KiB) by another path,
+     * slower for this than a CMA write and a small message: by default a
+     * one-message WRITE there fits in an inject (README) */
+    u->amw_msg_max = RXSZ;
+    if (!param(params, n, "am_write_max") && !strcmp(pick->fabric_attr->prov_name, "shm") &&
+        pick->tx_attr->inject_size)
+        u->amw_msg_max = pick->tx_attr->inject_size;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
      * target's command queue instead: not by default there */
@@ -2289,7 +2297,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name, fi->domain_attr->name,
              u->wait_fd >= 0 ? "progress on the CQ wait fd" : "progress from a timer");
     nxlt_log(ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain %s; "
-             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms",
+             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms; "
+             "one-message WRITE + notification up to %zu B (messages up to %zu B)",
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name,
              fi->domain_attr->name, mrs,
              u->dc ? "on delivery (FI_DELIVERY_COMPLETE)"
@@ -2300,7 +2309,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                    ? "a reactor timer, backing off to poll_max while idle, "
                                      "and a doorbell peers ring"
                                    : "a reactor timer, backing off to poll_max while idle",
-             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms);
+             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms,
+             u->am_write_max, u->amw_msg_max);
     *out = u;
     return NXL_SUCCESS;
 }
