@@ -23,6 +23,12 @@
  * rest of the transfer waits in a queue and resumes as completions free
  * room.
  *
+ * Deregistration. A region the application gives up is revoked at every
+ * peer this agent is connected to, with a message of the transport's own
+ * ('R', wire.h) sent in order with what is posted to that peer: the peer's
+ * engine refuses posts into it from then on, which the one-message WRITE
+ * (checked only against this agent's registrations) relies on.
+ *
  * Failure. Error completions fail their transfer with fi_cq_strerror's
  * text; connection errors fail every operation to that peer at once. A
  * peer whose operations stop completing for `stall_timeout` is declared

@@ -1,18 +1,20 @@
 /* The LIBFABRIC transport's connection info and memory keys as they travel
- * in metadata: packed and parsed here, header-only and without libfabric,
+ * in metadata, and its revoke message as it travels between peers: packed
+ * and parsed here, header-only and without libfabric,
  * so that tests/fuzz/fuzz_wire.c calls the same code as the transport.
  *
  *   conn info: "LFC2", u32 address format, u8 provider length, provider
  *              (no NUL, < 64 bytes), u16 name length (> 0), the endpoint name,
  *              u8 flags, u8 length + the doorbell's abstract socket name
  *              (0: none; else a leading NUL, at most sun_path's 108 bytes).
+ *              Flags: 1 takes one-message WRITEs, 2 sends revokes.
  *              "LFC1" ended after the endpoint name (flags 0, no doorbell).
  *   key:       "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base
  *   revoke:    'R', u8 name length (> 0), the sending agent's name (no NUL),
  *              u8 memory type, u64 device, u64 address, u64 length: that
- *              agent deregistered the region; a message of its own through
- *              the receive buffers kept for notifications, whose first byte
- *              (the high byte of a name length, at most 255) is 0
+ *              agent deregistered the region. It arrives in the receive
+ *              buffers kept for notifications, whose first byte (the high
+ *              byte of a name length of at most 255) is 0, never 'R'.
  * (integers big endian) */
 #ifndef NXL_LF_WIRE_H
 #define NXL_LF_WIRE_H
