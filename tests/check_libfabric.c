@@ -307,6 +307,85 @@ START_TEST(t_one_message_write_checked)
 }
 END_TEST
 
+/* A region the target deregisters or frees is revoked at its peers: the
+ * target's word comes ahead of the notification it sends next, and from
+ * then on the initiator refuses transfers into it (NXL_ERR_NOT_FOUND, with
+ * a sentence naming the region) and logs what it learnt; a region still
+ * registered takes the next small WRITE + notification (one message), over
+ * each provider. */
+START_TEST(t_revoke)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    for (size_t k = 0; k < 2; k++) {
+        nxl_agent_t *a = agent("a"), *b = agent("b");
+        if (lf(a, "provider", provs[k], NULL, NULL) != NXL_SUCCESS) {
+            ck_assert_msg(k > 0, "%s", nxl_agent_last_error(a));
+            printf("SKIP: revoke: %s: %s\n", provs[k], nxl_agent_last_error(a));
+            nxl_agent_destroy(a);
+            nxl_agent_destroy(b);
+            continue;
+        }
+        ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
+        size_t len = 4096;
+        unsigned char *pa = malloc(len), *pb = calloc(2, len);
+        void *pf;
+        nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len};
+        nxl_desc_t db[2] = {{.addr = (uintptr_t)pb, .len = len},
+                            {.addr = (uintptr_t)pb + len, .len = len}};
+        ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, db, 2, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_alloc(b, NXL_DRAM, len, 0, &pf), NXL_SUCCESS);
+        nxl_desc_t dfree = {.addr = (uintptr_t)pf, .len = len};
+        learn(a, b);
+        learn(b, a);
+        nxl_agent_on_notif(a, notif_cb, NULL);
+        nxl_agent_on_notif(b, notif_cb, NULL);
+        nxl_dlist_t la = {NXL_DRAM, &da, 1}, l0 = {NXL_DRAM, &db[0], 1};
+        nxl_dlist_t l1 = {NXL_DRAM, &db[1], 1}, lfree = {NXL_DRAM, &dfree, 1};
+        nxl_xfer_opts_t o;
+        nxl_xfer_opts_init(&o);
+        o.notif = "w";
+        o.notif_len = 1;
+        nxl_xfer_t *w0;
+        ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &l0, "b", &o, &w0), NXL_SUCCESS);
+        loglen = 0;
+        logbuf[0] = 0;
+        ck_assert_int_eq(nxl_mem_deregister(b, NXL_DRAM, &db[0], 1), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_free(b, pf), NXL_SUCCESS);
+        ndone = nnotif = 0;
+        ck_assert_int_eq(nxl_notif_send(b, "a", "after", 5, NULL, NULL, NULL), NXL_SUCCESS);
+        ck_assert(run_pair_until(a, b, &nnotif, 1, 10000));
+        ck_assert_str_eq(last_msg, "after");
+        ck_assert_msg(strstr(logbuf, "agent 'b' deregistered its DRAM region") &&
+                          strstr(strstr(logbuf, "agent 'b' deregistered its DRAM region") + 1,
+                                 "agent 'b' deregistered its DRAM region"),
+                      "%s: log: %s", provs[k], logbuf);
+        ck_assert_int_eq(nxl_xfer_post(w0, done_cb, NULL, NULL), NXL_ERR_NOT_FOUND);
+        ck_sentence(nxl_agent_last_error(a), "deregistered");
+        ck_assert_int_eq(ndone, 0);
+        nxl_xfer_t *x = NULL;
+        ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &l0, "b", &o, &x), NXL_ERR_NOT_FOUND);
+        ck_assert_int_eq(nxl_xfer_create(a, NXL_READ, &la, &lfree, "b", NULL, &x),
+                         NXL_ERR_NOT_FOUND);
+        ck_assert(x == NULL);
+        tl_fill(pa, len, 21 + (unsigned)k);
+        ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &l1, "b", &o, &x), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_xfer_post(x, done_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert(run_pair_until(a, b, &nnotif, 2, 10000));
+        ck_assert_str_eq(last_msg, "w");
+        ck_assert(tl_check(pb + len, len, 21 + (unsigned)k) < 0);
+        ck_assert(run_pair_until(a, b, &ndone, 1, 10000));
+        ck_assert_int_eq(last_st, NXL_SUCCESS);
+        nxl_xfer_release(w0);
+        nxl_xfer_release(x);
+        nxl_agent_destroy(a);
+        nxl_agent_destroy(b);
+        free(pa);
+        free(pb);
+    }
+}
+END_TEST
+
 /* shm has no wait fd: an idle agent polls its CQ from a timer, backing off
  * to poll_max (here a minute). Its peers ring its doorbell when they post to
  * it, so a notification wakes it at once rather than at its next poll: the
@@ -434,6 +513,7 @@ int main(void)
     tcase_add_test(tc, t_idle_sleeps);
     tcase_add_test(tc, t_doorbell);
     tcase_add_test(tc, t_one_message_write_checked);
+    tcase_add_test(tc, t_revoke);
     suite_add_tcase(s, tc);
     return tl_run(s);
 }

@@ -4,7 +4,8 @@
  *   UCX        the "nxlucx\0\1" header and flags, and version 2's
  *              cross-memory attach identity (the worker address and rkeys
  *              after it are UCX's to unpack, not fuzzed here)
- *   LIBFABRIC  "LFC2" (and "LFC1") connection info, "LFK1" keys
+ *   LIBFABRIC  "LFC2" (and "LFC1") connection info, "LFK1" keys, and 'R'
+ *              (a region revoked), a message peers send at run time
  *   CUDA       connection info, VRAM keys (region inside its allocation)
  *   POSIX/OBJ  magic, token, registration id
  * The first byte picks the parser. Whatever a parser accepts must say what
@@ -31,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *in = malloc(n ? n : 1);
     CHECK(in);
     memcpy(in, p, n);
-    switch (data[0] % 6) {
+    switch (data[0] % 7) {
     case 0: {
         unsigned flags;
         const void *addr;
@@ -103,6 +104,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 : 0x31435850u;
         if (nxlt_blob24_parse(in, n, magic, &b) == 0)
             CHECK(n == sizeof(b) && !memcmp(&b, in, n));
+        break;
+    }
+    case 6: {
+        lf_rv_t r;
+        if (!lf_rv_parse(in, n, &r)) {
+            size_t nl = strlen(r.from), l = lf_rv_size(nl);
+            CHECK(nl && l == n && r.type < 256);
+            uint8_t *out = malloc(l);
+            CHECK(out);
+            lf_rv_pack(out, r.from, nl, r.type, r.dev, r.addr, r.len);
+            CHECK(!memcmp(out, in, n));
+            free(out);
+        }
         break;
     }
     }

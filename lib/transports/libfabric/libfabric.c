@@ -23,6 +23,12 @@
  * rest of the transfer waits in a queue and resumes as completions free
  * room.
  *
+ * Deregistration. A region the application gives up is revoked at every
+ * peer this agent is connected to, with a message of the transport's own
+ * ('R', wire.h) sent in order with what is posted to that peer: the peer's
+ * engine refuses posts into it from then on, which the one-message WRITE
+ * (checked only against this agent's registrations) relies on.
+ *
  * Failure. Error completions fail their transfer with fi_cq_strerror's
  * text; connection errors fail every operation to that peer at once. A
  * peer whose operations stop completing for `stall_timeout` is declared
@@ -130,14 +136,16 @@ static int lf_loaded(void)
 
 #define NRX 32                                /* receive buffers kept posted */
 #define AMW_MAX 16384                         /* a one-message WRITE: most data it carries */
-#define AMW_DEFAULT 0 /* ... by default (am_write_max): off until peers learn of deregistrations */
+#define AMW_DEFAULT 8192                      /* ... by default (am_write_max) */
 #define AMW_ELEMS 64                          /* ... and most elements */
 /* a notification: [u16 name length][name][message]; a WRITE with its
  * notification in one message: [u8 'W'][u8 name length][name][u32 message
- * length][message][u32 n][n x (u64 address, u32 length)][data] */
+ * length][message][u32 n][n x (u64 address, u32 length)][data]; a region
+ * revoked: [u8 'R'][u8 name length][name]... (wire.h) */
 #define RXSZ (2 + 255 + 4 + NXL_NOTIF_MAX + 4 + 12 * AMW_ELEMS + AMW_MAX)
 #define AMW_TAG 'W'
 #define CI_AMW 1                              /* connection info flag: takes 'W' messages */
+#define CI_REVOKE 2                           /* ... tells its peers of deregistrations (wire.h) */
 #define NOTIF_CAP 64                          /* notification sends in flight */
 #define CQ_BATCH 32
 #define DRAIN_BATCHES 64                      /* CQ reads per turn before the loop gets one */
@@ -198,6 +206,7 @@ typedef struct lf_op {
     bool stopped;               /* post nothing more of it */
     bool queued;                /* on the wait queue */
     bool checkq;                /* on the check queue */
+    bool side;                  /* the transport's own message (a revoke): no engine op */
     LIST_ENTRY(lf_op) link;
     TAILQ_ENTRY(lf_op) wlink;
     TAILQ_ENTRY(lf_op) clink;
@@ -231,9 +240,19 @@ struct lf_conn {
     socklen_t bell_len;         /* 0: none, or it could not be rung */
     uint64_t rung_us;           /* when it was last rung */
     uint64_t heard_us;          /* when a notification of it came while we polled often */
+    uint64_t hold_until_us;     /* post nothing before (rxm_hold); 0: no hold */
     bool am_write;              /* it takes a WRITE with its notification as one message */
+    bool revokes;               /* it tells this agent of the regions it deregisters */
     LIST_ENTRY(lf_conn) link;
 };
+
+/* A peer address whose connection failed lately (rxm_hold) */
+typedef struct lf_hold {
+    uint64_t until_us;
+    size_t len;
+    LIST_ENTRY(lf_hold) link;
+    unsigned char name[];
+} lf_hold_t;
 
 typedef struct lf_md {
     struct fid_mr *mr;
@@ -269,6 +288,7 @@ struct lf_state {
     uint64_t next_key;
     size_t max_msg;
     size_t am_write_max;        /* one-message WRITEs up to this many bytes (0: never) */
+    size_t amw_msg_max;         /* ... whose whole message is at most this long */
     bool dc;                    /* FI_DELIVERY_COMPLETE on writes */
     /* progress */
     int wait_fd;                /* -1: timer mode */
@@ -290,6 +310,8 @@ struct lf_state {
     TAILQ_HEAD(, lf_op) checkq;
     LIST_HEAD(, lf_conn) conns;
     LIST_HEAD(, lf_addr) addrs;
+    LIST_HEAD(, lf_hold) holds;
+    uint64_t hold_us;           /* rxm: how long a failed peer's address is held (0: never) */
     /* receives */
     lf_rx_t rx[NRX];
     unsigned char *rxmem;
@@ -405,6 +427,85 @@ static void conn_put(lf_conn_t *c)
     free(c);
 }
 
+/* ofi_rxm learns that a peer closed a connection (a shutdown event on its
+ * connection-management queue) only when it next reads that queue, which
+ * fi_cq_read does at most every FI_OFI_RXM_CM_PROGRESS_INTERVAL (10 ms by
+ * default). The error completions of the operations on the connection come
+ * at once, though: a send posted to that peer in between (the application
+ * reloads it at once and sends) goes onto the connection rxm still thinks
+ * is up, and is lost when rxm then closes it, without a completion. So
+ * after a connection failure, posts to the peer's address wait for that
+ * interval and a little more (from the reactor, reading the CQ meanwhile),
+ * and rxm has closed the old connection before the next send opens a new
+ * one. */
+static uint64_t rxm_hold_us(const char *prov)
+{
+    if (!strstr(prov, "ofi_rxm"))
+        return 0;
+    const char *v = getenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL");
+    char *end;
+    long long us = v ? strtoll(v, &end, 10) : 10000;
+    if (v && (end == v || *end || us < 0))
+        us = 10000;
+    return us ? (uint64_t)us + 5000 : 0;
+}
+
+/* the hold on a peer address, 0 if none (expired ones are dropped) */
+static uint64_t hold_find(lf_t *u, const unsigned char *name, size_t len)
+{
+    uint64_t now = nxlt_now_us(), until = 0;
+    lf_hold_t *h, *hn;
+    for (h = LIST_FIRST(&u->holds); h; h = hn) {
+        hn = LIST_NEXT(h, link);
+        if (h->until_us <= now) {
+            LIST_REMOVE(h, link);
+            free(h);
+        } else if (h->len == len && !memcmp(h->name, name, len)) {
+            until = h->until_us;
+        }
+    }
+    return until;
+}
+
+static void hold_start(lf_t *u, lf_conn_t *failed)
+{
+    lf_addr_t *e = failed->av_entry;
+    if (!u->hold_us || !e)
+        return;
+    uint64_t until = nxlt_now_us() + u->hold_us;
+    hold_find(u, e->name, e->len); /* drops expired ones */
+    lf_hold_t *h;
+    LIST_FOREACH(h, &u->holds, link)
+    if (h->len == e->len && !memcmp(h->name, e->name, e->len))
+        break;
+    if (!h && (h = malloc(sizeof(*h) + e->len))) {
+        h->len = e->len;
+        memcpy(h->name, e->name, e->len);
+        LIST_INSERT_HEAD(&u->holds, h, link);
+    }
+    if (h)
+        h->until_us = until;
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->av_entry == e)
+        c->hold_until_us = until;
+}
+
+/* false while @p c is held; the retry timer then comes back at its end */
+static bool hold_over(lf_conn_t *c)
+{
+    uint64_t now = nxlt_now_us();
+    if (!c->hold_until_us || now >= c->hold_until_us) {
+        c->hold_until_us = 0;
+        return true;
+    }
+    uint64_t left = c->hold_until_us - now;
+    struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
+    evtimer_del(c->u->ev_retry);
+    evtimer_add(c->u->ev_retry, &tv);
+    return false;
+}
+
 /* conn info: wire.h */
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
@@ -414,7 +515,8 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     unsigned char *b = l ? malloc(l) : NULL;
     if (!b)
         return NXL_ERR_UNKNOWN;
-    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len, CI_AMW, u->bell_name, bl);
+    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len, CI_AMW | CI_REVOKE,
+               u->bell_name, bl);
     *buf = b;
     *len = l;
     return NXL_SUCCESS;
@@ -448,6 +550,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     c->refs = 1;
     c->addr = FI_ADDR_UNSPEC;
     c->am_write = ci.flags & CI_AMW;
+    c->revokes = ci.flags & CI_REVOKE;
     if (ci.bell_len && u->bell_fd >= 0) {
         c->bell.sun_family = AF_UNIX;
         memcpy(c->bell.sun_path, ci.bell, ci.bell_len);
@@ -480,6 +583,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         e->refs++;
         c->av_entry = e;
         c->addr = e->fa;
+        c->hold_until_us = hold_find(u, name, nl);
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     *out = c;
@@ -634,6 +738,10 @@ static void op_free(lf_op_t *o)
     if (o->checkq)
         TAILQ_REMOVE(&u->checkq, o, clink);
     LIST_REMOVE(o, link);
+    if (o->side) {
+        u->inflight--;
+        o->conn->inflight--;
+    }
     if (o->msg_mr)
         fi_close(&o->msg_mr->fid);
     conn_put(o->conn);
@@ -796,6 +904,8 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     lf_conn_t *c = o->conn;
     if (u->quiescing)
         o->stopped = true;
+    if (!o->stopped && !hold_over(c))
+        return NXL_IN_PROG;
     while (o->next < o->n) {
         if (o->stopped)
             return NXL_SUCCESS;
@@ -1056,7 +1166,7 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
     if (nl > 255)
         nl = 255;
     size_t total = 2 + nl + 4 + x->notif_len + 4 + 12 * x->n + data;
-    if (total > RXSZ || total > u->max_msg)
+    if (total > RXSZ || total > u->max_msg || total > u->amw_msg_max)
         return NULL;
     unsigned char *b = malloc(total), *w = b;
     if (!b)
@@ -1085,8 +1195,10 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     if (st != NXL_SUCCESS)
         return st;
     size_t amw_len = 0;
-    unsigned char *amw = x->op == NXL_WRITE && x->notif && c->am_write && !c->self &&
-                                 u->am_write_max
+    /* only to a peer that tells of its deregistrations (a post into a region
+     * it gave up is then refused here, not dropped there) */
+    unsigned char *amw = x->op == NXL_WRITE && x->notif && c->am_write && c->revokes &&
+                                 !c->self && u->am_write_max
                              ? amw_build(u, x, &amw_len)
                              : NULL;
     lf_op_t *o = op_new(u, op, c, x->notif, x->notif_len, x->notif != NULL && !amw);
@@ -1164,6 +1276,79 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
         check_later(o);
     kick(u);
     return NXL_SUCCESS;
+}
+
+/* Sends @p b (malloc'd, taken) to @p c as a message of the transport's own,
+ * in order with the operations posted to it: behind those waiting for
+ * room, ahead of anything posted later. Nothing is reported of it; a peer
+ * lost meanwhile just does not get it. */
+static void side_send(lf_t *u, lf_conn_t *c, unsigned char *b, size_t len, const char *what)
+{
+    lf_op_t *o = calloc(1, sizeof(*o));
+    if (o) {
+        o->c.kind = CTX_OP;
+        o->u = u;
+        o->conn = c;
+        o->side = true;
+    }
+    if (!o || !op_msg_attach(o, b, len)) {
+        if (!o)
+            free(b);
+        free(o);
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "LIBFABRIC: out of memory (or its buffer could not be "
+                 "registered): agent '%s' was not sent %s", c->name, what);
+        return;
+    }
+    c->refs++;
+    if (c->inflight++ == 0)
+        c->progress_us = nxlt_now_us();
+    u->inflight++;
+    LIST_INSERT_HEAD(&u->ops, o, link);
+    watch_start(u);
+    if (!TAILQ_EMPTY(&u->waitq)) {
+        enqueue(o);
+    } else if (try_post(o, false) == NXL_IN_PROG) {
+        enqueue(o);
+    } else if (o->stopped) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: agent '%s' was not sent %s: %s", c->name,
+                 what, o->err ? fi_strerror(o->err) : "the transport is shutting down");
+        check_later(o);
+    }
+    kick(u);
+}
+
+/* The application gave the region up. A one-message WRITE (amw_recv)
+ * checks its elements here and drops one into the region silently for its
+ * initiator, which has seen its send complete: so every peer this agent is
+ * connected to is told (wire.h), ahead of anything this agent sends it
+ * afterwards (messages keep their order, FI_ORDER_SAS), and its engine
+ * refuses lists, transfers and posts into the region from then on. RMA
+ * into it fails at the provider's key check meanwhile. */
+static void lf_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
+{
+    lf_t *u = state;
+    (void)md;
+    if (u->ep_closed || u->quiescing)
+        return;
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me);
+    if (nl > 255)
+        nl = 255;
+    size_t len = lf_rv_size(nl);
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        if (c->self || c->failed || c->fail_deferred || c->unloaded)
+            continue;
+        unsigned char *b = malloc(len);
+        if (!b) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "LIBFABRIC: out of memory: agent '%s' was not told "
+                     "of a deregistered region", c->name);
+            continue;
+        }
+        lf_rv_pack(b, me, nl, (unsigned)type, d->dev_id, d->addr, d->len);
+        side_send(u, c, b, len, "word of a deregistered region");
+    }
 }
 
 /* ---------------------------------------------------------------- receives */
@@ -1259,6 +1444,18 @@ static void rx_done(lf_t *u, lf_rx_t *rx, size_t len)
     const unsigned char *b = rx->buf;
     if (len >= 1 && b[0] == AMW_TAG) {
         amw_recv(u, b, len);
+        rx_post(u, rx);
+        return;
+    }
+    if (len >= 1 && b[0] == LF_RV_TAG) {
+        lf_rv_t rv;
+        const char *bad = lf_rv_parse(b, len, &rv);
+        if (bad)
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: malformed region revocation of %zu bytes "
+                     "dropped: %s", len, bad);
+        else
+            nxlt_remote_revoked(u->ctx, rv.from, (nxl_mem_t)rv.type, rv.dev, rv.addr, rv.len);
+        u->hit = true;
         rx_post(u, rx);
         return;
     }
@@ -1595,6 +1792,8 @@ static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
         return;
     c->failed = true;
     c->stalled = stalled;
+    if (!c->self)
+        hold_start(u, c);
     c->err = err;
     free(c->why);
     c->why = text ? strdup(text) : NULL;
@@ -1913,6 +2112,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->poll_max_us = (uint64_t)(poll_max_ms < 0 ? POLL_MAX_MS : poll_max_ms) * 1000;
     u->poll_us = POLL_MIN_US;
     u->am_write_max = (size_t)am_max;
+    /* shm sends a message above its inject size (4 KiB) by another path,
+     * slower for this than a CMA write and a small message: by default a
+     * one-message WRITE there fits in an inject (README) */
+    u->amw_msg_max = RXSZ;
+    if (!param(params, n, "am_write_max") && !strcmp(pick->fabric_attr->prov_name, "shm") &&
+        pick->tx_attr->inject_size)
+        u->amw_msg_max = pick->tx_attr->inject_size;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
      * target's command queue instead: not by default there */
@@ -1921,6 +2127,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     LIST_INIT(&u->ops);
     LIST_INIT(&u->conns);
     LIST_INIT(&u->addrs);
+    LIST_INIT(&u->holds);
     TAILQ_INIT(&u->waitq);
     TAILQ_INIT(&u->checkq);
     u->info = fi_dupinfo(pick);
@@ -1931,6 +2138,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     struct fi_info *fi = u->info;
     snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
+    u->hold_us = rxm_hold_us(u->prov);
     u->addr_format = fi->addr_format;
     uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
     if (mm & FI_MR_RAW) {
@@ -2095,7 +2303,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name, fi->domain_attr->name,
              u->wait_fd >= 0 ? "progress on the CQ wait fd" : "progress from a timer");
     nxlt_log(ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain %s; "
-             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms",
+             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms; "
+             "one-message WRITE + notification up to %zu B (messages up to %zu B)",
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name,
              fi->domain_attr->name, mrs,
              u->dc ? "on delivery (FI_DELIVERY_COMPLETE)"
@@ -2106,7 +2315,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                    ? "a reactor timer, backing off to poll_max while idle, "
                                      "and a doorbell peers ring"
                                    : "a reactor timer, backing off to poll_max while idle",
-             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms);
+             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms,
+             u->am_write_max, u->amw_msg_max);
     *out = u;
     return NXL_SUCCESS;
 }
@@ -2204,6 +2414,11 @@ static void destroy(void *state)
         LIST_REMOVE(e, link);
         free(e);
     }
+    while (!LIST_EMPTY(&u->holds)) {
+        lf_hold_t *h = LIST_FIRST(&u->holds);
+        LIST_REMOVE(h, link);
+        free(h);
+    }
     if (u->rx_mr)
         fi_close(&u->rx_mr->fid);
     if (u->rma_cntr)
@@ -2247,4 +2462,5 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
     .notif_send = notif_send,
     .describe = describe,
     .quiesce = quiesce,
+    .revoke = lf_revoke,
 };

@@ -1,13 +1,20 @@
 /* The LIBFABRIC transport's connection info and memory keys as they travel
- * in metadata: packed and parsed here, header-only and without libfabric,
+ * in metadata, and its revoke message as it travels between peers: packed
+ * and parsed here, header-only and without libfabric,
  * so that tests/fuzz/fuzz_wire.c calls the same code as the transport.
  *
  *   conn info: "LFC2", u32 address format, u8 provider length, provider
  *              (no NUL, < 64 bytes), u16 name length (> 0), the endpoint name,
  *              u8 flags, u8 length + the doorbell's abstract socket name
  *              (0: none; else a leading NUL, at most sun_path's 108 bytes).
+ *              Flags: 1 takes one-message WRITEs, 2 sends revokes.
  *              "LFC1" ended after the endpoint name (flags 0, no doorbell).
  *   key:       "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base
+ *   revoke:    'R', u8 name length (> 0), the sending agent's name (no NUL),
+ *              u8 memory type, u64 device, u64 address, u64 length: that
+ *              agent deregistered the region. It arrives in the receive
+ *              buffers kept for notifications, whose first byte (the high
+ *              byte of a name length of at most 255) is 0, never 'R'.
  * (integers big endian) */
 #ifndef NXL_LF_WIRE_H
 #define NXL_LF_WIRE_H
@@ -131,6 +138,57 @@ static inline const char *lf_key_parse(const void *buf, size_t len, lf_wkey_t *k
     k->virt = fl == 1;
     k->key = lf_get_be(b + 8, 8);
     k->base = lf_get_be(b + 16, 8);
+    return NULL;
+}
+
+/* ---- revoke */
+
+#define LF_RV_TAG 'R'
+#define LF_RV_FIXED 27 /* the tag, the name length, type, device, address, length */
+
+typedef struct lf_rv {
+    char from[256];              /* NUL-terminated */
+    unsigned type;
+    uint64_t dev, addr, len;
+} lf_rv_t;
+
+/* bytes a revoke from an agent of that name takes: 0 when the name does not fit */
+static inline size_t lf_rv_size(size_t name_len)
+{
+    return name_len && name_len <= 255 ? LF_RV_FIXED + name_len : 0;
+}
+
+static inline void lf_rv_pack(unsigned char *b, const char *name, size_t name_len, unsigned type,
+                              uint64_t dev, uint64_t addr, uint64_t len)
+{
+    b[0] = LF_RV_TAG;
+    b[1] = (unsigned char)name_len;
+    memcpy(b + 2, name, name_len);
+    b += 2 + name_len;
+    b[0] = (unsigned char)type;
+    lf_put_be(b + 1, dev, 8);
+    lf_put_be(b + 9, addr, 8);
+    lf_put_be(b + 17, len, 8);
+}
+
+/* NULL, or what is wrong with it */
+static inline const char *lf_rv_parse(const void *buf, size_t len, lf_rv_t *r)
+{
+    const unsigned char *b = buf;
+    if (len < 2 || b[0] != LF_RV_TAG)
+        return "no revoke tag";
+    size_t nl = b[1];
+    if (!nl || len != LF_RV_FIXED + nl)
+        return "a length that does not match its name's";
+    if (memchr(b + 2, 0, nl))
+        return "a NUL in the agent's name";
+    memcpy(r->from, b + 2, nl);
+    r->from[nl] = 0;
+    b += 2 + nl;
+    r->type = b[0];
+    r->dev = lf_get_be(b + 1, 8);
+    r->addr = lf_get_be(b + 9, 8);
+    r->len = lf_get_be(b + 17, 8);
     return NULL;
 }
 
