@@ -4,6 +4,7 @@
  * callback, and an idle agent that sleeps instead of spinning. */
 #include "testlib.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <event2/event.h>
@@ -287,14 +288,29 @@ START_TEST(t_backend_errors)
     ck_assert_ptr_null(b);
     ck_sentence(nxl_agent_last_error(a), "no_such_param");
     ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
+    /* a shared-memory FIFO size UCX cannot use */
+    const char *fifos[] = {"1000", "lots", "1", "131072", ""};
+    for (size_t i = 0; i < sizeof(fifos) / sizeof(*fifos); i++) {
+        nxl_param_t ff = {"shm_fifo_size", fifos[i]};
+        b = (nxl_backend_t *)&b;
+        ck_assert_int_eq(nxl_backend_create(a, "UCX", &ff, 1, &b), NXL_ERR_INVALID_PARAM);
+        ck_assert_ptr_null(b);
+        ck_sentence(nxl_agent_last_error(a), "shm_fifo_size");
+        ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
+    }
     nxl_param_t nul = {"tls", NULL};
     ck_assert_int_eq(nxl_backend_create(a, "UCX", &nul, 1, &b), NXL_ERR_INVALID_PARAM);
     ck_assert_ptr_null(b);
     ck_sentence(nxl_agent_last_error(a), "NULL");
     ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
 
-    /* now for real, then a second time */
+    /* now for real, then a second time; shared memory gets a FIFO of 1024
+     * elements unless the environment chose one */
+    bool fifo_preset = getenv("UCX_POSIX_FIFO_SIZE") != NULL;
     ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, &b), NXL_SUCCESS);
+    const char *tls = getenv("UCX_TLS");
+    if (!fifo_preset && (!tls || strstr(tls, "all") || strstr(tls, "sm") || strstr(tls, "posix")))
+        ck_assert_str_eq(getenv("UCX_POSIX_FIFO_SIZE"), "1024");
     ck_assert_ptr_nonnull(b);
     ck_assert_str_eq(nxl_backend_name(b), "UCX");
     ck_assert_ptr_eq(nxl_backend_get(a, "UCX"), b);

@@ -32,6 +32,7 @@
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define AM_WRITE_MAX_DEFAULT 8192
+#define SHM_FIFO_DEFAULT "1024" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define ARM_TRIES 16
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
@@ -1232,15 +1233,17 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
-                                        "stall_timeout", "am_write_max"};
+    static const char *const known[] = {"tls",           "devices",       "keepalive",
+                                        "shm_error_handling", "shm_fifo_size", "stall_timeout",
+                                        "am_write_max"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
-                       "shm_error_handling, stall_timeout, am_write_max)", params[i].key);
+                       "shm_error_handling, shm_fifo_size, stall_timeout, am_write_max)",
+                       params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
@@ -1253,6 +1256,29 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (shm && (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1"))) {
         setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
         setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    }
+    /* UCX never destroys its shared-memory endpoint to a peer that died
+     * with that peer's receive FIFO full: the flush that discarding it
+     * needs ignores UCT_FLUSH_FLAG_CANCEL and waits for room a dead reader
+     * never makes. The endpoint then keeps the peer's segments mapped
+     * (resident memory) and UCP's requests on it, for the life of the
+     * worker. UCX's FIFO of 64 elements is full in ordinary traffic; one of
+     * 1024 is not filled by a window of transfers. Both ends must use the
+     * same size: UCX maps a peer's FIFO with its own. */
+    const char *fifo = param(params, n, "shm_fifo_size");
+    if (fifo && strcmp(fifo, "ucx")) {
+        char *end;
+        unsigned long v = strtoul(fifo, &end, 10);
+        if (end == fifo || *end || v < 2 || v > 65536 || (v & (v - 1))) {
+            nxlt_error(ctx, "UCX: shm_fifo_size '%s' is not a power of two from 2 to 65536 "
+                       "(or \"ucx\" for UCX's own default)", fifo);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    if (shm && (!fifo || strcmp(fifo, "ucx"))) {
+        const char *fv = fifo ? fifo : SHM_FIFO_DEFAULT;
+        setenv("UCX_POSIX_FIFO_SIZE", fv, fifo != NULL);
+        setenv("UCX_SYSV_FIFO_SIZE", fv, fifo != NULL);
     }
     uint64_t stall_ms = 10000;
     const char *stv = param(params, n, "stall_timeout");
