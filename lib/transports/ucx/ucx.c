@@ -1233,9 +1233,8 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"tls",           "devices",       "keepalive",
-                                        "shm_error_handling", "shm_fifo_size", "stall_timeout",
-                                        "am_write_max"};
+    static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
+                                        "shm_fifo_size", "stall_timeout", "am_write_max"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
@@ -1262,9 +1261,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
      * needs ignores UCT_FLUSH_FLAG_CANCEL and waits for room a dead reader
      * never makes. The endpoint then keeps the peer's segments mapped
      * (resident memory) and UCP's requests on it, for the life of the
-     * worker. UCX's FIFO of 64 elements is full in ordinary traffic; one of
-     * 1024 is not filled by a window of transfers. Both ends must use the
-     * same size: UCX maps a peer's FIFO with its own. */
+     * worker. UCX's FIFO of 64 elements was full in the soak's ordinary
+     * traffic (16 transfers in flight); one of 1024 was not. Both ends must
+     * use the same size: UCX maps a peer's FIFO with its own. */
     const char *fifo = param(params, n, "shm_fifo_size");
     if (fifo && strcmp(fifo, "ucx")) {
         char *end;
