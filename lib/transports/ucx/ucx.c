@@ -32,7 +32,6 @@
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define AM_WRITE_MAX_DEFAULT 8192
-#define SHM_FIFO_DEFAULT "1024" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define ARM_TRIES 16
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
@@ -1261,9 +1260,12 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
      * needs ignores UCT_FLUSH_FLAG_CANCEL and waits for room a dead reader
      * never makes. The endpoint then keeps the peer's segments mapped
      * (resident memory) and UCP's requests on it, for the life of the
-     * worker. UCX's FIFO of 64 elements was full in the soak's ordinary
-     * traffic (16 transfers in flight); one of 1024 was not. Both ends must
-     * use the same size: UCX maps a peer's FIFO with its own. */
+     * worker. UCX's FIFO of 64 elements was full in the soak's traffic (16
+     * transfers in flight); one of 1024 was not. It is not the default:
+     * with 1024, UCX 1.13 aborts ("Shared memory error" in its GET request
+     * handler) when an agent of the same process is destroyed with READs
+     * in flight to it (check_ucx destroy_inflight). Both ends must use the
+     * same size: UCX maps a peer's FIFO with its own. */
     const char *fifo = param(params, n, "shm_fifo_size");
     if (fifo && strcmp(fifo, "ucx")) {
         char *end;
@@ -1273,11 +1275,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                        "(or \"ucx\" for UCX's own default)", fifo);
             return NXL_ERR_INVALID_PARAM;
         }
-    }
-    if (shm && (!fifo || strcmp(fifo, "ucx"))) {
-        const char *fv = fifo ? fifo : SHM_FIFO_DEFAULT;
-        setenv("UCX_POSIX_FIFO_SIZE", fv, fifo != NULL);
-        setenv("UCX_SYSV_FIFO_SIZE", fv, fifo != NULL);
+        if (shm) {
+            setenv("UCX_POSIX_FIFO_SIZE", fifo, 1);
+            setenv("UCX_SYSV_FIFO_SIZE", fifo, 1);
+        }
     }
     uint64_t stall_ms = 10000;
     const char *stv = param(params, n, "stall_timeout");
