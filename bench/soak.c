@@ -15,8 +15,8 @@
  * (nxl_xfer_create), the others re-posting transfers made once per target.
  * Every S seconds the target is replaced: in turn asked to quit once its
  * slots drained, or killed with SIGKILL with transfers in flight; the
- * initiator then forgets it, lets the transport run --settle_ms (default 1500:
- * UCX lets a dead peer go after its 1 s keepalive), starts a new target
+ * initiator then forgets it, lets the transport run --settle_ms (default 3000:
+ * UCX let a peer go 1.2-1.9 s after it left, here), starts a new target
  * and loads its metadata again.
  *
  * Every MS ms a sample: seconds, transfers completed, the initiator's RSS
@@ -427,7 +427,7 @@ static void post(int si)
 }
 
 static char *self_path;
-static uint64_t settle_ms = 1500;
+static uint64_t settle_ms = 3000;
 
 static void spawn(void)
 {
