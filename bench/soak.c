@@ -2,6 +2,7 @@
  *
  *   bench/soak [--transfers N] [--restart_s S] [--window W] [--backend UCX|LIBFABRIC]
  *              [--param key=value ...] [--csv FILE] [--sample_ms MS] [--warmup F]
+ *              [--settle_ms MS]
  *
  * The initiator "I" (this process) keeps W slots busy with transfers into
  * and out of a target "T" (a child process, this program with --target):
@@ -14,7 +15,9 @@
  * (nxl_xfer_create), the others re-posting transfers made once per target.
  * Every S seconds the target is replaced: in turn asked to quit once its
  * slots drained, or killed with SIGKILL with transfers in flight; the
- * initiator then forgets it, starts a new one and loads its metadata again.
+ * initiator then forgets it, lets the transport run --settle_ms (default 3000:
+ * UCX let a peer go 1.2-1.9 s after it left, here), starts a new target
+ * and loads its metadata again.
  *
  * Every MS ms a sample: seconds, transfers completed, the initiator's RSS
  * (KiB), its open fds, remote agents known (nxl_agent_stats peers_known),
@@ -424,6 +427,7 @@ static void post(int si)
 }
 
 static char *self_path;
+static uint64_t settle_ms = 3000;
 
 static void spawn(void)
 {
@@ -536,9 +540,13 @@ static int retire(bool kill_it)
     }
     if (nxl_md_check(I.a, "T") == NXL_SUCCESS)
         nxl_md_invalidate(I.a, "T");
-    /* a few turns for the transport to close its endpoints */
-    for (int i = 0; i < 20; i++)
+    /* turns for the transport to let the peer go: UCX discards an endpoint
+     * in the background, a dead peer's only once its keepalive (1 s) saw
+     * it gone, and keeps the peer's shared memory mapped until then */
+    uint64_t settled = now_ms() + settle_ms;
+    do
         nxl_agent_run_once(I.a, 5);
+    while (now_ms() < settled);
     I.killing = false;
     I.pid = 0;
     return bad;
@@ -570,6 +578,8 @@ int main(int argc, char **argv)
             sample_ms = strtoull(v, NULL, 10), i++;
         else if (!strcmp(a, "--warmup") && v)
             warmup = atof(v), i++;
+        else if (!strcmp(a, "--settle_ms") && v)
+            settle_ms = strtoull(v, NULL, 10), i++;
         else if (!strcmp(a, "--param") && v && strchr(v, '=') && nparams < 8) {
             char *kv = strdup(v), *eq = strchr(kv, '=');
             *eq = 0;
@@ -578,7 +588,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: %s [--transfers N] [--restart_s S] [--window W] "
                             "[--backend UCX|LIBFABRIC] [--param key=value] [--csv FILE] "
-                            "[--sample_ms MS] [--warmup FRACTION]\n", argv[0]);
+                            "[--sample_ms MS] [--warmup FRACTION] [--settle_ms MS]\n", argv[0]);
             return 2;
         }
     }
@@ -658,8 +668,6 @@ int main(int argc, char **argv)
         }
     }
     bad_exit |= retire(false);
-    for (int i = 0; i < 50; i++)
-        nxl_agent_run_once(I.a, 10);
     long rss_end = rss_kib(0);
     if (rss_warm < 0)
         rss_warm = rss_end;

@@ -163,10 +163,13 @@ static nxl_status_t run1(nxl_agent_t *a, nxl_op_t op, char *buf, uint64_t id, ui
     return r.st;
 }
 
+/* filled: buffers a test writes out without filling them first must not
+ * put uninitialised bytes on the wire (valgrind says so) */
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
     ck_assert(p != NULL);
+    memset(p, 0xa5, n ? n : 1);
     return p;
 }
 

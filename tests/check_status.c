@@ -287,14 +287,29 @@ START_TEST(t_backend_errors)
     ck_assert_ptr_null(b);
     ck_sentence(nxl_agent_last_error(a), "no_such_param");
     ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
+    /* a shared-memory FIFO size UCX cannot use */
+    const char *fifos[] = {"1000", "lots", "1", "131072", ""};
+    for (size_t i = 0; i < sizeof(fifos) / sizeof(*fifos); i++) {
+        nxl_param_t ff = {"shm_fifo_size", fifos[i]};
+        b = (nxl_backend_t *)&b;
+        ck_assert_int_eq(nxl_backend_create(a, "UCX", &ff, 1, &b), NXL_ERR_INVALID_PARAM);
+        ck_assert_ptr_null(b);
+        ck_sentence(nxl_agent_last_error(a), "shm_fifo_size");
+        ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
+    }
     nxl_param_t nul = {"tls", NULL};
     ck_assert_int_eq(nxl_backend_create(a, "UCX", &nul, 1, &b), NXL_ERR_INVALID_PARAM);
     ck_assert_ptr_null(b);
     ck_sentence(nxl_agent_last_error(a), "NULL");
     ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
 
-    /* now for real, then a second time */
-    ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, &b), NXL_SUCCESS);
+    /* now for real (a FIFO size given: set for UCX's shared memory, here
+     * UCX's own 64), then a second time */
+    nxl_param_t fifo = {"shm_fifo_size", "64"};
+    ck_assert_int_eq(nxl_backend_create(a, "UCX", &fifo, 1, &b), NXL_SUCCESS);
+    const char *tls = getenv("UCX_TLS");
+    if (!tls || strstr(tls, "all") || strstr(tls, "sm") || strstr(tls, "posix"))
+        ck_assert_str_eq(getenv("UCX_POSIX_FIFO_SIZE"), "64");
     ck_assert_ptr_nonnull(b);
     ck_assert_str_eq(nxl_backend_name(b), "UCX");
     ck_assert_ptr_eq(nxl_backend_get(a, "UCX"), b);

@@ -1863,14 +1863,16 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
     static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
-                                        "stall_timeout", "am_write_max", "cma", "cma_chunk"};
+                                        "shm_fifo_size", "stall_timeout", "am_write_max", "cma",
+                                        "cma_chunk"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
             ok |= !strcmp(params[i].key, known[k]);
         if (!ok) {
             nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
-                       "shm_error_handling, stall_timeout, am_write_max, cma, cma_chunk)", params[i].key);
+                       "shm_error_handling, shm_fifo_size, stall_timeout, am_write_max, cma, "
+                       "cma_chunk)", params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
@@ -1883,6 +1885,31 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (shm && (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1"))) {
         setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
         setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    }
+    /* UCX never destroys its shared-memory endpoint to a peer that died
+     * with that peer's receive FIFO full: the flush that discarding it
+     * needs ignores UCT_FLUSH_FLAG_CANCEL and waits for room a dead reader
+     * never makes. The endpoint then keeps the peer's segments mapped
+     * (resident memory) and UCP's requests on it, for the life of the
+     * worker. UCX's FIFO of 64 elements was full in the soak's traffic (16
+     * transfers in flight); one of 1024 was not. It is not the default:
+     * with 1024, UCX 1.13 aborts ("Shared memory error" in its GET request
+     * handler) when an agent of the same process is destroyed with READs
+     * in flight to it (check_ucx destroy_inflight). Both ends must use the
+     * same size: UCX maps a peer's FIFO with its own. */
+    const char *fifo = param(params, n, "shm_fifo_size");
+    if (fifo && strcmp(fifo, "ucx")) {
+        char *end;
+        unsigned long v = strtoul(fifo, &end, 10);
+        if (end == fifo || *end || v < 2 || v > 65536 || (v & (v - 1))) {
+            nxlt_error(ctx, "UCX: shm_fifo_size '%s' is not a power of two from 2 to 65536 "
+                       "(or \"ucx\" for UCX's own default)", fifo);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        if (shm) {
+            setenv("UCX_POSIX_FIFO_SIZE", fifo, 1);
+            setenv("UCX_SYSV_FIFO_SIZE", fifo, 1);
+        }
     }
     uint64_t stall_ms = 10000;
     const char *stv = param(params, n, "stall_timeout");
