@@ -322,6 +322,34 @@ START_TEST(t_backend_errors)
 }
 END_TEST
 
+/* UCX's shared-memory FIFO: 256 elements by default (UCX's 64 fills with a
+ * window of transfers, and UCX then never lets a dead peer go), as a
+ * default only: a size already in the environment stays */
+START_TEST(t_ucx_fifo_default)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (tls && !strstr(tls, "all") && !strstr(tls, "sm") && !strstr(tls, "posix")) {
+        printf("SKIP: ucx_fifo_default: UCX_TLS=%s has no shared memory\n", tls);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        unsetenv("UCX_POSIX_FIFO_SIZE");
+        unsetenv("UCX_SYSV_FIFO_SIZE");
+        if (k)
+            setenv("UCX_POSIX_FIFO_SIZE", "128", 1);
+        nxl_agent_config_t c;
+        nxl_agent_config_init(&c);
+        c.name = "fifo";
+        nxl_agent_t *a;
+        ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+        ck_assert_str_eq(getenv("UCX_POSIX_FIFO_SIZE"), k ? "128" : "256");
+        ck_assert_str_eq(getenv("UCX_SYSV_FIFO_SIZE"), "256");
+        nxl_agent_destroy(a);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ reactor */
 
 static int n_done;
@@ -548,6 +576,7 @@ int main(void)
     tcase_add_test(ta, t_config_older_header);
     tcase_add_test(ta, t_plugins);
     tcase_add_test(ta, t_backend_errors);
+    tcase_add_test(ta, t_ucx_fifo_default);
     suite_add_tcase(s, ta);
     TCase *tr = tcase_create("reactor");
     tcase_set_timeout(tr, 30);

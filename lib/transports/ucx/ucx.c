@@ -53,6 +53,7 @@
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define AM_WRITE_MAX_DEFAULT 8192
+#define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define ARM_TRIES 16
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
@@ -1892,13 +1893,19 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
      * never makes. The endpoint then keeps the peer's segments mapped
      * (resident memory) and UCP's requests on it, for the life of the
      * worker. UCX's FIFO of 64 elements was full in the soak's traffic (16
-     * transfers in flight); one of 1024 was not. It is not the default:
+     * transfers in flight), and with targets replaced every 2 s the new
+     * ones stalled after about ten; with 256 or 1024 neither happened.
+     * 256 is the default (as a default: UCX_POSIX_FIFO_SIZE and
+     * UCX_SYSV_FIFO_SIZE already set in the environment are left alone):
      * with 1024, UCX 1.13 aborts ("Shared memory error" in its GET request
      * handler) when an agent of the same process is destroyed with READs
      * in flight to it (check_ucx destroy_inflight). Both ends must use the
      * same size: UCX maps a peer's FIFO with its own. */
     const char *fifo = param(params, n, "shm_fifo_size");
-    if (fifo && strcmp(fifo, "ucx")) {
+    if (!fifo && shm) {
+        setenv("UCX_POSIX_FIFO_SIZE", SHM_FIFO_DEFAULT, 0);
+        setenv("UCX_SYSV_FIFO_SIZE", SHM_FIFO_DEFAULT, 0);
+    } else if (fifo && strcmp(fifo, "ucx")) {
         char *end;
         unsigned long v = strtoul(fifo, &end, 10);
         if (end == fifo || *end || v < 2 || v > 65536 || (v & (v - 1))) {
