@@ -133,6 +133,39 @@ static void notif_cb(nxl_agent_t *a, const char *from, const void *msg, size_t l
 }
 
 /* within one agent: the agent's own name as the remote */
+/* shm's region of a process killed with SIGKILL stays in /dev/shm under
+ * its pid's name; a later process given the same pid (pids wrap around)
+ * could not start its shm endpoint. Regions named with this process's pid
+ * are left there first: the backend starts anyway, removes the one in its
+ * way and says so. */
+START_TEST(t_shm_stale_region)
+{
+    char path[8][64];
+    int made = 0;
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 4; e++) {
+            char *p = path[made];
+            snprintf(p, 64, "/dev/shm/%ld:%d:%d", (long)getpid(), d, e);
+            int fd = open(p, O_CREAT | O_EXCL | O_WRONLY, 0600);
+            if (fd < 0)
+                continue; /* a real one of this pid's: not ours to touch */
+            ck_assert_int_eq(write(fd, "stale", 5), 5);
+            close(fd);
+            made++;
+        }
+    ck_assert_int_gt(made, 0);
+    loglen = 0;
+    logbuf[0] = 0;
+    nxl_agent_t *a = agent("stale");
+    nxl_status_t st = lf(a, "provider", "shm", NULL, NULL);
+    ck_assert_msg(st == NXL_SUCCESS, "%s", nxl_agent_last_error(a));
+    ck_assert_msg(strstr(logbuf, "removed /dev/shm/"), "log: %s", logbuf);
+    nxl_agent_destroy(a);
+    for (int i = 0; i < made; i++)
+        unlink(path[i]);
+}
+END_TEST
+
 START_TEST(t_loopback)
 {
     nxl_agent_t *a = agent("self");
@@ -507,6 +540,7 @@ int main(void)
     tcase_add_test(tc, t_plugin_info);
     tcase_add_test(tc, t_bad_params);
     tcase_add_test(tc, t_info_line);
+    tcase_add_test(tc, t_shm_stale_region);
     tcase_add_test(tc, t_loopback);
     tcase_add_test(tc, t_two_agents);
     tcase_add_test(tc, t_quiet_stdout);

@@ -2020,6 +2020,30 @@ static nxl_status_t fail(lf_t *u, const char *call, int r, const char *try)
     return NXL_ERR_BACKEND;
 }
 
+/* shm names its endpoint after the process ("fi_shm://PID:D:E") and creates
+ * /dev/shm/PID:D:E exclusively at fi_enable. A process killed with SIGKILL
+ * leaves its region behind, and once pids wrap around (pid_max is 32768 by
+ * default) a process given the same pid cannot start its endpoint (EBUSY).
+ * A region named with this process's pid that exists before this process
+ * enabled its endpoint is such a leftover: removed, and logged. */
+static void shm_clear_stale(lf_t *u)
+{
+    char name[256], own[32], path[300];
+    size_t len = sizeof(name) - 1;
+    if (fi_getname(&u->ep->fid, name, &len) || len >= sizeof(name))
+        return;
+    name[len] = 0;
+    const char *n = strncmp(name, "fi_shm://", 9) ? name : name + 9;
+    int k = snprintf(own, sizeof(own), "%ld:", (long)getpid());
+    if (strncmp(n, own, (size_t)k) || strchr(n, '/'))
+        return;
+    snprintf(path, sizeof(path), "/dev/shm/%s", n);
+    if (!unlink(path))
+        nxlt_log(u->ctx, NXL_LOG_INFO,
+                 "LIBFABRIC: removed %s, left by a process that had this pid (killed before shm "
+                 "could remove it)", path);
+}
+
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
     if (!lf_loaded()) {
@@ -2249,6 +2273,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         fi_close(&u->rma_cntr->fid);
         u->rma_cntr = NULL;
     }
+    if (!strcmp(u->prov, "shm"))
+        shm_clear_stale(u);
     if ((r = fi_enable(u->ep)))
         return fail(u, "fi_enable", r, "the endpoint could not start (address in use?)");
     u->name_len = sizeof(u->name);
