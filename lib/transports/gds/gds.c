@@ -670,28 +670,14 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (r->type != NXL_FILE)
         return NXL_SUCCESS; /* VRAM is only ever the local side */
-    nxlt_blob24_t *k = calloc(1, sizeof(*k));
-    if (!k)
-        return NXL_ERR_UNKNOWN;
-    k->magic = KEY_MAGIC;
-    k->token = u->token;
-    k->regid = r->regid;
-    *buf = k;
-    *len = sizeof(*k);
-    return NXL_SUCCESS;
+    return nxlt_blob24_new(KEY_MAGIC, u->token, r->regid, buf, len) ? NXL_ERR_UNKNOWN
+                                                                    : NXL_SUCCESS;
 }
 
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     gds_t *u = state;
-    nxlt_blob24_t *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NXL_ERR_UNKNOWN;
-    c->magic = CONN_MAGIC;
-    c->token = u->token;
-    *buf = c;
-    *len = sizeof(*c);
-    return NXL_SUCCESS;
+    return nxlt_blob24_new(CONN_MAGIC, u->token, 0, buf, len) ? NXL_ERR_UNKNOWN : NXL_SUCCESS;
 }
 
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,

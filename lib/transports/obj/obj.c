@@ -352,28 +352,15 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (md == &obj_dram_md)
         return NXL_SUCCESS;
-    obj_blob_t *k = calloc(1, sizeof(*k));
-    if (!k)
-        return NXL_ERR_UNKNOWN;
-    k->magic = KEY_MAGIC;
-    k->token = o->token_id;
-    k->regid = ((obj_key_t *)md)->regid;
-    *buf = k;
-    *len = sizeof(*k);
-    return NXL_SUCCESS;
+    return nxlt_blob24_new(KEY_MAGIC, o->token_id, ((obj_key_t *)md)->regid, buf, len)
+               ? NXL_ERR_UNKNOWN
+               : NXL_SUCCESS;
 }
 
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     obj_t *o = state;
-    obj_blob_t *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NXL_ERR_UNKNOWN;
-    c->magic = CONN_MAGIC;
-    c->token = o->token_id;
-    *buf = c;
-    *len = sizeof(*c);
-    return NXL_SUCCESS;
+    return nxlt_blob24_new(CONN_MAGIC, o->token_id, 0, buf, len) ? NXL_ERR_UNKNOWN : NXL_SUCCESS;
 }
 
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
