@@ -297,6 +297,15 @@ START_TEST(t_backend_errors)
         ck_sentence(nxl_agent_last_error(a), "shm_fifo_size");
         ck_assert_ptr_null(nxl_backend_get(a, "UCX"));
     }
+    /* a cross-memory attach limit that is not a byte count */
+    const char *cmaxes[] = {"lots", "-1", "12k", ""};
+    for (size_t i = 0; i < sizeof(cmaxes) / sizeof(*cmaxes); i++) {
+        nxl_param_t cm = {"cma_max", cmaxes[i]};
+        b = (nxl_backend_t *)&b;
+        ck_assert_int_eq(nxl_backend_create(a, "UCX", &cm, 1, &b), NXL_ERR_INVALID_PARAM);
+        ck_assert_ptr_null(b);
+        ck_sentence(nxl_agent_last_error(a), "cma_max");
+    }
     nxl_param_t nul = {"tls", NULL};
     ck_assert_int_eq(nxl_backend_create(a, "UCX", &nul, 1, &b), NXL_ERR_INVALID_PARAM);
     ck_assert_ptr_null(b);

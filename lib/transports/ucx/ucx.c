@@ -111,6 +111,7 @@ typedef struct ucx_state {
     volatile uint64_t cma_cookie[2]; /* CMA_MAGIC and a random value: peers read them to
                                       * prove they reach this process */
     size_t cma_chunk;           /* bytes a system call copies at most */
+    size_t cma_max;             /* larger transfers go through UCX (0: no limit) */
     TAILQ_HEAD(, ucx_op) cma_q; /* transfers being copied, in order */
     struct event *ev_cma;       /* continues the copies on the next turn */
     uint64_t cma_burst_end;     /* copies inside calls stop here... */
@@ -1471,6 +1472,13 @@ static bool cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
     if (c->cma != CMA_READY || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM || !x->n)
         return false;
+    if (u->cma_max) {
+        size_t total = 0;
+        for (size_t i = 0; i < x->n && total <= u->cma_max; i++)
+            total += x->iov[i].len;
+        if (total > u->cma_max)
+            return false;
+    }
     if (u->cma_mode == CMA_AUTO)
         for (size_t i = 0; i < x->n; i++) {
             ucx_rkey_t *k = x->iov[i].rkey;
@@ -1865,7 +1873,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
 {
     static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
                                         "shm_fifo_size", "stall_timeout", "am_write_max", "cma",
-                                        "cma_chunk"};
+                                        "cma_chunk", "cma_max"};
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
@@ -1873,7 +1881,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         if (!ok) {
             nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
                        "shm_error_handling, shm_fifo_size, stall_timeout, am_write_max, cma, "
-                       "cma_chunk)", params[i].key);
+                       "cma_chunk, cma_max)", params[i].key);
             return NXL_ERR_INVALID_PARAM;
         }
     }
@@ -1978,12 +1986,25 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         }
         cma_chunk = (size_t)v;
     }
+    size_t cma_max = 0;
+    const char *cmx = param(params, n, "cma_max");
+    if (cmx) {
+        char *end;
+        unsigned long long v = strtoull(cmx, &end, 10);
+        if (end == cmx || *end || cmx[0] == '-') {
+            nxlt_error(ctx, "UCX: cma_max '%s' is not a byte count (transfers larger than it go "
+                       "through UCX instead of cross-memory attach; 0: no limit)", cmx);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        cma_max = (size_t)v;
+    }
     ucx_t *u = calloc(1, sizeof(*u));
     if (!u)
         return NXL_ERR_UNKNOWN;
     u->ctx = ctx;
     u->cma_mode = cma_mode;
     u->cma_chunk = cma_chunk;
+    u->cma_max = cma_max;
     TAILQ_INIT(&u->cma_q);
     u->am_write_max = am_max;
     u->stall_us = stall_ms * 1000;
