@@ -64,6 +64,15 @@
  *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),
  *   nxl_prepped_release()) return at once and take effect before the
  *   thread's next call on the agent.
+ * - nxl_xfer_post() from another thread does not wait for the reactor
+ *   either: it checks on the calling thread what refuses a post at once in
+ *   the default mode (a post in flight: NXL_ERR_REPOST_ACTIVE; a peer
+ *   invalidated, regions revoked: those statuses, with their sentences)
+ *   and returns NXL_SUCCESS with the future once the post is queued; the
+ *   transfer is in flight from then on. What fails when the reactor runs
+ *   it (the peer lost meanwhile, the transport refusing it) completes the
+ *   future with that status, its sentence in nxl_future_error(), and its
+ *   callbacks run as for any completion.
  * - Callbacks (completions, notifications, log lines) run on the reactor
  *   thread, never on the calling thread. A callback may call the API (the
  *   call runs directly, no hand-over); a callback that blocks stalls the
@@ -96,8 +105,9 @@
  *
  * The default mode costs nothing for this: each call tests one pointer.
  * A call from another thread costs a queue append under a mutex, an
- * eventfd write per batch of calls and a semaphore wake-up (see the
- * README's thread model for the numbers).
+ * eventfd write per batch of calls and a semaphore wake-up (a post: no
+ * wake-up until its nxl_future_wait(); see the README's thread model for
+ * the numbers).
  *
  * # Errors
  *

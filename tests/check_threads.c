@@ -665,6 +665,105 @@ START_TEST(foreign_wait)
 }
 END_TEST
 
+/* ---------------------------------------- a post is queued, not waited for */
+
+static struct {
+    nxl_agent_t *I;
+    int entered, go, calls, bad;
+    nxl_status_t st;
+    char err[512];
+    pthread_t reactor;
+} Q;
+
+/* runs on I's reactor thread and holds it until the test says go; then it
+ * makes I forget T, as a peer lost while a post waits in the queue */
+static void q_block(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    Q.reactor = pthread_self();
+    add_int(&Q.entered);
+    while (!load_int(&Q.go))
+        usleep(1000);
+    if (nxl_md_invalidate(Q.I, "T") != NXL_SUCCESS)
+        add_int(&Q.bad);
+}
+
+static void *q_blocker(void *arg)
+{
+    nxl_future_t *f = NULL;
+    if (nxl_future_all(Q.I, NULL, 0, q_block, NULL, &f) != NXL_SUCCESS)
+        add_int(&Q.bad);
+    else
+        nxl_future_release(f);
+    return NULL;
+}
+
+static void q_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    if (!pthread_equal(pthread_self(), Q.reactor))
+        add_int(&Q.bad);
+    Q.st = st;
+    snprintf(Q.err, sizeof(Q.err), "%s", nxl_future_error(f));
+    add_int(&Q.calls);
+}
+
+START_TEST(queued_post)
+{
+    memset(&Q, 0, sizeof(Q));
+    nxl_agent_t *I = threaded_agent("I"), *T = threaded_agent("T");
+    Q.I = I;
+    unsigned char *ib = mem(I, 4096), *tb = mem(T, 4096);
+    memset(ib, 0x5a, 4096);
+    memset(tb, 0, 4096);
+    introduce(I, T);
+    nxl_desc_t ld = {.addr = (uintptr_t)ib, .len = 4096}, rd = {.addr = (uintptr_t)tb, .len = 4096};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &x), NXL_SUCCESS);
+
+    /* the reactor is held in a callback: a post from this thread still
+     * returns, with its future, and the transfer reads in flight */
+    pthread_t b;
+    pthread_create(&b, NULL, q_blocker, NULL);
+    ck_assert(wait_count(&Q.entered, 1, 10000));
+    nxl_future_t *f = NULL;
+    ck_assert_int_eq(nxl_xfer_post(x, q_done, NULL, &f), NXL_SUCCESS);
+    ck_assert_ptr_nonnull(f);
+    /* posting it again is refused on this thread, with the sentence */
+    nxl_future_t *g = NULL;
+    ck_assert_int_eq(nxl_xfer_post(x, q_done, NULL, &g), NXL_ERR_REPOST_ACTIVE);
+    ck_assert_ptr_null(g);
+    ck_sentence(nxl_agent_last_error(I), "in flight");
+    ck_assert_int_eq(nxl_future_wait(f, 0), NXL_IN_PROG);
+
+    /* the callback makes I forget T before the queued post runs: the post
+     * fails there, through its future, once, with the reason */
+    __atomic_store_n(&Q.go, 1, __ATOMIC_RELEASE);
+    pthread_join(b, NULL);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_ERR_REMOTE_DISCONNECT);
+    ck_assert_int_eq(load_int(&Q.calls), 1);
+    ck_assert_int_eq(Q.st, NXL_ERR_REMOTE_DISCONNECT);
+    ck_sentence(Q.err, "invalidated");
+    ck_sentence(nxl_future_error(f), "invalidated");
+    ck_assert_int_eq(nxl_future_status(f), NXL_ERR_REMOTE_DISCONNECT);
+    ck_assert_int_eq(nxl_xfer_status(x), NXL_ERR_REMOTE_DISCONNECT);
+    nxl_future_release(f);
+    /* nothing was written */
+    for (int i = 0; i < 4096; i++)
+        ck_assert_int_eq(tb[i], 0);
+
+    /* posted now, the transfer is refused at once, on this thread */
+    ck_assert_int_eq(nxl_xfer_post(x, q_done, NULL, &g), NXL_ERR_REMOTE_DISCONNECT);
+    ck_assert_ptr_null(g);
+    ck_sentence(nxl_agent_last_error(I), "invalidated");
+    usleep(20000);
+    ck_assert_int_eq(load_int(&Q.calls), 1);
+    ck_assert_int_eq(load_int(&Q.bad), 0);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(I);
+    nxl_agent_destroy(T);
+}
+END_TEST
+
 /* ---------------------------------------- destroy from a foreign thread */
 
 #define D_N 16
@@ -874,6 +973,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, cycle_posix);
     tcase_add_test(tc, cycle_libfabric);
     tcase_add_test(tc, foreign_wait);
+    tcase_add_test(tc, queued_post);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
     tcase_add_test(tc, default_mode);

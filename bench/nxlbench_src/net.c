@@ -302,7 +302,10 @@ static void d_done(nxl_future_t *f, nxl_status_t st, void *arg)
 /* desc_rate --threads N: N threads each run the cycle of run_desc (prep
  * both lists, make, post, wait, release) against the threaded agent; the
  * rate is every thread's descriptors over the wall-clock time of the timed
- * iterations (after a barrier that ends the warm-up). */
+ * iterations (after a barrier that ends the warm-up). With --pipeline_depth
+ * D each thread keeps D transfers in flight: a cycle waits for the one
+ * posted D cycles before and releases it (the default mode runs the same
+ * loop on its one thread when D > 1). */
 typedef struct {
     size_t n;
     long warm, it;
@@ -311,37 +314,57 @@ typedef struct {
     uint64_t t0, t1;
 } dthr_t;
 
+typedef struct {
+    nxl_prepped_t *lp, *rp;
+    nxl_xfer_t *x;
+    nxl_future_t *f;
+} dslot_t;
+
+static void dslot_finish(dslot_t *q)
+{
+    nxl_status_t st = nxl_future_wait(q->f, 30000);
+    if (st != NXL_SUCCESS)
+        die("initiator: desc_rate thread: transfer %s: %s", nxl_status_name(st),
+            nxl_future_error(q->f));
+    nxl_future_release(q->f);
+    nxl_xfer_release(q->x);
+    nxl_prepped_release(q->lp);
+    nxl_prepped_release(q->rp);
+    *q = (dslot_t){0};
+}
+
 static void *desc_thread(void *arg)
 {
     dthr_t *d = arg;
+    size_t depth = (size_t)O.depth;
+    dslot_t *s = calloc(depth, sizeof(*s));
+    if (!s)
+        die("initiator: desc_rate thread: out of memory");
     for (long t = 0; t < d->warm + d->it; t++) {
         if (t == d->warm) {
             pthread_barrier_wait(d->bar);
             d->t0 = now_ns();
         }
-        nxl_prepped_t *lp = NULL, *rp = NULL;
-        nxl_xfer_t *x = NULL;
-        nxl_future_t *f = NULL;
-        if (nxl_prep(RUN.a, NULL, NXL_DRAM, d->ld, d->n, &lp) != NXL_SUCCESS ||
-            nxl_prep(RUN.a, T_NAME, NXL_DRAM, d->rd, d->n, &rp) != NXL_SUCCESS ||
-            nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, d->n, NULL, &x) != NXL_SUCCESS ||
-            nxl_xfer_post(x, NULL, NULL, &f) != NXL_SUCCESS)
+        dslot_t *q = &s[(size_t)t % depth];
+        if (q->f)
+            dslot_finish(q);
+        if (nxl_prep(RUN.a, NULL, NXL_DRAM, d->ld, d->n, &q->lp) != NXL_SUCCESS ||
+            nxl_prep(RUN.a, T_NAME, NXL_DRAM, d->rd, d->n, &q->rp) != NXL_SUCCESS ||
+            nxl_xfer_make(RUN.a, O.op, q->lp, NULL, q->rp, NULL, d->n, NULL, &q->x) != NXL_SUCCESS ||
+            nxl_xfer_post(q->x, NULL, NULL, &q->f) != NXL_SUCCESS)
             die("initiator: desc_rate thread: %s", nxl_agent_last_error(RUN.a));
-        nxl_status_t st = nxl_future_wait(f, 30000);
-        if (st != NXL_SUCCESS)
-            die("initiator: desc_rate thread: transfer %s", nxl_status_name(st));
-        nxl_future_release(f);
-        nxl_xfer_release(x);
-        nxl_prepped_release(lp);
-        nxl_prepped_release(rp);
     }
+    for (size_t k = 0; k < depth; k++)
+        if (s[k].f)
+            dslot_finish(&s[k]);
     d->t1 = now_ns();
+    free(s);
     return NULL;
 }
 
 static void run_desc_threads(size_t n, size_t bs, long warm, long it)
 {
-    int nt = (int)O.threads;
+    int nt = O.threads ? (int)O.threads : 1; /* 0: the default mode, this thread */
     pthread_t th[256];
     dthr_t d[256];
     pthread_barrier_t bar;
@@ -358,11 +381,15 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
             rd[j] = (nxl_desc_t){.addr = I.raddr + k * per + j * bs, .len = bs};
         }
         d[k] = (dthr_t){.n = n, .warm = warm, .it = it, .ld = ld, .rd = rd, .bar = &bar};
-        pthread_create(&th[k], NULL, desc_thread, &d[k]);
+        if (O.threads)
+            pthread_create(&th[k], NULL, desc_thread, &d[k]);
+        else
+            desc_thread(&d[k]);
     }
     uint64_t t0 = UINT64_MAX, t1 = 0;
     for (int k = 0; k < nt; k++) {
-        pthread_join(th[k], NULL);
+        if (O.threads)
+            pthread_join(th[k], NULL);
         t0 = d[k].t0 < t0 ? d[k].t0 : t0;
         t1 = d[k].t1 > t1 ? d[k].t1 : t1;
         free((void *)d[k].ld);
@@ -370,9 +397,9 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
     }
     pthread_barrier_destroy(&bar);
     double sec = (double)(t1 - t0) / 1e9;
-    report("# desc_rate %zu x %zu B, %d threads x %ld iterations: %.3f s, %.3f Mdesc/s "
-           "(prep + make + post + completion + release, wall clock)\n", n, bs, nt, it, sec,
-           (double)n * (double)it * nt / sec / 1e6);
+    report("# desc_rate %zu x %zu B, %d thread%s x %ld iterations, %ld in flight each: %.3f s, "
+           "%.3f Mdesc/s (prep + make + post + completion + release, wall clock)\n", n, bs, nt,
+           nt > 1 ? "s" : "", it, O.depth, sec, (double)n * (double)it * nt / sec / 1e6);
 }
 
 static void run_desc(void)
@@ -397,7 +424,7 @@ static void run_desc(void)
             long warm, it = row_iters(n * bs, &warm);
             if (it < 3 && O.num_iter >= 3)
                 it = 3;
-            if (O.threads) {
+            if (O.threads || O.depth > 1) {
                 run_desc_threads(n, bs, warm, it);
                 free(ld), free(rd);
                 progress(++k, nrows, what);

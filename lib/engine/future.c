@@ -56,7 +56,10 @@ static nxl_status_t add_cb(nxl_future_t *f, nxl_done_cb cb, void *arg)
     return NXL_SUCCESS;
 }
 
-nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
+/* A future known to nothing yet: a foreign thread makes it for the post it
+ * queues (threads.c, under the table lock), and the reactor attaches it
+ * when it runs the post. Its callback and its threaded flag are set. */
+nxl_future_t *nxli_future_alloc(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
 {
     nxl_future_t *f = calloc(1, sizeof(*f));
     if (!f)
@@ -70,11 +73,34 @@ nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb,
         free(f);
         return NULL;
     }
-    if (a->thr) { /* threaded: known to the agent, to be let go at teardown */
-        f->mt = true;
+    f->mt = a->thr != NULL; /* threaded: calls on it from other threads are marshalled */
+    return f;
+}
+
+/* Reactor thread: the future joins the agent's pending ones (and, threaded,
+ * the futures let go at teardown). */
+void nxli_future_attach(nxl_future_t *f)
+{
+    nxl_agent_t *a = f->agent;
+    f->attached = true;
+    if (f->mt)
         LIST_INSERT_HEAD(&a->tfutures, f, alink);
-    }
     TAILQ_INSERT_TAIL(&a->pending, f, plink);
+}
+
+/* A future from nxli_future_alloc() never attached: gone, nobody saw it. */
+void nxli_future_unalloc(nxl_future_t *f)
+{
+    f->mt = false;
+    f->refs = 1;
+    future_unref(f);
+}
+
+nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
+{
+    nxl_future_t *f = nxli_future_alloc(a, kind, cb, arg);
+    if (f)
+        nxli_future_attach(f);
     return f;
 }
 
@@ -179,9 +205,11 @@ static void deliver_queue(nxl_agent_t *a, struct nxli_fq *q)
         }
         f->queued = false;
         if (f->mt) /* threads in nxl_future_wait() (threaded mode) */
-            nxli_thread_settled(f);
+            nxli_thread_settled_later(f);
         future_unref(f);
     }
+    if (a->thr)
+        nxli_thread_wake(a);
 }
 
 /* Until nothing is left, futures completed by callbacks included (teardown). */
@@ -350,7 +378,9 @@ void nxl_future_release(nxl_future_t *f)
 
 void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why)
 {
-    if (!f || f->done)
+    /* not attached: a post a foreign thread queued, which checks the peer
+     * again when the reactor runs it */
+    if (!f || f->done || !f->attached)
         return;
     f->refs++;
     if (f->op) {

@@ -133,6 +133,7 @@ struct nxl_future {
     nxli_waiter_t *waiters; /* threads in nxl_future_wait() (threads.c) */
     bool wdone;             /* under the queue's mutex: delivered, waiters return at once */
     bool mt;                /* its agent is threaded and alive: calls are marshalled */
+    bool attached;          /* on the agent's pending list (or past it): not a queued post's */
     LIST_ENTRY(nxl_future) alink; /* the threaded agent's futures (tfutures) */
     TAILQ_ENTRY(nxl_future) plink;  /* pending list */
     TAILQ_ENTRY(nxl_future) dlink;  /* delivery queue */
@@ -297,6 +298,10 @@ void *nxli_b64_decode(const char *s, size_t *len);
 
 /* future.c */
 nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg);
+/* nxli_future_new in two steps (a post queued by a foreign thread) */
+nxl_future_t *nxli_future_alloc(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg);
+void nxli_future_attach(nxl_future_t *f);
+void nxli_future_unalloc(nxl_future_t *f);
 /* hands the caller's reference out, or drops it */
 void nxli_future_give(nxl_future_t *f, nxl_future_t **out);
 void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
@@ -333,6 +338,12 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
                              nxli_remote_t **out, char *name_out, size_t cap);
 
 /* xfer.c */
+/* a post from a foreign thread of a threaded agent, queued (threads.c) */
+nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out,
+                                  const char **why);
+void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f);
+void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep);
+void nxli_xfer_post_refused(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfers_cleanup(nxl_agent_t *a);
 
 /* exchange.c */

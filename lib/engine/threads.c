@@ -82,10 +82,13 @@ struct nxli_call {
     } r;
     bool fail;              /* the call failed: its sentence is copied to err */
     bool async;             /* malloc'd, nobody waits: the reactor frees it */
+    void (*refuse)(nxli_call_t *c); /* async: what a refusal must still do */
     sem_t done;
     nxli_call_t *next;
     char err[NXLI_ERR_MAX];
 };
+
+#define NXLI_WSTRIPES 64
 
 struct nxli_thr {
     pthread_t join;         /* from pthread_create */
@@ -95,12 +98,20 @@ struct nxli_thr {
     nxli_call_t *head, **tail;
     bool closed;            /* the loop ended: calls are refused */
     bool signaled;          /* the eventfd was written since the reactor last took the queue */
-    pthread_mutex_t tmu;    /* the table lock (recursive; threads.h) */
+    pthread_mutex_t tmu;    /* the table lock (recursive by tmu_owner/tmu_depth; threads.h) */
+    pthread_t tmu_owner;    /* atomic: the thread holding tmu */
+    bool tmu_held;          /* atomic: tmu_owner is valid */
+    int tmu_depth;          /* the owner's: how many times it took tmu */
+    /* the waiters' locks, one per stripe of futures: eight threads waiting
+     * and the reactor settling would otherwise meet on one mutex (half
+     * the CPU of a threaded run went to that contention) */
+    pthread_mutex_t wmu[NXLI_WSTRIPES];
     bool dead;              /* under tmu: the teardown began; foreign threads marshal again */
     bool exit;              /* reactor thread only: leave the loop (destroy asked) */
     bool torn;              /* the teardown ran on the reactor thread */
     int efd;
     struct event *ev_wake;
+    nxli_waiter_t *wake;    /* reactor thread: waiters to post at the end of a delivery */
 };
 
 struct nxli_waiter {
@@ -119,14 +130,45 @@ static __thread struct {
 
 __thread bool nxli_quiet;
 
+/* The table lock: an adaptive mutex (a thread that finds it taken spins a
+ * little before it sleeps: the holder, on the other core, is done within
+ * a microsecond or two; sleeping at once cost a wake-up each time eight
+ * threads met on it), recursive by hand. Only the owner writes tmu_owner
+ * while it holds the lock, so a thread reading its own id there holds it. */
+static bool tmu_mine(struct nxli_thr *t)
+{
+    return __atomic_load_n(&t->tmu_held, __ATOMIC_RELAXED) &&
+           pthread_equal(__atomic_load_n(&t->tmu_owner, __ATOMIC_RELAXED), pthread_self());
+}
+
+static void tmu_lock(struct nxli_thr *t)
+{
+    if (tmu_mine(t)) {
+        t->tmu_depth++;
+        return;
+    }
+    pthread_mutex_lock(&t->tmu);
+    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
+    t->tmu_depth = 1;
+}
+
+static void tmu_unlock(struct nxli_thr *t)
+{
+    if (--t->tmu_depth > 0)
+        return;
+    __atomic_store_n(&t->tmu_held, false, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&t->tmu);
+}
+
 void nxli_tlock(nxl_agent_t *a)
 {
-    pthread_mutex_lock(&a->thr->tmu);
+    tmu_lock(a->thr);
 }
 
 void nxli_tunlock(nxl_agent_t *a)
 {
-    pthread_mutex_unlock(&a->thr->tmu);
+    tmu_unlock(a->thr);
 }
 
 bool nxli_thread_alive(const nxl_agent_t *a)
@@ -136,9 +178,9 @@ bool nxli_thread_alive(const nxl_agent_t *a)
 
 bool nxli_foreign_begin(nxl_agent_t *a)
 {
-    pthread_mutex_lock(&a->thr->tmu);
+    tmu_lock(a->thr);
     if (a->thr->dead) {
-        pthread_mutex_unlock(&a->thr->tmu);
+        tmu_unlock(a->thr);
         return false;
     }
     nxli_quiet = true;
@@ -148,7 +190,7 @@ bool nxli_foreign_begin(nxl_agent_t *a)
 void nxli_foreign_end(nxl_agent_t *a)
 {
     nxli_quiet = false;
-    pthread_mutex_unlock(&a->thr->tmu);
+    tmu_unlock(a->thr);
 }
 
 bool nxli_thread_foreign_slow(const nxl_agent_t *a)
@@ -172,6 +214,8 @@ void nxli_thread_set_error(const nxl_agent_t *a, const char *s)
 static void refuse_call(nxli_call_t *c)
 {
     if (c->async) {
+        if (c->refuse)
+            c->refuse(c);
         free(c);
         return;
     }
@@ -285,6 +329,7 @@ static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bo
     c->fail = false;
     c->a = a;
     c->async = true;
+    c->refuse = NULL;
     c->v[0].p = p;
     if (!enqueue(a, c, wake))
         free(c);
@@ -332,9 +377,9 @@ static void *reactor_main(void *arg)
         /* nxl_agent_destroy(): the teardown runs here, on the reactor
          * thread, so that cancellation callbacks run where every callback
          * runs; the destroying thread joins and frees the rest */
-        pthread_mutex_lock(&t->tmu);
+        tmu_lock(t);
         t->dead = true;
-        pthread_mutex_unlock(&t->tmu);
+        tmu_unlock(t);
         nxli_agent_teardown(a);
         t->torn = true;
     }
@@ -351,6 +396,8 @@ static void thr_free(nxl_agent_t *a)
     if (t->efd >= 0)
         close(t->efd);
     pthread_mutex_destroy(&t->mu);
+    for (int i = 0; i < NXLI_WSTRIPES; i++)
+        pthread_mutex_destroy(&t->wmu[i]);
     pthread_mutex_destroy(&t->tmu);
     sem_destroy(&t->started);
     free(t);
@@ -367,9 +414,11 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
     t->efd = -1;
     t->tail = &t->head;
     pthread_mutex_init(&t->mu, NULL);
+    for (int i = 0; i < NXLI_WSTRIPES; i++)
+        pthread_mutex_init(&t->wmu[i], NULL);
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&t->tmu, &ma);
     pthread_mutexattr_destroy(&ma);
     sem_init(&t->started, 0, 0);
@@ -432,36 +481,82 @@ void nxli_thread_destroy(nxl_agent_t *a)
  * caller's keeps the future alive, and a future freed meanwhile (another
  * thread released the last reference) wakes its waiters first. */
 
+static pthread_mutex_t *wlock(const nxl_future_t *f)
+{
+    return &f->agent->thr->wmu[((uintptr_t)f >> 6) % NXLI_WSTRIPES];
+}
+
+/* f's waiters, taken off its list under their lock */
+static nxli_waiter_t *take_waiters(nxl_future_t *f)
+{
+    pthread_mutex_t *mu = wlock(f);
+    pthread_mutex_lock(mu);
+    f->wdone = true;
+    nxli_waiter_t *w = f->waiters;
+    f->waiters = NULL;
+    for (nxli_waiter_t *v = w; v; v = v->next) {
+        v->linked = false;
+        v->st = f->status;
+    }
+    pthread_mutex_unlock(mu);
+    return w;
+}
+
+/* Posted after the unlock, so that a woken waiter does not meet the lock
+ * still held; a waiter taken off the list waits for its post even when it
+ * timed out meanwhile, so w stays valid until then. */
+static void post_waiters(nxli_waiter_t *w)
+{
+    while (w) {
+        nxli_waiter_t *next = w->next;
+        sem_post(&w->sem); /* w may be gone once posted */
+        w = next;
+    }
+}
+
 void nxli_thread_settled(nxl_future_t *f)
 {
+    post_waiters(take_waiters(f));
+}
+
+/* Delivery: the waiters of the futures a turn settles wake together at its
+ * end (nxli_thread_wake), not one by one while the reactor still delivers —
+ * a thread woken in the middle took the core from the reactor. */
+void nxli_thread_settled_later(nxl_future_t *f)
+{
     struct nxli_thr *t = f->agent->thr;
-    pthread_mutex_lock(&t->mu);
-    f->wdone = true;
-    nxli_waiter_t *w;
-    while ((w = f->waiters)) {
-        f->waiters = w->next;
-        w->linked = false;
-        w->st = f->status;
-        sem_post(&w->sem); /* w may be gone once posted */
+    nxli_waiter_t *w = take_waiters(f);
+    while (w) {
+        nxli_waiter_t *next = w->next;
+        w->next = t->wake;
+        t->wake = w;
+        w = next;
     }
-    pthread_mutex_unlock(&t->mu);
+}
+
+void nxli_thread_wake(nxl_agent_t *a)
+{
+    struct nxli_thr *t = a->thr;
+    nxli_waiter_t *w = t->wake;
+    t->wake = NULL;
+    post_waiters(w);
 }
 
 nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms)
 {
-    struct nxli_thr *t = f->agent->thr;
+    pthread_mutex_t *mu = wlock(f);
     nxli_waiter_t w = {.st = NXL_IN_PROG};
-    pthread_mutex_lock(&t->mu);
+    pthread_mutex_lock(mu);
     if (f->wdone) {
         nxl_status_t st = f->status;
-        pthread_mutex_unlock(&t->mu);
+        pthread_mutex_unlock(mu);
         return st;
     }
     sem_init(&w.sem, 0, 0);
     w.linked = true;
     w.next = f->waiters;
     f->waiters = &w;
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(mu);
     int rc;
     if (timeout_ms < 0) {
         while ((rc = sem_wait(&w.sem)) < 0 && errno == EINTR)
@@ -479,7 +574,8 @@ nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms)
             ;
     }
     nxl_status_t st = NXL_IN_PROG;
-    pthread_mutex_lock(&t->mu);
+    bool owed = false; /* taken off the list, its post still to come */
+    pthread_mutex_lock(mu);
     if (w.linked) { /* timed out, not woken meanwhile: leave the list */
         for (nxli_waiter_t **pp = &f->waiters; *pp; pp = &(*pp)->next)
             if (*pp == &w) {
@@ -488,8 +584,12 @@ nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms)
             }
     } else {
         st = w.st;
+        owed = rc < 0;
     }
-    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(mu);
+    if (owed)
+        while (sem_wait(&w.sem) < 0 && errno == EINTR)
+            ;
     sem_destroy(&w.sem);
     return st;
 }
@@ -843,8 +943,52 @@ nxl_status_t nxli_rpc_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
 }
 
 static void t_xfer_post(nxli_call_t *c) { ST(nxl_xfer_post(A(0).p, A(1).done, A(2).p, A(3).p)); }
+static void t_xfer_post_queued(nxli_call_t *c) { nxli_xfer_post_queued(A(0).p, A(1).p, A(2).i); }
+static void t_xfer_post_refused(nxli_call_t *c) { nxli_xfer_post_refused(A(0).p, A(1).p, A(2).i); }
+
+/* A post does not wait for the reactor: what can refuse it at once (a
+ * post in flight, an invalidated peer, revoked regions) is checked here
+ * under the table lock, a future claims the transfer, and the post is
+ * queued; the thread goes on (posting more, waiting). What fails later
+ * completes the future with its status and sentence. A post in flight is
+ * refused here, with the default mode's sentence; another failed check
+ * hands the whole post over, so that its status and sentence are the
+ * default mode's. */
 nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
+    nxl_agent_t *a = x->agent;
+    nxl_future_t *f = NULL;
+    if (out)
+        *out = NULL;
+    if (nxli_foreign_begin(a)) {
+        const char *why = NULL;
+        nxl_status_t st = nxli_xfer_post_claim(x, cb, arg, &f, &why);
+        nxli_foreign_end(a);
+        if (st == NXL_ERR_REPOST_ACTIVE) {
+            nxli_thread_set_error(a, why);
+            return st;
+        }
+    }
+    if (f) {
+        nxli_call_t *q = malloc(sizeof(*q));
+        if (q) {
+            q->fn = t_xfer_post_queued;
+            q->refuse = t_xfer_post_refused;
+            q->a = a;
+            q->async = true;
+            q->fail = false;
+            q->v[0].p = x, q->v[1].p = f, q->v[2].i = out != NULL;
+            if (enqueue(a, q, true)) {
+                if (out)
+                    *out = f;
+                return NXL_SUCCESS;
+            }
+            free(q);
+        }
+        nxli_tlock(a);
+        nxli_xfer_post_unclaim(x, f);
+        nxli_tunlock(a);
+    }
     CALL(x->agent, t_xfer_post);
     ARG(0).p = x, ARG(1).done = cb, ARG(2).p = arg, ARG(3).p = out;
     return RUN_ST();

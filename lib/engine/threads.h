@@ -62,6 +62,10 @@ void nxli_agent_free(nxl_agent_t *a);                /* agent.c: the rest */
 /* future.c: a future of a threaded agent was delivered (its callbacks
  * ran) or is freed: wake foreign waiters */
 void nxli_thread_settled(nxl_future_t *f);
+/* delivery: the same, its waiters woken at nxli_thread_wake() (the end of
+ * the delivery) */
+void nxli_thread_settled_later(nxl_future_t *f);
+void nxli_thread_wake(nxl_agent_t *a);
 nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms);
 const char *nxli_thread_last_error(const nxl_agent_t *a);
 void nxli_thread_set_error(const nxl_agent_t *a, const char *s);

@@ -512,36 +512,23 @@ static void xfer_cancel(nxl_future_t *f)
     NXLI_UNUSED(f);
 }
 
-nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
+/* Starts x with f, which holds the transfer already (x->active, claimed by
+ * the caller). On failure the sentence is in the agent's error, nothing
+ * started, the op is gone and the future is left to the caller; x->active
+ * still holds f. */
+static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
 {
-    if (nxli_thread_foreign(x->agent))
-        return nxli_rpc_xfer_post(x, cb, arg, out);
     nxl_agent_t *a = x->agent;
-    if (out)
-        *out = NULL;
-    if (x->active) {
-        nxli_err(a, "nxl_xfer_post: the transfer's previous post is still in flight; wait for "
-                    "its callback before posting again");
-        return NXL_ERR_REPOST_ACTIVE;
-    }
-    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
-    if (st == NXL_SUCCESS)
-        st = check_revoked(x, "nxl_xfer_post");
-    if (st != NXL_SUCCESS)
-        return st;
-    nxl_future_t *f = nxli_future_new(a, NXLI_F_XFER, cb, arg);
-    nxlt_op_t *op = f ? nxli_op_new(a, x->backend, f) : NULL;
+    nxlt_op_t *op = nxli_op_new(a, x->backend, f);
     if (!op) {
-        if (f)
-            nxli_future_discard(f);
         nxli_err(a, "nxl_xfer_post: out of memory");
         return NXL_ERR_UNKNOWN;
     }
+    nxl_status_t st;
     /* a transport without notifications: the engine sends it afterwards */
     bool relay = x->notif && !(x->backend->ops->caps & NXLT_CAP_NOTIF);
     if (relay && (st = nxli_relay_attach(op, x->remote, x->notif, x->notif_len)) != NXL_SUCCESS) {
         nxli_op_free(op);
-        nxli_future_discard(f);
         return st;
     }
     nxlt_xfer_t tx = {
@@ -558,7 +545,6 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
     nxl_status_t prev = x->last;
     f->owner = x;
     f->on_cancel = xfer_cancel;
-    x->active = f;
     x->last = NXL_IN_PROG;
     a->err[0] = 0;
     op->in_call = true;
@@ -567,13 +553,13 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         if (!a->err[0])
             nxli_err(a, "nxl_xfer_post: %s could not post the transfer to '%s' (%s)",
                      x->backend->ops->name, x->remote->name, nxl_strerror(st));
-        x->active = NULL;
         x->last = prev;
-        f->owner = NULL;
-    }
-    /* counted before a report held from inside post (it takes effect only
-     * at nxli_op_call_end) completes it */
-    if (st == NXL_SUCCESS) {
+        /* the future is the caller's to discard or to fail */
+        op->future = NULL;
+        f->op = NULL;
+    } else {
+        /* counted before a report held from inside post (it takes effect
+         * only at nxli_op_call_end) completes it */
         x->backend->xs.posted++;
         f->st_backend = x->backend;
         f->st_bytes = x->bytes;
@@ -581,18 +567,140 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         f->st_mem = x->ltype;
         f->st_post_us = nxli_now_us();
     }
-    st = nxli_op_call_end(op, st);
+    return nxli_op_call_end(op, st);
+}
+
+/* x->active NULL -> f, atomically: two threads posting one transfer at
+ * once (threaded mode) — one wins, the other is refused */
+static bool claim(nxl_xfer_t *x, nxl_future_t *f)
+{
+    nxl_future_t *none = NULL;
+    return __atomic_compare_exchange_n(&x->active, &none, f, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
+
+#define REPOST_SENTENCE "nxl_xfer_post: the transfer's previous post is still in flight; " \
+                        "wait for its callback before posting again"
+
+static nxl_status_t refuse_repost(nxl_agent_t *a)
+{
+    nxli_err(a, REPOST_SENTENCE);
+    return NXL_ERR_REPOST_ACTIVE;
+}
+
+nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (nxli_thread_foreign(x->agent))
+        return nxli_rpc_xfer_post(x, cb, arg, out);
+    nxl_agent_t *a = x->agent;
+    if (out)
+        *out = NULL;
+    if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE))
+        return refuse_repost(a);
+    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    if (st == NXL_SUCCESS)
+        st = check_revoked(x, "nxl_xfer_post");
     if (st != NXL_SUCCESS)
         return st;
+    nxl_future_t *f = nxli_future_new(a, NXLI_F_XFER, cb, arg);
+    if (!f) {
+        nxli_err(a, "nxl_xfer_post: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    if (!claim(x, f)) {
+        nxli_future_discard(f);
+        return refuse_repost(a);
+    }
+    if ((st = post_start(x, f)) != NXL_SUCCESS) {
+        __atomic_store_n(&x->active, NULL, __ATOMIC_RELEASE);
+        f->owner = NULL;
+        nxli_future_discard(f);
+        return st;
+    }
     nxli_future_give(f, out);
     return NXL_SUCCESS;
+}
+
+/* Threaded mode, a foreign thread under the table lock (quiet): what the
+ * post checks before anything starts, then a future that holds the
+ * transfer (*out). NXL_ERR_REPOST_ACTIVE: in flight, its sentence in
+ * *why (the caller reports it itself: no hand-over, the reactor may be
+ * busy for long); any other failure: NXL_ERR_UNKNOWN, and the caller hands
+ * the whole post to the reactor, which reports it as in the default mode. */
+nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out,
+                                  const char **why)
+{
+    nxl_agent_t *a = x->agent;
+    *out = NULL;
+    if (!nxli_thread_alive(a))
+        return NXL_ERR_UNKNOWN;
+    if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE)) {
+        *why = REPOST_SENTENCE;
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    if (check_peer(a, x->remote, "nxl_xfer_post") != NXL_SUCCESS ||
+        check_revoked(x, "nxl_xfer_post") != NXL_SUCCESS)
+        return NXL_ERR_UNKNOWN;
+    nxl_future_t *f = nxli_future_alloc(a, NXLI_F_XFER, cb, arg);
+    if (!f)
+        return NXL_ERR_UNKNOWN;
+    f->owner = x;
+    f->on_cancel = xfer_cancel;
+    if (!claim(x, f)) {
+        nxli_future_unalloc(f);
+        *why = REPOST_SENTENCE;
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    *out = f;
+    return NXL_SUCCESS;
+}
+
+/* The claimed post could not be queued (no memory, the loop ended). */
+void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f)
+{
+    __atomic_store_n(&x->active, NULL, __ATOMIC_RELEASE);
+    nxli_future_unalloc(f);
+}
+
+/* Reactor thread: the post a foreign thread queued with f, claimed by
+ * nxli_xfer_post_claim(). The checks run again (the peer may have gone
+ * since); a failure now completes the future with its status and
+ * sentence, delivered like any completion. keep: the caller holds a
+ * reference (it asked for the future). */
+void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep)
+{
+    nxl_agent_t *a = x->agent;
+    nxli_future_attach(f);
+    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    if (st == NXL_SUCCESS)
+        st = check_revoked(x, "nxl_xfer_post");
+    if (st == NXL_SUCCESS)
+        st = post_start(x, f);
+    if (st != NXL_SUCCESS) {
+        /* settled at delivery like a transfer that failed in flight: the
+         * transfer reads the status, then may be posted again */
+        f->owner = x;
+        nxli_future_complete(f, st, a->err[0] ? a->err : nxl_strerror(st));
+    }
+    if (!keep)
+        nxli_future_give(f, NULL);
+}
+
+/* Threaded mode, the reactor refuses a queued post (the agent is being
+ * destroyed): the future is canceled with the rest at teardown. */
+void nxli_xfer_post_refused(nxl_xfer_t *x, nxl_future_t *f, bool keep)
+{
+    NXLI_UNUSED(x);
+    nxli_future_attach(f);
+    if (!keep)
+        nxli_future_give(f, NULL);
 }
 
 nxl_status_t nxl_xfer_status(const nxl_xfer_t *x)
 {
     if (nxli_thread_foreign(x->agent))
         return nxli_rpc_xfer_status(x);
-    return x->active ? NXL_IN_PROG : x->last;
+    return __atomic_load_n(&x->active, __ATOMIC_ACQUIRE) ? NXL_IN_PROG : x->last;
 }
 
 nxl_backend_t *nxl_xfer_backend(const nxl_xfer_t *x)
