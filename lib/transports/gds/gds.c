@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "../blob_wire.h"
+#include "../regtab.h"
 
 #define KEY_MAGIC 0x314b4447u  /* "GDK1" */
 #define CONN_MAGIC 0x31434447u /* "GDC1" */
@@ -65,7 +66,6 @@
 #define GDS_MAX_THREADS 64
 #define GDS_DEF_CHUNK (8u << 20)
 #define GDS_ALIGN 4096u
-#define GDS_NBUCKETS 256
 
 /* ------------------------------------------------------------ libcufile */
 
@@ -231,9 +231,8 @@ typedef struct gds_reg {
     bool buf_reg;            /* VRAM: cuFileBufRegister'd */
     gds_file_t *file;        /* FILE */
     char name[160];          /* FILE: "fd 5" or "'/x/y'" */
-    uint64_t regid;
+    nxlt_reg_t reg;          /* FILE: in the registry, by reg.regid (what pack_key hands out) */
     int refs;                /* FILE: the registration and the keys loaded */
-    struct gds_reg *hnext;
 } gds_reg_t;
 
 typedef struct gds_xop gds_xop_t;
@@ -276,7 +275,7 @@ struct gds {
     uint64_t token;
     size_t chunk;
     unsigned nthreads, depth, inflight;
-    gds_reg_t *reg[GDS_NBUCKETS];
+    nxlt_regtab_t regs;      /* FILE registrations, by regid */
     uint64_t next_regid;
     LIST_HEAD(, gds_file) files;
     LIST_HEAD(, gds_xop) xops;
@@ -494,20 +493,6 @@ static nxl_status_t open_meta(gds_t *u, const nxl_desc_t *d, int *fd, int *acc, 
 
 /* ------------------------------------------------------------ memory */
 
-static size_t bucket(uint64_t id)
-{
-    return (size_t)(id * 0x9e3779b97f4a7c15ull >> 40) % GDS_NBUCKETS;
-}
-
-static void reg_unhash(gds_t *u, gds_reg_t *r)
-{
-    for (gds_reg_t **p = &u->reg[bucket(r->regid)]; *p; p = &(*p)->hnext)
-        if (*p == r) {
-            *p = r->hnext;
-            return;
-        }
-}
-
 static void freg_put(gds_t *u, gds_reg_t *r)
 {
     if (--r->refs > 0)
@@ -607,11 +592,14 @@ static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
     }
     if ((st = file_get(u, fd, acc, r->name, &r->file)) != NXL_SUCCESS)
         return st;
-    r->regid = ++u->next_regid;
+    r->reg.regid = ++u->next_regid;
     r->refs = 1;
-    size_t b = bucket(r->regid);
-    r->hnext = u->reg[b];
-    u->reg[b] = r;
+    if (nxlt_regtab_add(&u->regs, &r->reg) < 0) {
+        file_put(u, r->file);
+        r->file = NULL;
+        nxlt_error(u->ctx, "GDS: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
     return NXL_SUCCESS;
 }
 
@@ -658,7 +646,7 @@ static void dereg(void *state, void *md)
         free(r);
         return;
     }
-    reg_unhash(u, r);
+    nxlt_regtab_del(&u->regs, &r->reg);
     freg_put(u, r);
 }
 
@@ -670,7 +658,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (r->type != NXL_FILE)
         return NXL_SUCCESS; /* VRAM is only ever the local side */
-    return nxlt_blob24_new(KEY_MAGIC, u->token, r->regid, buf, len) ? NXL_ERR_UNKNOWN
+    return nxlt_blob24_new(KEY_MAGIC, u->token, r->reg.regid, buf, len) ? NXL_ERR_UNKNOWN
                                                                     : NXL_SUCCESS;
 }
 
@@ -702,9 +690,8 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
         nxlt_error(u->ctx, "GDS: a region key of %zu bytes that is not this transport's", len);
         return NXL_ERR_MISMATCH;
     }
-    gds_reg_t *r = u->reg[bucket(k.regid)];
-    while (r && r->regid != k.regid)
-        r = r->hnext;
+    nxlt_reg_t *e = nxlt_regtab_find(&u->regs, k.regid);
+    gds_reg_t *r = e ? NXLT_REG_OF(e, gds_reg_t, reg) : NULL;
     if (!r) {
         nxlt_error(u->ctx, "GDS: region key %llu names no registered file range",
                    (unsigned long long)k.regid);
@@ -1090,6 +1077,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     pthread_cond_init(&u->cv, NULL);
     if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
         u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
+    if (nxlt_regtab_init(&u->regs) < 0) {
+        nxlt_error(ctx, "GDS: out of memory");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
     pthread_mutex_lock(&drv_mu);
     nxl_cufile_status_t s = {NXL_CUFILE_SUCCESS, 0};
     if (!drv_users)
@@ -1182,13 +1174,14 @@ static void destroy(void *state)
              (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
     /* keys are unloaded and regions deregistered before transports are
      * destroyed: what is left has no user */
-    for (size_t b = 0; b < GDS_NBUCKETS; b++)
-        while (u->reg[b]) {
-            gds_reg_t *r = u->reg[b];
-            u->reg[b] = r->hnext;
+    if (u->regs.v) {
+        for (nxlt_reg_t *e; (e = nxlt_regtab_pop(&u->regs));) {
+            gds_reg_t *r = NXLT_REG_OF(e, gds_reg_t, reg);
             r->refs = 1;
             freg_put(u, r);
         }
+        nxlt_regtab_fini(&u->regs);
+    }
     while (!LIST_EMPTY(&u->files)) {
         gds_file_t *f = LIST_FIRST(&u->files);
         f->refs = 1;

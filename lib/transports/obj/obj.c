@@ -208,54 +208,10 @@ static void key_put(obj_key_t *k)
     free(k);
 }
 
-static size_t bucket_of(obj_t *o, uint64_t id)
-{
-    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (o->nbuckets - 1);
-}
-
-static int reg_insert(obj_t *o, obj_key_t *k)
-{
-    if (o->nreg + 1 > 2 * o->nbuckets) {
-        size_t nb = o->nbuckets * 4;
-        obj_key_t **v = calloc(nb, sizeof(*v));
-        if (!v)
-            return -1;
-        obj_key_t **old = o->reg;
-        size_t ob = o->nbuckets;
-        o->reg = v;
-        o->nbuckets = nb;
-        for (size_t i = 0; i < ob; i++)
-            for (obj_key_t *g = old[i], *n; g; g = n) {
-                n = g->hnext;
-                size_t b = bucket_of(o, g->regid);
-                g->hnext = o->reg[b];
-                o->reg[b] = g;
-            }
-        free(old);
-    }
-    size_t b = bucket_of(o, k->regid);
-    k->hnext = o->reg[b];
-    o->reg[b] = k;
-    o->nreg++;
-    return 0;
-}
-
 static obj_key_t *reg_find(obj_t *o, uint64_t regid)
 {
-    for (obj_key_t *k = o->reg[bucket_of(o, regid)]; k; k = k->hnext)
-        if (k->regid == regid)
-            return k;
-    return NULL;
-}
-
-static void reg_remove(obj_t *o, obj_key_t *k)
-{
-    for (obj_key_t **p = &o->reg[bucket_of(o, k->regid)]; *p; p = &(*p)->hnext)
-        if (*p == k) {
-            *p = k->hnext;
-            o->nreg--;
-            return;
-        }
+    nxlt_reg_t *r = nxlt_regtab_find(&o->regs, regid);
+    return r ? NXLT_REG_OF(r, obj_key_t, reg) : NULL;
 }
 
 /* The key in a descriptor's meta: text without NUL (a trailing NUL is
@@ -326,8 +282,8 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     k->id = d->dev_id;
     k->off = d->addr;
     k->len = d->len;
-    k->regid = ++o->next_regid;
-    if (reg_insert(o, k) < 0) {
+    k->reg.regid = ++o->next_regid;
+    if (nxlt_regtab_add(&o->regs, &k->reg) < 0) {
         key_put(k);
         nxlt_error(o->ctx, "%s: out of memory", o->tname);
         return NXL_ERR_UNKNOWN;
@@ -341,7 +297,7 @@ static void dereg(void *state, void *md)
     obj_t *o = state;
     if (!md || md == &obj_dram_md)
         return;
-    reg_remove(o, md);
+    nxlt_regtab_del(&o->regs, &((obj_key_t *)md)->reg);
     key_put(md);
 }
 
@@ -352,7 +308,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (md == &obj_dram_md)
         return NXL_SUCCESS;
-    return nxlt_blob24_new(KEY_MAGIC, o->token_id, ((obj_key_t *)md)->regid, buf, len)
+    return nxlt_blob24_new(KEY_MAGIC, o->token_id, ((obj_key_t *)md)->reg.regid, buf, len)
                ? NXL_ERR_UNKNOWN
                : NXL_SUCCESS;
 }
@@ -1506,13 +1462,10 @@ static void destroy(void *state)
         event_free(o->tick);
     if (o->kick)
         event_free(o->kick);
-    if (o->reg) {
-        for (size_t i = 0; i < o->nbuckets; i++)
-            for (obj_key_t *k = o->reg[i], *nx; k; k = nx) {
-                nx = k->hnext;
-                key_put(k);
-            }
-        free(o->reg);
+    if (o->regs.v) {
+        for (nxlt_reg_t *r; (r = nxlt_regtab_pop(&o->regs));)
+            key_put(NXLT_REG_OF(r, obj_key_t, reg));
+        nxlt_regtab_fini(&o->regs);
     }
     free(o->endpoint);
     free(o->bucket);
@@ -1752,12 +1705,11 @@ static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
 
     if (getrandom(&o->token_id, sizeof(o->token_id), GRND_NONBLOCK) != sizeof(o->token_id))
         o->token_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)o;
-    o->nbuckets = 64;
-    o->reg = calloc(o->nbuckets, sizeof(*o->reg));
+    int regs = nxlt_regtab_init(&o->regs);
     o->http = nxlt_http_new(nxlt_base(ctx), req_done, o);
     o->tick = event_new(nxlt_base(ctx), -1, EV_PERSIST, on_tick, o);
     o->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, o);
-    if (!o->reg || !o->http || !o->tick || !o->kick || !o->base || !o->bucket ||
+    if (regs < 0 || !o->http || !o->tick || !o->kick || !o->base || !o->bucket ||
         (api == OBJ_S3 && !o->sigv4)) {
         nxlt_error(ctx, "%s: out of memory (or libcurl failed to initialise)", tname);
         destroy(o);

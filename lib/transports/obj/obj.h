@@ -7,6 +7,8 @@
 #include "config.h"
 #include <nxl/transport.h>
 
+#include "../regtab.h"
+
 #include <curl/curl.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,8 +40,7 @@ typedef struct obj_key {
     char *path;              /* the URL's path, for Azure's canonical resource */
     uint64_t id, off;        /* the descriptor's dev_id and registered range */
     size_t len;
-    uint64_t regid;
-    struct obj_key *hnext;
+    nxlt_reg_t reg;          /* in the registry, by reg.regid (what pack_key hands out) */
 } obj_key_t;
 
 enum { R_GET, R_PUT, R_HEAD, R_MPU_CREATE, R_MPU_PART, R_MPU_COMPLETE, R_MPU_ABORT };
@@ -128,8 +129,7 @@ struct obj {
     /* state */
     uint64_t token_id;
     uint64_t next_regid;
-    obj_key_t **reg;
-    size_t nbuckets, nreg;
+    nxlt_regtab_t regs;      /* registered objects, by regid */
     struct obj_reqq queue;
     unsigned inflight;
     LIST_HEAD(, obj_xop) xops;

@@ -88,54 +88,10 @@ static void file_put(px_file_t *f)
     free(f);
 }
 
-static size_t bucket(px_t *u, uint64_t id)
-{
-    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (u->nbuckets - 1);
-}
-
-static int reg_insert(px_t *u, px_file_t *f)
-{
-    if (u->nreg + 1 > 2 * u->nbuckets) {
-        size_t nb = u->nbuckets * 4;
-        px_file_t **v = calloc(nb, sizeof(*v));
-        if (!v)
-            return -1;
-        px_file_t **old = u->reg;
-        size_t ob = u->nbuckets;
-        u->reg = v;
-        u->nbuckets = nb;
-        for (size_t i = 0; i < ob; i++)
-            for (px_file_t *g = old[i], *n; g; g = n) {
-                n = g->hnext;
-                size_t b = bucket(u, g->regid);
-                g->hnext = u->reg[b];
-                u->reg[b] = g;
-            }
-        free(old);
-    }
-    size_t b = bucket(u, f->regid);
-    f->hnext = u->reg[b];
-    u->reg[b] = f;
-    u->nreg++;
-    return 0;
-}
-
 static px_file_t *reg_find(px_t *u, uint64_t regid)
 {
-    for (px_file_t *f = u->reg[bucket(u, regid)]; f; f = f->hnext)
-        if (f->regid == regid)
-            return f;
-    return NULL;
-}
-
-static void reg_remove(px_t *u, px_file_t *f)
-{
-    for (px_file_t **p = &u->reg[bucket(u, f->regid)]; *p; p = &(*p)->hnext)
-        if (*p == f) {
-            *p = f->hnext;
-            u->nreg--;
-            return;
-        }
+    nxlt_reg_t *r = nxlt_regtab_find(&u->regs, regid);
+    return r ? NXLT_REG_OF(r, px_file_t, reg) : NULL;
 }
 
 /* Parses "path=...;mode=...;direct=0|1". */
@@ -353,8 +309,8 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
             nxlt_log(u->ctx, NXL_LOG_INFO, "POSIX: O_DIRECT open of %s refused (%s); its I/O "
                                            "stays buffered", f->name, strerror(errno));
     }
-    f->regid = ++u->next_regid;
-    if (reg_insert(u, f) < 0) {
+    f->reg.regid = ++u->next_regid;
+    if (nxlt_regtab_add(&u->regs, &f->reg) < 0) {
         nxlt_error(u->ctx, "POSIX: out of memory");
         st = NXL_ERR_UNKNOWN;
         goto fail;
@@ -375,7 +331,7 @@ static void dereg(void *state, void *md)
     if (!md || md == &px_dram_md)
         return;
     px_file_t *f = md;
-    reg_remove(u, f);
+    nxlt_regtab_del(&u->regs, &f->reg);
     file_put(f);
 }
 
@@ -386,7 +342,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (md == &px_dram_md)
         return NXL_SUCCESS; /* DRAM regions are only ever the local side */
-    return nxlt_blob24_new(KEY_MAGIC, u->token, ((px_file_t *)md)->regid, buf, len)
+    return nxlt_blob24_new(KEY_MAGIC, u->token, ((px_file_t *)md)->reg.regid, buf, len)
                ? NXL_ERR_UNKNOWN
                : NXL_SUCCESS;
 }
@@ -855,10 +811,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
         u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
-    u->nbuckets = 64;
-    u->reg = calloc(u->nbuckets, sizeof(*u->reg));
+    int regs = nxlt_regtab_init(&u->regs);
     u->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, u);
-    if (!u->reg || !u->kick) {
+    if (regs < 0 || !u->kick) {
         nxlt_error(ctx, "POSIX: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
@@ -947,13 +902,10 @@ static void destroy(void *state)
              (unsigned long long)u->n_short, (unsigned long long)u->n_submits, thp);
     if (u->kick)
         event_free(u->kick);
-    if (u->reg) {
-        for (size_t i = 0; i < u->nbuckets; i++)
-            for (px_file_t *f = u->reg[i], *nx; f; f = nx) {
-                nx = f->hnext;
-                file_put(f);
-            }
-        free(u->reg);
+    if (u->regs.v) {
+        for (nxlt_reg_t *r; (r = nxlt_regtab_pop(&u->regs));)
+            file_put(NXLT_REG_OF(r, px_file_t, reg));
+        nxlt_regtab_fini(&u->regs);
     }
     free(u);
 }

@@ -13,6 +13,8 @@
 #include "config.h"
 #include <nxl/transport.h>
 
+#include "../regtab.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -44,9 +46,8 @@ typedef struct px_file {
     uint64_t id;             /* the descriptor's dev_id */
     uint64_t off;            /* registered range */
     size_t len;
-    uint64_t regid;          /* what pack_key hands out */
+    nxlt_reg_t reg;          /* in the registry; reg.regid is what pack_key hands out */
     char name[160];          /* "'/path' (id 3)" or "fd 7", for sentences */
-    struct px_file *hnext;   /* registry chain */
 } px_file_t;
 
 enum { PX_S_IDLE, PX_S_QUEUED, PX_S_INFLIGHT, PX_S_DONE };
@@ -109,8 +110,7 @@ struct px {
     unsigned nthreads;
     uint64_t token;          /* identifies this instance in conn_info and keys */
     uint64_t next_regid;
-    px_file_t **reg;         /* registry of FILE/BLK regions, by regid */
-    size_t nbuckets, nreg;
+    nxlt_regtab_t regs;      /* registry of FILE/BLK regions, by regid */
     struct px_segq pending;  /* waiting for the engine */
     LIST_HEAD(, px_xop) xops;
     uint64_t n_direct, n_buffered, n_short, n_xfers; /* statistics */
