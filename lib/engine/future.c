@@ -397,7 +397,9 @@ void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why)
  * buffers (teardown, after the transports were quiesced) */
 static void cancel_impl(nxl_future_t *f, bool now)
 {
-    if (!f || f->settled)
+    /* not attached: a post another thread queued; its cancel, queued
+     * behind it, runs once it is attached */
+    if (!f || f->settled || !f->attached)
         return;
     if (f->done) {
         recancel(f);
