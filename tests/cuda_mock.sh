@@ -59,6 +59,11 @@ if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
                 exit 1
             fi
         done
+        if bench/nxlbench --backend GDS --storage_enable_direct --block_sizes 512 \
+            --storage_footprint 1M 2>&1 | grep -q "multiples of 4096"; then :; else
+            echo "nxlbench --backend GDS: expected O_DIRECT with 512 B blocks refused"
+            exit 1
+        fi
     fi
 fi
 for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \

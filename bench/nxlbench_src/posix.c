@@ -458,7 +458,10 @@ static int storage_main(void)
         size_t v[64], nv;
         size_list(v, &nv);
         for (size_t i = 0; i < nv; i++)
-            if (v[i] % 4096)
+            if (v[i] % 4096 && P.gds)
+                die("--storage_enable_direct with --backend GDS: blocks of %zu B are not "
+                    "multiples of 4096, which the O_DIRECT files need", v[i]);
+            else if (v[i] % 4096)
                 fprintf(stderr, "nxlbench: --storage_enable_direct: blocks of %zu B are not "
                                 "multiples of 4096; the transport moves them buffered\n", v[i]);
     }
