@@ -3,7 +3,8 @@
 # tests/mock_cudart.c (streams as threads, device memory as shared
 # mappings): the GPU cases run on machines without a GPU; check_gds with
 # libcufile replaced by tests/mock_cufile.c (pread/pwrite against that
-# device memory). Then nxlbench
+# device memory), kv_tiering --vram and nxlbench --backend GDS (VRAM to
+# and from files, both directions, every byte). Then nxlbench
 # --backend CUDA in every direction with --check_consistency (also to a
 # peer process's VRAM, --cuda_peer), kv_stream
 # --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
@@ -26,6 +27,43 @@ if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
         echo "kv_tiering --vram"
         NXL_CUFILE_LIB="$cufile" examples/kv_tiering --vram -d "${TMPDIR:-/tmp}" -b 256 -s 64 \
             -k 16 -r 3000 || exit 1
+    fi
+    # nxlbench --backend GDS: the VRAM ring to and from files, every byte
+    # checked, both directions (files in $TMPDIR, removed after)
+    if grep -q 'X("gds", "GDS", 0' config.h 2>/dev/null; then
+        echo "skip nxlbench --backend GDS: the GDS transport was not built"
+    else
+        for args in "--op_type WRITE --block_sizes 4K,64K --max_batch_size 4 --num_files 2" \
+                    "--op_type READ --block_sizes 4K,64K --max_batch_size 4 --num_files 2" \
+                    "--op_type WRITE --block_sizes 3M --backend_params chunk=1048576" \
+                    "--op_type READ --block_sizes 3M --backend_params chunk=1048576" \
+                    "--op_type READ --block_sizes 4K,1M --storage_enable_direct"; do
+            echo "nxlbench --backend GDS $args"
+            # shellcheck disable=SC2086
+            NXL_CUFILE_LIB="$cufile" bench/nxlbench --backend GDS --initiator_seg_type VRAM \
+                --target_seg_type FILE --filepath "${TMPDIR:-/tmp}" --storage_footprint 16M $args \
+                --pipeline_depth 2 --check_consistency --quiet || exit 1
+        done
+        # without libcufile, or without CUDA: one sentence naming what is
+        # missing, exit status 2, no crash
+        for miss in "NXL_CUFILE_LIB=/nonexistent/libcufile.so.0:no libcufile" \
+                    "NXL_CUDA_RUNTIME=/nonexistent/libcudart.so.13:no CUDA runtime"; do
+            out=$(env "${miss%%:*}" bench/nxlbench --backend GDS --block_sizes 4K \
+                --storage_footprint 1M 2>&1)
+            rc=$?
+            echo "$out"
+            if [ $rc -ne 2 ] || [ "$(echo "$out" | wc -l)" -ne 1 ] ||
+                ! echo "$out" | grep -q "${miss#*:}"; then
+                echo "nxlbench --backend GDS with ${miss%%:*}: expected one sentence saying" \
+                    "'${miss#*:}' and exit status 2 (got $rc)"
+                exit 1
+            fi
+        done
+        if bench/nxlbench --backend GDS --storage_enable_direct --block_sizes 512 \
+            --storage_footprint 1M 2>&1 | grep -q "multiples of 4096"; then :; else
+            echo "nxlbench --backend GDS: expected O_DIRECT with 512 B blocks refused"
+            exit 1
+        fi
     fi
 fi
 for args in "--initiator_seg_type DRAM --target_seg_type VRAM --op_type WRITE" \

@@ -38,6 +38,8 @@ int main(int argc, char **argv)
         return posix_main();
     if (!strcmp(O.backend, "CUDA"))
         return cuda_main();
+    if (!strcmp(O.backend, "GDS"))
+        return gds_main();
     if (!strcmp(O.backend, "OBJ"))
         return obj_main();
     int roles = !!O.spawn + !!O.listen + !!O.connect;

@@ -11,7 +11,8 @@
  *   target.c   the target of a two-process run
  *   net.c      the initiator of a two-process run (UCX, LIBFABRIC): the
  *              bandwidth, latency, desc_rate and idle modes
- *   posix.c    --backend POSIX, cuda.c --backend CUDA, obj.c --backend OBJ */
+ *   posix.c    --backend POSIX and GDS (the same walk over files, the ring in
+ *              DRAM or VRAM), cuda.c --backend CUDA, obj.c --backend OBJ */
 #ifndef NXLBENCH_H
 #define NXLBENCH_H
 
@@ -43,6 +44,7 @@ typedef struct nb_opts {
     const char *bparams_text;
     int op;
     const char *iseg, *tseg;
+    bool set_iseg, set_tseg;
     size_t start_bs, max_bs, start_batch, max_batch;
     long num_iter, warmup_iter;
     size_t total_buf, row_bytes;
@@ -112,7 +114,7 @@ extern run_t RUN;
 
 /* what the agent said it runs on ("transport X is up: ..."), for the JSON */
 extern char transports_desc[256];
-/* what a POSIX run used, for the JSON */
+/* what a POSIX or GDS run used, for the JSON */
 extern size_t posix_footprint;
 extern long posix_nfiles;
 extern const char *posix_where;
@@ -238,6 +240,7 @@ int plot(const char *png, char **files, int nfiles);
 int target_main(const char *host, uint16_t port, int port_fd);
 int initiator_main(const char *host, uint16_t port);
 int posix_main(void);
+int gds_main(void);
 int cuda_main(void);
 int obj_main(void);
 

@@ -51,13 +51,14 @@ static void usage(FILE *f)
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
 "  --backend NAME            transport: UCX, LIBFABRIC, POSIX (files, block devices),\n"
-"                            CUDA (GPU), OBJ (S3)\n"
+"                            CUDA (GPU), GDS (GPU memory to and from files), OBJ (S3)\n"
 "  --backend_params K=V,...  parameters of the transport, e.g. provider=shm for LIBFABRIC,\n"
 "                            tls=tcp for UCX (both sides: give them to --listen too)\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
-"  --initiator_seg_type T    DRAM; VRAM with --backend CUDA\n"
+"  --initiator_seg_type T    DRAM; VRAM with --backend CUDA or GDS (GDS's default)\n"
 "  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX; VRAM (or DRAM with\n"
-"                            a VRAM initiator) with --backend CUDA; OBJ with --backend OBJ\n"
+"                            a VRAM initiator) with --backend CUDA; FILE with --backend GDS\n"
+"                            (its default); OBJ with --backend OBJ\n"
 "  --start_block_size N      first block size (default 4K; latency: 8)\n"
 "  --max_block_size N        last block size, doubling (default 64M; latency: 64K)\n"
 "  --block_sizes A,B,...     an explicit list instead of the doubling sweep\n"
@@ -105,6 +106,14 @@ static void usage(FILE *f)
 "  puts these rows next to plain cudaMemcpyAsync (bench/cuda_memcpy_ref).\n"
 "  --cuda_peer: the target's VRAM in a second process nxlbench forks (CUDA IPC, UCX\n"
 "  for the metadata), e.g. peer-process DtoD: VRAM and VRAM --cuda_peer.\n"
+"GPU memory and files (--backend GDS: VRAM <-> FILE through cuFile, one process)\n"
+"  The storage walk above (--filepath, --num_files, --storage_footprint,\n"
+"  --storage_enable_direct: the files opened O_DIRECT, as GDS proper needs; blocks\n"
+"  then multiples of 4096) with the ring in VRAM of --cuda_device N (nxl_mem_alloc;\n"
+"  the CUDA and GDS transports).\n"
+"  READ: file -> VRAM, WRITE: VRAM -> file. --backend_params threads=N,queue_depth=N,\n"
+"  chunk=BYTES are the GDS transport's. Needs a GPU and libcufile (found at run time,\n"
+"  or NXL_CUFILE_LIB); without them it stops with the reason.\n"
 "Object store (--backend OBJ --target_seg_type OBJ: one process; unset flags fall back\n"
 "to AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ... as the OBJ transport reads them)\n"
 "  --obj_endpoint_override URL  the S3 server (e.g. http://127.0.0.1:9000)\n"
@@ -212,10 +221,10 @@ static const char *one_of(const char *val, const char *const *names, size_t n, c
 
 static const char *set_backend(const cli_opt_t *opt, const char *val)
 {
-    static const char *const known[] = {"UCX", "LIBFABRIC", "POSIX", "CUDA", "OBJ"};
-    if (one_of(val, known, 5, opt->field))
+    static const char *const known[] = {"UCX", "LIBFABRIC", "POSIX", "CUDA", "GDS", "OBJ"};
+    if (one_of(val, known, 6, opt->field))
         return "not supported yet (UCX, LIBFABRIC, POSIX for files and block devices, CUDA "
-               "for GPU memory, OBJ for S3)";
+               "for GPU memory, GDS for GPU memory to and from files, OBJ for S3)";
     return NULL;
 }
 
@@ -348,8 +357,8 @@ static const cli_opt_t opts[] = {
     VALUE("backend", set_backend, &O.backend),
     VALUE("backend_params", set_bparams, NULL),
     VALUE("op_type", set_op, &O.op),
-    VALUE("initiator_seg_type", set_seg, &O.iseg),
-    VALUE("target_seg_type", set_seg, &O.tseg),
+    VALUE("initiator_seg_type", set_seg, &O.iseg, .given = &O.set_iseg),
+    VALUE("target_seg_type", set_seg, &O.tseg, .given = &O.set_tseg),
     VALUE("start_block_size", set_size, &O.start_bs, .given = &O.set_start_bs),
     VALUE("max_block_size", set_size, &O.max_bs, .given = &O.set_max_bs),
     VALUE("block_sizes", set_sizes, NULL),
@@ -433,6 +442,15 @@ void parse_args(int argc, char **argv)
     }
     bool posix = !strcmp(O.backend, "POSIX");
     bool cuda = !strcmp(O.backend, "CUDA");
+    bool gds = !strcmp(O.backend, "GDS");
+    /* GDS: VRAM and FILE unless told otherwise (then checked below) */
+    if (gds && !O.set_iseg)
+        O.iseg = "VRAM";
+    if (gds && !O.set_tseg)
+        O.tseg = "FILE";
+    if (gds && (strcmp(O.iseg, "VRAM") || strcmp(O.tseg, "FILE")))
+        die("--backend GDS moves VRAM to and from files: --initiator_seg_type VRAM "
+            "--target_seg_type FILE (DRAM and files: --backend POSIX)");
     bool storage = !strcmp(O.tseg, "FILE") || !strcmp(O.tseg, "BLK");
     bool obj = !strcmp(O.backend, "OBJ");
     if (obj != !strcmp(O.tseg, "OBJ"))
@@ -443,9 +461,9 @@ void parse_args(int argc, char **argv)
             "transfer are its parallelism: --start_batch_size, bounded by "
             "--obj_max_connections)");
     bool vram = !strcmp(O.iseg, "VRAM") || !strcmp(O.tseg, "VRAM");
-    if (vram && !cuda)
+    if (vram && !cuda && !gds)
         die("VRAM is not supported by --backend %s (the UCX transport here has no CUDA "
-            "support): use --backend CUDA", O.backend);
+            "support): use --backend CUDA (or GDS for files)", O.backend);
     if (cuda && (storage || !vram))
         die("--backend CUDA moves to and from VRAM: --initiator_seg_type and "
             "--target_seg_type DRAM or VRAM, at least one of them VRAM");
@@ -455,21 +473,25 @@ void parse_args(int argc, char **argv)
     if (cuda && O.mode != M_BW)
         die("--backend CUDA: bandwidth mode only (a row of --pipeline_depth 1 gives the "
             "post-to-callback latency as Avg Tx), not %s", mode_names[O.mode]);
-    if (strcmp(O.iseg, "DRAM") && !cuda)
+    if (strcmp(O.iseg, "DRAM") && !cuda && !gds)
         die("--initiator_seg_type %s: the initiator's side is DRAM", O.iseg);
-    if (storage && !posix)
-        die("--target_seg_type %s needs --backend POSIX", O.tseg);
+    if (storage && !posix && !gds)
+        die("--target_seg_type %s needs --backend POSIX (or GDS, FILE from VRAM)", O.tseg);
+    /* GDS runs POSIX's walk over files: the same rules */
+    bool files = posix || gds;
     if (posix && !storage)
         die("--backend POSIX moves DRAM to and from --target_seg_type FILE or BLK, not %s",
             O.tseg);
-    if (posix && (O.spawn || O.listen || O.connect || O.etcd))
-        die("--backend POSIX runs as one process (the agent is its own peer): drop --spawn, "
-            "--listen, --connect and --etcd_endpoints");
-    if (posix && O.mode != M_BW)
-        die("--backend POSIX: bandwidth mode only, not %s", mode_names[O.mode]);
-    if (posix && O.recreate)
-        die("--backend POSIX: every transfer is made anew from prepared lists already "
-            "(the file offsets advance); --recreate_xfer does not apply");
+    if (files && (O.spawn || O.listen || O.connect || O.etcd))
+        die("--backend %s runs as one process (the agent is its own peer): drop --spawn, "
+            "--listen, --connect and --etcd_endpoints", O.backend);
+    if (files && O.mode != M_BW)
+        die("--backend %s: bandwidth mode only, not %s", O.backend, mode_names[O.mode]);
+    if (files && O.recreate)
+        die("--backend %s: every transfer is made anew from prepared lists already "
+            "(the file offsets advance); --recreate_xfer does not apply", O.backend);
+    if (gds && O.no_prefill)
+        die("--storage_prefill 0: with --backend POSIX and BLK only");
     if (posix && !strcmp(O.tseg, "BLK") && !O.filepath)
         die("--target_seg_type BLK needs --filepath /dev/DEVICE (or a file used as one)");
     if (posix && O.no_prefill && (strcmp(O.tseg, "BLK") || O.check))

@@ -1,4 +1,4 @@
-/* nxlbench --backend POSIX: DRAM ↔ files, one process
+/* nxlbench --backend POSIX: DRAM ↔ files, one process; --backend GDS: VRAM ↔ files
  *
  * As nixlbench runs its storage backends: one agent, its own peer. The DRAM
  * side is a ring of pipeline_depth × batch blocks, reused; the file side is
@@ -7,7 +7,15 @@
  * transfer takes the next `batch` blocks, file after file, and the walk
  * wraps at the end. So a row measures the storage, not one small region
  * that the page cache holds. Each transfer is made from the two lists
- * prepared once per row (nxl_xfer_make by index; its time is "prep"). */
+ * prepared once per row (nxl_xfer_make by index; its time is "prep").
+ *
+ * --backend GDS runs the same walk with the ring in VRAM: an agent with the
+ * CUDA transport (nxl_mem_alloc(NXL_VRAM) on --cuda_device) and the GDS
+ * transport (cuFile, which registers the ring with cuFileBufRegister and
+ * each file with cuFileHandleRegister). The files are written whole and
+ * checked from the host as for POSIX; the ring's bytes go through the
+ * CUDA runtime table that libnxl loads (cudaMemcpy, untimed: filling the
+ * ring before WRITE rows, reading it back for --check_consistency). */
 
 #include "nxlbench.h"
 
@@ -22,8 +30,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef NXLBENCH_CUDA
+#include "transports/cuda/cudart.h"
+#endif
+
 typedef struct sfile {
     int fd;
+    int rfd;             /* the fd registered (GDS with O_DIRECT: a second one) */
     char path[PATH_MAX + 64];
     bool made;
 } sfile_t;
@@ -39,6 +52,11 @@ static struct {
     buf_t ring;
     uint64_t seed;       /* READ: the files' pattern (seed + file index, by file offset) */
     bool filled;
+    bool gds;            /* --backend GDS: the ring is VRAM */
+    unsigned char *host; /* GDS: the ring's bytes on the host, for filling and checking */
+#ifdef NXLBENCH_CUDA
+    const nxl_cuda_rt_t *crt;
+#endif
 } P;
 
 /* a row: the walk over the footprint, the two lists prepared once */
@@ -51,6 +69,40 @@ typedef struct prow {
     bool verify;         /* READ verification pass: check every buffer as it completes */
     size_t nverified;
 } prow_t;
+
+/* GDS: [off, off + len) of the VRAM ring to and from P.host (untimed) */
+static void ring_get(size_t off, size_t len)
+{
+#ifdef NXLBENCH_CUDA
+    if (P.crt->cudaMemcpy(P.host + off, P.ring.p + off, len, cudaMemcpyDeviceToHost) !=
+        cudaSuccess)
+        die("consistency: cudaMemcpy of %zu bytes from the VRAM ring failed", len);
+#else
+    (void)off, (void)len;
+#endif
+}
+
+static void ring_put(size_t off, size_t len)
+{
+#ifdef NXLBENCH_CUDA
+    if (P.crt->cudaMemcpy(P.ring.p + off, P.host + off, len, cudaMemcpyHostToDevice) !=
+        cudaSuccess)
+        die("cudaMemcpy of %zu bytes to the VRAM ring failed", len);
+#else
+    (void)off, (void)len;
+#endif
+}
+
+/* the ring [0, len) filled with pattern seed, in DRAM or (GDS) VRAM */
+static void ring_fill(size_t len, uint64_t seed)
+{
+    if (!P.gds) {
+        pat_fill(P.ring.p, 0, len, seed);
+        return;
+    }
+    pat_fill(P.host, 0, len, seed);
+    ring_put(0, len);
+}
 
 static void p_cleanup(void)
 {
@@ -138,6 +190,7 @@ static void p_files(void)
                 strerror(errno));
         }
         P.fsize = O.footprint;
+        P.f[0].rfd = P.f[0].fd;
         return;
     }
     if (O.filepath) {
@@ -167,6 +220,13 @@ static void p_files(void)
         int e = posix_fallocate(f->fd, 0, (off_t)P.fsize);
         if (e && ftruncate(f->fd, (off_t)P.fsize))
             die("sizing %s to %zu bytes: %s", f->path, P.fsize, strerror(e));
+        f->rfd = f->fd;
+        /* GDS takes O_DIRECT from the fd it is given (the POSIX transport
+         * from its direct parameter); the prefill and the checks keep the
+         * buffered one */
+        if (P.gds && O.direct && (f->rfd = open(f->path, O_RDWR | O_DIRECT | O_CLOEXEC)) < 0)
+            die("opening %s with O_DIRECT (--storage_enable_direct): %s", f->path,
+                strerror(errno));
     }
 }
 
@@ -230,9 +290,14 @@ static bool p_done(pipe_slot_t *s)
     s->x = NULL;
     if (r->verify) {
         size_t ring0 = s->i * r->n;
+        const unsigned char *ring = P.ring.p;
+        if (P.gds) {
+            ring_get(ring0 * r->bs, r->n * r->bs);
+            ring = P.host;
+        }
         for (size_t j = 0; j < r->n; j++) {
             size_t g = (s->g + j) % r->nblk, fi = g / r->bpf, off = (g % r->bpf) * r->bs;
-            long long bad = pat_cmp(P.ring.p + (ring0 + j) * r->bs, off, r->bs,
+            long long bad = pat_cmp(ring + (ring0 + j) * r->bs, off, r->bs,
                                     P.seed + (uint64_t)fi);
             if (bad >= 0) {
                 fail("consistency: READ of %s at offset %zu (block %zu B) differs from the file's "
@@ -245,7 +310,8 @@ static bool p_done(pipe_slot_t *s)
     return true;
 }
 
-static void p_verify_write(prow_t *r, size_t first, size_t nblocks)
+/* every block of the walk touched holds what its last WRITE took from @p ring (on the host) */
+static void p_verify_write(prow_t *r, size_t first, size_t nblocks, const unsigned char *ring)
 {
     unsigned char *tmp;
     if (posix_memalign((void **)&tmp, 4096, r->bs))
@@ -261,7 +327,7 @@ static void p_verify_write(prow_t *r, size_t first, size_t nblocks)
         }
         if (r->writer[g] == UINT32_MAX)
             continue;
-        const unsigned char *want = P.ring.p + (size_t)r->writer[g] * r->bs;
+        const unsigned char *want = ring + (size_t)r->writer[g] * r->bs;
         if (memcmp(tmp, want, r->bs)) {
             size_t k = 0;
             while (tmp[k] == want[k])
@@ -301,19 +367,20 @@ static void p_row(size_t bs, size_t n)
     size_t nring = (size_t)Pd * n;
     nxl_desc_t *ld = calloc(nring, sizeof(*ld)), *rd = calloc(r.nblk, sizeof(*rd));
     for (size_t i = 0; i < nring; i++)
-        ld[i] = (nxl_desc_t){.addr = (uintptr_t)P.ring.p + i * bs, .len = bs};
+        ld[i] = (nxl_desc_t){.addr = (uintptr_t)P.ring.p + i * bs, .len = bs,
+                             .dev_id = P.gds ? (uint64_t)O.cuda_dev : 0};
     for (size_t g = 0; g < r.nblk; g++)
         rd[g] = (nxl_desc_t){.addr = (g % r.bpf) * bs, .len = bs,
-                             .dev_id = (uint64_t)P.f[g / r.bpf].fd};
+                             .dev_id = (uint64_t)P.f[g / r.bpf].rfd};
     nxl_mem_t ft = !strcmp(O.tseg, "BLK") ? NXL_BLK : NXL_FILE;
-    if (nxl_prep(P.a, NULL, NXL_DRAM, ld, nring, &r.lp) != NXL_SUCCESS ||
+    if (nxl_prep(P.a, NULL, P.gds ? NXL_VRAM : NXL_DRAM, ld, nring, &r.lp) != NXL_SUCCESS ||
         nxl_prep(P.a, nxl_agent_name(P.a), ft, rd, r.nblk, &r.rp) != NXL_SUCCESS)
         die("nxl_prep: %s", nxl_agent_last_error(P.a));
     free(ld);
     free(rd);
     p_prefill();
     if (O.op == NXL_WRITE)
-        pat_fill(P.ring.p, 0, nring * bs, next_seed());
+        ring_fill(nring * bs, next_seed());
     if (O.check && O.op == NXL_WRITE) {
         r.writer = malloc(r.nblk * sizeof(uint32_t));
         memset(r.writer, 0xff, r.nblk * sizeof(uint32_t));
@@ -331,8 +398,16 @@ static void p_row(size_t bs, size_t n)
     size_t first = moved_blocks < r.nblk ? start : 0;
     if (O.check) {
         if (O.op == NXL_WRITE) {
-            p_verify_write(&r, first, touched);
+            if (P.gds)
+                ring_get(0, nring * bs); /* what the VRAM held, as the files should */
+            p_verify_write(&r, first, touched, P.gds ? P.host : P.ring.p);
         } else {
+            /* GDS: the ring scribbled over first, so each byte checked came
+             * from the file in this pass */
+            if (P.gds) {
+                memset(P.host, 0xa5, nring * bs);
+                ring_put(0, nring * bs);
+            }
             /* read every touched block again, checking each buffer as it arrives */
             r.verify = true;
             r.next = first;
@@ -353,58 +428,121 @@ static void p_row(size_t bs, size_t n)
     free(r.ridx);
 }
 
-int posix_main(void)
+/* GDS: the CUDA runtime (for the ring's bytes), the agent with CUDA and
+ * GDS; each missing piece ends the run with one sentence naming it */
+static void g_backends(void)
+{
+#ifdef NXLBENCH_CUDA
+    char why[200];
+    if (!(P.crt = nxl_cuda_rt_get(NULL, why, sizeof(why))))
+        die("--backend GDS needs a GPU and the CUDA runtime: %s", why);
+    if (nxl_backend_create(P.a, "CUDA", NULL, 0, NULL) != NXL_SUCCESS)
+        die("--backend GDS needs the CUDA transport for its VRAM: %s", nxl_agent_last_error(P.a));
+    /* --backend_params are the GDS transport's (threads=N, queue_depth=N, chunk=BYTES) */
+    if (nxl_backend_create(P.a, "GDS", O.bparams, O.nbparams, NULL) != NXL_SUCCESS)
+        die("%s", nxl_agent_last_error(P.a));
+#else
+    die("--backend GDS: nxlbench was built without CUDA (configure found no CUDA headers, or "
+        "--disable-cuda), so there is no GDS transport either");
+#endif
+}
+
+static int storage_main(void)
 {
     RUN.t_start = now_ns();
     size_t need = need_bytes();
     if (need > O.total_buf)
-        die("the DRAM ring needs %zu bytes (largest block x batch x pipeline depth) but "
-            "--total_buffer_size is %zu", need, O.total_buf);
+        die("the %s ring needs %zu bytes (largest block x batch x pipeline depth) but "
+            "--total_buffer_size is %zu", P.gds ? "VRAM" : "DRAM", need, O.total_buf);
     if (O.direct) {
         size_t v[64], nv;
         size_list(v, &nv);
         for (size_t i = 0; i < nv; i++)
-            if (v[i] % 4096)
+            if (v[i] % 4096 && P.gds)
+                die("--storage_enable_direct with --backend GDS: blocks of %zu B are not "
+                    "multiples of 4096, which the O_DIRECT files need", v[i]);
+            else if (v[i] % 4096)
                 fprintf(stderr, "nxlbench: --storage_enable_direct: blocks of %zu B are not "
                                 "multiples of 4096; the transport moves them buffered\n", v[i]);
     }
-    P.a = make_local_agent("nxlb-posix", log_cb, "posix");
-    RUN.a = P.a;
-    char qd[32];
-    snprintf(qd, sizeof(qd), "%zu", (size_t)O.depth * O.max_batch < 256 ? 256
-                                     : (size_t)O.depth * O.max_batch > 32768 ? 32768
-                                     : (size_t)O.depth * O.max_batch);
-    /* --backend_params (chunk=..., ...) after nxlbench's own, which they may repeat */
-    nxl_param_t prm[3 + sizeof(O.bparams) / sizeof(O.bparams[0])] = {
-        {"engine", O.posix_engine}, {"direct", O.direct ? "1" : "0"}, {"queue_depth", qd}};
-    size_t nprm = 3;
-    for (size_t i = 0; i < O.nbparams; i++)
-        prm[nprm++] = O.bparams[i];
-    if (nxl_backend_create(P.a, "POSIX", prm, nprm, NULL) != NXL_SUCCESS)
-        die("nxl_backend_create(POSIX): %s", nxl_agent_last_error(P.a));
+    if (P.gds) {
+        P.a = make_local_agent("nxlb-gds", log_cb, "gds");
+        RUN.a = P.a;
+        g_backends();
+    } else {
+        P.a = make_local_agent("nxlb-posix", log_cb, "posix");
+        RUN.a = P.a;
+        char qd[32];
+        snprintf(qd, sizeof(qd), "%zu", (size_t)O.depth * O.max_batch < 256 ? 256
+                                         : (size_t)O.depth * O.max_batch > 32768 ? 32768
+                                         : (size_t)O.depth * O.max_batch);
+        /* --backend_params (chunk=..., ...) after nxlbench's own, which they may repeat */
+        nxl_param_t prm[3 + sizeof(O.bparams) / sizeof(O.bparams[0])] = {
+            {"engine", O.posix_engine}, {"direct", O.direct ? "1" : "0"}, {"queue_depth", qd}};
+        size_t nprm = 3;
+        for (size_t i = 0; i < O.nbparams; i++)
+            prm[nprm++] = O.bparams[i];
+        if (nxl_backend_create(P.a, "POSIX", prm, nprm, NULL) != NXL_SUCCESS)
+            die("nxl_backend_create(POSIX): %s", nxl_agent_last_error(P.a));
+    }
     p_files();
     nxl_mem_t ft = !strcmp(O.tseg, "BLK") ? NXL_BLK : NXL_FILE;
     for (long i = 0; i < P.nf; i++) {
-        nxl_desc_t d = {.addr = 0, .len = P.fsize, .dev_id = (uint64_t)P.f[i].fd};
+        nxl_desc_t d = {.addr = 0, .len = P.fsize, .dev_id = (uint64_t)P.f[i].rfd};
         if (nxl_mem_register(P.a, ft, &d, 1, NULL) != NXL_SUCCESS)
             die("registering %s: %s", P.f[i].path, nxl_agent_last_error(P.a));
     }
-    buf_huge = !O.plain_pages && !O.mem_nxl;
-    if (!buf_alloc(P.a, &P.ring, need, O.mem_nxl))
-        die("%zu bytes of DRAM: %s", need, nxl_agent_last_error(P.a));
+    if (P.gds) {
+        /* CUDA allocates it, GDS registers it (cuFileBufRegister) */
+        void *v = NULL;
+        if (nxl_mem_alloc(P.a, NXL_VRAM, need, (uint64_t)O.cuda_dev, &v) != NXL_SUCCESS)
+            die("%zu bytes of VRAM on device %d: %s", need, O.cuda_dev,
+                nxl_agent_last_error(P.a));
+        P.ring = (buf_t){.p = v, .len = need, .nxl = true};
+        if (!(P.host = malloc(need)))
+            die("out of memory for %zu bytes (the VRAM ring's host copy)", need);
+        posix_thp = -1;
+    } else {
+        buf_huge = !O.plain_pages && !O.mem_nxl;
+        if (!buf_alloc(P.a, &P.ring, need, O.mem_nxl))
+            die("%zu bytes of DRAM: %s", need, nxl_agent_last_error(P.a));
+        posix_thp = thp_bytes(P.ring.p, P.ring.len);
+    }
     posix_footprint = P.fsize * (size_t)P.nf;
     posix_nfiles = P.nf;
     posix_where = !strcmp(O.tseg, "BLK") ? O.filepath : P.dir;
-    posix_thp = thp_bytes(P.ring.p, P.ring.len);
     run_rows(p_row);
-    report("# nxlbench bandwidth, POSIX, %s, DRAM ↔ %s (%s), %ld file(s), footprint %zu B, %s, "
-           "pipeline_depth %ld, engine: %s; DRAM ring %zu B, %lld B of it on huge pages\n",
-           O.op == NXL_READ ? "READ" : "WRITE", O.tseg, !strcmp(O.tseg, "BLK") ? O.filepath
-           : P.dir, P.nf, P.fsize * (size_t)P.nf, O.direct ? "O_DIRECT" : "buffered", O.depth,
-           transports_desc, P.ring.len, posix_thp);
+    if (P.gds)
+        report("# nxlbench bandwidth, GDS, %s, VRAM (device %d) ↔ FILE (%s), %ld file(s), "
+               "footprint %zu B, %s, pipeline_depth %ld; %s; VRAM ring %zu B\n",
+               O.op == NXL_READ ? "READ" : "WRITE", O.cuda_dev, P.dir, P.nf,
+               P.fsize * (size_t)P.nf, O.direct ? "O_DIRECT" : "buffered", O.depth,
+               transports_desc, P.ring.len);
+    else
+        report("# nxlbench bandwidth, POSIX, %s, DRAM ↔ %s (%s), %ld file(s), footprint %zu B, "
+               "%s, pipeline_depth %ld, engine: %s; DRAM ring %zu B, %lld B of it on huge "
+               "pages\n", O.op == NXL_READ ? "READ" : "WRITE", O.tseg,
+               !strcmp(O.tseg, "BLK") ? O.filepath : P.dir, P.nf, P.fsize * (size_t)P.nf,
+               O.direct ? "O_DIRECT" : "buffered", O.depth, transports_desc, P.ring.len,
+               posix_thp);
     buf_free(P.a, &P.ring);
     nxl_agent_destroy(P.a);
-    for (long i = 0; i < P.nf; i++)
+    for (long i = 0; i < P.nf; i++) {
+        if (P.f[i].rfd != P.f[i].fd)
+            close(P.f[i].rfd);
         close(P.f[i].fd);
+    }
+    free(P.host);
     return report_plot_after_run();
+}
+
+int posix_main(void)
+{
+    return storage_main();
+}
+
+int gds_main(void)
+{
+    P.gds = true;
+    return storage_main();
 }

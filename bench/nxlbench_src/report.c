@@ -208,14 +208,22 @@ static cJSON *json_env(void)
     cJSON_AddStringToObject(e, "FI_PROVIDER", getenv("FI_PROVIDER") ? getenv("FI_PROVIDER") : "");
     cJSON_AddStringToObject(e, "backend_params", O.bparams_text ? O.bparams_text : "");
     cJSON_AddStringToObject(e, "host", hostname);
-    if (!strcmp(O.backend, "POSIX")) {
-        cJSON_AddStringToObject(e, "posix_engine", transports_desc);
+    bool gds = !strcmp(O.backend, "GDS");
+    if (!strcmp(O.backend, "POSIX") || gds) {
+        if (gds) {
+            cJSON_AddStringToObject(e, "gds", transports_desc);
+            whole(e, "cuda_device", (double)O.cuda_dev);
+        } else {
+            cJSON_AddStringToObject(e, "posix_engine", transports_desc);
+        }
         cJSON_AddBoolToObject(e, "direct", O.direct);
         whole(e, "footprint", (double)posix_footprint);
         whole(e, "num_files", (double)posix_nfiles);
         cJSON_AddStringToObject(e, "filepath", posix_where ? posix_where : "");
-        cJSON_AddStringToObject(e, "dram_pages", buf_huge ? "THP (madvise)" : "plain");
-        whole(e, "dram_thp_bytes", (double)posix_thp);
+        if (!gds) {
+            cJSON_AddStringToObject(e, "dram_pages", buf_huge ? "THP (madvise)" : "plain");
+            whole(e, "dram_thp_bytes", (double)posix_thp);
+        }
         cJSON_AddStringToObject(e, "page_cache",
                                 O.direct ? "bypassed (O_DIRECT)"
                                          : "files synced and dropped (fadvise DONTNEED) before "
