@@ -447,6 +447,17 @@ START_TEST(t_errors)
         ck_assert_int_eq(nxl_mem_register(a, NXL_VRAM, &ud, 1, NULL), NXL_ERR_BACKEND);
         ck_sentence(nxl_agent_last_error(a), "cuFileBufRegister");
         ck_sentence(nxl_agent_last_error(a), "CU_FILE_GPU_MEMORY_PINNING_FAILED");
+        /* the same for memory nxl_mem_alloc makes (the CUDA transport
+         * allocates, GDS registers it): the sentence still names why */
+        if (have("CUDA")) {
+            nxl_agent_t *ac = gds_agent("e3", 1);
+            void *vp = NULL;
+            ck_assert_int_eq(nxl_mem_alloc(ac, NXL_VRAM, 65536, 0, &vp), NXL_ERR_BACKEND);
+            ck_assert_ptr_null(vp);
+            ck_sentence(nxl_agent_last_error(ac), "nxl_mem_alloc");
+            ck_sentence(nxl_agent_last_error(ac), "cuFileBufRegister");
+            nxl_agent_destroy(ac);
+        }
         unsetenv("MOCK_CUFILE_BUFREG_FAIL");
         /* a cuFile error in the middle of a transfer of 8 chunks */
         int ffd = tmpfile_fd(len, O_RDWR);

@@ -521,13 +521,18 @@ static nxl_status_t mem_alloc_locked(nxl_agent_t *a, nxl_mem_t type, size_t len,
         nxl_backend_t *b = a->backends[i];
         if (b == ab || !serves(b, type))
             continue;
+        a->err[0] = 0;
         nxl_status_t rst = b->ops->reg(b->state, type, &d, &r->md[i]);
         if (rst == NXL_ERR_NOT_SUPPORTED) {
             r->md[i] = NULL; /* it declines this memory: the others serve it */
             continue;
         }
         if (rst != NXL_SUCCESS) {
-            nxli_err(a, "nxl_mem_alloc: %s could not register the new memory", b->ops->name);
+            /* the transport's own sentence says why: keep it */
+            char why[NXLI_ERR_MAX];
+            snprintf(why, sizeof(why), "%s", a->err[0] ? a->err : nxl_strerror(rst));
+            nxli_err(a, "nxl_mem_alloc: %s could not register the new memory: %s", b->ops->name,
+                     why);
             tab_remove(&a->regions[type], pos);
             nxli_region_put(a, r);
             return NXL_ERR_BACKEND;
