@@ -113,6 +113,8 @@ typedef struct ucx_state {
     size_t cma_chunk;           /* bytes a system call copies at most */
     size_t cma_max;             /* larger transfers go through UCX (0: no limit) */
     TAILQ_HEAD(, ucx_op) cma_q; /* transfers being copied, in order */
+    struct ucx_op *spare_ops;   /* done, for reuse (OP_SPARES) */
+    unsigned nspare_ops;
     struct event *ev_cma;       /* continues the copies on the next turn */
     uint64_t cma_burst_end;     /* copies inside calls stop here... */
     bool cma_defer;             /* ... and then wait for the loop's turn */
@@ -223,16 +225,24 @@ typedef struct ucx_op {
     nxlt_op_t *op;
     ucx_conn_t *conn;
     ucs_status_t st;            /* first error */
-    void *notif;                /* [u16 name length][name][message] */
+    void *notif;                /* [u16 name length][name][message] (in buf), or NULL */
     size_t notif_len;
     LIST_ENTRY(ucx_op) link;
     /* cross-memory attach: the elements, and how far the copies got */
-    nxlt_iov_t *iov;
+    nxlt_iov_t *iov;            /* iov_cap entries, kept with the op */
     size_t n, at, off;
     bool read, queued;
     TAILQ_ENTRY(ucx_op) cq;
     char *why;                  /* a sentence of its own for a failure (malloc'd) */
+    unsigned char *buf;         /* buf_cap bytes, kept with the op: the message it sends */
+    size_t buf_cap, iov_cap;
+    struct ucx_op *next_free;   /* on the instance's spares */
 } ucx_op_t;
+
+/* Ops done are kept for the next ones, with their buffers up to these sizes */
+#define OP_SPARES 256
+#define OP_SPARE_BUF (16u << 10)
+#define OP_SPARE_IOV 64
 
 
 /* ----------------------------------------------- instances and UCX's log
@@ -1162,14 +1172,58 @@ static void op_report(ucx_op_t *o, ucs_status_t st)
 
 static void op_free(ucx_op_t *o)
 {
+    ucx_t *u = o->u;
     if (o->queued)
-        TAILQ_REMOVE(&o->u->cma_q, o, cq);
-    free(o->iov);
+        TAILQ_REMOVE(&u->cma_q, o, cq);
     free(o->why);
     LIST_REMOVE(o, link);
     conn_put(o->conn);
-    free(o->notif);
-    free(o);
+    if (u->nspare_ops >= OP_SPARES) {
+        free(o->iov);
+        free(o->buf);
+        free(o);
+        return;
+    }
+    if (o->buf_cap > OP_SPARE_BUF) {
+        free(o->buf);
+        o->buf = NULL;
+        o->buf_cap = 0;
+    }
+    if (o->iov_cap > OP_SPARE_IOV) {
+        free(o->iov);
+        o->iov = NULL;
+        o->iov_cap = 0;
+    }
+    o->next_free = u->spare_ops;
+    u->spare_ops = o;
+    u->nspare_ops++;
+}
+
+/* a spare op, cleared but for its buffers, or a new one */
+static ucx_op_t *op_get(ucx_t *u)
+{
+    ucx_op_t *o = u->spare_ops;
+    if (!o)
+        return calloc(1, sizeof(*o));
+    u->spare_ops = o->next_free;
+    u->nspare_ops--;
+    ucx_op_t keep = {.buf = o->buf, .buf_cap = o->buf_cap, .iov = o->iov, .iov_cap = o->iov_cap};
+    *o = keep;
+    return o;
+}
+
+/* o's message buffer, of at least len bytes; NULL when out of memory */
+static unsigned char *op_buf(ucx_op_t *o, size_t len)
+{
+    if (o->buf_cap < len) {
+        unsigned char *b = malloc(len);
+        if (!b)
+            return NULL;
+        free(o->buf);
+        o->buf = b;
+        o->buf_cap = len;
+    }
+    return o->buf;
 }
 
 /* UCX finished with the op: report it if nobody did, then free it. */
@@ -1220,18 +1274,21 @@ static void flush_done(void *req, ucs_status_t st, void *arg)
 static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, const void *msg,
                         size_t len, bool with_notif)
 {
-    ucx_op_t *o = calloc(1, sizeof(*o));
+    ucx_op_t *o = op_get(u);
     if (!o)
         return NULL;
+    o->u = u;
     if (with_notif) {
         size_t nl = strlen(me);
         o->notif_len = 2 + nl + len;
-        o->notif = malloc(o->notif_len);
-        if (!o->notif) {
+        unsigned char *b = op_buf(o, o->notif_len);
+        if (!b) {
+            free(o->buf);
+            free(o->iov);
             free(o);
             return NULL;
         }
-        unsigned char *b = o->notif;
+        o->notif = b;
         b[0] = (unsigned char)(nl >> 8);
         b[1] = (unsigned char)nl;
         memcpy(b + 2, me, nl);
@@ -1299,7 +1356,7 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
     }
     size_t total = 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
     ucx_op_t *o = op_new(u, op, c, me, NULL, 0, false);
-    unsigned char *b = o ? malloc(total) : NULL;
+    unsigned char *b = o ? op_buf(o, total) : NULL;
     if (!b) {
         if (o) {
             o->op = NULL;
@@ -1323,7 +1380,7 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
     }
     for (size_t i = 0; i < x->n; i++)
         memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
-    o->notif = b; /* freed with the op */
+    o->notif = b; /* kept with the op */
     o->notif_len = total;
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -1684,7 +1741,14 @@ static nxl_status_t post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_
 {
     ucx_op_t *o = op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif, x->notif_len,
                          x->notif != NULL);
-    nxlt_iov_t *iov = o ? malloc(x->n * sizeof(*iov)) : NULL;
+    nxlt_iov_t *iov = NULL;
+    if (o && o->iov_cap >= x->n) {
+        iov = o->iov;
+    } else if (o && (iov = malloc(x->n * sizeof(*iov)))) {
+        free(o->iov);
+        o->iov = iov;
+        o->iov_cap = x->n;
+    }
     if (!iov) {
         if (o) {
             o->op = NULL;
@@ -1695,7 +1759,6 @@ static nxl_status_t post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_
         return NXL_ERR_UNKNOWN;
     }
     memcpy(iov, x->iov, x->n * sizeof(*iov));
-    o->iov = iov;
     o->n = x->n;
     o->read = x->op == NXL_READ;
     o->queued = true;
@@ -2271,6 +2334,13 @@ static void destroy(void *state)
     /* ops UCX never called back for: their requests died with the worker */
     while (!LIST_EMPTY(&u->ops))
         op_free(LIST_FIRST(&u->ops));
+    while (u->spare_ops) {
+        ucx_op_t *o = u->spare_ops;
+        u->spare_ops = o->next_free;
+        free(o->iov);
+        free(o->buf);
+        free(o);
+    }
     while (!LIST_EMPTY(&u->conns)) {
         c = LIST_FIRST(&u->conns);
         LIST_REMOVE(c, link);
