@@ -25,8 +25,18 @@ static void deliver_cb(evutil_socket_t fd, short what, void *arg)
 {
     nxl_agent_t *a = arg;
     nxli_deliver_turn(a);
-    if (a->notif_cb)
+    if (a->notif_cb) {
+        /* operations the notification callbacks start that complete at
+         * once (a reply) are delivered right after them, in this same pass
+         * as an event activated now would be, without activating one */
+        a->draining = true;
         nxl_notifs_drain(a, a->notif_cb, a->notif_arg);
+        a->draining = false;
+        if (a->drain_queued) {
+            a->drain_queued = false;
+            nxli_deliver_turn(a);
+        }
+    }
 }
 
 static void timeout_cb(evutil_socket_t fd, short what, void *arg) {}

@@ -129,7 +129,9 @@ static void enqueue(nxl_future_t *f)
     TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
     if (!was_empty || !a->ev_deliver)
         return;
-    if (a->delivering) {
+    if (a->draining) {
+        a->drain_queued = true; /* deliver_cb delivers it after the notifications */
+    } else if (a->delivering) {
         /* completed by a callback of this turn: libevent would run an event
          * activated now in this same turn, so a zero timer takes it to the
          * next one, after the loop polled its fds */

@@ -271,6 +271,8 @@ struct nxl_agent {
     struct event *ev_deliver;
     struct event *ev_deliver_next; /* a zero timer: the next turn's deliveries */
     bool delivering;               /* inside a turn's deliveries */
+    bool draining;                 /* deliver_cb runs the notification callbacks... */
+    bool drain_queued;             /* ... and they completed something: delivered after them */
     struct event *ev_timeout;   /* bounds nxl_agent_run_once() */
 
     nxl_notif_cb notif_cb;

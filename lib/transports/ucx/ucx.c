@@ -60,6 +60,7 @@
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_SLICE_US 200 /* cross-memory attach: longest run of copies before the loop's turn */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
+#define CMA_PID_CHECK_US 20 /* a peer's pidfd polled before a copy when older than this */
 #ifndef IOV_MAX
 #define IOV_MAX 1024
 #endif
@@ -88,6 +89,7 @@ typedef struct ucx_state {
     size_t addr_len;
     int efd;
     struct event *ev_efd, *ev_kick, *ev_watch;
+    bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
     unsigned inflight;          /* ops not done yet */
     uint64_t busy_until_us;
     LIST_HEAD(, ucx_conn) conns;
@@ -142,10 +144,11 @@ struct ucx_conn {
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     ucs_status_t why;
     unsigned inflight;          /* ops reported to the engine not yet */
-    uint64_t progress_us;       /* last completion (or first post) of an op on it */
+    uint64_t progress_us;       /* last completion (or first post) of an op on it (coarse_us) */
     int cma;                    /* CMA_NONE, CMA_READY, CMA_REFUSED */
     int pidfd;                  /* the peer's process, while cma is CMA_READY (or -1) */
     pid_t pid;
+    uint64_t pid_seen_us;       /* when its pidfd last said the process is alive */
     struct event *ev_pid;       /* the peer's process exited */
     LIST_ENTRY(ucx_conn) link;
 };
@@ -369,6 +372,15 @@ static bool live_is_local(const void *addr, size_t len)
 
 /* ------------------------------------------------------------ progress */
 
+/* The monotonic clock to a few milliseconds, for the stall timeout: reading
+ * it costs a fraction of the precise one's (a paravirtual clock here) */
+static uint64_t coarse_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static void kick(ucx_t *u)
 {
     static const struct timeval zero = {0, 0};
@@ -470,13 +482,17 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
 {
     ucx_t *u = arg;
     progress(u);
-    uint64_t now = nxlt_now_us();
+    uint64_t now = coarse_us();
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     if (c->inflight && !c->failed && u->stall_us && now - c->progress_us > u->stall_us)
         conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
 
-    if (u->inflight) {
+    /* armed while ops are in flight; the first op after an idle period
+     * re-arms it (an op started meanwhile keeps it going: no timer is
+     * added and removed for each op of a one-at-a-time stream) */
+    u->watch_on = u->inflight > 0;
+    if (u->watch_on) {
         struct timeval tv = {0, WATCH_MS * 1000};
         evtimer_add(u->ev_watch, &tv);
     }
@@ -484,7 +500,8 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
 
 static void op_started(ucx_t *u)
 {
-    if (u->inflight++ == 0) {
+    if (u->inflight++ == 0 && !u->watch_on) {
+        u->watch_on = true;
         struct timeval tv = {0, WATCH_MS * 1000};
         evtimer_add(u->ev_watch, &tv);
     }
@@ -1140,7 +1157,7 @@ static void op_done(ucx_op_t *o, nxl_status_t ns, const char *why)
     o->op = NULL;
     o->u->inflight--;
     o->conn->inflight--;
-    o->conn->progress_us = nxlt_now_us();
+    o->conn->progress_us = coarse_us();
     o->u->hit = true;
     nxlt_op_done(op, ns, why);
 }
@@ -1252,10 +1269,13 @@ static void send_notif(ucx_op_t *o)
         op_finish(o, UCS_ERR_CANCELED); /* the connection was given up meanwhile */
         return;
     }
+    ucx_t *u = o->u;
     ucs_status_ptr_t r =
         ucp_am_send_nbx(o->conn->ep, NXL_UCX_AM_NOTIF, NULL, 0, o->notif, o->notif_len, &p);
     if (!UCS_PTR_IS_PTR(r))
         op_finish(o, UCS_PTR_STATUS(r));
+    else
+        kick(u); /* UCX holds it: progress completes it */
 }
 
 static void flush_done(void *req, ucs_status_t st, void *arg)
@@ -1300,7 +1320,7 @@ static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, 
     o->conn = c;
     c->refs++;
     if (c->inflight++ == 0)
-        c->progress_us = nxlt_now_us();
+        c->progress_us = coarse_us();
     LIST_INSERT_HEAD(&u->ops, o, link);
     op_started(u);
     return o;
@@ -1392,9 +1412,10 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
     u->in_ucx++;
     ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, NULL, 0, b, total, &p);
     if (!UCS_PTR_IS_PTR(r))
-        op_finish(o, UCS_PTR_STATUS(r));
+        op_finish(o, UCS_PTR_STATUS(r)); /* sent at once: nothing for progress to do */
+    else
+        kick(u);
     u->in_ucx--;
-    kick(u);
     return 1;
 }
 
@@ -1595,6 +1616,7 @@ static void cma_to_ucx(ucx_t *u, ucx_op_t *o)
     u->in_ucx--;
     if (st != UCS_OK)
         op_finish(o, st);
+    kick(u); /* its flush completes from progress */
 }
 
 /* every byte of o is there: the notification, or the op is done */
@@ -1613,7 +1635,7 @@ static void cma_complete(ucx_t *u, ucx_op_t *o)
 /* One system call: the head of the queue and the transfers behind it to
  * the same peer in the same direction (transfers posted in one turn go in
  * one call), up to IOV_MAX pieces and cma_chunk bytes. */
-static void cma_step(ucx_t *u)
+static void cma_step(ucx_t *u, uint64_t now)
 {
     ucx_op_t *h = TAILQ_FIRST(&u->cma_q), *o;
     ucx_conn_t *c = h->conn;
@@ -1642,11 +1664,17 @@ static void cma_step(ucx_t *u)
     }
     ssize_t k = 0;
     if (cnt) {
-        /* never a pid whose process has exited: it may be another one now */
-        if (c->pidfd < 0 || pidfd_exited(c->pidfd)) {
+        /* never a pid whose process has exited: it may be another one now.
+         * Its pidfd is polled when the last poll is CMA_PID_CHECK_US old
+         * (a system call of its own: polled before every copy it took a
+         * tenth of a 4 KiB transfer's time), and the reactor watches it */
+        if (c->pidfd < 0 ||
+            (now - c->pid_seen_us >= CMA_PID_CHECK_US && pidfd_exited(c->pidfd))) {
             cma_peer_gone(h);
             return;
         }
+        if (now - c->pid_seen_us >= CMA_PID_CHECK_US)
+            c->pid_seen_us = now;
         k = h->read ? process_vm_readv(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0)
                     : process_vm_writev(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0);
         if (k <= 0) { /* the first piece, the head's, failed */
@@ -1693,7 +1721,7 @@ static void cma_step(ucx_t *u)
 }
 
 /* copies queued transfers until the queue is empty or the slice is used */
-static void cma_pump(ucx_t *u, uint64_t end)
+static void cma_pump(ucx_t *u, uint64_t now, uint64_t end)
 {
     ucx_op_t *o;
     while ((o = TAILQ_FIRST(&u->cma_q))) {
@@ -1719,8 +1747,8 @@ static void cma_pump(ucx_t *u, uint64_t end)
                 cma_peer_gone(o);
             continue;
         }
-        cma_step(u);
-        if (nxlt_now_us() >= end)
+        cma_step(u, now);
+        if (TAILQ_EMPTY(&u->cma_q) || (now = nxlt_now_us()) >= end)
             break;
     }
     if (!TAILQ_EMPTY(&u->cma_q))
@@ -1732,7 +1760,8 @@ static void on_cma(evutil_socket_t fd, short what, void *arg)
     ucx_t *u = arg;
     u->cma_defer = false;
     u->in_ucx++;
-    cma_pump(u, nxlt_now_us() + CMA_SLICE_US);
+    uint64_t now = nxlt_now_us();
+    cma_pump(u, now, now + CMA_SLICE_US);
     u->in_ucx--;
     deferred_failures(u);
 }
@@ -1771,12 +1800,11 @@ static nxl_status_t post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_
         if (now >= u->cma_burst_end)
             u->cma_burst_end = now + CMA_SLICE_US;
         u->in_ucx++;
-        cma_pump(u, u->cma_burst_end);
+        cma_pump(u, now, u->cma_burst_end);
         u->in_ucx--;
     } else {
         cma_kick(u);
     }
-    kick(u);
     return NXL_SUCCESS;
 }
 
@@ -1833,7 +1861,6 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
     u->in_ucx++;
     send_notif(o);
     u->in_ucx--;
-    kick(u);
     return NXL_SUCCESS;
 }
 
