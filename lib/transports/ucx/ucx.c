@@ -118,6 +118,9 @@ typedef struct ucx_state {
     struct ucx_op *spare_ops;   /* done, for reuse (OP_SPARES) */
     unsigned nspare_ops;
     struct event *ev_cma;       /* continues the copies on the next turn */
+    struct event *ev_cma_now;   /* copies posted by callbacks, after them in the same pass */
+    bool cma_now_on;            /* ev_cma_now is active */
+    bool cma_now_used;          /* ev_cma_now was activated since ev_cma last ran */
     uint64_t cma_burst_end;     /* copies inside calls stop here... */
     bool cma_defer;             /* ... and then wait for the loop's turn */
     bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
@@ -1759,6 +1762,19 @@ static void on_cma(evutil_socket_t fd, short what, void *arg)
 {
     ucx_t *u = arg;
     u->cma_defer = false;
+    u->cma_now_used = false;
+    u->in_ucx++;
+    uint64_t now = nxlt_now_us();
+    cma_pump(u, now, now + CMA_SLICE_US);
+    u->in_ucx--;
+    deferred_failures(u);
+}
+
+/* the copies posted by callbacks of this pass (ev_cma_now) */
+static void on_cma_now(evutil_socket_t fd, short what, void *arg)
+{
+    ucx_t *u = arg;
+    u->cma_now_on = false;
     u->in_ucx++;
     uint64_t now = nxlt_now_us();
     cma_pump(u, now, now + CMA_SLICE_US);
@@ -1802,6 +1818,16 @@ static nxl_status_t post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_
         u->in_ucx++;
         cma_pump(u, now, u->cma_burst_end);
         u->in_ucx--;
+    } else if (u->cma_now_on) {
+        /* goes with the others posted by this pass's callbacks */
+    } else if (!u->cma_defer && !u->cma_now_used) {
+        /* posted from a callback: copied once the callbacks of this pass
+         * have run (a window refilled goes in one call) in this same pass,
+         * not a loop turn later. The completions that brings are delivered
+         * in the pass too, and what their callbacks post waits for the
+         * next turn (ev_cma): a chain of re-posts gets two steps a pass */
+        u->cma_now_on = u->cma_now_used = true;
+        event_active(u->ev_cma_now, EV_READ, 0);
     } else {
         cma_kick(u);
     }
@@ -2198,7 +2224,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->ev_kick = evtimer_new(base, on_kick, u);
     u->ev_watch = evtimer_new(base, on_watch, u);
     u->ev_cma = evtimer_new(base, on_cma, u);
-    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch || !u->ev_cma ||
+    u->ev_cma_now = event_new(base, -1, 0, on_cma_now, u);
+    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch || !u->ev_cma || !u->ev_cma_now ||
         event_add(u->ev_efd, NULL)) {
         nxlt_error(ctx, "UCX: setting up the worker in the reactor failed (%s)",
                    ucs_status_string(st));
@@ -2355,6 +2382,8 @@ static void destroy(void *state)
         event_free(u->ev_watch);
     if (u->ev_cma)
         event_free(u->ev_cma);
+    if (u->ev_cma_now)
+        event_free(u->ev_cma_now);
     free(u->cma_liov);
     if (u->w)
         ucp_worker_destroy(u->w);
