@@ -403,7 +403,7 @@ static void spin(ucx_t *u, unsigned bp)
     struct event_base *base = nxlt_base(u->ctx);
     if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
         return;
-    uint64_t end = nxlt_now_us() + SPIN_SLICE_US;
+    uint64_t now = nxlt_now_us(), end = now + SPIN_SLICE_US;
     if (end > u->busy_until_us)
         end = u->busy_until_us;
     u->hit = false;
@@ -411,11 +411,13 @@ static void spin(ucx_t *u, unsigned bp)
         if (ucp_worker_progress(u->w) || u->hit) {
             while (ucp_worker_progress(u->w))
                 ;
-            u->busy_until_us = nxlt_now_us() + bp;
+            /* the clock as last read (16 rounds ago at most): no read
+             * between the message and its delivery */
+            u->busy_until_us = now + bp;
             return;
         }
-        if (!(i & 15) &&
-            (nxlt_now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+        if (!(i & 15) && ((now = nxlt_now_us()) >= end ||
+                          event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
             return;
     }
 }
