@@ -805,6 +805,88 @@ START_TEST(t_destroy_pending)
 }
 END_TEST
 
+/* Futures are recycled by the agent: one made after another was released
+ * carries nothing of it (callbacks, error, status), and each callback of
+ * either runs exactly once. */
+START_TEST(t_recycled_clean)
+{
+    nxl_xfer_t *x = mkx(0, 0, 4096, NULL);
+    ctr_t a = {0}, b = {0}, c = {0};
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &a, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_then(f, ctr_cb, &b), NXL_SUCCESS);
+    nxl_future_cancel(f);
+    ck_assert(tl_run_until(A, &b.n, 1, 5000));
+    ck_assert_int_eq(a.st, NXL_ERR_CANCELED);
+    ck_assert_str_ne(nxl_future_error(f), "");
+    /* added once delivered: runs on a later turn, once */
+    ck_assert_int_eq(nxl_future_then(f, ctr_cb, &c), NXL_SUCCESS);
+    ck_assert(tl_run_until(A, &c.n, 1, 5000));
+    nxl_future_release(f);
+    for (int k = 0; k < 50; k++) {
+        ctr_t d = {0}, e = {0};
+        nxl_future_t *g;
+        ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &d, &g), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_status(g), NXL_IN_PROG);
+        ck_assert_str_eq(nxl_future_error(g), "");
+        if (k % 2)
+            ck_assert_int_eq(nxl_future_then(g, ctr_cb, &e), NXL_SUCCESS);
+        ck_assert(tl_run_until(A, &d.n, 1, 5000));
+        ck_assert_int_eq(d.st, NXL_SUCCESS);
+        ck_assert_str_eq(nxl_future_error(g), "");
+        ck_assert_int_eq(nxl_future_status(g), NXL_SUCCESS);
+        spin(2);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_int_eq(e.n, k % 2);
+        nxl_future_release(g);
+    }
+    spin(20);
+    ck_assert_int_eq(a.n, 1);
+    ck_assert_int_eq(b.n, 1);
+    ck_assert_int_eq(c.n, 1);
+    nxl_xfer_release(x);
+}
+END_TEST
+
+/* Futures held when the agent goes outlive it even when they, or their
+ * predecessors, went through the agent's spares (ASan and valgrind see a
+ * future handed back to a freed agent). */
+START_TEST(t_recycled_outlive_agent)
+{
+    enum { N = 8 };
+    nxl_xfer_t *x[N];
+    nxl_future_t *f[N], *g[N];
+    ctr_t c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        x[i] = mkx((size_t)i * 4096, (size_t)i * 4096, 4096, NULL);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++)
+            ck_assert_int_eq(nxl_xfer_post(x[i], ctr_cb, &c[i], NULL), NXL_SUCCESS);
+        for (int i = 0; i < N; i++)
+            ck_assert(tl_run_until(A, &c[i].n, round + 1, 5000));
+    }
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(nxl_xfer_post(x[i], ctr_cb, &c[i], &f[i]), NXL_SUCCESS);
+    for (int i = 0; i < N; i++)
+        ck_assert(tl_run_until(A, &c[i].n, 21, 5000));
+    spin(5);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(nxl_xfer_post(x[i], ctr_cb, &c[i], &g[i]), NXL_SUCCESS);
+    nxl_agent_destroy(A);
+    A = NULL;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(c[i].n, 22);
+        ck_assert_int_eq(nxl_future_status(f[i]), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_status(g[i]), NXL_ERR_CANCELED);
+    }
+    for (int i = 0; i < N; i++) {
+        nxl_future_release(f[i]);
+        nxl_future_release(g[i]);
+    }
+}
+END_TEST
+
 /* --------------------------------------------------- failed calls start nothing */
 
 START_TEST(t_failed_calls)
@@ -1065,6 +1147,8 @@ int main(void)
     tcase_add_test(tc, t_status_follows_callbacks);
     tcase_add_test(tc, t_chain_one_per_turn);
     tcase_add_test(tc, t_failed_calls);
+    tcase_add_test(tc, t_recycled_clean);
+    tcase_add_test(tc, t_recycled_outlive_agent);
     suite_add_tcase(s, tc);
     TCase *tn = tcase_create("notif");
     tcase_add_checked_fixture(tn, setup, teardown);

@@ -465,6 +465,32 @@ START_TEST(t_cma_stopped)
     for (size_t i = 0; i < M; i++)
         if (memcmp(buf + mlo[i], want + mro[i], ml[i]))
             ck_abort_msg("READ element %zu wrong", i);
+    /* WRITE of elements adjacent on both sides (the transport merges them
+     * into one piece a call), broken every 50 by a gap on the remote side,
+     * 2.7 MiB: calls end inside elements */
+    enum { K = 700 };
+    size_t *kl = malloc(K * sizeof(size_t)), *klo = malloc(K * sizeof(size_t)),
+           *kro = malloc(K * sizeof(size_t));
+    for (size_t i = 0; i < K; i++) {
+        kl[i] = 4099;
+        klo[i] = 17 + i * 4099;
+        kro[i] = 29 + i * 4099 + (i / 50) * 8;
+    }
+    tl_fill(buf, TLEN, 21);
+    ck_assert_msg(xfer(A, NXL_WRITE, buf, p.addr, klo, kro, kl, K, NULL, 5000),
+                  "a WRITE of adjacent elements to a stopped target did not complete; log:\n%s",
+                  logbuf);
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    for (size_t i = 0; i < K; i++)
+        memcpy(want + kro[i], buf + klo[i], kl[i]);
+    peek(&p, 0, got, TLEN);
+    if (memcmp(got, want, TLEN)) {
+        size_t i = 0;
+        while (got[i] == want[i])
+            i++;
+        ck_abort_msg("target byte %zu wrong after the WRITE of adjacent elements", i);
+    }
+    free(kl), free(klo), free(kro);
     kill(p.pid, SIGCONT);
     /* a WRITE with a notification (above am_write_max: copies, then the
      * message): the target checks the bytes when the notification comes */

@@ -25,8 +25,18 @@ static void deliver_cb(evutil_socket_t fd, short what, void *arg)
 {
     nxl_agent_t *a = arg;
     nxli_deliver_turn(a);
-    if (a->notif_cb)
+    if (a->notif_cb) {
+        /* operations the notification callbacks start that complete at
+         * once (a reply) are delivered right after them, in this same pass
+         * as an event activated now would be, without activating one */
+        a->draining = true;
         nxl_notifs_drain(a, a->notif_cb, a->notif_arg);
+        a->draining = false;
+        if (a->drain_queued) {
+            a->drain_queued = false;
+            nxli_deliver_turn(a);
+        }
+    }
 }
 
 static void timeout_cb(evutil_socket_t fd, short what, void *arg) {}
@@ -87,7 +97,16 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     TAILQ_INIT(&a->pending);
     TAILQ_INIT(&a->deliver);
     STAILQ_INIT(&a->notifs);
+    STAILQ_INIT(&a->notif_spares);
     bool threaded = CFG_HAS(threaded) && cfg->threaded;
+    if (!threaded) {
+        if (!(a->pool = calloc(1, sizeof(*a->pool)))) {
+            nxli_set_create_error("nxl_agent_create: out of memory");
+            nxl_agent_destroy(a);
+            return NXL_ERR_UNKNOWN;
+        }
+        a->pool->open = true;
+    }
     if (threaded && cfg->base) {
         nxli_set_create_error("nxl_agent_create: a threaded agent runs an event base of its own "
                               "on its reactor thread; leave base NULL, or embed the agent "
@@ -230,10 +249,13 @@ void nxli_agent_teardown(nxl_agent_t *a)
     nxli_notif_t *n;
     while ((n = STAILQ_FIRST(&a->notifs))) {
         STAILQ_REMOVE_HEAD(&a->notifs, link);
-        free(n->from);
-        free(n->msg);
         free(n);
     }
+    while ((n = STAILQ_FIRST(&a->notif_spares))) {
+        STAILQ_REMOVE_HEAD(&a->notif_spares, link);
+        free(n);
+    }
+    a->nnotif_spares = 0;
     /* futures the application still holds outlive the agent (rule 4):
      * from now on they are its alone, called directly */
     nxl_future_t *f;
@@ -241,6 +263,7 @@ void nxli_agent_teardown(nxl_agent_t *a)
         LIST_REMOVE(f, alink);
         f->mt = false;
     }
+    nxli_pool_close(a);
 }
 
 void nxli_agent_free(nxl_agent_t *a)
@@ -482,20 +505,28 @@ void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t 
                      a->nnotifs, (unsigned long long)a->st.notifs_dropped);
         return;
     }
-    nxli_notif_t *n = calloc(1, sizeof(*n));
-    if (!n || !(n->from = strdup(from)) || !(n->msg = malloc(len ? len : 1))) {
+    size_t fl = strlen(from) + 1, need = fl + len;
+    nxli_notif_t *n = STAILQ_FIRST(&a->notif_spares);
+    if (n && n->cap >= need) {
+        STAILQ_REMOVE_HEAD(&a->notif_spares, link);
+        a->nnotif_spares--;
+    } else if (!(n = malloc(sizeof(*n) + (need > NXLI_NOTIF_KEEP ? need : NXLI_NOTIF_KEEP)))) {
         nxli_log(a, NXL_LOG_ERROR, "out of memory: notification from '%s' dropped", from);
-        if (n)
-            free(n->from);
-        free(n);
         return;
+    } else {
+        n->cap = need > NXLI_NOTIF_KEEP ? need : NXLI_NOTIF_KEEP;
     }
+    n->from = n->buf;
+    memcpy(n->from, from, fl);
+    n->msg = n->buf + fl;
     memcpy(n->msg, msg, len);
     n->len = len;
     a->st.notifs_received++;
+    bool was_empty = STAILQ_EMPTY(&a->notifs);
     a->nnotifs++;
     STAILQ_INSERT_TAIL(&a->notifs, n, link);
-    if (a->notif_cb)
+    /* the first one wakes the delivery (a drain takes the rest with it) */
+    if (a->notif_cb && was_empty)
         event_active(a->ev_deliver, EV_READ, 0);
 }
 
@@ -513,9 +544,12 @@ size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
             cb(a, n->from, n->msg, n->len, arg);
             a->cb_depth--;
         }
-        free(n->from);
-        free(n->msg);
-        free(n);
+        if (n->cap <= NXLI_NOTIF_KEEP && a->nnotif_spares < NXLI_NOTIF_SPARES) {
+            STAILQ_INSERT_HEAD(&a->notif_spares, n, link);
+            a->nnotif_spares++;
+        } else {
+            free(n);
+        }
         k++;
     }
     return k;

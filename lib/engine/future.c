@@ -26,7 +26,8 @@ static void future_free(nxl_future_t *f)
     nxli_cb_t *c = f->cbs;
     while (c) {
         nxli_cb_t *n = c->next;
-        free(c);
+        if (c != &f->cb0)
+            free(c);
         c = n;
     }
     for (size_t i = 0; i < f->nchildren; i++)
@@ -34,7 +35,21 @@ static void future_free(nxl_future_t *f)
     free(f->children);
     free(f->err);
     free(f->peer);
+    nxli_pool_t *p = f->pool;
+    if (!p) {
+        free(f);
+        return;
+    }
+    p->live--;
+    if (p->open && p->nfutures < NXLI_POOL_MAX) {
+        f->next_free = p->futures;
+        p->futures = f;
+        p->nfutures++;
+        return;
+    }
     free(f);
+    if (!p->open && !p->live)
+        free(p); /* the last future that outlived its agent */
 }
 
 static void future_unref(nxl_future_t *f)
@@ -45,9 +60,10 @@ static void future_unref(nxl_future_t *f)
 
 static nxl_status_t add_cb(nxl_future_t *f, nxl_done_cb cb, void *arg)
 {
-    nxli_cb_t *c = malloc(sizeof(*c));
-    if (!c)
+    nxli_cb_t *c = &f->cb0;
+    if (f->cb0_used && !(c = malloc(sizeof(*c))))
         return NXL_ERR_UNKNOWN;
+    f->cb0_used = true;
     c->cb = cb;
     c->arg = arg;
     c->next = NULL;
@@ -61,18 +77,27 @@ static nxl_status_t add_cb(nxl_future_t *f, nxl_done_cb cb, void *arg)
  * when it runs the post. Its callback and its threaded flag are set. */
 nxl_future_t *nxli_future_alloc(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
 {
-    nxl_future_t *f = calloc(1, sizeof(*f));
-    if (!f)
+    nxli_pool_t *p = a->pool;
+    nxl_future_t *f;
+    if (p && p->futures) {
+        f = p->futures;
+        p->futures = f->next_free;
+        p->nfutures--;
+        memset(f, 0, sizeof(*f));
+    } else if (!(f = calloc(1, sizeof(*f)))) {
         return NULL;
+    }
+    if (p) {
+        f->pool = p;
+        p->live++;
+    }
     f->agent = a;
     f->kind = kind;
     f->status = NXL_IN_PROG;
     f->refs = 2; /* the caller's and the pending one */
     f->cbs_tail = &f->cbs;
-    if (cb && add_cb(f, cb, arg) != NXL_SUCCESS) {
-        free(f);
-        return NULL;
-    }
+    if (cb)
+        add_cb(f, cb, arg); /* the entry in place: cannot fail */
     f->mt = a->thr != NULL; /* threaded: calls on it from other threads are marshalled */
     return f;
 }
@@ -130,7 +155,9 @@ static void enqueue(nxl_future_t *f)
     TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
     if (!was_empty || !a->ev_deliver)
         return;
-    if (a->delivering) {
+    if (a->draining) {
+        a->drain_queued = true; /* deliver_cb delivers it after the notifications */
+    } else if (a->delivering) {
         /* completed by a callback of this turn: libevent would run an event
          * activated now in this same turn, so a zero timer takes it to the
          * next one, after the loop polled its fds */
@@ -201,7 +228,10 @@ static void deliver_queue(nxl_agent_t *a, struct nxli_fq *q)
             a->cb_depth++;
             c->cb(f, f->status, c->arg);
             a->cb_depth--;
-            free(c);
+            if (c == &f->cb0)
+                f->cb0_used = false;
+            else
+                free(c);
         }
         f->queued = false;
         if (f->mt) /* threads in nxl_future_wait() (threaded mode) */
@@ -250,9 +280,16 @@ void nxli_futures_cancel_all(nxl_agent_t *a)
 
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f)
 {
-    nxlt_op_t *op = calloc(1, sizeof(*op));
-    if (!op)
+    nxli_pool_t *p = a->pool;
+    nxlt_op_t *op;
+    if (p && p->ops) {
+        op = p->ops;
+        p->ops = op->next_free;
+        p->nops--;
+        memset(op, 0, sizeof(*op));
+    } else if (!(op = calloc(1, sizeof(*op)))) {
         return NULL;
+    }
     op->agent = a;
     op->backend = b;
     op->future = f;
@@ -268,7 +305,35 @@ void nxli_op_free(nxlt_op_t *op)
         op->future->op = NULL;
     LIST_REMOVE(op, link);
     free(op->early_why);
+    nxli_pool_t *p = op->agent->pool;
+    if (p && p->open && p->nops < NXLI_POOL_MAX) {
+        op->next_free = p->ops;
+        p->ops = op;
+        p->nops++;
+        return;
+    }
     free(op);
+}
+
+void nxli_pool_close(nxl_agent_t *a)
+{
+    nxli_pool_t *p = a->pool;
+    if (!p)
+        return;
+    a->pool = NULL;
+    p->open = false;
+    while (p->futures) {
+        nxl_future_t *f = p->futures;
+        p->futures = f->next_free;
+        free(f);
+    }
+    while (p->ops) {
+        nxlt_op_t *op = p->ops;
+        p->ops = op->next_free;
+        free(op);
+    }
+    if (!p->live)
+        free(p);
 }
 
 void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)

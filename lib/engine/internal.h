@@ -106,8 +106,12 @@ typedef struct nxli_cb {
 
 typedef enum { NXLI_F_XFER, NXLI_F_NOTIF, NXLI_F_MD, NXLI_F_ALL, NXLI_F_EVENT } nxli_fkind_t;
 
+struct nxli_pool;
+
 struct nxl_future {
     nxl_agent_t *agent;
+    struct nxli_pool *pool; /* where it goes when freed (NULL: free()) */
+    nxl_future_t *next_free; /* on the pool's list */
     nxli_fkind_t kind;
     nxl_status_t status;
     int refs;               /* user's + library's */
@@ -116,6 +120,8 @@ struct nxl_future {
     bool queued;            /* on the agent's delivery queue */
     bool cancel_wait;       /* canceled; completes when its op is reported done */
     nxli_cb_t *cbs, **cbs_tail;
+    nxli_cb_t cb0;          /* the first callback's entry, in place (cb0_used) */
+    bool cb0_used;
     char *err;
     char *peer;
     /* what to do on cancel (xfer, exchange, all), and the owner */
@@ -155,7 +161,23 @@ struct nxlt_op {
     char *early_why;
     struct nxli_relay *relay; /* the notification the engine sends after it (relay.c) */
     LIST_ENTRY(nxlt_op) link;
+    nxlt_op_t *next_free;   /* on the agent's pool */
 };
+
+/* Futures and ops of an agent in the default mode, recycled: the steady
+ * state of post, completion, delivery and release allocates nothing. The
+ * pool outlives its agent while futures the application still holds
+ * (rule 4) count in live: those are then freed with free(), the last one
+ * freeing the pool. A threaded agent has none (its futures and ops may be
+ * made and dropped on several threads): plain calloc() and free(). */
+#define NXLI_POOL_MAX 512 /* entries of each list kept for reuse */
+typedef struct nxli_pool {
+    bool open;              /* its agent is alive */
+    size_t live;            /* futures taken from it, not freed yet */
+    nxl_future_t *futures;
+    nxlt_op_t *ops;
+    unsigned nfutures, nops;
+} nxli_pool_t;
 
 /* ---- prepared lists and transfers */
 typedef struct nxli_pent {
@@ -195,12 +217,18 @@ struct nxl_xfer {
     LIST_ENTRY(nxl_xfer) link;
 };
 
-/* ---- notifications waiting for nxl_notifs_drain or a callback */
+/* ---- notifications waiting for nxl_notifs_drain or a callback: one
+ * block each, the sender's name and the message in buf; delivered ones are
+ * kept for the next (NXLI_NOTIF_SPARES of at most NXLI_NOTIF_KEEP bytes) */
+#define NXLI_NOTIF_SPARES 64
+#define NXLI_NOTIF_KEEP 512
 typedef struct nxli_notif {
     char *from;
     void *msg;
     size_t len;
+    size_t cap;             /* bytes of buf */
     STAILQ_ENTRY(nxli_notif) link;
+    char buf[];
 } nxli_notif_t;
 
 struct nxli_exchange;
@@ -244,11 +272,16 @@ struct nxl_agent {
     struct event *ev_deliver;
     struct event *ev_deliver_next; /* a zero timer: the next turn's deliveries */
     bool delivering;               /* inside a turn's deliveries */
+    bool draining;                 /* deliver_cb runs the notification callbacks... */
+    bool drain_queued;             /* ... and they completed something: delivered after them */
     struct event *ev_timeout;   /* bounds nxl_agent_run_once() */
 
     nxl_notif_cb notif_cb;
     void *notif_arg;
     STAILQ_HEAD(, nxli_notif) notifs;
+    STAILQ_HEAD(, nxli_notif) notif_spares; /* delivered, for reuse */
+    unsigned nnotif_spares;
+    nxli_pool_t *pool;          /* recycled futures and ops (default mode) */
 
     /* large descriptor arrays of released prepared lists and transfers,
      * kept for the next ones: fresh pages cost a page fault each */
@@ -309,6 +342,8 @@ void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks 
 void nxli_deliver(nxl_agent_t *a);
 void nxli_deliver_turn(nxl_agent_t *a);
 void nxli_futures_cancel_all(nxl_agent_t *a);
+/* at the end of teardown: spares freed, futures still held freed alone later */
+void nxli_pool_close(nxl_agent_t *a);
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f);
 void nxli_op_free(nxlt_op_t *op);
 /* Ends the transport call that started op, which returned st: on success a
