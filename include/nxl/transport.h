@@ -62,6 +62,19 @@ extern "C" {
  * nothing more of it.
  */
 #define NXLT_CAP_CANCEL_WAITS (1u << 3)
+/**
+ * Calls may come from any thread, one at a time (threaded agents,
+ * nxlt_threaded()): while the reactor sleeps, a thread of the application
+ * that holds the agent's lock runs its call itself — a post, a
+ * notification send, a release — and so this transport's functions, on
+ * its thread. Event callbacks still run on the reactor thread, and never
+ * two calls at once. What such a call leaves for the reactor must be seen
+ * by the engine: an event activated, or one added (a timer armed that was
+ * not pending: `if (!evtimer_pending(ev, NULL)) evtimer_add(ev, &tv)`).
+ * A pending timer moved earlier from such a call fires up to 10 ms late.
+ * Without it, the agent hands every call to the reactor thread.
+ */
+#define NXLT_CAP_ANY_THREAD (1u << 4)
 
 /** What the engine gives a transport instance. */
 typedef struct nxlt_ctx nxlt_ctx_t;
@@ -168,6 +181,10 @@ typedef struct nxlt_ops {
 /** The reactor's event base. */
 NXL_API struct event_base *nxlt_base(nxlt_ctx_t *ctx);
 NXL_API nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx);
+/** Nonzero when the agent is threaded: a transport with
+ * NXLT_CAP_ANY_THREAD is then called from several threads, serialized
+ * (a UCX worker is made UCS_THREAD_MODE_SERIALIZED). */
+NXL_API int nxlt_threaded(nxlt_ctx_t *ctx);
 /** Busy-poll window of the agent, in microseconds. */
 NXL_API unsigned nxlt_busy_poll_us(nxlt_ctx_t *ctx);
 /** The engine's monotonic clock, in microseconds. */

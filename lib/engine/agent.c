@@ -96,6 +96,7 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     LIST_INIT(&a->tfutures);
     TAILQ_INIT(&a->pending);
     TAILQ_INIT(&a->deliver);
+    TAILQ_INIT(&a->acted);
     STAILQ_INIT(&a->notifs);
     STAILQ_INIT(&a->notif_spares);
     bool threaded = CFG_HAS(threaded) && cfg->threaded;
@@ -121,8 +122,15 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
          * again: a callback that re-posts a transfer the transport finishes
          * at once would keep the reactor from the other threads' calls
          * (its eventfd) for ever. Poll again after every 8 callbacks. */
+        /* Its reactor sleeps outside libevent (threads.c): timers on
+         * CLOCK_MONOTONIC (the coarse clock would leave a timer due that
+         * poll() already waited for), and epoll applying every change at
+         * once (no changelist from the environment) so that a descriptor
+         * another thread adds is watched while the reactor sleeps. */
         struct event_config *ec = event_config_new();
-        if (ec && event_config_set_max_dispatch_interval(ec, NULL, 8, 0) == 0)
+        if (ec && event_config_set_max_dispatch_interval(ec, NULL, 8, 0) == 0 &&
+            event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
+                                          EVENT_BASE_FLAG_IGNORE_ENV) == 0)
             a->base = event_base_new_with_config(ec);
         if (ec)
             event_config_free(ec);

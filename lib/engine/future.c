@@ -151,6 +151,10 @@ static void enqueue(nxl_future_t *f)
         return;
     f->queued = true;
     f->refs++;
+    if (a->acting) { /* a foreign thread's call: sorted out at its end */
+        TAILQ_INSERT_TAIL(&a->acted, f, dlink);
+        return;
+    }
     bool was_empty = TAILQ_EMPTY(&a->deliver);
     TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
     if (!was_empty || !a->ev_deliver)
@@ -240,6 +244,31 @@ static void deliver_queue(nxl_agent_t *a, struct nxli_fq *q)
     }
     if (a->thr)
         nxli_thread_wake(a);
+}
+
+bool nxli_deliver_acted(nxl_agent_t *a)
+{
+    bool left = false;
+    nxl_future_t *f;
+    while ((f = TAILQ_FIRST(&a->acted))) {
+        TAILQ_REMOVE(&a->acted, f, dlink);
+        if (f->cbs) { /* callbacks run on the reactor thread: its next turn */
+            bool was_empty = TAILQ_EMPTY(&a->deliver);
+            TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
+            if (was_empty)
+                event_active(a->ev_deliver, EV_READ, 0);
+            left = true;
+            continue;
+        }
+        /* nothing to run: settled now, as the reactor's delivery would */
+        if (!f->settled)
+            settle(f);
+        f->queued = false;
+        if (f->mt)
+            nxli_thread_settled(f);
+        future_unref(f);
+    }
+    return left;
 }
 
 /* Until nothing is left, futures completed by callbacks included (teardown). */

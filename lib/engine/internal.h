@@ -309,6 +309,8 @@ struct nxl_agent {
     unsigned etcd_ttl_s;
     uint16_t listen_port;
     struct nxli_thr *thr;       /* threaded mode: the reactor thread (threads.c); NULL by default */
+    bool acting;                /* threaded: a foreign thread runs a call for the sleeping reactor */
+    struct nxli_fq acted;       /* ... and these futures completed in it (future.c) */
     LIST_HEAD(, nxl_future) tfutures; /* threaded mode: every live future (mt) */
 };
 
@@ -341,6 +343,10 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
 void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks */
 void nxli_deliver(nxl_agent_t *a);
 void nxli_deliver_turn(nxl_agent_t *a);
+/* threaded, a foreign thread acting for the reactor (threads.c): settles
+ * what its call completed that has no callbacks; true when the rest is
+ * left to the reactor's delivery */
+bool nxli_deliver_acted(nxl_agent_t *a);
 void nxli_futures_cancel_all(nxl_agent_t *a);
 /* at the end of teardown: spares freed, futures still held freed alone later */
 void nxli_pool_close(nxl_agent_t *a);
@@ -376,6 +382,8 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
 /* a post from a foreign thread of a threaded agent, queued (threads.c) */
 nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out,
                                   const char **why);
+nxl_status_t nxli_xfer_post_claim_unlocked(nxl_xfer_t *x, nxl_done_cb cb, void *arg,
+                                           nxl_future_t **out, const char **why);
 void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f);
 void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfer_post_refused(nxl_xfer_t *x, nxl_future_t *f, bool keep);

@@ -49,13 +49,16 @@
  * The README's thread model has the numbers. */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +104,8 @@ struct nxli_call {
     } r;
     bool fail;              /* the call failed: its sentence is copied to err */
     bool async;             /* malloc'd, nobody waits: the reactor frees it */
+    bool direct;            /* may run on the calling thread while the reactor sleeps */
+    struct nxli_tstate *ts; /* async: the calling thread's count of queued calls */
     void (*refuse)(nxli_call_t *c); /* async: what a refusal must still do */
     sem_t done;
     nxli_call_t *next;
@@ -131,7 +136,84 @@ struct nxli_thr {
     int efd;
     struct event *ev_wake;
     nxli_waiter_t *wake;    /* reactor thread: waiters to post at the end of a delivery */
+    /* direct: the reactor sleeps outside libevent, without the table lock
+     * (poll() on the base's epoll fd), and a foreign thread that takes the
+     * lock meanwhile runs its call itself ("acting" for the reactor) */
+    bool direct;
+    int epfd;               /* the base's epoll fd (libevent's own) */
+    bool acted;             /* under tmu: a foreign thread acted since the reactor last slept */
+    bool deep;              /* under tmu: the reactor sleeps longer than ACT_CAP_MS, or without end */
+    int added0;             /* under tmu, acting: the base's event count when the call began */
 };
+
+/* While foreign threads act, the reactor sleeps at most this long: the
+ * bound on how late a timer a call moved earlier (not one it added: that
+ * wakes the reactor) can fire. */
+#define ACT_CAP_MS 10
+
+/* A thread's calls queued to reactors and not run yet: while any is, the
+ * thread does not act (its calls run in the order it made them). Shared
+ * by the thread and its records (refs), freed by the last. */
+struct nxli_tstate {
+    int pending;
+    int refs;
+};
+
+static pthread_key_t ts_key;
+static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
+static __thread struct nxli_tstate *ts_self;
+
+static void ts_drop(struct nxli_tstate *s)
+{
+    if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        free(s);
+}
+
+static void ts_dtor(void *p)
+{
+    ts_drop(p);
+}
+
+static void ts_init(void)
+{
+    pthread_key_create(&ts_key, ts_dtor);
+}
+
+static struct nxli_tstate *ts_get(void)
+{
+    if (!ts_self) {
+        pthread_once(&ts_once, ts_init);
+        struct nxli_tstate *s = calloc(1, sizeof(*s));
+        if (!s)
+            return NULL;
+        s->refs = 1;
+        pthread_setspecific(ts_key, s);
+        ts_self = s;
+    }
+    return ts_self;
+}
+
+/* an async record of this thread: counted until the reactor ran it */
+static void ts_hold(nxli_call_t *c)
+{
+    if ((c->ts = ts_get())) {
+        __atomic_add_fetch(&c->ts->refs, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&c->ts->pending, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static void record_free(nxli_call_t *c)
+{
+    if (c->ts) {
+        __atomic_sub_fetch(&c->ts->pending, 1, __ATOMIC_RELEASE);
+        ts_drop(c->ts);
+    }
+    free(c);
+}
+
+/* the agent this thread acts for, if any */
+static __thread const nxl_agent_t *tls_act;
+static __thread char act_err[NXLI_ERR_MAX];
 
 struct nxli_waiter {
     sem_t sem;          /* posted by the reactor when the future settled */
@@ -206,6 +288,23 @@ bool nxli_foreign_begin(nxl_agent_t *a)
     return true;
 }
 
+/* the same without waiting: false when the lock is held */
+static bool foreign_try(nxl_agent_t *a)
+{
+    struct nxli_thr *t = a->thr;
+    if (tmu_mine(t) || pthread_mutex_trylock(&t->tmu) != 0)
+        return false;
+    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
+    t->tmu_depth = 1;
+    if (t->dead) {
+        tmu_unlock(t);
+        return false;
+    }
+    nxli_quiet = true;
+    return true;
+}
+
 void nxli_foreign_end(nxl_agent_t *a)
 {
     nxli_quiet = false;
@@ -214,7 +313,7 @@ void nxli_foreign_end(nxl_agent_t *a)
 
 bool nxli_thread_foreign_slow(const nxl_agent_t *a)
 {
-    return !pthread_equal(pthread_self(), a->thr->tid);
+    return !pthread_equal(pthread_self(), a->thr->tid) && tls_act != a;
 }
 
 const char *nxli_thread_last_error(const nxl_agent_t *a)
@@ -235,7 +334,7 @@ static void refuse_call(nxli_call_t *c)
     if (c->async) {
         if (c->refuse)
             c->refuse(c);
-        free(c);
+        record_free(c);
         return;
     }
     c->r.st = NXL_ERR_NOT_ALLOWED;
@@ -267,7 +366,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
         } else {
             c->fn(c);
             if (c->async) {
-                free(c);
+                record_free(c);
             } else {
                 if (c->fail)
                     snprintf(c->err, sizeof(c->err), "%s", a->err);
@@ -316,9 +415,108 @@ static bool enqueue(nxl_agent_t *a, nxli_call_t *c, bool wake)
     return true;
 }
 
-/* Runs c on the reactor thread and waits for it. */
+/* ---- acting for a sleeping reactor
+ *
+ * In the direct mode the reactor holds the table lock for its whole turn
+ * and lets it go only to sleep (reactor_direct). A foreign thread that
+ * takes the lock then has the agent to itself, as the reactor would: it
+ * runs its call directly (nxl_xfer_post() on the caller's thread, no
+ * hand-over, no wake-up), with the default mode's code. What the call
+ * leaves for the reactor wakes it: a completion with callbacks, an event
+ * activated or added (a transport's kick timer). A completion without
+ * callbacks settles at the end of the call, so that nxl_future_wait()
+ * returns without sleeping. Only agents whose transports all take calls
+ * from any thread (NXLT_CAP_ANY_THREAD) act; a thread with calls still
+ * queued does not (its calls keep their order). */
+
+static bool any_thread(const nxl_agent_t *a)
+{
+    for (int i = 0; i < a->nbackends; i++)
+        if (!(a->backends[i]->ops->caps & NXLT_CAP_ANY_THREAD))
+            return false;
+    return true;
+}
+
+/* wait: take the lock even while the reactor holds it (a call that would
+ * wait for the reactor anyway); otherwise false then, and the call is
+ * queued */
+static bool act_begin(nxl_agent_t *a, bool wait)
+{
+    struct nxli_thr *t = a->thr;
+    if (!t->direct || (ts_self && __atomic_load_n(&ts_self->pending, __ATOMIC_ACQUIRE)) ||
+        tmu_mine(t))
+        return false;
+    if (pthread_mutex_trylock(&t->tmu) != 0) {
+        if (!wait && __atomic_load_n(&t->tmu_held, __ATOMIC_RELAXED) &&
+            pthread_equal(__atomic_load_n(&t->tmu_owner, __ATOMIC_RELAXED), t->tid))
+            return false; /* the reactor is in a turn: do not wait for it */
+        pthread_mutex_lock(&t->tmu);
+    }
+    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
+    t->tmu_depth = 1;
+    if (t->dead || !any_thread(a)) {
+        tmu_unlock(t);
+        return false;
+    }
+    a->acting = true;
+    tls_act = a;
+    t->added0 = event_base_get_num_events(a->base, EVENT_BASE_COUNT_ADDED);
+    /* the reactor thread's last sentence stays its own */
+    memcpy(act_err, a->err, strnlen(a->err, sizeof(a->err) - 1) + 1);
+    return true;
+}
+
+static void kick(struct nxli_thr *t)
+{
+    pthread_mutex_lock(&t->mu);
+    bool signal = !t->signaled;
+    t->signaled = true;
+    pthread_mutex_unlock(&t->mu);
+    if (signal) {
+        uint64_t one = 1;
+        while (write(t->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+            ;
+    }
+}
+
+static void act_end(nxl_agent_t *a, bool failed)
+{
+    struct nxli_thr *t = a->thr;
+    bool wake = nxli_deliver_acted(a);
+    a->acting = false;
+    tls_act = NULL;
+    if (failed)
+        nxli_thread_set_error(a, a->err);
+    memcpy(a->err, act_err, strnlen(act_err, sizeof(act_err) - 1) + 1);
+    wake = wake || t->deep ||
+           event_base_get_num_events(a->base, EVENT_BASE_COUNT_ACTIVE) > 0 ||
+           event_base_get_num_events(a->base, EVENT_BASE_COUNT_ADDED) != t->added0;
+    t->acted = true;
+    if (wake)
+        t->deep = false; /* it comes back and sleeps ACT_CAP_MS at most */
+    tmu_unlock(t);
+    if (wake)
+        kick(t);
+}
+
+/* c run on this thread, acting; false: it was not (the caller queues it) */
+static bool act_run(nxl_agent_t *a, nxli_call_t *c, bool wait)
+{
+    if (!act_begin(a, wait))
+        return false;
+    c->a = a;
+    c->fail = false;
+    c->fn(c);
+    act_end(a, c->fail);
+    return true;
+}
+
+/* Runs c on the reactor thread (or acting) and waits for it. */
 static void call(nxl_agent_t *a, nxli_call_t *c)
 {
+    if (c->direct && act_run(a, c, true))
+        return;
     c->a = a;
     c->async = false;
     c->fail = false;
@@ -333,9 +531,17 @@ static void call(nxl_agent_t *a, nxli_call_t *c)
         nxli_thread_set_error(a, c->err);
 }
 
-/* Queues a call nobody waits for (releases, cancels). */
-static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bool wake)
+/* Queues a call nobody waits for (releases, cancels); direct: acting when
+ * the reactor sleeps. */
+static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bool wake,
+                          bool direct)
 {
+    if (direct) {
+        nxli_call_t s = {.fn = fn};
+        s.v[0].p = p;
+        if (act_run(a, &s, false))
+            return;
+    }
     nxli_call_t *c = malloc(sizeof(*c));
     if (!c) {
         /* no memory for a record: wait on one of our own instead */
@@ -348,24 +554,118 @@ static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bo
     c->fail = false;
     c->a = a;
     c->async = true;
+    c->direct = false;
     c->refuse = NULL;
+    c->ts = NULL;
     c->v[0].p = p;
+    if (a->thr->direct) {
+        ts_hold(c);
+        wake = true; /* the thread acts again once it ran */
+    }
     if (!enqueue(a, c, wake))
-        free(c);
+        record_free(c);
 }
 
-static void call_async(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p)
+/* a log line of a call acting for the reactor: the application's log
+ * callback runs on the reactor thread */
+static void t_log(nxli_call_t *c)
 {
-    call_async_ex(a, fn, p, true);
+    if (c->a->log_cb)
+        c->a->log_cb((nxl_log_level_t)c->v[0].i, c->err, c->a->log_arg);
+}
+
+bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line)
+{
+    if (!a->acting || !a->log_cb)
+        return false;
+    nxli_call_t *c = malloc(sizeof(*c));
+    if (!c)
+        return true; /* dropped rather than run on the wrong thread */
+    *c = (nxli_call_t){.fn = t_log, .a = a, .async = true};
+    c->v[0].i = (int)lvl;
+    snprintf(c->err, sizeof(c->err), "%s", line);
+    if (!enqueue(a, c, true))
+        free(c);
+    return true;
 }
 
 #define CALL(agent, thunk) nxli_call_t c_ = {.fn = (thunk)}; nxl_agent_t *a_ = (agent)
+/* a call that may run on the calling thread while the reactor sleeps */
+#define CALL_DIRECT(agent, thunk) nxli_call_t c_ = {.fn = (thunk), .direct = true}; \
+    nxl_agent_t *a_ = (agent)
 #define ARG(i) c_.v[i]
 #define RUN_ST() (call(a_, &c_), c_.r.st)
 #define A(i) c->v[i]
 #define ST(expr) do { c->r.st = (expr); c->fail = c->r.st < 0; } while (0)
 
 /* ---- the reactor thread */
+
+/* the earliest timeout of an event of the base, as poll() takes it (ms,
+ * rounded up; -1: none). event_pending() gives it on the wall clock. */
+static int next_timeout_cb(const struct event_base *b, const struct event *ev, void *arg)
+{
+    NXLI_UNUSED(b);
+    struct timeval tv;
+    if (event_pending(ev, EV_TIMEOUT, &tv)) {
+        int64_t us = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec, *min = arg;
+        if (*min < 0 || us < *min)
+            *min = us;
+    }
+    return 0;
+}
+
+static int next_timeout_ms(struct event_base *b)
+{
+    int64_t min = -1;
+    event_base_foreach_event(b, next_timeout_cb, &min);
+    if (min < 0)
+        return -1;
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    int64_t left = min - ((int64_t)now.tv_sec * 1000000 + now.tv_usec);
+    if (left <= 0)
+        return 0;
+    left = (left + 999) / 1000;
+    return left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+/* The direct mode's loop: libevent's turn without sleeping, under the
+ * table lock; the sleep itself without it, in poll() on the base's epoll
+ * fd with the base's next timeout. Foreign threads that act meanwhile
+ * wake it when they leave it something (act_end). */
+static int reactor_direct(nxl_agent_t *a)
+{
+    struct nxli_thr *t = a->thr;
+    int rc = 0;
+    tmu_lock(t);
+    while (!t->exit) {
+        if (event_base_loop(a->base, EVLOOP_NONBLOCK) < 0) {
+            rc = -1;
+            break;
+        }
+        if (t->exit)
+            break;
+        if (event_base_get_num_events(a->base, EVENT_BASE_COUNT_ACTIVE) > 0)
+            continue; /* activated by this turn's callbacks, or past max_dispatch */
+        int ms = next_timeout_ms(a->base);
+        if (t->acted && (ms < 0 || ms > ACT_CAP_MS))
+            ms = ACT_CAP_MS;
+        t->deep = ms < 0 || ms > ACT_CAP_MS;
+        t->acted = false;
+        tmu_unlock(t);
+        struct pollfd p = {.fd = t->epfd, .events = POLLIN};
+        if (poll(&p, 1, ms) < 0 && errno != EINTR) {
+            tmu_lock(t);
+            rc = -1;
+            break;
+        }
+        tmu_lock(t);
+    }
+    if (t->exit)
+        t->dead = true; /* foreign threads act no more: teardown follows */
+    tmu_unlock(t);
+    return rc;
+}
 
 static void *reactor_main(void *arg)
 {
@@ -374,12 +674,18 @@ static void *reactor_main(void *arg)
     t->tid = pthread_self();
     sem_post(&t->started);
     a->loop_depth++;
-    while (!t->exit)
-        if (event_base_loop(a->base, EVLOOP_ONCE) < 0) {
-            nxli_log(a, NXL_LOG_ERROR, "reactor thread of agent '%s': event_base_loop failed; "
-                     "the thread ends and calls are refused", a->name);
-            break;
-        }
+    if (t->direct) {
+        if (reactor_direct(a) < 0)
+            nxli_log(a, NXL_LOG_ERROR, "reactor thread of agent '%s': its loop failed (%s); "
+                     "the thread ends and calls are refused", a->name, strerror(errno));
+    } else {
+        while (!t->exit)
+            if (event_base_loop(a->base, EVLOOP_ONCE) < 0) {
+                nxli_log(a, NXL_LOG_ERROR, "reactor thread of agent '%s': event_base_loop "
+                         "failed; the thread ends and calls are refused", a->name);
+                break;
+            }
+    }
     a->loop_depth--;
     pthread_mutex_lock(&t->mu);
     t->closed = true;
@@ -423,6 +729,48 @@ static void thr_free(nxl_agent_t *a)
     a->thr = NULL;
 }
 
+/* The epoll fd of the base: the one eventpoll whose watch list
+ * (/proc/self/fdinfo: "tfd: N") holds probe, an fd only this base
+ * watches. -1 when there is no such one (no /proc): the agent then hands
+ * every call to the reactor. */
+static int find_epoll_fd(int probe)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int found = -1, n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end || fd == dirfd(d))
+            continue;
+        char link[64];
+        ssize_t k = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+        if (k <= 0)
+            continue;
+        link[k] = 0;
+        if (strcmp(link, "anon_inode:[eventpoll]"))
+            continue;
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%ld", fd);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof(line), f)) {
+            int tfd;
+            if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd == probe) {
+                found = (int)fd;
+                n++;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n == 1 ? found : -1;
+}
+
 nxl_status_t nxli_thread_start(nxl_agent_t *a)
 {
     struct nxli_thr *t = calloc(1, sizeof(*t));
@@ -450,6 +798,14 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
         thr_free(a);
         return NXL_ERR_BACKEND;
     }
+    t->epfd = -1;
+    const char *dm = getenv("NXL_THREADED_DIRECT");
+    if ((!dm || strcmp(dm, "0")) && !strcmp(event_base_get_method(a->base), "epoll") &&
+        (t->epfd = find_epoll_fd(t->efd)) >= 0)
+        t->direct = true;
+    nxli_log(a, NXL_LOG_DEBUG, "threaded agent '%s': %s", a->name,
+             t->direct ? "the reactor sleeps without the lock; calls may run on their threads"
+                       : "every call is handed to the reactor thread");
     /* the reactor thread takes no signals: they go to the application's */
     sigset_t all, old;
     sigfillset(&all);
@@ -753,7 +1109,7 @@ nxl_status_t nxli_rpc_md_send_invalidate(nxl_agent_t *a, const char *host, uint1
 static void t_future_then(nxli_call_t *c) { ST(nxl_future_then(A(0).p, A(1).done, A(2).p)); }
 nxl_status_t nxli_rpc_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 {
-    CALL(f->agent, t_future_then);
+    CALL_DIRECT(f->agent, t_future_then);
     ARG(0).p = f, ARG(1).done = cb, ARG(2).p = arg;
     return RUN_ST();
 }
@@ -761,7 +1117,7 @@ nxl_status_t nxli_rpc_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 static void t_future_status(nxli_call_t *c) { c->r.st = nxl_future_status(A(0).cp); }
 nxl_status_t nxli_rpc_future_status(const nxl_future_t *f)
 {
-    CALL(f->agent, t_future_status);
+    CALL_DIRECT(f->agent, t_future_status);
     ARG(0).cp = f;
     return RUN_ST();
 }
@@ -769,7 +1125,7 @@ nxl_status_t nxli_rpc_future_status(const nxl_future_t *f)
 static void t_future_error(nxli_call_t *c) { c->r.s = nxl_future_error(A(0).cp); }
 const char *nxli_rpc_future_error(const nxl_future_t *f)
 {
-    CALL(f->agent, t_future_error);
+    CALL_DIRECT(f->agent, t_future_error);
     ARG(0).cp = f;
     call(a_, &c_);
     return c_.r.s;
@@ -778,7 +1134,7 @@ const char *nxli_rpc_future_error(const nxl_future_t *f)
 static void t_future_peer(nxli_call_t *c) { c->r.s = nxl_future_peer(A(0).cp); }
 const char *nxli_rpc_future_peer(const nxl_future_t *f)
 {
-    CALL(f->agent, t_future_peer);
+    CALL_DIRECT(f->agent, t_future_peer);
     ARG(0).cp = f;
     call(a_, &c_);
     return c_.r.s;
@@ -787,10 +1143,13 @@ const char *nxli_rpc_future_peer(const nxl_future_t *f)
 static void t_future_release(nxli_call_t *c) { nxl_future_release(A(0).p); }
 /* a release wakes nobody: it runs on the reactor's next wake-up, before
  * this thread's next marshalled call (which wakes it) */
-void nxli_rpc_future_release(nxl_future_t *f) { call_async_ex(f->agent, t_future_release, f, false); }
+void nxli_rpc_future_release(nxl_future_t *f)
+{
+    call_async_ex(f->agent, t_future_release, f, false, true);
+}
 
 static void t_future_cancel(nxli_call_t *c) { nxl_future_cancel(A(0).p); }
-void nxli_rpc_future_cancel(nxl_future_t *f) { call_async(f->agent, t_future_cancel, f); }
+void nxli_rpc_future_cancel(nxl_future_t *f) { call_async_ex(f->agent, t_future_cancel, f, true, true); }
 
 static void t_future_all(nxli_call_t *c)
 {
@@ -807,7 +1166,7 @@ nxl_status_t nxli_rpc_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t
 static void t_md_check(nxli_call_t *c) { ST(nxl_md_check(c->a, A(0).cp)); }
 nxl_status_t nxli_rpc_md_check(nxl_agent_t *a, const char *remote)
 {
-    CALL(a, t_md_check);
+    CALL_DIRECT(a, t_md_check);
     ARG(0).cp = remote;
     return RUN_ST();
 }
@@ -908,7 +1267,7 @@ nxl_status_t nxli_rpc_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t
 static void t_agent_stats(nxli_call_t *c) { ST(nxl_agent_stats(c->a, A(0).cp, A(1).p)); }
 nxl_status_t nxli_rpc_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out)
 {
-    CALL(a, t_agent_stats);
+    CALL_DIRECT(a, t_agent_stats);
     ARG(0).cp = transport, ARG(1).p = out;
     return RUN_ST();
 }
@@ -926,7 +1285,10 @@ nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
 }
 
 static void t_prepped_release(nxli_call_t *c) { nxl_prepped_release(A(0).p); }
-void nxli_rpc_prepped_release(nxl_prepped_t *p) { call_async(p->agent, t_prepped_release, p); }
+void nxli_rpc_prepped_release(nxl_prepped_t *p)
+{
+    call_async_ex(p->agent, t_prepped_release, p, true, true);
+}
 
 static void t_xfer_make(nxli_call_t *c)
 {
@@ -960,7 +1322,7 @@ nxl_status_t nxli_rpc_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t
 static void t_xfer_set_notif(nxli_call_t *c) { ST(nxl_xfer_set_notif(A(0).p, A(1).cp, A(2).z)); }
 nxl_status_t nxli_rpc_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
 {
-    CALL(x->agent, t_xfer_set_notif);
+    CALL_DIRECT(x->agent, t_xfer_set_notif);
     ARG(0).p = x, ARG(1).cp = msg, ARG(2).z = len;
     return RUN_ST();
 }
@@ -980,33 +1342,54 @@ static void t_xfer_post_refused(nxli_call_t *c) { nxli_xfer_post_refused(A(0).p,
 nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
     nxl_agent_t *a = x->agent;
+    struct nxli_thr *t = a->thr;
     nxl_future_t *f = NULL;
     if (out)
         *out = NULL;
-    if (nxli_foreign_begin(a)) {
-        const char *why = NULL;
-        nxl_status_t st = nxli_xfer_post_claim(x, cb, arg, &f, &why);
-        nxli_foreign_end(a);
-        if (st == NXL_ERR_REPOST_ACTIVE) {
-            nxli_thread_set_error(a, why);
-            return st;
+    /* the reactor sleeps: posted here, as the reactor would (host memory
+     * only: CUDA's contexts are per thread) */
+    if (x->ltype == NXL_DRAM && x->rtype == NXL_DRAM && act_begin(a, false)) {
+        nxl_status_t st = nxl_xfer_post(x, cb, arg, out);
+        act_end(a, st != NXL_SUCCESS);
+        return st;
+    }
+    const char *why = NULL;
+    nxl_status_t st = NXL_ERR_UNKNOWN;
+    if (!t->direct) {
+        /* the reactor holds the lock only where it changes the tables */
+        if (nxli_foreign_begin(a)) {
+            st = nxli_xfer_post_claim(x, cb, arg, &f, &why);
+            nxli_foreign_end(a);
         }
+    } else if (foreign_try(a)) {
+        /* not acting (a transport that takes calls on its thread only, or
+         * calls of this thread still queued): checked here all the same */
+        st = nxli_xfer_post_claim(x, cb, arg, &f, &why);
+        nxli_foreign_end(a);
+    } else {
+        /* the lock is held (the reactor holds it for its whole turn): the
+         * transfer is claimed without it, and the reactor checks the peer
+         * and the regions when it runs the post */
+        st = nxli_xfer_post_claim_unlocked(x, cb, arg, &f, &why);
+    }
+    if (st == NXL_ERR_REPOST_ACTIVE) {
+        nxli_thread_set_error(a, why);
+        return st;
     }
     if (f) {
         nxli_call_t *q = malloc(sizeof(*q));
         if (q) {
-            q->fn = t_xfer_post_queued;
-            q->refuse = t_xfer_post_refused;
-            q->a = a;
-            q->async = true;
-            q->fail = false;
+            *q = (nxli_call_t){.fn = t_xfer_post_queued, .refuse = t_xfer_post_refused, .a = a,
+                               .async = true};
             q->v[0].p = x, q->v[1].p = f, q->v[2].i = out != NULL;
+            if (t->direct)
+                ts_hold(q);
             if (enqueue(a, q, true)) {
                 if (out)
                     *out = f;
                 return NXL_SUCCESS;
             }
-            free(q);
+            record_free(q);
         }
         nxli_tlock(a);
         nxli_xfer_post_unclaim(x, f);
@@ -1020,13 +1403,13 @@ nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_fu
 static void t_xfer_status(nxli_call_t *c) { c->r.st = nxl_xfer_status(A(0).cp); }
 nxl_status_t nxli_rpc_xfer_status(const nxl_xfer_t *x)
 {
-    CALL(x->agent, t_xfer_status);
+    CALL_DIRECT(x->agent, t_xfer_status);
     ARG(0).cp = x;
     return RUN_ST();
 }
 
 static void t_xfer_release(nxli_call_t *c) { nxl_xfer_release(A(0).p); }
-void nxli_rpc_xfer_release(nxl_xfer_t *x) { call_async(x->agent, t_xfer_release, x); }
+void nxli_rpc_xfer_release(nxl_xfer_t *x) { call_async_ex(x->agent, t_xfer_release, x, true, true); }
 
 static void t_notif_send(nxli_call_t *c)
 {
@@ -1035,7 +1418,7 @@ static void t_notif_send(nxli_call_t *c)
 nxl_status_t nxli_rpc_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
                                  nxl_done_cb cb, void *arg, nxl_future_t **out)
 {
-    CALL(a, t_notif_send);
+    CALL_DIRECT(a, t_notif_send);
     ARG(0).cp = remote, ARG(1).cp = msg, ARG(2).z = len;
     ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
     return RUN_ST();

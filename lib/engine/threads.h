@@ -68,6 +68,9 @@ void nxli_thread_settled_later(nxl_future_t *f);
 void nxli_thread_wake(nxl_agent_t *a);
 nxl_status_t nxli_thread_wait(nxl_future_t *f, int timeout_ms);
 const char *nxli_thread_last_error(const nxl_agent_t *a);
+/* util.c: a log line of a call acting for the reactor goes to the reactor
+ * thread (true: taken; the application's callback runs there) */
+bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line);
 void nxli_thread_set_error(const nxl_agent_t *a, const char *s);
 
 /* One marshalled entry per public function (threads.c). */

@@ -66,6 +66,8 @@ void nxli_vlog(nxl_agent_t *a, nxl_log_level_t lvl, const char *fmt, va_list ap)
         return;
     char line[1024];
     vsnprintf(line, sizeof(line), fmt, ap);
+    if (a->acting && nxli_thread_log_later(a, lvl, line))
+        return;
     if (a->log_cb)
         a->log_cb(lvl, line, a->log_arg);
     else
@@ -113,6 +115,7 @@ struct event_base *nxlt_base(nxlt_ctx_t *ctx) { return ctx->agent->base; }
 nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx) { return ctx->agent; }
 unsigned nxlt_busy_poll_us(nxlt_ctx_t *ctx) { return ctx->agent->busy_poll_us; }
 int nxlt_in_callback(nxlt_ctx_t *ctx) { return ctx->agent->cb_depth > 0; }
+int nxlt_threaded(nxlt_ctx_t *ctx) { return ctx->agent->thr != NULL; }
 uint64_t nxlt_now_us(void) { return nxli_now_us(); }
 
 void nxlt_error(nxlt_ctx_t *ctx, const char *fmt, ...)

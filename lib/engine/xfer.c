@@ -655,6 +655,32 @@ nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_
     return NXL_SUCCESS;
 }
 
+/* The same without the table lock (the reactor holds it for its turn):
+ * only the claim; the reactor checks the peer and the regions when it
+ * runs the post (nxli_xfer_post_queued), and a refusal then completes the
+ * future. A threaded agent keeps no pool: the future needs no lock. */
+nxl_status_t nxli_xfer_post_claim_unlocked(nxl_xfer_t *x, nxl_done_cb cb, void *arg,
+                                           nxl_future_t **out, const char **why)
+{
+    *out = NULL;
+    if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE)) {
+        *why = REPOST_SENTENCE;
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    nxl_future_t *f = nxli_future_alloc(x->agent, NXLI_F_XFER, cb, arg);
+    if (!f)
+        return NXL_ERR_UNKNOWN;
+    f->owner = x;
+    f->on_cancel = xfer_cancel;
+    if (!claim(x, f)) {
+        nxli_future_unalloc(f);
+        *why = REPOST_SENTENCE;
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    *out = f;
+    return NXL_SUCCESS;
+}
+
 /* The claimed post could not be queued (no memory, the loop ended). */
 void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f)
 {

@@ -2192,8 +2192,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     list_tls(u);
     query_cuda(u);
+    /* a threaded agent calls the worker from the threads that post
+     * (NXLT_CAP_ANY_THREAD), one at a time */
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+                              .thread_mode = nxlt_threaded(ctx) ? UCS_THREAD_MODE_SERIALIZED
+                                                                : UCS_THREAD_MODE_SINGLE};
     st = ucp_worker_create(u->ucp, &wp, &u->w);
     if (st == UCS_OK)
         st = ucp_worker_get_efd(u->w, &u->efd);
@@ -2435,7 +2438,8 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "UCX",
     .mem_mask = UCX_MEM_MASK,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+            NXLT_CAP_ANY_THREAD,
     .probe = probe,
     .create = create,
     .destroy = destroy,
