@@ -13,7 +13,10 @@
 #include <stdbool.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define NTHREADS 8
@@ -764,6 +767,124 @@ START_TEST(queued_post)
 }
 END_TEST
 
+/* ---------------------------------------- calls run while the reactor sleeps
+ *
+ * The reactor of an idle threaded agent sleeps (no wake-ups beyond its
+ * timers); calls another thread makes meanwhile run there (the direct
+ * mode) or on the reactor (NXL_THREADED_DIRECT=0): either way their
+ * callbacks and log lines reach the application on the reactor thread,
+ * and a no-callback transfer waited for settles. */
+static struct {
+    pid_t reactor_tid;
+    pthread_t reactor;
+    int got, logs, bad_logs, cbs, bad_cbs;
+} S;
+
+static void s_where(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    S.reactor = pthread_self();
+    S.reactor_tid = (pid_t)syscall(SYS_gettid);
+    add_int(&S.got);
+}
+
+static void s_log(nxl_log_level_t lvl, const char *line, void *arg)
+{
+    if (!load_int(&S.got))
+        return; /* before the reactor is known */
+    if (!pthread_equal(pthread_self(), S.reactor))
+        add_int(&S.bad_logs);
+    if (strstr(line, "still in flight") || strstr(line, "at most"))
+        add_int(&S.logs);
+}
+
+static void s_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    if (!pthread_equal(pthread_self(), S.reactor) || st != NXL_SUCCESS)
+        add_int(&S.bad_cbs);
+    add_int(&S.cbs);
+}
+
+/* voluntary context switches of a thread of this process */
+static long switches(pid_t tid)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+    FILE *fp = fopen(path, "r");
+    long v = -1;
+    if (!fp)
+        return -1;
+    while (fgets(line, sizeof(line), fp))
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+            break;
+    fclose(fp);
+    return v;
+}
+
+START_TEST(sleeping_reactor)
+{
+    memset(&S, 0, sizeof(S));
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    c.log_level = NXL_LOG_TRACE;
+    c.log_cb = s_log;
+    nxl_agent_t *I = NULL;
+    ck_assert_int_eq(nxl_agent_create(&c, &I), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_backend_create(I, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+    nxl_agent_t *T = threaded_agent("T");
+    unsigned char *ib = mem(I, 1 << 16), *tb = mem(T, 1 << 16);
+    introduce(I, T);
+    nxl_desc_t ld = {.addr = (uintptr_t)ib, .len = 1 << 16}, rd = {.addr = (uintptr_t)tb, .len = 1 << 16};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &x), NXL_SUCCESS);
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_xfer_post(x, s_where, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    nxl_future_release(f);
+    ck_assert(wait_count(&S.got, 1, 10000));
+    ck_assert(!pthread_equal(S.reactor, pthread_self()));
+
+    for (int round = 0; round < 200; round++) {
+        /* a transfer waited for without a callback */
+        tl_fill(ib, 1 << 16, (unsigned)round);
+        ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_status(f), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_xfer_status(x), NXL_SUCCESS);
+        ck_assert_int_eq(tl_check(tb, 1 << 16, (unsigned)round), -1);
+        nxl_future_release(f);
+        /* one with a callback: it runs on the reactor thread */
+        ck_assert_int_eq(nxl_xfer_post(x, s_done, NULL, &f), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+        nxl_future_release(f);
+    }
+    ck_assert_int_eq(load_int(&S.cbs), 200);
+    ck_assert_int_eq(load_int(&S.bad_cbs), 0);
+    /* a refused call: its sentence on this thread, its log line (debug,
+     * the agent logs at trace) on the reactor's */
+    char big[70000];
+    memset(big, 'n', sizeof(big));
+    ck_assert_int_ne(nxl_xfer_set_notif(x, big, sizeof(big)), NXL_SUCCESS);
+    ck_sentence(nxl_agent_last_error(I), "at most");
+    ck_assert(wait_count(&S.logs, 1, 10000));
+    ck_assert_int_eq(load_int(&S.bad_logs), 0);
+
+    /* idle now: the reactor sleeps (its timers: none while nothing is in
+     * flight; the bound while other threads act, 10 ms, ends with them) */
+    usleep(200000);
+    long s0 = switches(S.reactor_tid);
+    usleep(1000000);
+    long s1 = switches(S.reactor_tid);
+    ck_assert_msg(s0 >= 0 && s1 >= 0, "no /proc/self/task/<tid>/status");
+    ck_assert_msg(s1 - s0 <= 5, "the idle reactor woke %ld times in a second", s1 - s0);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(I);
+    nxl_agent_destroy(T);
+}
+END_TEST
+
 /* ---------------------------------------- destroy from a foreign thread */
 
 #define D_N 16
@@ -963,6 +1084,11 @@ START_TEST(default_mode)
 }
 END_TEST
 
+/* the hand-over mode (every call of another thread runs on the reactor
+ * thread): what a system without /proc, or NXL_THREADED_DIRECT=0, gets */
+static void handover_on(void) { setenv("NXL_THREADED_DIRECT", "0", 1); }
+static void handover_off(void) { unsetenv("NXL_THREADED_DIRECT"); }
+
 Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -974,10 +1100,20 @@ Suite *threads_suite(void)
     tcase_add_test(tc, cycle_libfabric);
     tcase_add_test(tc, foreign_wait);
     tcase_add_test(tc, queued_post);
+    tcase_add_test(tc, sleeping_reactor);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
     tcase_add_test(tc, default_mode);
     suite_add_tcase(s, tc);
+    TCase *ho = tcase_create("handover");
+    tcase_set_timeout(ho, 600);
+    tcase_add_checked_fixture(ho, handover_on, handover_off);
+    tcase_add_test(ho, many_threads);
+    tcase_add_test(ho, cycle_ucx);
+    tcase_add_test(ho, queued_post);
+    tcase_add_test(ho, sleeping_reactor);
+    tcase_add_test(ho, destroy_foreign);
+    suite_add_tcase(s, ho);
     return s;
 }
 

@@ -1279,7 +1279,7 @@ static void t_prep(nxli_call_t *c)
 nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                            const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
 {
-    CALL(a, t_prep);
+    CALL_DIRECT(a, t_prep);
     ARG(0).cp = agent, ARG(1).i = (int)type, ARG(2).cp = descs, ARG(3).z = n, ARG(4).p = out;
     return RUN_ST();
 }
@@ -1299,7 +1299,7 @@ nxl_status_t nxli_rpc_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, 
                                 nxl_prepped_t *rp, const size_t *ridx, size_t n,
                                 const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
 {
-    CALL(a, t_xfer_make);
+    CALL_DIRECT(a, t_xfer_make);
     ARG(0).i = (int)op, ARG(1).p = lp, ARG(2).cp = lidx, ARG(3).p = rp, ARG(4).cp = ridx;
     ARG(5).z = n, ARG(6).cp = opts, ARG(7).p = out;
     return RUN_ST();
