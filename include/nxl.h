@@ -55,28 +55,38 @@
  * nxl_agent_destroy(). Then:
  *
  * - Every call on the agent, its backends, prepared lists, transfers and
- *   futures may be made from any thread. A call made from another thread
- *   runs on the reactor thread (nxl_prep(), nxl_xfer_make() and the
- *   releases of prepared lists and idle transfers mostly run on the
- *   calling thread itself, under a lock of the agent, with the same
- *   results), and each thread's calls run in the order it made them; the
+ *   futures may be made from any thread, with the default mode's results,
+ *   and each thread's calls take effect in the order it made them. The
+ *   agent's lock makes them one at a time: the reactor holds it for each
+ *   of its turns and lets it go while it sleeps. A call made from another
+ *   thread while the reactor sleeps runs on the calling thread itself, as
+ *   the reactor would run it: posts of host memory, notification sends,
+ *   nxl_prep(), nxl_xfer_make(), releases, cancels and the status calls —
+ *   when every transport of the agent takes calls from any thread (UCX
+ *   does; see the README's thread model). Other calls, and every call of
+ *   an agent with another transport, run on the reactor thread and the
  *   caller waits for the result. Releases and cancels
  *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),
- *   nxl_prepped_release()) return at once and take effect before the
- *   thread's next call on the agent.
- * - nxl_xfer_post() from another thread does not wait for the reactor
- *   either: it checks on the calling thread what refuses a post at once in
- *   the default mode (a post in flight: NXL_ERR_REPOST_ACTIVE; a peer
- *   invalidated, regions revoked: those statuses, with their sentences)
- *   and returns NXL_SUCCESS with the future once the post is queued; the
- *   transfer is in flight from then on. What fails when the reactor runs
- *   it (the peer lost meanwhile, the transport refusing it) completes the
- *   future with that status, its sentence in nxl_future_error(), and its
- *   callbacks run as for any completion.
+ *   nxl_prepped_release()) never wait for the reactor: they return at
+ *   once and take effect before the thread's next call on the agent.
+ * - nxl_xfer_post() from another thread never waits for a reactor turn
+ *   either. Run on the calling thread, it is the default mode's post (a
+ *   transfer the transport finishes inside it, and that has no callback,
+ *   is settled when the call returns). When the reactor is busy (or the
+ *   post is not one that runs there), the post is queued: what refuses a
+ *   post at once in the default mode (a post in flight:
+ *   NXL_ERR_REPOST_ACTIVE; a peer invalidated, regions revoked) is checked
+ *   on the calling thread when the agent's lock is free, and otherwise
+ *   by the reactor; it returns NXL_SUCCESS with the future once the post
+ *   is queued, and the transfer is in flight from then on. What fails when
+ *   the reactor runs it (the peer lost meanwhile, the transport refusing
+ *   it) completes the future with that status, its sentence in
+ *   nxl_future_error(), and its callbacks run as for any completion.
  * - Callbacks (completions, notifications, log lines) run on the reactor
- *   thread, never on the calling thread. A callback may call the API (the
- *   call runs directly, no hand-over); a callback that blocks stalls the
- *   agent.
+ *   thread, never on the calling thread, also for calls that ran on the
+ *   calling thread. A callback may call the API (the call runs directly,
+ *   no hand-over); a callback that blocks holds the agent's lock and so
+ *   stalls the agent and every thread's calls but posts and releases.
  * - nxl_future_wait() from another thread sleeps (no polling) until the
  *   future settles (rule 3: its callbacks ran) or the timeout passes; from
  *   a callback it returns NXL_ERR_NOT_ALLOWED. nxl_agent_run() and
@@ -104,10 +114,12 @@
  *   by other threads once destroy began are a use after free.
  *
  * The default mode costs nothing for this: each call tests one pointer.
- * A call from another thread costs a queue append under a mutex, an
- * eventfd write per batch of calls and a semaphore wake-up (a post: no
- * wake-up until its nxl_future_wait(); see the README's thread model for
- * the numbers).
+ * A call from another thread that runs there costs the lock (and, when it
+ * leaves the reactor work, an eventfd write); one handed over costs a
+ * queue append under a mutex, an eventfd write per batch of calls and a
+ * semaphore wake-up (see the README's thread model for the numbers).
+ * Where the reactor's epoll descriptor cannot be found (no /proc), or with
+ * NXL_THREADED_DIRECT=0 in the environment, every call is handed over.
  *
  * # Errors
  *

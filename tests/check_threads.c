@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NTHREADS 8
@@ -885,6 +887,193 @@ START_TEST(sleeping_reactor)
 }
 END_TEST
 
+/* ---------------------------------------- the peer process killed
+ *
+ * Eight threads post to a target in another process (a default-mode
+ * agent), each waiting for its transfer, while the main thread kills the
+ * target: every post either fails at once with a sentence or completes
+ * once, SUCCESS before the death and NXL_ERR_REMOTE_DISCONNECT after it,
+ * in bounded time; then the agent still works (a transfer to itself).
+ * Over UCX shared memory and, with UCX_TLS=tcp, over TCP loopback. */
+#define K_THREADS 8
+#define K_BLK 65536
+
+static struct {
+    nxl_agent_t *I;
+    unsigned char *ib;
+    uintptr_t raddr;
+    int stop;
+    int ok, lost, refused, other, calls, posts, bad;
+    char why[256];
+} KP;
+
+static void kp_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    add_int(&KP.calls);
+    if (st == NXL_SUCCESS)
+        add_int(&KP.ok);
+    else if (st == NXL_ERR_REMOTE_DISCONNECT && nxl_future_error(f)[0])
+        add_int(&KP.lost);
+    else
+        add_int(&KP.other);
+}
+
+static void *kp_thread(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    nxl_desc_t ld = {.addr = (uintptr_t)KP.ib + (size_t)k * K_BLK, .len = K_BLK};
+    nxl_desc_t rd = {.addr = KP.raddr + (size_t)k * K_BLK, .len = K_BLK};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    if (nxl_xfer_create(KP.I, NXL_WRITE, &l, &r, "T", NULL, &x) != NXL_SUCCESS) {
+        add_int(&KP.bad);
+        return NULL;
+    }
+    while (!load_int(&KP.stop)) {
+        nxl_future_t *f = NULL;
+        nxl_status_t st = nxl_xfer_post(x, kp_done, NULL, &f);
+        if (st != NXL_SUCCESS) {
+            /* the peer is gone: refused at once, with the reason */
+            if (st != NXL_ERR_REMOTE_DISCONNECT || f || !nxl_agent_last_error(KP.I)[0])
+                add_int(&KP.bad);
+            add_int(&KP.refused);
+            break;
+        }
+        add_int(&KP.posts);
+        nxl_status_t w = nxl_future_wait(f, 20000);
+        if (w == NXL_IN_PROG)
+            add_int(&KP.bad); /* a hang */
+        nxl_future_release(f);
+        if (w != NXL_SUCCESS)
+            break;
+    }
+    nxl_xfer_release(x);
+    return NULL;
+}
+
+static void kp_target(int wfd, int rfd)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "T";
+    nxl_agent_t *T;
+    if (nxl_agent_create(&c, &T) != NXL_SUCCESS || nxl_backend_create(T, "UCX", NULL, 0, NULL))
+        _exit(10);
+    void *buf = NULL;
+    if (nxl_mem_alloc(T, NXL_DRAM, (size_t)K_THREADS * K_BLK, 0, &buf) != NXL_SUCCESS)
+        _exit(11);
+    void *blob;
+    size_t len;
+    if (nxl_md_local(T, &blob, &len) != NXL_SUCCESS)
+        _exit(12);
+    uint64_t addr = (uintptr_t)buf, l64 = len;
+    if (write(wfd, &addr, 8) != 8 || write(wfd, &l64, 8) != 8 ||
+        write(wfd, blob, len) != (ssize_t)len)
+        _exit(13);
+    nxl_free(blob);
+    /* the initiator's metadata, for its connection */
+    if (read(rfd, &l64, 8) != 8)
+        _exit(14);
+    char *ib = malloc(l64);
+    size_t got = 0;
+    while (got < l64) {
+        ssize_t k = read(rfd, ib + got, l64 - got);
+        if (k <= 0)
+            _exit(15);
+        got += (size_t)k;
+    }
+    if (nxl_md_load(T, ib, l64, NULL, 0) != NXL_SUCCESS)
+        _exit(16);
+    for (;;) /* until killed */
+        nxl_agent_run_once(T, 100);
+}
+
+static void killed_peer(const char *tls)
+{
+    memset(&KP, 0, sizeof(KP));
+    if (tls)
+        setenv("UCX_TLS", tls, 1);
+    int tp[2], ip[2];
+    ck_assert(pipe(tp) == 0 && pipe(ip) == 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(tp[0]);
+        close(ip[1]);
+        kp_target(tp[1], ip[0]);
+    }
+    close(tp[1]);
+    close(ip[0]);
+    uint64_t addr = 0, len = 0;
+    ck_assert_msg(read(tp[0], &addr, 8) == 8 && read(tp[0], &len, 8) == 8, "target did not start");
+    char *blob = malloc(len);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(tp[0], blob + got, len - got);
+        ck_assert(k > 0);
+        got += (size_t)k;
+    }
+    close(tp[0]);
+    KP.raddr = (uintptr_t)addr;
+    KP.I = threaded_agent("I");
+    ck_assert_msg(nxl_md_load(KP.I, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(KP.I));
+    free(blob);
+    void *mb;
+    size_t ml;
+    ck_assert_int_eq(nxl_md_local(KP.I, &mb, &ml), NXL_SUCCESS);
+    uint64_t ml64 = ml;
+    ck_assert(write(ip[1], &ml64, 8) == 8 && write(ip[1], mb, ml) == (ssize_t)ml);
+    nxl_free(mb);
+    close(ip[1]);
+    KP.ib = mem(KP.I, (size_t)K_THREADS * K_BLK);
+
+    pthread_t th[K_THREADS];
+    for (int k = 0; k < K_THREADS; k++)
+        pthread_create(&th[k], NULL, kp_thread, (void *)(intptr_t)k);
+    ck_assert_msg(wait_count(&KP.ok, 200, 20000), "transfers did not flow: %d ok, %d bad",
+                  load_int(&KP.ok), load_int(&KP.bad));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    uint64_t t0 = tl_now_ms();
+    for (int k = 0; k < K_THREADS; k++)
+        pthread_join(th[k], NULL);
+    uint64_t took = tl_now_ms() - t0;
+    __atomic_store_n(&KP.stop, 1, __ATOMIC_RELEASE);
+    /* every post's callback once: the last ones may still be delivered */
+    ck_assert(wait_count(&KP.calls, load_int(&KP.posts), 10000));
+    usleep(20000);
+    printf("killed_peer (%s): %d posts, %d ok, %d lost, %d refused at once; threads done %llu "
+           "ms after the kill\n", tls ? tls : "default", load_int(&KP.posts), load_int(&KP.ok),
+           load_int(&KP.lost), load_int(&KP.refused), (unsigned long long)took);
+    ck_assert_int_eq(load_int(&KP.calls), load_int(&KP.posts));
+    ck_assert_int_eq(load_int(&KP.bad), 0);
+    ck_assert_int_eq(load_int(&KP.other), 0);
+    ck_assert_int_eq(load_int(&KP.lost) + load_int(&KP.refused), K_THREADS);
+    /* the agent still works: a transfer to itself */
+    tl_fill(KP.ib, K_BLK, 3);
+    nxl_desc_t ld = {.addr = (uintptr_t)KP.ib, .len = K_BLK};
+    nxl_desc_t rd = {.addr = (uintptr_t)KP.ib + K_BLK, .len = K_BLK};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_create(KP.I, NXL_WRITE, &l, &r, "I", NULL, &x), NXL_SUCCESS);
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    ck_assert_int_eq(tl_check(KP.ib + K_BLK, K_BLK, 3), -1);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(KP.I);
+    if (tls)
+        unsetenv("UCX_TLS");
+}
+
+START_TEST(killed_peer_shm) { killed_peer(NULL); }
+END_TEST
+
+START_TEST(killed_peer_tcp) { killed_peer("tcp"); }
+END_TEST
+
 /* ---------------------------------------- destroy from a foreign thread */
 
 #define D_N 16
@@ -1101,6 +1290,8 @@ Suite *threads_suite(void)
     tcase_add_test(tc, foreign_wait);
     tcase_add_test(tc, queued_post);
     tcase_add_test(tc, sleeping_reactor);
+    tcase_add_test(tc, killed_peer_shm);
+    tcase_add_test(tc, killed_peer_tcp);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
     tcase_add_test(tc, default_mode);
@@ -1112,6 +1303,7 @@ Suite *threads_suite(void)
     tcase_add_test(ho, cycle_ucx);
     tcase_add_test(ho, queued_post);
     tcase_add_test(ho, sleeping_reactor);
+    tcase_add_test(ho, killed_peer_shm);
     tcase_add_test(ho, destroy_foreign);
     suite_add_tcase(s, ho);
     return s;
