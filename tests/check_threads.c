@@ -8,6 +8,7 @@
  * ThreadSanitizer by tests/tsan. */
 #include "testlib.h"
 
+#include <arpa/inet.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -19,6 +20,7 @@
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NTHREADS 8
@@ -887,6 +889,51 @@ START_TEST(sleeping_reactor)
 }
 END_TEST
 
+/* ---------------------------------------- timers while the reactor sleeps
+ *
+ * A metadata fetch from a server that accepts the connection (the kernel
+ * does, from the backlog) but never answers fails on the agent's I/O
+ * timeout, a libevent timer: the sleeping reactor wakes for it in time,
+ * not later (nor spinning: the CPU the reactor used meanwhile stays
+ * small). */
+START_TEST(timer_fires)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    ck_assert(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0 &&
+              getsockname(ls, (struct sockaddr *)&sa, &sl) == 0);
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    c.io_timeout_ms = 300;
+    nxl_agent_t *I = NULL;
+    ck_assert_int_eq(nxl_agent_create(&c, &I), NXL_SUCCESS);
+    for (int round = 0; round < 3; round++) {
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        uint64_t t0 = tl_now_ms();
+        nxl_future_t *f;
+        ck_assert_int_eq(nxl_md_fetch(I, "X", "127.0.0.1", ntohs(sa.sin_port), NULL, NULL, &f),
+                         NXL_SUCCESS);
+        nxl_status_t st = nxl_future_wait(f, 10000);
+        uint64_t took = tl_now_ms() - t0;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double cpu_ms = (double)(c1.tv_sec - c0.tv_sec) * 1e3 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e6;
+        ck_assert_msg(st != NXL_SUCCESS && st != NXL_IN_PROG, "fetch: %s", nxl_status_name(st));
+        ck_assert_msg(nxl_future_error(f)[0], "a failed fetch has a sentence");
+        ck_assert_msg(took >= 250 && took < 2000, "the 300 ms timeout fired after %llu ms",
+                      (unsigned long long)took);
+        ck_assert_msg(cpu_ms < 150, "%.0f ms of CPU in %llu ms: the reactor spun", cpu_ms,
+                      (unsigned long long)took);
+        nxl_future_release(f);
+    }
+    nxl_agent_destroy(I);
+    close(ls);
+}
+END_TEST
+
 /* ---------------------------------------- the peer process killed
  *
  * Eight threads post to a target in another process (a default-mode
@@ -1290,6 +1337,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, foreign_wait);
     tcase_add_test(tc, queued_post);
     tcase_add_test(tc, sleeping_reactor);
+    tcase_add_test(tc, timer_fires);
     tcase_add_test(tc, killed_peer_shm);
     tcase_add_test(tc, killed_peer_tcp);
     tcase_add_test(tc, destroy_foreign);
@@ -1303,6 +1351,7 @@ Suite *threads_suite(void)
     tcase_add_test(ho, cycle_ucx);
     tcase_add_test(ho, queued_post);
     tcase_add_test(ho, sleeping_reactor);
+    tcase_add_test(ho, timer_fires);
     tcase_add_test(ho, killed_peer_shm);
     tcase_add_test(ho, destroy_foreign);
     suite_add_tcase(s, ho);

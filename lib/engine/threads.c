@@ -58,7 +58,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,6 +143,7 @@ struct nxli_thr {
     bool acted;             /* under tmu: a foreign thread acted since the reactor last slept */
     bool deep;              /* under tmu: the reactor sleeps longer than ACT_CAP_MS, or without end */
     int added0;             /* under tmu, acting: the base's event count when the call began */
+    struct event *probe;    /* reactor: a timer that reads libevent's clock (next_timeout_ms) */
 };
 
 /* While foreign threads act, the reactor sleeps at most this long: the
@@ -601,7 +601,13 @@ bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line
 /* ---- the reactor thread */
 
 /* the earliest timeout of an event of the base, as poll() takes it (ms,
- * rounded up; -1: none). event_pending() gives it on the wall clock. */
+ * rounded up; -1: none). event_pending() gives a timeout on the wall
+ * clock, as libevent's monotonic deadline plus its own offset between the
+ * two clocks; "now" is taken the same way (a probe timer armed far ahead
+ * and read back), so that a step of the wall clock cannot stretch or
+ * shrink the sleep. */
+#define PROBE_S 1000000
+
 static int next_timeout_cb(const struct event_base *b, const struct event *ev, void *arg)
 {
     NXLI_UNUSED(b);
@@ -614,15 +620,20 @@ static int next_timeout_cb(const struct event_base *b, const struct event *ev, v
     return 0;
 }
 
-static int next_timeout_ms(struct event_base *b)
+static int next_timeout_ms(struct nxli_thr *t, struct event_base *b)
 {
     int64_t min = -1;
     event_base_foreach_event(b, next_timeout_cb, &min);
     if (min < 0)
         return -1;
+    static const struct timeval ahead = {PROBE_S, 0};
     struct timeval now;
-    gettimeofday(&now, NULL);
-    int64_t left = min - ((int64_t)now.tv_sec * 1000000 + now.tv_usec);
+    if (event_add(t->probe, &ahead) < 0 || !event_pending(t->probe, EV_TIMEOUT, &now)) {
+        event_del(t->probe);
+        return 0; /* cannot tell: look again after a turn */
+    }
+    event_del(t->probe);
+    int64_t left = min - ((int64_t)(now.tv_sec - PROBE_S) * 1000000 + now.tv_usec);
     if (left <= 0)
         return 0;
     left = (left + 999) / 1000;
@@ -647,7 +658,7 @@ static int reactor_direct(nxl_agent_t *a)
             break;
         if (event_base_get_num_events(a->base, EVENT_BASE_COUNT_ACTIVE) > 0)
             continue; /* activated by this turn's callbacks, or past max_dispatch */
-        int ms = next_timeout_ms(a->base);
+        int ms = next_timeout_ms(t, a->base);
         if (t->acted && (ms < 0 || ms > ACT_CAP_MS))
             ms = ACT_CAP_MS;
         t->deep = ms < 0 || ms > ACT_CAP_MS;
@@ -718,6 +729,8 @@ static void thr_free(nxl_agent_t *a)
         return;
     if (t->ev_wake)
         event_free(t->ev_wake);
+    if (t->probe)
+        event_free(t->probe);
     if (t->efd >= 0)
         close(t->efd);
     pthread_mutex_destroy(&t->mu);
@@ -727,6 +740,13 @@ static void thr_free(nxl_agent_t *a)
     sem_destroy(&t->started);
     free(t);
     a->thr = NULL;
+}
+
+static void probe_cb(evutil_socket_t fd, short what, void *arg)
+{
+    NXLI_UNUSED(fd);
+    NXLI_UNUSED(what);
+    NXLI_UNUSED(arg);
 }
 
 /* The epoll fd of the base: the one eventpoll whose watch list
@@ -801,7 +821,8 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
     t->epfd = -1;
     const char *dm = getenv("NXL_THREADED_DIRECT");
     if ((!dm || strcmp(dm, "0")) && !strcmp(event_base_get_method(a->base), "epoll") &&
-        (t->epfd = find_epoll_fd(t->efd)) >= 0)
+        (t->epfd = find_epoll_fd(t->efd)) >= 0 &&
+        (t->probe = evtimer_new(a->base, probe_cb, NULL)))
         t->direct = true;
     nxli_log(a, NXL_LOG_DEBUG, "threaded agent '%s': %s", a->name,
              t->direct ? "the reactor sleeps without the lock; calls may run on their threads"
