@@ -35,18 +35,29 @@ static int iters(void)
     return n > 0 ? n : 10000;
 }
 
-static nxl_agent_t *threaded_agent(const char *name)
+/* a threaded agent with a UCX backend; log: its log callback (NULL: the
+ * default), logging at lvl */
+static nxl_agent_t *threaded_agent_log(const char *name, nxl_log_cb log, nxl_log_level_t lvl)
 {
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
     c.name = name;
     c.threaded = 1;
+    if (log) {
+        c.log_cb = log;
+        c.log_level = lvl;
+    }
     nxl_agent_t *a = NULL;
     nxl_status_t st = nxl_agent_create(&c, &a);
     ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
     st = nxl_backend_create(a, "UCX", NULL, 0, NULL);
     ck_assert_msg(st == NXL_SUCCESS, "UCX backend: %s", nxl_agent_last_error(a));
     return a;
+}
+
+static nxl_agent_t *threaded_agent(const char *name)
+{
+    return threaded_agent_log(name, NULL, NXL_LOG_NONE);
 }
 
 /* each agent loads the other's metadata */
@@ -827,15 +838,7 @@ static long switches(pid_t tid)
 START_TEST(sleeping_reactor)
 {
     memset(&S, 0, sizeof(S));
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "I";
-    c.threaded = 1;
-    c.log_level = NXL_LOG_TRACE;
-    c.log_cb = s_log;
-    nxl_agent_t *I = NULL;
-    ck_assert_int_eq(nxl_agent_create(&c, &I), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_backend_create(I, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+    nxl_agent_t *I = threaded_agent_log("I", s_log, NXL_LOG_TRACE);
     nxl_agent_t *T = threaded_agent("T");
     unsigned char *ib = mem(I, 1 << 16), *tb = mem(T, 1 << 16);
     introduce(I, T);
@@ -1232,13 +1235,7 @@ static void quiet_log(nxl_log_level_t lvl, const char *msg, void *arg) {}
 START_TEST(api_in_callback)
 {
     memset(&C, 0, sizeof(C));
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "I";
-    c.threaded = 1;
-    c.log_cb = quiet_log;
-    ck_assert_int_eq(nxl_agent_create(&c, &C.I), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_backend_create(C.I, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+    C.I = threaded_agent_log("I", quiet_log, NXL_LOG_ERROR);
     unsigned char *b = mem(C.I, 8192);
     tl_fill(b, 4096, 3);
     /* loopback: the agent is its own peer */

@@ -621,6 +621,30 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
     return NXL_SUCCESS;
 }
 
+/* A future that holds x (*out), or NXL_ERR_REPOST_ACTIVE with its
+ * sentence in *why (another post holds it) */
+static nxl_status_t claim_new(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out,
+                              const char **why)
+{
+    *out = NULL;
+    if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE)) {
+        *why = REPOST_SENTENCE;
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    nxl_future_t *f = nxli_future_alloc(x->agent, NXLI_F_XFER, cb, arg);
+    if (!f)
+        return NXL_ERR_UNKNOWN;
+    f->owner = x;
+    f->on_cancel = xfer_cancel;
+    if (!claim(x, f)) {
+        nxli_future_unalloc(f);
+        *why = REPOST_SENTENCE;
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    *out = f;
+    return NXL_SUCCESS;
+}
+
 /* Threaded mode, a foreign thread under the table lock (quiet): what the
  * post checks before anything starts, then a future that holds the
  * transfer (*out). NXL_ERR_REPOST_ACTIVE: in flight, its sentence in
@@ -641,18 +665,7 @@ nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_
     if (check_peer(a, x->remote, "nxl_xfer_post") != NXL_SUCCESS ||
         check_revoked(x, "nxl_xfer_post") != NXL_SUCCESS)
         return NXL_ERR_UNKNOWN;
-    nxl_future_t *f = nxli_future_alloc(a, NXLI_F_XFER, cb, arg);
-    if (!f)
-        return NXL_ERR_UNKNOWN;
-    f->owner = x;
-    f->on_cancel = xfer_cancel;
-    if (!claim(x, f)) {
-        nxli_future_unalloc(f);
-        *why = REPOST_SENTENCE;
-        return NXL_ERR_REPOST_ACTIVE;
-    }
-    *out = f;
-    return NXL_SUCCESS;
+    return claim_new(x, cb, arg, out, why);
 }
 
 /* The same without the table lock (the reactor holds it for its turn):
@@ -662,23 +675,7 @@ nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_
 nxl_status_t nxli_xfer_post_claim_unlocked(nxl_xfer_t *x, nxl_done_cb cb, void *arg,
                                            nxl_future_t **out, const char **why)
 {
-    *out = NULL;
-    if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE)) {
-        *why = REPOST_SENTENCE;
-        return NXL_ERR_REPOST_ACTIVE;
-    }
-    nxl_future_t *f = nxli_future_alloc(x->agent, NXLI_F_XFER, cb, arg);
-    if (!f)
-        return NXL_ERR_UNKNOWN;
-    f->owner = x;
-    f->on_cancel = xfer_cancel;
-    if (!claim(x, f)) {
-        nxli_future_unalloc(f);
-        *why = REPOST_SENTENCE;
-        return NXL_ERR_REPOST_ACTIVE;
-    }
-    *out = f;
-    return NXL_SUCCESS;
+    return claim_new(x, cb, arg, out, why);
 }
 
 /* The claimed post could not be queued (no memory, the loop ended). */
