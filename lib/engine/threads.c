@@ -53,7 +53,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -144,7 +143,6 @@ struct nxli_thr {
     bool acted;             /* under tmu: a foreign thread acted since the reactor last slept */
     bool deep;              /* under tmu: the reactor sleeps longer than ACT_CAP_MS, or without end */
     int added0;             /* under tmu, acting: the base's event count when the call began */
-    int want;               /* atomic: the reactor waits for the lock; others let it have it */
     struct event *probe;    /* reactor: a timer that reads libevent's clock (next_timeout_ms) */
 };
 
@@ -244,23 +242,12 @@ static bool tmu_mine(struct nxli_thr *t)
            pthread_equal(__atomic_load_n(&t->tmu_owner, __ATOMIC_RELAXED), pthread_self());
 }
 
-/* The reactor first: a thread that would take the lock while the reactor
- * waits for it lets it go first (eight threads taking it back to back
- * kept the reactor waiting up to 25 ms, its network events with it). */
-static void give_way(struct nxli_thr *t)
-{
-    while (__atomic_load_n(&t->want, __ATOMIC_ACQUIRE))
-        sched_yield();
-}
-
 static void tmu_lock(struct nxli_thr *t)
 {
     if (tmu_mine(t)) {
         t->tmu_depth++;
         return;
     }
-    if (t->direct && !pthread_equal(pthread_self(), t->tid))
-        give_way(t);
     pthread_mutex_lock(&t->tmu);
     __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
     __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
@@ -459,11 +446,6 @@ static bool act_begin(nxl_agent_t *a, bool wait)
     if (!t->direct || (ts_self && __atomic_load_n(&ts_self->pending, __ATOMIC_ACQUIRE)) ||
         tmu_mine(t))
         return false;
-    if (__atomic_load_n(&t->want, __ATOMIC_ACQUIRE)) {
-        if (!wait)
-            return false; /* the reactor is about to run a turn: queued */
-        give_way(t);
-    }
     if (pthread_mutex_trylock(&t->tmu) != 0) {
         if (!wait && __atomic_load_n(&t->tmu_held, __ATOMIC_RELAXED) &&
             pthread_equal(__atomic_load_n(&t->tmu_owner, __ATOMIC_RELAXED), t->tid))
@@ -688,9 +670,7 @@ static int reactor_direct(nxl_agent_t *a)
             rc = -1;
             break;
         }
-        __atomic_store_n(&t->want, 1, __ATOMIC_RELEASE);
         tmu_lock(t);
-        __atomic_store_n(&t->want, 0, __ATOMIC_RELEASE);
     }
     if (t->exit)
         t->dead = true; /* foreign threads act no more: teardown follows */
