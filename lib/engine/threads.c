@@ -3,8 +3,9 @@
  * With nxl_agent_config_t.threaded the agent makes its own event_base and
  * a thread that runs it. Everything the agent owns (its tables, futures,
  * transports: UCX workers, io_uring rings, libfabric endpoints, CUDA
- * streams) is touched by that thread only, as in the default mode; a public
- * call made from any other thread is marshalled to it:
+ * streams) is touched by one thread at a time; a public call made from any
+ * other thread either runs there while the reactor sleeps (the direct
+ * mode, below) or is marshalled to the reactor thread:
  *
  *   caller                                reactor thread
  *   ------                                --------------
@@ -38,14 +39,16 @@
  * exactly once as in the default mode), stops its loop, joins it and frees
  * the rest.
  *
- * Marshal or lock: what touches a transport is marshalled — a lock would
- * have to be held for the reactor's whole turn (transports report
- * completions from their progress calls), which libevent gives no hook to
- * release around its poll, and transports would see two threads (UCX
- * workers are UCS_THREAD_MODE_SINGLE). What touches only the engine's
- * tables — nxl_prep(), nxl_xfer_make() and the releases of prepared lists
- * and idle transfers — a foreign thread runs itself under the table lock
- * (threads.h), and hands over only what could reach a transport or fail.
+ * Marshal or lock: in the hand-over mode (no /proc to find the base's
+ * epoll fd, or NXL_THREADED_DIRECT=0) what touches a transport is
+ * marshalled, and what touches only the engine's tables — nxl_prep(),
+ * nxl_xfer_make() and the releases of prepared lists and idle transfers —
+ * a foreign thread runs itself under the table lock (threads.h). In the
+ * direct mode (the default) the reactor holds that lock for each whole
+ * turn and sleeps outside libevent without it (reactor_direct), and a
+ * foreign thread that takes it meanwhile runs its call itself, as the
+ * reactor would ("acting", below), when the agent's transports take calls
+ * from any thread (NXLT_CAP_ANY_THREAD); the rest is marshalled as above.
  * The README's thread model has the numbers. */
 #include "internal.h"
 

@@ -32,7 +32,9 @@ bool nxli_thread_foreign_slow(const nxl_agent_t *a);
  * instead of handing them to the reactor; the reactor holds it where it
  * changes what those read (region tables, loaded agents, backends) or
  * takes and drops the references they take (regions, agents), the agent's
- * lists of prepared lists and transfers, and its spare arrays. */
+ * lists of prepared lists and transfers, and its spare arrays. In the
+ * direct mode (threads.c) the reactor holds it for each whole turn, and
+ * these take it recursively. */
 void nxli_tlock(nxl_agent_t *a);
 void nxli_tunlock(nxl_agent_t *a);
 #define NXLI_TLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tlock(a); } while (0)
