@@ -414,6 +414,26 @@ START_TEST(t_errors)
     ck_assert(q[1].exists && q[1].size == 4096);
     ck_assert(!q[2].exists);
 
+    /* FILE by path (the descriptor meta POSIX reads too, filemeta.h):
+     * created, then refused when malformed, with GDS's sentence */
+    char dir[] = "/tmp/check_gds.XXXXXX", pmeta[128];
+    ck_assert(mkdtemp(dir));
+    snprintf(pmeta, sizeof(pmeta), "path=%s/kv.bin;mode=create", dir);
+    nxl_desc_t pd = {.addr = 0, .len = 4096, .dev_id = 41, .meta = pmeta, .meta_len = strlen(pmeta)};
+    ck_assert_msg(nxl_mem_register(a, NXL_FILE, &pd, 1, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    ck_assert_int_eq(nxl_mem_deregister(a, NXL_FILE, &pd, 1), NXL_SUCCESS);
+    nxl_desc_t bad = {.len = 4096, .dev_id = 42, .meta = "path=/tmp/x;mode=sideways", .meta_len = 25};
+    ck_assert_int_eq(nxl_mem_register(a, NXL_FILE, &bad, 1, NULL), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(a), "GDS: unknown mode 'sideways'");
+    bad.meta = "nopath";
+    bad.meta_len = 6;
+    ck_assert_int_eq(nxl_mem_register(a, NXL_FILE, &bad, 1, NULL), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(a), "not key=value");
+    snprintf(pmeta, sizeof(pmeta), "%s/kv.bin", dir);
+    unlink(pmeta);
+    rmdir(dir);
+
     /* reading from a write-only file: refused at post */
     int wfd = tmpfile_fd(len, O_WRONLY);
     nxl_desc_t wd = {.addr = 0, .len = len, .dev_id = (uint64_t)wfd};

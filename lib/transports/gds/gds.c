@@ -36,6 +36,7 @@
 #include "config.h"
 #include "../cuda/cudart.h"
 #include "cufile_abi.h"
+#include "../filemeta.h"
 
 #include <nxl/transport.h>
 
@@ -422,62 +423,17 @@ static nxl_status_t file_get(gds_t *u, int fd, int acc, const char *name, gds_fi
     return NXL_SUCCESS;
 }
 
-/* "path=/x/y;mode=r|w|rw|create[,direct]" */
+/* the descriptor meta (filemeta.h: "path=/x/y;mode=r|w|rw|create[,direct]"),
+ * the file opened */
 static nxl_status_t open_meta(gds_t *u, const nxl_desc_t *d, int *fd, int *acc, char *name,
                               size_t cap)
 {
-    char buf[PATH_MAX + 64];
-    if (d->meta_len >= sizeof(buf) || !d->meta) {
-        nxlt_error(u->ctx, "GDS: descriptor meta must be text such as \"path=/data/kv.bin;"
-                           "mode=create\" (at most %zu bytes)", sizeof(buf) - 1);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    memcpy(buf, d->meta, d->meta_len);
-    buf[d->meta_len] = 0;
-    const char *path = NULL;
-    int a = O_RDWR, flags = 0;
-    char *save = NULL;
-    for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) {
-            nxlt_error(u->ctx, "GDS: descriptor meta field '%s' is not key=value (path, mode)", kv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        *eq = 0;
-        if (!strcmp(kv, "path")) {
-            path = eq + 1;
-        } else if (!strcmp(kv, "mode")) {
-            char *s2 = NULL;
-            bool r = false, w = false;
-            for (char *t = strtok_r(eq + 1, ",|+", &s2); t; t = strtok_r(NULL, ",|+", &s2)) {
-                if (!strcmp(t, "r"))
-                    r = true;
-                else if (!strcmp(t, "w"))
-                    w = true;
-                else if (!strcmp(t, "rw"))
-                    r = w = true;
-                else if (!strcmp(t, "create")) {
-                    r = w = true;
-                    flags |= O_CREAT;
-                } else if (!strcmp(t, "direct"))
-                    flags |= O_DIRECT;
-                else {
-                    nxlt_error(u->ctx, "GDS: unknown mode '%s' in descriptor meta (r, w, rw, "
-                                       "create, direct)", t);
-                    return NXL_ERR_INVALID_PARAM;
-                }
-            }
-            if (r || w)
-                a = r && w ? O_RDWR : r ? O_RDONLY : O_WRONLY;
-        } else {
-            nxlt_error(u->ctx, "GDS: unknown descriptor meta key '%s' (path, mode)", kv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    if (!path || !*path) {
-        nxlt_error(u->ctx, "GDS: descriptor meta names no path (\"path=/x/y;mode=rw\")");
-        return NXL_ERR_INVALID_PARAM;
-    }
+    nxlt_filemeta_t m;
+    nxl_status_t st = nxlt_filemeta_parse(u->ctx, "GDS", d, &m);
+    if (st != NXL_SUCCESS)
+        return st;
+    const char *path = m.path;
+    int a = m.acc, flags = (m.create ? O_CREAT : 0) | (m.direct == 1 ? O_DIRECT : 0);
     *fd = open(path, a | flags | O_CLOEXEC, 0644);
     if (*fd < 0) {
         int e = errno;

@@ -39,6 +39,7 @@
  * teardown (quiesce) waits for all of it before any CANCELED callback runs.
  * So a callback may always free its buffers. */
 #include "posix.h"
+#include "../filemeta.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -94,86 +95,12 @@ static px_file_t *reg_find(px_t *u, uint64_t regid)
     return r ? NXLT_REG_OF(r, px_file_t, reg) : NULL;
 }
 
-/* Parses "path=...;mode=...;direct=0|1". */
-typedef struct px_meta {
-    char path[PATH_MAX];
-    int acc;        /* O_RDONLY, O_WRONLY, O_RDWR */
-    bool create;
-    int direct;     /* -1: not said */
-} px_meta_t;
+/* "path=...;mode=...;direct=0|1" (filemeta.h) */
+typedef nxlt_filemeta_t px_meta_t;
 
 static nxl_status_t parse_meta(px_t *u, const nxl_desc_t *d, px_meta_t *m)
 {
-    m->path[0] = 0;
-    m->acc = O_RDWR;
-    m->create = false;
-    m->direct = -1;
-    if (d->meta_len > 2 * PATH_MAX || !d->meta || memchr(d->meta, 0, d->meta_len)) {
-        /* a trailing NUL is tolerated */
-        if (!(d->meta && d->meta_len <= 2 * PATH_MAX && d->meta_len &&
-              memchr(d->meta, 0, d->meta_len) == (const char *)d->meta + d->meta_len - 1)) {
-            nxlt_error(u->ctx, "POSIX: descriptor meta must be text such as "
-                               "\"path=/data/kv.bin;mode=create\" (at most %d bytes)",
-                       2 * PATH_MAX);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    char buf[2 * PATH_MAX + 1];
-    memcpy(buf, d->meta, d->meta_len);
-    buf[d->meta_len] = 0;
-    char *save = NULL;
-    for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) {
-            nxlt_error(u->ctx, "POSIX: descriptor meta field '%s' is not key=value (keys: path, "
-                               "mode, direct)", kv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        *eq = 0;
-        const char *v = eq + 1;
-        if (!strcmp(kv, "path")) {
-            if (!*v || strlen(v) >= sizeof(m->path)) {
-                nxlt_error(u->ctx, "POSIX: descriptor meta has an empty or too long path");
-                return NXL_ERR_INVALID_PARAM;
-            }
-            snprintf(m->path, sizeof(m->path), "%s", v);
-        } else if (!strcmp(kv, "mode")) {
-            char mb[64], *s2 = NULL;
-            snprintf(mb, sizeof(mb), "%s", v);
-            bool r = false, w = false;
-            for (char *t = strtok_r(mb, ",|+", &s2); t; t = strtok_r(NULL, ",|+", &s2)) {
-                if (!strcmp(t, "r"))
-                    r = true;
-                else if (!strcmp(t, "w"))
-                    w = true;
-                else if (!strcmp(t, "rw"))
-                    r = w = true;
-                else if (!strcmp(t, "create"))
-                    r = w = m->create = true;
-                else if (!strcmp(t, "direct"))
-                    m->direct = 1;
-                else if (!strcmp(t, "buffered"))
-                    m->direct = 0;
-                else {
-                    nxlt_error(u->ctx, "POSIX: unknown mode '%s' in descriptor meta (r, w, rw, "
-                                       "create, direct, buffered)", t);
-                    return NXL_ERR_INVALID_PARAM;
-                }
-            }
-            if (r || w)
-                m->acc = r && w ? O_RDWR : r ? O_RDONLY : O_WRONLY;
-        } else if (!strcmp(kv, "direct")) {
-            m->direct = !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "true");
-        } else {
-            nxlt_error(u->ctx, "POSIX: unknown descriptor meta key '%s' (path, mode, direct)", kv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    if (!m->path[0]) {
-        nxlt_error(u->ctx, "POSIX: descriptor meta names no path (\"path=/x/y;mode=rw\")");
-        return NXL_ERR_INVALID_PARAM;
-    }
-    return NXL_SUCCESS;
+    return nxlt_filemeta_parse(u->ctx, "POSIX", d, m);
 }
 
 void px_efd_drain(px_t *u, int efd, const char *whose)
