@@ -413,6 +413,10 @@ START_TEST(t_errors)
     ck_assert(q[0].exists && q[0].size == 4096);
     ck_assert(q[1].exists && q[1].size == 4096);
     ck_assert(!q[2].exists);
+    /* a malformed meta is refused, as at registration */
+    nxl_desc_t qbad = {.dev_id = 9, .meta = "path=/tmp;mode=sideways", .meta_len = 23};
+    ck_assert_int_eq(nxl_mem_query(a, NXL_FILE, &qbad, 1, NULL, q), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(a), "unknown mode 'sideways'");
 
     /* FILE by path (the descriptor meta POSIX reads too, filemeta.h):
      * created, then refused when malformed, with GDS's sentence */

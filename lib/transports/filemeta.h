@@ -12,11 +12,13 @@
 #include <nxl.h>
 #include <nxl/transport.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct nxlt_filemeta {
     char path[PATH_MAX];
@@ -97,6 +99,43 @@ static inline nxl_status_t nxlt_filemeta_parse(nxlt_ctx_t *ctx, const char *who,
         nxlt_error(ctx, "%s: descriptor meta names no path (\"path=/x/y;mode=rw\")", who);
         return NXL_ERR_INVALID_PARAM;
     }
+    return NXL_SUCCESS;
+}
+
+/* nxl_mem_query() of a FILE descriptor — by path (meta, parsed into *m)
+ * or by fd (dev_id; m->path empty): NXL_SUCCESS with *exists and, when it
+ * exists, *sb; a sentence and a status when it cannot be told (not
+ * allowed to look, say). A missing file, or an fd not open, is not there. */
+static inline nxl_status_t nxlt_filemeta_stat(nxlt_ctx_t *ctx, const char *who,
+                                              const nxl_desc_t *d, nxlt_filemeta_t *m,
+                                              struct stat *sb, bool *exists)
+{
+    *exists = false;
+    m->path[0] = 0;
+    char what[PATH_MAX + 16];
+    int rc;
+    if (d->meta_len) {
+        nxl_status_t st = nxlt_filemeta_parse(ctx, who, d, m);
+        if (st != NXL_SUCCESS)
+            return st;
+        rc = stat(m->path, sb);
+        snprintf(what, sizeof(what), "'%s'", m->path);
+    } else {
+        if (d->dev_id > INT_MAX)
+            return NXL_SUCCESS; /* not an fd: nothing there */
+        rc = fstat((int)d->dev_id, sb);
+        snprintf(what, sizeof(what), "fd %d", (int)d->dev_id);
+    }
+    if (rc < 0) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR || e == EBADF)
+            return NXL_SUCCESS; /* does not exist */
+        nxlt_error(ctx, "%s: cannot query %s: %s", who, what, strerror(e));
+        return e == EACCES || e == EPERM ? NXL_ERR_NOT_ALLOWED
+               : e == ENAMETOOLONG || e == EINVAL ? NXL_ERR_INVALID_PARAM
+                                                  : NXL_ERR_BACKEND;
+    }
+    *exists = true;
     return NXL_SUCCESS;
 }
 

@@ -913,30 +913,11 @@ static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_
         return NXL_ERR_NOT_SUPPORTED;
     }
     struct stat sb;
-    int rc;
-    if (d->meta_len) {
-        /* by path: "path=...;..." */
-        char buf[PATH_MAX + 64];
-        if (!d->meta || d->meta_len >= sizeof(buf)) {
-            nxlt_error(u->ctx, "GDS: descriptor meta must be text such as \"path=/x/y\"");
-            return NXL_ERR_INVALID_PARAM;
-        }
-        memcpy(buf, d->meta, d->meta_len);
-        buf[d->meta_len] = 0;
-        char *path = NULL, *save = NULL;
-        for (char *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save))
-            if (!strncmp(kv, "path=", 5))
-                path = kv + 5;
-        if (!path || !*path) {
-            nxlt_error(u->ctx, "GDS: descriptor meta names no path (\"path=/x/y;mode=rw\")");
-            return NXL_ERR_INVALID_PARAM;
-        }
-        rc = stat(path, &sb);
-    } else {
-        rc = d->dev_id > INT_MAX ? -1 : fstat((int)d->dev_id, &sb);
-    }
-    if (rc < 0)
-        return NXL_SUCCESS; /* nothing there */
+    nxlt_filemeta_t m;
+    bool exists;
+    nxl_status_t st = nxlt_filemeta_stat(u->ctx, "GDS", d, &m, &sb, &exists);
+    if (st != NXL_SUCCESS || !exists)
+        return st;
     res->exists = 1;
     res->size = (uint64_t)sb.st_size;
     return NXL_SUCCESS;

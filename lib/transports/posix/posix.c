@@ -573,32 +573,15 @@ static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_
         return NXL_ERR_NOT_SUPPORTED;
     }
     struct stat sb;
-    int fd = -1, rc;
-    char what[PATH_MAX + 16];
-    if (d->meta_len) {
-        px_meta_t m;
-        nxl_status_t st = parse_meta(u, d, &m);
-        if (st != NXL_SUCCESS)
-            return st;
-        rc = stat(m.path, &sb);
-        snprintf(what, sizeof(what), "'%s'", m.path);
-        if (rc == 0 && S_ISBLK(sb.st_mode))
-            fd = open(m.path, O_RDONLY | O_CLOEXEC);
-    } else {
-        if (d->dev_id > INT_MAX)
-            return NXL_SUCCESS; /* not an fd: nothing there */
-        rc = fstat((int)d->dev_id, &sb);
-        snprintf(what, sizeof(what), "fd %d", (int)d->dev_id);
-        if (rc == 0 && S_ISBLK(sb.st_mode))
-            fd = fcntl((int)d->dev_id, F_DUPFD_CLOEXEC, 0);
-    }
-    if (rc < 0) {
-        int e = errno;
-        if (e == ENOENT || e == ENOTDIR || e == EBADF)
-            return NXL_SUCCESS; /* does not exist */
-        nxlt_error(u->ctx, "POSIX: cannot query %s: %s", what, strerror(e));
-        return errno_status(e) == NXL_ERR_NOT_FOUND ? NXL_ERR_BACKEND : errno_status(e);
-    }
+    px_meta_t m;
+    bool exists;
+    nxl_status_t st = nxlt_filemeta_stat(u->ctx, "POSIX", d, &m, &sb, &exists);
+    if (st != NXL_SUCCESS || !exists)
+        return st;
+    int fd = -1;
+    if (S_ISBLK(sb.st_mode)) /* its size: the device's, not the inode's */
+        fd = m.path[0] ? open(m.path, O_RDONLY | O_CLOEXEC)
+                       : fcntl((int)d->dev_id, F_DUPFD_CLOEXEC, 0);
     res->exists = 1;
     res->size = (uint64_t)sb.st_size;
     if (fd >= 0) {
