@@ -229,17 +229,6 @@ static nxl_status_t pool_get(cu_t *u, int dev, cu_pool_t **out)
     return NXL_SUCCESS;
 }
 
-static const char *memtype_name(enum cudaMemoryType t)
-{
-    switch (t) {
-    case cudaMemoryTypeUnregistered: return "ordinary host memory";
-    case cudaMemoryTypeHost: return "pinned host memory";
-    case cudaMemoryTypeDevice: return "device memory";
-    case cudaMemoryTypeManaged: return "managed memory (cudaMallocManaged)";
-    default: return "memory of an unknown kind";
-    }
-}
-
 /* ------------------------------------------------------------ completion */
 
 /* Runs on a CUDA driver thread: only the counter, the stack, the eventfd. */
@@ -419,56 +408,23 @@ static nxl_status_t map_open(cu_t *u, cu_map_t *m)
 static nxl_status_t reg_vram(cu_t *u, const nxl_desc_t *d, cu_reg_t *r)
 {
     const nxl_cuda_rt_t *rt = u->rt;
-    char b[160];
+    char b[512];
     if (d->dev_id >= (uint64_t)u->ndev) {
         nxlt_error(u->ctx, "CUDA: VRAM region 0x%lx+%zu names device %llu, but %d device%s "
                    "visible (desc.dev_id is the CUDA device ordinal)", (unsigned long)d->addr,
                    d->len, (unsigned long long)d->dev_id, u->ndev, u->ndev == 1 ? " is" : "s are");
         return NXL_ERR_INVALID_PARAM;
     }
-    struct cudaPointerAttributes at;
-    memset(&at, 0, sizeof(at));
-    cudaError_t e = rt->cudaPointerGetAttributes(&at, (const void *)d->addr);
-    if (e != cudaSuccess) {
-        nxlt_error(u->ctx, "CUDA: cudaPointerGetAttributes of VRAM region 0x%lx+%zu failed: %s; "
-                   "register memory from cudaMalloc or nxl_mem_alloc(NXL_VRAM)",
-                   (unsigned long)d->addr, d->len, cerr(u, e, b, sizeof(b)));
-        return NXL_ERR_INVALID_PARAM;
-    }
-    if (at.type != cudaMemoryTypeDevice) {
-        nxlt_error(u->ctx, "CUDA: VRAM region 0x%lx+%zu is %s, not device memory; register host "
-                   "memory as DRAM, device memory (cudaMalloc) as VRAM", (unsigned long)d->addr,
-                   d->len, memtype_name(at.type));
-        return at.type == cudaMemoryTypeManaged ? NXL_ERR_NOT_SUPPORTED : NXL_ERR_INVALID_PARAM;
-    }
-    if ((uint64_t)at.device != d->dev_id) {
-        nxlt_error(u->ctx, "CUDA: VRAM region 0x%lx+%zu lies on device %d, not on device %llu "
-                   "(desc.dev_id is the CUDA device ordinal)", (unsigned long)d->addr, d->len,
-                   at.device, (unsigned long long)d->dev_id);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    CUdeviceptr base = 0;
+    uintptr_t base = 0;
     size_t size = 0;
-    CUresult ce = rt->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                            (CUdeviceptr)d->addr);
-    if (ce == CUDA_SUCCESS)
-        ce = rt->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                       (CUdeviceptr)d->addr);
-    if (ce != CUDA_SUCCESS) {
-        nxlt_error(u->ctx, "CUDA: cuPointerGetAttribute(RANGE) of VRAM region 0x%lx+%zu failed "
-                   "(CUresult %d); register memory from cudaMalloc or nxl_mem_alloc(NXL_VRAM)",
-                   (unsigned long)d->addr, d->len, (int)ce);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    if (d->addr < base || d->len > size || d->addr - base > size - d->len) {
-        nxlt_error(u->ctx, "CUDA: VRAM region 0x%lx+%zu runs past the end of its allocation "
-                   "0x%llx+%zu on device %llu; register at most what one cudaMalloc returned",
-                   (unsigned long)d->addr, d->len, (unsigned long long)base, size,
-                   (unsigned long long)d->dev_id);
-        return NXL_ERR_INVALID_PARAM;
+    int st = nxl_cuda_vram_check(rt, "CUDA", d->addr, d->len, d->dev_id, &base, &size, b,
+                                 sizeof(b));
+    if (st != 0) {
+        nxlt_error(u->ctx, "%s", b);
+        return (nxl_status_t)st;
     }
     r->dev = (int)d->dev_id;
-    r->base = (uintptr_t)base;
+    r->base = base;
     r->size = size;
     return NXL_SUCCESS;
 }
@@ -486,7 +442,7 @@ static nxl_status_t reg_dram(cu_t *u, const nxl_desc_t *d, cu_reg_t *r)
     }
     if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) {
         nxlt_error(u->ctx, "CUDA: DRAM region 0x%lx+%zu is %s of device %d, not host memory; "
-                   "register it as VRAM", (unsigned long)d->addr, d->len, memtype_name(at.type),
+                   "register it as VRAM", (unsigned long)d->addr, d->len, nxl_cuda_memtype_name(at.type),
                    at.device);
         return at.type == cudaMemoryTypeManaged ? NXL_ERR_NOT_SUPPORTED : NXL_ERR_INVALID_PARAM;
     }

@@ -2,6 +2,8 @@
 #include "config.h"
 #include "cudart.h"
 
+#include <nxl.h>
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -127,4 +129,73 @@ const char *nxl_cuda_rt_errstr(const nxl_cuda_rt_t *r, cudaError_t e, char *buf,
 {
     snprintf(buf, cap, "%s: %s (%d)", r->cudaGetErrorName(e), r->cudaGetErrorString(e), (int)e);
     return buf;
+}
+
+const char *nxl_cuda_memtype_name(enum cudaMemoryType t)
+{
+    switch (t) {
+    case cudaMemoryTypeUnregistered: return "ordinary host memory";
+    case cudaMemoryTypeHost: return "pinned host memory";
+    case cudaMemoryTypeDevice: return "device memory";
+    case cudaMemoryTypeManaged: return "managed memory (cudaMallocManaged)";
+    default: return "memory of an unknown kind";
+    }
+}
+
+int nxl_cuda_vram_check(const nxl_cuda_rt_t *rt, const char *who, uintptr_t addr, size_t len,
+                        uint64_t dev, uintptr_t *base_out, size_t *size_out, char *why, size_t cap)
+{
+    char b[160];
+    if (dev >= (uint64_t)rt->ndev) {
+        snprintf(why, cap, "%s: VRAM region 0x%lx+%zu names device %llu, but %d device%s "
+                 "visible (desc.dev_id is the CUDA device ordinal)", who, (unsigned long)addr,
+                 len, (unsigned long long)dev, rt->ndev, rt->ndev == 1 ? " is" : "s are");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    struct cudaPointerAttributes at;
+    memset(&at, 0, sizeof(at));
+    cudaError_t e = rt->cudaPointerGetAttributes(&at, (const void *)addr);
+    if (e != cudaSuccess) {
+        rt->cudaGetLastError(); /* clear a non-sticky error */
+        snprintf(why, cap, "%s: cudaPointerGetAttributes of VRAM region 0x%lx+%zu failed: %s; "
+                 "register memory from cudaMalloc or nxl_mem_alloc(NXL_VRAM)", who,
+                 (unsigned long)addr, len, nxl_cuda_rt_errstr(rt, e, b, sizeof(b)));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (at.type != cudaMemoryTypeDevice) {
+        snprintf(why, cap, "%s: VRAM region 0x%lx+%zu is %s, not device memory; register host "
+                 "memory as DRAM, device memory (cudaMalloc) as VRAM", who, (unsigned long)addr,
+                 len, nxl_cuda_memtype_name(at.type));
+        return at.type == cudaMemoryTypeManaged ? NXL_ERR_NOT_SUPPORTED : NXL_ERR_INVALID_PARAM;
+    }
+    if ((uint64_t)at.device != dev) {
+        snprintf(why, cap, "%s: VRAM region 0x%lx+%zu lies on device %d, not on device %llu "
+                 "(desc.dev_id is the CUDA device ordinal)", who, (unsigned long)addr, len,
+                 at.device, (unsigned long long)dev);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult ce = rt->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                            (CUdeviceptr)addr);
+    if (ce == CUDA_SUCCESS)
+        ce = rt->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)addr);
+    if (ce != CUDA_SUCCESS) {
+        snprintf(why, cap, "%s: cuPointerGetAttribute(RANGE) of VRAM region 0x%lx+%zu failed "
+                 "(CUresult %d); register memory from cudaMalloc or nxl_mem_alloc(NXL_VRAM)",
+                 who, (unsigned long)addr, len, (int)ce);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (addr < base || len > size || addr - base > size - len) {
+        snprintf(why, cap, "%s: VRAM region 0x%lx+%zu runs past the end of its allocation "
+                 "0x%llx+%zu on device %llu; register at most what one cudaMalloc returned",
+                 who, (unsigned long)addr, len, (unsigned long long)base, size,
+                 (unsigned long long)dev);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (base_out)
+        *base_out = (uintptr_t)base;
+    if (size_out)
+        *size_out = size;
+    return 0;
 }

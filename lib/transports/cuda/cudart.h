@@ -19,6 +19,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* runtime functions: the transport's, then the ones only tests and tools use */
 #define NXL_CUDART_FNS(X)                                                                          \
@@ -95,5 +96,18 @@ const nxl_cuda_rt_t *nxl_cuda_rt_get(int *kind, char *why, size_t cap);
 
 /* "cudaErrorInvalidValue: invalid argument (1)" for error @p e. */
 const char *nxl_cuda_rt_errstr(const nxl_cuda_rt_t *rt, cudaError_t e, char *buf, size_t cap);
+
+/* "device memory", "managed memory (cudaMallocManaged)", ... */
+const char *nxl_cuda_memtype_name(enum cudaMemoryType t);
+
+/**
+ * Whether [addr, addr + len) may be registered as VRAM of device @p dev
+ * (of rt->ndev): device memory of that device, inside one allocation.
+ * @param [out] base, size  the allocation (may be NULL)
+ * @param [out] why         on failure, a sentence beginning with @p who
+ * @return 0, or the status to refuse with (nxl_status_t)
+ */
+int nxl_cuda_vram_check(const nxl_cuda_rt_t *rt, const char *who, uintptr_t addr, size_t len,
+                        uint64_t dev, uintptr_t *base, size_t *size, char *why, size_t cap);
 
 #endif

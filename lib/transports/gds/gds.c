@@ -460,38 +460,12 @@ static void freg_put(gds_t *u, gds_reg_t *r)
 static nxl_status_t reg_vram(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
 {
     const nxl_cuda_rt_t *rt = u->L->rt;
-    char b[160];
-    if (d->dev_id >= (uint64_t)rt->ndev) {
-        nxlt_error(u->ctx, "GDS: VRAM region 0x%lx+%zu names device %llu, but %d device%s "
-                   "visible", (unsigned long)d->addr, d->len, (unsigned long long)d->dev_id,
-                   rt->ndev, rt->ndev == 1 ? " is" : "s are");
-        return NXL_ERR_INVALID_PARAM;
-    }
-    struct cudaPointerAttributes at;
-    memset(&at, 0, sizeof(at));
-    cudaError_t e = rt->cudaPointerGetAttributes(&at, (const void *)d->addr);
-    if (e != cudaSuccess || at.type != cudaMemoryTypeDevice || (uint64_t)at.device != d->dev_id) {
-        if (e != cudaSuccess)
-            nxl_cuda_rt_errstr(rt, e, b, sizeof(b));
-        rt->cudaGetLastError();
-        nxlt_error(u->ctx, "GDS: VRAM region 0x%lx+%zu is not device memory of device %llu (%s); "
-                   "register memory from cudaMalloc", (unsigned long)d->addr, d->len,
-                   (unsigned long long)d->dev_id,
-                   e != cudaSuccess                      ? b
-                   : at.type != cudaMemoryTypeDevice ? "another kind of memory"
-                                                      : "another device");
-        return NXL_ERR_INVALID_PARAM;
-    }
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    if (rt->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                  (CUdeviceptr)d->addr) != CUDA_SUCCESS ||
-        rt->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)d->addr) !=
-            CUDA_SUCCESS ||
-        d->addr < base || d->len > size || d->addr - base > size - d->len) {
-        nxlt_error(u->ctx, "GDS: VRAM region 0x%lx+%zu does not lie inside one allocation; "
-                   "register at most what one cudaMalloc returned", (unsigned long)d->addr, d->len);
-        return NXL_ERR_INVALID_PARAM;
+    char b[512];
+    int vst = nxl_cuda_vram_check(rt, "GDS", d->addr, d->len, d->dev_id, NULL, NULL, b,
+                                  sizeof(b));
+    if (vst != 0) {
+        nxlt_error(u->ctx, "%s", b);
+        return (nxl_status_t)vst;
     }
     int prev = 0;
     rt->cudaGetDevice(&prev);
