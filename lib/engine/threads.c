@@ -675,8 +675,9 @@ static int reactor_direct(nxl_agent_t *a)
         }
         tmu_lock(t);
     }
-    if (t->exit)
-        t->dead = true; /* foreign threads act no more: teardown follows */
+    /* foreign threads act no more: the teardown follows (or, the loop
+     * failed, calls are refused: no reactor delivers what they start) */
+    t->dead = true;
     tmu_unlock(t);
     return rc;
 }
