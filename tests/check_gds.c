@@ -417,6 +417,18 @@ START_TEST(t_errors)
     nxl_desc_t qbad = {.dev_id = 9, .meta = "path=/tmp;mode=sideways", .meta_len = 23};
     ck_assert_int_eq(nxl_mem_query(a, NXL_FILE, &qbad, 1, NULL, q), NXL_ERR_INVALID_PARAM);
     ck_sentence(nxl_agent_last_error(a), "unknown mode 'sideways'");
+    /* one that cannot be looked at (a loop of links) is refused, not missing */
+    char la[] = "/tmp/check_gds.loopXXXXXX", lmeta[64];
+    ck_assert(mkdtemp(la));
+    char lpath[64];
+    snprintf(lpath, sizeof(lpath), "%s/x", la);
+    ck_assert(symlink(lpath, lpath) == 0);
+    snprintf(lmeta, sizeof(lmeta), "path=%s", lpath);
+    nxl_desc_t qloop = {.dev_id = 10, .meta = lmeta, .meta_len = strlen(lmeta)};
+    ck_assert_int_eq(nxl_mem_query(a, NXL_FILE, &qloop, 1, NULL, q), NXL_ERR_BACKEND);
+    ck_sentence(nxl_agent_last_error(a), "GDS: cannot query");
+    unlink(lpath);
+    rmdir(la);
 
     /* FILE by path (the descriptor meta POSIX reads too, filemeta.h):
      * created, then refused when malformed, with GDS's sentence */

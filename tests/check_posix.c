@@ -1280,6 +1280,19 @@ START_TEST(t_query)
     ck_assert_int_eq(nxl_mem_query(a, NXL_DRAM, d, 1, NULL, q), NXL_ERR_NOT_SUPPORTED);
     ck_assert_int_eq(nxl_mem_query(a, NXL_OBJ, d, 1, NULL, q), NXL_ERR_NOT_SUPPORTED);
     ck_assert_int_eq(nxl_mem_query(a, NXL_FILE, NULL, 1, NULL, q), NXL_ERR_INVALID_PARAM);
+    /* a path that cannot be looked at (a loop of links) is not "missing":
+     * refused, with the path and the reason */
+    char la[300], lb[300], lmeta[400];
+    snprintf(la, sizeof(la), "%s/loop_a", tdir);
+    snprintf(lb, sizeof(lb), "%s/loop_b", tdir);
+    ck_assert(symlink(lb, la) == 0 && symlink(la, lb) == 0);
+    snprintf(lmeta, sizeof(lmeta), "path=%s", la);
+    nxl_desc_t ld = {.meta = lmeta, .meta_len = strlen(lmeta)};
+    ck_assert_int_eq(nxl_mem_query(a, NXL_FILE, &ld, 1, NULL, q), NXL_ERR_BACKEND);
+    ck_sentence(nxl_agent_last_error(a), "cannot query");
+    ck_sentence(nxl_agent_last_error(a), "loop_a");
+    unlink(la);
+    unlink(lb);
     close(fd);
     nxl_agent_destroy(a);
 }
