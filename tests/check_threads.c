@@ -75,6 +75,15 @@ static void introduce(nxl_agent_t *a, nxl_agent_t *b)
     nxl_free(blob);
 }
 
+/* a WRITE of len bytes from src to peer's dst, one descriptor each side */
+static nxl_status_t write_xfer(nxl_agent_t *a, const char *peer, uintptr_t src, uintptr_t dst,
+                               size_t len, nxl_xfer_t **x)
+{
+    nxl_desc_t ld = {.addr = src, .len = len}, rd = {.addr = dst, .len = len};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    return nxl_xfer_create(a, NXL_WRITE, &l, &r, peer, NULL, x);
+}
+
 static void *mem(nxl_agent_t *a, size_t len)
 {
     void *p = NULL;
@@ -152,10 +161,8 @@ static void *m_thread(void *arg)
     nxl_future_t *f[WINDOW] = {0};
     for (int w = 0; w < WINDOW; w++) {
         size_t off = ((size_t)t * WINDOW + w) * BLK;
-        nxl_desc_t ld = {.addr = (uintptr_t)M.ibuf + off, .len = BLK};
-        nxl_desc_t rd = {.addr = (uintptr_t)M.tbuf + off, .len = BLK};
-        nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
-        if (nxl_xfer_create(M.I, NXL_WRITE, &l, &r, "T", NULL, &x[w]) != NXL_SUCCESS) {
+        if (write_xfer(M.I, "T", (uintptr_t)M.ibuf + off, (uintptr_t)M.tbuf + off, BLK, &x[w]) !=
+            NXL_SUCCESS) {
             fprintf(stderr, "thread %u: nxl_xfer_create: %s\n", t, nxl_agent_last_error(M.I));
             add_int(&M.bad);
             return NULL;
@@ -601,10 +608,8 @@ START_TEST(foreign_wait)
     unsigned char *ib = mem(I, 1 << 20), *tb = mem(T, 1 << 20);
     tl_fill(ib, 1 << 20, 7);
     introduce(I, T);
-    nxl_desc_t ld = {.addr = (uintptr_t)ib, .len = 1 << 20}, rd = {.addr = (uintptr_t)tb, .len = 1 << 20};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
     nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(write_xfer(I, "T", (uintptr_t)ib, (uintptr_t)tb, 1 << 20, &x), NXL_SUCCESS);
 
     /* four threads and this one wait for one transfer: all see it settle,
      * after its callback ran (on the reactor thread) */
@@ -733,10 +738,8 @@ START_TEST(queued_post)
     memset(ib, 0x5a, 4096);
     memset(tb, 0, 4096);
     introduce(I, T);
-    nxl_desc_t ld = {.addr = (uintptr_t)ib, .len = 4096}, rd = {.addr = (uintptr_t)tb, .len = 4096};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
     nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(write_xfer(I, "T", (uintptr_t)ib, (uintptr_t)tb, 4096, &x), NXL_SUCCESS);
 
     /* the reactor is held in a callback: a post from this thread still
      * returns, with its future, and the transfer reads in flight */
@@ -842,10 +845,8 @@ START_TEST(sleeping_reactor)
     nxl_agent_t *T = threaded_agent("T");
     unsigned char *ib = mem(I, 1 << 16), *tb = mem(T, 1 << 16);
     introduce(I, T);
-    nxl_desc_t ld = {.addr = (uintptr_t)ib, .len = 1 << 16}, rd = {.addr = (uintptr_t)tb, .len = 1 << 16};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
     nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(write_xfer(I, "T", (uintptr_t)ib, (uintptr_t)tb, 1 << 16, &x), NXL_SUCCESS);
     nxl_future_t *f;
     ck_assert_int_eq(nxl_xfer_post(x, s_where, NULL, &f), NXL_SUCCESS);
     ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
@@ -971,11 +972,9 @@ static void kp_done(nxl_future_t *f, nxl_status_t st, void *arg)
 static void *kp_thread(void *arg)
 {
     int k = (int)(intptr_t)arg;
-    nxl_desc_t ld = {.addr = (uintptr_t)KP.ib + (size_t)k * K_BLK, .len = K_BLK};
-    nxl_desc_t rd = {.addr = KP.raddr + (size_t)k * K_BLK, .len = K_BLK};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
     nxl_xfer_t *x;
-    if (nxl_xfer_create(KP.I, NXL_WRITE, &l, &r, "T", NULL, &x) != NXL_SUCCESS) {
+    if (write_xfer(KP.I, "T", (uintptr_t)KP.ib + (size_t)k * K_BLK, KP.raddr + (size_t)k * K_BLK,
+                   K_BLK, &x) != NXL_SUCCESS) {
         add_int(&KP.bad);
         return NULL;
     }
@@ -1102,11 +1101,9 @@ static void killed_peer(const char *tls)
     ck_assert_int_eq(load_int(&KP.lost) + load_int(&KP.refused), K_THREADS);
     /* the agent still works: a transfer to itself */
     tl_fill(KP.ib, K_BLK, 3);
-    nxl_desc_t ld = {.addr = (uintptr_t)KP.ib, .len = K_BLK};
-    nxl_desc_t rd = {.addr = (uintptr_t)KP.ib + K_BLK, .len = K_BLK};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
     nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(KP.I, NXL_WRITE, &l, &r, "I", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(write_xfer(KP.I, "I", (uintptr_t)KP.ib, (uintptr_t)KP.ib + K_BLK, K_BLK, &x),
+                     NXL_SUCCESS);
     nxl_future_t *f;
     ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
     ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
@@ -1168,10 +1165,9 @@ START_TEST(destroy_foreign)
     unsigned char *ib = mem(I, D_N * blk), *tb = mem(T, D_N * blk);
     introduce(I, T);
     for (int i = 0; i < D_N; i++) {
-        nxl_desc_t ld = {.addr = (uintptr_t)ib + i * blk, .len = blk};
-        nxl_desc_t rd = {.addr = (uintptr_t)tb + i * blk, .len = blk};
-        nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
-        ck_assert_int_eq(nxl_xfer_create(I, NXL_WRITE, &l, &r, "T", NULL, &D.x[i]), NXL_SUCCESS);
+        ck_assert_int_eq(write_xfer(I, "T", (uintptr_t)ib + i * blk, (uintptr_t)tb + i * blk, blk,
+                                    &D.x[i]),
+                         NXL_SUCCESS);
     }
     for (int i = 0; i < D_N; i++) {
         ck_assert_int_eq(nxl_xfer_post(D.x[i], d_done, (void *)(uintptr_t)i, NULL), NXL_SUCCESS);
@@ -1239,10 +1235,9 @@ START_TEST(api_in_callback)
     unsigned char *b = mem(C.I, 8192);
     tl_fill(b, 4096, 3);
     /* loopback: the agent is its own peer */
-    nxl_desc_t ld = {.addr = (uintptr_t)b, .len = 4096}, rd = {.addr = (uintptr_t)b + 4096, .len = 4096};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
-    ck_assert_msg(nxl_xfer_create(C.I, NXL_WRITE, &l, &r, "I", NULL, &C.x) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(C.I));
+    ck_assert_msg(write_xfer(C.I, "I", (uintptr_t)b, (uintptr_t)b + 4096, 4096, &C.x) ==
+                      NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(C.I));
     C.left = 100;
     ck_assert_int_eq(nxl_xfer_post(C.x, c_done, NULL, NULL), NXL_SUCCESS);
     ck_assert_msg(wait_count(&C.chain_done, 1, 20000), "the chain of re-posts stopped at %d",
@@ -1284,10 +1279,8 @@ START_TEST(default_mode)
     ck_assert_int_eq(nxl_backend_create(a, "UCX", NULL, 0, NULL), NXL_SUCCESS);
     unsigned char *b = mem(a, 8192);
     tl_fill(b, 4096, 5);
-    nxl_desc_t ld = {.addr = (uintptr_t)b, .len = 4096}, rd = {.addr = (uintptr_t)b + 4096, .len = 4096};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
     nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &l, &r, "D", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(write_xfer(a, "D", (uintptr_t)b, (uintptr_t)b + 4096, 4096, &x), NXL_SUCCESS);
     nxl_future_t *f;
     dm_calls = 0;
     ck_assert_int_eq(nxl_xfer_post(x, dm_done, NULL, &f), NXL_SUCCESS);
