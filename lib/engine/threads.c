@@ -245,6 +245,14 @@ static bool tmu_mine(struct nxli_thr *t)
            pthread_equal(__atomic_load_n(&t->tmu_owner, __ATOMIC_RELAXED), pthread_self());
 }
 
+/* the mutex was just taken by this thread */
+static void tmu_took(struct nxli_thr *t)
+{
+    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
+    t->tmu_depth = 1;
+}
+
 static void tmu_lock(struct nxli_thr *t)
 {
     if (tmu_mine(t)) {
@@ -252,9 +260,7 @@ static void tmu_lock(struct nxli_thr *t)
         return;
     }
     pthread_mutex_lock(&t->tmu);
-    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
-    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
-    t->tmu_depth = 1;
+    tmu_took(t);
 }
 
 static void tmu_unlock(struct nxli_thr *t)
@@ -297,9 +303,7 @@ static bool foreign_try(nxl_agent_t *a)
     struct nxli_thr *t = a->thr;
     if (tmu_mine(t) || pthread_mutex_trylock(&t->tmu) != 0)
         return false;
-    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
-    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
-    t->tmu_depth = 1;
+    tmu_took(t);
     if (t->dead) {
         tmu_unlock(t);
         return false;
@@ -392,6 +396,13 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void efd_write(struct nxli_thr *t)
+{
+    uint64_t one = 1;
+    while (write(t->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+        ;
+}
+
 /* Appends c; false when the loop has ended (c untouched). Without wake the
  * record waits for the reactor's next wake-up (a release nothing depends
  * on but the thread's later calls, which wake it and run after it). */
@@ -410,11 +421,8 @@ static bool enqueue(nxl_agent_t *a, nxli_call_t *c, bool wake)
     if (signal)
         t->signaled = true;
     pthread_mutex_unlock(&t->mu);
-    if (signal) {
-        uint64_t one = 1;
-        while (write(t->efd, &one, sizeof(one)) < 0 && errno == EINTR)
-            ;
-    }
+    if (signal)
+        efd_write(t);
     return true;
 }
 
@@ -455,9 +463,7 @@ static bool act_begin(nxl_agent_t *a, bool wait)
             return false; /* the reactor is in a turn: do not wait for it */
         pthread_mutex_lock(&t->tmu);
     }
-    __atomic_store_n(&t->tmu_owner, pthread_self(), __ATOMIC_RELAXED);
-    __atomic_store_n(&t->tmu_held, true, __ATOMIC_RELAXED);
-    t->tmu_depth = 1;
+    tmu_took(t);
     if (t->dead || !any_thread(a)) {
         tmu_unlock(t);
         return false;
@@ -470,17 +476,15 @@ static bool act_begin(nxl_agent_t *a, bool wait)
     return true;
 }
 
+/* wakes the reactor (once until it reads its eventfd) */
 static void kick(struct nxli_thr *t)
 {
     pthread_mutex_lock(&t->mu);
     bool signal = !t->signaled;
     t->signaled = true;
     pthread_mutex_unlock(&t->mu);
-    if (signal) {
-        uint64_t one = 1;
-        while (write(t->efd, &one, sizeof(one)) < 0 && errno == EINTR)
-            ;
-    }
+    if (signal)
+        efd_write(t);
 }
 
 static void act_end(nxl_agent_t *a, bool failed)
