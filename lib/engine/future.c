@@ -144,17 +144,9 @@ void nxli_future_discard(nxl_future_t *f)
     future_unref(f);
 }
 
-static void enqueue(nxl_future_t *f)
+/* f (queued, its reference taken) onto the reactor's delivery queue */
+static void deliver_push(nxl_agent_t *a, nxl_future_t *f)
 {
-    nxl_agent_t *a = f->agent;
-    if (f->queued || (f->settled && !f->cbs))
-        return;
-    f->queued = true;
-    f->refs++;
-    if (a->acting) { /* a foreign thread's call: sorted out at its end */
-        TAILQ_INSERT_TAIL(&a->acted, f, dlink);
-        return;
-    }
     bool was_empty = TAILQ_EMPTY(&a->deliver);
     TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
     if (!was_empty || !a->ev_deliver)
@@ -170,6 +162,20 @@ static void enqueue(nxl_future_t *f)
     } else {
         event_active(a->ev_deliver, EV_READ, 0);
     }
+}
+
+static void enqueue(nxl_future_t *f)
+{
+    nxl_agent_t *a = f->agent;
+    if (f->queued || (f->settled && !f->cbs))
+        return;
+    f->queued = true;
+    f->refs++;
+    if (a->acting) { /* a foreign thread's call: sorted out at its end */
+        TAILQ_INSERT_TAIL(&a->acted, f, dlink);
+        return;
+    }
+    deliver_push(a, f);
 }
 
 void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why)
@@ -253,10 +259,7 @@ bool nxli_deliver_acted(nxl_agent_t *a)
     while ((f = TAILQ_FIRST(&a->acted))) {
         TAILQ_REMOVE(&a->acted, f, dlink);
         if (f->cbs) { /* callbacks run on the reactor thread: its next turn */
-            bool was_empty = TAILQ_EMPTY(&a->deliver);
-            TAILQ_INSERT_TAIL(&a->deliver, f, dlink);
-            if (was_empty)
-                event_active(a->ev_deliver, EV_READ, 0);
+            deliver_push(a, f);
             left = true;
             continue;
         }
