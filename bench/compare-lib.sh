@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # compare-lib.sh — sourced by the bench/compare-* scripts. When COMPARE_TSV names a file, each
 # result row a script prints is also appended there, one line per row, tab-separated:
 #

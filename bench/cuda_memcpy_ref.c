@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cuda_memcpy_ref — plain cudaMemcpyAsync, the reference that
  * bench/compare-cuda puts next to nxlbench --backend CUDA (as CUDA's
  * bandwidthTest, on the same sizes and the same pattern of work).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* exchange_bench — the cost of a metadata exchange: plain, authenticated
  * (HMAC), over TLS, and over TLS with authentication. Two agents in one
  * process (own event bases, driven in turn), N fetches, each on a new

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* soak — a long run of two agents in two processes, watching for leaks.
  *
  *   bench/soak [--transfers N] [--restart_s S] [--window W] [--backend UCX|LIBFABRIC]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ucx_malloc_ref — raw UCX on malloc'd memory: the reference of
  * bench/compare-ucx-malloc.
  *

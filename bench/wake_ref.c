@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* bench/wake_ref — what one hand-over between two threads costs here: the
  * floor under a threaded agent's calls (a thread that posts a transfer and
  * waits for it needs the reactor thread to run and then itself to be woken).

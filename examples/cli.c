@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cli: flag tables over getopt_long; see cli.h. */
 #include "cli.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cli: the flag parsing of nxlbench and the examples, over getopt_long.
  *
  * A program describes its flags as a table, one line a flag:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* first_xfer: a first nxl program. Two agents, one WRITE with a notification.
  *
  * "initiator" writes a message into a buffer of "target". Both agents live

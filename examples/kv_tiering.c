@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_tiering: a KV cache larger than its DRAM pool, with a file as the
  * second tier, through the POSIX transport, or an S3 bucket (one object per
  * block) through the OBJ transport with --tier s3://BUCKET[/PREFIX].

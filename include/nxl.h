@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /**
  * @file nxl.h
  * @brief nxl — moving KV-cache blocks and other data between memories,

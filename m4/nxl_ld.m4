@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl NXL_CHECK_LD_VERSION_SCRIPT: does the linker take a GNU version script
 dnl (-Wl,--version-script)? Sets the conditional NXL_LD_VERSION_SCRIPT, with
 dnl which Makefile.am links libnxl against lib/libnxl.map, and

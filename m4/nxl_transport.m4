@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl nxl_transport.m4 — configure every transport the same way
 dnl (the model: libfabric's config/fi_provider.m4).
 dnl

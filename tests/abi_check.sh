@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ABI guard, layouts: the ABI of libnxl.so as its public headers declare it
 # (struct layouts, enum values, function signatures, typedefs) must stay
 # compatible with the committed reference tests/abi/libnxl.dump, so that an

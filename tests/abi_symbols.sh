@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ABI guard: the symbols libnxl.so exports (name, kind and version) must be
 # those in lib/libnxl.symbols, so that an accidental change of the API fails
 # make check and an intended one updates the baseline and -version-info

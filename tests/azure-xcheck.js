@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The independent Azure client of check_obj: Microsoft's @azure/storage-blob
 // (npm, pinned by tests/obj_util.h).
 //

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Authenticated metadata: agents sharing a secret exchange metadata; an
  * unsigned request, a reply or request signed with another secret, a
  * tampered frame and a replayed one are refused with NXL_ERR_NOT_ALLOWED

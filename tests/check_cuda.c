@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* GPU memory: the CUDA transport, VRAM in the engine, the notification
  * relay, and futures completed by CUDA events.
  *

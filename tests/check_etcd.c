@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Discovery through a real etcd server: publish, fetch (waiting for the key
  * to appear, or timing out), partial metadata under a label, unpublish and
  * lease expiry invalidating a peer, a peer killed and one restarted under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Metadata exchange over TCP within one process: agents A and B embedded
  * in one shared event_base (B listens on an ephemeral loopback port), and
  * once with separate bases driven in turn. Fetch, expected-name mismatch,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The contract of futures and callbacks, on loopback transfers and
  * notifications of one agent "A" (UCX) and on metadata requests:
  * exactly-once callbacks, never inline, nxl_future_then / wait / all /

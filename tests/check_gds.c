@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* GPU memory to and from files: the GDS transport (cuFile).
  *
  * Everywhere: nxl_plugins_available() lists GDS with the reason it cannot

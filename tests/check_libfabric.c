@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The LIBFABRIC transport's own manners, in one process (its two-process
  * behaviours are in check_xfer's conformance suite, its hosts in
  * check_netns): what nxl_plugins_available() says, parameters refused with

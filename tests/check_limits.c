@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Bounds on what peers can make an agent hold: metadata frame size,
  * listener connections at once and per address, a client that trickles
  * its request, remote agents known, notifications waiting to be drained.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Metadata: nxl_md_local / nxl_md_load round trip between two agents of
  * this process, partial metadata (chosen regions, connection only),
  * invalidation, reloading, and malformed blobs — each refused with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The memory section: registering and deregistering DRAM regions (all or
  * nothing, exact deregistration, overlaps, bad descriptors), resolving
  * descriptors against them with nxl_prep (inside, before, after,

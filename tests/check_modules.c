@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Transports as modules: a folder of broken modules (another ABI, a missing
  * library, no ops symbol, not a library at all) put first in
  * NXL_PLUGIN_DIR. nxl_plugins_available() lists each unavailable with the

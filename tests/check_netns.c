@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Hosts made with network namespaces and a veth pair: agents on two
  * "hosts" move data over UCX's TCP transport, and over LIBFABRIC's
  * tcp;ofi_rxm, through the veth link, and survive the link being cut

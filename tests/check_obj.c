@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The OBJ transport against real servers started here: s3rver (S3 protocol,
  * with SigV4 verified by tests/s3rver-run.js) and azurite (Azure Blob,
  * Shared Key checked), see obj_util.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport: DRAM to and from files and block devices, within the
  * agent (the agent names itself as the remote side).
  *

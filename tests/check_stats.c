@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Telemetry: nxl_agent_stats() counts transfers by final status, bytes by
  * direction and memory type, latency, notifications, metadata exchanges
  * and peers, exactly; /metrics serves the same numbers as Prometheus text

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Status codes and their strings, memory type names, the version; agent
  * creation errors; transports (listing, creation errors); the reactor:
  * embedding into the application's event_base, nxl_agent_run/stop from a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Threaded mode (nxl_agent_config_t.threaded): calls from many threads
  * against one agent, each callback exactly once, every notification
  * arriving; nxl_future_wait() from other threads; destroy from another

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TLS on the metadata exchange: a CA and certificates made by the test
  * (openssl CLI); agents with TLS exchange metadata, with an auth secret as
  * well; a TLS client to a plain listener, a plain client to a TLS listener,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The UCX transport's manners inside an application: it writes nothing to
  * the application's standard output (UCX's own log lines go through nxl's
  * log), it returns every request before its worker goes, and tearing an

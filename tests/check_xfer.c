@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The conformance suite of the network transports: two processes moving
  * data through one transport configuration (a row of the table below):
  * READ and WRITE from 8 B to 16 MiB and from 1 to 10,000 descriptors, every

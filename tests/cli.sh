@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The command lines of nxlbench and the examples: --help, both spellings of
 # a flag (--flag value, --flag=value), one-line errors with exit status 2 for
 # unknown flags, missing and bad values, and nxlbench's JSON: it parses and

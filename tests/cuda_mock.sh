@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # check_cuda again, with the CUDA runtime and driver replaced by
 # tests/mock_cudart.c (streams as threads, device memory as shared
 # mappings): the GPU cases run on machines without a GPU; check_gds with

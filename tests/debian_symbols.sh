@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # debian/libnxl0.symbols (dpkg-gensymbols) lists exactly the symbols of the
 # ABI baseline lib/libnxl.symbols (which tests/abi_symbols.sh checks the
 # built library against), each with its symbol version. Skipped where

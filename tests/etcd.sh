@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Sourced by shell tests: nxl_etcd_start starts a real etcd server on free
 # loopback ports in a temporary folder and sets NXL_TEST_ETCD to its URL
 # (returns 1 when there is no etcd binary, 2 when it did not start);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Starts and stops a real etcd server on free loopback ports for a test. */
 #ifndef NXL_ETCD_UTIL_H
 #define NXL_ETCD_UTIL_H

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # examples/first_xfer: two agents, a WRITE with a notification; both
 # callbacks must run and the data must arrive (exit 0), for each transport
 # built that moves DRAM between agents. Then a transport that does not exist

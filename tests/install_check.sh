@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The installed tree, as a user of it sees it: run by `make installcheck`
 # (after `make install`, with the same DESTDIR), by .ci/run into a
 # temporary DESTDIR, and by make distcheck. It compiles

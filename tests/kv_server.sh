@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # examples/kv_server as a test: a store, a server embedding an agent in its
 # own event_base, and the client checking every byte of every answer over
 # 64 connections with PUTs mixed in; a server with one staging buffer

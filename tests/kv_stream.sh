@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The KV streaming demo as a test: prefill -> decode over TCP metadata
 # exchange, then through a real etcd server (skipped without etcd).
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # What libnxl.so needs at run time: its core libraries (libevent, cJSON,
 # libcurl for etcd, libcrypto for authenticated metadata — which libcurl
 # needs anyway on Debian —, libevent_openssl and libssl for TLS on the

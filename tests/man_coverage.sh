@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Every function libnxl exports (nxl_*, in lib/libnxl.symbols) has a man
 # page: its own doc/man/<name>.3, or a one-line page pointing at its group's
 # (nxl_man_links in doc/Makefile.include), and that group page names it in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A stand-in for the CUDA runtime and driver, for machines without a GPU.
  *
  * tests/cuda_mock.sh runs check_cuda with NXL_CUDA_RUNTIME and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A stand-in for NVIDIA's libcufile, beside tests/mock_cudart.c, for
  * machines without a GPU: tests/cuda_mock.sh points NXL_CUFILE_LIB at it,
  * so that the GDS transport's logic runs here (registration of buffers and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # nxlbench must not rot: run each mode with tiny sizes, every byte checked,
 # and require a zero exit and the JSON keys each mode promises.
 set -u

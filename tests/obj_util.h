@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Starts and stops real object-store servers for check_obj, on free
  * loopback ports with their own data directories (like etcd_util.h):
  *

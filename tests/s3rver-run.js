@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Runs s3rver (npm, pinned by tests/obj_util.h) for check_obj on a loopback
 // port with its own data directory, and adds what s3rver 3.7.1 lacks:
 //

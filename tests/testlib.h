@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared helpers of the Check suites: agents, loop driving, data patterns. */
 #ifndef NXL_TESTLIB_H
 #define NXL_TESTLIB_H

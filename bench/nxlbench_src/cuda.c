@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench --backend CUDA: DRAM and VRAM, one process
  *
  * One agent with the CUDA transport, its own peer: the initiator's and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench — nxl's benchmark, shaped like NIXL's nixlbench.
  *
  * Two processes: a target that serves (registers a buffer, answers control

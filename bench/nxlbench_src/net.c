@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench: the initiator of a two-process run (UCX, LIBFABRIC), which
  * drives the sweep: bandwidth, latency, desc_rate and idle. The target
  * (target.c) answers its control notifications. */

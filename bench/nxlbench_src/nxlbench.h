@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench: what its files share.
  *
  *   main.c     roles: --spawn forks a target and an initiator; --listen,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench --backend OBJ: DRAM ↔ an S3 server, one process. Each transfer
  * moves --start_batch_size whole objects of one block size, one transfer at
  * a time, waited for. */

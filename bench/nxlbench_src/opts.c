@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench's flags: one line each in the table below, named as nixlbench's. */
 #include "nxlbench.h"
 #include "../../examples/cli.h"

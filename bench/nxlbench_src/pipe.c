@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench: transfers kept in flight — each slot posted again as it
  * completes — and their times, for the bandwidth rows of every backend. */
 #include "nxlbench.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench --backend POSIX: DRAM ↔ files, one process; --backend GDS: VRAM ↔ files
  *
  * As nixlbench runs its storage backends: one agent, its own peer. The DRAM

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench: rows and their statistics, the table, the JSON (built with
  * cJSON), and the plot (gnuplot, from JSON files). */
 #include "nxlbench.h"

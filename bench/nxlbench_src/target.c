@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench: the target of a two-process run. It registers a buffer and
  * answers the initiator's control notifications (see main.c). */
 #include "nxlbench.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nxlbench: clock, data patterns, agents, buffers, and the sweep of rows. */
 #include "nxlbench.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server client: --connections keep-alive evhttp connections on one
  * event_base, each with one request in flight, issuing GETs of random
  * blocks and, with --put_ratio, PUTs. Every byte of every answer is

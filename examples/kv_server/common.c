@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server: the block pattern and small helpers the roles share. */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include "common.h"

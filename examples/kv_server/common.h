@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server — an HTTP server on libevent's evhttp that embeds an nxl agent
  * in its own event_base and serves KV blocks held by another agent.
  *

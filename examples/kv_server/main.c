@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server: flags, and "both" (store and serve forked, the client here).
  * See common.h for the roles and server.c for the embedding. */
 #include "common.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server serve: one thread, one event_base owned by the application.
  * evhttp and an nxl agent (cfg.base = base) share it; the application runs
  * event_base_dispatch(), never nxl_agent_run().

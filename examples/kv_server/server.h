@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server serve: what its three files share.
  *
  *   server.c       the role: the event_base, evhttp, requests, /stats,

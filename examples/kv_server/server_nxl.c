@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server serve: the agent on the application's event_base.
  *
  * Setup, every step a callback on that base (nothing waits): fetch the

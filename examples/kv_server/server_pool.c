@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server serve: staging buffers, the bounded wait queue, the order of
  * one block's requests, and the --memcpy path.
  *

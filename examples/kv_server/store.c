@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_server store: an agent on its own event base (nxl_agent_run) holding
  * --blocks blocks of --block_size bytes in memory from nxl_mem_alloc(),
  * block N filled with the pattern of (N, version 0), and a metadata

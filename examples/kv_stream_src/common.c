@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream: clock, sizes as text, agents and the KV cache's memory. */
 #include "kv_stream.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream decode: the target. It listens, answers prefill's hello with
  * where its cache is, checks each layer when its notification arrives (nxl
  * promises that a WRITE's notification arrives after all of its data is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream: what its files share.
  *
  *   main.c     the overview, and "both": decode forked, prefill here

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream — streaming a KV cache layer by layer from a prefill agent to a
  * decode agent, the way disaggregated LLM serving moves it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream: the flags, one table line each (examples/cli.h). */
 #include "kv_stream.h"
 #include "../cli.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream: the bytes of a KV block. Every byte written depends on
  * (layer, block, offset), so decode can check each layer on arrival. */
 #include "kv_stream.h"

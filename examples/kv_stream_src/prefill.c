@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream prefill: the initiator. It fetches decode's metadata, says
  * hello with the cache's shape, learns where decode's cache is, prepares
  * both lists once and makes one transfer per layer; then, layer after layer,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /**
  * @file nxl/transport.h
  * @brief The south-bound API: what every transport implements, and what the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The agent: its reactor, its backends, notifications. */
 #include "internal.h"
 

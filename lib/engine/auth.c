@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Authenticated metadata: with a shared secret, every frame of the metadata
  * exchange carries a trailer
  *

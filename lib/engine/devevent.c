@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Futures completed by the device: nxl_future_from_cuda_event().
  *
  * The engine hands the event to the first backend that can wait for one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Metadata discovery through etcd's v3 HTTP/JSON API, on the reactor:
  * libcurl's multi-socket interface driven by libevent, through the HTTP
  * glue the transports share (http.c, nxlt_http_* in nxl/transport.h).

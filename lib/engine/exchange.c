@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Metadata exchange over TCP, on the reactor: a libevent listener serves
  * requests; each client request is a future on a bufferevent.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Futures: completion is recorded at once, callbacks are delivered from a
  * reactor event, so that no callback runs inside the call that started the
  * operation and each runs exactly once.

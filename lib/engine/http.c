@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* HTTP on the reactor: libcurl's multi-socket interface with its sockets
  * and its timer as libevent events (curl's docs/examples/multi-event.c is
  * the model). Shared by etcd discovery (etcd.c) and the OBJ transport, and

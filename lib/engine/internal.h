@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's private structures: agent, regions, remote agents, prepared
  * lists, transfers, futures. Nothing here is part of the public API. */
 #ifndef NXL_INTERNAL_H

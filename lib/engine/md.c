@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Metadata: this agent's description as JSON, and loading other agents'
  * descriptions — untrusted input, checked field by field, committed only
  * when every part was accepted.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The memory section: registered regions per memory type, sorted by
  * (device, address) so that a descriptor is resolved by binary search. */
 #include "internal.h"

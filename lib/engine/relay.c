@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Notifications of transfers over transports that carry none.
  *
  * A transport without a wire of its own (CUDA IPC between processes, POSIX

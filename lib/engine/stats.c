@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Telemetry: counters of an agent and of its transports, read through
  * nxl_agent_stats() and, when the agent has a metrics address, served as
  * Prometheus text on /metrics from the reactor (libevent's evhttp).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Status names and sentences, generated from NXL_STATUS_MAP so that the
  * enum and its strings cannot drift apart. */
 #include "internal.h"

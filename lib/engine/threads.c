@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Threaded mode: the agent's reactor on a thread of its own.
  *
  * With nxl_agent_config_t.threaded the agent makes its own event_base and

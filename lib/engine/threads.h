@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Threaded mode (nxl_agent_config_t.threaded): the agent runs its reactor
  * on a thread of its own, and a public call made from any other thread is
  * handed to that thread (threads.c). Each public function that touches the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TLS for the metadata exchange: the listener and the client wrap their
  * sockets in libevent's OpenSSL bufferevents; the framing, limits and
  * authentication above them are the same. Both sides present a certificate

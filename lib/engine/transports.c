@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The transports this process can create: those built into the library, in
  * default preference order, then the modules found on disk, then the ones
  * configure knows but that cannot be used here (with why).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Error sentences, logging, small helpers. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Prepared lists, transfers, notifications sent. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The connection info and region keys of the transports that reach only
  * this agent itself (POSIX, OBJ, GDS): a magic, the transport instance's random
  * token, a registration id. Parsed here, header-only, so that

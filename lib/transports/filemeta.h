@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The descriptor meta of a FILE region, for the transports that open the
  * files themselves (POSIX, GDS): text such as
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The registrations of the transports that reach only this agent itself
  * (POSIX, OBJ, GDS), by the id their keys carry (blob_wire.h): a hash table
  * of entries the transport embeds in its own records (nxlt_reg_t), which

@@ -1,4 +1,5 @@
 #!/usr/bin/perl
+# SPDX-License-Identifier: BSD-3-Clause
 # public-abi.pl IN.dump OUT.dump HEADER... — narrow an abi-dumper dump of
 # libnxl to what the public headers let a program see, for tests/abi_check.sh:
 #

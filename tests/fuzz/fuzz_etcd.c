@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer harness: etcd's answers as they come from its JSON gateway,
  * through the parsers the etcd client uses (lib/engine/etcd.c), and the
  * values read from etcd through the check every value passes before a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer harness: the metadata listener as a client's bytes reach it —
  * frame headers, lengths, request types, payloads (metadata to load, names
  * to invalidate) — delivered in pieces split where the input says (its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer harness: nxl_md_load() on arbitrary bytes — the JSON parser,
  * every field check, base64, region sorting and overlap checks. The agent
  * has no transport, so transport blobs (UCX addresses and keys, which UCX

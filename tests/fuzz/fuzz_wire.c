@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer harness: what nxl itself parses of a peer's transport blobs
  * (connection info, memory keys) before handing anything to a transport
  * library — the same header-only parsers the transports call:

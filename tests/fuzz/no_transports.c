@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fuzzing builds link the engine without transports (and without the
  * module loader). */
 #include "config.h"

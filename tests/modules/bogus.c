@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A transport module of another ABI: libnxl must refuse it without reading
  * past abi_version (check_modules). */
 #include <nxl/transport.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A transport that serves DRAM but declines every region and allocation
  * (NXL_ERR_NOT_SUPPORTED), as a UCX with CUDA declines VRAM where its CUDA
  * memory type is not loaded: the engine leaves such memory to the other

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A transport module that links a library missing at run time: dlopen
  * fails and nxl_plugins_available() says which library (check_modules). */
 #include <nxl/transport.h>

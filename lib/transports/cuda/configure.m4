@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl CUDA transport (GPU memory): --enable-cuda=yes|no|auto|dl (m4/nxl_transport.m4),
 dnl --with-cuda=PATH
 dnl

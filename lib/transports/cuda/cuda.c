@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The CUDA transport: GPU memory (VRAM) within the agent, between agents
  * of one process, and between processes of one host (CUDA IPC).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The CUDA runtime and driver, resolved at run time: see cudart.h. */
 #include "config.h"
 #include "cudart.h"

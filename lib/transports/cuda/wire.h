@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The CUDA transport's connection info and VRAM keys as they travel in
  * metadata, and the checks nxl makes of a peer's before anything of them
  * is used (the IPC handle inside a key is CUDA's to open). Header-only and

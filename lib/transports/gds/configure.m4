@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl GDS transport (GPU memory to and from files, NVIDIA cuFile):
 dnl --enable-gds=yes|no|auto|dl (m4/nxl_transport.m4)
 dnl

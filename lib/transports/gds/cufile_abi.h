@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The part of NVIDIA's cuFile (GPUDirect Storage) C interface the GDS
  * transport calls, declared here: the toolkit this is built with need not
  * ship cufile.h, and libnxl never links libcufile (gds.c loads it at run

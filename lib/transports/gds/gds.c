@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The GDS transport: GPU memory (VRAM) to and from files through NVIDIA's
  * cuFile (GPUDirect Storage), within the agent.
  *

@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl libfabric transport: --enable-libfabric=yes|no|auto|dl (m4/nxl_transport.m4),
 dnl --with-libfabric=PATH
 dnl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The libfabric transport: DRAM to and from other agents (and within the
  * agent), through one reliable-datagram (FI_EP_RDM) endpoint per agent,
  * driven by the reactor.

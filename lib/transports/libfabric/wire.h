@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The LIBFABRIC transport's connection info and memory keys as they travel
  * in metadata, and its revoke message as it travels between peers: packed
  * and parsed here, header-only and without libfabric,

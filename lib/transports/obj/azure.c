@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The OBJ transport's Azure Blob dialect: Shared Key authorisation
  * (HMAC-SHA256 of the canonical request with the account key, from
  * OpenSSL's libcrypto) and connection strings as Azure's tools read them.

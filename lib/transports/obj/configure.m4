@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl OBJ transport (S3 and Azure Blob object stores):
 dnl --enable-obj=yes|no|auto|dl (m4/nxl_transport.m4)
 dnl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The OBJ transport: host memory (DRAM) to and from objects in an S3 or
  * Azure Blob object store, within the agent, over HTTP on the reactor.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The OBJ transport's private structures, shared by its core (obj.c: S3,
  * requests, retries, transfers) and its Azure Blob dialect (azure.c:
  * Shared Key signing, connection strings). */

@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl POSIX transport (files and block devices): --enable-posix=yes|no|auto|dl
 dnl (m4/nxl_transport.m4)
 dnl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport's thread-pool engine: a few threads doing one pread
  * or pwrite per segment. Results go on a done list and an eventfd in the
  * reactor wakes the reactor thread, which hands them to the core. Only the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport's io_uring engine: one ring whose eventfd sits in the
  * reactor (EV_READ | EV_PERSIST). Pending segments are turned into SQEs as
  * long as the ring has room (at most its SQ size in flight, so the CQ,

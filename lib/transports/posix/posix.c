@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport: host memory (DRAM) to and from files and block
  * devices, within the agent.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport's private structures, shared by its core (posix.c)
  * and its two I/O engines (engine_uring.c, engine_threads.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport: registered DRAM onto 2 MiB pages (MADV_COLLAPSE).
  *
  * An O_DIRECT request hands the device one scatter-gather segment per

@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: BSD-3-Clause
 dnl UCX transport: --enable-ucx=yes|no|auto|dl (m4/nxl_transport.m4), --with-ucx=PATH
 dnl
 dnl NXL_UCX_CONFIGURE([action-if-buildable], [action-if-not]): UCX 1.12+

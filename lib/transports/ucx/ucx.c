@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The UCX transport: DRAM to and from other agents and within the agent,
  * through one UCP worker driven by the reactor.
  *

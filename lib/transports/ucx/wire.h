@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What nxl itself reads of a UCX peer's connection info: the magic, the
  * flags byte and, in version 2, the peer's same-host identity for
  * cross-memory attach; the rest is UCX's worker address, which only UCX
