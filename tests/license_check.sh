@@ -1,0 +1,27 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# nxl is BSD-3-Clause: LICENSE says so, and every source file (C, headers,
+# the build system, scripts) names it in an SPDX line near its top.
+srcdir=${srcdir:-.}
+fail=0
+grep -q "BSD 3-Clause License" "$srcdir/LICENSE" 2>/dev/null ||
+    { echo "FAIL: $srcdir/LICENSE is missing or is not the BSD 3-Clause License"; fail=1; }
+# debian/ is not in the release tarball (make dist): checked where it is
+if [ -d "$srcdir/debian" ]; then
+    grep -q "^License: BSD-3-Clause" "$srcdir/debian/copyright" 2>/dev/null ||
+        { echo "FAIL: debian/copyright does not state BSD-3-Clause"; fail=1; }
+fi
+files=$(cd "$srcdir" && find configure.ac Makefile.am nxl.pc.in quickstart include lib m4 tests bench examples \
+    \( -name node_modules -o -name corpus -o -name .libs -o -name .deps -o -name 'build-*' \) -prune -o \
+    -type f \( -name '*.c' -o -name '*.h' -o -name '*.am' -o -name '*.ac' -o -name '*.m4' -o -name '*.in' \
+    -o -name '*.include' -o -name '*.sh' -o -name '*.js' -o -name '*.pl' -o -name '*.py' -o -name '*.cc' \) -print)
+n=0
+for f in $files; do
+    n=$((n + 1))
+    head -n 3 "$srcdir/$f" | grep -q "SPDX-License-Identifier: BSD-3-Clause" && continue
+    echo "FAIL: $f has no 'SPDX-License-Identifier: BSD-3-Clause' line in its first three lines"
+    fail=1
+done
+[ "$n" -gt 50 ] || { echo "FAIL: only $n source files found under $srcdir"; fail=1; }
+[ "$fail" -eq 0 ] && echo "license: LICENSE, debian/copyright and $n source files say BSD-3-Clause"
+exit $fail
