@@ -373,10 +373,10 @@ typedef struct nxl_plugin_info {
  * loaded from modules, and, unavailable with the reason, a module that is
  * present but cannot be used (the dlerror() text and what to install, or
  * another transport ABI) and a transport configure did not build. Modules
- * (libnxl-<name>.so) are looked for once per process, on the first call of
+ * (libnxl-\<name\>.so) are looked for once per process, on the first call of
  * this or nxl_backend_create(), in the folders of the environment variable
  * NXL_PLUGIN_DIR (colon-separated, searched first) and then in
- * $(libdir)/nxl/transports-<NXLT_ABI_VERSION>. Thread-safe.
+ * $(libdir)/nxl/transports-\<NXLT_ABI_VERSION\>. Thread-safe.
  * Probing CUDA loads the CUDA runtime and initialises the driver in this
  * process (as any CUDA call does): a child forked afterwards cannot use
  * CUDA, so fork first.

@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
 # nxl is BSD-3-Clause: LICENSE says so, and every source file (C, headers,
-# the build system, scripts) names it in an SPDX line near its top.
+# the build system, scripts) names it in an SPDX line near its top
+# (not libtoolize's m4/libtool.m4 and m4/lt*.m4, which it copies in).
 srcdir=${srcdir:-.}
 fail=0
 grep -q "BSD 3-Clause License" "$srcdir/LICENSE" 2>/dev/null ||
@@ -13,6 +14,7 @@ if [ -d "$srcdir/debian" ]; then
 fi
 files=$(cd "$srcdir" && find configure.ac Makefile.am nxl.pc.in quickstart include lib m4 tests bench examples \
     \( -name node_modules -o -name corpus -o -name .libs -o -name .deps -o -name 'build-*' \) -prune -o \
+    \( -name libtool.m4 -o -name 'lt*.m4' \) -prune -o \
     -type f \( -name '*.c' -o -name '*.h' -o -name '*.am' -o -name '*.ac' -o -name '*.m4' -o -name '*.in' \
     -o -name '*.include' -o -name '*.sh' -o -name '*.js' -o -name '*.pl' -o -name '*.py' -o -name '*.cc' \) -print)
 n=0

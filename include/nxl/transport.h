@@ -26,7 +26,7 @@
  * module (compiled with @c NXLT_MODULE defined, linked against libnxl), it
  * is the one symbol the module exports: libnxl opens @c libnxl-x.so from the
  * folders in @c NXL_PLUGIN_DIR (colon-separated, searched first) and from
- * its install folder, @c $(libdir)/nxl/transports-<NXLT_ABI_VERSION>, looks
+ * its install folder, @c $(libdir)/nxl/transports-\<NXLT_ABI_VERSION\>, looks
  * up @c nxlt_x_ops and uses it only when its @c abi_version is
  * @ref NXLT_ABI_VERSION and its @c name is @c x (any case). Bump
  * NXLT_ABI_VERSION whenever this header changes incompatibly: modules are
