@@ -54,7 +54,8 @@
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
-#define AM_WRITE_MAX_DEFAULT 8192
+/* off unless asked for: the acknowledgement needs UCX's reply endpoint (below) */
+#define AM_WRITE_MAX_DEFAULT 0
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define ARM_TRIES 16
 #define WATCH_MS 100
@@ -1384,11 +1385,15 @@ static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
  * (malformed, or an element outside its regions: deregistered meanwhile)
  * is logged there, its notification never delivered, and the initiator's
  * transfer fails with the reason. UCX resolves the reply endpoint from the
- * sender's endpoint id, as its software puts and flushes do: where the
- * receiver closed the endpoint that id names (it replaced the sender's
- * metadata) UCX drops the message, as it would a put, and the transfer
- * fails by the stall timeout. Only peers whose connection info says they
- * acknowledge (CI_AM_ACK) are sent such messages. */
+ * sender's endpoint id and drops the message unseen when that endpoint is
+ * no longer valid there: where the receiver replaced the sender's metadata
+ * (closing the endpoint the sender's was paired with; software puts, which
+ * take any endpoint, still get through), and the transfer fails by the
+ * stall timeout:
+ * nxlbench, whose initiator re-fetches its target's metadata after setup,
+ * had every pong so dropped. Hence off by default (am_write_max 0). Only
+ * peers whose connection info says they acknowledge (CI_AM_ACK) are sent
+ * such messages. */
 
 /* one AM_WRITE's number, as its header carries it */
 static void amw_number(unsigned char *b, uint64_t v)
