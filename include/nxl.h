@@ -42,6 +42,12 @@
  *    only after all of the transfer's data is visible there.
  * 6. A transfer can be posted again once its previous post completed;
  *    posting while one is in flight returns @ref NXL_ERR_REPOST_ACTIVE.
+ * 7. A WRITE completes with @ref NXL_SUCCESS only when all of its bytes are
+ *    visible in the target's memory, and a READ only when all of its bytes
+ *    are in the initiator's: whoever learns of the completion (the
+ *    callback, nxl_future_wait(), a message the application sends after
+ *    it) may read them there. (The one exception is a parameter that says
+ *    it trades this away: LIBFABRIC's @c am_write_max, off by default.)
  *
  * # Threads
  *

@@ -5,7 +5,8 @@
 # 64 connections with PUTs mixed in; a server with one staging buffer
 # answers 503 beyond its queue; then the store is killed (SIGKILL) and a GET
 # must answer 502 with the reason in the body, not hang; the server then
-# stops cleanly on SIGTERM.
+# stops cleanly on SIGTERM. Last, `both` with small blocks and many PUTs:
+# no GET sees a block older than a PUT answered before it was sent.
 set -euo pipefail
 KV=${builddir:-.}/examples/kv_server/kv_server
 [[ -x $KV ]] || { echo "kv_server.sh: $KV not built"; exit 99; }
@@ -152,4 +153,16 @@ grep '^serve: [0-9]* block requests' "$T/serve.out" || fail "no summary from the
 if grep -q 'differ' "$T/store.out"; then
     fail "the store found a written block that is not what its notification said"
 fi
+echo "== both, 4 KiB blocks, half PUTs: no GET older than a PUT answered before it, none torn"
+# A PUT is answered (204) when its WRITE completed: its bytes must be in the
+# store by then, so a GET sent afterwards sees them (README). Small blocks
+# went as one message per WRITE + notification; 3 runs, each must be clean.
+for ((r = 1; r <= 3; r++)); do
+    timeout 60 "$KV" both --block_size 4K --blocks 4 --put_ratio 0.5 --seconds 1 --quiet \
+        >"$T/both$r.out" 2>&1 || fail "both, run $r: $(grep -m 3 -E 'older than|wrong|differ|FAIL|fail' "$T/both$r.out")"
+    grep -q '^kv_server: client ok, serve ok, store ok' "$T/both$r.out" ||
+        fail "both, run $r: no 'client ok, serve ok, store ok'"
+    grep -m 1 '^store: .* puts' "$T/both$r.out"
+done
+
 echo "kv_server.sh: ok"

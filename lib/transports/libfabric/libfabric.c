@@ -137,7 +137,11 @@ static int lf_loaded(void)
 
 #define NRX 32                                /* receive buffers kept posted */
 #define AMW_MAX 16384                         /* a one-message WRITE: most data it carries */
-#define AMW_DEFAULT 8192                      /* ... by default (am_write_max) */
+/* ... by default (am_write_max): none. Its op completes when its send does,
+ * before the target has copied the data, and a WRITE must complete only
+ * once its bytes are in the target's memory; an acknowledgement would need
+ * the target to reach the initiator, which it may never have loaded */
+#define AMW_DEFAULT 0
 #define AMW_ELEMS 64                          /* ... and most elements */
 /* a notification: [u16 name length][name][message]; a WRITE with its
  * notification in one message: [u8 'W'][u8 name length][name][u32 message
@@ -1153,7 +1157,9 @@ static void self_xfer(const nxlt_xfer_t *x)
 /* A small WRITE with a notification as one message (AMW_TAG): one send
  * instead of writes, their completions, then the send; the target copies
  * the data into place, after checking every element against its
- * registrations, and then delivers the notification. NULL: not this one. */
+ * registrations, and then delivers the notification. NULL: not this one.
+ * Off unless asked for (am_write_max): the op completes when the send
+ * does, which is before the target copied the data (README). */
 static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
 {
     size_t data = 0;

@@ -53,7 +53,9 @@
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
-#define AM_WRITE_MAX_DEFAULT 8192
+#define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
+/* off unless asked for: the acknowledgement needs UCX's reply endpoint (below) */
+#define AM_WRITE_MAX_DEFAULT 0
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define ARM_TRIES 16
 #define WATCH_MS 100
@@ -105,6 +107,8 @@ typedef struct ucx_state {
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
+    uint64_t am_seq;            /* the last AM_WRITE's number (its acknowledgement names it) */
+    LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs waiting for their acknowledgement */
     struct ucx_md **regs;       /* registered regions, sorted by address: AM_WRITE targets */
     size_t nregs, capregs;
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
@@ -142,7 +146,7 @@ struct ucx_conn {
     bool local;                 /* the peer is another agent of this process */
     void *peer_addr;            /* local: its worker address (finds it on live_list) */
     size_t peer_addr_len;
-    bool am_write;              /* the peer takes AM_WRITE messages */
+    bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
@@ -244,6 +248,11 @@ typedef struct ucx_op {
     unsigned char *buf;         /* buf_cap bytes, kept with the op: the message it sends */
     size_t buf_cap, iov_cap;
     struct ucx_op *next_free;   /* on the instance's spares */
+    /* an AM_WRITE: done when UCX sent it and the target acknowledged it */
+    bool amw, amw_sent, amw_acked;
+    ucs_status_t amw_st;        /* what the acknowledgement said */
+    unsigned char amw_hdr[8];   /* its number, the message's header */
+    LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
 } ucx_op_t;
 
 /* Ops done are kept for the next ones, with their buffers up to these sizes */
@@ -620,6 +629,7 @@ static void side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
 }
 
 static void op_report(ucx_op_t *o, ucs_status_t st);
+static void op_free(ucx_op_t *o);
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -664,7 +674,7 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     /* UCX 1.13 does not always complete a flush pending on a failed
      * endpoint: report every op on it now; each is freed when (if) UCX
      * calls back, or when the transport is destroyed. */
-    ucx_op_t *o;
+    ucx_op_t *o, *next;
     LIST_FOREACH(o, &c->u->ops, link)
     if (o->conn == c)
         op_report(o, status);
@@ -673,6 +683,14 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
         ep_close(c->u, c->ep, true);
         c->ep = NULL;
         c->forced = true;
+    }
+    /* AM_WRITEs sent, their acknowledgement not come: UCX is done with them
+     * (c itself stays: the caller goes on using it; one left is freed with
+     * the transport) */
+    for (o = LIST_FIRST(&c->u->ops); o; o = next) {
+        next = LIST_NEXT(o, link);
+        if (o->conn == c && o->amw && o->amw_sent && !o->amw_acked && c->refs > 1)
+            op_free(o);
     }
 }
 
@@ -851,7 +869,9 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
         free(c);
         return NXL_ERR_UNKNOWN;
     }
-    c->am_write = flags & CI_AM_WRITE;
+    /* a peer that copies them but sends no acknowledgement (an older nxl)
+     * would leave the WRITE complete before its bytes are there: not those */
+    c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
     c->u = u;
     c->refs = 1;
     c->pidfd = -1;
@@ -1130,7 +1150,7 @@ static void unload_key(void *state, void *rkey)
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    unsigned flags = CI_AM_WRITE | (u->cma_here ? CI_CMA : 0);
+    unsigned flags = CI_AM_WRITE | CI_AM_ACK | (u->cma_here ? CI_CMA : 0);
     unsigned char *b = malloc(ucx_ci_hdr(flags) + u->addr_len);
     if (!b)
         return NXL_ERR_UNKNOWN;
@@ -1198,6 +1218,8 @@ static void op_free(ucx_op_t *o)
     ucx_t *u = o->u;
     if (o->queued)
         TAILQ_REMOVE(&u->cma_q, o, cq);
+    if (o->amw && !o->amw_acked)
+        LIST_REMOVE(o, ack_link);
     free(o->why);
     LIST_REMOVE(o, link);
     conn_put(o->conn);
@@ -1351,13 +1373,108 @@ static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
  * registered with this transport and has not deregistered, checked like an
  * rkey would be, every element before any byte is written — and then
  * delivers the notification: one message instead of puts, a flush and a
- * notification. The op completes when the send does, as a notification's:
- * a message the target drops (malformed, or an element outside its
- * regions: deregistered meanwhile) is logged there, its notification never
- * delivered, and the initiator's transfer has succeeded. An answer would
- * need the message's reply endpoint, which UCX 1.13 resolves from the
- * sender's endpoint id: after the receiver replaced the sender's metadata
- * (closing the endpoint that id names) it drops such messages unseen. */
+ * notification. The message carries an 8-byte header, the op's number, and
+ * UCX's reply flag; once the bytes are in place the target answers on the
+ * message's reply endpoint with an acknowledgement:
+ *
+ * [the number (8)][u8 0: copied, 1: dropped][why dropped, text]
+ *
+ * and the op completes when both the send and its acknowledgement did: a
+ * WRITE completes only when its bytes are in the target's memory (the
+ * contract), not when the message left. A message the target drops
+ * (malformed, or an element outside its regions: deregistered meanwhile)
+ * is logged there, its notification never delivered, and the initiator's
+ * transfer fails with the reason. UCX resolves the reply endpoint from the
+ * sender's endpoint id and drops the message unseen when that endpoint is
+ * no longer valid there: where the receiver replaced the sender's metadata
+ * (closing the endpoint the sender's was paired with; software puts, which
+ * take any endpoint, still get through), and the transfer fails by the
+ * stall timeout:
+ * nxlbench, whose initiator re-fetches its target's metadata after setup,
+ * had every pong so dropped. Hence off by default (am_write_max 0). Only
+ * peers whose connection info says they acknowledge (CI_AM_ACK) are sent
+ * such messages. */
+
+/* one AM_WRITE's number, as its header carries it */
+static void amw_number(unsigned char *b, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        b[k] = (unsigned char)(v >> (56 - 8 * k));
+}
+
+/* UCX sent it, or the target acknowledged it: done when both happened */
+static void amw_step(ucx_op_t *o, ucs_status_t st)
+{
+    if (st != UCS_OK) {
+        op_finish(o, st);
+        return;
+    }
+    o->amw_sent = true;
+    /* reported already (its connection failed): nothing more to wait for */
+    if (o->amw_acked || !o->op)
+        op_finish(o, o->amw_st);
+}
+
+static void amw_sent(void *req, ucs_status_t st, void *arg)
+{
+    ucp_request_free(req);
+    amw_step(arg, st);
+}
+
+static ucs_status_t am_recv_ack(void *arg, const void *header, size_t hlen, void *data,
+                                size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data;
+    if (len < 9 || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed WRITE acknowledgement of %zu bytes "
+                 "dropped", len);
+        return UCS_OK;
+    }
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->acks, ack_link)
+    if (!memcmp(o->amw_hdr, b, 8))
+        break;
+    if (!o)
+        return UCS_OK; /* its op was reported and freed: the connection failed */
+    LIST_REMOVE(o, ack_link);
+    o->amw_acked = true;
+    u->hit = true;
+    if (b[8]) {
+        char why[400];
+        snprintf(why, sizeof(why), "UCX: WRITE to agent '%s' failed: the target dropped it "
+                 "(nothing written, its notification not delivered): %.*s", o->conn->name,
+                 (int)(len - 9 < 200 ? len - 9 : 200), (const char *)b + 9);
+        free(o->why);
+        o->why = strdup(why);
+        o->amw_st = UCS_ERR_INVALID_ADDR;
+    }
+    if (o->amw_sent)
+        op_finish(o, o->amw_st);
+    return UCS_OK;
+}
+
+/* the target's side: acknowledges an AM_WRITE that asks for it (its
+ * number in the header, a reply endpoint), copied or dropped (bad) */
+static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv_param_t *param,
+                    const char *bad)
+{
+    if (hlen != 8 || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || !param->reply_ep)
+        return; /* not asked */
+    size_t bl = bad ? strlen(bad) : 0;
+    ucx_side_t *m = malloc(sizeof(*m) + 9 + bl);
+    if (!m) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: a WRITE's acknowledgement was not "
+                 "sent (its initiator fails it by its stall timeout)");
+        return;
+    }
+    m->len = 9 + bl;
+    memcpy(m->buf, header, 8);
+    m->buf[8] = bad != NULL;
+    if (bl)
+        memcpy(m->buf + 9, bad, bl);
+    side_send(u, param->reply_ep, NXL_UCX_AM_WRITE_ACK, m);
+}
 
 static void put_u32(unsigned char *b, uint32_t v)
 {
@@ -1408,19 +1525,23 @@ static int post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
     o->notif = b; /* kept with the op */
     o->notif_len = total;
+    o->amw = true;
+    o->amw_st = UCS_OK;
+    amw_number(o->amw_hdr, ++u->am_seq);
+    LIST_INSERT_HEAD(&u->acks, o, ack_link);
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_AM_SEND_FLAG_EAGER,
-        .cb.send = am_done,
+        .flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY,
+        .cb.send = amw_sent,
         .user_data = o,
     };
     u->in_ucx++;
-    ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, NULL, 0, b, total, &p);
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, sizeof(o->amw_hdr), b, total, &p);
     if (!UCS_PTR_IS_PTR(r))
-        op_finish(o, UCS_PTR_STATUS(r)); /* sent at once: nothing for progress to do */
-    else
-        kick(u);
+        amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its acknowledgement completes it */
+    kick(u);
     u->in_ucx--;
     return 1;
 }
@@ -1432,6 +1553,7 @@ static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, vo
     const unsigned char *b = data, *end = b + len;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped");
+        amw_ack(u, header, hlen, param, "it arrived by rendezvous");
         return UCS_OK;
     }
     char from[256] = "?";
@@ -1486,11 +1608,13 @@ static ucs_status_t am_recv_write(void *arg, const void *header, size_t hlen, vo
         at += l;
     }
     u->hit = true;
+    amw_ack(u, header, hlen, param, NULL); /* every byte is in place */
     nxlt_notif_recv(u->ctx, from, msg, ml);
     return UCS_OK;
 drop:
     nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
              "and its notification with it: %s", len, from, bad);
+    amw_ack(u, header, hlen, param, bad);
     return UCS_OK;
 }
 
@@ -2140,6 +2264,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->efd = -1;
     LIST_INIT(&u->conns);
     LIST_INIT(&u->ops);
+    LIST_INIT(&u->acks);
     LIST_INIT(&u->sides);
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
@@ -2233,6 +2358,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (st == UCS_OK) {
         ap.id = NXL_UCX_AM_REVOKE;
         ap.cb = am_recv_revoke;
+        st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    }
+    if (st == UCS_OK) {
+        ap.id = NXL_UCX_AM_WRITE_ACK;
+        ap.cb = am_recv_ack;
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
     struct event_base *base = nxlt_base(ctx);

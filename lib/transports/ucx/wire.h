@@ -27,6 +27,7 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_HDR 9
 #define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
 #define CI_CMA 0x02      /* version 2: the peer's identity for cross-memory attach follows */
+#define CI_AM_ACK 0x04   /* ... and acknowledges those that ask, once copied (or dropped) */
 #define CI_CMA_LEN 52
 
 /* A peer's identity for cross-memory attach: same host (boot id), same pid
