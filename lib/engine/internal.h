@@ -331,6 +331,8 @@ uint64_t nxli_now_us(void);
 char *nxli_b64_encode(const void *buf, size_t len);
 /* @return malloc'd bytes, NULL when not valid base64 */
 void *nxli_b64_decode(const char *s, size_t *len);
+/* NULL, or why @p buf holds a byte JSON forbids raw (md.c) */
+const char *nxli_json_bad_control(const void *buf, size_t len, size_t *at);
 
 /* future.c */
 nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg);

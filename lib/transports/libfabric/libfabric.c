@@ -523,6 +523,40 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     return NXL_SUCCESS;
 }
 
+/* NULL when a peer's endpoint name of @p nl bytes holds what fi_av_insert()
+ * reads of an address in this agent's format, which it takes without a
+ * length: a string's NUL, a socket address of its family's size, and for
+ * the other formats (fixed-size, and the peer's provider and format are
+ * this agent's) as many bytes as this agent's own name; else what is wrong */
+static const char *name_short(const lf_t *u, const unsigned char *name, size_t nl)
+{
+    size_t need;
+    switch (u->addr_format) {
+    case FI_ADDR_STR:
+        return memchr(name, 0, nl) ? NULL : "an address string without its NUL";
+    case FI_SOCKADDR_IN:
+        need = sizeof(struct sockaddr_in);
+        break;
+    case FI_SOCKADDR_IN6:
+        need = sizeof(struct sockaddr_in6);
+        break;
+    case FI_SOCKADDR: {
+        sa_family_t fam;
+        if (nl < sizeof(fam))
+            return "a socket address shorter than its family";
+        memcpy(&fam, name + offsetof(struct sockaddr, sa_family), sizeof(fam));
+        need = fam == AF_INET ? sizeof(struct sockaddr_in)
+               : fam == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                 : u->name_len;
+        break;
+    }
+    default:
+        need = u->name_len;
+        break;
+    }
+    return nl < need ? "an endpoint name shorter than an address of its format" : NULL;
+}
+
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
                               void **out)
 {
@@ -542,6 +576,12 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     }
     const unsigned char *name = ci.name;
     uint16_t nl = ci.name_len;
+    const char *why = name_short(u, name, nl);
+    if (why) {
+        nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
+                   "(%s: %u bytes, this agent's own is %zu)", agent, why, nl, u->name_len);
+        return NXL_ERR_MISMATCH;
+    }
     lf_conn_t *c = calloc(1, sizeof(*c));
     if (!c || !(c->name = strdup(agent))) {
         free(c);

@@ -846,11 +846,20 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
                    "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
     }
-    ucx_conn_t *c = calloc(1, sizeof(*c));
+    /* UCX unpacks its worker address without a length either: it gets a
+     * copy followed by UCX_ADDR_PAD bytes of 0xff, where an address cut
+     * short reads "no more devices" (0xff is UCX's null resource, and every
+     * length, flag and "last" bit set) before it leaves the copy. A forged
+     * address is still UCX's to parse (README "Trust"). */
+    unsigned char *addr = malloc(len + UCX_ADDR_PAD);
+    ucx_conn_t *c = addr ? calloc(1, sizeof(*c)) : NULL;
     if (!c || !(c->name = strdup(agent))) {
         free(c);
+        free(addr);
         return NXL_ERR_UNKNOWN;
     }
+    memcpy(addr, info, len);
+    memset(addr + len, 0xff, UCX_ADDR_PAD);
     c->am_write = flags & CI_AM_WRITE;
     c->u = u;
     c->refs = 1;
@@ -1105,10 +1114,24 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
 {
     ucx_t *u = state;
     ucx_conn_t *c = conn;
+    /* UCX takes no length: check what it will read, and give it a padded
+     * copy (wire.h) */
+    if (!ucx_rkey_need(buf, len)) {
+        nxlt_error(u->ctx, "UCX: a memory key of agent '%s' is malformed: %zu bytes, fewer "
+                   "than the UCX key they begin says it holds (cut short or corrupt "
+                   "metadata)", c->name, len);
+        return NXL_ERR_MISMATCH;
+    }
     ucx_rkey_t *k = calloc(1, sizeof(*k));
-    if (!k)
+    unsigned char *copy = k ? malloc(len + UCX_RKEY_PAD) : NULL;
+    if (!copy) {
+        free(k);
         return NXL_ERR_UNKNOWN;
-    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, buf, &k->rk);
+    }
+    memcpy(copy, buf, len);
+    memset(copy + len, 0xff, UCX_RKEY_PAD);
+    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, copy, &k->rk);
+    free(copy);
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_rkey_unpack of a key of agent '%s' failed: %s", c->name,
                    ucs_status_string(st));
