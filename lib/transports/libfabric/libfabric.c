@@ -2509,11 +2509,34 @@ static const char *describe(void *state)
     return ((lf_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+static const nxl_param_info_t lf_params[] = {
+    {"provider", NULL, "libfabric provider (\"tcp;ofi_rxm\" when present, \"shm\", \"sockets\", "
+     "\"verbs;ofi_rxm\", \"efa\"); FI_PROVIDER too"},
+    {"domain", NULL, "a domain by name (lo, eth0 for the TCP providers; a device for RDMA ones)"},
+    {"iface", NULL, "a network interface: the domain named after it, or whose source address is "
+     "one of its addresses"},
+    {"stall_timeout", "10s", "give a peer up when none of its operations completed for this long "
+     "(\"500ms\", \"0\" never)"},
+    {"progress", "auto", "auto (the CQ's wait fd where it works, else a timer), fd, timer"},
+    {"poll_max", NULL, "timer progress: longest idle sleep (1s with the doorbell, else 250ms)"},
+    {"delivery_complete", "auto", "auto (yes where offered, except shm), yes, no"},
+    {"am_write_max", PSTR(AMW_DEFAULT), "WRITEs with a notification up to this many bytes (and "
+     "64 elements) go as one message (on shm, when not given, also within its inject size; "
+     "\"0\" off)"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "LIBFABRIC",
     .mem_mask = 1u << NXL_DRAM,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+            NXLT_CAP_PARAMS,
+    .params = lf_params,
+    .nparams = sizeof(lf_params) / sizeof(*lf_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

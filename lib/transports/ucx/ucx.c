@@ -867,13 +867,14 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     ucp_ep_params_t ep = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = info,
+        .address = (const ucp_address_t *)addr,
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
     };
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
     u->in_ucx--;
+    free(addr); /* UCX keeps nothing of it past ucp_ep_create */
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_create to agent '%s' failed: %s (no UCX transport of "
                    "this agent reaches it: check UCX_TLS / UCX_NET_DEVICES on both sides)",
@@ -2458,12 +2459,40 @@ static const char *describe(void *state)
     return ((ucx_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+_Static_assert(CMA_CHUNK_DEFAULT == 1048576, "ucx_params says cma_chunk=1048576");
+static const nxl_param_info_t ucx_params[] = {
+    {"tls", NULL, "UCX transports, as UCX_TLS (\"shm,self\", \"tcp\"); not given: UCX_TLS or all"},
+    {"devices", NULL, "network devices, as UCX_NET_DEVICES; not given: UCX_NET_DEVICES or all"},
+    {"keepalive", "1s", "keepalive interval, as UCX_KEEPALIVE_INTERVAL"},
+    {"shm_error_handling", "y",
+     "y: set UCX_POSIX_ERROR_HANDLING and UCX_SYSV_ERROR_HANDLING (shared memory with peer "
+     "error handling); anything else leaves them alone"},
+    {"shm_fifo_size", SHM_FIFO_DEFAULT,
+     "shared-memory receive FIFO elements, a power of two (UCX_POSIX/SYSV_FIFO_SIZE; when not "
+     "given, those set in the environment win); \"ucx\": UCX's own (64)"},
+    {"stall_timeout", "10s", "give a peer up when none of its transfers completed for this long "
+     "(\"500ms\", \"0\" never)"},
+    {"am_write_max", PSTR(AM_WRITE_MAX_DEFAULT),
+     "WRITEs with a notification up to this many bytes go as one message (\"0\" off)"},
+    {"cma", "auto", "cross-memory attach to peers on this host: auto (when tls includes shared "
+     "memory), on, off"},
+    {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},
+    {"cma_max", "0", "transfers of more bytes go through UCX instead of cross-memory attach "
+     "(0: no limit)"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "UCX",
     .mem_mask = UCX_MEM_MASK,
     .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
-            NXLT_CAP_ANY_THREAD,
+            NXLT_CAP_ANY_THREAD | NXLT_CAP_PARAMS,
+    .params = ucx_params,
+    .nparams = sizeof(ucx_params) / sizeof(*ucx_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,
