@@ -561,8 +561,10 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
  * partial (so that loading a peer's metadata again, after its link
  * failed, reconnects). Nothing changes on failure.
  * @param [out] name_out  the remote agent's name (may be NULL)
- * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed, unknown version, its
- *         name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are
+ * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed: also a raw control
+ *         character or an escaped NUL, which would cut a string short, or a
+ *         transport's key or connection info shorter than it needs; unknown
+ *         version, its name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are
  *         known); NXL_ERR_BACKEND (a transport refused its part).
  */
 NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
