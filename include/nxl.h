@@ -392,6 +392,68 @@ typedef struct nxl_plugin_info {
  */
 NXL_API size_t nxl_plugins_available(nxl_plugin_info_t *out, size_t cap);
 
+/** One parameter a transport takes in nxl_backend_create(). */
+typedef struct nxl_param_info {
+    const char *key;  /**< "am_write_max" */
+    const char *def;  /**< the default as a value the transport takes ("8192"); NULL when
+                           there is none or it is chosen at creation (see doc) */
+    const char *doc;  /**< one line: what it sets, the values it takes */
+} nxl_param_info_t;
+
+/**
+ * More of one transport than nxl_plugin_info_t holds: nxl_plugin_detail().
+ * The leading @c size lets later versions append fields.
+ */
+typedef struct nxl_plugin_detail {
+    size_t size;                    /**< set by the caller: sizeof(nxl_plugin_detail_t) */
+    uint32_t caps;                  /**< the NXLT_CAP_* bits of <nxl/transport.h> */
+    const char *module;             /**< the module file it comes (or failed to come) from;
+                                         NULL: built into libnxl, or not built */
+    const nxl_param_info_t *params; /**< what nxl_backend_create() takes, as the transport
+                                         itself lists it (it refuses other keys); NULL when
+                                         it lists none (a module of an older libnxl) */
+    size_t nparams;
+} nxl_plugin_detail_t;
+
+/**
+ * Describes the transport @p name as this process finds it (the list of
+ * nxl_plugins_available()): its capabilities, its module file, and the
+ * parameters it takes with their defaults, from the transport's own table
+ * — the same one nxl_backend_create() checks keys against. Pointers stay
+ * valid for the life of the process. Thread-safe.
+ * @param [in]  name  a name nxl_plugins_available() lists ("UCX"; any case)
+ * @param [out] out   @c out->size set by the caller; fields past it are not written
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (no transport of that name: not
+ *         even configure knows it); NXL_ERR_INVALID_PARAM (@p out or
+ *         @p name NULL, or @c out->size 0). A transport that is known but
+ *         cannot be used here is described as far as it is known (no
+ *         capabilities or parameters without its table).
+ */
+NXL_API nxl_status_t nxl_plugin_detail(const char *name, nxl_plugin_detail_t *out);
+
+/**
+ * What this libnxl was built with: nxl_build_info(). The leading @c size
+ * lets later versions append fields. Strings are the library's own.
+ */
+typedef struct nxl_build_info {
+    size_t size;              /**< set by the caller: sizeof(nxl_build_info_t) */
+    const char *version;      /**< nxl_version() */
+    const char *options;      /**< configure's choices: "debug=no auth=yes tls=yes etcd=yes" */
+    const char *transports;   /**< how configure built each transport it knows:
+                                   "UCX=built-in LIBFABRIC=module CUDA=no ..." */
+    const char *module_dirs;  /**< the folders searched for transport modules, in order,
+                                   colon-separated: those of NXL_PLUGIN_DIR (as this process
+                                   read it), then the install folder */
+    unsigned transport_abi;   /**< NXLT_ABI_VERSION of this libnxl (names the module folder) */
+} nxl_build_info_t;
+
+/**
+ * Describes this build of libnxl (what a bug report should quote, with
+ * nxl_plugins_available()); the nxl_info program prints it. Thread-safe.
+ * @param [out] info  @c info->size set by the caller; fields past it are not written
+ */
+NXL_API void nxl_build_info(nxl_build_info_t *info);
+
 /**
  * Creates a transport in the agent. Creation order is preference order.
  * @param [in]  name    "UCX", ...
@@ -505,8 +567,10 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
  * partial (so that loading a peer's metadata again, after its link
  * failed, reconnects). Nothing changes on failure.
  * @param [out] name_out  the remote agent's name (may be NULL)
- * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed, unknown version, its
- *         name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are
+ * @return NXL_SUCCESS; NXL_ERR_MISMATCH (malformed: also a raw control
+ *         character or an escaped NUL, which would cut a string short, or a
+ *         transport's key or connection info shorter than it needs; unknown
+ *         version, its name is ours); NXL_ERR_NOT_ALLOWED (a new agent while max_peers are
  *         known); NXL_ERR_BACKEND (a transport refused its part).
  */
 NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,

@@ -6,8 +6,10 @@
  * it knew before stays intact. */
 #define _GNU_SOURCE
 #include "testlib.h"
+#include "b64.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 
@@ -807,6 +809,129 @@ START_TEST(t_overlapping_regions)
 }
 END_TEST
 
+/* A copy of the blob text s with byte c put at offset `at`: over the byte
+ * there, or (insert) before it; *n is the copy's length. */
+static char *poke(const char *s, size_t at, int c, bool insert, size_t *n)
+{
+    size_t l = strlen(s);
+    char *b = malloc(l + 2);
+    memcpy(b, s, at);
+    b[at] = (char)c;
+    memcpy(b + at + 1, s + at + !insert, l - at - !insert + 1);
+    *n = l + insert;
+    return b;
+}
+
+/* s with byte c put where `in` (a piece of s) starts, plus `off`: refused
+ * with a sentence that says why */
+static void refuse_poked(const char *s, const char *in, size_t off, int c, bool insert,
+                         const char *what)
+{
+    const char *at = strstr(s, in);
+    ck_assert_msg(at, "%s: '%s' not in the blob", what, in);
+    size_t n;
+    char *b = poke(s, (size_t)(at - s) + off, c, insert, &n);
+    refuse(b, n, what);
+    ck_assert_msg(strstr(refusal, "control character") || strstr(refusal, "NUL"),
+                  "%s: the sentence does not say what: %s", what, refusal);
+    free(b);
+}
+
+/* RFC 8259: control characters only escaped inside strings, only tab, LF
+ * and CR between tokens. cJSON ends a string at a raw NUL and skips any
+ * control character as white space, so these loaded, cut short: an
+ * address missing digits, a key of a few bytes that UCX then read past. */
+START_TEST(t_control_chars)
+{
+    char *b = r1_with(NULL, NULL, NULL, NULL, NULL);
+    /* inside R1's address digits: a NUL over a digit, a NUL added, a 0x01 */
+    char *qa = fmt("\"%s\"", R1ADDR);
+    refuse_poked(b, qa, 5, 0, false, "NUL over an address digit");
+    refuse_poked(b, qa, 5, 0, true, "NUL among the address digits");
+    refuse_poked(b, qa, 5, 1, false, "0x01 over an address digit");
+    /* inside the base64 key, after 8 characters: a key cut to 6 bytes */
+    const char *k = strstr(R1KEYS, "\"UCX\":\"");
+    ck_assert_ptr_nonnull(k);
+    char *key = cut(k + 7, strchr(k + 7, '"'));
+    refuse_poked(b, key, 8, 0, false, "NUL over a character of the UCX key");
+    refuse_poked(b, key, 8, 0, true, "NUL in the UCX key");
+    refuse_poked(b, key, 8, '\n', true, "LF in the UCX key");
+    /* the agent's name, the type, a field name */
+    refuse_poked(b, "\"A\"", 2, 0, true, "NUL at the end of the agent's name");
+    refuse_poked(b, "\"DRAM\"", 2, 0, false, "NUL in the memory type");
+    refuse_poked(b, "\"DRAM\"", 2, '\t', true, "tab inside a string");
+    refuse_poked(b, "\"addr\"", 3, 0, true, "NUL in a field name");
+    /* between tokens: only tab, LF, CR */
+    refuse_poked(b, ",", 1, 0, true, "NUL after a comma");
+    refuse_poked(b, "\"regions\"", 0, 0x1f, true, "0x1f before a field");
+    refuse_poked(b, ":", 0, 0x0b, true, "vertical tab before a colon");
+    /* escaped: a control character is fine JSON, but a NUL cuts the string */
+    char *na = fmt("\"%.4s\\u0000%s\"", R1ADDR, R1ADDR + 4);
+    refuse_s(r1_with(NULL, NULL, na, NULL, NULL), "escaped NUL in the address");
+    free(na);
+    refuse_s(mkblob("1", "\"A\\u0000B\"", "false", CONN, REGS), "escaped NUL in the name");
+    /* a backslash escaping a raw control character */
+    refuse_s(mkblob("1", "\"A\\\x01\"", "false", CONN, REGS), "a backslash escaping 0x01");
+    /* controls: white space between tokens, a final NUL, an escaped letter */
+    char *ws = fmt("\t{\r\n\"nxl\" :\t1,\"agent\":\"A\",\"conn\":%s,\"regions\":%s}\r\n", CONN,
+                   REGS);
+    ck_assert_msg(nxl_md_load(B, ws, strlen(ws) + 1, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(B));
+    free(ws);
+    assert_intact("white space and a final NUL");
+    char *esc = mkblob("1", "\"\\u0041\"", "false", CONN, REGS); /* "A" escaped */
+    ck_assert_msg(nxl_md_load(B, esc, strlen(esc), NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(B));
+    free(esc);
+    assert_intact("an escaped letter");
+    free(key);
+    free(qa);
+    free(b);
+}
+END_TEST
+
+/* A key cut short (here without any NUL: a shorter base64 string) is
+ * refused by the transport before UCX reads it: UCX's rkey unpacking takes
+ * no length and read past the decoded bytes. Every prefix up to two bytes
+ * short (UCX 1.20+ packs one optional byte at the end) is refused. */
+START_TEST(t_key_cut_short)
+{
+    const char *k = strstr(R1KEYS, "\"UCX\":\"");
+    ck_assert_ptr_nonnull(k);
+    const char *ke = strchr(k + 7, '"');
+    size_t kl;
+    unsigned char *key = tb64_decode(k + 7, (size_t)(ke - k - 7), &kl);
+    ck_assert_uint_ge(kl, 10); /* md_map, memory type, one size byte at least */
+    for (size_t n = 1; n + 2 <= kl; n++) {
+        char *enc = tb64_encode(key, n);
+        char *keys = fmt("{\"UCX\":\"%s\"}", enc);
+        char what[64];
+        snprintf(what, sizeof(what), "UCX key cut to %zu of %zu bytes", n, kl);
+        char *blob = r1_with(NULL, NULL, NULL, NULL, keys);
+        nxl_md_invalidate(B, "zzz");
+        nxl_status_t st = nxl_md_load(B, blob, strlen(blob), NULL, 0);
+        ck_assert_msg(st == NXL_ERR_MISMATCH, "%s: nxl_md_load gave %s (%s)", what,
+                      nxl_status_name(st), nxl_agent_last_error(B));
+        ck_sentence(nxl_agent_last_error(B), "UCX");
+        assert_intact(what);
+        free(blob);
+        free(keys);
+        free(enc);
+    }
+    /* the whole key still loads */
+    char *enc = tb64_encode(key, kl);
+    char *keys = fmt("{\"UCX\":\"%s\"}", enc);
+    char *blob = r1_with(NULL, NULL, NULL, NULL, keys);
+    ck_assert_msg(nxl_md_load(B, blob, strlen(blob), NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(B));
+    ck_assert_int_eq(bprep(R1, R1L), NXL_SUCCESS);
+    free(blob);
+    free(keys);
+    free(enc);
+    free(key);
+}
+END_TEST
+
 /* After all the refusals the agent still does its work. */
 START_TEST(t_still_works)
 {
@@ -853,6 +978,8 @@ int main(void)
     tcase_add_test(tb, t_names_self);
     tcase_add_test(tb, t_bad_base64);
     tcase_add_test(tb, t_overlapping_regions);
+    tcase_add_test(tb, t_control_chars);
+    tcase_add_test(tb, t_key_cut_short);
     tcase_add_test(tb, t_still_works);
     suite_add_tcase(s, tb);
     return tl_run(s);

@@ -76,6 +76,13 @@ extern "C" {
  * Without it, the agent hands every call to the reactor thread.
  */
 #define NXLT_CAP_ANY_THREAD (1u << 4)
+/**
+ * The table ends with @c params and @c nparams (appended within ABI 2: the
+ * engine reads them only from a table with this bit, so a module built
+ * before them still loads, and a table with them loads into an older
+ * libnxl, which ignores them).
+ */
+#define NXLT_CAP_PARAMS (1u << 5)
 
 /** What the engine gives a transport instance. */
 typedef struct nxlt_ctx nxlt_ctx_t;
@@ -175,6 +182,16 @@ typedef struct nxlt_ops {
      * provider checks keys at the target needs nothing here.
      */
     void (*revoke)(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md);
+    /**
+     * With NXLT_CAP_PARAMS: every parameter create() takes, with its
+     * default and a line of documentation. The engine refuses any other key
+     * before create() is called, and nxl_plugin_detail() (the nxl_info
+     * program) lists them: a key create() reads must be here. A default is
+     * written as a value create() takes, or NULL (chosen at creation: the
+     * line says how).
+     */
+    const nxl_param_info_t *params;
+    size_t nparams;
 } nxlt_ops_t;
 
 /* ---- what the engine offers a transport ---- */

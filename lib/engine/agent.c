@@ -459,6 +459,23 @@ nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name, const nxl_para
                      i);
             return NXL_ERR_INVALID_PARAM;
         }
+    /* the transport's own table, when it has one, is the list of keys */
+    size_t nknown;
+    const nxl_param_info_t *known = nxli_ops_params(ops, &nknown);
+    for (size_t i = 0; known && i < nparams; i++) {
+        size_t k = 0;
+        while (k < nknown && strcmp(known[k].key, params[i].key))
+            k++;
+        if (k < nknown)
+            continue;
+        char list[400] = "";
+        for (k = 0; k < nknown; k++)
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "",
+                     known[k].key);
+        nxli_err(a, "nxl_backend_create(%s): unknown parameter '%s' (%s takes: %s; `nxl_info -v` "
+                    "lists them with their defaults)", ops->name, params[i].key, ops->name, list);
+        return NXL_ERR_INVALID_PARAM;
+    }
     nxl_backend_t *b = calloc(1, sizeof(*b));
     if (!b) {
         nxli_err(a, "nxl_backend_create: out of memory");

@@ -123,6 +123,12 @@ int nxli_etcd_parse(nxli_etcd_kind_t kind, const char *buf, size_t len, nxli_etc
                     char *why, size_t cap)
 {
     memset(r, 0, sizeof(*r));
+    size_t at;
+    const char *bad = nxli_json_bad_control(buf, len, &at);
+    if (bad) {
+        snprintf(why, cap, "an answer that is not valid JSON: %s (offset %zu)", bad, at);
+        return -1;
+    }
     cJSON *j = len ? cJSON_ParseWithLength(buf, len) : NULL;
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);

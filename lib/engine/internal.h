@@ -331,6 +331,8 @@ uint64_t nxli_now_us(void);
 char *nxli_b64_encode(const void *buf, size_t len);
 /* @return malloc'd bytes, NULL when not valid base64 */
 void *nxli_b64_decode(const char *s, size_t *len);
+/* NULL, or why @p buf holds a byte JSON forbids raw (md.c) */
+const char *nxli_json_bad_control(const void *buf, size_t len, size_t *at);
 
 /* future.c */
 nxl_future_t *nxli_future_new(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg);
@@ -507,6 +509,12 @@ typedef struct nxli_transport {
 const nxli_transport_t *nxli_transports(size_t *n);
 /* The folders searched for modules, for sentences. */
 const char *nxli_transports_searched(void);
+/* The transport's parameter table (NXLT_CAP_PARAMS), or NULL with *n 0. */
+static inline const nxl_param_info_t *nxli_ops_params(const nxlt_ops_t *ops, size_t *n)
+{
+    *n = ops && (ops->caps & NXLT_CAP_PARAMS) && ops->params ? ops->nparams : 0;
+    return *n ? ops->params : NULL;
+}
 /* relay.c: notifications of transfers over transports that carry none,
  * sent by the engine through another transport once the data landed */
 nxl_backend_t *nxli_relay_backend(nxl_agent_t *a, const nxl_backend_t *data,

@@ -438,6 +438,48 @@ static int rr_sort(const void *pa, const void *pb)
     return rcmp(x->type, x->dev, x->addr, y);
 }
 
+/* RFC 8259: a control character (U+0000..U+001F) appears inside a string
+ * only escaped, and between tokens only as white space (tab, LF, CR). cJSON
+ * 1.7 takes a raw NUL as the end of a string's value and every control
+ * character as white space, so a string with a NUL in it would load cut
+ * short — an address with digits missing, a key of a few bytes that a
+ * transport library then reads past. Such bytes are refused before cJSON
+ * parses. An escaped NUL (\u0000) is valid JSON, but no field of nxl
+ * metadata can hold one and cJSON would cut the string there: refused too.
+ * One final NUL after the JSON text (a C string passed with its terminator)
+ * is not part of it. Returns NULL, or what is wrong with *at set to its
+ * offset. (etcd.c checks etcd's answers with it too.) */
+const char *nxli_json_bad_control(const void *buf, size_t len, size_t *at)
+{
+    const unsigned char *s = buf;
+    if (len && !s[len - 1])
+        len--;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s[i];
+        *at = i;
+        if (!in_str) {
+            if (c == '"')
+                in_str = true;
+            else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+                return "a raw control character between its tokens";
+        } else if (c == '"') {
+            in_str = false;
+        } else if (c < 0x20) {
+            return "a raw control character inside a string (JSON allows them only escaped)";
+        } else if (c == '\\' && i + 1 < len) {
+            if (s[i + 1] < 0x20) {
+                *at = i + 1;
+                return "a raw control character inside a string (JSON allows them only escaped)";
+            }
+            if (i + 5 < len && s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4))
+                return "an escaped NUL (\\u0000) inside a string, which no metadata field holds";
+            i++; /* the escaped character */
+        }
+    }
+    return NULL;
+}
+
 static bool same_conn(nxl_agent_t *a, const nxli_remote_t *old, void *const *ci,
                       const size_t *cl)
 {
@@ -476,6 +518,11 @@ static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t l
         BAD("empty metadata blob");
     if (len > NXLI_MD_MAX_BYTES)
         BAD("metadata blob of %zu bytes exceeds the %u-byte limit", len, NXLI_MD_MAX_BYTES);
+    size_t bad_at;
+    const char *bad = nxli_json_bad_control(blob, len, &bad_at);
+    if (bad)
+        BAD("metadata is not valid JSON: %s (byte 0x%02x at offset %zu of %zu)", bad,
+            ((const unsigned char *)blob)[bad_at], bad_at, len);
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(blob, len, &end, false);
     if (!root)

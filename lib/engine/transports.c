@@ -65,6 +65,7 @@ static nxli_transport_t tab[MAX_TRANSPORTS];
 static size_t ntab;
 static char names[MAX_TRANSPORTS][40];  /* names of modules that could not be used */
 static char searched[1024];             /* the folders searched, for sentences */
+static char mdirs[1024];                /* the same, colon-separated (nxl_build_info) */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const struct configured *configured_find(const char *id)
@@ -254,6 +255,7 @@ static void load_once(void)
         for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
             scan_dir(d);
             snprintf(searched + strlen(searched), sizeof(searched) - strlen(searched), "%s, ", d);
+            snprintf(mdirs + strlen(mdirs), sizeof(mdirs) - strlen(mdirs), "%s:", d);
         }
         free(dirs);
     }
@@ -261,6 +263,9 @@ static void load_once(void)
         scan_dir(NXL_MODULE_DIR);
     snprintf(searched + strlen(searched), sizeof(searched) - strlen(searched), "%s",
              NXL_MODULE_DIR[0] ? NXL_MODULE_DIR : "(no install folder)");
+    snprintf(mdirs + strlen(mdirs), sizeof(mdirs) - strlen(mdirs), "%s", NXL_MODULE_DIR);
+    if (mdirs[0] && mdirs[strlen(mdirs) - 1] == ':')
+        mdirs[strlen(mdirs) - 1] = 0;
 
     /* modules in the order configure lists transports (its preference), then the others */
     size_t first = 0;
@@ -303,4 +308,74 @@ const char *nxli_transports_searched(void)
 {
     pthread_once(&once, load_once);
     return searched;
+}
+
+nxl_status_t nxl_plugin_detail(const char *name, nxl_plugin_detail_t *out)
+{
+    if (!name || !out || !out->size)
+        return NXL_ERR_INVALID_PARAM;
+    size_t n;
+    const nxli_transport_t *t = nxli_transports(&n), *found = NULL;
+    for (size_t i = 0; i < n && !found; i++)
+        if (!strcasecmp(t[i].name, name))
+            found = &t[i];
+    if (!found)
+        return NXL_ERR_NOT_FOUND;
+    nxl_plugin_detail_t d = {.size = out->size};
+    if (found->ops) {
+        d.caps = found->ops->caps;
+        d.params = nxli_ops_params(found->ops, &d.nparams);
+    }
+    d.module = found->path;
+    memcpy(out, &d, out->size < sizeof(d) ? out->size : sizeof(d));
+    return NXL_SUCCESS;
+}
+
+#ifdef NXL_DEBUG
+#define OPT_DEBUG "debug=yes"
+#else
+#define OPT_DEBUG "debug=no"
+#endif
+#ifdef NXL_HAVE_AUTH
+#define OPT_AUTH " auth=yes"
+#else
+#define OPT_AUTH " auth=no"
+#endif
+#ifdef NXL_HAVE_TLS
+#define OPT_TLS " tls=yes"
+#else
+#define OPT_TLS " tls=no"
+#endif
+#ifdef NXL_HAVE_ETCD
+#define OPT_ETCD " etcd=yes"
+#else
+#define OPT_ETCD " etcd=no"
+#endif
+
+static char built[512];
+
+static void built_once(void)
+{
+    for (const struct configured *c = configured; c->id; c++)
+        snprintf(built + strlen(built), sizeof(built) - strlen(built), "%s%s=%s",
+                 built[0] ? " " : "", c->name,
+                 c->state == BUILT_IN ? "built-in" : c->state == MODULE ? "module" : "no");
+}
+
+void nxl_build_info(nxl_build_info_t *info)
+{
+    static pthread_once_t built_done = PTHREAD_ONCE_INIT;
+    if (!info || !info->size)
+        return;
+    pthread_once(&once, load_once);
+    pthread_once(&built_done, built_once);
+    nxl_build_info_t b = {
+        .size = info->size,
+        .version = nxl_version(),
+        .options = OPT_DEBUG OPT_AUTH OPT_TLS OPT_ETCD,
+        .transports = built,
+        .module_dirs = mdirs,
+        .transport_abi = NXLT_ABI_VERSION,
+    };
+    memcpy(info, &b, info->size < sizeof(b) ? info->size : sizeof(b));
 }

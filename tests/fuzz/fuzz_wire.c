@@ -3,8 +3,9 @@
  * (connection info, memory keys) before handing anything to a transport
  * library — the same header-only parsers the transports call:
  *   UCX        the "nxlucx\0\1" header and flags, and version 2's
- *              cross-memory attach identity (the worker address and rkeys
- *              after it are UCX's to unpack, not fuzzed here)
+ *              cross-memory attach identity; the length check of a packed
+ *              rkey before UCX reads it (the worker address and the rkey's
+ *              contents are UCX's to unpack, not fuzzed here)
  *   LIBFABRIC  "LFC2" (and "LFC1") connection info, "LFK1" keys, and 'R'
  *              (a region revoked), a message peers send at run time
  *   CUDA       connection info, VRAM keys (region inside its allocation)
@@ -33,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *in = malloc(n ? n : 1);
     CHECK(in);
     memcpy(in, p, n);
-    switch (data[0] % 7) {
+    switch (data[0] % 8) {
     case 0: {
         unsigned flags;
         const void *addr;
@@ -118,6 +119,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(!memcmp(out, in, n));
             free(out);
         }
+        break;
+    }
+    case 7: {
+        /* what every UCX release reads of a packed rkey lies inside it */
+        size_t need = ucx_rkey_need(in, n);
+        CHECK(!need || (need >= UCX_RKEY_HDR && need <= n));
         break;
     }
     }

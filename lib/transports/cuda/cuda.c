@@ -1111,11 +1111,20 @@ static const char *describe(void *state)
     return ((cu_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists it */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+static const nxl_param_info_t cu_params[] = {
+    {"streams", PSTR(CU_DEF_STREAMS), "copy streams per device (1 to " PSTR(CU_MAX_STREAMS) ")"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_cuda_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "CUDA",
     .mem_mask = (1u << NXL_DRAM) | (1u << NXL_VRAM),
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS,
+    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_PARAMS,
+    .params = cu_params,
+    .nparams = sizeof(cu_params) / sizeof(*cu_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

@@ -1121,11 +1121,24 @@ static const char *describe(void *state)
     return ((gds_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+_Static_assert(GDS_DEF_CHUNK == 8388608, "gds_params says chunk=8388608");
+static const nxl_param_info_t gds_params[] = {
+    {"threads", PSTR(GDS_DEF_THREADS), "cuFile worker threads (1 to " PSTR(GDS_MAX_THREADS) ")"},
+    {"queue_depth", NULL, "I/Os in flight (1 to 4096); not given: twice threads"},
+    {"chunk", "8388608", "larger elements split into chunks of this many bytes (a multiple of 4096)"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "GDS",
     .mem_mask = (1u << NXL_VRAM) | (1u << NXL_FILE),
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS,
+    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_PARAMS,
+    .params = gds_params,
+    .nparams = sizeof(gds_params) / sizeof(*gds_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

@@ -527,6 +527,40 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     return NXL_SUCCESS;
 }
 
+/* NULL when a peer's endpoint name of @p nl bytes holds what fi_av_insert()
+ * reads of an address in this agent's format, which it takes without a
+ * length: a string's NUL, a socket address of its family's size, and for
+ * the other formats (fixed-size, and the peer's provider and format are
+ * this agent's) as many bytes as this agent's own name; else what is wrong */
+static const char *name_short(const lf_t *u, const unsigned char *name, size_t nl)
+{
+    size_t need;
+    switch (u->addr_format) {
+    case FI_ADDR_STR:
+        return memchr(name, 0, nl) ? NULL : "an address string without its NUL";
+    case FI_SOCKADDR_IN:
+        need = sizeof(struct sockaddr_in);
+        break;
+    case FI_SOCKADDR_IN6:
+        need = sizeof(struct sockaddr_in6);
+        break;
+    case FI_SOCKADDR: {
+        sa_family_t fam;
+        if (nl < sizeof(fam))
+            return "a socket address shorter than its family";
+        memcpy(&fam, name + offsetof(struct sockaddr, sa_family), sizeof(fam));
+        need = fam == AF_INET ? sizeof(struct sockaddr_in)
+               : fam == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                 : u->name_len;
+        break;
+    }
+    default:
+        need = u->name_len;
+        break;
+    }
+    return nl < need ? "an endpoint name shorter than an address of its format" : NULL;
+}
+
 static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
                               void **out)
 {
@@ -546,6 +580,12 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     }
     const unsigned char *name = ci.name;
     uint16_t nl = ci.name_len;
+    const char *why = name_short(u, name, nl);
+    if (why) {
+        nxlt_error(u->ctx, "LIBFABRIC: load_conn: the connection info of agent '%s' is malformed "
+                   "(%s: %u bytes, this agent's own is %zu)", agent, why, nl, u->name_len);
+        return NXL_ERR_MISMATCH;
+    }
     lf_conn_t *c = calloc(1, sizeof(*c));
     if (!c || !(c->name = strdup(agent))) {
         free(c);
@@ -2475,11 +2515,34 @@ static const char *describe(void *state)
     return ((lf_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+static const nxl_param_info_t lf_params[] = {
+    {"provider", NULL, "libfabric provider (\"tcp;ofi_rxm\" when present, \"shm\", \"sockets\", "
+     "\"verbs;ofi_rxm\", \"efa\"); FI_PROVIDER too"},
+    {"domain", NULL, "a domain by name (lo, eth0 for the TCP providers; a device for RDMA ones)"},
+    {"iface", NULL, "a network interface: the domain named after it, or whose source address is "
+     "one of its addresses"},
+    {"stall_timeout", "10s", "give a peer up when none of its operations completed for this long "
+     "(\"500ms\", \"0\" never)"},
+    {"progress", "auto", "auto (the CQ's wait fd where it works, else a timer), fd, timer"},
+    {"poll_max", NULL, "timer progress: longest idle sleep (1s with the doorbell, else 250ms)"},
+    {"delivery_complete", "auto", "auto (yes where offered, except shm), yes, no"},
+    {"am_write_max", PSTR(AMW_DEFAULT), "WRITEs with a notification up to this many bytes (and "
+     "64 elements) go as one message (on shm, when not given, also within its inject size; "
+     "\"0\" off)"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "LIBFABRIC",
     .mem_mask = 1u << NXL_DRAM,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+            NXLT_CAP_PARAMS,
+    .params = lf_params,
+    .nparams = sizeof(lf_params) / sizeof(*lf_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

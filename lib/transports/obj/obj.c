@@ -1738,9 +1738,39 @@ static nxl_status_t create_obj(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
     return create_api(ctx, params, n, out, OBJ_S3, "OBJ");
 }
 
+/* What create_api() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with its parsing) */
+_Static_assert(OBJ_DEF_CONNS == 16 && OBJ_DEF_PART == 8 << 20 && OBJ_DEF_THRESHOLD == 16 << 20 &&
+                   OBJ_DEF_RETRIES == 4,
+               "obj_params states the defaults");
+static const nxl_param_info_t obj_params[] = {
+    {"api", "s3", "s3 or azure (Azure Blob)"},
+    {"endpoint", NULL, "http:// or https:// URL of the server (S3: AWS_ENDPOINT_URL_S3, "
+     "AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com; Azure: the account's)"},
+    {"bucket", NULL, "S3 bucket or Azure container (it must exist; S3: AWS_DEFAULT_BUCKET)"},
+    {"container", NULL, "the same as bucket"},
+    {"region", NULL, "S3 SigV4 region (AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)"},
+    {"access_key", NULL, "S3 access key id (AWS_ACCESS_KEY_ID)"},
+    {"secret_key", NULL, "S3 secret key (AWS_SECRET_ACCESS_KEY)"},
+    {"session_token", NULL, "S3 session token (AWS_SESSION_TOKEN)"},
+    {"addressing", NULL, "path (the default with an endpoint) or virtual (the default for AWS)"},
+    {"max_connections", "16", "requests in flight at once (1 to 1024), the rest queued"},
+    {"part_size", "8M", "multipart part and ranged-GET size (64K to 5G)"},
+    {"multipart_threshold", "16M", "WRITEs larger than this are multipart (up to 5G)"},
+    {"ca_file", NULL, "CA certificates for https (AWS_CA_BUNDLE)"},
+    {"verify_tls", "1", "0 turns certificate checks off (test servers only)"},
+    {"retries", "4", "attempts after the first for transient failures (0 to 20)"},
+    {"timeout_s", "30", "a request fails when no byte moved for this long (1 to 3600)"},
+    {"connect_timeout_ms", "3000", "connection timeout (1 to 600000)"},
+    {"connection_string", NULL, "Azure connection string (AZURE_STORAGE_CONNECTION_STRING)"},
+    {"account", NULL, "Azure storage account (AZURE_STORAGE_ACCOUNT)"},
+    {"account_key", NULL, "Azure account key, base64 (AZURE_STORAGE_KEY)"},
+};
+
 #define OBJ_OPS_COMMON                                                                             \
     .abi_version = NXLT_ABI_VERSION, .mem_mask = (1u << NXL_DRAM) | (1u << NXL_OBJ),               \
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS, .destroy = destroy, .reg = reg,                \
+    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_PARAMS, .params = obj_params,        \
+    .nparams = sizeof(obj_params) / sizeof(*obj_params), .destroy = destroy, .reg = reg,           \
     .dereg = dereg, .pack_key = pack_key, .conn_info = conn_info, .load_conn = load_conn,          \
     .load_key = load_key, .unload_key = unload_key, .unload_conn = unload_conn, .post = post,      \
     .notif_send = notif_send, .describe = describe, .query = query, .quiesce = quiesce

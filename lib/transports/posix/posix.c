@@ -826,11 +826,29 @@ static const char *describe(void *state)
     return ((px_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+_Static_assert(PX_DEF_DEPTH == 256 && PX_DEF_THREADS == 4 && PX_DEF_CHUNK == 1048576,
+               "px_params states the defaults");
+static const nxl_param_info_t px_params[] = {
+    {"engine", "auto", "auto (io_uring, else a pread/pwrite thread pool), uring, threads"},
+    {"direct", "0", "1: O_DIRECT for aligned I/O (buffer, offset, length multiples of 4096)"},
+    {"queue_depth", "256", "io_uring entries (1 to 32768)"},
+    {"threads", "4", "thread-pool size (1 to 64)"},
+    {"chunk", "1048576", "larger elements split into parallel chunks of this many bytes "
+     "(a multiple of 4096)"},
+    {"coop_taskrun", "1", "io_uring: 1 completions as cooperative task work, 0 an interrupt each"},
+    {"thp_collapse", "auto", "registered DRAM onto 2 MiB pages: auto (with direct=1), sync, "
+     "background, off"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "POSIX",
     .mem_mask = (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK),
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS,
+    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_PARAMS,
+    .params = px_params,
+    .nparams = sizeof(px_params) / sizeof(*px_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

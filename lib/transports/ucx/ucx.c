@@ -864,11 +864,20 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
                    "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
     }
-    ucx_conn_t *c = calloc(1, sizeof(*c));
+    /* UCX unpacks its worker address without a length either: it gets a
+     * copy followed by UCX_ADDR_PAD bytes of 0xff, where an address cut
+     * short reads "no more devices" (0xff is UCX's null resource, and every
+     * length, flag and "last" bit set) before it leaves the copy. A forged
+     * address is still UCX's to parse (README "Trust"). */
+    unsigned char *addr = malloc(len + UCX_ADDR_PAD);
+    ucx_conn_t *c = addr ? calloc(1, sizeof(*c)) : NULL;
     if (!c || !(c->name = strdup(agent))) {
         free(c);
+        free(addr);
         return NXL_ERR_UNKNOWN;
     }
+    memcpy(addr, info, len);
+    memset(addr + len, 0xff, UCX_ADDR_PAD);
     /* a peer that copies them but sends no acknowledgement (an older nxl)
      * would leave the WRITE complete before its bytes are there: not those */
     c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
@@ -878,13 +887,14 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     ucp_ep_params_t ep = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = info,
+        .address = (const ucp_address_t *)addr,
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
     };
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
     u->in_ucx--;
+    free(addr); /* UCX keeps nothing of it past ucp_ep_create */
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_create to agent '%s' failed: %s (no UCX transport of "
                    "this agent reaches it: check UCX_TLS / UCX_NET_DEVICES on both sides)",
@@ -1125,10 +1135,24 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
 {
     ucx_t *u = state;
     ucx_conn_t *c = conn;
+    /* UCX takes no length: check what it will read, and give it a padded
+     * copy (wire.h) */
+    if (!ucx_rkey_need(buf, len)) {
+        nxlt_error(u->ctx, "UCX: a memory key of agent '%s' is malformed: %zu bytes, fewer "
+                   "than the UCX key they begin says it holds (cut short or corrupt "
+                   "metadata)", c->name, len);
+        return NXL_ERR_MISMATCH;
+    }
     ucx_rkey_t *k = calloc(1, sizeof(*k));
-    if (!k)
+    unsigned char *copy = k ? malloc(len + UCX_RKEY_PAD) : NULL;
+    if (!copy) {
+        free(k);
         return NXL_ERR_UNKNOWN;
-    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, buf, &k->rk);
+    }
+    memcpy(copy, buf, len);
+    memset(copy + len, 0xff, UCX_RKEY_PAD);
+    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, copy, &k->rk);
+    free(copy);
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_rkey_unpack of a key of agent '%s' failed: %s", c->name,
                    ucs_status_string(st));
@@ -2565,12 +2589,40 @@ static const char *describe(void *state)
     return ((ucx_t *)state)->desc;
 }
 
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+_Static_assert(CMA_CHUNK_DEFAULT == 1048576, "ucx_params says cma_chunk=1048576");
+static const nxl_param_info_t ucx_params[] = {
+    {"tls", NULL, "UCX transports, as UCX_TLS (\"shm,self\", \"tcp\"); not given: UCX_TLS or all"},
+    {"devices", NULL, "network devices, as UCX_NET_DEVICES; not given: UCX_NET_DEVICES or all"},
+    {"keepalive", "1s", "keepalive interval, as UCX_KEEPALIVE_INTERVAL"},
+    {"shm_error_handling", "y",
+     "y: set UCX_POSIX_ERROR_HANDLING and UCX_SYSV_ERROR_HANDLING (shared memory with peer "
+     "error handling); anything else leaves them alone"},
+    {"shm_fifo_size", SHM_FIFO_DEFAULT,
+     "shared-memory receive FIFO elements, a power of two (UCX_POSIX/SYSV_FIFO_SIZE; when not "
+     "given, those set in the environment win); \"ucx\": UCX's own (64)"},
+    {"stall_timeout", "10s", "give a peer up when none of its transfers completed for this long "
+     "(\"500ms\", \"0\" never)"},
+    {"am_write_max", PSTR(AM_WRITE_MAX_DEFAULT),
+     "WRITEs with a notification up to this many bytes go as one message (\"0\" off)"},
+    {"cma", "auto", "cross-memory attach to peers on this host: auto (when tls includes shared "
+     "memory), on, off"},
+    {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},
+    {"cma_max", "0", "transfers of more bytes go through UCX instead of cross-memory attach "
+     "(0: no limit)"},
+};
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "UCX",
     .mem_mask = UCX_MEM_MASK,
     .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
-            NXLT_CAP_ANY_THREAD,
+            NXLT_CAP_ANY_THREAD | NXLT_CAP_PARAMS,
+    .params = ucx_params,
+    .nparams = sizeof(ucx_params) / sizeof(*ucx_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

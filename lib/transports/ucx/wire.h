@@ -119,4 +119,43 @@ static inline int ucx_ci_parse(const void *info, size_t len, unsigned *flags, uc
     return 0;
 }
 
+/* ---- UCX's packed remote keys
+ *
+ * ucp_ep_rkey_unpack() takes no length: it reads what the key says it
+ * holds. Every UCX release (1.13 to 1.22 checked) packs a key as
+ *
+ *   [u64 md_map][u8 memory type] then, for each bit of md_map, [u8 n][n bytes]
+ *
+ * and reads all of it; newer ones (1.20+) may then read a system-device
+ * byte, and after a known device a list of distances ended by 0xff, without
+ * a length either. So nxl checks the part every release reads — a key
+ * shorter than its md_map says is refused — and hands UCX a copy followed
+ * by UCX_RKEY_PAD bytes of 0xff: a device byte 0xff is "unknown" (nothing
+ * more is read), 0xff ends the distance list, and no UCT key is longer
+ * than 255 bytes (its size travels in one byte), so whatever UCX reads past
+ * the checked part stays inside the copy. */
+#define UCX_RKEY_HDR 9
+#define UCX_ADDR_PAD 4096 /* after a worker address: ucx.c load_conn */
+#define UCX_RKEY_PAD 256
+
+/* bytes of @p buf that every UCX release reads (the md_map's keys), or 0
+ * when @p len does not hold them */
+static inline size_t ucx_rkey_need(const void *buf, size_t len)
+{
+    const unsigned char *b = buf;
+    if (len < UCX_RKEY_HDR)
+        return 0;
+    uint64_t map;
+    memcpy(&map, b, 8); /* host order: UCX packs it as it stores it */
+    size_t at = UCX_RKEY_HDR;
+    for (; map; map &= map - 1) {
+        if (at >= len)
+            return 0;
+        at += 1 + (size_t)b[at];
+        if (at > len)
+            return 0;
+    }
+    return at;
+}
+
 #endif
