@@ -1231,6 +1231,35 @@ START_TEST(t_azure_stopped)
 }
 END_TEST
 
+START_TEST(t_azure_nxlbench)
+{
+    /* nxlbench's OBJ mode against Azure: api=azure and the connection
+     * string through --backend_params, both ways, every byte checked */
+    ck_assert(have_az);
+    if (access("bench/nxlbench", X_OK) != 0) {
+        fprintf(stderr, "check_obj: no bench/nxlbench in this build: not run\n");
+        return;
+    }
+    for (int op = 0; op < 2; op++) {
+        char cmd[1536];
+        snprintf(cmd, sizeof(cmd),
+                 "./bench/nxlbench --backend OBJ --target_seg_type OBJ --obj_bucket_name nxl "
+                 "--backend_params 'api=azure,connection_string=%s,timeout_s=20' --op_type %s "
+                 "--block_sizes 4K,1M --start_batch_size 4 --num_iter 2 --check_consistency "
+                 "--quiet > '%s/nxlbench-az.out' 2>&1",
+                 az_connstr, op ? "READ" : "WRITE", az.dir);
+        int rc = system(cmd);
+        snprintf(cmd, sizeof(cmd), "%s/nxlbench-az.out", az.dir);
+        size_t n;
+        char *out = slurp(cmd, &n);
+        ck_assert_msg(rc == 0 && out && strstr(out, "1048576      4") &&
+                          strstr(out, "Azure Blob at ") && strstr(out, az.endpoint),
+                      "nxlbench against azurite: %s", out ? out : "(no output)");
+        free(out);
+    }
+}
+END_TEST
+
 START_TEST(t_azure_connstr)
 {
     nxl_agent_config_t c;
@@ -1322,6 +1351,7 @@ int main(void)
     tcase_set_timeout(ta, 120);
     tcase_add_test(ta, t_azure);
     tcase_add_test(ta, t_azure_connstr);
+    tcase_add_test(ta, t_azure_nxlbench);
     suite_add_tcase(s, ta);
     /* servers that stop answering (CK_RUN_CASE=stopped runs these alone) */
     TCase *tp = tcase_create("stopped");

@@ -85,6 +85,34 @@ if "$B" --backend POSIX --target_seg_type FILE --spawn >"$T/pspawn.out" 2>&1 ||
     echo "FAIL posix_spawn: expected a refusal of --spawn"; cat "$T/pspawn.out"; fail=1
 fi
 
+# OBJ: --backend_params reach the transport (no server needed: a parameter it
+# refuses, and Azure against a port where nothing listens, not retried)
+if grep -q 'define NXL_HAVE_OBJ 1' "${builddir:-.}/config.h" 2>/dev/null; then
+    OBJ="--backend OBJ --target_seg_type OBJ --obj_bucket_name nxl --block_sizes 4K --quiet"
+    "$B" $OBJ --backend_params timeout_s=0 >"$T/obj_bad.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || ! grep -q 'timeout_s=0' "$T/obj_bad.out"; then
+        echo "FAIL obj_params: timeout_s=0 did not reach the OBJ transport (exit $rc):"; cat "$T/obj_bad.out"; fail=1
+    else
+        echo "ok   obj_params (refused: $(tail -1 "$T/obj_bad.out"))"
+    fi
+    if grep -q 'define NXL_HAVE_OBJ_AZURE 1' "${builddir:-.}/config.h"; then
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        cs="DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:$port/devstoreaccount1"
+        timeout 60 "$B" $OBJ --backend_params "api=azure,connection_string=$cs,retries=0,timeout_s=1" \
+            >"$T/obj_azure.out" 2>&1
+        rc=$?
+        if [ $rc -eq 0 ] || ! grep -q "azure://nxl/.*after 1 attempt.*127.0.0.1:$port" "$T/obj_azure.out"; then
+            echo "FAIL obj_azure: api=azure and retries=0 did not reach the transport (exit $rc):"
+            cat "$T/obj_azure.out"; fail=1
+        else
+            echo "ok   obj_azure"
+        fi
+    fi
+else
+    echo "skip obj: this build has no OBJ transport"
+fi
+
 # a clear refusal for memory types not supported yet
 if "$B" --spawn --initiator_seg_type VRAM >"$T/vram.out" 2>&1 || ! grep -q "not supported" "$T/vram.out"; then
     echo "FAIL vram: expected a refusal"; cat "$T/vram.out"; fail=1
