@@ -62,10 +62,11 @@ static void usage(FILE *f)
 "                            a VRAM initiator) with --backend CUDA; FILE with --backend GDS\n"
 "                            (its default); OBJ with --backend OBJ\n"
 "  --start_block_size N      first block size (default 4K; latency: 8)\n"
-"  --max_block_size N        last block size, doubling (default 64M; latency: 64K)\n"
+"  --max_block_size N        last block size, doubling (default 64M; latency: 64K; at\n"
+"                            least --start_block_size)\n"
 "  --block_sizes A,B,...     an explicit list instead of the doubling sweep\n"
 "  --start_batch_size N      descriptors per transfer, first (default 1)\n"
-"  --max_batch_size N        descriptors per transfer, last, doubling (default 1)\n"
+"  --max_batch_size N        descriptors per transfer, last, doubling (default: the first)\n"
 "                            (desc_rate: descriptors in its one transfer, default 16384)\n"
 "  --num_iter N              timed iterations per row (default 1000)\n"
 "  --warmup_iter N           untimed iterations first (default 100)\n"
@@ -504,6 +505,13 @@ void parse_args(int argc, char **argv)
             "--check_consistency (which needs the known pattern)");
     if (posix && !strcmp(O.tseg, "BLK") && O.num_files != 1)
         die("--target_seg_type BLK: one device, --num_files 1");
+    /* a first size or batch given alone: the last one follows it up (as
+     * desc_rate's batch does) instead of refusing a sweep that ends below
+     * where it starts */
+    if (O.set_start_bs && !O.set_max_bs && O.max_bs < O.start_bs)
+        O.max_bs = O.start_bs;
+    if (O.set_start_batch && !O.set_max_batch && O.max_batch < O.start_batch)
+        O.max_batch = O.start_batch;
     if (!O.start_bs || O.max_bs < O.start_bs)
         die("block sizes: need 0 < --start_block_size <= --max_block_size");
     if (O.max_batch < O.start_batch)
