@@ -142,7 +142,7 @@ struct obj {
     struct event *kick;      /* completes empty transfers on the next turn */
     /* statistics */
     uint64_t n_req, n_retry, n_xfer, n_conn;
-    char desc[256];
+    char desc[512];          /* endpoint and bucket as given: a long URL must fit */
 };
 
 /* azure.c */
