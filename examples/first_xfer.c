@@ -72,6 +72,17 @@ static nxl_agent_t *agent(const char *name, const char *transport)
 
 int main(int argc, char **argv)
 {
+    /* one argument, a transport's name; --help (or anything else starting
+     * with '-', or more arguments): the usage and the transports */
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+        int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        FILE *f = help ? stdout : stderr;
+        if (!help)
+            fprintf(f, "first_xfer: unexpected argument '%s'\n", argv[argc > 2 ? 2 : 1]);
+        fprintf(f, "usage: first_xfer [TRANSPORT]   (default UCX)\n");
+        list_transports(f);
+        return help ? 0 : 2;
+    }
     const char *transport = argc > 1 ? argv[1] : "UCX";
     nxl_agent_t *ini = agent("initiator", transport);
     nxl_agent_t *tgt = ini ? agent("target", transport) : NULL;
