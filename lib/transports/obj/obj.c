@@ -1082,6 +1082,7 @@ static int req_start(obj_t *o, obj_req_t *r)
     r->state = RQ_INFLIGHT;
     r->stalled = false;
     r->moved_us = nxlt_now_us();
+    r->moved_bytes = 0;
     o->inflight++;
     o->n_req++;
     return 0;
@@ -1186,15 +1187,29 @@ static void xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
     pump(o);
 }
 
-/* The request in flight that moved nothing for its bound, or NULL. */
+/* The request in flight that moved nothing for its bound, or NULL. What
+ * moved is what curl sent to and received from the socket (a body taken
+ * into curl's upload buffer in one piece may drain slowly), besides the
+ * callbacks' notes. */
 static obj_req_t *stalled_req(obj_t *o, uint64_t now)
 {
     obj_xop_t *x;
     obj_req_t *r;
     LIST_FOREACH(x, &o->xops, link)
     LIST_FOREACH(r, &x->reqs, xlink)
-    if (r->state == RQ_INFLIGHT && now - r->moved_us >= (uint64_t)obj_silence_s(o, r) * 1000000)
-        return r;
+    {
+        if (r->state != RQ_INFLIGHT)
+            continue;
+        curl_off_t up = 0, down = 0;
+        curl_easy_getinfo(r->easy, CURLINFO_SIZE_UPLOAD_T, &up);
+        curl_easy_getinfo(r->easy, CURLINFO_SIZE_DOWNLOAD_T, &down);
+        if ((int64_t)(up + down) != r->moved_bytes) {
+            r->moved_bytes = (int64_t)(up + down);
+            r->moved_us = now;
+        } else if (now - r->moved_us >= (uint64_t)obj_silence_s(o, r) * 1000000) {
+            return r;
+        }
+    }
     return NULL;
 }
 

@@ -89,6 +89,7 @@ typedef struct obj_req {
     char bad_why[200];
     unsigned attempts;
     uint64_t moved_us;       /* in flight: when it started or last moved a byte */
+    int64_t moved_bytes;     /* bytes curl had sent and received then */
     bool stalled;            /* taken out of curl after moving nothing for its bound */
     struct event *retry_ev;
     TAILQ_ENTRY(obj_req) qlink;
