@@ -30,10 +30,11 @@
  * (plus 1 s for the abort of a multipart upload).
  *
  * Cancel (NXLT_CAP_CANCEL_WAITS): a timer polls the transfers in flight
- * every OBJ_CANCEL_TICK_MS (and their requests for silence); a canceled one starts nothing more, has its GETs
- * and PUTs taken out of curl (which then no longer touches the buffers),
- * lets the parts of a multipart upload already on the wire finish, aborts
- * the upload, and completes once the abort answered. Teardown takes every
+ * every OBJ_CANCEL_TICK_MS (and their requests for silence); a canceled one
+ * starts nothing more, has its GETs and PUTs taken out of curl (which then
+ * no longer touches the buffers), lets the parts of a multipart upload
+ * already on the wire finish, aborts the upload, and completes once the
+ * abort answered. Teardown takes every
  * request out of curl at once and aborts open multipart uploads with short
  * blocking requests. No timer or event is armed while nothing is in
  * flight. */
@@ -1206,7 +1207,8 @@ static obj_req_t *stalled_req(obj_t *o, uint64_t now)
         if ((int64_t)(up + down) != r->moved_bytes) {
             r->moved_bytes = (int64_t)(up + down);
             r->moved_us = now;
-        } else if (now - r->moved_us >= (uint64_t)obj_silence_s(o, r) * 1000000) {
+        } else if (now > r->moved_us &&
+                   now - r->moved_us >= (uint64_t)obj_silence_s(o, r) * 1000000) {
             return r;
         }
     }
@@ -1225,9 +1227,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     /* silent requests: out of curl, failed as curl's timeout (not retried);
      * each may finish transfers and start requests, so the walk starts over */
-    uint64_t now = nxlt_now_us();
     obj_req_t *r;
-    while ((r = stalled_req(o, now))) {
+    while ((r = stalled_req(o, nxlt_now_us()))) {
         CURL *e = r->easy;
         nxlt_http_remove(o->http, e);
         r->stalled = true;
