@@ -41,6 +41,16 @@ static void on_notif(nxl_agent_t *a, const char *from, const void *note, size_t 
     notified = strcmp(buf, msg) == 0 ? 1 : -1;
 }
 
+/* every transport of this installation, whether it can be used, why not */
+static void list_transports(FILE *f)
+{
+    fprintf(f, "transports of this installation:\n");
+    nxl_plugin_info_t p[16];
+    size_t n = nxl_plugins_available(p, 16);
+    for (size_t i = 0; i < n && i < 16; i++)
+        fprintf(f, "  %-10s %s: %s\n", p[i].name, p[i].available ? "yes" : "no", p[i].reason);
+}
+
 /* 1. an agent with one transport; on failure, says why and what there is */
 static nxl_agent_t *agent(const char *name, const char *transport)
 {
@@ -54,17 +64,25 @@ static nxl_agent_t *agent(const char *name, const char *transport)
     }
     if (nxl_backend_create(a, transport, NULL, 0, NULL) == NXL_SUCCESS)
         return a;
-    fprintf(stderr, "%s: %s\ntransports of this installation:\n", name, nxl_agent_last_error(a));
-    nxl_plugin_info_t p[16];
-    size_t n = nxl_plugins_available(p, 16);
-    for (size_t i = 0; i < n && i < 16; i++)
-        fprintf(stderr, "  %-10s %s: %s\n", p[i].name, p[i].available ? "yes" : "no", p[i].reason);
+    fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(a));
+    list_transports(stderr);
     nxl_agent_destroy(a);
     return NULL;
 }
 
 int main(int argc, char **argv)
 {
+    /* one argument, a transport's name; --help (or anything else starting
+     * with '-', or more arguments): the usage and the transports */
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+        int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        FILE *f = help ? stdout : stderr;
+        if (!help)
+            fprintf(f, "first_xfer: unexpected argument '%s'\n", argv[argc > 2 ? 2 : 1]);
+        fprintf(f, "usage: first_xfer [TRANSPORT]   (default UCX)\n");
+        list_transports(f);
+        return help ? 0 : 2;
+    }
     const char *transport = argc > 1 ? argv[1] : "UCX";
     nxl_agent_t *ini = agent("initiator", transport);
     nxl_agent_t *tgt = ini ? agent("target", transport) : NULL;

@@ -83,7 +83,7 @@ static struct {
     long hits, misses, loads, evict_xfers, evicted_blocks, written_blocks, first_touch,
         modified;
     uint64_t bytes_checked;
-    char engine[200];
+    char engine[512]; /* the transport's own line, whole (GDS: 270 bytes and more) */
     bool vram;     /* the pool is GPU memory */
     char *stage;   /* --vram: a block on the host, to compute and check it */
 } K;

@@ -286,6 +286,17 @@ START_TEST(t_send_refused)
     ctr_t d = {0};
     ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", port, ctr_cb, &d, NULL), NXL_SUCCESS);
     ck_assert_int_eq(finish(&d), NXL_SUCCESS);
+    /* A refuses what it fetched (metadata of an agent named as itself): the
+     * sentence names the call made, nxl_md_fetch, then the load's reason */
+    nxl_agent_t *a2 = agent_on(base, "A", 1);
+    ctr_t e = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, NULL, "127.0.0.1", nxl_agent_listen_port(a2), ctr_cb, &e,
+                                  NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(finish(&e), NXL_ERR_MISMATCH);
+    ck_assert_msg(!strncmp(e.err, "nxl_md_fetch: ", 14), "%s", e.err);
+    settle();
+    nxl_agent_destroy(a2);
 }
 END_TEST
 

@@ -901,6 +901,8 @@ START_TEST(t_failed_calls)
     ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &ol, "A", NULL, &x), NXL_ERR_NOT_FOUND);
     ck_assert_ptr_null(x);
     ck_sentence(nxl_agent_last_error(A), "outside");
+    /* the sentences name the call made, not the ones it is made of */
+    ck_sentence(nxl_agent_last_error(A), "nxl_xfer_create: ");
     x = (nxl_xfer_t *)&x;
     ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &ll, "nobody", NULL, &x),
                      NXL_ERR_NOT_FOUND);
@@ -914,6 +916,7 @@ START_TEST(t_failed_calls)
     ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &bl, "A", NULL, &x),
                      NXL_ERR_INVALID_PARAM);
     ck_sentence(nxl_agent_last_error(A), "bytes");
+    ck_sentence(nxl_agent_last_error(A), "nxl_xfer_create: ");
     nxl_xfer_opts_t o;
     nxl_xfer_opts_init(&o);
     o.notif = "x";
@@ -923,6 +926,7 @@ START_TEST(t_failed_calls)
     o.size = 3;
     o.notif = NULL;
     ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &ll, "A", &o, &x), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(A), "nxl_xfer_create: options size");
     /* notification errors */
     char *huge = calloc(1, NXL_NOTIF_MAX + 1);
     ck_assert_int_eq(nxl_notif_send(A, "A", huge, NXL_NOTIF_MAX + 1, ctr_cb, &c, &f),

@@ -9,7 +9,8 @@
  * transfer, reads split into parallel ranges; multipart uploads; a missing
  * bucket, a missing key, a read past the end of an object; a wrong access
  * key and a wrong secret key; the server killed in the middle of a
- * transfer, and no server at all; cancel in the middle of a multipart
+ * transfer, and no server at all; a server that stops answering (S3 and
+ * Azure: the "stopped" case); cancel in the middle of a multipart
  * upload and teardown with one in flight, with no parts left afterwards
  * (ListMultipartUploads and the server's directory); nxl_mem_query; no
  * wake-ups when idle; parameter errors. Cross-check: what nxl writes, curl
@@ -661,6 +662,78 @@ START_TEST(t_server_killed)
 }
 END_TEST
 
+/* A server that stops answering (SIGSTOP: the kernel still accepts its
+ * connections and takes bytes into its buffers, nothing answers). With
+ * timeout_s=2 and retries=3, a WRITE (on a connection that worked a moment
+ * before, one PUT, and a larger one in parts), a READ and a query each fail
+ * after about 2 s, not sooner, not retried, with a sentence naming
+ * timeout_s; once the server runs again the same agent moves data. */
+static void stopped_case(const char *tname, const char *connstr_or_ep, pid_t pid)
+{
+    int az = !strcmp(tname, "AZURE");
+    const char *ex[] = {az ? "connection_string" : "endpoint", connstr_or_ep, "timeout_s", "2",
+                        "retries", "3", "part_size", "1M", "multipart_threshold", "1M", NULL};
+    nxl_agent_t *a = agent_with(tname, ex);
+    size_t big = 3 * MiB + 1, small = 64 * KiB;
+    char *src = xmalloc(big), *dst = xmalloc(big), why[1024];
+    tl_fill(src, big, 21);
+    reg_dram(a, src, big);
+    reg_dram(a, dst, big);
+    reg_obj(a, 1, "stop/small", small);
+    reg_obj(a, 2, "stop/big", big);
+    ck_assert_msg(run1(a, NXL_WRITE, src, 1, 0, small, 20000, why, sizeof(why)) == NXL_SUCCESS,
+                  "%s: before the stop: %s", tname, why);
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    struct {
+        nxl_op_t op;
+        uint64_t id;
+        size_t len;
+        const char *what;
+    } c[] = {{NXL_WRITE, 1, small, "WRITE (PUT)"},
+             {NXL_WRITE, 2, big, "WRITE (parts)"},
+             {NXL_READ, 1, small, "READ"}};
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        uint64_t t0 = tl_now_ms();
+        nxl_status_t st = run1(a, c[i].op, c[i].op == NXL_WRITE ? src : dst, c[i].id, 0,
+                               c[i].len, 60000, why, sizeof(why));
+        uint64_t ms = tl_now_ms() - t0;
+        fprintf(stderr, "check_obj: %s, server stopped: %s failed after %llu ms: %s\n", tname,
+                c[i].what, (unsigned long long)ms, why);
+        ck_assert_msg(st == NXL_ERR_BACKEND, "%s: %s: %s (%s)", tname, c[i].what,
+                      nxl_status_name(st), why);
+        ck_sentence(why, "timeout_s");
+        ck_sentence(why, "not retried");
+        ck_assert_msg(ms >= 1900 && ms < 6000, "%s: %s against a stopped server with "
+                      "timeout_s=2 failed after %llu ms", tname, c[i].what,
+                      (unsigned long long)ms);
+    }
+    nxl_query_t q;
+    nxl_desc_t d = {.meta = "stop/small", .meta_len = 10};
+    uint64_t t0 = tl_now_ms();
+    ck_assert_int_eq(nxl_mem_query(a, NXL_OBJ, &d, 1, NULL, &q), NXL_ERR_BACKEND);
+    ck_assert_msg(tl_now_ms() - t0 < 6000, "%s: query took %llu ms", tname,
+                  (unsigned long long)(tl_now_ms() - t0));
+    ck_assert_int_eq(kill(pid, SIGCONT), 0);
+    ck_assert_msg(run1(a, NXL_WRITE, src, 2, 0, big, 30000, why, sizeof(why)) == NXL_SUCCESS,
+                  "%s: after the server went on: %s", tname, why);
+    ck_assert_msg(run1(a, NXL_READ, dst, 2, 0, big, 30000, why, sizeof(why)) == NXL_SUCCESS,
+                  "%s: after the server went on: %s", tname, why);
+    ck_assert(!memcmp(src, dst, big));
+    nxl_agent_destroy(a);
+    free(src);
+    free(dst);
+}
+
+START_TEST(t_server_stopped)
+{
+    tl_srv_t s = {0};
+    const char *b[] = {"nxl", NULL};
+    ck_assert_msg(tl_s3rver_start(&s, b) == 0, "s3rver did not start");
+    stopped_case("OBJ", s.endpoint, s.pid);
+    tl_srv_cleanup(&s);
+}
+END_TEST
+
 /* ------------------------------------------------ cancel, teardown */
 
 static void cancel_case(int teardown)
@@ -1134,6 +1207,44 @@ START_TEST(t_azure)
 }
 END_TEST
 
+START_TEST(t_azure_stopped)
+{
+    /* the suite's azurite (a second one starts slowly on a busy machine);
+     * this is the suite's last test, and main lets the server go on */
+    ck_assert(have_az);
+    stopped_case("AZURE", az_connstr, az.pid);
+}
+END_TEST
+
+START_TEST(t_azure_nxlbench)
+{
+    /* nxlbench's OBJ mode against Azure: api=azure and the connection
+     * string through --backend_params, both ways, every byte checked */
+    ck_assert(have_az);
+    if (access("bench/nxlbench", X_OK) != 0) {
+        fprintf(stderr, "check_obj: no bench/nxlbench in this build: not run\n");
+        return;
+    }
+    for (int op = 0; op < 2; op++) {
+        char cmd[1536];
+        snprintf(cmd, sizeof(cmd),
+                 "./bench/nxlbench --backend OBJ --target_seg_type OBJ --obj_bucket_name nxl "
+                 "--backend_params 'api=azure,connection_string=%s,timeout_s=20' --op_type %s "
+                 "--block_sizes 4K,1M --start_batch_size 4 --num_iter 2 --check_consistency "
+                 "--quiet > '%s/nxlbench-az.out' 2>&1",
+                 az_connstr, op ? "READ" : "WRITE", az.dir);
+        int rc = system(cmd);
+        snprintf(cmd, sizeof(cmd), "%s/nxlbench-az.out", az.dir);
+        size_t n;
+        char *out = slurp(cmd, &n);
+        ck_assert_msg(rc == 0 && out && strstr(out, "1048576      4") &&
+                          strstr(out, "Azure Blob at ") && strstr(out, az.endpoint),
+                      "nxlbench against azurite: %s", out ? out : "(no output)");
+        free(out);
+    }
+}
+END_TEST
+
 START_TEST(t_azure_connstr)
 {
     nxl_agent_config_t c;
@@ -1228,8 +1339,18 @@ int main(void)
     tcase_set_timeout(ta, 120);
     tcase_add_test(ta, t_azure);
     tcase_add_test(ta, t_azure_connstr);
+    tcase_add_test(ta, t_azure_nxlbench);
     suite_add_tcase(s, ta);
+    /* servers that stop answering (CK_RUN_CASE=stopped runs these alone);
+     * last, as t_azure_stopped stops the suite's azurite for a while */
+    TCase *tp = tcase_create("stopped");
+    tcase_set_timeout(tp, 180);
+    tcase_add_test(tp, t_server_stopped);
+    tcase_add_test(tp, t_azure_stopped);
+    suite_add_tcase(s, tp);
     rc = tl_run(s);
+    if (az.pid > 0)
+        kill(az.pid, SIGCONT); /* t_azure_stopped failed with it stopped */
     tl_srv_cleanup(&s3);
     tl_srv_cleanup(&az);
     return rc;

@@ -26,8 +26,12 @@ if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
     # kv_tiering with its pool in VRAM, the file tier through GDS
     if [ -x examples/kv_tiering ]; then
         echo "kv_tiering --vram"
-        NXL_CUFILE_LIB="$cufile" examples/kv_tiering --vram -d "${TMPDIR:-/tmp}" -b 256 -s 64 \
-            -k 16 -r 3000 || exit 1
+        out=$(NXL_CUFILE_LIB="$cufile" examples/kv_tiering --vram -d "${TMPDIR:-/tmp}" -b 256 \
+            -s 64 -k 16 -r 3000) || { printf '%s\n' "$out"; exit 1; }
+        printf '%s\n' "$out"
+        # the engine line is the transport's whole sentence (it was cut at 200 bytes)
+        printf '%s\n' "$out" | grep -q '^  engine: .*cuFile.*, eventfd in the reactor$' ||
+            { echo "FAIL: kv_tiering's engine line is not GDS's whole description"; exit 1; }
     fi
     # nxlbench --backend GDS: the VRAM ring to and from files, every byte
     # checked, both directions (files in $TMPDIR, removed after)

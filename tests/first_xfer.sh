@@ -26,4 +26,10 @@ done
 out=$($ex NOSUCH 2>&1) && { echo "FAIL: first_xfer NOSUCH succeeded"; exit 1; }
 printf '%s\n' "$out"
 printf '%s\n' "$out" | grep -q '^transports of this installation:$' || { echo "FAIL: no transport list"; exit 1; }
+# --help is the usage, not a transport's name
+out=$($ex --help 2>&1) || { echo "FAIL: first_xfer --help exited nonzero:"; printf '%s\n' "$out"; exit 1; }
+printf '%s\n' "$out" | grep -q '^usage: first_xfer \[TRANSPORT\]' && ! printf '%s\n' "$out" | grep -q 'initiator:' ||
+    { echo "FAIL: first_xfer --help:"; printf '%s\n' "$out"; exit 1; }
+$ex --bogus >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || { echo "FAIL: first_xfer --bogus exited $rc, not 2"; exit 1; }
 echo "first_xfer: $ran transport(s) passed"

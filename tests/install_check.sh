@@ -33,9 +33,20 @@ $CC -o "$tmp/first_xfer" "$srcdir/examples/first_xfer.c" $flags || fail "first_x
 [ "$(pkg-config --variable=moduledir nxl)" = "$D$moduledir" ] ||
     fail "pkg-config --variable=moduledir nxl says $(pkg-config --variable=moduledir nxl), not $D$moduledir"
 
+# configure --enable-rpath: nxl.pc's Libs carry libdir as an rpath, and the
+# program carries it (RUNPATH); installed there (no DESTDIR), it runs
+# without LD_LIBRARY_PATH
+rpath=
+case " $flags " in *" -Wl,-rpath,$D$libdir "*) rpath=1 ;; esac
+if [ -n "$rpath" ]; then
+    readelf -d "$tmp/first_xfer" | grep -Eq "R(UN)?PATH.*\[$D$libdir\]" ||
+        fail "nxl.pc has an rpath, but first_xfer carries no RUNPATH $D$libdir"
+    echo "install_check: first_xfer carries RUNPATH $D$libdir (configure --enable-rpath)"
+fi
 # run it: the installed library, and the installed modules (with a DESTDIR
 # they are not where libnxl looks: NXL_PLUGIN_DIR points there)
-export LD_LIBRARY_PATH="$D$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -n "$rpath" ] && [ -z "$D" ] ||
+    export LD_LIBRARY_PATH="$D$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ -n "$D" ] && export NXL_PLUGIN_DIR="$D$moduledir"
 "$tmp/first_xfer" > "$tmp/out" 2>&1; rc=$?
 cat "$tmp/out"

@@ -140,6 +140,10 @@ if [[ -n $have_curl ]]; then
         --data-binary @"$T/body" "$url/block/8" || true)
     [[ $code == 400 ]] || fail "a PUT of the wrong size: status $code, not 400"
     head -c 65536 /dev/zero >"$T/zeros"
+    code=$(curl -s -m 5 -o "$T/body2" -w '%{http_code}' -X PUT \
+        --data-binary @"$T/zeros" "$url/block/8" || true)
+    [[ $code == 400 ]] && grep -q X-Version "$T/body2" ||
+        fail "a PUT without X-Version: status $code, not 400 naming X-Version"
     code=$(curl -s -m 5 -o "$T/body2" -w '%{http_code}' -X PUT -H 'X-Version: 1' \
         --data-binary @"$T/zeros" "$url/block/8" || true)
     [[ $code == 502 && -s $T/body2 ]] || fail "a PUT after the store died: status $code"

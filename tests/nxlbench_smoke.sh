@@ -33,8 +33,29 @@ run recreate $BW -- --recreate_xfer --block_sizes 4K --num_iter 10 --warmup_iter
 run latency $BW p50_us p99_us -- --mode latency --block_sizes 8,1K --num_iter 20 --warmup_iter 2
 run latency_notif p50_us p99_us -- --mode latency --latency_reply notif --block_sizes 8 --num_iter 20 \
     --busy_poll_us 100
-run desc_rate descs prep_us post_us complete_us -- --mode desc_rate --start_batch_size 64 \
+run desc_rate descs prep_us post_us complete_us mdesc_per_s -- --mode desc_rate --start_batch_size 64 \
     --num_iter 3 --warmup_iter 1
+run desc_rate_threads descs threads mdesc_per_s block_size -- --mode desc_rate --threads 4 \
+    --start_batch_size 16 --num_iter 3 --warmup_iter 1
+# one title, then one table with its rows, then the summary lines
+for name in desc_rate desc_rate_threads; do
+    o=$T/$name.out
+    [ -f "$o" ] || continue
+    nh=$(grep -c '^Block Size' "$o")
+    th=$(grep -n '^# nxlbench desc_rate' "$o" | head -1 | cut -d: -f1)
+    hh=$(grep -n '^Block Size' "$o" | head -1 | cut -d: -f1)
+    sm=$(grep -n '^# desc_rate' "$o" | head -1 | cut -d: -f1)
+    if [ "$nh" != 1 ] || [ -z "$th" ] || [ -z "$sm" ] || [ "$th" -gt "$hh" ] || [ "$sm" -lt "$hh" ]; then
+        echo "FAIL $name: expected the title, one table header, then the summary:"; cat "$o"; fail=1
+    fi
+    grep -Eq '^16 +16 |^4096 +(64|16) ' "$o" || { echo "FAIL $name: no row in the table"; cat "$o"; fail=1; }
+done
+grep -Eq '"threads":[[:space:]]*4' "$T/desc_rate_threads.json" ||
+    { echo "FAIL desc_rate_threads: no row of 4 threads in the JSON"; fail=1; }
+# a first batch size given alone: the last follows it
+run batch_alone $BW -- --start_batch_size 8 --block_sizes 4K --num_iter 5 --warmup_iter 1
+grep -Eq '"batch_size":[[:space:]]*8' "$T/batch_alone.json" ||
+    { echo "FAIL batch_alone: no row of batch 8"; fail=1; }
 run idle role wakeups_per_s cpu_s -- --mode idle --duration 0.3
 # the same bench over libfabric, where it is built
 if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; then
@@ -43,6 +64,13 @@ if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; 
         --block_sizes 4K,64K --max_batch_size 2 --num_iter 10 --warmup_iter 1 --pipeline_depth 2
     run lf_latency p50_us p99_us -- --backend LIBFABRIC --mode latency --block_sizes 8 \
         --num_iter 20 --warmup_iter 2
+    # the title names what the transport runs on: libfabric's provider
+    for name in lf_write lf_read_shm; do
+        grep -q '^# nxlbench .*LIBFABRIC (.*provider ' "$T/$name.out" ||
+            { echo "FAIL $name: the title does not name the provider:"; grep '^# nxlbench' "$T/$name.out"; fail=1; }
+    done
+    grep -q '^# nxlbench .*provider shm' "$T/lf_read_shm.out" ||
+        { echo "FAIL lf_read_shm: the title does not say provider shm"; fail=1; }
 else
     echo "skip libfabric: this build has no LIBFABRIC transport"
 fi
@@ -84,6 +112,48 @@ if "$B" --backend POSIX --target_seg_type FILE --spawn >"$T/pspawn.out" 2>&1 ||
     ! grep -q "one process" "$T/pspawn.out"; then
     echo "FAIL posix_spawn: expected a refusal of --spawn"; cat "$T/pspawn.out"; fail=1
 fi
+
+# OBJ: --backend_params reach the transport (no server needed: a parameter it
+# refuses, and Azure against a port where nothing listens, not retried)
+if grep -q 'define NXL_HAVE_OBJ 1' "${builddir:-.}/config.h" 2>/dev/null; then
+    OBJ="--backend OBJ --target_seg_type OBJ --obj_bucket_name nxl --block_sizes 4K --quiet"
+    "$B" $OBJ --backend_params timeout_s=0 >"$T/obj_bad.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || ! grep -q 'timeout_s=0' "$T/obj_bad.out"; then
+        echo "FAIL obj_params: timeout_s=0 did not reach the OBJ transport (exit $rc):"; cat "$T/obj_bad.out"; fail=1
+    else
+        echo "ok   obj_params (refused: $(tail -1 "$T/obj_bad.out"))"
+    fi
+    if grep -q 'define NXL_HAVE_OBJ_AZURE 1' "${builddir:-.}/config.h"; then
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        cs="DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:$port/devstoreaccount1"
+        timeout 60 "$B" $OBJ --backend_params "api=azure,connection_string=$cs,retries=0,timeout_s=1" \
+            >"$T/obj_azure.out" 2>&1
+        rc=$?
+        if [ $rc -eq 0 ] || ! grep -q "azure://nxl/.*after 1 attempt.*127.0.0.1:$port" "$T/obj_azure.out"; then
+            echo "FAIL obj_azure: api=azure and retries=0 did not reach the transport (exit $rc):"
+            cat "$T/obj_azure.out"; fail=1
+        else
+            echo "ok   obj_azure"
+        fi
+    fi
+else
+    echo "skip obj: this build has no OBJ transport"
+fi
+
+# --plot with a missing or an empty JSON: a sentence, a nonzero exit, nothing
+# left in TMPDIR, gnuplot not run
+mkdir "$T/tmp"
+echo '{"mode": "bandwidth", "rows": []}' >"$T/empty.json"
+for j in "$T/missing.json" "$T/empty.json"; do
+    if TMPDIR=$T/tmp "$B" --plot "$T/p.png" "$j" >"$T/plot.out" 2>&1 ||
+        ! grep -q "$j" "$T/plot.out" || [ -n "$(ls -A "$T/tmp")" ] || [ -e "$T/p.png" ]; then
+        echo "FAIL plot $(basename "$j"): expected a refusal naming it and nothing left:"; cat "$T/plot.out"
+        ls -A "$T/tmp"; fail=1
+    else
+        echo "ok   plot $(basename "$j") refused: $(tail -1 "$T/plot.out")"
+    fi
+done
 
 # a clear refusal for memory types not supported yet
 if "$B" --spawn --initiator_seg_type VRAM >"$T/vram.out" 2>&1 || ! grep -q "not supported" "$T/vram.out"; then

@@ -397,10 +397,20 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
         free((void *)d[k].rd);
     }
     pthread_barrier_destroy(&bar);
+    /* a row of the wall clock only: the threads' phases overlap */
     double sec = (double)(t1 - t0) / 1e9;
-    report("# desc_rate %zu x %zu B, %d thread%s x %ld iterations, %ld in flight each: %.3f s, "
-           "%.3f Mdesc/s (prep + make + post + completion + release, wall clock)\n", n, bs, nt,
-           nt > 1 ? "s" : "", it, O.depth, sec, (double)n * (double)it * nt / sec / 1e6);
+    row_t *w = report_row();
+    w->bs = bs;
+    w->batch = n;
+    w->iters = it;
+    w->threads = nt;
+    w->wall_s = sec;
+    w->mdesc_per_s = (double)n * (double)it * nt / sec / 1e6;
+    w->bw_gbps = (double)n * bs * (double)it * nt / sec / 1e9;
+    w->avg_lat_us = sec * 1e6 / (double)it;
+    report_note("# desc_rate %zu x %zu B, %d thread%s x %ld iterations, %ld in flight each: "
+                "%.3f s, %.3f Mdesc/s (prep + make + post + completion + release, wall clock)\n",
+                n, bs, nt, nt > 1 ? "s" : "", it, O.depth, sec, w->mdesc_per_s);
 }
 
 static void run_desc(void)
@@ -421,12 +431,16 @@ static void run_desc(void)
                 ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + j * bs, .len = bs};
                 rd[j] = (nxl_desc_t){.addr = I.raddr + j * bs, .len = bs};
             }
-            uint64_t seed = O.check ? consistency_prepare(n * bs) : 0;
+            /* every thread's part of the buffers (desc_rate --threads N: N parts) */
+            size_t span = n * bs * (size_t)(O.threads > 1 ? O.threads : 1);
+            uint64_t seed = O.check ? consistency_prepare(span) : 0;
             long warm, it = row_iters(n * bs, &warm);
             if (it < 3 && O.num_iter >= 3)
                 it = 3;
             if (O.threads || O.depth > 1) {
                 run_desc_threads(n, bs, warm, it);
+                if (O.check)
+                    consistency_verify(seed, span);
                 free(ld), free(rd);
                 progress(++k, nrows, what);
                 continue;
@@ -471,12 +485,16 @@ static void run_desc(void)
                 nxl_prepped_release(rp);
             }
             double wsec = (double)(now_ns() - w0) / 1e9;
-            report("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.3f Mdesc/s "
-                   "(prep + make + post + completion + release, wall clock)\n", n, bs, it, wsec,
-                   (double)n * (double)it / wsec / 1e6);
             if (O.check)
-                consistency_verify(seed, n * bs);
+                consistency_verify(seed, span);
             row_t *w = report_row();
+            w->threads = 1;
+            w->phases = true;
+            w->wall_s = wsec;
+            w->mdesc_per_s = (double)n * (double)it / wsec / 1e6;
+            report_note("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.3f "
+                        "Mdesc/s (prep + make + post + completion + release, wall clock)\n", n,
+                        bs, it, wsec, w->mdesc_per_s);
             double p50, d;
             w->bs = bs;
             w->batch = n;
@@ -590,8 +608,10 @@ int initiator_main(const char *host, uint16_t port)
 
     if (nxl_notif_send(RUN.a, T_NAME, "quit", 4, NULL, NULL, &f) == NXL_SUCCESS)
         wait_future(f, "telling the target to quit");
-    report("# nxlbench %s, %s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us %ld%s%s\n",
-           mode_names[O.mode], O.backend, O.op == NXL_READ ? "READ" : "WRITE",
+    report("# nxlbench %s, %s%s%s%s, %s, %s, mem_source %s, pipeline_depth %ld, busy_poll_us "
+           "%ld%s%s\n",
+           mode_names[O.mode], O.backend, transports_desc[0] ? " (" : "", transports_desc,
+           transports_desc[0] ? ")" : "", O.op == NXL_READ ? "READ" : "WRITE",
            O.iseg, O.mem_nxl ? "nxl" : "malloc", O.depth, O.busy_poll_us,
            O.recreate ? ", recreate_xfer" : "", O.threads ? ", threaded initiator" : "");
     buf_free(RUN.a, &I.buf);

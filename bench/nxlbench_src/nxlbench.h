@@ -96,6 +96,9 @@ typedef struct row {
     double avg_prep_us, p99_prep_us, avg_post_us, p99_post_us, avg_tx_us, p99_tx_us;
     double p50_us, p99_us; /* latency */
     double prep_us, post_us, complete_us, prep_local_us, prep_remote_us, make_us; /* desc_rate */
+    double mdesc_per_s, wall_s; /* desc_rate: descriptors per second over the wall clock */
+    long threads;               /* desc_rate: posting threads */
+    bool phases;                /* desc_rate: the phase columns were measured (one thread) */
     const char *role; /* idle */
     double duration_s, wakeups_per_s, cpu_s, nvcsw, nivcsw;
 } row_t;
@@ -108,13 +111,14 @@ typedef struct run {
     char err[512];
     row_t rows[256];
     int nrows;
+    char notes[8192];       /* lines printed after the table (report_note) */
     uint64_t t_start;
 } run_t;
 
 extern run_t RUN;
 
 /* what the agent said it runs on ("transport X is up: ..."), for the JSON */
-extern char transports_desc[256];
+extern char transports_desc[512];
 /* what a POSIX or GDS run used, for the JSON */
 extern size_t posix_footprint;
 extern long posix_nfiles;
@@ -230,8 +234,11 @@ row_t *report_bw_row(size_t bs, size_t n, long timed, double sec, double *prep, 
                      double *post, long npost, double *tx, long ntx);
 row_t *report_row(void);
 void stats(double *v, long n, double *avg, double *p50, double *p99);
-/* prints the header line given, the table, and writes --json */
+/* prints the header line given, the table, the notes, and writes --json;
+ * once, at the end of a run */
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* a line printed after the table */
+void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* after a run: --plot from --json */
 int report_plot_after_run(void);
 int plot(const char *png, char **files, int nfiles);

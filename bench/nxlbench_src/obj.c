@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nxlbench --backend OBJ: DRAM ↔ an S3 server, one process. Each transfer
+/* nxlbench --backend OBJ: DRAM ↔ an S3 server (or Azure Blob, api=azure in
+ * --backend_params), one process. Each transfer
  * moves --start_batch_size whole objects of one block size, one transfer at
  * a time, waited for. */
 #include "nxlbench.h"
@@ -130,7 +131,7 @@ int obj_main(void)
             "is %zu", need, O.total_buf);
     B.a = make_local_agent("nxlb-obj", obj_log_cb, "obj");
     RUN.a = B.a;
-    nxl_param_t p[12];
+    nxl_param_t p[12 + sizeof(O.bparams) / sizeof(O.bparams[0])];
     size_t np = 0;
     char ep[512], conns[32];
     if (O.obj_endpoint) {
@@ -157,6 +158,10 @@ int obj_main(void)
         p[np++] = (nxl_param_t){"addressing", "virtual"};
     snprintf(conns, sizeof(conns), "%ld", O.obj_conns ? O.obj_conns : 16);
     p[np++] = (nxl_param_t){"max_connections", conns};
+    /* --backend_params (api=azure, connection_string=..., timeout_s=N,
+     * retries=N, ...) after the flags', which they override */
+    for (size_t i = 0; i < O.nbparams; i++)
+        p[np++] = O.bparams[i];
     if (nxl_backend_create(B.a, "OBJ", p, np, NULL) != NXL_SUCCESS)
         die("nxl_backend_create(OBJ): %s", nxl_agent_last_error(B.a));
     if (!buf_alloc(B.a, &B.ring, need, O.mem_nxl))

@@ -52,7 +52,8 @@ static void usage(FILE *f)
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
 "  --backend NAME            transport: UCX, LIBFABRIC, POSIX (files, block devices),\n"
-"                            CUDA (GPU), GDS (GPU memory to and from files), OBJ (S3)\n"
+"                            CUDA (GPU), GDS (GPU memory to and from files), OBJ (S3,\n"
+"                            Azure Blob)\n"
 "  --backend_params K=V,...  parameters of the transport, e.g. provider=shm for LIBFABRIC,\n"
 "                            tls=tcp for UCX (both sides: give them to --listen too)\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
@@ -61,10 +62,11 @@ static void usage(FILE *f)
 "                            a VRAM initiator) with --backend CUDA; FILE with --backend GDS\n"
 "                            (its default); OBJ with --backend OBJ\n"
 "  --start_block_size N      first block size (default 4K; latency: 8)\n"
-"  --max_block_size N        last block size, doubling (default 64M; latency: 64K)\n"
+"  --max_block_size N        last block size, doubling (default 64M; latency: 64K; at\n"
+"                            least --start_block_size)\n"
 "  --block_sizes A,B,...     an explicit list instead of the doubling sweep\n"
 "  --start_batch_size N      descriptors per transfer, first (default 1)\n"
-"  --max_batch_size N        descriptors per transfer, last, doubling (default 1)\n"
+"  --max_batch_size N        descriptors per transfer, last, doubling (default: the first)\n"
 "                            (desc_rate: descriptors in its one transfer, default 16384)\n"
 "  --num_iter N              timed iterations per row (default 1000)\n"
 "  --warmup_iter N           untimed iterations first (default 100)\n"
@@ -126,6 +128,9 @@ static void usage(FILE *f)
 "  --obj_ca_bundle FILE      CA certificates for https\n"
 "  --obj_max_connections N   requests in flight (default 16)\n"
 "  --obj_part_size N         multipart part and ranged-GET size (default 8M)\n"
+"  --backend_params K=V,...  the OBJ transport's other parameters, after the flags above\n"
+"                            (which they override): timeout_s=N, retries=N; Azure Blob:\n"
+"                            api=azure,connection_string=... (or AZURE_STORAGE_CONNECTION_STRING)\n"
 "  Each transfer moves --start_batch_size whole objects of one block size (keys\n"
 "  nxlbench/<size>/<i>), one transfer at a time; READ rows write their objects first,\n"
 "  untimed. Default 5 timed iterations and 1 warm-up per row.\n"
@@ -500,6 +505,13 @@ void parse_args(int argc, char **argv)
             "--check_consistency (which needs the known pattern)");
     if (posix && !strcmp(O.tseg, "BLK") && O.num_files != 1)
         die("--target_seg_type BLK: one device, --num_files 1");
+    /* a first size or batch given alone: the last one follows it up (as
+     * desc_rate's batch does) instead of refusing a sweep that ends below
+     * where it starts */
+    if (O.set_start_bs && !O.set_max_bs && O.max_bs < O.start_bs)
+        O.max_bs = O.start_bs;
+    if (O.set_start_batch && !O.set_max_batch && O.max_batch < O.start_batch)
+        O.max_batch = O.start_batch;
     if (!O.start_bs || O.max_bs < O.start_bs)
         die("block sizes: need 0 < --start_block_size <= --max_block_size");
     if (O.max_batch < O.start_batch)

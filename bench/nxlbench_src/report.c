@@ -73,14 +73,22 @@ static void print_table(FILE *f)
         return;
     }
     if (O.mode == M_DESC) {
-        fprintf(f, "%-10s %-8s %12s %12s %12s %12s %12s %12s %12s %10s\n", "Block Size",
+        /* phases: medians of one thread's cycles; with several threads only
+         * the wall clock means something (their phases overlap): "-" */
+        fprintf(f, "%-10s %-8s %12s %12s %12s %12s %12s %12s %12s %10s %7s %10s\n", "Block Size",
                 "Descs", "Prep (us)", "Local (us)", "Remote (us)", "Make (us)", "Post (us)",
-                "Compl. (us)", "Prep/desc ns", "B/W (GB/s)");
+                "Compl. (us)", "Prep/desc ns", "B/W (GB/s)", "Threads", "Mdesc/s");
         for (int i = 0; i < RUN.nrows; i++) {
             row_t *r = &RUN.rows[i];
-            fprintf(f, "%-10zu %-8zu %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %10.3f\n",
-                    r->bs, r->batch, r->prep_us, r->prep_local_us, r->prep_remote_us, r->make_us,
-                    r->post_us, r->complete_us, r->prep_us * 1e3 / r->batch, r->bw_gbps);
+            fprintf(f, "%-10zu %-8zu ", r->bs, r->batch);
+            if (r->phases)
+                fprintf(f, "%12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f", r->prep_us,
+                        r->prep_local_us, r->prep_remote_us, r->make_us, r->post_us,
+                        r->complete_us, r->prep_us * 1e3 / r->batch);
+            else
+                fprintf(f, "%12s %12s %12s %12s %12s %12s %12s", "-", "-", "-", "-", "-", "-",
+                        "-");
+            fprintf(f, " %10.3f %7ld %10.3f\n", r->bw_gbps, r->threads, r->mdesc_per_s);
         }
         return;
     }
@@ -145,6 +153,11 @@ static cJSON *json_row(const row_t *r)
     }
     if (O.mode == M_DESC) {
         whole(o, "descs", (double)r->batch);
+        whole(o, "threads", (double)r->threads);
+        fixed(o, "wall_s", 6, r->wall_s);
+        fixed(o, "mdesc_per_s", 6, r->mdesc_per_s);
+    }
+    if (O.mode == M_DESC && r->phases) {
         fixed(o, "prep_us", 3, r->prep_us);
         fixed(o, "post_us", 3, r->post_us);
         fixed(o, "complete_us", 3, r->complete_us);
@@ -257,6 +270,15 @@ static void write_json(const char *path)
         die("--json %s: %s", path, strerror(errno));
 }
 
+void report_note(const char *fmt, ...)
+{
+    size_t len = strlen(RUN.notes);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(RUN.notes + len, sizeof(RUN.notes) - len, fmt, ap);
+    va_end(ap);
+}
+
 void report(const char *fmt, ...)
 {
     va_list ap;
@@ -264,6 +286,7 @@ void report(const char *fmt, ...)
     vprintf(fmt, ap);
     va_end(ap);
     print_table(stdout);
+    fputs(RUN.notes, stdout);
     fflush(stdout);
     if (O.json)
         write_json(O.json);
@@ -302,40 +325,34 @@ static double json_num(const cJSON *o, const char *key)
     return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
-/* Bandwidth vs block size, one line per JSON file (rows of the first batch size). */
+/* Bandwidth vs block size, one line per JSON file (rows of the first batch
+ * size). Every file is read first: a missing, malformed or empty one stops
+ * the plot before gnuplot is looked for or a temporary folder made. */
 int plot(const char *png, char **files, int nfiles)
 {
-    if (system("command -v gnuplot >/dev/null 2>&1")) {
-        fprintf(stderr, "nxlbench: gnuplot is not installed; install it with:\n"
-                        "  sudo apt-get install gnuplot-nox\n");
-        return 3;
+    enum { MAXF = 16 };
+    if (nfiles > MAXF) {
+        fprintf(stderr, "nxlbench: --plot: at most %d JSON files, not %d\n", MAXF, nfiles);
+        return 2;
     }
-    char dir[] = "/tmp/nxlbench-plot-XXXXXX";
-    if (!mkdtemp(dir))
-        die("--plot: mkdtemp: %s", strerror(errno));
-    char script[4096 + 512 * 16];
-    size_t so = (size_t)snprintf(script, sizeof(script),
-                                 "set terminal png size 1000,600\nset output '%s'\n"
-                                 "set logscale x 2\nset format x '%%.0b%%BB'\n"
-                                 "set xlabel 'block size'\nset ylabel 'bandwidth (GB/s)'\n"
-                                 "set key top left\nset grid\nplot ",
-                                 png);
-    for (int i = 0; i < nfiles && i < 16; i++) {
+    char *data[MAXF] = {0}, label[MAXF][160];
+    int bad = 0;
+    for (int i = 0; i < nfiles; i++) {
         cJSON *doc = read_json(files[i]);
-        char dpath[512];
-        snprintf(dpath, sizeof(dpath), "%s/%d.dat", dir, i);
-        FILE *out = fopen(dpath, "w");
-        if (!out)
-            die("--plot: %s: %s", dpath, strerror(errno));
+        size_t cap = 4096, len = 0;
+        data[i] = malloc(cap);
+        if (!data[i])
+            die("--plot: out of memory");
+        data[i][0] = 0;
         double batch0 = -1;
         int rows = 0;
-        char label[160] = "";
+        label[i][0] = 0;
         const cJSON *fl = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(doc, "env"), "flags");
         const char *op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fl, "op_type"));
         const char *ms = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fl, "mem_source"));
         if (op && ms)
-            snprintf(label, sizeof(label), " (%s, %s)", op, ms);
+            snprintf(label[i], sizeof(label[i]), " (%s, %s)", op, ms);
         const cJSON *r;
         cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(doc, "rows"))
         {
@@ -347,38 +364,83 @@ int plot(const char *png, char **files, int nfiles)
                 batch0 = bt;
             if (bt != batch0)
                 continue;
-            fprintf(out, "%.0f %f\n", bs, bw);
+            if (len + 64 > cap && !(data[i] = realloc(data[i], cap *= 2)))
+                die("--plot: out of memory");
+            len += (size_t)snprintf(data[i] + len, cap - len, "%.0f %f\n", bs, bw);
             rows++;
         }
         cJSON_Delete(doc);
-        fclose(out);
-        if (!rows)
-            fprintf(stderr, "nxlbench: --plot: %s has no bandwidth rows\n", files[i]);
+        if (!rows) {
+            fprintf(stderr, "nxlbench: --plot: %s has no bandwidth rows (block_size, batch_size, "
+                            "bw_gbps): nothing to plot from it\n", files[i]);
+            bad = 1;
+        }
+    }
+    int rc = 2;
+    if (bad || !nfiles)
+        goto out;
+    rc = 3;
+    if (system("command -v gnuplot >/dev/null 2>&1")) {
+        fprintf(stderr, "nxlbench: gnuplot is not installed; install it with:\n"
+                        "  sudo apt-get install gnuplot-nox\n");
+        goto out;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/nxlbench-plot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "nxlbench: --plot: mkdtemp %s: %s\n", dir, strerror(errno));
+        goto out;
+    }
+    char script[4096 + 1024 * MAXF];
+    size_t so = (size_t)snprintf(script, sizeof(script),
+                                 "set terminal png size 1000,600\nset output '%s'\n"
+                                 "set logscale x 2\nset format x '%%.0b%%BB'\n"
+                                 "set xlabel 'block size'\nset ylabel 'bandwidth (GB/s)'\n"
+                                 "set key top left\nset grid\nplot ",
+                                 png);
+    bool written = true;
+    for (int i = 0; i < nfiles; i++) {
+        char dpath[600];
+        snprintf(dpath, sizeof(dpath), "%s/%d.dat", dir, i);
+        FILE *out = fopen(dpath, "w");
+        written = written && out && fputs(data[i], out) >= 0;
+        if (out && fclose(out))
+            written = false;
         const char *base = strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i];
         so += (size_t)snprintf(script + so, sizeof(script) - so,
                                "%s'%s' using 1:2 with linespoints title '%s%s'", i ? ", " : "",
-                               dpath, base, label);
+                               dpath, base, label[i]);
     }
     so += (size_t)snprintf(script + so, sizeof(script) - so, "\n");
-    char spath[512];
+    char spath[600];
     snprintf(spath, sizeof(spath), "%s/plot.gp", dir);
-    FILE *s = fopen(spath, "w");
-    if (!s)
-        die("--plot: %s: %s", spath, strerror(errno));
-    fputs(script, s);
-    fclose(s);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "gnuplot '%s'", spath);
-    int rc = system(cmd);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd)) {
+    FILE *sf = fopen(spath, "w");
+    written = written && sf && fputs(script, sf) >= 0;
+    if (sf && fclose(sf))
+        written = false;
+    char cmd[1400];
+    int grc = -1;
+    if (written) {
+        snprintf(cmd, sizeof(cmd), "gnuplot '%s'", spath);
+        grc = system(cmd);
+    } else {
+        fprintf(stderr, "nxlbench: --plot: could not write into %s: %s\n", dir, strerror(errno));
     }
-    if (rc) {
-        fprintf(stderr, "nxlbench: gnuplot failed\n");
-        return 3;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd))
+        fprintf(stderr, "nxlbench: --plot: could not remove %s\n", dir);
+    if (grc) {
+        if (written)
+            fprintf(stderr, "nxlbench: gnuplot failed\n");
+        goto out;
     }
     fprintf(stderr, "nxlbench: wrote %s\n", png);
-    return 0;
+    rc = 0;
+out:
+    for (int i = 0; i < nfiles; i++)
+        free(data[i]);
+    return rc;
 }
 
 int report_plot_after_run(void)

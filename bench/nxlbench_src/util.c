@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 run_t RUN;
-char transports_desc[256];
+char transports_desc[512];
 size_t posix_footprint;
 long posix_nfiles;
 const char *posix_where;

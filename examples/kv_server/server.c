@@ -8,10 +8,10 @@
  *                  the completion callback: 200 with the bytes (added by
  *                  reference; the reference's cleanup gives the buffer
  *                  back), or 502 with nxl_future_error() as the body
- *   PUT /block/N   a body of exactly --block_size bytes: copied into a
- *                  staging buffer, WRITE with the notification "put N V"
- *                  (V: the X-Version header, else one more than the last
- *                  version this server wrote), 204 from the callback
+ *   PUT /block/N   a body of exactly --block_size bytes and its version V
+ *                  in the X-Version header (400 without either): copied
+ *                  into a staging buffer, WRITE with the notification
+ *                  "put N V", 204 from the callback
  *   GET /stats     counters as JSON
  *
  * The agent's side is in server_nxl.c, the staging buffers, the wait queue
@@ -197,16 +197,21 @@ static void on_request(struct evhttp_request *req, void *arg)
                        "not %zu\n", n, o->block_size, len);
             return;
         }
-        if (vh) {
-            errno = 0;
-            j->version = strtoull(vh, &end, 10);
-            if (errno || end == vh || *end || *vh == '-') {
-                free(j);
-                srv_reply_text(s, req, 400, "Bad Request", "X-Version: '%s' is not a number\n", vh);
-                return;
-            }
-        } else {
-            j->version = s->version[n] + 1;
+        if (!vh) {
+            /* the store checks the bytes against the pattern of (N, V):
+             * without the version they were made with there is nothing to
+             * check them against */
+            free(j);
+            srv_reply_text(s, req, 400, "Bad Request", "PUT /block/%zu needs X-Version: V, the "
+                           "version its bytes were made with\n", n);
+            return;
+        }
+        errno = 0;
+        j->version = strtoull(vh, &end, 10);
+        if (errno || end == vh || *end || *vh == '-') {
+            free(j);
+            srv_reply_text(s, req, 400, "Bad Request", "X-Version: '%s' is not a number\n", vh);
+            return;
         }
     }
     srv_submit(s, j);

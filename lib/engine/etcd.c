@@ -944,10 +944,14 @@ static void seen_value(ewatch_t *w, const char *key, const char *b64)
             a->st.md_auth_refused++;
             nxli_log(a, NXL_LOG_WARN, "etcd: the value at %s was refused: %s", key, why);
         }
-        if (st != NXL_SUCCESS)
+        if (st != NXL_SUCCESS) {
             nxli_err(a, "etcd: the value at %s was refused: %s", key, why);
-        else
-            st = nxl_md_load(a, blob, len, name, sizeof(name));
+        } else if ((st = nxl_md_load(a, blob, len, name, sizeof(name))) != NXL_SUCCESS) {
+            /* said as the fetch's, not as a call of nxl_md_load the caller made */
+            char cause[NXLI_ERR_MAX];
+            memcpy(cause, a->err, sizeof(cause));
+            nxli_err(a, "etcd: the value at %s was not loaded: %s", key, cause);
+        }
         free(blob);
     }
     if (st == NXL_SUCCESS && strcmp(name, w->peer)) {

@@ -660,7 +660,9 @@ static void client_read(struct bufferevent *bev, void *arg)
         cJSON_Delete(peek);
         st = nxl_md_load(a, p, len, name, sizeof(name));
         if (st != NXL_SUCCESS) {
-            snprintf(why, sizeof(why), "%s", a->err);
+            /* the caller called nxl_md_fetch: its name first, the load's why after */
+            snprintf(why, sizeof(why), "nxl_md_fetch: the metadata from %s was not loaded: %s",
+                     c->where, a->err);
         } else if (c->expect && strcmp(c->expect, name)) {
             nxl_md_invalidate(a, name);
             st = NXL_ERR_MISMATCH;

@@ -85,7 +85,9 @@ static bool puts_free(nxli_region_t *const *regs, size_t n, const nxli_remote_t 
     return r && r->refs <= 1;
 }
 
-static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+/* fn: the public call the sentences name (nxl_prep, or nxl_xfer_create
+ * that prepares for its caller) */
+static nxl_status_t prep_impl(nxl_agent_t *a, const char *fn, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
 
 /* Threaded mode: a foreign thread prepares the list itself, under the
@@ -98,7 +100,7 @@ static nxl_status_t prep_foreign(nxl_agent_t *a, const char *agent, nxl_mem_t ty
 {
     if (n <= NXLI_FOREIGN_MAX && nxli_foreign_begin(a)) {
         bool stale = agent && !strcmp(agent, a->name) && (!a->self || a->self_gen != a->mem_gen);
-        nxl_status_t st = stale ? NXL_ERR_NOT_FOUND : prep_impl(a, agent, type, descs, n, out);
+        nxl_status_t st = stale ? NXL_ERR_NOT_FOUND : prep_impl(a, "nxl_prep", agent, type, descs, n, out);
         nxli_foreign_end(a);
         if (st == NXL_SUCCESS)
             return st;
@@ -112,16 +114,16 @@ nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const n
     if (a && nxli_thread_foreign(a))
         return prep_foreign(a, agent, type, descs, n, out);
     NXLI_TLOCK(a);
-    nxl_status_t st = prep_impl(a, agent, type, descs, n, out);
+    nxl_status_t st = prep_impl(a, "nxl_prep", agent, type, descs, n, out);
     NXLI_TUNLOCK(a);
     return st;
 }
 
-static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+static nxl_status_t prep_impl(nxl_agent_t *a, const char *fn, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
 {
     if (!out || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
-        nxli_err(a, "nxl_prep: invalid arguments (out pointer, descriptors, memory type)");
+        nxli_err(a, "%s: invalid arguments (out pointer, descriptors, memory type)", fn);
         return NXL_ERR_INVALID_PARAM;
     }
     *out = NULL;
@@ -132,7 +134,7 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
     if (!p || !(p->e = big_alloc(a, n + 1, sizeof(*p->e)))) {
         free(p);
         nxli_remote_put(r);
-        nxli_err(a, "nxl_prep: out of memory for %zu descriptors", n);
+        nxli_err(a, "%s: out of memory for %zu descriptors", fn, n);
         return NXL_ERR_UNKNOWN;
     }
     p->agent = a;
@@ -147,7 +149,7 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
         p->e[i].len = d->len;
         if (!d->len && type <= NXL_VRAM) {
             /* it would resolve to the region it ends, or begins, at */
-            nxli_err(a, "nxl_prep: descriptor %zu (%s 0x%lx) has length 0; nothing was prepared",
+            nxli_err(a, "%s: descriptor %zu (%s 0x%lx) has length 0; nothing was prepared", fn,
                      i, nxl_mem_name(type), (unsigned long)d->addr);
             prepped_free(p);
             return NXL_ERR_INVALID_PARAM;
@@ -155,8 +157,8 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
         if (r) {
             const nxli_rregion_t *g = nxli_rregion_find(r, type, d->dev_id, d->addr, d->len);
             if (!g) {
-                nxli_err(a, "nxl_prep: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
-                            "%s region agent '%s' registered; nothing was prepared", i,
+                nxli_err(a, "%s: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
+                            "%s region agent '%s' registered; nothing was prepared", fn, i,
                          nxl_mem_name(type), (unsigned long)d->addr, d->len,
                          (unsigned long long)d->dev_id, nxl_mem_name(type), r->name);
                 prepped_free(p);
@@ -169,8 +171,8 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                                    ? last
                                    : nxli_region_find(a, type, d->dev_id, d->addr, d->len);
             if (!g) {
-                nxli_err(a, "nxl_prep: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
-                            "%s region registered with agent '%s'; nothing was prepared", i,
+                nxli_err(a, "%s: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
+                            "%s region registered with agent '%s'; nothing was prepared", fn, i,
                          nxl_mem_name(type), (unsigned long)d->addr, d->len,
                          (unsigned long long)d->dev_id, nxl_mem_name(type), a->name);
                 prepped_free(p);
@@ -185,7 +187,7 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                     nxli_region_t **v = realloc(p->lregs, (p->nlregs + 1) * sizeof(*v));
                     if (!v) {
                         prepped_free(p);
-                        nxli_err(a, "nxl_prep: out of memory");
+                        nxli_err(a, "%s: out of memory", fn);
                         return NXL_ERR_UNKNOWN;
                     }
                     p->lregs = v;
@@ -278,8 +280,8 @@ static nxl_status_t set_notif(nxl_xfer_t *x, const void *msg, size_t len)
     return NXL_SUCCESS;
 }
 
-static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
-                              nxl_prepped_t *rp, const size_t *ridx, size_t n,
+static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_prepped_t *lp,
+                              const size_t *lidx, nxl_prepped_t *rp, const size_t *ridx, size_t n,
                               const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
 
 nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
@@ -291,7 +293,7 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
         /* on the caller's thread as nxl_prep() (a notification asks the
          * relay's transports: the reactor's) */
         if (n <= NXLI_FOREIGN_MAX && (!opts || !opts->notif) && nxli_foreign_begin(a)) {
-            st = make_impl(a, op, lp, lidx, rp, ridx, n, opts, out);
+            st = make_impl(a, "nxl_xfer_make", op, lp, lidx, rp, ridx, n, opts, out);
             nxli_foreign_end(a);
             if (st == NXL_SUCCESS)
                 return st;
@@ -299,52 +301,52 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
         return nxli_rpc_xfer_make(a, op, lp, lidx, rp, ridx, n, opts, out);
     }
     NXLI_TLOCK(a);
-    st = make_impl(a, op, lp, lidx, rp, ridx, n, opts, out);
+    st = make_impl(a, "nxl_xfer_make", op, lp, lidx, rp, ridx, n, opts, out);
     NXLI_TUNLOCK(a);
     return st;
 }
 
-static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
-                              nxl_prepped_t *rp, const size_t *ridx, size_t n,
+static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_prepped_t *lp,
+                              const size_t *lidx, nxl_prepped_t *rp, const size_t *ridx, size_t n,
                               const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
 {
     if (!out || !lp || !rp || (op != NXL_READ && op != NXL_WRITE)) {
-        nxli_err(a, "nxl_xfer_make: needs an out pointer, two prepared lists and READ or WRITE");
+        nxli_err(a, "%s: needs an out pointer, two prepared lists and READ or WRITE", fn);
         return NXL_ERR_INVALID_PARAM;
     }
     *out = NULL;
     if (lp->agent != a || rp->agent != a || lp->remote || !rp->remote) {
-        nxli_err(a, "nxl_xfer_make: the local list must be prepared against this agent (agent "
-                    "NULL) and the remote list against a named agent, both by agent '%s'",
+        nxli_err(a, "%s: the local list must be prepared against this agent (agent "
+                    "NULL) and the remote list against a named agent, both by agent '%s'", fn,
                  a->name);
         return NXL_ERR_MISMATCH;
     }
     if (rp->remote->invalid) {
-        nxli_err(a, "nxl_xfer_make: agent '%s' was invalidated; reload its metadata and prepare "
-                    "again", rp->remote->name);
+        nxli_err(a, "%s: agent '%s' was invalidated; reload its metadata and prepare "
+                    "again", fn, rp->remote->name);
         return NXL_ERR_NOT_FOUND;
     }
     if (opts && opts->size != sizeof(*opts)) {
-        nxli_err(a, "nxl_xfer_make: options size %zu unknown; use nxl_xfer_opts_init()",
+        nxli_err(a, "%s: options size %zu unknown; use nxl_xfer_opts_init()", fn,
                  opts->size);
         return NXL_ERR_INVALID_PARAM;
     }
     for (size_t i = 0; i < n; i++) {
         size_t li = lidx ? lidx[i] : i, ri = ridx ? ridx[i] : i;
         if (li >= lp->n || ri >= rp->n) {
-            nxli_err(a, "nxl_xfer_make: element %zu names index %zu of a list of %zu", i,
+            nxli_err(a, "%s: element %zu names index %zu of a list of %zu", fn, i,
                      li >= lp->n ? li : ri, li >= lp->n ? lp->n : rp->n);
             return NXL_ERR_INVALID_PARAM;
         }
         const nxli_rregion_t *rg = rp->e[ri].region;
         if (rg->revoked) {
-            nxli_err(a, "nxl_xfer_make: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
-                        "deregistered after the list was prepared", i, nxl_mem_name(rg->type),
+            nxli_err(a, "%s: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
+                        "deregistered after the list was prepared", fn, i, nxl_mem_name(rg->type),
                      (unsigned long)rg->addr, rg->len, rp->remote->name);
             return NXL_ERR_NOT_FOUND;
         }
         if (lp->e[li].len != rp->e[ri].len) {
-            nxli_err(a, "nxl_xfer_make: element %zu pairs %zu local bytes with %zu remote bytes",
+            nxli_err(a, "%s: element %zu pairs %zu local bytes with %zu remote bytes", fn,
                      i, lp->e[li].len, rp->e[ri].len);
             return NXL_ERR_INVALID_PARAM;
         }
@@ -352,8 +354,8 @@ static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, co
     nxl_backend_t *b = opts ? opts->backend : NULL;
     if (b) {
         if (b->agent != a || !backend_holds(b, lp, rp, ridx, n)) {
-            nxli_err(a, "nxl_xfer_make: transport %s does not hold both sides (register the "
-                        "memory with it on both agents)", b->ops->name);
+            nxli_err(a, "%s: transport %s does not hold both sides (register the "
+                        "memory with it on both agents)", fn, b->ops->name);
             return NXL_ERR_NOT_SUPPORTED;
         }
     } else {
@@ -361,15 +363,15 @@ static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, co
             if (backend_holds(a->backends[i], lp, rp, ridx, n))
                 b = a->backends[i];
         if (!b) {
-            nxli_err(a, "nxl_xfer_make: no transport of agent '%s' holds both the local %s "
+            nxli_err(a, "%s: no transport of agent '%s' holds both the local %s "
                         "regions and agent '%s''s %s regions; both agents need a common "
-                        "transport with the memory registered on it",
+                        "transport with the memory registered on it", fn,
                      a->name, nxl_mem_name(lp->type), rp->remote->name, nxl_mem_name(rp->type));
             return NXL_ERR_NOT_SUPPORTED;
         }
     }
     if (opts && opts->notif) {
-        nxl_status_t st = nxli_relay_check(a, "nxl_xfer_make", b, rp->remote);
+        nxl_status_t st = nxli_relay_check(a, fn, b, rp->remote);
         if (st != NXL_SUCCESS)
             return st;
     }
@@ -379,7 +381,7 @@ static nxl_status_t make_impl(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, co
         if (x)
             big_free(a, x->iov);
         free(x);
-        nxli_err(a, "nxl_xfer_make: out of memory for %zu elements", n);
+        nxli_err(a, "%s: out of memory for %zu elements", fn, n);
         return NXL_ERR_UNKNOWN;
     }
     x->agent = a;
@@ -441,13 +443,21 @@ nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *loc
                  remote->n);
         return NXL_ERR_INVALID_PARAM;
     }
+    /* nxl_prep and nxl_xfer_make's steps, their sentences naming this call */
     nxl_prepped_t *lp, *rp;
-    nxl_status_t st = nxl_prep(a, NULL, local->type, local->descs, local->n, &lp);
+    NXLI_TLOCK(a);
+    nxl_status_t st = prep_impl(a, "nxl_xfer_create", NULL, local->type, local->descs, local->n,
+                                &lp);
+    NXLI_TUNLOCK(a);
     if (st != NXL_SUCCESS)
         return st;
-    st = nxl_prep(a, remote_agent, remote->type, remote->descs, remote->n, &rp);
+    NXLI_TLOCK(a);
+    st = prep_impl(a, "nxl_xfer_create", remote_agent, remote->type, remote->descs, remote->n, &rp);
+    NXLI_TUNLOCK(a);
     if (st == NXL_SUCCESS) {
-        st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, local->n, opts, out);
+        NXLI_TLOCK(a);
+        st = make_impl(a, "nxl_xfer_create", op, lp, NULL, rp, NULL, local->n, opts, out);
+        NXLI_TUNLOCK(a);
         nxl_prepped_release(rp);
     }
     nxl_prepped_release(lp);

@@ -23,13 +23,18 @@
  * S3 requests are signed by libcurl (CURLOPT_AWS_SIGV4, with an unsigned
  * payload), Azure's with Shared Key (azure.c). Transient failures (a reset
  * connection, HTTP 500/502/503/504, S3's SlowDown and RequestTimeout) are
- * retried with exponential backoff, retries times at most.
+ * retried with exponential backoff, retries times at most. A request that
+ * moves no byte for timeout_s (an abort: 1 s) fails and is not retried, nor
+ * is one that found no connection in connect_timeout_ms: a server that
+ * stops answering fails the transfer timeout_s after its last byte moved
+ * (plus 1 s for the abort of a multipart upload).
  *
  * Cancel (NXLT_CAP_CANCEL_WAITS): a timer polls the transfers in flight
- * every OBJ_CANCEL_TICK_MS; a canceled one starts nothing more, has its GETs
- * and PUTs taken out of curl (which then no longer touches the buffers),
- * lets the parts of a multipart upload already on the wire finish, aborts
- * the upload, and completes once the abort answered. Teardown takes every
+ * every OBJ_CANCEL_TICK_MS (and their requests for silence); a canceled one
+ * starts nothing more, has its GETs and PUTs taken out of curl (which then
+ * no longer touches the buffers), lets the parts of a multipart upload
+ * already on the wire finish, aborts the upload, and completes once the
+ * abort answered. Teardown takes every
  * request out of curl at once and aborts open multipart uploads with short
  * blocking requests. No timer or event is armed while nothing is in
  * flight. */
@@ -366,10 +371,21 @@ static void unload_key(void *state, void *rkey)
 
 /* ------------------------------------------------------------ requests */
 
+/* Seconds r may move nothing before it fails: timeout_s; an abort (after a
+ * failure or a cancel, when the server may be the reason) at most
+ * OBJ_ABORT_SILENCE_S, as teardown's aborts. */
+static long obj_silence_s(const obj_t *o, const obj_req_t *r)
+{
+    if (r->kind == R_MPU_ABORT && o->timeout_s > OBJ_ABORT_SILENCE_S)
+        return OBJ_ABORT_SILENCE_S;
+    return o->timeout_s;
+}
+
 static size_t on_body(char *p, size_t sz, size_t nm, void *arg)
 {
     obj_req_t *r = arg;
     size_t n = sz * nm;
+    r->moved_us = nxlt_now_us();
     if (!r->http)
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http);
     if (r->kind == R_GET && r->http >= 200 && r->http < 300) {
@@ -417,6 +433,8 @@ static size_t on_read(char *p, size_t sz, size_t nm, void *arg)
         n = left;
     memcpy(p, r->buf + r->pos, n);
     r->pos += n;
+    if (n)
+        r->moved_us = nxlt_now_us();
     return n;
 }
 
@@ -449,6 +467,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
     obj_req_t *r = arg;
     size_t n = sz * nm, vl;
     const char *v;
+    r->moved_us = nxlt_now_us();
     if (n > 5 && !strncmp(p, "HTTP/", 5)) {
         /* a new answer (after 100 Continue, say): forget the last one's */
         r->etag[0] = 0;
@@ -653,8 +672,9 @@ static int req_setup(obj_t *o, obj_req_t *r, CURL *e)
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_ms);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, o->timeout_s);
+    /* no CURLOPT_LOW_SPEED_*: curl judges speed over its last 5 s, so a
+     * server that stops answering failed timeout_s + 5-6 s later; the tick
+     * (on_tick) bounds the silence itself */
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -924,6 +944,22 @@ static void req_result(obj_t *o, obj_req_t *r, CURLcode rc)
     if (rc != CURLE_OK) {
         if (r->bad) {
             snprintf(why, sizeof(why), "%s: %s: %s", o->tname, what, r->bad_why);
+        } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+            /* silent for its bound, or no connection in connect_timeout_ms:
+             * final, so that a server that stops answering fails the
+             * transfer in about the time the user set */
+            if (r->stalled)
+                snprintf(why, sizeof(why), "%s: %s: nothing moved for %ld s (timeout_s) on "
+                                           "attempt %u; a silent server is not retried (is the "
+                                           "server at %s up? check endpoint=%s)",
+                         o->tname, what, obj_silence_s(o, r), r->attempts + 1, o->endpoint,
+                         az ? " or the connection string" : " or AWS_ENDPOINT_URL");
+            else
+                snprintf(why, sizeof(why), "%s: %s: no connection within %ld ms "
+                                           "(connect_timeout_ms) on attempt %u; not retried (is "
+                                           "the server at %s up? check endpoint=%s)",
+                         o->tname, what, o->connect_ms, r->attempts + 1, o->endpoint,
+                         az ? " or the connection string" : " or AWS_ENDPOINT_URL");
         } else {
             transient = true;
             snprintf(why, sizeof(why), "%s: %s: %s after %u attempt%s (is the server at %s up? "
@@ -1045,6 +1081,9 @@ static int req_start(obj_t *o, obj_req_t *r)
         return -1;
     }
     r->state = RQ_INFLIGHT;
+    r->stalled = false;
+    r->moved_us = nxlt_now_us();
+    r->moved_bytes = 0;
     o->inflight++;
     o->n_req++;
     return 0;
@@ -1149,6 +1188,33 @@ static void xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
     pump(o);
 }
 
+/* The request in flight that moved nothing for its bound, or NULL. What
+ * moved is what curl sent to and received from the socket (a body taken
+ * into curl's upload buffer in one piece may drain slowly), besides the
+ * callbacks' notes. */
+static obj_req_t *stalled_req(obj_t *o, uint64_t now)
+{
+    obj_xop_t *x;
+    obj_req_t *r;
+    LIST_FOREACH(x, &o->xops, link)
+    LIST_FOREACH(r, &x->reqs, xlink)
+    {
+        if (r->state != RQ_INFLIGHT)
+            continue;
+        curl_off_t up = 0, down = 0;
+        curl_easy_getinfo(r->easy, CURLINFO_SIZE_UPLOAD_T, &up);
+        curl_easy_getinfo(r->easy, CURLINFO_SIZE_DOWNLOAD_T, &down);
+        if ((int64_t)(up + down) != r->moved_bytes) {
+            r->moved_bytes = (int64_t)(up + down);
+            r->moved_us = now;
+        } else if (now > r->moved_us &&
+                   now - r->moved_us >= (uint64_t)obj_silence_s(o, r) * 1000000) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     obj_t *o = arg;
@@ -1158,6 +1224,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         if (!x->failed && nxlt_op_canceled(x->op))
             xop_fail(x, NXL_ERR_CANCELED, "%s: %s canceled", o->tname,
                      x->write ? "WRITE" : "READ");
+    }
+    /* silent requests: out of curl, failed as curl's timeout (not retried);
+     * each may finish transfers and start requests, so the walk starts over */
+    obj_req_t *r;
+    while ((r = stalled_req(o, nxlt_now_us()))) {
+        CURL *e = r->easy;
+        nxlt_http_remove(o->http, e);
+        r->stalled = true;
+        req_done(e, CURLE_OPERATION_TIMEDOUT, r, o);
     }
 }
 

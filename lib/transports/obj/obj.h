@@ -25,6 +25,7 @@
 #define OBJ_RESP_MAX (64u << 10)         /* error bodies and XML answers kept, at most */
 #define OBJ_KEY_MAX 1024u
 #define OBJ_CANCEL_TICK_MS 20u
+#define OBJ_ABORT_SILENCE_S 1        /* an abort's bound (at most timeout_s) */
 
 typedef enum { OBJ_S3, OBJ_AZURE } obj_api_t;
 
@@ -87,6 +88,9 @@ typedef struct obj_req {
     bool overrun;            /* the server sent more than asked: cut off, the rest kept */
     char bad_why[200];
     unsigned attempts;
+    uint64_t moved_us;       /* in flight: when it started or last moved a byte */
+    int64_t moved_bytes;     /* bytes curl had sent and received then */
+    bool stalled;            /* taken out of curl after moving nothing for its bound */
     struct event *retry_ev;
     TAILQ_ENTRY(obj_req) qlink;
     LIST_ENTRY(obj_req) xlink;
@@ -134,11 +138,12 @@ struct obj {
     struct obj_reqq queue;
     unsigned inflight;
     LIST_HEAD(, obj_xop) xops;
-    struct event *tick;      /* polls for canceled transfers while any is in flight */
+    struct event *tick;      /* while transfers are in flight: polls for canceled ones and
+                                requests that moved nothing for timeout_s */
     struct event *kick;      /* completes empty transfers on the next turn */
     /* statistics */
     uint64_t n_req, n_retry, n_xfer, n_conn;
-    char desc[256];
+    char desc[512];          /* endpoint and bucket as given: a long URL must fit */
 };
 
 /* azure.c */
