@@ -161,6 +161,7 @@ static int lf_loaded(void)
 #define BELL_WINDOW_US (4 * RING_US)          /* then both poll every loop turn this long */
 #define RETRY_US 1000                         /* a post refused with nothing in flight */
 #define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
+#define LF_PEER_CLOSED "the agent, of this process, was destroyed (its endpoint closed)"
 
 enum { CTX_OP = 0x6f70, CTX_RX = 0x7278 };
 
@@ -232,6 +233,7 @@ struct lf_conn {
     char *name;
     int refs;                   /* the engine's, plus one per op */
     bool failed, stalled, unloaded;
+    bool peer_closed;           /* an agent of this process whose shm endpoint is gone */
     int fail_deferred;          /* a post was refused for a lost peer: fail it from the loop */
     int err;
     char *why;
@@ -280,6 +282,8 @@ struct lf_state {
     uint64_t rma_seen;
     struct fid_ep *ep;
     bool ep_closed;
+    struct lf_shm_ep *shm_ep;   /* shm: this endpoint among the process's (shm_eps) */
+    unsigned long shm_gen_seen; /* shm_gen when this agent last looked */
     unsigned char name[256];    /* our endpoint's address (fi_getname) */
     size_t name_len;
     char prov[64];
@@ -407,6 +411,183 @@ static void mr_mode_str(uint64_t m, char *buf, size_t cap)
              m & FI_MR_LOCAL ? ", local descriptors" : "",
              m & FI_MR_ENDPOINT ? ", bound to the endpoint" : "",
              m & FI_MR_ALLOCATED ? ", allocated memory" : "", m & FI_MR_RAW ? ", raw keys" : "");
+}
+
+/* ------------------------------------------------ shm endpoints of this process */
+
+/* libfabric 1.17's shm provider reaches a peer of the same process through
+ * that peer's own mapping of its region (smr_map_to_region finds the peer,
+ * by name, in the provider's list of the process's endpoints), and closing
+ * an endpoint unmaps its region (smr_free) under every other endpoint of
+ * the process that knows it: their next post to it, or their progress
+ * answering a command it left in their queue (inside fi_cq_read), faults.
+ * A peer in another process has a mapping of its own, which outlives the
+ * peer's close. So while another shm endpoint of this process is open, a
+ * destroyed agent's endpoint is retired instead of closed: kept open (its
+ * region mapped), never progressed again, with its completion queue,
+ * address vector, domain and receive buffers, until the last shm endpoint
+ * of the process closes and closes the retired ones after itself. The
+ * agents still open learn of it (shm_gen) at their next post or loop turn
+ * and fail their operations to it with NXL_ERR_REMOTE_DISCONNECT; an
+ * address of this process that is not open anymore is refused at
+ * load_conn (the provider would map the closed region). */
+typedef struct lf_shm_ep {
+    LIST_ENTRY(lf_shm_ep) link;
+    bool live;
+    /* retired: what stays open */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_cntr *cntr;
+    struct fid_ep *ep;
+    struct fid_mr *rx_mr;
+    unsigned char *rxmem;
+    size_t len;
+    unsigned char name[256];
+} lf_shm_ep_t;
+typedef LIST_HEAD(lf_shm_list, lf_shm_ep) lf_shm_list_t;
+
+static pthread_mutex_t shm_lock = PTHREAD_MUTEX_INITIALIZER;
+static lf_shm_list_t shm_eps = LIST_HEAD_INITIALIZER(shm_eps);
+static unsigned shm_live;   /* open (not retired) entries of shm_eps */
+static unsigned long shm_gen; /* bumped at every retirement */
+
+/* Is this shm address ("[fi_shm://]PID:D:E") one of this process's? */
+static bool shm_name_ours(const unsigned char *name, size_t len)
+{
+    char own[32];
+    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
+        name += 9;
+        len -= 9;
+    }
+    int k = snprintf(own, sizeof(own), "%ld:", (long)getpid());
+    return k > 0 && len > (size_t)k && !memcmp(name, own, (size_t)k);
+}
+
+/* An address of this process whose endpoint is not open anymore? */
+static bool shm_name_closed(const unsigned char *name, size_t len)
+{
+    if (!shm_name_ours(name, len))
+        return false;
+    bool open = false;
+    lf_shm_ep_t *e;
+    pthread_mutex_lock(&shm_lock);
+    LIST_FOREACH(e, &shm_eps, link)
+    if (e->live && e->len == len && !memcmp(e->name, name, len)) {
+        open = true;
+        break;
+    }
+    pthread_mutex_unlock(&shm_lock);
+    return !open;
+}
+
+static bool shm_register(lf_t *u)
+{
+    lf_shm_ep_t *e = calloc(1, sizeof(*e));
+    if (!e || u->name_len > sizeof(e->name)) {
+        free(e);
+        return false;
+    }
+    e->live = true;
+    e->len = u->name_len;
+    memcpy(e->name, u->name, u->name_len);
+    pthread_mutex_lock(&shm_lock);
+    LIST_INSERT_HEAD(&shm_eps, e, link);
+    shm_live++;
+    u->shm_gen_seen = shm_gen;
+    pthread_mutex_unlock(&shm_lock);
+    u->shm_ep = e;
+    return true;
+}
+
+/* Connections to agents of this process whose endpoints were retired since
+ * this agent last looked: failed from the loop (fail_deferred). */
+static void shm_notice_closed(lf_t *u)
+{
+    if (!u->shm_ep)
+        return;
+    unsigned long g = __atomic_load_n(&shm_gen, __ATOMIC_ACQUIRE);
+    if (g == u->shm_gen_seen)
+        return;
+    u->shm_gen_seen = g;
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        if (c->self || !c->av_entry || c->failed || c->fail_deferred)
+            continue;
+        if (shm_name_closed(c->av_entry->name, c->av_entry->len)) {
+            c->peer_closed = true;
+            c->fail_deferred = FI_ESHUTDOWN;
+            kick(u);
+        }
+    }
+}
+
+/* Teardown of an shm endpoint: with another one of this process open, the
+ * endpoint and what it needs are handed to its entry, which stays on
+ * shm_eps (true); the last one takes the retired entries into @p reap, to
+ * close after itself (false). */
+static bool shm_unregister(lf_t *u, lf_shm_list_t *reap)
+{
+    lf_shm_ep_t *e = u->shm_ep, *r;
+    u->shm_ep = NULL;
+    pthread_mutex_lock(&shm_lock);
+    e->live = false;
+    bool retire = --shm_live > 0;
+    if (retire) {
+        e->fabric = u->fabric;
+        e->domain = u->domain;
+        e->av = u->av;
+        e->cq = u->cq;
+        e->cntr = u->rma_cntr;
+        e->ep = u->ep;
+        e->rx_mr = u->rx_mr;
+        e->rxmem = u->rxmem;
+        u->fabric = NULL;
+        u->domain = NULL;
+        u->av = NULL;
+        u->cq = NULL;
+        u->rma_cntr = NULL;
+        u->ep = NULL;
+        u->rx_mr = NULL;
+        u->rxmem = NULL;
+        __atomic_add_fetch(&shm_gen, 1, __ATOMIC_RELEASE);
+    } else {
+        LIST_REMOVE(e, link);
+        while ((r = LIST_FIRST(&shm_eps))) {
+            LIST_REMOVE(r, link);
+            LIST_INSERT_HEAD(reap, r, link);
+        }
+    }
+    pthread_mutex_unlock(&shm_lock);
+    if (!retire)
+        free(e);
+    return retire;
+}
+
+static void shm_close_retired(lf_shm_list_t *reap)
+{
+    lf_shm_ep_t *r;
+    while ((r = LIST_FIRST(reap))) {
+        LIST_REMOVE(r, link);
+        if (r->ep)
+            fi_close(&r->ep->fid);
+        if (r->rx_mr)
+            fi_close(&r->rx_mr->fid);
+        if (r->cntr)
+            fi_close(&r->cntr->fid);
+        if (r->cq)
+            fi_close(&r->cq->fid);
+        if (r->av)
+            fi_close(&r->av->fid);
+        if (r->domain)
+            fi_close(&r->domain->fid);
+        if (r->fabric)
+            fi_close(&r->fabric->fid);
+        free(r->rxmem);
+        free(r);
+    }
 }
 
 /* ------------------------------------------------------------- connections */
@@ -559,6 +740,12 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     }
     if (nl == u->name_len && !memcmp(name, u->name, nl)) {
         c->self = true;
+    } else if (u->shm_ep && shm_name_closed(name, nl)) {
+        /* not inserted: the provider would map the closed region */
+        c->failed = true;
+        c->peer_closed = true;
+        c->err = FI_ESHUTDOWN;
+        c->why = strdup(LF_PEER_CLOSED);
     } else {
         lf_addr_t *e;
         LIST_FOREACH(e, &u->addrs, link)
@@ -1128,13 +1315,15 @@ static nxl_status_t check_conn(lf_t *u, lf_conn_t *c, const char *call)
         nxlt_error(u->ctx, "LIBFABRIC: %s: the transport is shutting down", call);
         return NXL_ERR_NOT_ALLOWED;
     }
+    shm_notice_closed(u);
     if (!c->failed && !c->fail_deferred)
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "LIBFABRIC: %s: the connection to agent '%s' failed earlier (%s); reload "
                "its metadata once it is back", call, c->name,
-               c->stalled ? "no completion within the stall timeout"
-               : c->why   ? c->why
-                          : fi_strerror(c->failed ? c->err : c->fail_deferred));
+               c->stalled       ? "no completion within the stall timeout"
+               : c->why         ? c->why
+               : c->peer_closed ? LF_PEER_CLOSED
+                                : fi_strerror(c->failed ? c->err : c->fail_deferred));
     return NXL_ERR_REMOTE_DISCONNECT;
 }
 
@@ -1687,12 +1876,17 @@ static void progress(lf_t *u, bool woke)
     if (u->in_progress || u->ep_closed)
         return;
     u->in_progress = true;
+    shm_notice_closed(u);
     lf_conn_t *c, *cn;
     for (c = LIST_FIRST(&u->conns); c; c = cn) {
         cn = LIST_NEXT(c, link);
         if (c->fail_deferred && !c->failed) {
             char why[160];
-            snprintf(why, sizeof(why), "a post was refused: %s", fi_strerror(c->fail_deferred));
+            if (c->peer_closed)
+                snprintf(why, sizeof(why), "%s", LF_PEER_CLOSED);
+            else
+                snprintf(why, sizeof(why), "a post was refused: %s",
+                         fi_strerror(c->fail_deferred));
             c->refs++;
             conn_fail(c, c->fail_deferred, why, false);
             cn = LIST_NEXT(c, link);
@@ -2281,6 +2475,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->name_len = sizeof(u->name);
     if ((r = fi_getname(&u->ep->fid, u->name, &u->name_len)))
         return fail(u, "fi_getname", r, "the endpoint has no address");
+    if (!strcmp(u->prov, "shm") && !shm_register(u)) {
+        nxlt_error(ctx, "LIBFABRIC: out of memory");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
 
     /* receive buffers for notifications */
     u->rxmem = malloc((size_t)NRX * RXSZ);
@@ -2397,7 +2596,8 @@ static void quiesce(void *state)
         o->stopped = true;
         op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: the agent is being destroyed");
     }
-    if (u->ep && !u->ep_closed) {
+    /* an shm endpoint is closed (or retired) in destroy: shm_unregister */
+    if (u->ep && !u->ep_closed && !u->shm_ep) {
         fi_close(&u->ep->fid);
         u->ep = NULL;
     }
@@ -2408,6 +2608,11 @@ static void destroy(void *state)
 {
     lf_t *u = state;
     quiesce(u);
+    lf_shm_list_t reap = LIST_HEAD_INITIALIZER(reap);
+    if (u->shm_ep && !shm_unregister(u, &reap) && u->ep) {
+        fi_close(&u->ep->fid);
+        u->ep = NULL;
+    }
     if (u->ev_fd)
         event_free(u->ev_fd);
     if (u->ev_kick)
@@ -2462,6 +2667,7 @@ static void destroy(void *state)
         fi_freeinfo(u->info);
     free(u->rxmem);
     free(u);
+    shm_close_retired(&reap);
 }
 
 static const char *describe(void *state)
