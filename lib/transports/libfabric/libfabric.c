@@ -380,6 +380,17 @@ static bool is_disconnect(int err)
     }
 }
 
+/* "<fi_strerror(err)>: <detail>", the provider's detail only when it says
+ * more than the error's name (tcp's is strerror of the same errno) */
+static void err_text(int err, const char *detail, char *out, size_t cap)
+{
+    const char *name = fi_strerror(err);
+    if (detail && detail[0] && strcmp(detail, name))
+        snprintf(out, cap, "%s: %s", name, detail);
+    else
+        snprintf(out, cap, "%s", name);
+}
+
 static void kick(lf_t *u)
 {
     static const struct timeval zero = {0, 0};
@@ -954,6 +965,9 @@ static void op_fail_sentence(lf_op_t *o, char *why, size_t cap)
                  c->name,
                  c->failed && c->why ? c->why
                                      : fi_strerror(c->failed ? c->err : c->fail_deferred));
+    else if (o->errtxt && !strncmp(o->errtxt, fi_strerror(o->err), strlen(fi_strerror(o->err))))
+        snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed on provider %s: %s", what,
+                 c->name, o->u->prov, o->errtxt); /* an error completion's text: err_text */
     else
         snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed on provider %s: %s (%s)", what,
                  c->name, o->u->prov, fi_strerror(o->err), o->errtxt ? o->errtxt : "no detail");
@@ -1500,8 +1514,10 @@ static void side_send(lf_t *u, lf_conn_t *c, unsigned char *b, size_t len, const
     } else if (try_post(o, false) == NXL_IN_PROG) {
         enqueue(o);
     } else if (o->stopped) {
-        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: agent '%s' was not sent %s: %s", c->name,
-                 what, o->err ? fi_strerror(o->err) : "the transport is shutting down");
+        /* a peer that is gone (closed in order, say) needs no word */
+        nxlt_log(u->ctx, o->err && !post_disconnect(o->err) ? NXL_LOG_WARN : NXL_LOG_INFO,
+                 "LIBFABRIC: agent '%s' was not sent %s: %s", c->name, what,
+                 o->err ? fi_strerror(o->err) : "the transport is shutting down");
         check_later(o);
     }
     kick(u);
@@ -1707,26 +1723,29 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
 
 static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
 {
-    char text[256];
+    char text[256] = "";
     const char *s = fi_cq_strerror(u->cq, e->prov_errno, e->err_data, text, sizeof(text));
-    if (s && s != text)
-        snprintf(text, sizeof(text), "%s", s);
+    if (s != text)
+        snprintf(text, sizeof(text), "%s", s ? s : "");
     lf_ctx_t *c = e->op_context;
     int err = e->err ? e->err : FI_EOTHER;
     if (!c) {
         /* rxm reports some failures without an operation: nothing to
          * attribute them to; stalled operations are caught by the watch */
+        char full[320];
+        err_text(err, text, full, sizeof(full));
         if (u->ctx_less_errors++ < 5)
             nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: provider %s reported an error with no "
-                     "operation attached: %s (%s)", u->prov, fi_strerror(err), text);
+                     "operation attached: %s", u->prov, full);
         return;
     }
     if (c->kind == CTX_RX) {
         lf_rx_t *rx = (lf_rx_t *)c;
         rx->posted = false;
         if (err != FI_ECANCELED) {
-            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: a notification receive failed: %s (%s)%s",
-                     fi_strerror(err), text,
+            char full[320];
+            err_text(err, text, full, sizeof(full));
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: a notification receive failed: %s%s", full,
                      err == FI_ETRUNC ? "; a notification longer than the buffers was dropped"
                                       : "");
             rx_post(u, rx);
@@ -1743,8 +1762,10 @@ static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
      * found the connection to the peer closed ("Peer disconnected") */
     else if (err == FI_EIO && !strcmp(u->prov, "sockets"))
         err = FI_ECONNRESET;
+    /* a flushed operation's detail is the errno of whatever ran last */
     char full[320];
-    snprintf(full, sizeof(full), "%s: %s", fi_strerror(err), text);
+    err_text(err, e->err == FI_ECANCELED ? "the provider canceled the operation: its connection "
+                                           "to the peer shut down" : text, full, sizeof(full));
     op_elem_done(o, err, full);
 }
 
@@ -1992,17 +2013,30 @@ static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
     c->err = err;
     free(c->why);
     c->why = text ? strdup(text) : NULL;
+    /* A failure of the application's: a transfer or notification of its
+     * fails with it. A connection that ends with nothing of the
+     * application's on it (the peer closed it, and only the transport's
+     * own message, a revocation, found out), or while this agent is being
+     * destroyed, is no failure of anyone's: an info line. */
+    bool affects = false;
+    lf_op_t *o, *next;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn == c && o->op)
+        affects = true;
+    nxl_log_level_t lvl = affects && !u->quiescing ? NXL_LOG_WARN : NXL_LOG_INFO;
     if (stalled)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: no operation to agent '%s' completed for "
-                 "%llu ms; declaring the connection lost", c->name,
+        nxlt_log(u->ctx, lvl, "LIBFABRIC: no operation to agent '%s' completed for %llu ms; "
+                 "declaring the connection lost", c->name,
                  (unsigned long long)(u->stall_us / 1000));
-    else
-        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: connection to agent '%s' failed: %s", c->name,
+    else if (affects)
+        nxlt_log(u->ctx, lvl, "LIBFABRIC: connection to agent '%s' failed: %s", c->name,
                  text ? text : fi_strerror(err));
+    else
+        nxlt_log(u->ctx, lvl, "LIBFABRIC: connection to agent '%s' ended (%s), with no transfer "
+                 "or notification on it", c->name, text ? text : fi_strerror(err));
     /* every op to it is reported now; each is freed when the provider
      * hands back what it holds of it (or at destroy) */
     c->refs++;
-    lf_op_t *o, *next;
     for (o = LIST_FIRST(&u->ops); o; o = next) {
         next = LIST_NEXT(o, link);
         if (o->conn != c)
