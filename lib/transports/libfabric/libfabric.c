@@ -161,6 +161,9 @@ static int lf_loaded(void)
 #define BELL_WINDOW_US (4 * RING_US)          /* then both poll every loop turn this long */
 #define RETRY_US 1000                         /* a post refused with nothing in flight */
 #define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
+#define PROBE_AFTER_US 50000                  /* posts refused this long: probe the peer's address */
+#define PROBE_EVERY_US 250000                 /* ... and again at most this often */
+#define PROBE_WAIT_S 2                        /* a probe's connect given up (no conclusion) */
 #define LF_PEER_CLOSED "the agent, of this process, was destroyed (its endpoint closed)"
 
 enum { CTX_OP = 0x6f70, CTX_RX = 0x7278 };
@@ -244,6 +247,10 @@ struct lf_conn {
     uint64_t rung_us;           /* when it was last rung */
     uint64_t heard_us;          /* when a notification of it came while we polled often */
     uint64_t hold_until_us;     /* post nothing before (rxm_hold); 0: no hold */
+    unsigned tx_out;            /* provider operations to it in flight */
+    uint64_t refused_us;        /* posts to it refused (-FI_EAGAIN) with none in flight since */
+    uint64_t probed_us;         /* its address last probed (probe_start) */
+    struct event *ev_probe;     /* a probe under way: a connect to its address */
     bool am_write;              /* it takes a WRITE with its notification as one message */
     bool revokes;               /* it tells this agent of the regions it deregisters */
     LIST_ENTRY(lf_conn) link;
@@ -331,6 +338,7 @@ struct lf_state {
 static nxl_status_t try_post(lf_op_t *o, bool first);
 static void op_check(lf_op_t *o);
 static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled);
+static void post_refused(lf_conn_t *c);
 static void progress(lf_t *u, bool woke);
 static bool remote_activity(lf_t *u);
 
@@ -1133,8 +1141,10 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         ssize_t r = o->dir == NXL_WRITE
                         ? fi_writemsg(u->ep, &m, FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
                         : fi_readmsg(u->ep, &m, FI_COMPLETION);
-        if (r == -FI_EAGAIN)
+        if (r == -FI_EAGAIN) {
+            post_refused(c);
             return NXL_IN_PROG;
+        }
         if (r) {
             if (post_disconnect((int)-r) && !c->fail_deferred) {
                 c->fail_deferred = (int)-r;
@@ -1158,6 +1168,8 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         }
         o->posted++;
         u->tx_inflight++;
+        c->tx_out++;
+        c->refused_us = 0;
         ring(c);
         o->off += piece;
         if (o->off == s.len) {
@@ -1174,8 +1186,10 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         return NXL_IN_PROG;
     ssize_t r = fi_send(u->ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
                         c->addr, o);
-    if (r == -FI_EAGAIN)
+    if (r == -FI_EAGAIN) {
+        post_refused(c);
         return NXL_IN_PROG;
+    }
     if (r) {
         if (post_disconnect((int)-r) && !c->fail_deferred) {
             c->fail_deferred = (int)-r;
@@ -1196,6 +1210,8 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     o->notif_posted = true;
     o->posted++;
     u->tx_inflight++;
+    c->tx_out++;
+    c->refused_us = 0;
     u->notif_inflight++;
     ring(c);
     return NXL_SUCCESS;
@@ -1693,6 +1709,8 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
     lf_t *u = o->u;
     if (u->tx_inflight)
         u->tx_inflight--;
+    if (o->conn->tx_out)
+        o->conn->tx_out--;
     o->conn->progress_us = nxlt_now_us();
     if (err) {
         if (!o->err) {
@@ -1968,6 +1986,115 @@ static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg, f
 static void on_poll(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
 static void on_retry(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
 
+/* A peer whose endpoint is gone, over tcp;ofi_rxm: rxm tears the
+ * connection down when it reads the peer's shutdown; a post after that
+ * opens a new one, and when the peer's listener refuses it, rxm frees the
+ * connection without a word (rxm_process_reject) and answers every later
+ * post with -FI_EAGAIN, each of which starts another connect: the
+ * operations would wait for the stall timeout. (A peer killed while a
+ * transfer to it was being set up, or idle, ends that way; one killed with
+ * operations on the connection fails them at once.) So while posts to a
+ * peer are refused with nothing of ours in flight to it, its address is
+ * probed from the reactor: a TCP connect to its listener, which a live
+ * peer accepts (and drops, as a connection that says nothing) and a gone
+ * one refuses. */
+static void post_refused(lf_conn_t *c)
+{
+    if (!c->tx_out && !c->refused_us)
+        c->refused_us = nxlt_now_us();
+}
+
+/* the peer's listener, when its address is an IP socket address */
+static socklen_t probe_addr(const lf_conn_t *c, struct sockaddr_storage *ss)
+{
+    const lf_addr_t *e = c->av_entry;
+    if (!e || !strstr(c->u->prov, "tcp") || e->len > sizeof(*ss) || e->len < sizeof(sa_family_t))
+        return 0;
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, e->name, e->len);
+    if (ss->ss_family == AF_INET && e->len >= sizeof(struct sockaddr_in))
+        return sizeof(struct sockaddr_in);
+    if (ss->ss_family == AF_INET6 && e->len >= sizeof(struct sockaddr_in6))
+        return sizeof(struct sockaddr_in6);
+    return 0;
+}
+
+static void probe_refused(lf_conn_t *c, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "?", why[200];
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+    } else {
+        const struct sockaddr_in6 *a = (const void *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+    }
+    snprintf(why, sizeof(why), "its address %s port %u refuses connections: the peer's endpoint "
+             "is gone (its process exited or its agent was destroyed)", host, port);
+    if (!c->failed)
+        conn_fail(c, FI_ECONNREFUSED, why, false);
+}
+
+static void probe_end(lf_conn_t *c)
+{
+    if (!c->ev_probe)
+        return;
+    close(event_get_fd(c->ev_probe));
+    event_free(c->ev_probe);
+    c->ev_probe = NULL;
+}
+
+static void on_probe(evutil_socket_t fd, short what, void *arg)
+{
+    lf_conn_t *c = arg;
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (!(what & EV_TIMEOUT) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+        err = errno;
+    struct sockaddr_storage ss;
+    socklen_t sl = probe_addr(c, &ss);
+    probe_end(c);
+    if (!(what & EV_TIMEOUT) && err == ECONNREFUSED && sl && !c->tx_out)
+        probe_refused(c, &ss);
+    conn_put(c);
+}
+
+static void probe_start(lf_conn_t *c)
+{
+    lf_t *u = c->u;
+    struct sockaddr_storage ss;
+    socklen_t sl = probe_addr(c, &ss);
+    if (!sl || c->ev_probe)
+        return;
+    c->probed_us = nxlt_now_us();
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (!connect(fd, (struct sockaddr *)&ss, sl)) {
+        close(fd); /* it listens */
+        return;
+    }
+    if (errno == ECONNREFUSED) {
+        close(fd);
+        probe_refused(c, &ss);
+        return;
+    }
+    struct timeval tv = {PROBE_WAIT_S, 0};
+    if (errno != EINPROGRESS ||
+        !(c->ev_probe = event_new(nxlt_base(u->ctx), fd, EV_WRITE, on_probe, c)) ||
+        event_add(c->ev_probe, &tv)) {
+        if (c->ev_probe)
+            event_free(c->ev_probe);
+        c->ev_probe = NULL;
+        close(fd);
+        return;
+    }
+    c->refs++; /* until on_probe */
+}
+
 /* While ops are in flight: progress now and then, and declare lost a peer
  * whose operations stopped completing. */
 static void on_watch(evutil_socket_t fd, short what, void *arg)
@@ -1982,6 +2109,13 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
             now - c->progress_us > u->stall_us) {
             c->refs++;
             conn_fail(c, FI_ETIMEDOUT, NULL, true);
+            next = LIST_NEXT(c, link);
+            conn_put(c);
+        } else if (c->inflight && !c->failed && !c->tx_out && c->refused_us &&
+                   now - c->refused_us >= PROBE_AFTER_US && !c->ev_probe &&
+                   now - c->probed_us >= PROBE_EVERY_US) {
+            c->refs++;
+            probe_start(c);
             next = LIST_NEXT(c, link);
             conn_put(c);
         }
@@ -2670,6 +2804,7 @@ static void destroy(void *state)
      * already ran for every remote at teardown) */
     while (!LIST_EMPTY(&u->conns)) {
         lf_conn_t *c = LIST_FIRST(&u->conns);
+        probe_end(c);
         LIST_REMOVE(c, link);
         free(c->name);
         free(c->why);
