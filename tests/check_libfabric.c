@@ -499,10 +499,12 @@ START_TEST(t_orderly_close_quiet)
         }
         ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
         size_t len = 1 << 16;
-        unsigned char *pa = malloc(len), *pb = calloc(1, len);
+        unsigned char *pa = malloc(2 * len), *pb = calloc(1, len);
         tl_fill(pa, len, 5);
         nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len}, db = {.addr = (uintptr_t)pb, .len = len};
+        nxl_desc_t da2 = {.addr = (uintptr_t)pa + len, .len = len};
         ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da2, 1, NULL), NXL_SUCCESS);
         ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
         learn(a, b);
         learn(b, a);
@@ -521,9 +523,14 @@ START_TEST(t_orderly_close_quiet)
         nxl_xfer_release(wb);
         warnlen = 0;
         warnbuf[0] = 0;
-        /* b's work is done: it goes; a gives its memory up and goes too */
+        /* b's work is done: it goes; a gives its memory up, a region at a
+         * time (the second revocation meets the connection's reset), and
+         * goes too */
         nxl_agent_destroy(b);
         ck_assert_int_eq(nxl_mem_deregister(a, NXL_DRAM, &da, 1), NXL_SUCCESS);
+        for (int i = 0; i < 5; i++)
+            nxl_agent_run_once(a, 10);
+        ck_assert_int_eq(nxl_mem_deregister(a, NXL_DRAM, &da2, 1), NXL_SUCCESS);
         uint64_t t0 = tl_now_ms();
         while (tl_now_ms() - t0 < 300)
             nxl_agent_run_once(a, 10);
