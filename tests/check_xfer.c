@@ -75,7 +75,12 @@ static const conf_t confs[] = {
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true, {{"dereg_untold", UNCHECKED}, {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
-    {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true, {{"dereg_untold", UNCHECKED}, {0}}},
+    {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
+     {{"dereg_untold", UNCHECKED},
+      {"killed_large", "without cross-memory attach (no pidfd on the peer), UCX 1.13 over shared "
+                       "memory let a transfer to a peer killed during wire-up wait for the stall "
+                       "timeout in 2 of 5 runs here: not fixed yet"},
+      {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
       {0}}},
