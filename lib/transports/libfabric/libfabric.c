@@ -165,6 +165,10 @@ static int lf_loaded(void)
 #define BELL_WINDOW_US (4 * RING_US)          /* then both poll every loop turn this long */
 #define RETRY_US 1000                         /* a post refused with nothing in flight */
 #define DESTROY_WAIT_MS 2000                  /* teardown: longest wait for the provider */
+#define PROBE_AFTER_US 50000                  /* posts refused this long: probe the peer's address */
+#define PROBE_EVERY_US 250000                 /* ... and again at most this often */
+#define PROBE_WAIT_S 2                        /* a probe's connect given up (no conclusion) */
+#define LF_PEER_CLOSED "the agent, of this process, was destroyed (its endpoint closed)"
 
 enum { CTX_OP = 0x6f70, CTX_RX = 0x7278 };
 
@@ -236,6 +240,7 @@ struct lf_conn {
     char *name;
     int refs;                   /* the engine's, plus one per op */
     bool failed, stalled, unloaded;
+    bool peer_closed;           /* an agent of this process whose shm endpoint is gone */
     int fail_deferred;          /* a post was refused for a lost peer: fail it from the loop */
     int err;
     char *why;
@@ -246,6 +251,10 @@ struct lf_conn {
     uint64_t rung_us;           /* when it was last rung */
     uint64_t heard_us;          /* when a notification of it came while we polled often */
     uint64_t hold_until_us;     /* post nothing before (rxm_hold); 0: no hold */
+    unsigned tx_out;            /* provider operations to it in flight */
+    uint64_t refused_us;        /* posts to it refused (-FI_EAGAIN) with none in flight since */
+    uint64_t probed_us;         /* its address last probed (probe_start) */
+    struct event *ev_probe;     /* a probe under way: a connect to its address */
     bool am_write;              /* it takes a WRITE with its notification as one message */
     bool revokes;               /* it tells this agent of the regions it deregisters */
     LIST_ENTRY(lf_conn) link;
@@ -284,6 +293,8 @@ struct lf_state {
     uint64_t rma_seen;
     struct fid_ep *ep;
     bool ep_closed;
+    struct lf_shm_ep *shm_ep;   /* shm: this endpoint among the process's (shm_eps) */
+    unsigned long shm_gen_seen; /* shm_gen when this agent last looked */
     unsigned char name[256];    /* our endpoint's address (fi_getname) */
     size_t name_len;
     char prov[64];
@@ -331,6 +342,7 @@ struct lf_state {
 static nxl_status_t try_post(lf_op_t *o, bool first);
 static void op_check(lf_op_t *o);
 static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled);
+static void post_refused(lf_conn_t *c);
 static void progress(lf_t *u, bool woke);
 static bool remote_activity(lf_t *u);
 
@@ -380,6 +392,17 @@ static bool is_disconnect(int err)
     }
 }
 
+/* "<fi_strerror(err)>: <detail>", the provider's detail only when it says
+ * more than the error's name (tcp's is strerror of the same errno) */
+static void err_text(int err, const char *detail, char *out, size_t cap)
+{
+    const char *name = fi_strerror(err);
+    if (detail && detail[0] && strcmp(detail, name))
+        snprintf(out, cap, "%s: %s", name, detail);
+    else
+        snprintf(out, cap, "%s", name);
+}
+
 static void kick(lf_t *u)
 {
     static const struct timeval zero = {0, 0};
@@ -411,6 +434,183 @@ static void mr_mode_str(uint64_t m, char *buf, size_t cap)
              m & FI_MR_LOCAL ? ", local descriptors" : "",
              m & FI_MR_ENDPOINT ? ", bound to the endpoint" : "",
              m & FI_MR_ALLOCATED ? ", allocated memory" : "", m & FI_MR_RAW ? ", raw keys" : "");
+}
+
+/* ------------------------------------------------ shm endpoints of this process */
+
+/* libfabric 1.17's shm provider reaches a peer of the same process through
+ * that peer's own mapping of its region (smr_map_to_region finds the peer,
+ * by name, in the provider's list of the process's endpoints), and closing
+ * an endpoint unmaps its region (smr_free) under every other endpoint of
+ * the process that knows it: their next post to it, or their progress
+ * answering a command it left in their queue (inside fi_cq_read), faults.
+ * A peer in another process has a mapping of its own, which outlives the
+ * peer's close. So while another shm endpoint of this process is open, a
+ * destroyed agent's endpoint is retired instead of closed: kept open (its
+ * region mapped), never progressed again, with its completion queue,
+ * address vector, domain and receive buffers, until the last shm endpoint
+ * of the process closes and closes the retired ones after itself. The
+ * agents still open learn of it (shm_gen) at their next post or loop turn
+ * and fail their operations to it with NXL_ERR_REMOTE_DISCONNECT; an
+ * address of this process that is not open anymore is refused at
+ * load_conn (the provider would map the closed region). */
+typedef struct lf_shm_ep {
+    LIST_ENTRY(lf_shm_ep) link;
+    bool live;
+    /* retired: what stays open */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_cntr *cntr;
+    struct fid_ep *ep;
+    struct fid_mr *rx_mr;
+    unsigned char *rxmem;
+    size_t len;
+    unsigned char name[256];
+} lf_shm_ep_t;
+typedef LIST_HEAD(lf_shm_list, lf_shm_ep) lf_shm_list_t;
+
+static pthread_mutex_t shm_lock = PTHREAD_MUTEX_INITIALIZER;
+static lf_shm_list_t shm_eps = LIST_HEAD_INITIALIZER(shm_eps);
+static unsigned shm_live;   /* open (not retired) entries of shm_eps */
+static unsigned long shm_gen; /* bumped at every retirement */
+
+/* Is this shm address ("[fi_shm://]PID:D:E") one of this process's? */
+static bool shm_name_ours(const unsigned char *name, size_t len)
+{
+    char own[32];
+    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
+        name += 9;
+        len -= 9;
+    }
+    int k = snprintf(own, sizeof(own), "%ld:", (long)getpid());
+    return k > 0 && len > (size_t)k && !memcmp(name, own, (size_t)k);
+}
+
+/* An address of this process whose endpoint is not open anymore? */
+static bool shm_name_closed(const unsigned char *name, size_t len)
+{
+    if (!shm_name_ours(name, len))
+        return false;
+    bool open = false;
+    lf_shm_ep_t *e;
+    pthread_mutex_lock(&shm_lock);
+    LIST_FOREACH(e, &shm_eps, link)
+    if (e->live && e->len == len && !memcmp(e->name, name, len)) {
+        open = true;
+        break;
+    }
+    pthread_mutex_unlock(&shm_lock);
+    return !open;
+}
+
+static bool shm_register(lf_t *u)
+{
+    lf_shm_ep_t *e = calloc(1, sizeof(*e));
+    if (!e || u->name_len > sizeof(e->name)) {
+        free(e);
+        return false;
+    }
+    e->live = true;
+    e->len = u->name_len;
+    memcpy(e->name, u->name, u->name_len);
+    pthread_mutex_lock(&shm_lock);
+    LIST_INSERT_HEAD(&shm_eps, e, link);
+    shm_live++;
+    u->shm_gen_seen = shm_gen;
+    pthread_mutex_unlock(&shm_lock);
+    u->shm_ep = e;
+    return true;
+}
+
+/* Connections to agents of this process whose endpoints were retired since
+ * this agent last looked: failed from the loop (fail_deferred). */
+static void shm_notice_closed(lf_t *u)
+{
+    if (!u->shm_ep)
+        return;
+    unsigned long g = __atomic_load_n(&shm_gen, __ATOMIC_ACQUIRE);
+    if (g == u->shm_gen_seen)
+        return;
+    u->shm_gen_seen = g;
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        if (c->self || !c->av_entry || c->failed || c->fail_deferred)
+            continue;
+        if (shm_name_closed(c->av_entry->name, c->av_entry->len)) {
+            c->peer_closed = true;
+            c->fail_deferred = FI_ESHUTDOWN;
+            kick(u);
+        }
+    }
+}
+
+/* Teardown of an shm endpoint: with another one of this process open, the
+ * endpoint and what it needs are handed to its entry, which stays on
+ * shm_eps (true); the last one takes the retired entries into @p reap, to
+ * close after itself (false). */
+static bool shm_unregister(lf_t *u, lf_shm_list_t *reap)
+{
+    lf_shm_ep_t *e = u->shm_ep, *r;
+    u->shm_ep = NULL;
+    pthread_mutex_lock(&shm_lock);
+    e->live = false;
+    bool retire = --shm_live > 0;
+    if (retire) {
+        e->fabric = u->fabric;
+        e->domain = u->domain;
+        e->av = u->av;
+        e->cq = u->cq;
+        e->cntr = u->rma_cntr;
+        e->ep = u->ep;
+        e->rx_mr = u->rx_mr;
+        e->rxmem = u->rxmem;
+        u->fabric = NULL;
+        u->domain = NULL;
+        u->av = NULL;
+        u->cq = NULL;
+        u->rma_cntr = NULL;
+        u->ep = NULL;
+        u->rx_mr = NULL;
+        u->rxmem = NULL;
+        __atomic_add_fetch(&shm_gen, 1, __ATOMIC_RELEASE);
+    } else {
+        LIST_REMOVE(e, link);
+        while ((r = LIST_FIRST(&shm_eps))) {
+            LIST_REMOVE(r, link);
+            LIST_INSERT_HEAD(reap, r, link);
+        }
+    }
+    pthread_mutex_unlock(&shm_lock);
+    if (!retire)
+        free(e);
+    return retire;
+}
+
+static void shm_close_retired(lf_shm_list_t *reap)
+{
+    lf_shm_ep_t *r;
+    while ((r = LIST_FIRST(reap))) {
+        LIST_REMOVE(r, link);
+        if (r->ep)
+            fi_close(&r->ep->fid);
+        if (r->rx_mr)
+            fi_close(&r->rx_mr->fid);
+        if (r->cntr)
+            fi_close(&r->cntr->fid);
+        if (r->cq)
+            fi_close(&r->cq->fid);
+        if (r->av)
+            fi_close(&r->av->fid);
+        if (r->domain)
+            fi_close(&r->domain->fid);
+        if (r->fabric)
+            fi_close(&r->fabric->fid);
+        free(r->rxmem);
+        free(r);
+    }
 }
 
 /* ------------------------------------------------------------- connections */
@@ -603,6 +803,12 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     }
     if (nl == u->name_len && !memcmp(name, u->name, nl)) {
         c->self = true;
+    } else if (u->shm_ep && shm_name_closed(name, nl)) {
+        /* not inserted: the provider would map the closed region */
+        c->failed = true;
+        c->peer_closed = true;
+        c->err = FI_ESHUTDOWN;
+        c->why = strdup(LF_PEER_CLOSED);
     } else {
         lf_addr_t *e;
         LIST_FOREACH(e, &u->addrs, link)
@@ -811,6 +1017,9 @@ static void op_fail_sentence(lf_op_t *o, char *why, size_t cap)
                  c->name,
                  c->failed && c->why ? c->why
                                      : fi_strerror(c->failed ? c->err : c->fail_deferred));
+    else if (o->errtxt && !strncmp(o->errtxt, fi_strerror(o->err), strlen(fi_strerror(o->err))))
+        snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed on provider %s: %s", what,
+                 c->name, o->u->prov, o->errtxt); /* an error completion's text: err_text */
     else
         snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed on provider %s: %s (%s)", what,
                  c->name, o->u->prov, fi_strerror(o->err), o->errtxt ? o->errtxt : "no detail");
@@ -976,8 +1185,10 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         ssize_t r = o->dir == NXL_WRITE
                         ? fi_writemsg(u->ep, &m, FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
                         : fi_readmsg(u->ep, &m, FI_COMPLETION);
-        if (r == -FI_EAGAIN)
+        if (r == -FI_EAGAIN) {
+            post_refused(c);
             return NXL_IN_PROG;
+        }
         if (r) {
             if (post_disconnect((int)-r) && !c->fail_deferred) {
                 c->fail_deferred = (int)-r;
@@ -1001,6 +1212,8 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         }
         o->posted++;
         u->tx_inflight++;
+        c->tx_out++;
+        c->refused_us = 0;
         ring(c);
         o->off += piece;
         if (o->off == s.len) {
@@ -1017,8 +1230,10 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
         return NXL_IN_PROG;
     ssize_t r = fi_send(u->ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
                         c->addr, o);
-    if (r == -FI_EAGAIN)
+    if (r == -FI_EAGAIN) {
+        post_refused(c);
         return NXL_IN_PROG;
+    }
     if (r) {
         if (post_disconnect((int)-r) && !c->fail_deferred) {
             c->fail_deferred = (int)-r;
@@ -1039,6 +1254,8 @@ static nxl_status_t try_post(lf_op_t *o, bool first)
     o->notif_posted = true;
     o->posted++;
     u->tx_inflight++;
+    c->tx_out++;
+    c->refused_us = 0;
     u->notif_inflight++;
     ring(c);
     return NXL_SUCCESS;
@@ -1172,13 +1389,15 @@ static nxl_status_t check_conn(lf_t *u, lf_conn_t *c, const char *call)
         nxlt_error(u->ctx, "LIBFABRIC: %s: the transport is shutting down", call);
         return NXL_ERR_NOT_ALLOWED;
     }
+    shm_notice_closed(u);
     if (!c->failed && !c->fail_deferred)
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "LIBFABRIC: %s: the connection to agent '%s' failed earlier (%s); reload "
                "its metadata once it is back", call, c->name,
-               c->stalled ? "no completion within the stall timeout"
-               : c->why   ? c->why
-                          : fi_strerror(c->failed ? c->err : c->fail_deferred));
+               c->stalled       ? "no completion within the stall timeout"
+               : c->why         ? c->why
+               : c->peer_closed ? LF_PEER_CLOSED
+                                : fi_strerror(c->failed ? c->err : c->fail_deferred));
     return NXL_ERR_REMOTE_DISCONNECT;
 }
 
@@ -1357,8 +1576,10 @@ static void side_send(lf_t *u, lf_conn_t *c, unsigned char *b, size_t len, const
     } else if (try_post(o, false) == NXL_IN_PROG) {
         enqueue(o);
     } else if (o->stopped) {
-        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: agent '%s' was not sent %s: %s", c->name,
-                 what, o->err ? fi_strerror(o->err) : "the transport is shutting down");
+        /* a peer that is gone (closed in order, say) needs no word */
+        nxlt_log(u->ctx, o->err && !post_disconnect(o->err) ? NXL_LOG_WARN : NXL_LOG_INFO,
+                 "LIBFABRIC: agent '%s' was not sent %s: %s", c->name, what,
+                 o->err ? fi_strerror(o->err) : "the transport is shutting down");
         check_later(o);
     }
     kick(u);
@@ -1534,6 +1755,8 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
     lf_t *u = o->u;
     if (u->tx_inflight)
         u->tx_inflight--;
+    if (o->conn->tx_out)
+        o->conn->tx_out--;
     o->conn->progress_us = nxlt_now_us();
     if (err) {
         if (!o->err) {
@@ -1564,26 +1787,29 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
 
 static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
 {
-    char text[256];
+    char text[256] = "";
     const char *s = fi_cq_strerror(u->cq, e->prov_errno, e->err_data, text, sizeof(text));
-    if (s && s != text)
-        snprintf(text, sizeof(text), "%s", s);
+    if (s != text)
+        snprintf(text, sizeof(text), "%s", s ? s : "");
     lf_ctx_t *c = e->op_context;
     int err = e->err ? e->err : FI_EOTHER;
     if (!c) {
         /* rxm reports some failures without an operation: nothing to
          * attribute them to; stalled operations are caught by the watch */
+        char full[320];
+        err_text(err, text, full, sizeof(full));
         if (u->ctx_less_errors++ < 5)
             nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: provider %s reported an error with no "
-                     "operation attached: %s (%s)", u->prov, fi_strerror(err), text);
+                     "operation attached: %s", u->prov, full);
         return;
     }
     if (c->kind == CTX_RX) {
         lf_rx_t *rx = (lf_rx_t *)c;
         rx->posted = false;
         if (err != FI_ECANCELED) {
-            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: a notification receive failed: %s (%s)%s",
-                     fi_strerror(err), text,
+            char full[320];
+            err_text(err, text, full, sizeof(full));
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: a notification receive failed: %s%s", full,
                      err == FI_ETRUNC ? "; a notification longer than the buffers was dropped"
                                       : "");
             rx_post(u, rx);
@@ -1600,8 +1826,10 @@ static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
      * found the connection to the peer closed ("Peer disconnected") */
     else if (err == FI_EIO && !strcmp(u->prov, "sockets"))
         err = FI_ECONNRESET;
+    /* a flushed operation's detail is the errno of whatever ran last */
     char full[320];
-    snprintf(full, sizeof(full), "%s: %s", fi_strerror(err), text);
+    err_text(err, e->err == FI_ECANCELED ? "the provider canceled the operation: its connection "
+                                           "to the peer shut down" : text, full, sizeof(full));
     op_elem_done(o, err, full);
 }
 
@@ -1733,12 +1961,17 @@ static void progress(lf_t *u, bool woke)
     if (u->in_progress || u->ep_closed)
         return;
     u->in_progress = true;
+    shm_notice_closed(u);
     lf_conn_t *c, *cn;
     for (c = LIST_FIRST(&u->conns); c; c = cn) {
         cn = LIST_NEXT(c, link);
         if (c->fail_deferred && !c->failed) {
             char why[160];
-            snprintf(why, sizeof(why), "a post was refused: %s", fi_strerror(c->fail_deferred));
+            if (c->peer_closed)
+                snprintf(why, sizeof(why), "%s", LF_PEER_CLOSED);
+            else
+                snprintf(why, sizeof(why), "a post was refused: %s",
+                         fi_strerror(c->fail_deferred));
             c->refs++;
             conn_fail(c, c->fail_deferred, why, false);
             cn = LIST_NEXT(c, link);
@@ -1799,6 +2032,115 @@ static void on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg, f
 static void on_poll(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
 static void on_retry(evutil_socket_t fd, short what, void *arg) { progress(arg, false); }
 
+/* A peer whose endpoint is gone, over tcp;ofi_rxm: rxm tears the
+ * connection down when it reads the peer's shutdown; a post after that
+ * opens a new one, and when the peer's listener refuses it, rxm frees the
+ * connection without a word (rxm_process_reject) and answers every later
+ * post with -FI_EAGAIN, each of which starts another connect: the
+ * operations would wait for the stall timeout. (A peer killed while a
+ * transfer to it was being set up, or idle, ends that way; one killed with
+ * operations on the connection fails them at once.) So while posts to a
+ * peer are refused with nothing of ours in flight to it, its address is
+ * probed from the reactor: a TCP connect to its listener, which a live
+ * peer accepts (and drops, as a connection that says nothing) and a gone
+ * one refuses. */
+static void post_refused(lf_conn_t *c)
+{
+    if (!c->tx_out && !c->refused_us)
+        c->refused_us = nxlt_now_us();
+}
+
+/* the peer's listener, when its address is an IP socket address */
+static socklen_t probe_addr(const lf_conn_t *c, struct sockaddr_storage *ss)
+{
+    const lf_addr_t *e = c->av_entry;
+    if (!e || !strstr(c->u->prov, "tcp") || e->len > sizeof(*ss) || e->len < sizeof(sa_family_t))
+        return 0;
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, e->name, e->len);
+    if (ss->ss_family == AF_INET && e->len >= sizeof(struct sockaddr_in))
+        return sizeof(struct sockaddr_in);
+    if (ss->ss_family == AF_INET6 && e->len >= sizeof(struct sockaddr_in6))
+        return sizeof(struct sockaddr_in6);
+    return 0;
+}
+
+static void probe_refused(lf_conn_t *c, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "?", why[200];
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+    } else {
+        const struct sockaddr_in6 *a = (const void *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+    }
+    snprintf(why, sizeof(why), "its address %s port %u refuses connections: the peer's endpoint "
+             "is gone (its process exited or its agent was destroyed)", host, port);
+    if (!c->failed)
+        conn_fail(c, FI_ECONNREFUSED, why, false);
+}
+
+static void probe_end(lf_conn_t *c)
+{
+    if (!c->ev_probe)
+        return;
+    close(event_get_fd(c->ev_probe));
+    event_free(c->ev_probe);
+    c->ev_probe = NULL;
+}
+
+static void on_probe(evutil_socket_t fd, short what, void *arg)
+{
+    lf_conn_t *c = arg;
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (!(what & EV_TIMEOUT) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+        err = errno;
+    struct sockaddr_storage ss;
+    socklen_t sl = probe_addr(c, &ss);
+    probe_end(c);
+    if (!(what & EV_TIMEOUT) && err == ECONNREFUSED && sl && !c->tx_out)
+        probe_refused(c, &ss);
+    conn_put(c);
+}
+
+static void probe_start(lf_conn_t *c)
+{
+    lf_t *u = c->u;
+    struct sockaddr_storage ss;
+    socklen_t sl = probe_addr(c, &ss);
+    if (!sl || c->ev_probe)
+        return;
+    c->probed_us = nxlt_now_us();
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (!connect(fd, (struct sockaddr *)&ss, sl)) {
+        close(fd); /* it listens */
+        return;
+    }
+    if (errno == ECONNREFUSED) {
+        close(fd);
+        probe_refused(c, &ss);
+        return;
+    }
+    struct timeval tv = {PROBE_WAIT_S, 0};
+    if (errno != EINPROGRESS ||
+        !(c->ev_probe = event_new(nxlt_base(u->ctx), fd, EV_WRITE, on_probe, c)) ||
+        event_add(c->ev_probe, &tv)) {
+        if (c->ev_probe)
+            event_free(c->ev_probe);
+        c->ev_probe = NULL;
+        close(fd);
+        return;
+    }
+    c->refs++; /* until on_probe */
+}
+
 /* While ops are in flight: progress now and then, and declare lost a peer
  * whose operations stopped completing. */
 static void on_watch(evutil_socket_t fd, short what, void *arg)
@@ -1813,6 +2155,13 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
             now - c->progress_us > u->stall_us) {
             c->refs++;
             conn_fail(c, FI_ETIMEDOUT, NULL, true);
+            next = LIST_NEXT(c, link);
+            conn_put(c);
+        } else if (c->inflight && !c->failed && !c->tx_out && c->refused_us &&
+                   now - c->refused_us >= PROBE_AFTER_US && !c->ev_probe &&
+                   now - c->probed_us >= PROBE_EVERY_US) {
+            c->refs++;
+            probe_start(c);
             next = LIST_NEXT(c, link);
             conn_put(c);
         }
@@ -1844,17 +2193,30 @@ static void conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
     c->err = err;
     free(c->why);
     c->why = text ? strdup(text) : NULL;
+    /* A failure of the application's: a transfer or notification of its
+     * fails with it. A connection that ends with nothing of the
+     * application's on it (the peer closed it, and only the transport's
+     * own message, a revocation, found out), or while this agent is being
+     * destroyed, is no failure of anyone's: an info line. */
+    bool affects = false;
+    lf_op_t *o, *next;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn == c && o->op)
+        affects = true;
+    nxl_log_level_t lvl = affects && !u->quiescing ? NXL_LOG_WARN : NXL_LOG_INFO;
     if (stalled)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: no operation to agent '%s' completed for "
-                 "%llu ms; declaring the connection lost", c->name,
+        nxlt_log(u->ctx, lvl, "LIBFABRIC: no operation to agent '%s' completed for %llu ms; "
+                 "declaring the connection lost", c->name,
                  (unsigned long long)(u->stall_us / 1000));
-    else
-        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: connection to agent '%s' failed: %s", c->name,
+    else if (affects)
+        nxlt_log(u->ctx, lvl, "LIBFABRIC: connection to agent '%s' failed: %s", c->name,
                  text ? text : fi_strerror(err));
+    else
+        nxlt_log(u->ctx, lvl, "LIBFABRIC: connection to agent '%s' ended (%s), with no transfer "
+                 "or notification on it", c->name, text ? text : fi_strerror(err));
     /* every op to it is reported now; each is freed when the provider
      * hands back what it holds of it (or at destroy) */
     c->refs++;
-    lf_op_t *o, *next;
     for (o = LIST_FIRST(&u->ops); o; o = next) {
         next = LIST_NEXT(o, link);
         if (o->conn != c)
@@ -2327,6 +2689,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->name_len = sizeof(u->name);
     if ((r = fi_getname(&u->ep->fid, u->name, &u->name_len)))
         return fail(u, "fi_getname", r, "the endpoint has no address");
+    if (!strcmp(u->prov, "shm") && !shm_register(u)) {
+        nxlt_error(ctx, "LIBFABRIC: out of memory");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
 
     /* receive buffers for notifications */
     u->rxmem = malloc((size_t)NRX * RXSZ);
@@ -2443,7 +2810,8 @@ static void quiesce(void *state)
         o->stopped = true;
         op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: the agent is being destroyed");
     }
-    if (u->ep && !u->ep_closed) {
+    /* an shm endpoint is closed (or retired) in destroy: shm_unregister */
+    if (u->ep && !u->ep_closed && !u->shm_ep) {
         fi_close(&u->ep->fid);
         u->ep = NULL;
     }
@@ -2454,6 +2822,11 @@ static void destroy(void *state)
 {
     lf_t *u = state;
     quiesce(u);
+    lf_shm_list_t reap = LIST_HEAD_INITIALIZER(reap);
+    if (u->shm_ep && !shm_unregister(u, &reap) && u->ep) {
+        fi_close(&u->ep->fid);
+        u->ep = NULL;
+    }
     if (u->ev_fd)
         event_free(u->ev_fd);
     if (u->ev_kick)
@@ -2477,6 +2850,7 @@ static void destroy(void *state)
      * already ran for every remote at teardown) */
     while (!LIST_EMPTY(&u->conns)) {
         lf_conn_t *c = LIST_FIRST(&u->conns);
+        probe_end(c);
         LIST_REMOVE(c, link);
         free(c->name);
         free(c->why);
@@ -2508,6 +2882,7 @@ static void destroy(void *state)
         fi_freeinfo(u->info);
     free(u->rxmem);
     free(u);
+    shm_close_retired(&reap);
 }
 
 static const char *describe(void *state)

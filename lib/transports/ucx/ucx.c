@@ -132,6 +132,7 @@ typedef struct ucx_state {
     struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
     uint64_t cma_xfers, cma_bytes; /* statistics */
     bool is_live;               /* on live_list */
+    unsigned long live_gen_seen; /* live_gen when this agent last looked */
     LIST_ENTRY(ucx_state) live; /* every instance of the process */
 } ucx_t;
 
@@ -145,6 +146,7 @@ struct ucx_conn {
     bool stalled;               /* failed by our stall timeout, not by UCX */
     bool local;                 /* the peer is another agent of this process */
     void *peer_addr;            /* local: its worker address (finds it on live_list) */
+    bool peer_destroyed;        /* local: that agent was destroyed (local_gone) */
     size_t peer_addr_len;
     bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
@@ -273,6 +275,7 @@ typedef struct ucx_op {
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static LIST_HEAD(, ucx_state) live_list = LIST_HEAD_INITIALIZER(live_list);
+static unsigned long live_gen; /* bumped as an instance leaves live_list */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static bool log_user_asked;
 
@@ -348,6 +351,7 @@ static void live_remove(ucx_t *u)
 {
     pthread_mutex_lock(&live_lock);
     LIST_REMOVE(u, live);
+    __atomic_add_fetch(&live_gen, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&live_lock);
 }
 
@@ -434,12 +438,34 @@ static void spin(ucx_t *u, unsigned bp)
 
 static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
 
+/* Another agent of this process that this one is connected to was
+ * destroyed since this one last looked: its connection fails from the
+ * loop (over shared memory nothing else would say so: its process lives
+ * on, and UCX's keepalive asks the process). */
+static void local_gone(ucx_t *u)
+{
+    unsigned long g = __atomic_load_n(&live_gen, __ATOMIC_ACQUIRE);
+    if (g == u->live_gen_seen)
+        return;
+    u->live_gen_seen = g;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->local && c->peer_addr && !c->failed && !c->fail_deferred &&
+        !live_is_local(c->peer_addr, c->peer_addr_len)) {
+        c->peer_destroyed = true;
+        c->fail_deferred = true;
+        c->why = UCS_ERR_CONNECTION_RESET;
+        kick(u);
+    }
+}
+
 /* Endpoint failures UCX reported inside a call of ours (it runs the error
  * handler inside ucp_put_nbx over TCP, say) are handled here, from the
  * loop: failing the connection reports its ops to the engine, which must
  * not happen inside the engine's own call into this transport. */
 static void deferred_failures(ucx_t *u)
 {
+    local_gone(u);
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     if (c->fail_deferred && !c->failed)
@@ -651,11 +677,15 @@ static void conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
 {
     if (c->failed)
         return;
-    if (c->pidfd >= 0 && pidfd_exited(c->pidfd)) {
+    if (c->peer_destroyed || (c->pidfd >= 0 && pidfd_exited(c->pidfd))) {
         /* a peer on this host: say what happened to it */
         char why[300];
-        snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: its process (pid %d) "
-                 "exited (reload its metadata once it is back)", c->name, (int)c->pid);
+        if (c->peer_destroyed)
+            snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: that agent, of this "
+                     "process, was destroyed", c->name);
+        else
+            snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: its process (pid %d) "
+                     "exited (reload its metadata once it is back)", c->name, (int)c->pid);
         ucx_op_t *o;
         LIST_FOREACH(o, &c->u->ops, link)
         if (o->conn == c && o->op && !o->why)
@@ -1380,11 +1410,14 @@ static ucx_op_t *op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, 
 
 static nxl_status_t check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
 {
+    local_gone(u);
     if (!c->failed && !c->fail_deferred && c->ep)
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "UCX: %s: the connection to agent '%s' failed earlier (%s); reload its "
                "metadata once it is back", call, c->name,
-               c->failed || c->fail_deferred ? ucs_status_string(c->why) : "closed");
+               c->peer_destroyed                  ? "that agent, of this process, was destroyed"
+               : c->failed || c->fail_deferred ? ucs_status_string(c->why)
+                                               : "closed");
     return NXL_ERR_REMOTE_DISCONNECT;
 }
 
