@@ -66,6 +66,11 @@ typedef struct conf {
 #define UNCHECKED                                                                              \
     "UCX's target does not check puts: a peer it never told of the deregistration would "     \
     "write into the unmapped pages (README, Remote access)"
+#define RACING_PUTS                                                                            \
+    "with the one-message WRITE off (am_write_max 0, the default) UCX sends a small WRITE "    \
+    "with a notification as puts, which its target does not check, and the deregistration's " \
+    "word may still be unread when it is posted: it writes into the unmapped pages (README, "  \
+    "Remote access: the window is one message's flight); the drop path is am_write_drops"
 #define NOT_UCX                                                                                \
     "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
     "drop path: check_libfabric t_one_message_write_checked)"
@@ -74,16 +79,13 @@ static const conf_t confs[] = {
     {"ucx_shm", "UCX", {{0}}, 0, true, {{"dereg_untold", UNCHECKED}, {0}}},
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
-      {"dereg_race", "with the one-message WRITE off (am_write_max 0, the default) UCX sends a "
-                     "small WRITE with a notification as puts, which its target does not check; "
-                     "over TCP the deregistration's word is still unread when this one is posted, "
-                     "so it writes into the unmapped pages (README, Remote access: the window is "
-                     "one message's flight); the drop path is am_write_drops"},
+      {"dereg_race", RACING_PUTS},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
+      {"dereg_race", RACING_PUTS},
       {"killed_large", "without cross-memory attach (no pidfd on the peer), UCX 1.13 over shared "
                        "memory let a transfer to a peer killed during wire-up wait for the stall "
                        "timeout in 2 of 5 runs here: not fixed yet"},
