@@ -1038,11 +1038,16 @@ static void kp_target(int wfd, int rfd)
         nxl_agent_run_once(T, 100);
 }
 
-static void killed_peer(const char *tls)
+/* A target process (kp_target): forked before the initiator's agent
+ * exists (a child of a process with threads runs only what it needs),
+ * then introduced to it. */
+typedef struct {
+    pid_t pid;
+    int rfd, wfd; /* from it, to it */
+} kp_proc_t;
+
+static kp_proc_t kp_fork(void)
 {
-    memset(&KP, 0, sizeof(KP));
-    if (tls)
-        setenv("UCX_TLS", tls, 1);
     int tp[2], ip[2];
     ck_assert(pipe(tp) == 0 && pipe(ip) == 0);
     pid_t pid = fork();
@@ -1054,28 +1059,45 @@ static void killed_peer(const char *tls)
     }
     close(tp[1]);
     close(ip[0]);
+    return (kp_proc_t){.pid = pid, .rfd = tp[0], .wfd = ip[1]};
+}
+
+/* p and I load each other's metadata; the address of p's buffer */
+static uintptr_t kp_introduce(nxl_agent_t *I, kp_proc_t *p)
+{
     uint64_t addr = 0, len = 0;
-    ck_assert_msg(read(tp[0], &addr, 8) == 8 && read(tp[0], &len, 8) == 8, "target did not start");
+    ck_assert_msg(read(p->rfd, &addr, 8) == 8 && read(p->rfd, &len, 8) == 8,
+                  "target did not start");
     char *blob = malloc(len);
     size_t got = 0;
     while (got < len) {
-        ssize_t k = read(tp[0], blob + got, len - got);
+        ssize_t k = read(p->rfd, blob + got, len - got);
         ck_assert(k > 0);
         got += (size_t)k;
     }
-    close(tp[0]);
-    KP.raddr = (uintptr_t)addr;
-    KP.I = threaded_agent("I");
-    ck_assert_msg(nxl_md_load(KP.I, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(KP.I));
+    close(p->rfd);
+    ck_assert_msg(nxl_md_load(I, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(I));
     free(blob);
     void *mb;
     size_t ml;
-    ck_assert_int_eq(nxl_md_local(KP.I, &mb, &ml), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_local(I, &mb, &ml), NXL_SUCCESS);
     uint64_t ml64 = ml;
-    ck_assert(write(ip[1], &ml64, 8) == 8 && write(ip[1], mb, ml) == (ssize_t)ml);
+    ck_assert(write(p->wfd, &ml64, 8) == 8 && write(p->wfd, mb, ml) == (ssize_t)ml);
     nxl_free(mb);
-    close(ip[1]);
+    close(p->wfd);
+    return (uintptr_t)addr;
+}
+
+static void killed_peer(const char *tls)
+{
+    memset(&KP, 0, sizeof(KP));
+    if (tls)
+        setenv("UCX_TLS", tls, 1);
+    kp_proc_t tg = kp_fork();
+    pid_t pid = tg.pid;
+    KP.I = threaded_agent("I");
+    KP.raddr = kp_introduce(KP.I, &tg);
     KP.ib = mem(KP.I, (size_t)K_THREADS * K_BLK);
 
     pthread_t th[K_THREADS];
