@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -1053,6 +1054,7 @@ static kp_proc_t kp_fork(void)
     pid_t pid = fork();
     ck_assert(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* not left behind by a test that failed */
         close(tp[0]);
         close(ip[1]);
         kp_target(tp[1], ip[0]);
@@ -1142,6 +1144,231 @@ START_TEST(killed_peer_shm) { killed_peer(NULL); }
 END_TEST
 
 START_TEST(killed_peer_tcp) { killed_peer("tcp"); }
+END_TEST
+
+/* ---------------------------------------- the peer process killed under WRITEs with notifications
+ *
+ * Four threads keep a window of WRITEs with notifications each in flight
+ * to a target in another process (over UCX shared memory, small enough to
+ * travel as messages), and each thread asks its failed future for its
+ * status, sentence and peer itself, as an application does; the target is
+ * killed. Every future completes once, with NXL_ERR_REMOTE_DISCONNECT and a
+ * sentence, every thread's calls return, in bounded time; then the agent
+ * works against a new target of the same name. */
+#define KN_THREADS 4
+#define KN_WIN 8
+#define KN_BLK 4096
+#define KN_BOUND_MS 30000 /* generous: what is claimed is "within a few seconds" */
+
+static struct {
+    nxl_agent_t *I;
+    unsigned char *ib;
+    uintptr_t raddr;
+    int ok, lost, refused, calls, posts, bad, done;
+    int nsent, ncalls, nlost; /* standalone notifications */
+    pthread_t reactor;
+    int reactor_set;
+} KN;
+
+static void kn_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)f;
+    (void)st;
+    (void)arg;
+    note_reactor(&KN.reactor, &KN.reactor_set);
+    add_int(&KN.calls);
+}
+
+/* CPU time a thread used, in ms */
+static long cpu_ms(clockid_t cid)
+{
+    struct timespec ts;
+    ck_assert(clock_gettime(cid, &ts) == 0);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void kn_notif_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)arg;
+    add_int(&KN.ncalls);
+    if (st == NXL_ERR_REMOTE_DISCONNECT && is_sentence(nxl_future_error(f)))
+        add_int(&KN.nlost);
+    else if (st != NXL_SUCCESS)
+        add_int(&KN.bad);
+}
+
+static nxl_status_t kn_xfer(nxl_agent_t *a, uintptr_t src, uintptr_t dst, nxl_xfer_t **x)
+{
+    nxl_desc_t ld = {.addr = src, .len = KN_BLK}, rd = {.addr = dst, .len = KN_BLK};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = "kn";
+    o.notif_len = 2;
+    return nxl_xfer_create(a, NXL_WRITE, &l, &r, "T", &o, x);
+}
+
+/* a future the thread waited for: SUCCESS, or the peer's loss with a
+ * sentence, asked for from this thread; false once it failed */
+static bool kn_settled(int k, nxl_future_t *f, nxl_status_t w)
+{
+    if (w == NXL_SUCCESS) {
+        add_int(&KN.ok);
+        return true;
+    }
+    const char *why = nxl_future_error(f);
+    if (w != NXL_ERR_REMOTE_DISCONNECT || nxl_future_status(f) != w || !is_sentence(why) ||
+        nxl_future_peer(f) != NULL) {
+        fprintf(stderr, "killed_peer_notif: thread %d: %s (%s)\n", k, nxl_status_name(w),
+                why ? why : "NULL");
+        add_int(&KN.bad);
+    } else {
+        add_int(&KN.lost);
+    }
+    return false;
+}
+
+static void *kn_thread(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    nxl_xfer_t *x[KN_WIN];
+    nxl_future_t *f[KN_WIN] = {0};
+    for (int i = 0; i < KN_WIN; i++) {
+        size_t off = ((size_t)k * KN_WIN + (size_t)i) * KN_BLK;
+        if (kn_xfer(KN.I, (uintptr_t)KN.ib + off, KN.raddr + off, &x[i]) != NXL_SUCCESS) {
+            fprintf(stderr, "killed_peer_notif: thread %d: %s\n", k, nxl_agent_last_error(KN.I));
+            add_int(&KN.bad);
+            add_int(&KN.done);
+            return NULL;
+        }
+    }
+    for (unsigned r = 0;; r++) {
+        int i = (int)(r % KN_WIN);
+        if (f[i]) {
+            nxl_status_t w = nxl_future_wait(f[i], KN_BOUND_MS);
+            if (w == NXL_IN_PROG) {
+                fprintf(stderr, "killed_peer_notif: thread %d: a future still in flight after "
+                        "%d ms\n", k, KN_BOUND_MS);
+                add_int(&KN.bad);
+            }
+            bool go = kn_settled(k, f[i], w);
+            nxl_future_release(f[i]);
+            f[i] = NULL;
+            if (!go)
+                break;
+        }
+        nxl_status_t st = nxl_xfer_post(x[i], kn_done, NULL, &f[i]);
+        if (st != NXL_SUCCESS) {
+            /* the peer is known gone: refused at once, with the reason */
+            if (st != NXL_ERR_REMOTE_DISCONNECT || f[i] || !is_sentence(nxl_agent_last_error(KN.I)))
+                add_int(&KN.bad);
+            add_int(&KN.refused);
+            f[i] = NULL;
+            break;
+        }
+        add_int(&KN.posts);
+        /* and a notification of its own, which UCX completes once sent */
+        char msg[32];
+        int len = snprintf(msg, sizeof(msg), "kn %d %u", k, r);
+        st = nxl_notif_send(KN.I, "T", msg, (size_t)len, kn_notif_done, NULL, NULL);
+        if (st == NXL_SUCCESS)
+            add_int(&KN.nsent);
+        else if (st != NXL_ERR_REMOTE_DISCONNECT || !is_sentence(nxl_agent_last_error(KN.I)))
+            add_int(&KN.bad);
+    }
+    /* the rest of the window: each completes too */
+    for (int i = 0; i < KN_WIN; i++) {
+        if (f[i]) {
+            nxl_status_t w = nxl_future_wait(f[i], KN_BOUND_MS);
+            if (w == NXL_IN_PROG)
+                add_int(&KN.bad);
+            else
+                kn_settled(k, f[i], w);
+            nxl_future_release(f[i]);
+        }
+        nxl_xfer_release(x[i]);
+    }
+    add_int(&KN.done);
+    return NULL;
+}
+
+START_TEST(killed_peer_notif)
+{
+    memset(&KN, 0, sizeof(KN));
+    kp_proc_t t1 = kp_fork(), t2 = kp_fork();
+    KN.I = threaded_agent("I");
+    KN.raddr = kp_introduce(KN.I, &t1);
+    KN.ib = mem(KN.I, (size_t)KN_THREADS * KN_WIN * KN_BLK);
+    tl_fill(KN.ib, (size_t)KN_THREADS * KN_WIN * KN_BLK, 5);
+    pthread_t th[KN_THREADS];
+    for (int k = 0; k < KN_THREADS; k++)
+        pthread_create(&th[k], NULL, kn_thread, (void *)(intptr_t)k);
+    ck_assert_msg(wait_count(&KN.ok, 2000, 20000), "transfers did not flow: %d ok, %d bad",
+                  load_int(&KN.ok), load_int(&KN.bad));
+    kill(t1.pid, SIGKILL);
+    waitpid(t1.pid, NULL, 0);
+    uint64_t t0 = tl_now_ms();
+    /* a thread that hangs cannot be joined: its count says so */
+    ck_assert_msg(wait_count(&KN.done, KN_THREADS, KN_BOUND_MS + 10000),
+                  "%d of %d threads still blocked in calls %d ms after the target was killed "
+                  "(%d posts, %d ok, %d lost, %d callbacks)", KN_THREADS - load_int(&KN.done),
+                  KN_THREADS, KN_BOUND_MS + 10000, load_int(&KN.posts), load_int(&KN.ok),
+                  load_int(&KN.lost), load_int(&KN.calls));
+    uint64_t took = tl_now_ms() - t0;
+    for (int k = 0; k < KN_THREADS; k++)
+        pthread_join(th[k], NULL);
+    printf("killed_peer_notif: %d posts, %d ok, %d lost, %d refused at once; %d notifications, "
+           "%d lost; threads done %llu ms after the kill\n", load_int(&KN.posts), load_int(&KN.ok),
+           load_int(&KN.lost), load_int(&KN.refused), load_int(&KN.nsent), load_int(&KN.nlost),
+           (unsigned long long)took);
+    ck_assert_int_eq(load_int(&KN.bad), 0);
+    /* each callback once; all of them ran before their waits returned */
+    ck_assert_int_eq(load_int(&KN.calls), load_int(&KN.posts));
+    ck_assert_msg(wait_count(&KN.ncalls, load_int(&KN.nsent), KN_BOUND_MS),
+                  "%d of %d notifications never completed", load_int(&KN.nsent) -
+                  load_int(&KN.ncalls), load_int(&KN.nsent));
+    /* idle now, UCX still holding what was sent to the dead peer: the
+     * reactor does not spin (it polls UCX now and then) */
+    clockid_t cid;
+    ck_assert(load_int(&KN.reactor_set) && pthread_getcpuclockid(KN.reactor, &cid) == 0);
+    usleep(100000);
+    long c0 = cpu_ms(cid);
+    usleep(2000000);
+    long used = cpu_ms(cid) - c0;
+    printf("killed_peer_notif: the idle reactor used %ld ms of CPU in 2 s\n", used);
+    ck_assert_msg(used < 200, "the idle reactor used %ld ms of CPU in 2 s", used);
+    ck_assert_int_eq(load_int(&KN.lost) + load_int(&KN.refused) >= KN_THREADS, 1);
+    ck_assert_int_eq(load_int(&KN.ok) + load_int(&KN.lost), load_int(&KN.posts));
+
+    /* a new target of the same name: a WRITE, READ back, and a notification */
+    KN.raddr = kp_introduce(KN.I, &t2);
+    nxl_xfer_t *x, *y;
+    nxl_future_t *f;
+    nxl_desc_t wd = {.addr = (uintptr_t)KN.ib, .len = KN_BLK},
+               rd = {.addr = KN.raddr, .len = KN_BLK},
+               bd = {.addr = (uintptr_t)KN.ib + KN_BLK, .len = KN_BLK};
+    nxl_dlist_t wl = {NXL_DRAM, &wd, 1}, rl = {NXL_DRAM, &rd, 1}, bl = {NXL_DRAM, &bd, 1};
+    ck_assert_int_eq(nxl_xfer_create(KN.I, NXL_WRITE, &wl, &rl, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, KN_BOUND_MS) == NXL_SUCCESS, "WRITE to the new target: %s",
+                  nxl_future_error(f));
+    nxl_future_release(f);
+    ck_assert_int_eq(nxl_xfer_create(KN.I, NXL_READ, &bl, &rl, "T", NULL, &y), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(y, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, KN_BOUND_MS) == NXL_SUCCESS, "READ from the new target: %s",
+                  nxl_future_error(f));
+    nxl_future_release(f);
+    ck_assert_int_eq(memcmp(KN.ib, KN.ib + KN_BLK, KN_BLK), 0);
+    ck_assert_int_eq(nxl_notif_send(KN.I, "T", "kn", 2, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, KN_BOUND_MS) == NXL_SUCCESS,
+                  "notification to the new target: %s", nxl_future_error(f));
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    nxl_xfer_release(y);
+    kill(t2.pid, SIGKILL);
+    waitpid(t2.pid, NULL, 0);
+    nxl_agent_destroy(KN.I);
+}
 END_TEST
 
 /* ---------------------------------------- destroy from a foreign thread */
@@ -1353,6 +1580,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, timer_fires);
     tcase_add_test(tc, killed_peer_shm);
     tcase_add_test(tc, killed_peer_tcp);
+    tcase_add_test(tc, killed_peer_notif);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
     tcase_add_test(tc, default_mode);
@@ -1366,6 +1594,7 @@ Suite *threads_suite(void)
     tcase_add_test(ho, sleeping_reactor);
     tcase_add_test(ho, timer_fires);
     tcase_add_test(ho, killed_peer_shm);
+    tcase_add_test(ho, killed_peer_notif);
     tcase_add_test(ho, destroy_foreign);
     suite_add_tcase(s, ho);
     return s;
