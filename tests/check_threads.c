@@ -1371,6 +1371,78 @@ START_TEST(killed_peer_notif)
 }
 END_TEST
 
+/* ---------------------------------------- a reactor that does not sleep
+ *
+ * With busy polling (busy_poll_us) the reactor has work at once on every
+ * turn for as long as the window lasts (UCX progresses from a zero-delay
+ * timer), as it has whenever a transport polls. Calls from other threads
+ * that need the agent to themselves (nxl_future_status(),
+ * nxl_future_error(), nxl_prep()) still return at once, not when the
+ * window ends. */
+#define BR_WINDOW_US 20000000u
+#define BR_BOUND_MS 10000 /* for 100 rounds; generous: a round takes a turn or two */
+
+static struct {
+    nxl_agent_t *I;
+    nxl_future_t *f;
+    unsigned char *b;
+    int rounds, bad;
+} BR;
+
+static void *br_thread(void *arg)
+{
+    (void)arg;
+    nxl_desc_t d = {.addr = (uintptr_t)BR.b, .len = BLK};
+    for (int i = 0; i < 100; i++) {
+        nxl_prepped_t *p;
+        if (nxl_future_status(BR.f) != NXL_SUCCESS || strcmp(nxl_future_error(BR.f), "") ||
+            nxl_prep(BR.I, NULL, NXL_DRAM, &d, 1, &p) != NXL_SUCCESS) {
+            add_int(&BR.bad);
+            break;
+        }
+        nxl_prepped_release(p);
+        add_int(&BR.rounds);
+    }
+    return NULL;
+}
+
+START_TEST(busy_reactor)
+{
+    memset(&BR, 0, sizeof(BR));
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    c.busy_poll_us = BR_WINDOW_US;
+    ck_assert_msg(nxl_agent_create(&c, &BR.I) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    ck_assert_msg(nxl_backend_create(BR.I, "UCX", NULL, 0, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(BR.I));
+    BR.b = mem(BR.I, 2 * BLK);
+    tl_fill(BR.b, BLK, 9);
+    nxl_xfer_t *x;
+    ck_assert_int_eq(write_xfer(BR.I, "I", (uintptr_t)BR.b, (uintptr_t)BR.b + BLK, BLK, &x),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &BR.f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(BR.f, 10000), NXL_SUCCESS);
+    ck_assert_int_eq(tl_check(BR.b + BLK, BLK, 9), -1);
+    /* the window runs now, for BR_WINDOW_US after that transfer */
+    uint64_t t0 = tl_now_ms();
+    pthread_t th;
+    pthread_create(&th, NULL, br_thread, NULL);
+    /* a thread that hangs cannot be joined: its count says so */
+    ck_assert_msg(wait_count(&BR.rounds, 100, BR_BOUND_MS) || load_int(&BR.bad),
+                  "%d of 100 rounds of calls done by another thread in %d ms while the reactor "
+                  "polled", load_int(&BR.rounds), BR_BOUND_MS);
+    pthread_join(th, NULL);
+    printf("busy_reactor: 100 rounds of calls in %llu ms\n",
+           (unsigned long long)(tl_now_ms() - t0));
+    ck_assert_int_eq(load_int(&BR.bad), 0);
+    nxl_future_release(BR.f);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(BR.I);
+}
+END_TEST
+
 /* ---------------------------------------- destroy from a foreign thread */
 
 #define D_N 16
@@ -1581,6 +1653,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, killed_peer_shm);
     tcase_add_test(tc, killed_peer_tcp);
     tcase_add_test(tc, killed_peer_notif);
+    tcase_add_test(tc, busy_reactor);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
     tcase_add_test(tc, default_mode);
@@ -1595,6 +1668,7 @@ Suite *threads_suite(void)
     tcase_add_test(ho, timer_fires);
     tcase_add_test(ho, killed_peer_shm);
     tcase_add_test(ho, killed_peer_notif);
+    tcase_add_test(ho, busy_reactor);
     tcase_add_test(ho, destroy_foreign);
     suite_add_tcase(s, ho);
     return s;
