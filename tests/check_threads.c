@@ -3,17 +3,20 @@
  * against one agent, each callback exactly once, every notification
  * arriving; nxl_future_wait() from other threads; destroy from another
  * thread while transfers are in flight; the API called from callbacks; the
- * default mode unchanged. Transfers go over UCX (shared memory: both
+ * default mode unchanged; a target process killed under traffic; a
+ * reactor that never sleeps. Transfers go over UCX (shared memory: both
  * agents live in this process); the prep-to-release cycle from eight
  * threads also into a POSIX file and over LIBFABRIC tcp;ofi_rxm. Run under
  * ThreadSanitizer by tests/tsan. */
 #include "testlib.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -1002,13 +1005,19 @@ static void *kp_thread(void *arg)
     return NULL;
 }
 
+/* the transport of the targets (and of killed_peer_notif's initiator) */
+static const char *kp_backend = "UCX";
+static nxl_param_t kp_param;
+static size_t kp_nparams;
+
 static void kp_target(int wfd, int rfd)
 {
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
     c.name = "T";
     nxl_agent_t *T;
-    if (nxl_agent_create(&c, &T) != NXL_SUCCESS || nxl_backend_create(T, "UCX", NULL, 0, NULL))
+    if (nxl_agent_create(&c, &T) != NXL_SUCCESS ||
+        nxl_backend_create(T, kp_backend, &kp_param, kp_nparams, NULL) != NXL_SUCCESS)
         _exit(10);
     void *buf = NULL;
     if (nxl_mem_alloc(T, NXL_DRAM, (size_t)K_THREADS * K_BLK, 0, &buf) != NXL_SUCCESS)
@@ -1035,8 +1044,15 @@ static void kp_target(int wfd, int rfd)
     }
     if (nxl_md_load(T, ib, l64, NULL, 0) != NXL_SUCCESS)
         _exit(16);
-    for (;;) /* until killed */
+    /* until killed, or the initiator's end of the pipe closed */
+    for (;;) {
         nxl_agent_run_once(T, 100);
+        struct pollfd pf = {.fd = rfd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0) {
+            nxl_agent_destroy(T);
+            _exit(0);
+        }
+    }
 }
 
 /* A target process (kp_target): forked before the initiator's agent
@@ -1064,12 +1080,20 @@ static kp_proc_t kp_fork(void)
     return (kp_proc_t){.pid = pid, .rfd = tp[0], .wfd = ip[1]};
 }
 
-/* p and I load each other's metadata; the address of p's buffer */
+/* p and I load each other's metadata; the address of p's buffer (0: p
+ * could not make its backend, and exited) */
 static uintptr_t kp_introduce(nxl_agent_t *I, kp_proc_t *p)
 {
     uint64_t addr = 0, len = 0;
-    ck_assert_msg(read(p->rfd, &addr, 8) == 8 && read(p->rfd, &len, 8) == 8,
-                  "target did not start");
+    if (read(p->rfd, &addr, 8) == 0) {
+        int ws = 0;
+        waitpid(p->pid, &ws, 0);
+        ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 10, "target did not start");
+        close(p->rfd);
+        close(p->wfd);
+        return 0;
+    }
+    ck_assert_msg(read(p->rfd, &len, 8) == 8, "target did not start");
     char *blob = malloc(len);
     size_t got = 0;
     while (got < len) {
@@ -1078,6 +1102,7 @@ static uintptr_t kp_introduce(nxl_agent_t *I, kp_proc_t *p)
         got += (size_t)k;
     }
     close(p->rfd);
+    p->rfd = -1;
     ck_assert_msg(nxl_md_load(I, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
                   nxl_agent_last_error(I));
     free(blob);
@@ -1087,8 +1112,29 @@ static uintptr_t kp_introduce(nxl_agent_t *I, kp_proc_t *p)
     uint64_t ml64 = ml;
     ck_assert(write(p->wfd, &ml64, 8) == 8 && write(p->wfd, mb, ml) == (ssize_t)ml);
     nxl_free(mb);
-    close(p->wfd);
     return (uintptr_t)addr;
+}
+
+/* Ends p: killed, or told to destroy its agent and exit. A killed process
+ * leaves LIBFABRIC shm's region (/dev/shm/PID:...) behind: removed. */
+static void kp_end(kp_proc_t *p, bool killed)
+{
+    if (killed)
+        kill(p->pid, SIGKILL);
+    if (p->rfd >= 0)
+        close(p->rfd);
+    close(p->wfd);
+    waitpid(p->pid, NULL, 0);
+    DIR *d = killed ? opendir("/dev/shm") : NULL;
+    if (!d)
+        return;
+    char pre[32];
+    int n = snprintf(pre, sizeof(pre), "%d:", (int)p->pid);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, pre, (size_t)n))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
 }
 
 static void killed_peer(const char *tls)
@@ -1097,7 +1143,6 @@ static void killed_peer(const char *tls)
     if (tls)
         setenv("UCX_TLS", tls, 1);
     kp_proc_t tg = kp_fork();
-    pid_t pid = tg.pid;
     KP.I = threaded_agent("I");
     KP.raddr = kp_introduce(KP.I, &tg);
     KP.ib = mem(KP.I, (size_t)K_THREADS * K_BLK);
@@ -1107,8 +1152,7 @@ static void killed_peer(const char *tls)
         pthread_create(&th[k], NULL, kp_thread, (void *)(intptr_t)k);
     ck_assert_msg(wait_count(&KP.ok, 200, 20000), "transfers did not flow: %d ok, %d bad",
                   load_int(&KP.ok), load_int(&KP.bad));
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    kp_end(&tg, true);
     uint64_t t0 = tl_now_ms();
     for (int k = 0; k < K_THREADS; k++)
         pthread_join(th[k], NULL);
@@ -1150,11 +1194,15 @@ END_TEST
  *
  * Four threads keep a window of WRITEs with notifications each in flight
  * to a target in another process (over UCX shared memory, small enough to
- * travel as messages), and each thread asks its failed future for its
- * status, sentence and peer itself, as an application does; the target is
- * killed. Every future completes once, with NXL_ERR_REMOTE_DISCONNECT and a
- * sentence, every thread's calls return, in bounded time; then the agent
- * works against a new target of the same name. */
+ * travel as messages), each with a notification of its own besides, and
+ * each thread asks its failed future for its status, sentence and peer
+ * itself, as an application does; the target is killed. Every future
+ * completes once, with NXL_ERR_REMOTE_DISCONNECT and a sentence, every
+ * thread's calls return, in bounded time; the idle reactor then sleeps
+ * (UCX keeps what was sent to a peer that died with its shared-memory FIFO
+ * full, and its worker cannot sleep on its fd any more); the agent works
+ * against a new target of the same name. The same over LIBFABRIC
+ * tcp;ofi_rxm and shm. */
 #define KN_THREADS 4
 #define KN_WIN 8
 #define KN_BLK 4096
@@ -1292,12 +1340,32 @@ static void *kn_thread(void *arg)
     return NULL;
 }
 
-START_TEST(killed_peer_notif)
+static void killed_peer_notif_run(const char *backend, const char *provider)
 {
     memset(&KN, 0, sizeof(KN));
+    kp_backend = backend;
+    kp_param = (nxl_param_t){"provider", provider};
+    kp_nparams = provider != NULL;
     kp_proc_t t1 = kp_fork(), t2 = kp_fork();
-    KN.I = threaded_agent("I");
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    ck_assert_int_eq(nxl_agent_create(&c, &KN.I), NXL_SUCCESS);
+    nxl_status_t st = nxl_backend_create(KN.I, backend, &kp_param, kp_nparams, NULL);
+    if (st != NXL_SUCCESS && strcmp(backend, "UCX")) {
+        printf("SKIP: killed_peer_notif (%s %s): %s\n", backend, provider ? provider : "",
+               nxl_agent_last_error(KN.I));
+        kp_end(&t1, true);
+        kp_end(&t2, true);
+        nxl_agent_destroy(KN.I);
+        kp_backend = "UCX";
+        kp_nparams = 0;
+        return;
+    }
+    ck_assert_msg(st == NXL_SUCCESS, "%s: %s", backend, nxl_agent_last_error(KN.I));
     KN.raddr = kp_introduce(KN.I, &t1);
+    ck_assert_msg(KN.raddr, "the target could not make its %s backend", backend);
     KN.ib = mem(KN.I, (size_t)KN_THREADS * KN_WIN * KN_BLK);
     tl_fill(KN.ib, (size_t)KN_THREADS * KN_WIN * KN_BLK, 5);
     pthread_t th[KN_THREADS];
@@ -1305,8 +1373,7 @@ START_TEST(killed_peer_notif)
         pthread_create(&th[k], NULL, kn_thread, (void *)(intptr_t)k);
     ck_assert_msg(wait_count(&KN.ok, 2000, 20000), "transfers did not flow: %d ok, %d bad",
                   load_int(&KN.ok), load_int(&KN.bad));
-    kill(t1.pid, SIGKILL);
-    waitpid(t1.pid, NULL, 0);
+    kp_end(&t1, true);
     uint64_t t0 = tl_now_ms();
     /* a thread that hangs cannot be joined: its count says so */
     ck_assert_msg(wait_count(&KN.done, KN_THREADS, KN_BOUND_MS + 10000),
@@ -1317,8 +1384,9 @@ START_TEST(killed_peer_notif)
     uint64_t took = tl_now_ms() - t0;
     for (int k = 0; k < KN_THREADS; k++)
         pthread_join(th[k], NULL);
-    printf("killed_peer_notif: %d posts, %d ok, %d lost, %d refused at once; %d notifications, "
-           "%d lost; threads done %llu ms after the kill\n", load_int(&KN.posts), load_int(&KN.ok),
+    printf("killed_peer_notif (%s%s%s): %d posts, %d ok, %d lost, %d refused at once; %d "
+           "notifications, %d lost; threads done %llu ms after the kill\n", backend,
+           provider ? " " : "", provider ? provider : "", load_int(&KN.posts), load_int(&KN.ok),
            load_int(&KN.lost), load_int(&KN.refused), load_int(&KN.nsent), load_int(&KN.nlost),
            (unsigned long long)took);
     ck_assert_int_eq(load_int(&KN.bad), 0);
@@ -1335,13 +1403,14 @@ START_TEST(killed_peer_notif)
     long c0 = cpu_ms(cid);
     usleep(2000000);
     long used = cpu_ms(cid) - c0;
-    printf("killed_peer_notif: the idle reactor used %ld ms of CPU in 2 s\n", used);
+    printf("killed_peer_notif (%s): the idle reactor used %ld ms of CPU in 2 s\n", backend, used);
     ck_assert_msg(used < 200, "the idle reactor used %ld ms of CPU in 2 s", used);
     ck_assert_int_eq(load_int(&KN.lost) + load_int(&KN.refused) >= KN_THREADS, 1);
     ck_assert_int_eq(load_int(&KN.ok) + load_int(&KN.lost), load_int(&KN.posts));
 
     /* a new target of the same name: a WRITE, READ back, and a notification */
     KN.raddr = kp_introduce(KN.I, &t2);
+    ck_assert_msg(KN.raddr, "the new target could not make its %s backend", backend);
     nxl_xfer_t *x, *y;
     nxl_future_t *f;
     nxl_desc_t wd = {.addr = (uintptr_t)KN.ib, .len = KN_BLK},
@@ -1365,10 +1434,19 @@ START_TEST(killed_peer_notif)
     nxl_future_release(f);
     nxl_xfer_release(x);
     nxl_xfer_release(y);
-    kill(t2.pid, SIGKILL);
-    waitpid(t2.pid, NULL, 0);
+    kp_end(&t2, false);
     nxl_agent_destroy(KN.I);
+    kp_backend = "UCX";
+    kp_nparams = 0;
 }
+
+START_TEST(killed_peer_notif) { killed_peer_notif_run("UCX", NULL); }
+END_TEST
+
+START_TEST(killed_peer_notif_lf_tcp) { killed_peer_notif_run("LIBFABRIC", "tcp;ofi_rxm"); }
+END_TEST
+
+START_TEST(killed_peer_notif_lf_shm) { killed_peer_notif_run("LIBFABRIC", "shm"); }
 END_TEST
 
 /* ---------------------------------------- a reactor that does not sleep
@@ -1653,6 +1731,8 @@ Suite *threads_suite(void)
     tcase_add_test(tc, killed_peer_shm);
     tcase_add_test(tc, killed_peer_tcp);
     tcase_add_test(tc, killed_peer_notif);
+    tcase_add_test(tc, killed_peer_notif_lf_tcp);
+    tcase_add_test(tc, killed_peer_notif_lf_shm);
     tcase_add_test(tc, busy_reactor);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
