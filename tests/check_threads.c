@@ -1063,21 +1063,55 @@ typedef struct {
     int rfd, wfd; /* from it, to it */
 } kp_proc_t;
 
+extern char **environ;
+
+/* The target runs this program afresh (NXL_KP_TARGET in its environment,
+ * main below): a child that went on from fork() would inherit what the
+ * transports of this process set up, under CK_FORK=no (tests/tsan)
+ * earlier tests' UCX and libfabric, with threads the child lacks. */
 static kp_proc_t kp_fork(void)
 {
     int tp[2], ip[2];
     ck_assert(pipe(tp) == 0 && pipe(ip) == 0);
+    /* everything the child needs, made before fork (it only calls exec) */
+    char var[256];
+    snprintf(var, sizeof(var), "NXL_KP_TARGET=%d %d %s %s", tp[1], ip[0], kp_backend,
+             kp_nparams ? kp_param.value : "");
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 2, sizeof(*env));
+    ck_assert(env != NULL);
+    memcpy(env, environ, n * sizeof(*env));
+    env[n] = var;
+    char *argv[] = {"check_threads-target", NULL};
     pid_t pid = fork();
     ck_assert(pid >= 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* not left behind by a test that failed */
         close(tp[0]);
         close(ip[1]);
-        kp_target(tp[1], ip[0]);
+        execve("/proc/self/exe", argv, env);
+        _exit(9);
     }
+    free(env);
     close(tp[1]);
     close(ip[0]);
     return (kp_proc_t){.pid = pid, .rfd = tp[0], .wfd = ip[1]};
+}
+
+/* a target's main: "WFD RFD BACKEND [PROVIDER]" */
+static int kp_target_main(const char *spec)
+{
+    int wfd, rfd;
+    char backend[32], provider[64] = "";
+    if (sscanf(spec, "%d %d %31s %63s", &wfd, &rfd, backend, provider) < 3)
+        return 8;
+    kp_backend = backend;
+    kp_param = (nxl_param_t){"provider", provider};
+    kp_nparams = provider[0] != 0;
+    kp_target(wfd, rfd);
+    return 0;
 }
 
 /* p and I load each other's metadata; the address of p's buffer (0: p
@@ -1756,5 +1790,8 @@ Suite *threads_suite(void)
 
 int main(void)
 {
+    const char *target = getenv("NXL_KP_TARGET");
+    if (target)
+        return kp_target_main(target);
     return tl_run(threads_suite());
 }
