@@ -3,20 +3,24 @@
  * against one agent, each callback exactly once, every notification
  * arriving; nxl_future_wait() from other threads; destroy from another
  * thread while transfers are in flight; the API called from callbacks; the
- * default mode unchanged. Transfers go over UCX (shared memory: both
+ * default mode unchanged; a target process killed under traffic; a
+ * reactor that never sleeps. Transfers go over UCX (shared memory: both
  * agents live in this process); the prep-to-release cycle from eight
  * threads also into a POSIX file and over LIBFABRIC tcp;ofi_rxm. Run under
  * ThreadSanitizer by tests/tsan. */
 #include "testlib.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -1001,13 +1005,19 @@ static void *kp_thread(void *arg)
     return NULL;
 }
 
+/* the transport of the targets (and of killed_peer_notif's initiator) */
+static const char *kp_backend = "UCX";
+static nxl_param_t kp_param;
+static size_t kp_nparams;
+
 static void kp_target(int wfd, int rfd)
 {
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
     c.name = "T";
     nxl_agent_t *T;
-    if (nxl_agent_create(&c, &T) != NXL_SUCCESS || nxl_backend_create(T, "UCX", NULL, 0, NULL))
+    if (nxl_agent_create(&c, &T) != NXL_SUCCESS ||
+        nxl_backend_create(T, kp_backend, &kp_param, kp_nparams, NULL) != NXL_SUCCESS)
         _exit(10);
     void *buf = NULL;
     if (nxl_mem_alloc(T, NXL_DRAM, (size_t)K_THREADS * K_BLK, 0, &buf) != NXL_SUCCESS)
@@ -1034,8 +1044,131 @@ static void kp_target(int wfd, int rfd)
     }
     if (nxl_md_load(T, ib, l64, NULL, 0) != NXL_SUCCESS)
         _exit(16);
-    for (;;) /* until killed */
+    /* until killed, or the initiator's end of the pipe closed */
+    for (;;) {
         nxl_agent_run_once(T, 100);
+        struct pollfd pf = {.fd = rfd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0) {
+            nxl_agent_destroy(T);
+            _exit(0);
+        }
+    }
+}
+
+/* A target process (kp_target): forked before the initiator's agent
+ * exists (a child of a process with threads runs only what it needs),
+ * then introduced to it. */
+typedef struct {
+    pid_t pid;
+    int rfd, wfd; /* from it, to it */
+} kp_proc_t;
+
+extern char **environ;
+
+/* The target runs this program afresh (NXL_KP_TARGET in its environment,
+ * main below): a child that went on from fork() would inherit what the
+ * transports of this process set up, under CK_FORK=no (tests/tsan)
+ * earlier tests' UCX and libfabric, with threads the child lacks. */
+static kp_proc_t kp_fork(void)
+{
+    int tp[2], ip[2];
+    ck_assert(pipe(tp) == 0 && pipe(ip) == 0);
+    /* everything the child needs, made before fork (it only calls exec) */
+    char var[256];
+    snprintf(var, sizeof(var), "NXL_KP_TARGET=%d %d %s %s", tp[1], ip[0], kp_backend,
+             kp_nparams ? kp_param.value : "");
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 2, sizeof(*env));
+    ck_assert(env != NULL);
+    memcpy(env, environ, n * sizeof(*env));
+    env[n] = var;
+    char *argv[] = {"check_threads-target", NULL};
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* not left behind by a test that failed */
+        close(tp[0]);
+        close(ip[1]);
+        execve("/proc/self/exe", argv, env);
+        _exit(9);
+    }
+    free(env);
+    close(tp[1]);
+    close(ip[0]);
+    return (kp_proc_t){.pid = pid, .rfd = tp[0], .wfd = ip[1]};
+}
+
+/* a target's main: "WFD RFD BACKEND [PROVIDER]" */
+static int kp_target_main(const char *spec)
+{
+    int wfd, rfd;
+    char backend[32], provider[64] = "";
+    if (sscanf(spec, "%d %d %31s %63s", &wfd, &rfd, backend, provider) < 3)
+        return 8;
+    kp_backend = backend;
+    kp_param = (nxl_param_t){"provider", provider};
+    kp_nparams = provider[0] != 0;
+    kp_target(wfd, rfd);
+    return 0;
+}
+
+/* p and I load each other's metadata; the address of p's buffer (0: p
+ * could not make its backend, and exited) */
+static uintptr_t kp_introduce(nxl_agent_t *I, kp_proc_t *p)
+{
+    uint64_t addr = 0, len = 0;
+    if (read(p->rfd, &addr, 8) == 0) {
+        int ws = 0;
+        waitpid(p->pid, &ws, 0);
+        ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 10, "target did not start");
+        close(p->rfd);
+        close(p->wfd);
+        return 0;
+    }
+    ck_assert_msg(read(p->rfd, &len, 8) == 8, "target did not start");
+    char *blob = malloc(len);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(p->rfd, blob + got, len - got);
+        ck_assert(k > 0);
+        got += (size_t)k;
+    }
+    close(p->rfd);
+    p->rfd = -1;
+    ck_assert_msg(nxl_md_load(I, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(I));
+    free(blob);
+    void *mb;
+    size_t ml;
+    ck_assert_int_eq(nxl_md_local(I, &mb, &ml), NXL_SUCCESS);
+    uint64_t ml64 = ml;
+    ck_assert(write(p->wfd, &ml64, 8) == 8 && write(p->wfd, mb, ml) == (ssize_t)ml);
+    nxl_free(mb);
+    return (uintptr_t)addr;
+}
+
+/* Ends p: killed, or told to destroy its agent and exit. A killed process
+ * leaves LIBFABRIC shm's region (/dev/shm/PID:...) behind: removed. */
+static void kp_end(kp_proc_t *p, bool killed)
+{
+    if (killed)
+        kill(p->pid, SIGKILL);
+    if (p->rfd >= 0)
+        close(p->rfd);
+    close(p->wfd);
+    waitpid(p->pid, NULL, 0);
+    DIR *d = killed ? opendir("/dev/shm") : NULL;
+    if (!d)
+        return;
+    char pre[32];
+    int n = snprintf(pre, sizeof(pre), "%d:", (int)p->pid);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, pre, (size_t)n))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
 }
 
 static void killed_peer(const char *tls)
@@ -1043,39 +1176,9 @@ static void killed_peer(const char *tls)
     memset(&KP, 0, sizeof(KP));
     if (tls)
         setenv("UCX_TLS", tls, 1);
-    int tp[2], ip[2];
-    ck_assert(pipe(tp) == 0 && pipe(ip) == 0);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        close(tp[0]);
-        close(ip[1]);
-        kp_target(tp[1], ip[0]);
-    }
-    close(tp[1]);
-    close(ip[0]);
-    uint64_t addr = 0, len = 0;
-    ck_assert_msg(read(tp[0], &addr, 8) == 8 && read(tp[0], &len, 8) == 8, "target did not start");
-    char *blob = malloc(len);
-    size_t got = 0;
-    while (got < len) {
-        ssize_t k = read(tp[0], blob + got, len - got);
-        ck_assert(k > 0);
-        got += (size_t)k;
-    }
-    close(tp[0]);
-    KP.raddr = (uintptr_t)addr;
+    kp_proc_t tg = kp_fork();
     KP.I = threaded_agent("I");
-    ck_assert_msg(nxl_md_load(KP.I, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(KP.I));
-    free(blob);
-    void *mb;
-    size_t ml;
-    ck_assert_int_eq(nxl_md_local(KP.I, &mb, &ml), NXL_SUCCESS);
-    uint64_t ml64 = ml;
-    ck_assert(write(ip[1], &ml64, 8) == 8 && write(ip[1], mb, ml) == (ssize_t)ml);
-    nxl_free(mb);
-    close(ip[1]);
+    KP.raddr = kp_introduce(KP.I, &tg);
     KP.ib = mem(KP.I, (size_t)K_THREADS * K_BLK);
 
     pthread_t th[K_THREADS];
@@ -1083,8 +1186,7 @@ static void killed_peer(const char *tls)
         pthread_create(&th[k], NULL, kp_thread, (void *)(intptr_t)k);
     ck_assert_msg(wait_count(&KP.ok, 200, 20000), "transfers did not flow: %d ok, %d bad",
                   load_int(&KP.ok), load_int(&KP.bad));
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    kp_end(&tg, true);
     uint64_t t0 = tl_now_ms();
     for (int k = 0; k < K_THREADS; k++)
         pthread_join(th[k], NULL);
@@ -1120,6 +1222,337 @@ START_TEST(killed_peer_shm) { killed_peer(NULL); }
 END_TEST
 
 START_TEST(killed_peer_tcp) { killed_peer("tcp"); }
+END_TEST
+
+/* ---------------------------------------- the peer process killed under WRITEs with notifications
+ *
+ * Four threads keep a window of WRITEs with notifications each in flight
+ * to a target in another process (over UCX shared memory, small enough to
+ * travel as messages), each with a notification of its own besides, and
+ * each thread asks its failed future for its status, sentence and peer
+ * itself, as an application does; the target is killed. Every future
+ * completes once, with NXL_ERR_REMOTE_DISCONNECT and a sentence, every
+ * thread's calls return, in bounded time; the idle reactor then sleeps
+ * (UCX keeps what was sent to a peer that died with its shared-memory FIFO
+ * full, and its worker cannot sleep on its fd any more); the agent works
+ * against a new target of the same name. The same over LIBFABRIC
+ * tcp;ofi_rxm and shm. */
+#define KN_THREADS 4
+#define KN_WIN 8
+#define KN_BLK 4096
+#define KN_BOUND_MS 30000 /* generous: what is claimed is "within a few seconds" */
+
+static struct {
+    nxl_agent_t *I;
+    unsigned char *ib;
+    uintptr_t raddr;
+    int ok, lost, refused, calls, posts, bad, done;
+    int nsent, ncalls, nlost; /* standalone notifications */
+    pthread_t reactor;
+    int reactor_set;
+} KN;
+
+static void kn_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)f;
+    (void)st;
+    (void)arg;
+    note_reactor(&KN.reactor, &KN.reactor_set);
+    add_int(&KN.calls);
+}
+
+/* CPU time a thread used, in ms */
+static long cpu_ms(clockid_t cid)
+{
+    struct timespec ts;
+    ck_assert(clock_gettime(cid, &ts) == 0);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void kn_notif_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)arg;
+    add_int(&KN.ncalls);
+    if (st == NXL_ERR_REMOTE_DISCONNECT && is_sentence(nxl_future_error(f)))
+        add_int(&KN.nlost);
+    else if (st != NXL_SUCCESS)
+        add_int(&KN.bad);
+}
+
+static nxl_status_t kn_xfer(nxl_agent_t *a, uintptr_t src, uintptr_t dst, nxl_xfer_t **x)
+{
+    nxl_desc_t ld = {.addr = src, .len = KN_BLK}, rd = {.addr = dst, .len = KN_BLK};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = "kn";
+    o.notif_len = 2;
+    return nxl_xfer_create(a, NXL_WRITE, &l, &r, "T", &o, x);
+}
+
+/* a future the thread waited for: SUCCESS, or the peer's loss with a
+ * sentence, asked for from this thread; false once it failed */
+static bool kn_settled(int k, nxl_future_t *f, nxl_status_t w)
+{
+    if (w == NXL_SUCCESS) {
+        add_int(&KN.ok);
+        return true;
+    }
+    const char *why = nxl_future_error(f);
+    if (w != NXL_ERR_REMOTE_DISCONNECT || nxl_future_status(f) != w || !is_sentence(why) ||
+        nxl_future_peer(f) != NULL) {
+        fprintf(stderr, "killed_peer_notif: thread %d: %s (%s)\n", k, nxl_status_name(w),
+                why ? why : "NULL");
+        add_int(&KN.bad);
+    } else {
+        add_int(&KN.lost);
+    }
+    return false;
+}
+
+static void *kn_thread(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    nxl_xfer_t *x[KN_WIN];
+    nxl_future_t *f[KN_WIN] = {0};
+    for (int i = 0; i < KN_WIN; i++) {
+        size_t off = ((size_t)k * KN_WIN + (size_t)i) * KN_BLK;
+        if (kn_xfer(KN.I, (uintptr_t)KN.ib + off, KN.raddr + off, &x[i]) != NXL_SUCCESS) {
+            fprintf(stderr, "killed_peer_notif: thread %d: %s\n", k, nxl_agent_last_error(KN.I));
+            add_int(&KN.bad);
+            add_int(&KN.done);
+            return NULL;
+        }
+    }
+    for (unsigned r = 0;; r++) {
+        int i = (int)(r % KN_WIN);
+        if (f[i]) {
+            nxl_status_t w = nxl_future_wait(f[i], KN_BOUND_MS);
+            if (w == NXL_IN_PROG) {
+                fprintf(stderr, "killed_peer_notif: thread %d: a future still in flight after "
+                        "%d ms\n", k, KN_BOUND_MS);
+                add_int(&KN.bad);
+            }
+            bool go = kn_settled(k, f[i], w);
+            nxl_future_release(f[i]);
+            f[i] = NULL;
+            if (!go)
+                break;
+        }
+        nxl_status_t st = nxl_xfer_post(x[i], kn_done, NULL, &f[i]);
+        if (st != NXL_SUCCESS) {
+            /* the peer is known gone: refused at once, with the reason */
+            if (st != NXL_ERR_REMOTE_DISCONNECT || f[i] || !is_sentence(nxl_agent_last_error(KN.I)))
+                add_int(&KN.bad);
+            add_int(&KN.refused);
+            f[i] = NULL;
+            break;
+        }
+        add_int(&KN.posts);
+        /* and a notification of its own, which UCX completes once sent */
+        char msg[32];
+        int len = snprintf(msg, sizeof(msg), "kn %d %u", k, r);
+        st = nxl_notif_send(KN.I, "T", msg, (size_t)len, kn_notif_done, NULL, NULL);
+        if (st == NXL_SUCCESS)
+            add_int(&KN.nsent);
+        else if (st != NXL_ERR_REMOTE_DISCONNECT || !is_sentence(nxl_agent_last_error(KN.I)))
+            add_int(&KN.bad);
+    }
+    /* the rest of the window: each completes too */
+    for (int i = 0; i < KN_WIN; i++) {
+        if (f[i]) {
+            nxl_status_t w = nxl_future_wait(f[i], KN_BOUND_MS);
+            if (w == NXL_IN_PROG)
+                add_int(&KN.bad);
+            else
+                kn_settled(k, f[i], w);
+            nxl_future_release(f[i]);
+        }
+        nxl_xfer_release(x[i]);
+    }
+    add_int(&KN.done);
+    return NULL;
+}
+
+static void killed_peer_notif_run(const char *backend, const char *provider)
+{
+    memset(&KN, 0, sizeof(KN));
+    kp_backend = backend;
+    kp_param = (nxl_param_t){"provider", provider};
+    kp_nparams = provider != NULL;
+    kp_proc_t t1 = kp_fork(), t2 = kp_fork();
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    ck_assert_int_eq(nxl_agent_create(&c, &KN.I), NXL_SUCCESS);
+    nxl_status_t st = nxl_backend_create(KN.I, backend, &kp_param, kp_nparams, NULL);
+    if (st != NXL_SUCCESS && strcmp(backend, "UCX")) {
+        printf("SKIP: killed_peer_notif (%s %s): %s\n", backend, provider ? provider : "",
+               nxl_agent_last_error(KN.I));
+        kp_end(&t1, true);
+        kp_end(&t2, true);
+        nxl_agent_destroy(KN.I);
+        kp_backend = "UCX";
+        kp_nparams = 0;
+        return;
+    }
+    ck_assert_msg(st == NXL_SUCCESS, "%s: %s", backend, nxl_agent_last_error(KN.I));
+    KN.raddr = kp_introduce(KN.I, &t1);
+    ck_assert_msg(KN.raddr, "the target could not make its %s backend", backend);
+    KN.ib = mem(KN.I, (size_t)KN_THREADS * KN_WIN * KN_BLK);
+    tl_fill(KN.ib, (size_t)KN_THREADS * KN_WIN * KN_BLK, 5);
+    pthread_t th[KN_THREADS];
+    for (int k = 0; k < KN_THREADS; k++)
+        pthread_create(&th[k], NULL, kn_thread, (void *)(intptr_t)k);
+    ck_assert_msg(wait_count(&KN.ok, 2000, 20000), "transfers did not flow: %d ok, %d bad",
+                  load_int(&KN.ok), load_int(&KN.bad));
+    kp_end(&t1, true);
+    uint64_t t0 = tl_now_ms();
+    /* a thread that hangs cannot be joined: its count says so */
+    ck_assert_msg(wait_count(&KN.done, KN_THREADS, KN_BOUND_MS + 10000),
+                  "%d of %d threads still blocked in calls %d ms after the target was killed "
+                  "(%d posts, %d ok, %d lost, %d callbacks)", KN_THREADS - load_int(&KN.done),
+                  KN_THREADS, KN_BOUND_MS + 10000, load_int(&KN.posts), load_int(&KN.ok),
+                  load_int(&KN.lost), load_int(&KN.calls));
+    uint64_t took = tl_now_ms() - t0;
+    for (int k = 0; k < KN_THREADS; k++)
+        pthread_join(th[k], NULL);
+    printf("killed_peer_notif (%s%s%s): %d posts, %d ok, %d lost, %d refused at once; %d "
+           "notifications, %d lost; threads done %llu ms after the kill\n", backend,
+           provider ? " " : "", provider ? provider : "", load_int(&KN.posts), load_int(&KN.ok),
+           load_int(&KN.lost), load_int(&KN.refused), load_int(&KN.nsent), load_int(&KN.nlost),
+           (unsigned long long)took);
+    ck_assert_int_eq(load_int(&KN.bad), 0);
+    /* each callback once; all of them ran before their waits returned */
+    ck_assert_int_eq(load_int(&KN.calls), load_int(&KN.posts));
+    ck_assert_msg(wait_count(&KN.ncalls, load_int(&KN.nsent), KN_BOUND_MS),
+                  "%d of %d notifications never completed", load_int(&KN.nsent) -
+                  load_int(&KN.ncalls), load_int(&KN.nsent));
+    /* idle now, UCX still holding what was sent to the dead peer: the
+     * reactor does not spin (it polls UCX now and then) */
+    clockid_t cid;
+    ck_assert(load_int(&KN.reactor_set) && pthread_getcpuclockid(KN.reactor, &cid) == 0);
+    usleep(100000);
+    long c0 = cpu_ms(cid);
+    usleep(2000000);
+    long used = cpu_ms(cid) - c0;
+    printf("killed_peer_notif (%s): the idle reactor used %ld ms of CPU in 2 s\n", backend, used);
+    ck_assert_msg(used < 200, "the idle reactor used %ld ms of CPU in 2 s", used);
+    ck_assert_int_eq(load_int(&KN.lost) + load_int(&KN.refused) >= KN_THREADS, 1);
+    ck_assert_int_eq(load_int(&KN.ok) + load_int(&KN.lost), load_int(&KN.posts));
+
+    /* a new target of the same name: a WRITE, READ back, and a notification */
+    KN.raddr = kp_introduce(KN.I, &t2);
+    ck_assert_msg(KN.raddr, "the new target could not make its %s backend", backend);
+    nxl_xfer_t *x, *y;
+    nxl_future_t *f;
+    nxl_desc_t wd = {.addr = (uintptr_t)KN.ib, .len = KN_BLK},
+               rd = {.addr = KN.raddr, .len = KN_BLK},
+               bd = {.addr = (uintptr_t)KN.ib + KN_BLK, .len = KN_BLK};
+    nxl_dlist_t wl = {NXL_DRAM, &wd, 1}, rl = {NXL_DRAM, &rd, 1}, bl = {NXL_DRAM, &bd, 1};
+    ck_assert_int_eq(nxl_xfer_create(KN.I, NXL_WRITE, &wl, &rl, "T", NULL, &x), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, KN_BOUND_MS) == NXL_SUCCESS, "WRITE to the new target: %s",
+                  nxl_future_error(f));
+    nxl_future_release(f);
+    ck_assert_int_eq(nxl_xfer_create(KN.I, NXL_READ, &bl, &rl, "T", NULL, &y), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(y, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, KN_BOUND_MS) == NXL_SUCCESS, "READ from the new target: %s",
+                  nxl_future_error(f));
+    nxl_future_release(f);
+    ck_assert_int_eq(memcmp(KN.ib, KN.ib + KN_BLK, KN_BLK), 0);
+    ck_assert_int_eq(nxl_notif_send(KN.I, "T", "kn", 2, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, KN_BOUND_MS) == NXL_SUCCESS,
+                  "notification to the new target: %s", nxl_future_error(f));
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    nxl_xfer_release(y);
+    kp_end(&t2, false);
+    nxl_agent_destroy(KN.I);
+    kp_backend = "UCX";
+    kp_nparams = 0;
+}
+
+START_TEST(killed_peer_notif) { killed_peer_notif_run("UCX", NULL); }
+END_TEST
+
+START_TEST(killed_peer_notif_lf_tcp) { killed_peer_notif_run("LIBFABRIC", "tcp;ofi_rxm"); }
+END_TEST
+
+START_TEST(killed_peer_notif_lf_shm) { killed_peer_notif_run("LIBFABRIC", "shm"); }
+END_TEST
+
+/* ---------------------------------------- a reactor that does not sleep
+ *
+ * With busy polling (busy_poll_us) the reactor has work at once on every
+ * turn for as long as the window lasts (UCX progresses from a zero-delay
+ * timer), as it has whenever a transport polls. Calls from other threads
+ * that need the agent to themselves (nxl_future_status(),
+ * nxl_future_error(), nxl_prep()) still return at once, not when the
+ * window ends. */
+#define BR_WINDOW_US 20000000u
+#define BR_BOUND_MS 10000 /* for 100 rounds; generous: a round takes a turn or two */
+
+static struct {
+    nxl_agent_t *I;
+    nxl_future_t *f;
+    unsigned char *b;
+    int rounds, bad;
+} BR;
+
+static void *br_thread(void *arg)
+{
+    (void)arg;
+    nxl_desc_t d = {.addr = (uintptr_t)BR.b, .len = BLK};
+    for (int i = 0; i < 100; i++) {
+        nxl_prepped_t *p;
+        if (nxl_future_status(BR.f) != NXL_SUCCESS || strcmp(nxl_future_error(BR.f), "") ||
+            nxl_prep(BR.I, NULL, NXL_DRAM, &d, 1, &p) != NXL_SUCCESS) {
+            add_int(&BR.bad);
+            break;
+        }
+        nxl_prepped_release(p);
+        add_int(&BR.rounds);
+    }
+    return NULL;
+}
+
+START_TEST(busy_reactor)
+{
+    memset(&BR, 0, sizeof(BR));
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "I";
+    c.threaded = 1;
+    c.busy_poll_us = BR_WINDOW_US;
+    ck_assert_msg(nxl_agent_create(&c, &BR.I) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    ck_assert_msg(nxl_backend_create(BR.I, "UCX", NULL, 0, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(BR.I));
+    BR.b = mem(BR.I, 2 * BLK);
+    tl_fill(BR.b, BLK, 9);
+    nxl_xfer_t *x;
+    ck_assert_int_eq(write_xfer(BR.I, "I", (uintptr_t)BR.b, (uintptr_t)BR.b + BLK, BLK, &x),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &BR.f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(BR.f, 10000), NXL_SUCCESS);
+    ck_assert_int_eq(tl_check(BR.b + BLK, BLK, 9), -1);
+    /* the window runs now, for BR_WINDOW_US after that transfer */
+    uint64_t t0 = tl_now_ms();
+    pthread_t th;
+    pthread_create(&th, NULL, br_thread, NULL);
+    /* a thread that hangs cannot be joined: its count says so */
+    ck_assert_msg(wait_count(&BR.rounds, 100, BR_BOUND_MS) || load_int(&BR.bad),
+                  "%d of 100 rounds of calls done by another thread in %d ms while the reactor "
+                  "polled", load_int(&BR.rounds), BR_BOUND_MS);
+    pthread_join(th, NULL);
+    printf("busy_reactor: 100 rounds of calls in %llu ms\n",
+           (unsigned long long)(tl_now_ms() - t0));
+    ck_assert_int_eq(load_int(&BR.bad), 0);
+    nxl_future_release(BR.f);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(BR.I);
+}
 END_TEST
 
 /* ---------------------------------------- destroy from a foreign thread */
@@ -1331,6 +1764,10 @@ Suite *threads_suite(void)
     tcase_add_test(tc, timer_fires);
     tcase_add_test(tc, killed_peer_shm);
     tcase_add_test(tc, killed_peer_tcp);
+    tcase_add_test(tc, killed_peer_notif);
+    tcase_add_test(tc, killed_peer_notif_lf_tcp);
+    tcase_add_test(tc, killed_peer_notif_lf_shm);
+    tcase_add_test(tc, busy_reactor);
     tcase_add_test(tc, destroy_foreign);
     tcase_add_test(tc, api_in_callback);
     tcase_add_test(tc, default_mode);
@@ -1344,6 +1781,8 @@ Suite *threads_suite(void)
     tcase_add_test(ho, sleeping_reactor);
     tcase_add_test(ho, timer_fires);
     tcase_add_test(ho, killed_peer_shm);
+    tcase_add_test(ho, killed_peer_notif);
+    tcase_add_test(ho, busy_reactor);
     tcase_add_test(ho, destroy_foreign);
     suite_add_tcase(s, ho);
     return s;
@@ -1351,5 +1790,8 @@ Suite *threads_suite(void)
 
 int main(void)
 {
+    const char *target = getenv("NXL_KP_TARGET");
+    if (target)
+        return kp_target_main(target);
     return tl_run(threads_suite());
 }

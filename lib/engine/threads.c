@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -129,6 +130,7 @@ struct nxli_thr {
     pthread_t tmu_owner;    /* atomic: the thread holding tmu */
     bool tmu_held;          /* atomic: tmu_owner is valid */
     int tmu_depth;          /* the owner's: how many times it took tmu */
+    int tmu_waiting;        /* atomic: threads blocked on tmu (the reactor lets them have it) */
     /* the waiters' locks, one per stripe of futures: eight threads waiting
      * and the reactor settling would otherwise meet on one mutex (half
      * the CPU of a threaded run went to that contention) */
@@ -254,13 +256,23 @@ static void tmu_took(struct nxli_thr *t)
     t->tmu_depth = 1;
 }
 
+/* takes the mutex, counted in tmu_waiting while it waits for it */
+static void tmu_block(struct nxli_thr *t)
+{
+    if (pthread_mutex_trylock(&t->tmu) == 0)
+        return;
+    __atomic_add_fetch(&t->tmu_waiting, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&t->tmu);
+    __atomic_sub_fetch(&t->tmu_waiting, 1, __ATOMIC_RELAXED);
+}
+
 static void tmu_lock(struct nxli_thr *t)
 {
     if (tmu_mine(t)) {
         t->tmu_depth++;
         return;
     }
-    pthread_mutex_lock(&t->tmu);
+    tmu_block(t);
     tmu_took(t);
 }
 
@@ -462,7 +474,7 @@ static bool act_begin(nxl_agent_t *a, bool wait)
         if (!wait && __atomic_load_n(&t->tmu_held, __ATOMIC_RELAXED) &&
             pthread_equal(__atomic_load_n(&t->tmu_owner, __ATOMIC_RELAXED), t->tid))
             return false; /* the reactor is in a turn: do not wait for it */
-        pthread_mutex_lock(&t->tmu);
+        tmu_block(t);
     }
     tmu_took(t);
     if (t->dead || !any_thread(a)) {
@@ -648,25 +660,56 @@ static int next_timeout_ms(struct nxli_thr *t, struct event_base *b)
     return left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
-/* The direct mode's loop: libevent's turn without sleeping, under the
+/* Threads wait for the table lock while the reactor has more to do at
+ * once (a transport polling from a zero-delay timer): calls that need it
+ * (nxl_future_error(), nxl_prep(), a post that must wait...). A mutex let
+ * go and taken again at once mostly stays with the thread that let it go
+ * (a waiter must wake first), so between turns the reactor lets go and
+ * waits until one of them has it, HANDOVER_US at most (a waiter not
+ * running yet gets its chance after the next turn). */
+#define HANDOVER_US 2000
+
+static void hand_over(struct nxli_thr *t)
+{
+    tmu_unlock(t);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(&t->tmu_waiting, __ATOMIC_RELAXED) > 0 &&
+           !__atomic_load_n(&t->tmu_held, __ATOMIC_RELAXED)) {
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000000 + (now.tv_nsec - t0.tv_nsec) / 1000 >= HANDOVER_US)
+            break;
+    }
+    tmu_lock(t);
+}
+
+/* The direct mode's loop: one libevent turn without sleeping, under the
  * table lock; the sleep itself without it, in poll() on the base's epoll
  * fd with the base's next timeout. Foreign threads that act meanwhile
- * wake it when they leave it something (act_end). */
+ * wake it when they leave it something (act_end). A turn is one pass
+ * (EVLOOP_ONCE): with EVLOOP_NONBLOCK alone libevent loops for as long as
+ * callbacks re-arm zero-delay timers (a transport polling: UCX while
+ * ucp_worker_arm answers BUSY), and the lock would never be let go. */
 static int reactor_direct(nxl_agent_t *a)
 {
     struct nxli_thr *t = a->thr;
     int rc = 0;
     tmu_lock(t);
     while (!t->exit) {
-        if (event_base_loop(a->base, EVLOOP_NONBLOCK) < 0) {
+        if (event_base_loop(a->base, EVLOOP_ONCE | EVLOOP_NONBLOCK) < 0) {
             rc = -1;
             break;
         }
         if (t->exit)
             break;
+        if (__atomic_load_n(&t->tmu_waiting, __ATOMIC_RELAXED) > 0)
+            hand_over(t);
         if (event_base_get_num_events(a->base, EVENT_BASE_COUNT_ACTIVE) > 0)
             continue; /* activated by this turn's callbacks, or past max_dispatch */
         int ms = next_timeout_ms(t, a->base);
+        if (ms == 0)
+            continue; /* a timer due: the next turn at once (it polls the fds too) */
         if (t->acted && (ms < 0 || ms > ACT_CAP_MS))
             ms = ACT_CAP_MS;
         t->deep = ms < 0 || ms > ACT_CAP_MS;

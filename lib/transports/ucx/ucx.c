@@ -60,6 +60,9 @@
 #define ARM_TRIES 16
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
+#define BUSY_SPIN_US 2000 /* arm answering BUSY, nothing moving: progressed at once this long */
+#define BUSY_BACKOFF_MIN_US 100 /* ... then from a timer, its delay doubling */
+#define BUSY_BACKOFF_MAX_US 5000 /* ... up to this */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_SLICE_US 200 /* cross-memory attach: longest run of copies before the loop's turn */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
@@ -103,6 +106,10 @@ typedef struct ucx_state {
     char desc[256];
     bool cuda;                  /* this UCX moves CUDA memory (ucp_context_query) */
     unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
+    uint64_t busy_idle_us;      /* since when arm answers BUSY with nothing moving (0: not) */
+    unsigned backoff_us;        /* the kick timer's delay meanwhile (0: none) */
+    bool kick_later;            /* ev_kick is pending with that delay */
+    bool backoff_said;          /* the backoff was logged */
     bool hit;                   /* an op completed or a notification came: the engine has work */
     uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
@@ -398,11 +405,14 @@ static uint64_t coarse_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* progress on the next turn (one already set for later is brought forward) */
 static void kick(ucx_t *u)
 {
     static const struct timeval zero = {0, 0};
-    if (!evtimer_pending(u->ev_kick, NULL))
+    if (u->kick_later || !evtimer_pending(u->ev_kick, NULL)) {
+        u->kick_later = false;
         evtimer_add(u->ev_kick, &zero);
+    }
 }
 
 /* Busy polling without a reactor turn per round: each turn costs an
@@ -472,11 +482,56 @@ static void deferred_failures(ucx_t *u)
         conn_fail(c, c->why, false);
 }
 
+/* Arming answered BUSY ARM_TRIES times: sends are queued for room in a
+ * peer's shared-memory FIFO, and progress continues on the next turn until
+ * the peer made room. A peer that died with its FIFO full never does, and
+ * UCX 1.13 never gives up on those sends, nor on the flush that
+ * discarding the endpoint needs (it ignores UCT_FLUSH_FLAG_CANCEL): arming
+ * then answers BUSY for the life of the worker, and a kick each turn is a
+ * reactor spinning at 100% for good. So when nothing moved (n: what
+ * progress did) and no op of ours is in flight for BUSY_SPIN_US, the
+ * worker is progressed from a timer instead, its delay doubling from
+ * BUSY_BACKOFF_MIN_US to BUSY_BACKOFF_MAX_US; anything that moves, an op
+ * started or an arm that succeeds brings back the zero delay. What that
+ * costs: a message from a peer that arrives while the worker cannot sleep
+ * on its fd waits for the timer. */
+static void busy_kick(ucx_t *u, unsigned n)
+{
+    if (n || u->inflight) {
+        u->busy_idle_us = 0;
+        u->backoff_us = 0;
+        kick(u);
+        return;
+    }
+    uint64_t now = nxlt_now_us();
+    if (!u->busy_idle_us)
+        u->busy_idle_us = now;
+    if (now - u->busy_idle_us < BUSY_SPIN_US) {
+        kick(u);
+        return;
+    }
+    u->backoff_us = !u->backoff_us ? BUSY_BACKOFF_MIN_US
+                    : u->backoff_us >= BUSY_BACKOFF_MAX_US / 2 ? BUSY_BACKOFF_MAX_US
+                    : u->backoff_us * 2;
+    struct timeval tv = {0, (suseconds_t)u->backoff_us};
+    evtimer_add(u->ev_kick, &tv);
+    u->kick_later = true;
+    if (u->backoff_us == BUSY_BACKOFF_MAX_US && !u->backoff_said) {
+        u->backoff_said = true;
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: the worker cannot sleep on its event fd: "
+                 "ucp_worker_arm keeps answering BUSY with nothing moving (as it does for good "
+                 "once a shared-memory peer died with its receive FIFO full); it is progressed "
+                 "every %d ms while idle, and a message arriving meanwhile waits for that",
+                 BUSY_BACKOFF_MAX_US / 1000);
+    }
+}
+
 static void progress(ucx_t *u)
 {
     unsigned n = 0;
     deferred_failures(u);
-    for (int tries = 0; tries < ARM_TRIES; tries++) {
+    /* backing off (busy_kick): one look, not ARM_TRIES */
+    for (int tries = 0, max = u->backoff_us ? 1 : ARM_TRIES; tries < max; tries++) {
         unsigned k;
         while ((k = ucp_worker_progress(u->w)))
             n += k;
@@ -499,8 +554,11 @@ static void progress(ucx_t *u)
             return;
         }
         ucs_status_t st = ucp_worker_arm(u->w);
-        if (st == UCS_OK)
+        if (st == UCS_OK) {
+            u->busy_idle_us = 0;
+            u->backoff_us = 0;
             return;
+        }
         if (st != UCS_ERR_BUSY) {
             nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: ucp_worker_arm failed: %s",
                      ucs_status_string(st));
@@ -510,7 +568,7 @@ static void progress(ucx_t *u)
     }
     /* still busy: hand back to the loop and continue on the next turn */
     u->busy_rounds++;
-    kick(u);
+    busy_kick(u, n);
 }
 
 static void on_efd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
