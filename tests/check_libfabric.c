@@ -214,16 +214,6 @@ START_TEST(t_loopback)
 }
 END_TEST
 
-static void learn(nxl_agent_t *a, nxl_agent_t *b)
-{
-    void *blob;
-    size_t len;
-    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
-    ck_assert_msg(nxl_md_load(a, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
-    nxl_free(blob);
-}
-
 static int run_pair_until(nxl_agent_t *a, nxl_agent_t *b, int *counter, int target, int ms)
 {
     uint64_t end = tl_now_ms() + (uint64_t)ms;
@@ -254,8 +244,8 @@ START_TEST(t_two_agents)
         nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len}, db = {.addr = (uintptr_t)pb, .len = len};
         ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
         ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
-        learn(a, b);
-        learn(b, a);
+        tl_learn(a, b);
+        tl_learn(b, a);
         nxl_agent_on_notif(b, notif_cb, NULL);
         tl_fill(pa, len, 11 + (unsigned)k);
         nxl_dlist_t la = {NXL_DRAM, &da, 1}, lb = {NXL_DRAM, &db, 1};
@@ -333,7 +323,7 @@ START_TEST(t_short_names)
                       provs[k], cut, ci.name_len, nxl_status_name(st), nxl_agent_last_error(b));
         ck_sentence(nxl_agent_last_error(b), "LIBFABRIC");
         ck_assert_int_eq(nxl_md_check(b, "a"), NXL_ERR_NOT_FOUND);
-        learn(b, a); /* the real one loads */
+        tl_learn(b, a); /* the real one loads */
         ck_assert_int_eq(nxl_md_check(b, "a"), NXL_SUCCESS);
         free(bad);
         free(enc);
@@ -363,8 +353,8 @@ START_TEST(t_one_message_write_checked)
                         {.addr = (uintptr_t)pb + len, .len = len}};
     ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
     ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, db, 2, NULL), NXL_SUCCESS);
-    learn(a, b);
-    learn(b, a);
+    tl_learn(a, b);
+    tl_learn(b, a);
     nxl_agent_on_notif(b, notif_cb, NULL);
     ck_assert_int_eq(nxl_mem_deregister(b, NXL_DRAM, &db[0], 1), NXL_SUCCESS);
     tl_fill(pa, len, 3);
@@ -437,8 +427,8 @@ START_TEST(t_revoke)
         ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, db, 2, NULL), NXL_SUCCESS);
         ck_assert_int_eq(nxl_mem_alloc(b, NXL_DRAM, len, 0, &pf), NXL_SUCCESS);
         nxl_desc_t dfree = {.addr = (uintptr_t)pf, .len = len};
-        learn(a, b);
-        learn(b, a);
+        tl_learn(a, b);
+        tl_learn(b, a);
         nxl_agent_on_notif(a, notif_cb, NULL);
         nxl_agent_on_notif(b, notif_cb, NULL);
         nxl_dlist_t la = {NXL_DRAM, &da, 1}, l0 = {NXL_DRAM, &db[0], 1};
@@ -507,8 +497,8 @@ START_TEST(t_doorbell)
     }
     ck_assert_int_eq(lf(b, "provider", "shm", "poll_max", "60s"), NXL_SUCCESS);
     ck_assert_msg(strstr(logbuf, "doorbell"), "log: %s", logbuf);
-    learn(a, b);
-    learn(b, a);
+    tl_learn(a, b);
+    tl_learn(b, a);
     nxl_agent_on_notif(b, notif_cb, NULL);
     /* first contact: shm connects a peer with a message of its own both ways */
     ndone = nnotif = 0;
@@ -566,8 +556,8 @@ START_TEST(t_orderly_close_quiet)
         ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
         ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da2, 1, NULL), NXL_SUCCESS);
         ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
-        learn(a, b);
-        learn(b, a);
+        tl_learn(a, b);
+        tl_learn(b, a);
         nxl_dlist_t la = {NXL_DRAM, &da, 1}, lb = {NXL_DRAM, &db, 1};
         nxl_xfer_t *w, *wb;
         ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &lb, "b", NULL, &w), NXL_SUCCESS);

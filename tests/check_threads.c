@@ -68,16 +68,8 @@ static nxl_agent_t *threaded_agent(const char *name)
 /* each agent loads the other's metadata */
 static void introduce(nxl_agent_t *a, nxl_agent_t *b)
 {
-    void *blob;
-    size_t len;
-    ck_assert_int_eq(nxl_md_local(a, &blob, &len), NXL_SUCCESS);
-    ck_assert_msg(nxl_md_load(b, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(b));
-    nxl_free(blob);
-    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
-    ck_assert_msg(nxl_md_load(a, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
-    nxl_free(blob);
+    tl_learn(b, a);
+    tl_learn(a, b);
 }
 
 /* a WRITE of len bytes from src to peer's dst, one descriptor each side */

@@ -67,15 +67,6 @@ static void reg(nxl_agent_t *a, void *p, size_t len)
     ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
 }
 
-static void learn(nxl_agent_t *a, nxl_agent_t *b)
-{
-    void *blob;
-    size_t len;
-    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_md_load(a, blob, len, NULL, 0), NXL_SUCCESS);
-    nxl_free(blob);
-}
-
 static int ndone;
 static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg) { ndone++; }
 
@@ -132,8 +123,8 @@ static void destroy_inflight(void)
     tl_fill(a, len, 1);
     reg(A, a, len);
     reg(B, b, len);
-    learn(A, B);
-    learn(B, A);
+    tl_learn(A, B);
+    tl_learn(B, A);
     nxl_xfer_t *x[NX];
     ndone = 0;
     for (int i = 0; i < NX; i++) {
@@ -184,7 +175,7 @@ START_TEST(t_log_routed)
     unsigned char *a = calloc(1, 1 << 20), *b = calloc(1, 1 << 20);
     reg(A, a, 1 << 20);
     reg(B, b, 1 << 20);
-    learn(A, B);
+    tl_learn(A, B);
     nxl_agent_destroy(B);
     nxl_desc_t l = {.addr = (uintptr_t)a, .len = 4096}, r = {.addr = (uintptr_t)b, .len = 4096};
     nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};

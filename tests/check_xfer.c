@@ -802,16 +802,6 @@ static nxl_agent_t *ip_agent(const char *name, struct event_base *base)
     return a;
 }
 
-static void ip_learn(nxl_agent_t *a, nxl_agent_t *b)
-{
-    void *blob;
-    size_t len;
-    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
-    ck_assert_msg(nxl_md_load(a, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
-    nxl_free(blob);
-}
-
 static nxl_xfer_t *ip_xfer(nxl_agent_t *a, nxl_op_t op, unsigned char *l, unsigned char *r,
                            size_t len, const char *to, const char *notif)
 {
@@ -852,8 +842,8 @@ static void inproc_destroy(bool one_base)
     nxl_desc_t da = {.addr = (uintptr_t)pa, .len = LEN}, db = {.addr = (uintptr_t)pb, .len = LEN};
     ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
     ck_assert_int_eq(nxl_mem_register(B, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
-    ip_learn(A, B);
-    ip_learn(B, A);
+    tl_learn(A, B);
+    tl_learn(B, A);
     memset(ip_calls, 0, sizeof(ip_calls));
     /* both ways once: the connections are up */
     nxl_xfer_t *aw = ip_xfer(A, NXL_WRITE, pa, pb + 65536, 4096, "B", NULL);

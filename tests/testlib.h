@@ -28,6 +28,17 @@ static inline nxl_agent_t *tl_agent(const char *name, int listen)
     return a;
 }
 
+/* a loads b's metadata (b's own, as nxl_md_local gives it) */
+static inline void tl_learn(nxl_agent_t *a, nxl_agent_t *b)
+{
+    void *blob;
+    size_t len;
+    ck_assert_int_eq(nxl_md_local(b, &blob, &len), NXL_SUCCESS);
+    ck_assert_msg(nxl_md_load(a, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    nxl_free(blob);
+}
+
 static inline uint64_t tl_now_ms(void)
 {
     struct timespec ts;

@@ -409,12 +409,10 @@ nxl_status_t nxl_backend_create(nxl_agent_t *a, const char *name, const nxl_para
         nxli_err(a, "nxl_backend_create: no transport name given");
         return NXL_ERR_INVALID_PARAM;
     }
-    size_t n;
-    const nxli_transport_t *t = nxli_transports(&n), *found = NULL;
-    for (size_t i = 0; i < n && !found; i++)
-        if (!strcasecmp(t[i].name, name))
-            found = &t[i];
+    const nxli_transport_t *found = nxli_transport_find(name);
     if (!found) {
+        size_t n;
+        const nxli_transport_t *t = nxli_transports(&n);
         char list[128] = "";
         for (size_t i = 0; i < n; i++)
             if (t[i].ops)

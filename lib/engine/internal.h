@@ -507,6 +507,8 @@ typedef struct nxli_transport {
 } nxli_transport_t;
 /* Loads the modules on the first call (once per process, thread-safe). */
 const nxli_transport_t *nxli_transports(size_t *n);
+/* The transport of that name (any case), or NULL. */
+const nxli_transport_t *nxli_transport_find(const char *name);
 /* The folders searched for modules, for sentences. */
 const char *nxli_transports_searched(void);
 /* The transport's parameter table (NXLT_CAP_PARAMS), or NULL with *n 0. */

@@ -304,6 +304,16 @@ const nxli_transport_t *nxli_transports(size_t *n)
     return tab;
 }
 
+const nxli_transport_t *nxli_transport_find(const char *name)
+{
+    size_t n;
+    const nxli_transport_t *t = nxli_transports(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strcasecmp(t[i].name, name))
+            return &t[i];
+    return NULL;
+}
+
 const char *nxli_transports_searched(void)
 {
     pthread_once(&once, load_once);
@@ -314,11 +324,7 @@ nxl_status_t nxl_plugin_detail(const char *name, nxl_plugin_detail_t *out)
 {
     if (!name || !out || !out->size)
         return NXL_ERR_INVALID_PARAM;
-    size_t n;
-    const nxli_transport_t *t = nxli_transports(&n), *found = NULL;
-    for (size_t i = 0; i < n && !found; i++)
-        if (!strcasecmp(t[i].name, name))
-            found = &t[i];
+    const nxli_transport_t *found = nxli_transport_find(name);
     if (!found)
         return NXL_ERR_NOT_FOUND;
     nxl_plugin_detail_t d = {.size = out->size};
