@@ -14,3 +14,9 @@ const char *nxli_transports_searched(void)
 {
     return "(none: a fuzzing build)";
 }
+
+const nxli_transport_t *nxli_transport_find(const char *name)
+{
+    (void)name;
+    return NULL;
+}
