@@ -457,7 +457,7 @@ NXL_API void nxl_build_info(nxl_build_info_t *info);
 /**
  * Creates a transport in the agent. Creation order is preference order.
  * @param [in]  name    "UCX", ...
- * @param [in]  params  key/value parameters (each transport's page, nxl-<name>(7), lists them)
+ * @param [in]  params  key/value parameters (each transport's man page lists them: nxl-ucx(7), ...)
  * @param [out] out     the backend (may be NULL)
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (no such transport in this build,
  *         or its module is missing or does not load); NXL_ERR_MISMATCH (its
