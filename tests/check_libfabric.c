@@ -209,12 +209,7 @@ END_TEST
 
 static int run_pair_until(nxl_agent_t *a, nxl_agent_t *b, int *counter, int target, int ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)ms;
-    while (*counter < target && tl_now_ms() < end) {
-        nxl_agent_run_once(a, 1);
-        nxl_agent_run_once(b, 1);
-    }
-    return *counter >= target;
+    return tl_run2_until(a, b, counter, target, ms, 1);
 }
 
 /* two agents of one process, each its own endpoint: WRITE, READ and a

@@ -806,14 +806,7 @@ static nxl_xfer_t *ip_xfer(nxl_agent_t *a, nxl_op_t op, unsigned char *l, unsign
 /* runs both reactors (one, when they share a base) until *counter >= target */
 static int ip_run(nxl_agent_t *a, nxl_agent_t *b, int *counter, int target, int ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)ms;
-    while (*counter < target && tl_now_ms() < end) {
-        if (a)
-            nxl_agent_run_once(a, 1);
-        if (b)
-            nxl_agent_run_once(b, 1);
-    }
-    return *counter >= target;
+    return tl_run2_until(a, b, counter, target, ms, 1);
 }
 
 static void inproc_destroy(bool one_base)

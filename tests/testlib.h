@@ -223,6 +223,21 @@ static inline void tl_stop_peer(nxl_agent_t **a, pid_t *pid, const char *peer)
     }
 }
 
+/* Runs the reactors of a and b in turn (turn_ms each; either may be NULL)
+ * until *counter >= target or timeout_ms passed. Returns 1 when reached. */
+static inline int tl_run2_until(nxl_agent_t *a, nxl_agent_t *b, const volatile int *counter,
+                                int target, int timeout_ms, int turn_ms)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)timeout_ms;
+    while (*counter < target && tl_now_ms() < end) {
+        if (a)
+            nxl_agent_run_once(a, turn_ms);
+        if (b)
+            nxl_agent_run_once(b, turn_ms);
+    }
+    return *counter >= target;
+}
+
 /* A pattern that differs per byte, per buffer and per seed. */
 static inline void tl_fill(void *buf, size_t len, uint32_t seed)
 {
