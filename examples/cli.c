@@ -212,3 +212,47 @@ const char *cli_set_double(const cli_opt_t *opt, const char *val)
     *(double *)opt->field = v;
     return NULL;
 }
+
+const char *cli_size(const char *s, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-')
+        return "not a size";
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'k' || *end == 'K')
+        shift = 10;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20;
+    else if (*end == 'g' || *end == 'G')
+        shift = 30;
+    if (shift)
+        end++;
+    if (errno || end == s || *end)
+        return "not a size (suffixes K, M, G)";
+    if (v > (max >> shift))
+        return cli_why("more than %llu", max);
+    *out = v << shift;
+    return NULL;
+}
+
+const char *cli_hostport(const char *s, char *host, size_t cap, uint16_t *port)
+{
+    const char *colon = strrchr(s, ':');
+    unsigned long long p;
+    if (!colon || colon == s || cli_size(colon + 1, 65535, &p))
+        return "not HOST:PORT";
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (!hl || hl >= cap)
+        return "not HOST:PORT";
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    *port = (uint16_t)p;
+    return NULL;
+}

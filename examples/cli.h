@@ -20,6 +20,8 @@
 #define NXL_EXAMPLES_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct cli_opt cli_opt_t;
@@ -67,6 +69,14 @@ const char *cli_set_str(const cli_opt_t *opt, const char *val);   /* const char 
 const char *cli_set_long(const cli_opt_t *opt, const char *val);  /* long in [min, max] */
 const char *cli_set_uint(const cli_opt_t *opt, const char *val);  /* unsigned in [min, max] */
 const char *cli_set_double(const cli_opt_t *opt, const char *val); /* double in [min, max] */
+
+/* The parsers behind setters of sizes and addresses.
+ * cli_size: N, or N with K, M or G (powers of 1024), at most max, into *out.
+ * cli_hostport: HOST:PORT or [HOST]:PORT, the host into host[cap] (without
+ * the brackets), the port from 0 to 65535 into *port.
+ * @return NULL (and the values stored), or why not (a phrase; nothing stored) */
+const char *cli_size(const char *s, unsigned long long max, unsigned long long *out);
+const char *cli_hostport(const char *s, char *host, size_t cap, uint16_t *port);
 
 /* A phrase for a setter to return, formatted into one static buffer. */
 const char *cli_why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -22,7 +22,8 @@
  * skipped. The peer process is this program run again (fork and exec
  * before it touches CUDA). */
 #include "config.h"
-#include "testlib.h"
+#define CT_SUITE "check_cuda"
+#include "cudatest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,98 +32,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifdef NXL_TEST_CUDA
-#include "transports/cuda/cudart.h"
-#endif
-
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 static const char *self_exe = "/proc/self/exe"; /* this program, to run the peer */
-
-#define KiB 1024u
-#define MiB (1024u * 1024u)
-
-static const char *cur_test = "";
-
-/* one skipped test case: the reason, in the line quickstart counts */
-static void skip(const char *why)
-{
-    printf("SKIP: check_cuda: %s: %s\n", cur_test, why);
-    fflush(stdout);
-}
 
 static int have(const char *name)
 {
     nxl_plugin_info_t info[16];
-    size_t n = nxl_plugins_available(info, 16);
-    for (size_t i = 0; i < n && i < 16; i++)
-        if (!strcmp(info[i].name, name))
-            return 1;
-    return 0;
+    return tl_plugin(name, info, 16) != NULL;
 }
 
-static nxl_agent_t *mk_agent(const char *name, int listen)
-{
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
-    if (listen)
-        c.listen_addr = "127.0.0.1";
-    nxl_agent_t *a = NULL;
-    nxl_status_t st = nxl_agent_create(&c, &a);
-    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
-    return a;
-}
-
-static void add_backend(nxl_agent_t *a, const char *name)
-{
-    nxl_status_t st = nxl_backend_create(a, name, NULL, 0, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "%s backend: %s", name, nxl_agent_last_error(a));
-}
-
-static int in_post;
-
-typedef struct res {
-    int calls;
-    nxl_status_t st;
-    char why[512];
-} res_t;
-
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    res_t *r = arg;
-    ck_assert_msg(!in_post, "callback ran inside the starting call");
-    r->calls++;
-    r->st = st;
-    snprintf(r->why, sizeof(r->why), "%s", nxl_future_error(f));
-}
+#define mk_agent tl_agent_bare
+#define add_backend tl_backend
 
 static void post(nxl_agent_t *a, nxl_xfer_t *x, res_t *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->st = NXL_IN_PROG;
-    in_post = 1;
-    nxl_status_t st = nxl_xfer_post(x, done_cb, r, NULL);
-    in_post = 0;
-    ck_assert_msg(st == NXL_SUCCESS, "post: %s (%s)", nxl_status_name(st),
-                  nxl_agent_last_error(a));
+    tl_post(a, x, r);
     ck_assert_int_eq(r->calls, 0);
 }
 
-static void wait_res(nxl_agent_t *a, res_t *r, int ms)
-{
-    ck_assert_msg(tl_run_until(a, &r->calls, 1, ms), "not done in %d ms", ms);
-    for (int i = 0; i < 3; i++)
-        nxl_agent_run_once(a, 0);
-    ck_assert_int_eq(r->calls, 1);
-}
+#define wait_res tl_wait_res
 
 /* -------------------------------------------------- everywhere: no GPU needed */
 
@@ -526,8 +453,6 @@ END_TEST
 
 #ifdef NXL_TEST_CUDA
 
-static const nxl_cuda_rt_t *rt;
-
 /* the CUDA table, or NULL after printing why the test is skipped */
 static const nxl_cuda_rt_t *need_gpu(void)
 {
@@ -539,12 +464,6 @@ static const nxl_cuda_rt_t *need_gpu(void)
     return rt;
 }
 
-#define CK_CUDA(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, rt->cudaGetErrorString(e_));             \
-    } while (0)
-
 static nxl_agent_t *gpu_agent(const char *name, int listen, int ucx)
 {
     nxl_agent_t *a = mk_agent(name, listen);
@@ -552,20 +471,6 @@ static nxl_agent_t *gpu_agent(const char *name, int listen, int ucx)
         add_backend(a, "UCX");
     add_backend(a, "CUDA");
     return a;
-}
-
-static void *dmalloc(size_t len)
-{
-    void *p = NULL;
-    CK_CUDA(rt->cudaMalloc(&p, len));
-    return p;
-}
-
-static void *hmalloc(size_t len)
-{
-    void *p = NULL;
-    ck_assert_int_eq(posix_memalign(&p, 4096, len), 0);
-    return p;
 }
 
 static void reg(nxl_agent_t *a, nxl_mem_t t, void *p, size_t len, uint64_t dev)
@@ -615,23 +520,6 @@ static void run_xfer(nxl_agent_t *a, nxl_xfer_t *x, const char *what)
     post(a, x, &r);
     wait_res(a, &r, 60000);
     ck_assert_msg(r.st == NXL_SUCCESS, "%s: %s: %s", what, nxl_status_name(r.st), r.why);
-}
-
-/* block-reversed copy of src: what a transfer with reverse=1 makes */
-static void reverse_blocks(unsigned char *dst, const unsigned char *src, size_t blk, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        memcpy(dst + (n - 1 - i) * blk, src + i * blk, blk);
-}
-
-static long first_diff(const unsigned char *x, const unsigned char *y, size_t n)
-{
-    if (!memcmp(x, y, n))
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != y[i])
-            return (long)i;
-    return -1;
 }
 
 static const struct {
@@ -811,10 +699,7 @@ static void check_poison(void)
 {
     CK_CUDA(rt->cudaDeviceSynchronize());
     usleep(100000);
-    size_t total = 64 * poison_len, k = 0;
-    while (k < total && poison_base[k] == 0xee)
-        k++;
-    ck_assert_msg(k == total, "byte %zu was written after its transfer's callback", k);
+    ct_check_marked(poison_base, 64 * poison_len);
 }
 
 /* 64 READs of 32 MiB from VRAM into pinned host memory, canceled (or
@@ -845,29 +730,12 @@ static void inflight(int teardown)
         nxl_agent_destroy(a);
         ck_assert_int_eq(tear_canceled, NX);
     } else {
-        for (int i = 0; i < NX; i++) {
-            if (i % 2)
-                nxl_xfer_release(x[i]);
-            else
-                nxl_future_cancel(f[i]);
-        }
-        int total_calls = 0;
-        uint64_t end = tl_now_ms() + 30000;
-        while (total_calls < NX && tl_now_ms() < end) {
-            nxl_agent_run_once(a, 20);
-            total_calls = 0;
-            for (int i = 0; i < NX; i++)
-                total_calls += tear_calls[i];
-        }
+        ct_cancel_or_release(x, f, NX);
+        ct_run_until_all(a, tear_calls, NX, 30000);
         /* a transfer the GPU finished before the cancel may succeed */
         ck_assert_int_eq(tear_canceled + tear_other, NX);
         ck_assert_msg(tear_canceled > 0, "no transfer was canceled in flight");
-        for (int i = 0; i < NX; i++) {
-            ck_assert(nxl_future_status(f[i]) != NXL_IN_PROG);
-            nxl_future_release(f[i]);
-            if (!(i % 2))
-                nxl_xfer_release(x[i]);
-        }
+        ct_release_rest(x, f, NX);
     }
     for (int i = 0; i < NX; i++)
         ck_assert_int_eq(tear_calls[i], 1);
@@ -1188,21 +1056,7 @@ static int start_peer(void)
 
 static void stop_peer(void)
 {
-    if (I.a) {
-        if (I.pid > 0)
-            nxl_notif_send(I.a, "P", "quit", 4, NULL, NULL, NULL);
-        nxl_agent_run_once(I.a, 50);
-        nxl_agent_destroy(I.a);
-        I.a = NULL;
-    }
-    if (I.pid > 0) {
-        int status = 0;
-        for (int i = 0; i < 100 && waitpid(I.pid, &status, WNOHANG) == 0; i++)
-            usleep(50000);
-        kill(I.pid, SIGKILL);
-        waitpid(I.pid, &status, 0);
-        I.pid = 0;
-    }
+    tl_stop_peer(&I.a, &I.pid, "P");
 }
 
 /* READ and WRITE of the peer's VRAM through CUDA IPC, from host memory

@@ -912,12 +912,7 @@ END_TEST
 static nxl_agent_t *SA, *SB;
 static int run2(const volatile int *counter, int target, int timeout_ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)timeout_ms;
-    while (*counter < target && tl_now_ms() < end) {
-        nxl_agent_run_once(SA, 5);
-        nxl_agent_run_once(SB, 5);
-    }
-    return *counter >= target;
+    return tl_run2_until(SA, SB, counter, target, timeout_ms, 5);
 }
 
 START_TEST(t_separate_bases)

@@ -72,17 +72,9 @@ static void spin(int ms)
 /* a loopback WRITE src+soff -> dst+doff of len bytes */
 static nxl_xfer_t *mkx(size_t soff, size_t doff, size_t len, const char *notif)
 {
-    nxl_desc_t l = {.addr = (uintptr_t)src + soff, .len = len},
-               r = {.addr = (uintptr_t)dst + doff, .len = len};
-    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
-    nxl_xfer_opts_t o;
-    nxl_xfer_opts_init(&o);
-    if (notif) {
-        o.notif = notif;
-        o.notif_len = strlen(notif);
-    }
     nxl_xfer_t *x = NULL;
-    nxl_status_t st = nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "A", &o, &x);
+    nxl_status_t st = tl_xfer1(A, NXL_WRITE, (uintptr_t)src + soff, (uintptr_t)dst + doff, len,
+                               "A", notif, &x);
     ck_assert_msg(st == NXL_SUCCESS, "nxl_xfer_create: %s", nxl_agent_last_error(A));
     ck_assert_ptr_nonnull(x);
     return x;

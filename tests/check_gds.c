@@ -18,47 +18,20 @@
  * registration undone (counted by the stand-in). Without them each prints
  * "SKIP: <test>: <reason>". */
 #include "config.h"
-#include "testlib.h"
+#define CT_SUITE "check_gds"
+#include "cudatest.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
-#ifdef NXL_TEST_GDS
-#include "transports/cuda/cudart.h"
-#endif
-
-#define KiB 1024u
-#define MiB (1024u * 1024u)
-
-static const char *cur_test = "";
-
-static void skip(const char *why)
-{
-    printf("SKIP: check_gds: %s: %s\n", cur_test, why);
-    fflush(stdout);
-}
-
 static nxl_agent_t *mk_agent(const char *name)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
-    nxl_agent_t *a = NULL;
-    nxl_status_t st = nxl_agent_create(&c, &a);
-    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
-    return a;
+    return tl_agent_bare(name, 0);
 }
 
-static const nxl_plugin_info_t *find_plugin(const char *name, nxl_plugin_info_t *info, size_t cap)
-{
-    size_t n = nxl_plugins_available(info, cap);
-    for (size_t i = 0; i < n && i < cap; i++)
-        if (!strcmp(info[i].name, name))
-            return &info[i];
-    return NULL;
-}
+#define find_plugin tl_plugin
 
 /* -------------------------------------------------- everywhere */
 
@@ -138,14 +111,7 @@ END_TEST
 
 #ifdef NXL_TEST_GDS
 
-static const nxl_cuda_rt_t *rt;
 static void (*mock_counts)(int *, int *, int *); /* the stand-in's, or NULL */
-
-#define CK_CUDA(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, rt->cudaGetErrorString(e_));             \
-    } while (0)
 
 /* the CUDA table with GDS available, or NULL after printing why not */
 static const nxl_cuda_rt_t *need_gds(void)
@@ -188,20 +154,6 @@ static nxl_agent_t *gds_agent(const char *name, int all)
     return a;
 }
 
-static void *dmalloc(size_t len)
-{
-    void *p = NULL;
-    CK_CUDA(rt->cudaMalloc(&p, len));
-    return p;
-}
-
-static void *hmalloc(size_t len)
-{
-    void *p = NULL;
-    ck_assert_int_eq(posix_memalign(&p, 4096, len ? len : 1), 0);
-    return p;
-}
-
 /* a file in $TMPDIR, unlinked, @p size bytes long */
 static int tmpfile_fd(size_t size, int flags)
 {
@@ -227,20 +179,6 @@ static void reg(nxl_agent_t *a, nxl_mem_t t, uintptr_t addr, size_t len, uint64_
     nxl_status_t st = nxl_mem_register(a, t, &d, 1, NULL);
     ck_assert_msg(st == NXL_SUCCESS, "%s registration: %s", nxl_mem_name(t),
                   nxl_agent_last_error(a));
-}
-
-typedef struct res {
-    int calls;
-    nxl_status_t st;
-    char why[512];
-} res_t;
-
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    res_t *r = arg;
-    r->calls++;
-    r->st = st;
-    snprintf(r->why, sizeof(r->why), "%s", nxl_future_error(f));
 }
 
 /* n blocks of blk bytes: VRAM block i at vbase + i*blk, file block
@@ -269,30 +207,9 @@ static nxl_status_t mk_xfer(nxl_agent_t *a, nxl_op_t op, void *vbase, int fd, ui
 
 static void run(nxl_agent_t *a, nxl_xfer_t *x, res_t *r)
 {
-    memset(r, 0, sizeof(*r));
-    nxl_status_t st = nxl_xfer_post(x, done_cb, r, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "post: %s", nxl_agent_last_error(a));
+    tl_post(a, x, r);
     ck_assert_int_eq(r->calls, 0);
-    ck_assert_msg(tl_run_until(a, &r->calls, 1, 120000), "not done in 120 s");
-    for (int i = 0; i < 3; i++)
-        nxl_agent_run_once(a, 0);
-    ck_assert_int_eq(r->calls, 1);
-}
-
-static void reverse_blocks(unsigned char *dst, const unsigned char *src, size_t blk, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        memcpy(dst + (n - 1 - i) * blk, src + i * blk, blk);
-}
-
-static long first_diff(const unsigned char *x, const unsigned char *y, size_t n)
-{
-    if (!memcmp(x, y, n))
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != y[i])
-            return (long)i;
-    return -1;
+    tl_wait_res(a, r, 120000);
 }
 
 static const struct {
@@ -584,37 +501,17 @@ static void inflight(int teardown)
         nxl_agent_destroy(a);
         ck_assert_int_eq(tear_canceled, NX);
     } else {
-        for (int i = 0; i < NX; i++) {
-            if (i % 2)
-                nxl_xfer_release(x[i]);
-            else
-                nxl_future_cancel(f[i]);
-        }
-        int calls = 0;
-        uint64_t end = tl_now_ms() + 60000;
-        while (calls < NX && tl_now_ms() < end) {
-            nxl_agent_run_once(a, 20);
-            calls = 0;
-            for (int i = 0; i < NX; i++)
-                calls += tear_calls[i];
-        }
+        ct_cancel_or_release(x, f, NX);
+        ct_run_until_all(a, tear_calls, NX, 60000);
         ck_assert_msg(tear_canceled > 0, "no transfer was canceled in flight");
-        for (int i = 0; i < NX; i++) {
-            ck_assert(nxl_future_status(f[i]) != NXL_IN_PROG);
-            nxl_future_release(f[i]);
-            if (!(i % 2))
-                nxl_xfer_release(x[i]);
-        }
+        ct_release_rest(x, f, NX);
     }
     for (int i = 0; i < NX; i++)
         ck_assert_int_eq(tear_calls[i], 1);
     usleep(100000);
     unsigned char *t = hmalloc(total);
     CK_CUDA(rt->cudaMemcpy(t, tear_v, total, cudaMemcpyDeviceToHost));
-    size_t k = 0;
-    while (k < total && t[k] == 0xee)
-        k++;
-    ck_assert_msg(k == total, "byte %zu was written after its transfer's callback", k);
+    ct_check_marked(t, total);
     free(t);
     if (!teardown)
         nxl_agent_destroy(a);

@@ -36,14 +36,7 @@ static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 
 static nxl_agent_t *agent(const char *name)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
-    c.log_level = NXL_LOG_INFO;
-    c.log_cb = log_cb;
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
-    return a;
+    return tl_agent_log(name, NXL_LOG_INFO, log_cb);
 }
 
 static nxl_status_t lf(nxl_agent_t *a, const char *k1, const char *v1, const char *k2,
@@ -216,12 +209,7 @@ END_TEST
 
 static int run_pair_until(nxl_agent_t *a, nxl_agent_t *b, int *counter, int target, int ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)ms;
-    while (*counter < target && tl_now_ms() < end) {
-        nxl_agent_run_once(a, 1);
-        nxl_agent_run_once(b, 1);
-    }
-    return *counter >= target;
+    return tl_run2_until(a, b, counter, target, ms, 1);
 }
 
 /* two agents of one process, each its own endpoint: WRITE, READ and a

@@ -107,12 +107,7 @@ static void notif_cb(nxl_agent_t *a, const char *from, const void *msg, size_t l
 /* two agents with their own bases in one thread: run both */
 static int run2(const volatile int *counter, int target, int timeout_ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)timeout_ms;
-    while (*counter < target && tl_now_ms() < end) {
-        nxl_agent_run_once(A, 1);
-        nxl_agent_run_once(B, 1);
-    }
-    return *counter >= target;
+    return tl_run2_until(A, B, counter, target, timeout_ms, 1);
 }
 
 /* A WRITE from B's buffer into A's memory at off, checked. */

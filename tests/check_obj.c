@@ -26,15 +26,11 @@
 
 #include <sys/time.h>
 
-#define KiB 1024u
-#define MiB (1024u * 1024u)
-
 static tl_srv_t s3;      /* shared by the suite (started in main) */
 static tl_srv_t az;
 static int have_az;
 static char az_connstr[512];
 static char stats_line[512];
-static int in_post;
 static nxl_agent_t *g_agent;
 
 static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
@@ -83,46 +79,17 @@ static nxl_agent_t *s3_agent(const char *const *extra)
     return agent_with("OBJ", extra);
 }
 
-typedef struct res {
-    int calls;
-    nxl_status_t st;
-    char why[1024];
-} res_t;
-
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    res_t *r = arg;
-    ck_assert_msg(!in_post, "callback ran inside nxl_xfer_post");
-    r->calls++;
-    r->st = st;
-    snprintf(r->why, sizeof(r->why), "%s", nxl_future_error(f));
-}
+typedef tl_res_t res_t;
+#define done_cb tl_done_cb
 
 static void post(nxl_xfer_t *x, res_t *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->st = NXL_IN_PROG;
-    in_post = 1;
-    nxl_status_t st = nxl_xfer_post(x, done_cb, r, NULL);
-    in_post = 0;
-    ck_assert_msg(st == NXL_SUCCESS, "post: %s (%s)", nxl_status_name(st),
-                  nxl_agent_last_error(g_agent));
+    tl_post(g_agent, x, r);
 }
 
-static void wait_res(nxl_agent_t *a, res_t *r, int ms)
-{
-    ck_assert_msg(tl_run_until(a, &r->calls, 1, ms), "transfer not done in %d ms", ms);
-    for (int i = 0; i < 3; i++)
-        nxl_agent_run_once(a, 0);
-    ck_assert_int_eq(r->calls, 1);
-}
+#define wait_res tl_wait_res
 
-static void reg_dram(nxl_agent_t *a, void *p, size_t len)
-{
-    nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
-    nxl_status_t st = nxl_mem_register(a, NXL_DRAM, &d, 1, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "DRAM registration: %s", nxl_agent_last_error(a));
-}
+#define reg_dram tl_reg_dram
 
 /* registers bytes [0, len) of the object key as OBJ id */
 static void reg_obj(nxl_agent_t *a, uint64_t id, const char *key, size_t len)

@@ -29,18 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #define NO_URING "no io_uring engine here (built without liburing, or io_uring_setup fails)"
-#define KiB 1024u
-#define MiB (1024u * 1024u)
 
 static char tdir[256];
 
@@ -125,56 +114,19 @@ static nxl_agent_t *px_agent(const char *name, const char *engine, const char *d
     return a;
 }
 
-static int in_post;
-
-typedef struct res {
-    int calls;
-    nxl_status_t st;
-    char why[512];
-} res_t;
-
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    res_t *r = arg;
-    ck_assert_msg(!in_post, "callback ran inside nxl_xfer_post");
-    r->calls++;
-    r->st = st;
-    snprintf(r->why, sizeof(r->why), "%s", nxl_future_error(f));
-}
+typedef tl_res_t res_t;
+#define done_cb tl_done_cb
 
 static void post(nxl_xfer_t *x, res_t *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->st = NXL_IN_PROG;
-    in_post = 1;
-    nxl_status_t st = nxl_xfer_post(x, done_cb, r, NULL);
-    in_post = 0;
-    ck_assert_msg(st == NXL_SUCCESS, "post: %s (%s)", nxl_status_name(st),
-                  nxl_agent_last_error(g_agent));
+    tl_post(g_agent, x, r);
 }
 
-static void wait_res(nxl_agent_t *a, res_t *r, int ms)
-{
-    ck_assert_msg(tl_run_until(a, &r->calls, 1, ms), "transfer not done in %d ms", ms);
-    /* the reactor keeps turning: no second callback */
-    for (int i = 0; i < 3; i++)
-        nxl_agent_run_once(a, 0);
-    ck_assert_int_eq(r->calls, 1);
-}
+#define wait_res tl_wait_res
+#define xalloc tl_xalloc
+#define first_diff tl_first_diff
+#define reg_dram tl_reg_dram
 
-static void *xalloc(size_t len)
-{
-    void *p = NULL;
-    ck_assert_int_eq(posix_memalign(&p, 4096, len), 0);
-    return p;
-}
-
-static void reg_dram(nxl_agent_t *a, void *p, size_t len)
-{
-    nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
-    nxl_status_t st = nxl_mem_register(a, NXL_DRAM, &d, 1, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "DRAM registration: %s", nxl_agent_last_error(a));
-}
 
 /* file registration by path: dev_id is the caller's id */
 static nxl_status_t reg_path(nxl_agent_t *a, nxl_mem_t t, uint64_t id, const char *path,
@@ -215,17 +167,6 @@ static nxl_xfer_t *make_blocks(nxl_agent_t *a, nxl_op_t op, nxl_mem_t t, uint64_
     free(ld);
     free(rd);
     return x;
-}
-
-static long first_diff(const void *a, const void *b, size_t n)
-{
-    if (!memcmp(a, b, n))
-        return -1;
-    const unsigned char *x = a, *y = b;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != y[i])
-            return (long)i;
-    return -1;
 }
 
 /* Writes n blocks of bs bytes from src to FILE id at foff, reads them back

@@ -76,9 +76,7 @@ static void introduce(nxl_agent_t *a, nxl_agent_t *b)
 static nxl_status_t write_xfer(nxl_agent_t *a, const char *peer, uintptr_t src, uintptr_t dst,
                                size_t len, nxl_xfer_t **x)
 {
-    nxl_desc_t ld = {.addr = src, .len = len}, rd = {.addr = dst, .len = len};
-    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
-    return nxl_xfer_create(a, NXL_WRITE, &l, &r, peer, NULL, x);
+    return tl_xfer1(a, NXL_WRITE, src, dst, len, peer, NULL, x);
 }
 
 static void *mem(nxl_agent_t *a, size_t len)
@@ -467,11 +465,10 @@ static void cycle_run(const char *what, void (*read_back)(unsigned char *rb))
 static unsigned char *y_tbuf;
 static void y_read_mem(unsigned char *rb) { memcpy(rb, y_tbuf, (size_t)NTHREADS * CYC_BLK); }
 
-START_TEST(cycle_ucx)
+/* the cycle between Y.I and Y.T, memory to memory with notifications;
+ * the agents destroyed after */
+static void cycle_mem(const char *what)
 {
-    memset(&Y, 0, sizeof(Y));
-    Y.I = threaded_agent("I");
-    Y.T = threaded_agent("T");
     Y.ibuf = mem(Y.I, (size_t)NTHREADS * CYC_BLK);
     y_tbuf = mem(Y.T, (size_t)NTHREADS * CYC_BLK);
     introduce(Y.I, Y.T);
@@ -479,9 +476,17 @@ START_TEST(cycle_ucx)
     Y.rtype = NXL_DRAM;
     Y.rbase = (uintptr_t)y_tbuf;
     Y.notif = true;
-    cycle_run("UCX", y_read_mem);
+    cycle_run(what, y_read_mem);
     nxl_agent_destroy(Y.I);
     nxl_agent_destroy(Y.T);
+}
+
+START_TEST(cycle_ucx)
+{
+    memset(&Y, 0, sizeof(Y));
+    Y.I = threaded_agent("I");
+    Y.T = threaded_agent("T");
+    cycle_mem("UCX");
 }
 END_TEST
 
@@ -550,16 +555,7 @@ START_TEST(cycle_libfabric)
     }
     Y.I = ag[0];
     Y.T = ag[1];
-    Y.ibuf = mem(Y.I, (size_t)NTHREADS * CYC_BLK);
-    y_tbuf = mem(Y.T, (size_t)NTHREADS * CYC_BLK);
-    introduce(Y.I, Y.T);
-    Y.remote = "T";
-    Y.rtype = NXL_DRAM;
-    Y.rbase = (uintptr_t)y_tbuf;
-    Y.notif = true;
-    cycle_run("LIBFABRIC tcp;ofi_rxm", y_read_mem);
-    nxl_agent_destroy(Y.I);
-    nxl_agent_destroy(Y.T);
+    cycle_mem("LIBFABRIC tcp;ofi_rxm");
 }
 END_TEST
 

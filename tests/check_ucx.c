@@ -48,13 +48,7 @@ static void log_cb(nxl_log_level_t lvl, const char *msg, void *arg)
 
 static nxl_agent_t *agent(const char *name)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
-    c.log_level = NXL_LOG_WARN;
-    c.log_cb = log_cb;
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    nxl_agent_t *a = tl_agent_log(name, NXL_LOG_WARN, log_cb);
     nxl_param_t p = {"tls", tls};
     ck_assert_msg(nxl_backend_create(a, "UCX", tls ? &p : NULL, tls ? 1 : 0, NULL) ==
                       NXL_SUCCESS, "%s", nxl_agent_last_error(a));

@@ -419,21 +419,7 @@ _Static_assert(sizeof(setups) / sizeof(setups[0]) == NCONFS, "one SETUP(i) per c
 
 static void teardown(void)
 {
-    if (I.a) {
-        if (I.pid > 0)
-            nxl_notif_send(I.a, "T", "quit", 4, NULL, NULL, NULL);
-        nxl_agent_run_once(I.a, 50);
-        nxl_agent_destroy(I.a);
-        I.a = NULL;
-    }
-    if (I.pid > 0) {
-        int status = 0;
-        for (int i = 0; i < 100 && waitpid(I.pid, &status, WNOHANG) == 0; i++)
-            usleep(50000);
-        kill(I.pid, SIGKILL);
-        waitpid(I.pid, &status, 0);
-        I.pid = 0;
-    }
+    tl_stop_peer(&I.a, &I.pid, "T");
     free(I.buf);
     I.buf = NULL;
 }
@@ -820,14 +806,7 @@ static nxl_xfer_t *ip_xfer(nxl_agent_t *a, nxl_op_t op, unsigned char *l, unsign
 /* runs both reactors (one, when they share a base) until *counter >= target */
 static int ip_run(nxl_agent_t *a, nxl_agent_t *b, int *counter, int target, int ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)ms;
-    while (*counter < target && tl_now_ms() < end) {
-        if (a)
-            nxl_agent_run_once(a, 1);
-        if (b)
-            nxl_agent_run_once(b, 1);
-    }
-    return *counter >= target;
+    return tl_run2_until(a, b, counter, target, ms, 1);
 }
 
 static void inproc_destroy(bool one_base)
@@ -1855,17 +1834,8 @@ static void vis_batch(nxl_agent_t *a, nxl_op_t op, size_t len, size_t k, uintptr
     for (size_t i = 0; i < k; i++) {
         v[i] = (vis_one_t){op, i * len, len};
         unsigned char *l = (op == NXL_WRITE ? VIS.src : VIS.back) + i * len;
-        nxl_desc_t ld = {.addr = (uintptr_t)l, .len = len};
-        nxl_desc_t rd = {.addr = raddr + i * len, .len = len};
-        nxl_dlist_t dl = {NXL_DRAM, &ld, 1}, dr = {NXL_DRAM, &rd, 1};
-        nxl_xfer_opts_t o;
-        nxl_xfer_opts_init(&o);
-        if (notif) {
-            o.notif = notif;
-            o.notif_len = strlen(notif);
-        }
-        ck_assert_msg(nxl_xfer_create(a, op, &dl, &dr, "V", &o, &x[i]) == NXL_SUCCESS, "%s",
-                      nxl_agent_last_error(a));
+        ck_assert_msg(tl_xfer1(a, op, (uintptr_t)l, raddr + i * len, len, "V", notif, &x[i]) ==
+                          NXL_SUCCESS, "%s", nxl_agent_last_error(a));
     }
     for (size_t i = 0; i < k; i++)
         ck_assert_msg(nxl_xfer_post(x[i], vis_done, &v[i], NULL) == NXL_SUCCESS, "%s: post: %s",
@@ -1908,12 +1878,7 @@ static void vis_run(const nxl_param_t *extra, size_t nextra, const char *label, 
     nxl_desc_t ds[2] = {{.addr = (uintptr_t)VIS.src, .len = VIS_MAX},
                         {.addr = (uintptr_t)VIS.back, .len = VIS_MAX}};
     ck_assert(nxl_mem_register(a, NXL_DRAM, ds, 2, NULL) == NXL_SUCCESS);
-    void *blob;
-    size_t blen;
-    ck_assert(nxl_md_local(t, &blob, &blen) == NXL_SUCCESS);
-    ck_assert_msg(nxl_md_load(a, blob, blen, NULL, 0) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
-    nxl_free(blob);
+    tl_learn(a, t);
 
     /* 1 B .. 16 MiB; the small ones (one-message WRITEs go up to 16 KiB)
      * repeated, as a late copy is a race the target's thread may win */

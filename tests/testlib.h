@@ -9,11 +9,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
-/* An agent with a UCX transport; with listen, a metadata listener on an
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0 /* built without valgrind's header */
+#endif
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+
+/* An agent without a transport; with listen, a metadata listener on an
  * ephemeral loopback port (nxl_agent_listen_port). */
-static inline nxl_agent_t *tl_agent(const char *name, int listen)
+static inline nxl_agent_t *tl_agent_bare(const char *name, int listen)
 {
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
@@ -23,9 +39,48 @@ static inline nxl_agent_t *tl_agent(const char *name, int listen)
     nxl_agent_t *a = NULL;
     nxl_status_t st = nxl_agent_create(&c, &a);
     ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
-    st = nxl_backend_create(a, "UCX", NULL, 0, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "UCX backend: %s", nxl_agent_last_error(a));
     return a;
+}
+
+/* An agent without a transport that logs to log from level lvl on. */
+static inline nxl_agent_t *tl_agent_log(const char *name, nxl_log_level_t lvl, nxl_log_cb log)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = name;
+    c.log_level = lvl;
+    c.log_cb = log;
+    nxl_agent_t *a = NULL;
+    nxl_status_t st = nxl_agent_create(&c, &a);
+    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
+    return a;
+}
+
+/* Adds the transport name to a, without parameters. */
+static inline void tl_backend(nxl_agent_t *a, const char *name)
+{
+    nxl_status_t st = nxl_backend_create(a, name, NULL, 0, NULL);
+    ck_assert_msg(st == NXL_SUCCESS, "%s backend: %s", name, nxl_agent_last_error(a));
+}
+
+/* An agent with a UCX transport (see tl_agent_bare). */
+static inline nxl_agent_t *tl_agent(const char *name, int listen)
+{
+    nxl_agent_t *a = tl_agent_bare(name, listen);
+    tl_backend(a, "UCX");
+    return a;
+}
+
+/* The transport name as nxl_plugins_available() lists it into info[cap],
+ * or NULL when it is not listed. */
+static inline const nxl_plugin_info_t *tl_plugin(const char *name, nxl_plugin_info_t *info,
+                                                 size_t cap)
+{
+    size_t n = nxl_plugins_available(info, cap);
+    for (size_t i = 0; i < n && i < cap; i++)
+        if (!strcmp(info[i].name, name))
+            return &info[i];
+    return NULL;
 }
 
 /* a loads b's metadata (b's own, as nxl_md_local gives it) */
@@ -54,6 +109,132 @@ static inline int tl_run_until(nxl_agent_t *a, const volatile int *counter, int 
     uint64_t end = tl_now_ms() + (uint64_t)timeout_ms;
     while (*counter < target && tl_now_ms() < end)
         nxl_agent_run_once(a, 50);
+    return *counter >= target;
+}
+
+/* A WRITE or READ of len bytes between laddr and peer's raddr, one DRAM
+ * descriptor each side, with the notification notif (NULL: none, and no
+ * options). Returns nxl_xfer_create's status. */
+static inline nxl_status_t tl_xfer1(nxl_agent_t *a, nxl_op_t op, uintptr_t laddr, uintptr_t raddr,
+                                    size_t len, const char *peer, const char *notif,
+                                    nxl_xfer_t **x)
+{
+    nxl_desc_t ld = {.addr = laddr, .len = len}, rd = {.addr = raddr, .len = len};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    if (notif) {
+        o.notif = notif;
+        o.notif_len = strlen(notif);
+    }
+    return nxl_xfer_create(a, op, &l, &r, peer, notif ? &o : NULL, x);
+}
+
+/* One posted transfer's outcome, written by tl_done_cb. */
+typedef struct tl_res {
+    int calls;
+    nxl_status_t st;
+    char why[1024];
+} tl_res_t;
+
+static int tl_in_post; /* set around nxl_xfer_post by tl_post */
+
+/* The callback of tl_post: counts the calls, keeps the status and the
+ * future's error; never inside nxl_xfer_post. */
+static inline void tl_done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    tl_res_t *r = arg;
+    ck_assert_msg(!tl_in_post, "callback ran inside the call that started it");
+    r->calls++;
+    r->st = st;
+    snprintf(r->why, sizeof(r->why), "%s", nxl_future_error(f));
+}
+
+/* Posts x with tl_done_cb into r; a (x's agent) names the error. */
+static inline void tl_post(nxl_agent_t *a, nxl_xfer_t *x, tl_res_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->st = NXL_IN_PROG;
+    tl_in_post = 1;
+    nxl_status_t st = nxl_xfer_post(x, tl_done_cb, r, NULL);
+    tl_in_post = 0;
+    ck_assert_msg(st == NXL_SUCCESS, "post: %s (%s)", nxl_status_name(st),
+                  nxl_agent_last_error(a));
+}
+
+/* Runs a until r's callback came, within ms; then a few turns more: no
+ * second call. */
+static inline void tl_wait_res(nxl_agent_t *a, tl_res_t *r, int ms)
+{
+    ck_assert_msg(tl_run_until(a, &r->calls, 1, ms), "transfer not done in %d ms", ms);
+    for (int i = 0; i < 3; i++)
+        nxl_agent_run_once(a, 0);
+    ck_assert_int_eq(r->calls, 1);
+}
+
+/* Registers len bytes of DRAM at p with a. */
+static inline void tl_reg_dram(nxl_agent_t *a, void *p, size_t len)
+{
+    nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
+    nxl_status_t st = nxl_mem_register(a, NXL_DRAM, &d, 1, NULL);
+    ck_assert_msg(st == NXL_SUCCESS, "DRAM registration: %s", nxl_agent_last_error(a));
+}
+
+/* len bytes (at least 1) aligned to a page; free() them */
+static inline void *tl_xalloc(size_t len)
+{
+    void *p = NULL;
+    ck_assert_int_eq(posix_memalign(&p, 4096, len ? len : 1), 0);
+    return p;
+}
+
+/* The index of the first byte where a and b differ, or -1. */
+static inline long tl_first_diff(const void *a, const void *b, size_t n)
+{
+    if (!memcmp(a, b, n))
+        return -1;
+    const unsigned char *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            return (long)i;
+    return -1;
+}
+
+/* Ends a peer process and the agent that speaks to it: "quit" to the
+ * agent peer (when the process lives), a turn of the reactor, the agent
+ * destroyed; then up to 5 s for the process to exit before SIGKILL. Both
+ * are cleared. */
+static inline void tl_stop_peer(nxl_agent_t **a, pid_t *pid, const char *peer)
+{
+    if (*a) {
+        if (*pid > 0)
+            nxl_notif_send(*a, peer, "quit", 4, NULL, NULL, NULL);
+        nxl_agent_run_once(*a, 50);
+        nxl_agent_destroy(*a);
+        *a = NULL;
+    }
+    if (*pid > 0) {
+        int status = 0;
+        for (int i = 0; i < 100 && waitpid(*pid, &status, WNOHANG) == 0; i++)
+            usleep(50000);
+        kill(*pid, SIGKILL);
+        waitpid(*pid, &status, 0);
+        *pid = 0;
+    }
+}
+
+/* Runs the reactors of a and b in turn (turn_ms each; either may be NULL)
+ * until *counter >= target or timeout_ms passed. Returns 1 when reached. */
+static inline int tl_run2_until(nxl_agent_t *a, nxl_agent_t *b, const volatile int *counter,
+                                int target, int timeout_ms, int turn_ms)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)timeout_ms;
+    while (*counter < target && tl_now_ms() < end) {
+        if (a)
+            nxl_agent_run_once(a, turn_ms);
+        if (b)
+            nxl_agent_run_once(b, turn_ms);
+    }
     return *counter >= target;
 }
 

@@ -47,34 +47,12 @@ static void usage(FILE *f)
 "Flags take '--flag value' or '--flag=value'. UCX_TLS and NXL_LOG_LEVEL apply.\n");
 }
 
-static bool parse_num(const char *s, unsigned long long max, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-')
-        return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    unsigned shift = 0;
-    if (*end == 'k' || *end == 'K')
-        shift = 10;
-    else if (*end == 'm' || *end == 'M')
-        shift = 20;
-    else if (*end == 'g' || *end == 'G')
-        shift = 30;
-    if (shift)
-        end++;
-    if (errno || end == s || *end || v > (max >> shift))
-        return false;
-    *out = v << shift;
-    return true;
-}
-
 /* the flags' setters (examples/cli.h): a count with K, M, G from min to max */
 #define COUNT_SETTER(fn, type)                                                                     \
     static const char *fn(const cli_opt_t *opt, const char *val)                                  \
     {                                                                                              \
         unsigned long long v;                                                                      \
-        if (!parse_num(val, (unsigned long long)opt->max, &v) || v < opt->min)                    \
+        if (cli_size(val, (unsigned long long)opt->max, &v) || v < opt->min)                      \
             return cli_why("not a count from %.0f to %.0f (suffixes K, M, G)", opt->min,          \
                            opt->max);                                                              \
         *(type *)opt->field = (type)v;                                                             \
@@ -88,23 +66,10 @@ COUNT_SETTER(set_sizet, size_t)
 static const char *set_addr(const cli_opt_t *opt, const char *s)
 {
     kvs_addr_t *a = opt->field;
-    const char *colon = strrchr(s, ':');
-    unsigned long long port;
-    if (!colon || colon == s || !parse_num(colon + 1, 65535, &port))
-        return "not HOST:PORT";
-    const char *h = s;
-    size_t hl = (size_t)(colon - s);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (!hl || hl >= sizeof(a->host))
-        return "not HOST:PORT";
-    memcpy(a->host, h, hl);
-    a->host[hl] = 0;
-    a->port = (uint16_t)port;
-    a->set = true;
-    return NULL;
+    const char *why = cli_hostport(s, a->host, sizeof(a->host), &a->port);
+    if (!why)
+        a->set = true;
+    return why;
 }
 
 /* --cpus S,C */

@@ -31,37 +31,12 @@ void usage(FILE *f)
 "Flags take '--flag value' or '--flag=value'. UCX_TLS, FI_PROVIDER and NXL_LOG_LEVEL apply.\n");
 }
 
-/* N with k, m or g (powers of 1024), at most max */
-static const char *size_of(const char *s, unsigned long long max, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-')
-        return "not a size";
-    unsigned long long v = strtoull(s, &end, 10);
-    unsigned shift = 0;
-    if (*end == 'k' || *end == 'K')
-        shift = 10;
-    else if (*end == 'm' || *end == 'M')
-        shift = 20;
-    else if (*end == 'g' || *end == 'G')
-        shift = 30;
-    if (shift)
-        end++;
-    if (errno || end == s || *end)
-        return "not a size (suffixes K, M, G)";
-    if (v > (max >> shift))
-        return cli_why("more than %llu", max);
-    *out = v << shift;
-    return NULL;
-}
-
 /* a count from min (0 or 1) to max; the field's type is in the table's line */
 #define COUNT_SETTER(fn, type)                                                                     \
     static const char *fn(const cli_opt_t *opt, const char *val)                                  \
     {                                                                                              \
         unsigned long long v;                                                                      \
-        const char *why = size_of(val, (unsigned long long)opt->max, &v);                          \
+        const char *why = cli_size(val, (unsigned long long)opt->max, &v);                         \
         if (!why && v < opt->min)                                                                  \
             why = "must be at least 1";                                                            \
         if (!why)                                                                                  \
@@ -76,23 +51,10 @@ COUNT_SETTER(set_sizet, size_t)
 static const char *set_addr(const cli_opt_t *opt, const char *s)
 {
     opts_t *o = opt->field;
-    const char *colon = strrchr(s, ':');
-    unsigned long long port;
-    if (!colon || colon == s || size_of(colon + 1, 65535, &port))
-        return "not HOST:PORT";
-    const char *h = s;
-    size_t hl = (size_t)(colon - s);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (!hl || hl >= sizeof(o->host))
-        return "not HOST:PORT";
-    memcpy(o->host, h, hl);
-    o->host[hl] = 0;
-    o->port = (uint16_t)port;
-    o->have_addr = true;
-    return NULL;
+    const char *why = cli_hostport(s, o->host, sizeof(o->host), &o->port);
+    if (!why)
+        o->have_addr = true;
+    return why;
 }
 
 static const char *set_backend(const cli_opt_t *opt, const char *val)
