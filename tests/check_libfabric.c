@@ -358,7 +358,7 @@ START_TEST(t_one_message_write_checked)
     ndone = nnotif = 0;
     ck_assert_int_eq(nxl_xfer_post(w0, done_cb, NULL, NULL), NXL_SUCCESS);
     ck_assert(run_pair_until(a, b, &ndone, 1, 10000));
-    /* its send completed: that is all the initiator learns (README) */
+    /* its send completed: that is all the initiator learns (nxl-libfabric(7), GUARANTEES) */
     ck_assert_int_eq(last_st, NXL_SUCCESS);
     uint64_t t0 = tl_now_ms();
     while (!strstr(logbuf, "was dropped") && tl_now_ms() - t0 < 5000) {

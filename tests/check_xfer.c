@@ -65,11 +65,11 @@ typedef struct conf {
 
 #define UNCHECKED                                                                              \
     "UCX's target does not check puts: a peer it never told of the deregistration would "     \
-    "write into the unmapped pages (README, Remote access)"
+    "write into the unmapped pages (doc/security.md, Remote access)"
 #define RACING_PUTS                                                                            \
     "with the one-message WRITE off (am_write_max 0, the default) UCX sends a small WRITE "    \
     "with a notification as puts, which its target does not check, and the deregistration's " \
-    "word may still be unread when it is posted: it writes into the unmapped pages (README, "  \
+    "word may still be unread when it is posted: it writes into the unmapped pages (doc/security.md, "  \
     "Remote access: the window is one message's flight); the drop path is am_write_drops"
 #define NOT_UCX                                                                                \
     "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
@@ -95,7 +95,7 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
-      {"killed_large", "shm notices a killed peer by stall_timeout only (README, LIBFABRIC)"},
+      {"killed_large", "shm notices a killed peer by stall_timeout only (nxl-libfabric(7))"},
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
@@ -1465,7 +1465,7 @@ static void no_reply(int ms, const char *what)
  * of it (it does not run its loop meanwhile). Either the post is refused
  * (the target's word came first: NXL_ERR_NOT_FOUND), or the transfer
  * completes: over a one-message WRITE (UCX, LIBFABRIC) with success while
- * the target drops the data and the notification (README, "Remote
+ * the target drops the data and the notification (doc/security.md, "Remote
  * access"), with an error where the provider's key check fails it. The
  * notification, which would make the target answer, never arrives, the
  * target lives, and once this agent has read the target's word the same
@@ -1551,7 +1551,7 @@ static nxl_status_t u_write(nxl_agent_t *u, unsigned char *lb, uintptr_t ra, nxl
  * provider's key check (tcp;ofi_rxm drops the connection: the peer is then
  * reloaded). U reloads the target at once and its next WRITE goes through
  * (on tcp;ofi_rxm a send posted before rxm itself has seen the connection
- * close would be lost with it, no completion: README, "Remote access"). */
+ * close would be lost with it, no completion: doc/security.md, "Remote access"). */
 START_TEST(t_dereg_untold)
 {
     SKIP_UNLESS_SUPPORTED();

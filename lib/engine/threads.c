@@ -50,7 +50,7 @@
  * foreign thread that takes it meanwhile runs its call itself, as the
  * reactor would ("acting", below), when the agent's transports take calls
  * from any thread (NXLT_CAP_ANY_THREAD); the rest is marshalled as above.
- * The README's thread model has the numbers. */
+ * doc/design.md (Threads) has the model, doc/perf/README.md (Threads) the numbers. */
 #include "internal.h"
 
 #include <dirent.h>

@@ -2,7 +2,7 @@
 /* libFuzzer harness: nxl_md_load() on arbitrary bytes — the JSON parser,
  * every field check, base64, region sorting and overlap checks. The agent
  * has no transport, so transport blobs (UCX addresses and keys, which UCX
- * does not validate: README "Trust") are not unpacked; what nxl itself
+ * does not validate: doc/security.md, "Trust") are not unpacked; what nxl itself
  * reads is. A blob that loads is invalidated again so that each input
  * starts from the same state. One oracle beside crashes: a blob that is
  * not JSON because it holds a raw control character other than white
