@@ -1,0 +1,498 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* LIBFABRIC: create, quiesce, destroy, the parameter and ops tables */
+#include "lf.h"
+
+static void destroy(void *state);
+
+static nxl_status_t fail(lf_t *u, const char *call, int r, const char *try)
+{
+    nxlt_error(u->ctx, "LIBFABRIC: %s failed on provider %s (fabric %s, domain %s): %s; %s", call,
+               u->prov, u->info ? u->info->fabric_attr->name : "?",
+               u->info ? u->info->domain_attr->name : "?", fi_strerror(r < 0 ? -r : r), try);
+    destroy(u);
+    return NXL_ERR_BACKEND;
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    if (!nxl_lf_loaded()) {
+        nxlt_error(ctx, "LIBFABRIC: libfabric could not be loaded (%s); install it (apt-get "
+                   "install libfabric1) or rebuild with --with-libfabric=PATH", nxl_lf_sym.why);
+        return NXL_ERR_BACKEND;
+    }
+    static const char *const known[] = {"provider", "domain",   "iface",
+                                        "stall_timeout", "progress", "poll_max",
+                                        "delivery_complete", "am_write_max"};
+    for (size_t i = 0; i < n; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
+            ok |= !strcmp(params[i].key, known[k]);
+        if (!ok) {
+            nxlt_error(ctx, "LIBFABRIC: unknown parameter '%s' (known: provider, domain, iface, "
+                       "stall_timeout, progress, poll_max, delivery_complete, am_write_max)",
+                       params[i].key);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    const char *prov = nxl_lf_param(params, n, "provider");
+    const char *domain = nxl_lf_param(params, n, "domain");
+    const char *iface = nxl_lf_param(params, n, "iface"), *pm = nxl_lf_param(params, n, "progress");
+    long long stall_ms = 10000, poll_max_ms = -1;
+    const char *v;
+    if ((v = nxl_lf_param(params, n, "stall_timeout")) && (stall_ms = nxl_lf_parse_ms(v)) < 0) {
+        nxlt_error(ctx, "LIBFABRIC: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
+                   v);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if ((v = nxl_lf_param(params, n, "poll_max")) && ((poll_max_ms = nxl_lf_parse_ms(v)) < 1)) {
+        nxlt_error(ctx, "LIBFABRIC: poll_max '%s' is not a time of 1 ms or more (e.g. 250ms)", v);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (pm && strcmp(pm, "auto") && strcmp(pm, "fd") && strcmp(pm, "timer")) {
+        nxlt_error(ctx, "LIBFABRIC: progress '%s' is not one of auto, fd, timer", pm);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    long long am_max = AMW_DEFAULT;
+    if ((v = nxl_lf_param(params, n, "am_write_max"))) {
+        char *e;
+        am_max = strtoll(v, &e, 10);
+        if (e == v || *e || am_max < 0 || am_max > AMW_MAX) {
+            nxlt_error(ctx, "LIBFABRIC: am_write_max '%s' is not a byte count up to %d (0 turns "
+                       "one-message WRITEs off)", v, AMW_MAX);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
+    const char *dcp = nxl_lf_param(params, n, "delivery_complete");
+    if (dcp && strcmp(dcp, "auto") && strcmp(dcp, "yes") && strcmp(dcp, "no")) {
+        nxlt_error(ctx, "LIBFABRIC: delivery_complete '%s' is not one of auto, yes, no", dcp);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (prov && !*prov)
+        prov = NULL;
+
+    /* which provider: first with FI_DELIVERY_COMPLETE on writes, then without */
+    struct fi_info *h = nxl_lf_base_hints(prov, domain), *list = NULL;
+    if (!h)
+        return NXL_ERR_UNKNOWN;
+    bool no_dc = dcp && !strcmp(dcp, "no");
+    h->tx_attr->op_flags = no_dc ? 0 : FI_DELIVERY_COMPLETE;
+    int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
+    struct fi_info *pick = r ? NULL : nxl_lf_choose(list, domain, iface, prov != NULL);
+    bool dc = pick != NULL && !no_dc;
+    if (!pick) {
+        if (list)
+            fi_freeinfo(list);
+        list = NULL;
+        h->tx_attr->op_flags = 0;
+        r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
+        pick = r ? NULL : nxl_lf_choose(list, domain, iface, prov != NULL);
+    }
+    fi_freeinfo(h);
+    if (!pick) {
+        if (list)
+            fi_freeinfo(list);
+        nxl_lf_explain_none(ctx, prov, domain, iface, r);
+        return NXL_ERR_BACKEND;
+    }
+    lf_t *u = calloc(1, sizeof(*u));
+    if (!u) {
+        fi_freeinfo(list);
+        return NXL_ERR_UNKNOWN;
+    }
+    u->ctx = ctx;
+    u->wait_fd = -1;
+    u->bell_fd = -1;
+    u->stall_us = (uint64_t)stall_ms * 1000;
+    u->poll_max_us = (uint64_t)(poll_max_ms < 0 ? POLL_MAX_MS : poll_max_ms) * 1000;
+    u->poll_us = POLL_MIN_US;
+    u->am_write_max = (size_t)am_max;
+    /* shm sends a message above its inject size (4 KiB) by another path,
+     * slower for this than a CMA write and a small message: by default a
+     * one-message WRITE there fits in an inject (README) */
+    u->amw_msg_max = RXSZ;
+    if (!nxl_lf_param(params, n, "am_write_max") && !strcmp(pick->fabric_attr->prov_name, "shm") &&
+        pick->tx_attr->inject_size)
+        u->amw_msg_max = pick->tx_attr->inject_size;
+    /* shm writes one-sided (CMA) and completes them once written, unless
+     * asked for delivery completion, which sends the write through the
+     * target's command queue instead: not by default there */
+    u->dc = dc && !(!dcp || !strcmp(dcp, "auto") ? !strcmp(pick->fabric_attr->prov_name, "shm")
+                                                 : false);
+    LIST_INIT(&u->ops);
+    LIST_INIT(&u->conns);
+    LIST_INIT(&u->addrs);
+    LIST_INIT(&u->holds);
+    TAILQ_INIT(&u->waitq);
+    TAILQ_INIT(&u->checkq);
+    u->info = fi_dupinfo(pick);
+    fi_freeinfo(list);
+    if (!u->info) {
+        free(u);
+        return NXL_ERR_UNKNOWN;
+    }
+    struct fi_info *fi = u->info;
+    snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
+    u->hold_us = nxl_lf_rxm_hold_us(u->prov);
+    u->addr_format = fi->addr_format;
+    uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
+    if (mm & FI_MR_RAW) {
+        nxlt_error(ctx, "LIBFABRIC: provider %s needs raw memory keys (FI_MR_RAW), which nxl does "
+                   "not support yet; choose another provider", u->prov);
+        destroy(u);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    u->mr_local = mm & FI_MR_LOCAL;
+    u->mr_virt = mm & FI_MR_VIRT_ADDR;
+    u->mr_prov_key = mm & FI_MR_PROV_KEY;
+    u->mr_endpoint = mm & FI_MR_ENDPOINT;
+    u->max_msg = fi->ep_attr->max_msg_size ? fi->ep_attr->max_msg_size : (1ull << 30);
+    if (u->max_msg > (1ull << 30))
+        u->max_msg = 1ull << 30;
+    u->tx_cap = fi->tx_attr->size ? fi->tx_attr->size : 256;
+
+    if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
+        return fail(u, "fi_fabric", r, "check the provider's installation ('fi_info -v')");
+    if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
+        return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
+    struct fi_av_attr aa = {.type = fi->domain_attr->av_type == FI_AV_UNSPEC
+                                        ? FI_AV_TABLE
+                                        : fi->domain_attr->av_type};
+    if ((r = fi_av_open(u->domain, &aa, &u->av, NULL)))
+        return fail(u, "fi_av_open", r, "the provider refused an address vector");
+
+    /* the CQ: with a wait fd for the reactor, unless told otherwise */
+    bool want_timer = pm && !strcmp(pm, "timer");
+    if (!want_timer && (!pm || !strcmp(pm, "auto")) && !strcmp(u->prov, "net")) {
+        want_timer = true;
+        u->mode_why = "provider net's wait fd never stops being readable";
+    }
+    size_t cq_size = u->tx_cap + NRX + 64;
+    struct fi_cq_attr ca = {.size = cq_size, .format = FI_CQ_FORMAT_MSG,
+                            .wait_obj = want_timer ? FI_WAIT_NONE : FI_WAIT_FD};
+    r = want_timer ? 1 : fi_cq_open(u->domain, &ca, &u->cq, NULL);
+    if (r == 0) {
+        int fd = -1;
+        int cr = fi_control(&u->cq->fid, FI_GETWAIT, &fd);
+        if (cr == 0 && fd >= 0) {
+            u->wait_fd = fd;
+        } else {
+            fi_close(&u->cq->fid);
+            u->cq = NULL;
+            r = cr ? cr : -FI_ENOSYS;
+        }
+    }
+    if (r) {
+        if (pm && !strcmp(pm, "fd"))
+            return fail(u, "fi_cq_open with FI_WAIT_FD", r,
+                        "this provider has no wait fd: use progress=timer (or auto)");
+        if (!u->mode_why)
+            u->mode_why = want_timer ? "asked for" : "the provider gives its CQ no wait fd";
+        /* From a timer, an agent learns that peers write into its memory
+         * (shm needs the target's progress for that) by a counter of
+         * remote RMA events: take an entry with FI_RMA_EVENT if there is. */
+        if (!(fi->caps & FI_RMA_EVENT) && (h = nxl_lf_base_hints(u->prov, fi->domain_attr->name))) {
+            struct fi_info *ev = NULL;
+            h->caps |= FI_RMA_EVENT;
+            h->tx_attr->op_flags = fi->tx_attr->op_flags;
+            free(h->fabric_attr->name);
+            h->fabric_attr->name = strdup(fi->fabric_attr->name);
+            if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &ev) && ev &&
+                !strcmp(ev->fabric_attr->prov_name, u->prov)) {
+                fi_close(&u->av->fid);
+                fi_close(&u->domain->fid);
+                fi_close(&u->fabric->fid);
+                u->av = NULL;
+                u->domain = NULL;
+                u->fabric = NULL;
+                fi_freeinfo(u->info);
+                u->info = fi = fi_dupinfo(ev);
+                fi_freeinfo(ev);
+                ev = NULL;
+                if (!fi)
+                    return fail(u, "fi_dupinfo", -FI_ENOMEM, "out of memory");
+                if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
+                    return fail(u, "fi_fabric", r, "check the provider's installation");
+                if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
+                    return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
+                if ((r = fi_av_open(u->domain, &aa, &u->av, NULL)))
+                    return fail(u, "fi_av_open", r, "the provider refused an address vector");
+            }
+            if (ev)
+                fi_freeinfo(ev);
+            fi_freeinfo(h);
+        }
+        ca.wait_obj = FI_WAIT_NONE;
+        r = fi_cq_open(u->domain, &ca, &u->cq, NULL);
+        if (!r && (fi->caps & FI_RMA_EVENT)) {
+            struct fi_cntr_attr cta = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+            if (fi_cntr_open(u->domain, &cta, &u->rma_cntr, NULL))
+                u->rma_cntr = NULL;
+        }
+    }
+    if (r)
+        return fail(u, "fi_cq_open", r, "the provider refused a completion queue");
+    /* writes ask for delivery completion one by one; sends need not */
+    fi->tx_attr->op_flags = 0;
+    if ((r = fi_endpoint(u->domain, fi, &u->ep, NULL)))
+        return fail(u, "fi_endpoint", r, "the provider refused an RDM endpoint");
+    if ((r = fi_ep_bind(u->ep, &u->av->fid, 0)) ||
+        (r = fi_ep_bind(u->ep, &u->cq->fid, FI_TRANSMIT | FI_RECV)))
+        return fail(u, "fi_ep_bind", r, "the provider refused to bind its endpoint");
+    if (u->rma_cntr &&
+        fi_ep_bind(u->ep, &u->rma_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ)) {
+        fi_close(&u->rma_cntr->fid);
+        u->rma_cntr = NULL;
+    }
+    if (!strcmp(u->prov, "shm"))
+        nxl_lf_shm_clear_stale(u);
+    if ((r = fi_enable(u->ep)))
+        return fail(u, "fi_enable", r, "the endpoint could not start (address in use?)");
+    u->name_len = sizeof(u->name);
+    if ((r = fi_getname(&u->ep->fid, u->name, &u->name_len)))
+        return fail(u, "fi_getname", r, "the endpoint has no address");
+    if (!strcmp(u->prov, "shm") && !nxl_lf_shm_register(u)) {
+        nxlt_error(ctx, "LIBFABRIC: out of memory");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
+
+    /* receive buffers for notifications */
+    u->rxmem = malloc((size_t)NRX * RXSZ);
+    if (!u->rxmem) {
+        nxlt_error(ctx, "LIBFABRIC: out of memory for notification buffers");
+        destroy(u);
+        return NXL_ERR_UNKNOWN;
+    }
+    if (u->mr_local) {
+        if (nxl_lf_mr_reg(u, u->rxmem, (size_t)NRX * RXSZ, FI_RECV, &u->rx_mr, NULL,
+                          "the notification buffers") != NXL_SUCCESS) {
+            destroy(u);
+            return NXL_ERR_BACKEND;
+        }
+        u->rx_desc = fi_mr_desc(u->rx_mr);
+    }
+    for (unsigned i = 0; i < NRX; i++) {
+        u->rx[i].c.kind = CTX_RX;
+        u->rx[i].buf = u->rxmem + (size_t)i * RXSZ;
+        nxl_lf_rx_post(u, &u->rx[i]);
+    }
+
+    struct event_base *base = nxlt_base(ctx);
+    u->ev_kick = evtimer_new(base, nxl_lf_on_kick, u);
+    u->ev_watch = evtimer_new(base, nxl_lf_on_watch, u);
+    u->ev_poll = evtimer_new(base, nxl_lf_on_poll, u);
+    u->ev_retry = evtimer_new(base, nxl_lf_on_retry, u);
+    if (u->wait_fd >= 0)
+        u->ev_fd = event_new(base, u->wait_fd, EV_READ | EV_PERSIST, nxl_lf_on_fd, u);
+    if (!u->ev_kick || !u->ev_watch || !u->ev_poll || !u->ev_retry ||
+        (u->wait_fd >= 0 && (!u->ev_fd || event_add(u->ev_fd, NULL)))) {
+        nxlt_error(ctx, "LIBFABRIC: setting up the completion queue in the reactor failed");
+        destroy(u);
+        return NXL_ERR_BACKEND;
+    }
+    if (u->wait_fd < 0) {
+        nxl_lf_bell_open(u);
+        if (u->bell_fd >= 0 && poll_max_ms < 0)
+            u->poll_max_us = (uint64_t)POLL_MAX_BELL_MS * 1000;
+    }
+    nxl_lf_kick(u);
+
+    uint32_t ver = fi_version();
+    char mrs[160];
+    nxl_lf_mr_mode_str(mm, mrs, sizeof(mrs));
+    snprintf(u->desc, sizeof(u->desc), "libfabric %u.%u: provider %s, fabric %s, domain %s, %s",
+             FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name, fi->domain_attr->name,
+             u->wait_fd >= 0 ? "progress on the CQ wait fd" : "progress from a timer");
+    nxlt_log(ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain %s; "
+             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms; "
+             "one-message WRITE + notification up to %zu B (messages up to %zu B)",
+             FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name,
+             fi->domain_attr->name, mrs,
+             u->dc ? "on delivery (FI_DELIVERY_COMPLETE)"
+                   : !strcmp(u->prov, "shm") ? "once written (shm's one-sided CMA path)"
+                                             : "on the provider's default (transmit)",
+             u->wait_fd >= 0 ? "the CQ's wait fd in the reactor, fi_trywait before sleeping"
+                             : u->bell_fd >= 0
+                                   ? "a reactor timer, backing off to poll_max while idle, "
+                                     "and a doorbell peers ring"
+                                   : "a reactor timer, backing off to poll_max while idle",
+             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms,
+             u->am_write_max, u->amw_msg_max);
+    *out = u;
+    return NXL_SUCCESS;
+}
+
+/* Does the provider still hold operations to peers that may answer? */
+static bool holds_live_ops(lf_t *u)
+{
+    lf_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->posted != o->completed && !o->conn->failed)
+        return true;
+    return false;
+}
+
+/* Closes the endpoint: the provider stops using application memory, and
+ * every op not reported yet is reported CANCELED. Operations the provider
+ * holds are waited for first, a bounded time (rxm crashed closing an
+ * endpoint with RMA in flight): nothing more is posted meanwhile. */
+static void quiesce(void *state)
+{
+    lf_t *u = state;
+    lf_op_t *o;
+    if (u->ep && !u->ep_closed) {
+        u->quiescing = true;
+        LIST_FOREACH(o, &u->ops, link)
+        o->stopped = true;
+        while ((o = TAILQ_FIRST(&u->waitq))) {
+            TAILQ_REMOVE(&u->waitq, o, wlink);
+            o->queued = false;
+        }
+        uint64_t until = nxlt_now_us() + DESTROY_WAIT_MS * 1000ull;
+        while (holds_live_ops(u) && nxlt_now_us() < until) {
+            bool more;
+            if (nxl_lf_drain(u, &more))
+                continue;
+            struct fid *f = &u->cq->fid;
+            if (u->wait_fd >= 0 && fi_trywait(u->fabric, &f, 1) == 0) {
+                struct pollfd pf = {.fd = u->wait_fd, .events = POLLIN};
+                poll(&pf, 1, 10);
+            } else {
+                usleep(50);
+            }
+        }
+        if (holds_live_ops(u))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: operations still in flight after %d ms at "
+                     "teardown (a peer that does not answer); closing the endpoint under them",
+                     DESTROY_WAIT_MS);
+    }
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->op) {
+        o->stopped = true;
+        nxl_lf_op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: the agent is being destroyed");
+    }
+    /* an shm endpoint is closed (or retired) in destroy: shm_unregister */
+    if (u->ep && !u->ep_closed && !u->shm_ep) {
+        fi_close(&u->ep->fid);
+        u->ep = NULL;
+    }
+    u->ep_closed = true;
+}
+
+static void destroy(void *state)
+{
+    lf_t *u = state;
+    quiesce(u);
+    lf_shm_list_t reap = LIST_HEAD_INITIALIZER(reap);
+    if (u->shm_ep && !nxl_lf_shm_unregister(u, &reap) && u->ep) {
+        fi_close(&u->ep->fid);
+        u->ep = NULL;
+    }
+    if (u->ev_fd)
+        event_free(u->ev_fd);
+    if (u->ev_kick)
+        event_free(u->ev_kick);
+    if (u->ev_watch)
+        event_free(u->ev_watch);
+    if (u->ev_poll)
+        event_free(u->ev_poll);
+    if (u->ev_bell)
+        event_free(u->ev_bell);
+    if (u->bell_fd >= 0)
+        close(u->bell_fd);
+    if (u->ev_retry)
+        event_free(u->ev_retry);
+    while (!LIST_EMPTY(&u->ops)) {
+        lf_op_t *o = LIST_FIRST(&u->ops);
+        o->completed = o->posted;
+        nxl_lf_op_free(o);
+    }
+    /* connections the engine still holds are freed with it (unload_conn
+     * already ran for every remote at teardown) */
+    while (!LIST_EMPTY(&u->conns)) {
+        lf_conn_t *c = LIST_FIRST(&u->conns);
+        nxl_lf_probe_end(c);
+        LIST_REMOVE(c, link);
+        free(c->name);
+        free(c->why);
+        free(c);
+    }
+    while (!LIST_EMPTY(&u->addrs)) {
+        lf_addr_t *e = LIST_FIRST(&u->addrs);
+        LIST_REMOVE(e, link);
+        free(e);
+    }
+    while (!LIST_EMPTY(&u->holds)) {
+        lf_hold_t *h = LIST_FIRST(&u->holds);
+        LIST_REMOVE(h, link);
+        free(h);
+    }
+    if (u->rx_mr)
+        fi_close(&u->rx_mr->fid);
+    if (u->rma_cntr)
+        fi_close(&u->rma_cntr->fid);
+    if (u->cq)
+        fi_close(&u->cq->fid);
+    if (u->av)
+        fi_close(&u->av->fid);
+    if (u->domain)
+        fi_close(&u->domain->fid);
+    if (u->fabric)
+        fi_close(&u->fabric->fid);
+    if (u->info)
+        fi_freeinfo(u->info);
+    free(u->rxmem);
+    free(u);
+    nxl_lf_shm_close_retired(&reap);
+}
+
+static const char *describe(void *state)
+{
+    return ((lf_t *)state)->desc;
+}
+
+/* What create() takes: the engine refuses other keys, nxl_info -v lists
+ * these (keep them with create()'s parsing) */
+#define PSTR_(x) #x
+#define PSTR(x) PSTR_(x)
+static const nxl_param_info_t lf_params[] = {
+    {"provider", NULL, "libfabric provider (\"tcp;ofi_rxm\" when present, \"shm\", \"sockets\", "
+     "\"verbs;ofi_rxm\", \"efa\"); FI_PROVIDER too"},
+    {"domain", NULL, "a domain by name (lo, eth0 for the TCP providers; a device for RDMA ones)"},
+    {"iface", NULL, "a network interface: the domain named after it, or whose source address is "
+     "one of its addresses"},
+    {"stall_timeout", "10s", "give a peer up when none of its operations completed for this long "
+     "(\"500ms\", \"0\" never)"},
+    {"progress", "auto", "auto (the CQ's wait fd where it works, else a timer), fd, timer"},
+    {"poll_max", NULL, "timer progress: longest idle sleep (1s with the doorbell, else 250ms)"},
+    {"delivery_complete", "auto", "auto (yes where offered, except shm), yes, no"},
+    {"am_write_max", PSTR(AMW_DEFAULT), "WRITEs with a notification up to this many bytes (and "
+     "64 elements) go as one message (on shm, when not given, also within its inject size; "
+     "\"0\" off)"},
+};
+
+NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
+    .abi_version = NXLT_ABI_VERSION,
+    .name = "LIBFABRIC",
+    .mem_mask = 1u << NXL_DRAM,
+    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+            NXLT_CAP_PARAMS,
+    .params = lf_params,
+    .nparams = sizeof(lf_params) / sizeof(*lf_params),
+    .probe = nxl_lf_probe,
+    .create = create,
+    .destroy = destroy,
+    .reg = nxl_lf_reg,
+    .dereg = nxl_lf_dereg,
+    .pack_key = nxl_lf_pack_key,
+    .conn_info = nxl_lf_conn_info,
+    .load_conn = nxl_lf_load_conn,
+    .load_key = nxl_lf_load_key,
+    .unload_key = nxl_lf_unload_key,
+    .unload_conn = nxl_lf_unload_conn,
+    .post = nxl_lf_post,
+    .notif_send = nxl_lf_notif_send,
+    .describe = describe,
+    .quiesce = quiesce,
+    .revoke = nxl_lf_revoke,
+};
