@@ -888,14 +888,20 @@ nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_fut
 
 static void watch_start(ewatch_t *w);
 
-static void fetch_finish(efetch_t *q, nxl_status_t st, const char *why)
+/* unlinks a fetch and frees it with its timer */
+static void fetch_free(efetch_t *q)
 {
-    nxl_future_t *f = q->f;
     LIST_REMOVE(q, link);
     event_free(q->timeout);
     free(q->peer);
     free(q->key);
     free(q);
+}
+
+static void fetch_finish(efetch_t *q, nxl_status_t st, const char *why)
+{
+    nxl_future_t *f = q->f;
+    fetch_free(q);
     f->owner = NULL;
     nxli_future_complete(f, st, why);
 }
@@ -1173,11 +1179,7 @@ static void fetch_cancel(nxl_future_t *f)
 {
     efetch_t *q = f->owner;
     if (q) {
-        LIST_REMOVE(q, link);
-        event_free(q->timeout);
-        free(q->peer);
-        free(q->key);
-        free(q);
+        fetch_free(q);
         f->owner = NULL;
     }
 }
