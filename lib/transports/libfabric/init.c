@@ -13,6 +13,10 @@ static nxl_status_t fail(lf_t *u, const char *call, int r, const char *try)
     return NXL_ERR_BACKEND;
 }
 
+/* the indices of 'progress' and 'delivery_complete' in their lists (create) */
+enum { PM_AUTO, PM_FD, PM_TIMER };
+enum { DC_AUTO, DC_YES, DC_NO };
+
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
     if (!nxl_lf_loaded()) {
@@ -20,53 +24,23 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                    "install libfabric1) or rebuild with --with-libfabric=PATH", nxl_lf_sym.why);
         return NXL_ERR_BACKEND;
     }
-    static const char *const known[] = {"provider", "domain",   "iface",
-                                        "stall_timeout", "progress", "poll_max",
-                                        "delivery_complete", "am_write_max"};
-    for (size_t i = 0; i < n; i++) {
-        bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
-            ok |= !strcmp(params[i].key, known[k]);
-        if (!ok) {
-            nxlt_error(ctx, "LIBFABRIC: unknown parameter '%s' (known: provider, domain, iface, "
-                       "stall_timeout, progress, poll_max, delivery_complete, am_write_max)",
-                       params[i].key);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    const char *prov = nxl_lf_param(params, n, "provider");
-    const char *domain = nxl_lf_param(params, n, "domain");
-    const char *iface = nxl_lf_param(params, n, "iface"), *pm = nxl_lf_param(params, n, "progress");
-    long long stall_ms = 10000, poll_max_ms = -1;
-    const char *v;
-    if ((v = nxl_lf_param(params, n, "stall_timeout")) && (stall_ms = nxl_lf_parse_ms(v)) < 0) {
-        nxlt_error(ctx, "LIBFABRIC: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
-                   v);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    if ((v = nxl_lf_param(params, n, "poll_max")) && ((poll_max_ms = nxl_lf_parse_ms(v)) < 1)) {
-        nxlt_error(ctx, "LIBFABRIC: poll_max '%s' is not a time of 1 ms or more (e.g. 250ms)", v);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    if (pm && strcmp(pm, "auto") && strcmp(pm, "fd") && strcmp(pm, "timer")) {
-        nxlt_error(ctx, "LIBFABRIC: progress '%s' is not one of auto, fd, timer", pm);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    long long am_max = AMW_DEFAULT;
-    if ((v = nxl_lf_param(params, n, "am_write_max"))) {
-        char *e;
-        am_max = strtoll(v, &e, 10);
-        if (e == v || *e || am_max < 0 || am_max > AMW_MAX) {
-            nxlt_error(ctx, "LIBFABRIC: am_write_max '%s' is not a byte count up to %d (0 turns "
-                       "one-message WRITEs off)", v, AMW_MAX);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    const char *dcp = nxl_lf_param(params, n, "delivery_complete");
-    if (dcp && strcmp(dcp, "auto") && strcmp(dcp, "yes") && strcmp(dcp, "no")) {
-        nxlt_error(ctx, "LIBFABRIC: delivery_complete '%s' is not one of auto, yes, no", dcp);
-        return NXL_ERR_INVALID_PARAM;
-    }
+    static const char *const modes[] = {"auto", "fd", "timer", NULL};
+    static const char *const dcs[] = {"auto", "yes", "no", NULL};
+    const char *prov = nxlt_param(params, n, "provider");
+    const char *domain = nxlt_param(params, n, "domain");
+    const char *iface = nxlt_param(params, n, "iface");
+    uint64_t stall_ms = 10000, poll_max_ms = 0 /* not given */, am_max = AMW_DEFAULT;
+    int pm = PM_AUTO, dcm = DC_AUTO;
+    nxl_status_t st;
+    if ((st = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, UINT64_MAX / 1000,
+                                  &stall_ms)) != NXL_SUCCESS ||
+        (st = nxlt_param_duration(ctx, params, n, "poll_max", 1, UINT64_MAX / 1000,
+                                  &poll_max_ms)) != NXL_SUCCESS ||
+        (st = nxlt_param_choice(ctx, params, n, "progress", modes, &pm)) != NXL_SUCCESS ||
+        (st = nxlt_param_size(ctx, params, n, "am_write_max", 0, AMW_MAX, &am_max)) !=
+            NXL_SUCCESS ||
+        (st = nxlt_param_choice(ctx, params, n, "delivery_complete", dcs, &dcm)) != NXL_SUCCESS)
+        return st;
     if (prov && !*prov)
         prov = NULL;
 
@@ -74,7 +48,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     struct fi_info *h = nxl_lf_base_hints(prov, domain), *list = NULL;
     if (!h)
         return NXL_ERR_UNKNOWN;
-    bool no_dc = dcp && !strcmp(dcp, "no");
+    bool no_dc = dcm == DC_NO;
     h->tx_attr->op_flags = no_dc ? 0 : FI_DELIVERY_COMPLETE;
     int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
     struct fi_info *pick = r ? NULL : nxl_lf_choose(list, domain, iface, prov != NULL);
@@ -103,21 +77,20 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->wait_fd = -1;
     u->bell_fd = -1;
     u->stall_us = (uint64_t)stall_ms * 1000;
-    u->poll_max_us = (uint64_t)(poll_max_ms < 0 ? POLL_MAX_MS : poll_max_ms) * 1000;
+    u->poll_max_us = (poll_max_ms ? poll_max_ms : POLL_MAX_MS) * 1000;
     u->poll_us = POLL_MIN_US;
     u->am_write_max = (size_t)am_max;
     /* shm sends a message above its inject size (4 KiB) by another path,
      * slower for this than a CMA write and a small message: by default a
      * one-message WRITE there fits in an inject (README) */
     u->amw_msg_max = RXSZ;
-    if (!nxl_lf_param(params, n, "am_write_max") && !strcmp(pick->fabric_attr->prov_name, "shm") &&
+    if (!nxlt_param(params, n, "am_write_max") && !strcmp(pick->fabric_attr->prov_name, "shm") &&
         pick->tx_attr->inject_size)
         u->amw_msg_max = pick->tx_attr->inject_size;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
      * target's command queue instead: not by default there */
-    u->dc = dc && !(!dcp || !strcmp(dcp, "auto") ? !strcmp(pick->fabric_attr->prov_name, "shm")
-                                                 : false);
+    u->dc = dc && !(dcm == DC_AUTO && !strcmp(pick->fabric_attr->prov_name, "shm"));
     LIST_INIT(&u->ops);
     LIST_INIT(&u->conns);
     LIST_INIT(&u->addrs);
@@ -161,8 +134,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return fail(u, "fi_av_open", r, "the provider refused an address vector");
 
     /* the CQ: with a wait fd for the reactor, unless told otherwise */
-    bool want_timer = pm && !strcmp(pm, "timer");
-    if (!want_timer && (!pm || !strcmp(pm, "auto")) && !strcmp(u->prov, "net")) {
+    bool want_timer = pm == PM_TIMER;
+    if (pm == PM_AUTO && !strcmp(u->prov, "net")) {
         want_timer = true;
         u->mode_why = "provider net's wait fd never stops being readable";
     }
@@ -182,7 +155,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         }
     }
     if (r) {
-        if (pm && !strcmp(pm, "fd"))
+        if (pm == PM_FD)
             return fail(u, "fi_cq_open with FI_WAIT_FD", r,
                         "this provider has no wait fd: use progress=timer (or auto)");
         if (!u->mode_why)
@@ -292,7 +265,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     if (u->wait_fd < 0) {
         nxl_lf_bell_open(u);
-        if (u->bell_fd >= 0 && poll_max_ms < 0)
+        if (u->bell_fd >= 0 && !poll_max_ms)
             u->poll_max_us = (uint64_t)POLL_MAX_BELL_MS * 1000;
     }
     nxl_lf_kick(u);
@@ -304,7 +277,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name, fi->domain_attr->name,
              u->wait_fd >= 0 ? "progress on the CQ wait fd" : "progress from a timer");
     nxlt_log(ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain %s; "
-             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %lld ms; "
+             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %llu ms; "
              "one-message WRITE + notification up to %zu B (messages up to %zu B)",
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name,
              fi->domain_attr->name, mrs,
@@ -316,7 +289,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                    ? "a reactor timer, backing off to poll_max while idle, "
                                      "and a doorbell peers ring"
                                    : "a reactor timer, backing off to poll_max while idle",
-             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "", stall_ms,
+             u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "",
+             (unsigned long long)stall_ms,
              u->am_write_max, u->amw_msg_max);
     *out = u;
     return NXL_SUCCESS;

@@ -309,8 +309,6 @@ typedef LIST_HEAD(lf_shm_list, lf_shm_ep) lf_shm_list_t;
 
 /* util.c */
 int nxl_lf_loaded(void);
-const char *nxl_lf_param(const nxl_param_t *p, size_t n, const char *k);
-long long nxl_lf_parse_ms(const char *v);
 bool nxl_lf_post_disconnect(int err);
 bool nxl_lf_is_disconnect(int err);
 void nxl_lf_err_text(int err, const char *detail, char *out, size_t cap);

@@ -44,24 +44,6 @@ int nxl_lf_loaded(void)
     return nxl_lf_sym.ok;
 }
 
-const char *nxl_lf_param(const nxl_param_t *p, size_t n, const char *k)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(p[i].key, k))
-            return p[i].value;
-    return NULL;
-}
-
-/* "10s", "500ms", "0": milliseconds, or -1 */
-long long nxl_lf_parse_ms(const char *v)
-{
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || d < 0 || (*end && strcmp(end, "s") && strcmp(end, "ms")))
-        return -1;
-    return (long long)(strcmp(end, "ms") ? d * 1000 : d);
-}
-
 /* a post refused at once: sockets answers ENOENT when it cannot reach the
  * peer's address anymore */
 bool nxl_lf_post_disconnect(int err)
