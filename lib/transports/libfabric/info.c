@@ -76,7 +76,7 @@ static bool link_local(const struct fi_info *i)
 
 /* the entry to use: tcp;ofi_rxm first unless a provider was asked for,
  * the first one on iface, link-local IPv6 last */
-struct fi_info *nxl_lf_choose(struct fi_info *list, const char *domain, const char *iface,
+static struct fi_info *choose(struct fi_info *list, const char *domain, const char *iface,
                               bool asked)
 {
     struct fi_info *best = NULL;
@@ -125,7 +125,7 @@ static void list_offers(struct fi_info *list, char *out, size_t cap)
 }
 
 /* No provider matched: say what libfabric has and which hint to relax. */
-void nxl_lf_explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, const char *iface,
+static void explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, const char *iface,
                          int r)
 {
     char offers[400] = "nothing", hint[200] = "";
@@ -172,7 +172,7 @@ void nxl_lf_explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, 
             h->caps = FI_MSG | FI_SEND | FI_RECV;
         info = NULL;
         if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &info)) {
-            if (t > 1 || nxl_lf_choose(info, tries[t].domain, t == 0 ? NULL : iface, true))
+            if (t > 1 || choose(info, tries[t].domain, t == 0 ? NULL : iface, true))
                 snprintf(hint, sizeof(hint), "relax: %s", tries[t].what);
             fi_freeinfo(info);
         }
@@ -185,4 +185,38 @@ void nxl_lf_explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, 
                prov ? prov : "any", domain ? domain : "any", iface ? iface : "any",
                env ? ", FI_PROVIDER=" : "", env ? env : "", r ? fi_strerror(-r) : "none matched",
                offers, hint[0] ? hint : "check the parameters against 'fi_info -t FI_EP_RDM'");
+}
+
+/* The provider entry to use (a copy, the caller's): first one that
+ * completes writes on delivery (FI_DELIVERY_COMPLETE), unless @p no_dc,
+ * then one without (*@p dc says which). When none fits, the agent's error
+ * says what libfabric offers and what to relax (explain_none). */
+nxl_status_t nxl_lf_pick(nxlt_ctx_t *ctx, const char *prov, const char *domain, const char *iface,
+                         bool no_dc, struct fi_info **out, bool *dc)
+{
+    struct fi_info *h = nxl_lf_base_hints(prov, domain), *list = NULL;
+    if (!h)
+        return NXL_ERR_UNKNOWN;
+    h->tx_attr->op_flags = no_dc ? 0 : FI_DELIVERY_COMPLETE;
+    int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
+    struct fi_info *pick = r ? NULL : choose(list, domain, iface, prov != NULL);
+    *dc = pick != NULL && !no_dc;
+    if (!pick) {
+        if (list)
+            fi_freeinfo(list);
+        list = NULL;
+        h->tx_attr->op_flags = 0;
+        r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
+        pick = r ? NULL : choose(list, domain, iface, prov != NULL);
+    }
+    fi_freeinfo(h);
+    if (!pick) {
+        if (list)
+            fi_freeinfo(list);
+        explain_none(ctx, prov, domain, iface, r);
+        return NXL_ERR_BACKEND;
+    }
+    *out = fi_dupinfo(pick);
+    fi_freeinfo(list);
+    return *out ? NXL_SUCCESS : NXL_ERR_UNKNOWN;
 }

@@ -13,107 +13,81 @@ static nxl_status_t fail(lf_t *u, const char *call, int r, const char *try)
     return NXL_ERR_BACKEND;
 }
 
-/* the indices of 'progress' and 'delivery_complete' in their lists (create) */
+/* the indices of 'progress' and 'delivery_complete' in their lists */
 enum { PM_AUTO, PM_FD, PM_TIMER };
 enum { DC_AUTO, DC_YES, DC_NO };
 
-static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+/* what create() was given */
+typedef struct lf_opts {
+    const char *prov, *domain, *iface;
+    uint64_t stall_ms;
+    uint64_t poll_max_ms; /* 0: not given */
+    uint64_t am_max;
+    bool am_given;
+    int pm, dcm;
+} lf_opts_t;
+
+static nxl_status_t opts_read(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
+                              lf_opts_t *o)
 {
-    if (!nxl_lf_loaded()) {
-        nxlt_error(ctx, "LIBFABRIC: libfabric could not be loaded (%s); install it (apt-get "
-                   "install libfabric1) or rebuild with --with-libfabric=PATH", nxl_lf_sym.why);
-        return NXL_ERR_BACKEND;
-    }
     static const char *const modes[] = {"auto", "fd", "timer", NULL};
     static const char *const dcs[] = {"auto", "yes", "no", NULL};
-    const char *prov = nxlt_param(params, n, "provider");
-    const char *domain = nxlt_param(params, n, "domain");
-    const char *iface = nxlt_param(params, n, "iface");
-    uint64_t stall_ms = 10000, poll_max_ms = 0 /* not given */, am_max = AMW_DEFAULT;
-    int pm = PM_AUTO, dcm = DC_AUTO;
+    *o = (lf_opts_t){.stall_ms = 10000, .am_max = AMW_DEFAULT, .pm = PM_AUTO, .dcm = DC_AUTO};
+    o->prov = nxlt_param(params, n, "provider");
+    o->domain = nxlt_param(params, n, "domain");
+    o->iface = nxlt_param(params, n, "iface");
+    o->am_given = nxlt_param(params, n, "am_write_max") != NULL;
     nxl_status_t st;
     if ((st = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, UINT64_MAX / 1000,
-                                  &stall_ms)) != NXL_SUCCESS ||
+                                  &o->stall_ms)) != NXL_SUCCESS ||
         (st = nxlt_param_duration(ctx, params, n, "poll_max", 1, UINT64_MAX / 1000,
-                                  &poll_max_ms)) != NXL_SUCCESS ||
-        (st = nxlt_param_choice(ctx, params, n, "progress", modes, &pm)) != NXL_SUCCESS ||
-        (st = nxlt_param_size(ctx, params, n, "am_write_max", 0, AMW_MAX, &am_max)) !=
+                                  &o->poll_max_ms)) != NXL_SUCCESS ||
+        (st = nxlt_param_choice(ctx, params, n, "progress", modes, &o->pm)) != NXL_SUCCESS ||
+        (st = nxlt_param_size(ctx, params, n, "am_write_max", 0, AMW_MAX, &o->am_max)) !=
             NXL_SUCCESS ||
-        (st = nxlt_param_choice(ctx, params, n, "delivery_complete", dcs, &dcm)) != NXL_SUCCESS)
+        (st = nxlt_param_choice(ctx, params, n, "delivery_complete", dcs, &o->dcm)) !=
+            NXL_SUCCESS)
         return st;
-    if (prov && !*prov)
-        prov = NULL;
+    if (o->prov && !*o->prov)
+        o->prov = NULL;
+    return NXL_SUCCESS;
+}
 
-    /* which provider: first with FI_DELIVERY_COMPLETE on writes, then without */
-    struct fi_info *h = nxl_lf_base_hints(prov, domain), *list = NULL;
-    if (!h)
-        return NXL_ERR_UNKNOWN;
-    bool no_dc = dcm == DC_NO;
-    h->tx_attr->op_flags = no_dc ? 0 : FI_DELIVERY_COMPLETE;
-    int r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
-    struct fi_info *pick = r ? NULL : nxl_lf_choose(list, domain, iface, prov != NULL);
-    bool dc = pick != NULL && !no_dc;
-    if (!pick) {
-        if (list)
-            fi_freeinfo(list);
-        list = NULL;
-        h->tx_attr->op_flags = 0;
-        r = fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &list);
-        pick = r ? NULL : nxl_lf_choose(list, domain, iface, prov != NULL);
-    }
-    fi_freeinfo(h);
-    if (!pick) {
-        if (list)
-            fi_freeinfo(list);
-        nxl_lf_explain_none(ctx, prov, domain, iface, r);
-        return NXL_ERR_BACKEND;
-    }
+/* The agent's state for the provider entry @p fi (taken), before anything
+ * is opened; NULL when out of memory. */
+static lf_t *state_new(nxlt_ctx_t *ctx, const lf_opts_t *o, struct fi_info *fi, bool dc)
+{
     lf_t *u = calloc(1, sizeof(*u));
-    if (!u) {
-        fi_freeinfo(list);
-        return NXL_ERR_UNKNOWN;
-    }
+    if (!u)
+        return NULL;
     u->ctx = ctx;
     u->wait_fd = -1;
     u->bell_fd = -1;
-    u->stall_us = (uint64_t)stall_ms * 1000;
-    u->poll_max_us = (poll_max_ms ? poll_max_ms : POLL_MAX_MS) * 1000;
+    u->stall_us = o->stall_ms * 1000;
+    u->poll_max_us = (o->poll_max_ms ? o->poll_max_ms : POLL_MAX_MS) * 1000;
     u->poll_us = POLL_MIN_US;
-    u->am_write_max = (size_t)am_max;
+    u->am_write_max = (size_t)o->am_max;
     /* shm sends a message above its inject size (4 KiB) by another path,
      * slower for this than a CMA write and a small message: by default a
      * one-message WRITE there fits in an inject (README) */
     u->amw_msg_max = RXSZ;
-    if (!nxlt_param(params, n, "am_write_max") && !strcmp(pick->fabric_attr->prov_name, "shm") &&
-        pick->tx_attr->inject_size)
-        u->amw_msg_max = pick->tx_attr->inject_size;
+    if (!o->am_given && !strcmp(fi->fabric_attr->prov_name, "shm") && fi->tx_attr->inject_size)
+        u->amw_msg_max = fi->tx_attr->inject_size;
     /* shm writes one-sided (CMA) and completes them once written, unless
      * asked for delivery completion, which sends the write through the
      * target's command queue instead: not by default there */
-    u->dc = dc && !(dcm == DC_AUTO && !strcmp(pick->fabric_attr->prov_name, "shm"));
+    u->dc = dc && !(o->dcm == DC_AUTO && !strcmp(fi->fabric_attr->prov_name, "shm"));
     LIST_INIT(&u->ops);
     LIST_INIT(&u->conns);
     LIST_INIT(&u->addrs);
     LIST_INIT(&u->holds);
     TAILQ_INIT(&u->waitq);
     TAILQ_INIT(&u->checkq);
-    u->info = fi_dupinfo(pick);
-    fi_freeinfo(list);
-    if (!u->info) {
-        free(u);
-        return NXL_ERR_UNKNOWN;
-    }
-    struct fi_info *fi = u->info;
+    u->info = fi;
     snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
     u->hold_us = nxl_lf_rxm_hold_us(u->prov);
     u->addr_format = fi->addr_format;
     uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
-    if (mm & FI_MR_RAW) {
-        nxlt_error(ctx, "LIBFABRIC: provider %s needs raw memory keys (FI_MR_RAW), which nxl does "
-                   "not support yet; choose another provider", u->prov);
-        destroy(u);
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     u->mr_local = mm & FI_MR_LOCAL;
     u->mr_virt = mm & FI_MR_VIRT_ADDR;
     u->mr_prov_key = mm & FI_MR_PROV_KEY;
@@ -122,18 +96,63 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (u->max_msg > (1ull << 30))
         u->max_msg = 1ull << 30;
     u->tx_cap = fi->tx_attr->size ? fi->tx_attr->size : 256;
+    return u;
+}
 
+/* fabric, domain and address vector of u->info; on failure @p u is
+ * destroyed (fail), the sentence ending in @p fabric_try for fi_fabric */
+static nxl_status_t domain_open(lf_t *u, struct fi_av_attr *aa, const char *fabric_try)
+{
+    struct fi_info *fi = u->info;
+    int r;
     if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
-        return fail(u, "fi_fabric", r, "check the provider's installation ('fi_info -v')");
+        return fail(u, "fi_fabric", r, fabric_try);
     if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
         return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
-    struct fi_av_attr aa = {.type = fi->domain_attr->av_type == FI_AV_UNSPEC
-                                        ? FI_AV_TABLE
-                                        : fi->domain_attr->av_type};
-    if ((r = fi_av_open(u->domain, &aa, &u->av, NULL)))
+    if ((r = fi_av_open(u->domain, aa, &u->av, NULL)))
         return fail(u, "fi_av_open", r, "the provider refused an address vector");
+    return NXL_SUCCESS;
+}
 
-    /* the CQ: with a wait fd for the reactor, unless told otherwise */
+/* From a timer, an agent learns that peers write into its memory (shm
+ * needs the target's progress for that) by a counter of remote RMA events:
+ * take an entry with FI_RMA_EVENT if there is, and open its fabric, domain
+ * and address vector instead. */
+static nxl_status_t rma_event_repick(lf_t *u, struct fi_av_attr *aa)
+{
+    struct fi_info *fi = u->info, *h, *ev = NULL;
+    if ((fi->caps & FI_RMA_EVENT) || !(h = nxl_lf_base_hints(u->prov, fi->domain_attr->name)))
+        return NXL_SUCCESS;
+    h->caps |= FI_RMA_EVENT;
+    h->tx_attr->op_flags = fi->tx_attr->op_flags;
+    free(h->fabric_attr->name);
+    h->fabric_attr->name = strdup(fi->fabric_attr->name);
+    bool found = !fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &ev) && ev &&
+                 !strcmp(ev->fabric_attr->prov_name, u->prov);
+    fi_freeinfo(h);
+    if (!found) {
+        if (ev)
+            fi_freeinfo(ev);
+        return NXL_SUCCESS;
+    }
+    fi_close(&u->av->fid);
+    fi_close(&u->domain->fid);
+    fi_close(&u->fabric->fid);
+    u->av = NULL;
+    u->domain = NULL;
+    u->fabric = NULL;
+    fi_freeinfo(u->info);
+    u->info = fi_dupinfo(ev);
+    fi_freeinfo(ev);
+    if (!u->info)
+        return fail(u, "fi_dupinfo", -FI_ENOMEM, "out of memory");
+    return domain_open(u, aa, "check the provider's installation");
+}
+
+/* The CQ: with a wait fd for the reactor, unless told otherwise (@p pm) or
+ * the provider has none; then a timer progresses it (wait_fd -1). */
+static nxl_status_t cq_open(lf_t *u, struct fi_av_attr *aa, int pm)
+{
     bool want_timer = pm == PM_TIMER;
     if (pm == PM_AUTO && !strcmp(u->prov, "net")) {
         want_timer = true;
@@ -142,7 +161,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     size_t cq_size = u->tx_cap + NRX + 64;
     struct fi_cq_attr ca = {.size = cq_size, .format = FI_CQ_FORMAT_MSG,
                             .wait_obj = want_timer ? FI_WAIT_NONE : FI_WAIT_FD};
-    r = want_timer ? 1 : fi_cq_open(u->domain, &ca, &u->cq, NULL);
+    int r = want_timer ? 1 : fi_cq_open(u->domain, &ca, &u->cq, NULL);
     if (r == 0) {
         int fd = -1;
         int cr = fi_control(&u->cq->fid, FI_GETWAIT, &fd);
@@ -160,43 +179,12 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                         "this provider has no wait fd: use progress=timer (or auto)");
         if (!u->mode_why)
             u->mode_why = want_timer ? "asked for" : "the provider gives its CQ no wait fd";
-        /* From a timer, an agent learns that peers write into its memory
-         * (shm needs the target's progress for that) by a counter of
-         * remote RMA events: take an entry with FI_RMA_EVENT if there is. */
-        if (!(fi->caps & FI_RMA_EVENT) && (h = nxl_lf_base_hints(u->prov, fi->domain_attr->name))) {
-            struct fi_info *ev = NULL;
-            h->caps |= FI_RMA_EVENT;
-            h->tx_attr->op_flags = fi->tx_attr->op_flags;
-            free(h->fabric_attr->name);
-            h->fabric_attr->name = strdup(fi->fabric_attr->name);
-            if (!fi_getinfo(LF_API_VERSION, NULL, NULL, 0, h, &ev) && ev &&
-                !strcmp(ev->fabric_attr->prov_name, u->prov)) {
-                fi_close(&u->av->fid);
-                fi_close(&u->domain->fid);
-                fi_close(&u->fabric->fid);
-                u->av = NULL;
-                u->domain = NULL;
-                u->fabric = NULL;
-                fi_freeinfo(u->info);
-                u->info = fi = fi_dupinfo(ev);
-                fi_freeinfo(ev);
-                ev = NULL;
-                if (!fi)
-                    return fail(u, "fi_dupinfo", -FI_ENOMEM, "out of memory");
-                if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
-                    return fail(u, "fi_fabric", r, "check the provider's installation");
-                if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
-                    return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
-                if ((r = fi_av_open(u->domain, &aa, &u->av, NULL)))
-                    return fail(u, "fi_av_open", r, "the provider refused an address vector");
-            }
-            if (ev)
-                fi_freeinfo(ev);
-            fi_freeinfo(h);
-        }
+        nxl_status_t st = rma_event_repick(u, aa);
+        if (st != NXL_SUCCESS)
+            return st;
         ca.wait_obj = FI_WAIT_NONE;
         r = fi_cq_open(u->domain, &ca, &u->cq, NULL);
-        if (!r && (fi->caps & FI_RMA_EVENT)) {
+        if (!r && (u->info->caps & FI_RMA_EVENT)) {
             struct fi_cntr_attr cta = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
             if (fi_cntr_open(u->domain, &cta, &u->rma_cntr, NULL))
                 u->rma_cntr = NULL;
@@ -204,6 +192,14 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     if (r)
         return fail(u, "fi_cq_open", r, "the provider refused a completion queue");
+    return NXL_SUCCESS;
+}
+
+/* the endpoint, bound, enabled and named */
+static nxl_status_t ep_open(lf_t *u)
+{
+    struct fi_info *fi = u->info;
+    int r;
     /* writes ask for delivery completion one by one; sends need not */
     fi->tx_attr->op_flags = 0;
     if ((r = fi_endpoint(u->domain, fi, &u->ep, NULL)))
@@ -224,33 +220,17 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if ((r = fi_getname(&u->ep->fid, u->name, &u->name_len)))
         return fail(u, "fi_getname", r, "the endpoint has no address");
     if (!strcmp(u->prov, "shm") && !nxl_lf_shm_register(u)) {
-        nxlt_error(ctx, "LIBFABRIC: out of memory");
+        nxlt_error(u->ctx, "LIBFABRIC: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
     }
+    return NXL_SUCCESS;
+}
 
-    /* receive buffers for notifications */
-    u->rxmem = malloc((size_t)NRX * RXSZ);
-    if (!u->rxmem) {
-        nxlt_error(ctx, "LIBFABRIC: out of memory for notification buffers");
-        destroy(u);
-        return NXL_ERR_UNKNOWN;
-    }
-    if (u->mr_local) {
-        if (nxl_lf_mr_reg(u, u->rxmem, (size_t)NRX * RXSZ, FI_RECV, &u->rx_mr, NULL,
-                          "the notification buffers") != NXL_SUCCESS) {
-            destroy(u);
-            return NXL_ERR_BACKEND;
-        }
-        u->rx_desc = fi_mr_desc(u->rx_mr);
-    }
-    for (unsigned i = 0; i < NRX; i++) {
-        u->rx[i].c.kind = CTX_RX;
-        u->rx[i].buf = u->rxmem + (size_t)i * RXSZ;
-        nxl_lf_rx_post(u, &u->rx[i]);
-    }
-
-    struct event_base *base = nxlt_base(ctx);
+/* the reactor's events: the CQ's fd or the doorbell, the timers */
+static nxl_status_t events_start(lf_t *u, bool poll_max_given)
+{
+    struct event_base *base = nxlt_base(u->ctx);
     u->ev_kick = evtimer_new(base, nxl_lf_on_kick, u);
     u->ev_watch = evtimer_new(base, nxl_lf_on_watch, u);
     u->ev_poll = evtimer_new(base, nxl_lf_on_poll, u);
@@ -259,25 +239,32 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         u->ev_fd = event_new(base, u->wait_fd, EV_READ | EV_PERSIST, nxl_lf_on_fd, u);
     if (!u->ev_kick || !u->ev_watch || !u->ev_poll || !u->ev_retry ||
         (u->wait_fd >= 0 && (!u->ev_fd || event_add(u->ev_fd, NULL)))) {
-        nxlt_error(ctx, "LIBFABRIC: setting up the completion queue in the reactor failed");
+        nxlt_error(u->ctx, "LIBFABRIC: setting up the completion queue in the reactor failed");
         destroy(u);
         return NXL_ERR_BACKEND;
     }
     if (u->wait_fd < 0) {
         nxl_lf_bell_open(u);
-        if (u->bell_fd >= 0 && !poll_max_ms)
+        if (u->bell_fd >= 0 && !poll_max_given)
             u->poll_max_us = (uint64_t)POLL_MAX_BELL_MS * 1000;
     }
     nxl_lf_kick(u);
+    return NXL_SUCCESS;
+}
 
+/* describe()'s line and the log line of what was chosen; @p mm: the MR
+ * mode of the entry first picked */
+static void announce(lf_t *u, uint64_t mm)
+{
+    struct fi_info *fi = u->info;
     uint32_t ver = fi_version();
     char mrs[160];
     nxl_lf_mr_mode_str(mm, mrs, sizeof(mrs));
     snprintf(u->desc, sizeof(u->desc), "libfabric %u.%u: provider %s, fabric %s, domain %s, %s",
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name, fi->domain_attr->name,
              u->wait_fd >= 0 ? "progress on the CQ wait fd" : "progress from a timer");
-    nxlt_log(ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain %s; "
-             "MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %llu ms; "
+    nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: libfabric %u.%u, provider %s, fabric %s, domain "
+             "%s; MR mode: %s; writes complete %s; progress: %s%s%s; stall timeout %llu ms; "
              "one-message WRITE + notification up to %zu B (messages up to %zu B)",
              FI_MAJOR(ver), FI_MINOR(ver), u->prov, fi->fabric_attr->name,
              fi->domain_attr->name, mrs,
@@ -290,8 +277,52 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                      "and a doorbell peers ring"
                                    : "a reactor timer, backing off to poll_max while idle",
              u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "",
-             (unsigned long long)stall_ms,
-             u->am_write_max, u->amw_msg_max);
+             (unsigned long long)(u->stall_us / 1000), u->am_write_max, u->amw_msg_max);
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    if (!nxl_lf_loaded()) {
+        nxlt_error(ctx, "LIBFABRIC: libfabric could not be loaded (%s); install it (apt-get "
+                   "install libfabric1) or rebuild with --with-libfabric=PATH", nxl_lf_sym.why);
+        return NXL_ERR_BACKEND;
+    }
+    lf_opts_t o;
+    nxl_status_t st = opts_read(ctx, params, n, &o);
+    if (st != NXL_SUCCESS)
+        return st;
+    struct fi_info *fi;
+    bool dc;
+    st = nxl_lf_pick(ctx, o.prov, o.domain, o.iface, o.dcm == DC_NO, &fi, &dc);
+    if (st != NXL_SUCCESS)
+        return st;
+    lf_t *u = state_new(ctx, &o, fi, dc);
+    if (!u) {
+        fi_freeinfo(fi);
+        return NXL_ERR_UNKNOWN;
+    }
+    uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
+    if (mm & FI_MR_RAW) {
+        nxlt_error(ctx, "LIBFABRIC: provider %s needs raw memory keys (FI_MR_RAW), which nxl does "
+                   "not support yet; choose another provider", u->prov);
+        destroy(u);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    struct fi_av_attr aa = {.type = fi->domain_attr->av_type == FI_AV_UNSPEC
+                                        ? FI_AV_TABLE
+                                        : fi->domain_attr->av_type};
+    /* each step destroys u when it fails */
+    if ((st = domain_open(u, &aa, "check the provider's installation ('fi_info -v')")) !=
+            NXL_SUCCESS ||
+        (st = cq_open(u, &aa, o.pm)) != NXL_SUCCESS || (st = ep_open(u)) != NXL_SUCCESS)
+        return st;
+    if ((st = nxl_lf_rx_start(u)) != NXL_SUCCESS) {
+        destroy(u);
+        return st;
+    }
+    if ((st = events_start(u, o.poll_max_ms != 0)) != NXL_SUCCESS)
+        return st;
+    announce(u, mm);
     *out = u;
     return NXL_SUCCESS;
 }

@@ -373,6 +373,7 @@ void nxl_lf_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md);
 void nxl_lf_rx_post(lf_t *u, lf_rx_t *rx);
 void nxl_lf_rx_repost_all(lf_t *u);
 void nxl_lf_rx_done(lf_t *u, lf_rx_t *rx, size_t len);
+nxl_status_t nxl_lf_rx_start(lf_t *u);
 
 /* progress.c */
 unsigned nxl_lf_drain(lf_t *u, bool *more);
@@ -386,9 +387,7 @@ void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg);
 /* info.c */
 int nxl_lf_probe(char *why, size_t cap);
 struct fi_info *nxl_lf_base_hints(const char *prov, const char *domain);
-struct fi_info *nxl_lf_choose(struct fi_info *list, const char *domain, const char *iface,
-                              bool asked);
-void nxl_lf_explain_none(nxlt_ctx_t *ctx, const char *prov, const char *domain, const char *iface,
-                         int r);
+nxl_status_t nxl_lf_pick(nxlt_ctx_t *ctx, const char *prov, const char *domain, const char *iface,
+                         bool no_dc, struct fi_info **out, bool *dc);
 
 #endif

@@ -128,3 +128,25 @@ void nxl_lf_rx_done(lf_t *u, lf_rx_t *rx, size_t len)
     }
     nxl_lf_rx_post(u, rx);
 }
+
+/* the receive buffers for notifications, registered (FI_MR_LOCAL) and posted */
+nxl_status_t nxl_lf_rx_start(lf_t *u)
+{
+    u->rxmem = malloc((size_t)NRX * RXSZ);
+    if (!u->rxmem) {
+        nxlt_error(u->ctx, "LIBFABRIC: out of memory for notification buffers");
+        return NXL_ERR_UNKNOWN;
+    }
+    if (u->mr_local) {
+        if (nxl_lf_mr_reg(u, u->rxmem, (size_t)NRX * RXSZ, FI_RECV, &u->rx_mr, NULL,
+                          "the notification buffers") != NXL_SUCCESS)
+            return NXL_ERR_BACKEND;
+        u->rx_desc = fi_mr_desc(u->rx_mr);
+    }
+    for (unsigned i = 0; i < NRX; i++) {
+        u->rx[i].c.kind = CTX_RX;
+        u->rx[i].buf = u->rxmem + (size_t)i * RXSZ;
+        nxl_lf_rx_post(u, &u->rx[i]);
+    }
+    return NXL_SUCCESS;
+}
