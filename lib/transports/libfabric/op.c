@@ -114,6 +114,73 @@ static void seg_at(const lf_op_t *o, size_t i, lf_seg_t *s)
     s->len = v->len;
 }
 
+/* A post the provider refused outright with @p err (not -FI_EAGAIN): a
+ * peer that is gone fails its connection from the loop. Inside the
+ * engine's call with nothing posted yet, the call fails with a sentence
+ * naming @p call (and, with @p hint, what to do about a peer gone);
+ * otherwise the op stops with @p errtxt and NXL_SUCCESS. */
+static nxl_status_t post_failed(lf_op_t *o, int err, bool first, const char *call, bool hint,
+                                const char *errtxt)
+{
+    lf_t *u = o->u;
+    lf_conn_t *c = o->conn;
+    bool gone = nxl_lf_post_disconnect(err);
+    if (gone && !c->fail_deferred) {
+        c->fail_deferred = err;
+        nxl_lf_kick(u);
+    }
+    if (first && o->posted == 0) {
+        nxlt_error(u->ctx, "LIBFABRIC: %s to agent '%s' failed at once on provider %s: %s%s",
+                   call, c->name, u->prov, fi_strerror(err),
+                   hint && gone ? " (the peer is gone or unreachable; reload its metadata once "
+                                  "it is back)"
+                                : "");
+        return gone ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
+    }
+    if (!o->err) {
+        o->err = err;
+        o->errtxt = strdup(errtxt);
+    }
+    o->stopped = true;
+    return NXL_SUCCESS;
+}
+
+/* one more provider operation of @p o in flight */
+static void posted_one(lf_op_t *o)
+{
+    o->posted++;
+    o->u->tx_inflight++;
+    o->conn->tx_out++;
+    o->conn->refused_us = 0;
+    nxl_lf_ring(o->conn);
+}
+
+/* The notification, once every write completed (its data is there). */
+static nxl_status_t post_notif(lf_op_t *o, bool first)
+{
+    lf_t *u = o->u;
+    lf_conn_t *c = o->conn;
+    if (!o->want_notif || o->notif_posted || o->stopped)
+        return NXL_SUCCESS;
+    if (o->completed < o->posted || o->err)
+        return NXL_SUCCESS;
+    if (u->tx_inflight >= u->tx_cap || u->notif_inflight >= NOTIF_CAP)
+        return NXL_IN_PROG;
+    ssize_t r = fi_send(u->ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
+                        c->addr, o);
+    if (r == -FI_EAGAIN) {
+        nxl_lf_post_refused(c);
+        return NXL_IN_PROG;
+    }
+    if (r)
+        return post_failed(o, (int)-r, first, "fi_send of a notification", false,
+                           "fi_send of the notification refused it");
+    o->notif_posted = true;
+    u->notif_inflight++;
+    posted_one(o);
+    return NXL_SUCCESS;
+}
+
 /* Posts what it can of the op. first: inside the engine's post call, where
  * a refusal of the very first element fails the call instead.
  * Returns NXL_SUCCESS (posted, finished or waiting for completions),
@@ -149,86 +216,24 @@ nxl_status_t nxl_lf_try_post(lf_op_t *o, bool first)
             .rma_iov_count = 1,
             .context = o,
         };
-        ssize_t r = o->dir == NXL_WRITE
-                        ? fi_writemsg(u->ep, &m, FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
-                        : fi_readmsg(u->ep, &m, FI_COMPLETION);
+        bool w = o->dir == NXL_WRITE;
+        ssize_t r = w ? fi_writemsg(u->ep, &m, FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
+                      : fi_readmsg(u->ep, &m, FI_COMPLETION);
         if (r == -FI_EAGAIN) {
             nxl_lf_post_refused(c);
             return NXL_IN_PROG;
         }
-        if (r) {
-            if (nxl_lf_post_disconnect((int)-r) && !c->fail_deferred) {
-                c->fail_deferred = (int)-r;
-                nxl_lf_kick(u);
-            }
-            if (first && o->posted == 0) {
-                nxlt_error(u->ctx, "LIBFABRIC: %s to agent '%s' failed at once on provider %s: "
-                           "%s%s", o->dir == NXL_WRITE ? "fi_writemsg" : "fi_readmsg", c->name,
-                           u->prov, fi_strerror((int)-r),
-                           nxl_lf_post_disconnect((int)-r)
-                               ? " (the peer is gone or unreachable; reload its metadata once it "
-                                 "is back)"
-                               : "");
-                return nxl_lf_post_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT
-                                                       : NXL_ERR_BACKEND;
-            }
-            if (!o->err) {
-                o->err = (int)-r;
-                o->errtxt = strdup(o->dir == NXL_WRITE ? "fi_writemsg refused it"
-                                                       : "fi_readmsg refused it");
-            }
-            o->stopped = true;
-            return NXL_SUCCESS;
-        }
-        o->posted++;
-        u->tx_inflight++;
-        c->tx_out++;
-        c->refused_us = 0;
-        nxl_lf_ring(c);
+        if (r)
+            return post_failed(o, (int)-r, first, w ? "fi_writemsg" : "fi_readmsg", true,
+                               w ? "fi_writemsg refused it" : "fi_readmsg refused it");
+        posted_one(o);
         o->off += piece;
         if (o->off == s.len) {
             o->off = 0;
             o->next++;
         }
     }
-    if (!o->want_notif || o->notif_posted || o->stopped)
-        return NXL_SUCCESS;
-    /* the notification only once every write completed: its data is there */
-    if (o->completed < o->posted || o->err)
-        return NXL_SUCCESS;
-    if (u->tx_inflight >= u->tx_cap || u->notif_inflight >= NOTIF_CAP)
-        return NXL_IN_PROG;
-    ssize_t r = fi_send(u->ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
-                        c->addr, o);
-    if (r == -FI_EAGAIN) {
-        nxl_lf_post_refused(c);
-        return NXL_IN_PROG;
-    }
-    if (r) {
-        if (nxl_lf_post_disconnect((int)-r) && !c->fail_deferred) {
-            c->fail_deferred = (int)-r;
-            nxl_lf_kick(u);
-        }
-        if (first && o->posted == 0) {
-            nxlt_error(u->ctx, "LIBFABRIC: fi_send of a notification to agent '%s' failed at "
-                       "once on provider %s: %s", c->name, u->prov, fi_strerror((int)-r));
-            return nxl_lf_post_disconnect((int)-r) ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND;
-        }
-        if (!o->err) {
-            o->err = (int)-r;
-            o->errtxt = strdup("fi_send of the notification refused it");
-        }
-        o->stopped = true;
-        return NXL_SUCCESS;
-    }
-    o->notif_posted = true;
-    o->posted++;
-    u->tx_inflight++;
-    c->tx_out++;
-    c->refused_us = 0;
-    u->notif_inflight++;
-    nxl_lf_ring(c);
-    return NXL_SUCCESS;
+    return post_notif(o, first);
 }
 
 void nxl_lf_enqueue(lf_op_t *o)
