@@ -309,6 +309,7 @@ typedef LIST_HEAD(lf_shm_list, lf_shm_ep) lf_shm_list_t;
 
 /* util.c */
 int nxl_lf_loaded(void);
+const char *nxl_lf_me(const lf_t *u, size_t *len);
 bool nxl_lf_post_disconnect(int err);
 bool nxl_lf_is_disconnect(int err);
 void nxl_lf_err_text(int err, const char *detail, char *out, size_t cap);
@@ -357,6 +358,7 @@ void nxl_lf_resume(lf_t *u);
 bool nxl_lf_op_msg_attach(lf_op_t *o, unsigned char *b, size_t len);
 lf_op_t *nxl_lf_op_new(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const void *msg, size_t len,
                        bool with_notif);
+void nxl_lf_op_start(lf_op_t *o);
 void nxl_lf_op_unstart(lf_op_t *o);
 
 /* ring.c */

@@ -322,10 +322,8 @@ lf_op_t *nxl_lf_op_new(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const void *msg, si
     o->op = op;
     o->conn = c;
     if (with_notif) {
-        const char *me = nxl_agent_name(nxlt_agent(u->ctx));
-        size_t nl = strlen(me);
-        if (nl > 255)
-            nl = 255;
+        size_t nl;
+        const char *me = nxl_lf_me(u, &nl);
         unsigned char *b = malloc(2 + nl + len);
         if (!b) {
             free(o);
@@ -341,13 +339,21 @@ lf_op_t *nxl_lf_op_new(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const void *msg, si
             return NULL;
         }
     }
+    nxl_lf_op_start(o);
+    return o;
+}
+
+/* counts the op in flight on its connection and agent, and watches it */
+void nxl_lf_op_start(lf_op_t *o)
+{
+    lf_t *u = o->u;
+    lf_conn_t *c = o->conn;
     c->refs++;
     if (c->inflight++ == 0)
         c->progress_us = nxlt_now_us();
     u->inflight++;
     LIST_INSERT_HEAD(&u->ops, o, link);
     nxl_lf_watch_start(u);
-    return o;
 }
 
 /* undoes op_new for a call that fails */

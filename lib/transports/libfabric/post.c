@@ -47,10 +47,8 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
     for (size_t i = 0; i < x->n; i++)
         if ((data += x->iov[i].len) > u->am_write_max)
             return NULL;
-    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
-    size_t nl = strlen(me);
-    if (nl > 255)
-        nl = 255;
+    size_t nl;
+    const char *me = nxl_lf_me(u, &nl);
     size_t total = 2 + nl + 4 + x->notif_len + 4 + 12 * x->n + data;
     if (total > RXSZ || total > u->max_msg || total > u->amw_msg_max)
         return NULL;
@@ -71,6 +69,29 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
         memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
     *len = total;
     return b;
+}
+
+/* Posts a new op (post, notif_send), or queues it behind those already
+ * waiting; a refusal inside the call undoes the op and fails the call. */
+static nxl_status_t launch(lf_t *u, lf_op_t *o)
+{
+    if (!TAILQ_EMPTY(&u->waitq)) {
+        nxl_lf_enqueue(o); /* behind those already waiting */
+        nxl_lf_kick(u);
+        return NXL_SUCCESS;
+    }
+    nxl_status_t st = nxl_lf_try_post(o, true);
+    if (st != NXL_SUCCESS && st != NXL_IN_PROG) {
+        nxl_lf_op_unstart(o);
+        return st;
+    }
+    if (st == NXL_IN_PROG)
+        nxl_lf_enqueue(o);
+    o->iov = NULL; /* the engine's array is ours only during this call */
+    if (o->stopped)
+        nxl_lf_check_later(o);
+    nxl_lf_kick(u);
+    return NXL_SUCCESS;
 }
 
 nxl_status_t nxl_lf_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
@@ -109,23 +130,7 @@ nxl_status_t nxl_lf_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         return NXL_SUCCESS;
     }
     o->iov = x->iov;
-    if (!TAILQ_EMPTY(&u->waitq)) {
-        nxl_lf_enqueue(o); /* behind those already waiting */
-        nxl_lf_kick(u);
-        return NXL_SUCCESS;
-    }
-    st = nxl_lf_try_post(o, true);
-    if (st != NXL_SUCCESS && st != NXL_IN_PROG) {
-        nxl_lf_op_unstart(o);
-        return st;
-    }
-    if (st == NXL_IN_PROG)
-        nxl_lf_enqueue(o);
-    o->iov = NULL; /* the engine's array is ours only during this call */
-    if (o->stopped)
-        nxl_lf_check_later(o);
-    nxl_lf_kick(u);
-    return NXL_SUCCESS;
+    return launch(u, o);
 }
 
 nxl_status_t nxl_lf_notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
@@ -146,22 +151,7 @@ nxl_status_t nxl_lf_notif_send(void *state, nxlt_op_t *op, void *conn, const voi
         nxl_lf_check_later(o);
         return NXL_SUCCESS;
     }
-    if (!TAILQ_EMPTY(&u->waitq)) {
-        nxl_lf_enqueue(o);
-        nxl_lf_kick(u);
-        return NXL_SUCCESS;
-    }
-    st = nxl_lf_try_post(o, true);
-    if (st != NXL_SUCCESS && st != NXL_IN_PROG) {
-        nxl_lf_op_unstart(o);
-        return st;
-    }
-    if (st == NXL_IN_PROG)
-        nxl_lf_enqueue(o);
-    if (o->stopped)
-        nxl_lf_check_later(o);
-    nxl_lf_kick(u);
-    return NXL_SUCCESS;
+    return launch(u, o);
 }
 
 /* Sends @p b (malloc'd, taken) to @p c as a message of the transport's own,
@@ -185,12 +175,7 @@ static void side_send(lf_t *u, lf_conn_t *c, unsigned char *b, size_t len, const
                  "registered): agent '%s' was not sent %s", c->name, what);
         return;
     }
-    c->refs++;
-    if (c->inflight++ == 0)
-        c->progress_us = nxlt_now_us();
-    u->inflight++;
-    LIST_INSERT_HEAD(&u->ops, o, link);
-    nxl_lf_watch_start(u);
+    nxl_lf_op_start(o);
     if (!TAILQ_EMPTY(&u->waitq)) {
         nxl_lf_enqueue(o);
     } else if (nxl_lf_try_post(o, false) == NXL_IN_PROG) {
@@ -218,10 +203,8 @@ void nxl_lf_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
     (void)md;
     if (u->ep_closed || u->quiescing)
         return;
-    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
-    size_t nl = strlen(me);
-    if (nl > 255)
-        nl = 255;
+    size_t nl;
+    const char *me = nxl_lf_me(u, &nl);
     size_t len = lf_rv_size(nl);
     lf_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)

@@ -44,6 +44,16 @@ int nxl_lf_loaded(void)
     return nxl_lf_sym.ok;
 }
 
+/* this agent's name as the transport's messages carry it: at most 255
+ * bytes (*@p len), not NUL-terminated there */
+const char *nxl_lf_me(const lf_t *u, size_t *len)
+{
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me);
+    *len = nl > 255 ? 255 : nl;
+    return me;
+}
+
 /* a post refused at once: sockets answers ENOENT when it cannot reach the
  * peer's address anymore */
 bool nxl_lf_post_disconnect(int err)
