@@ -149,10 +149,10 @@ static const char *name_short(const lf_t *u, const unsigned char *name, size_t n
     return nl < need ? "an endpoint name shorter than an address of its format" : NULL;
 }
 
-nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, size_t len,
-                              void **out)
+/* the peer's connection info, parsed and checked against this agent's */
+static nxl_status_t ci_read(lf_t *u, const char *agent, const void *info, size_t len,
+                            lf_ci_t *out)
 {
-    lf_t *u = state;
     lf_ci_t ci;
     const char *bad = lf_ci_parse(info, len, &ci);
     if (bad) {
@@ -174,6 +174,44 @@ nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, 
                    "(%s: %u bytes, this agent's own is %zu)", agent, why, nl, u->name_len);
         return NXL_ERR_MISMATCH;
     }
+    *out = ci;
+    return NXL_SUCCESS;
+}
+
+/* The address vector entry of a peer's endpoint name, shared by the
+ * connections to it: found, or inserted; NULL (with the sentence) when the
+ * provider refuses it. */
+static lf_addr_t *av_entry(lf_t *u, const char *agent, const unsigned char *name, size_t nl)
+{
+    lf_addr_t *e;
+    LIST_FOREACH(e, &u->addrs, link)
+    if (e->len == nl && !memcmp(e->name, name, nl))
+        return e;
+    e = calloc(1, sizeof(*e) + nl);
+    int r = e ? fi_av_insert(u->av, name, 1, &e->fa, 0, NULL) : -FI_ENOMEM;
+    if (r != 1) {
+        nxlt_error(u->ctx, "LIBFABRIC: fi_av_insert of agent '%s''s address failed: %s; the "
+                   "address may belong to another fabric or domain (check 'provider', 'domain' "
+                   "and 'iface' on both sides)", agent, fi_strerror(r < 0 ? -r : FI_EINVAL));
+        free(e);
+        return NULL;
+    }
+    e->len = nl;
+    memcpy(e->name, name, nl);
+    LIST_INSERT_HEAD(&u->addrs, e, link);
+    return e;
+}
+
+nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, size_t len,
+                              void **out)
+{
+    lf_t *u = state;
+    lf_ci_t ci;
+    nxl_status_t st = ci_read(u, agent, info, len, &ci);
+    if (st != NXL_SUCCESS)
+        return st;
+    const unsigned char *name = ci.name;
+    uint16_t nl = ci.name_len;
     lf_conn_t *c = calloc(1, sizeof(*c));
     if (!c || !(c->name = strdup(agent))) {
         free(c);
@@ -198,26 +236,11 @@ nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, 
         c->err = FI_ESHUTDOWN;
         c->why = strdup(LF_PEER_CLOSED);
     } else {
-        lf_addr_t *e;
-        LIST_FOREACH(e, &u->addrs, link)
-        if (e->len == nl && !memcmp(e->name, name, nl))
-            break;
+        lf_addr_t *e = av_entry(u, agent, name, nl);
         if (!e) {
-            e = calloc(1, sizeof(*e) + nl);
-            int r = e ? fi_av_insert(u->av, name, 1, &e->fa, 0, NULL) : -FI_ENOMEM;
-            if (r != 1) {
-                nxlt_error(u->ctx, "LIBFABRIC: fi_av_insert of agent '%s''s address failed: %s; "
-                           "the address may belong to another fabric or domain (check "
-                           "'provider', 'domain' and 'iface' on both sides)", agent,
-                           fi_strerror(r < 0 ? -r : FI_EINVAL));
-                free(e);
-                free(c->name);
-                free(c);
-                return NXL_ERR_BACKEND;
-            }
-            e->len = nl;
-            memcpy(e->name, name, nl);
-            LIST_INSERT_HEAD(&u->addrs, e, link);
+            free(c->name);
+            free(c);
+            return NXL_ERR_BACKEND;
         }
         e->refs++;
         c->av_entry = e;

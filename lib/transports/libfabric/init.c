@@ -457,7 +457,7 @@ static const char *describe(void *state)
 }
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
- * these (keep them with create()'s parsing) */
+ * these (keep them with opts_read) */
 #define PSTR_(x) #x
 #define PSTR(x) PSTR_(x)
 static const nxl_param_info_t lf_params[] = {

@@ -213,13 +213,9 @@ static bool remote_activity(lf_t *u)
     return false;
 }
 
-/* woke: called because the CQ's wait fd was readable */
-void nxl_lf_progress(lf_t *u, bool woke)
+/* Connections a post found lost (fail_deferred): failed here, from the loop. */
+static void fail_deferred(lf_t *u)
 {
-    if (u->in_progress || u->ep_closed)
-        return;
-    u->in_progress = true;
-    nxl_lf_shm_notice_closed(u);
     lf_conn_t *c, *cn;
     for (c = LIST_FIRST(&u->conns); c; c = cn) {
         cn = LIST_NEXT(c, link);
@@ -236,6 +232,39 @@ void nxl_lf_progress(lf_t *u, bool woke)
             nxl_lf_conn_put(c);
         }
     }
+}
+
+/* fd mode, nothing to do: sleep on the wait fd once fi_trywait says it is
+ * safe; what completes meanwhile is delivered first, and a provider that
+ * keeps refusing gets the next loop turn (kick) */
+static void sleep_or_kick(lf_t *u)
+{
+    struct fid *f = &u->cq->fid;
+    bool more;
+    int tries;
+    for (tries = 0; tries < TRY_ROUNDS; tries++) {
+        int r = fi_trywait(u->fabric, &f, 1);
+        if (r == 0 || r == -FI_ENOSYS)
+            break; /* safe to sleep on the fd */
+        if (nxl_lf_drain(u, &more)) {
+            nxl_lf_resume(u);
+            run_checkq(u);
+            nxl_lf_kick(u); /* deliver first */
+            break;
+        }
+    }
+    if (tries == TRY_ROUNDS)
+        nxl_lf_kick(u);
+}
+
+/* woke: called because the CQ's wait fd was readable */
+void nxl_lf_progress(lf_t *u, bool woke)
+{
+    if (u->in_progress || u->ep_closed)
+        return;
+    u->in_progress = true;
+    nxl_lf_shm_notice_closed(u);
+    fail_deferred(u);
     bool more;
     unsigned n = nxl_lf_drain(u, &more);
     nxl_lf_resume(u);
@@ -266,21 +295,7 @@ void nxl_lf_progress(lf_t *u, bool woke)
         u->hit = false;
         nxl_lf_kick(u);
     } else {
-        struct fid *f = &u->cq->fid;
-        int tries;
-        for (tries = 0; tries < TRY_ROUNDS; tries++) {
-            int r = fi_trywait(u->fabric, &f, 1);
-            if (r == 0 || r == -FI_ENOSYS)
-                break; /* safe to sleep on the fd */
-            if (nxl_lf_drain(u, &more)) {
-                nxl_lf_resume(u);
-                run_checkq(u);
-                nxl_lf_kick(u); /* deliver first */
-                break;
-            }
-        }
-        if (tries == TRY_ROUNDS)
-            nxl_lf_kick(u);
+        sleep_or_kick(u);
     }
     u->in_progress = false;
 }
