@@ -69,7 +69,7 @@ static lf_t *state_new(nxlt_ctx_t *ctx, const lf_opts_t *o, struct fi_info *fi, 
     u->am_write_max = (size_t)o->am_max;
     /* shm sends a message above its inject size (4 KiB) by another path,
      * slower for this than a CMA write and a small message: by default a
-     * one-message WRITE there fits in an inject (README) */
+     * one-message WRITE there fits in an inject (nxl-libfabric(7)) */
     u->amw_msg_max = RXSZ;
     if (!o->am_given && !strcmp(fi->fabric_attr->prov_name, "shm") && fi->tx_attr->inject_size)
         u->amw_msg_max = fi->tx_attr->inject_size;

@@ -38,7 +38,7 @@ static void self_xfer(const nxlt_xfer_t *x)
  * the data into place, after checking every element against its
  * registrations, and then delivers the notification. NULL: not this one.
  * Off unless asked for (am_write_max): the op completes when the send
- * does, which is before the target copied the data (README). */
+ * does, which is before the target copied the data (nxl-libfabric(7), GUARANTEES). */
 static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
 {
     size_t data = 0;

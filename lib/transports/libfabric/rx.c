@@ -30,7 +30,7 @@ void nxl_lf_rx_repost_all(lf_t *u)
 /* A WRITE with its notification in one message: every element checked
  * against this agent's registrations before a byte is written; then the
  * notification. A message that fails a check is dropped whole, with a log
- * line: its initiator has seen its send complete (README: the one-message
+ * line: its initiator has seen its send complete (nxl-libfabric(7): the one-message
  * WRITE's guarantee). */
 static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
 {
