@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #ifdef NXL_TEST_CUDA
-#include "transports/cuda/cudart.h"
+#include "transports/common/cudart.h"
 #endif
 
 #if defined(__has_include)

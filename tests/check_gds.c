@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #ifdef NXL_TEST_GDS
-#include "transports/cuda/cudart.h"
+#include "transports/common/cudart.h"
 #endif
 
 #define KiB 1024u

@@ -30,10 +30,10 @@
  * stream cannot be withdrawn, so a canceled transfer completes (CANCELED)
  * when its host functions ran, when the GPU is done with its buffers.
  *
- * The CUDA runtime is resolved at run time (cudart.c): libnxl links neither
+ * The CUDA runtime is resolved at run time (../common/cudart.c): libnxl links neither
  * libcudart nor libcuda. */
 #include "config.h"
-#include "cudart.h"
+#include "../common/cudart.h"
 
 #include <nxl/transport.h>
 

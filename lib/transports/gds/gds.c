@@ -33,9 +33,9 @@
  *
  * libcufile is loaded at run time (libcufile.so.0, .1, libcufile.so, or
  * what $NXL_CUFILE_LIB names) and the CUDA runtime as the CUDA transport
- * loads it (../cuda/cudart.c): libnxl links neither. */
+ * loads it (../common/cudart.c): libnxl links neither. */
 #include "config.h"
-#include "../cuda/cudart.h"
+#include "../common/cudart.h"
 #include "cufile_abi.h"
 #include "../filemeta.h"
 
