@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The POSIX transport's private structures, shared by its core (posix.c)
- * and its two I/O engines (engine_uring.c, engine_threads.c).
+ * and its transfer core with two I/O engines (../common/fileio.c,
+ * fileio_uring.c, fileio_threads.c).
  *
  * The core turns a transfer into segments (one per element, or per chunk
  * of a large element) and keeps them in a pending queue; an engine takes
@@ -134,6 +135,10 @@ int px_seg_fd(px_t *u, px_seg_t *s, size_t *len);
 /* resets an engine's eventfd before its results are collected (a result
  * that arrives after this wakes the reactor again); @p whose names it */
 void px_efd_drain(px_t *u, int efd, const char *whose);
+/* posix.c: drops a reference to a registered file range */
+void px_file_put(px_file_t *f);
+/* fileio.c: completes the transfers that have nothing in flight, then pumps */
+void px_on_kick(int fd, short what, void *arg);
 
 
 /* thp.c: the whole 2 MiB ranges of a DRAM registration onto huge pages, in

@@ -4,7 +4,7 @@
  * reactor wakes the reactor thread, which hands them to the core. Only the
  * two lists are shared, under one mutex; everything else stays on the
  * reactor thread. */
-#include "posix.h"
+#include "../posix/posix.h"
 
 #include <errno.h>
 #include <event2/event.h>

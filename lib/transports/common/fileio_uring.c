@@ -19,7 +19,7 @@
  * worker. Sleeping and being woken per completion (eventfd, epoll, the
  * idle vCPU's timer) costs a few microseconds each time, which is what
  * separates a reactor from fio's tight loop once the storage is fast. */
-#include "posix.h"
+#include "../posix/posix.h"
 
 #ifdef NXL_HAVE_LIBURING
 
