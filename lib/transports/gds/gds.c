@@ -15,11 +15,12 @@
  * "path=...;mode=r|w|rw|create" in desc.meta. Ranges of one file opened
  * the same way share one cuFileHandleRegister handle.
  *
- * Transfers: elements are cut into chunks (chunk=BYTES, 8 MiB) and a few
- * worker threads (threads=N, 4) run cuFileRead / cuFileWrite on them, at
- * most queue_depth (2 per thread) at a time; a finished chunk goes on a
- * done list and an eventfd wakes the reactor, which accounts it and hands
- * the workers the next. The reactor thread never calls cuFile's I/O. The
+ * Transfers run on the file-I/O core POSIX uses too (../common/fileio.h):
+ * elements are cut into chunks (chunk=BYTES, 8 MiB) and the core's thread
+ * pool (threads=N, 4) runs cuFileRead / cuFileWrite on them, at most
+ * queue_depth (2 per thread) at a time; a finished chunk goes on a done
+ * list and an eventfd wakes the reactor, which accounts it and hands the
+ * workers the next. The reactor thread never calls cuFile's I/O. The
  * synchronous calls are used because they work in every mode cuFile runs
  * in, compatibility mode included; the stream API (cuFileReadAsync) and
  * the batch API are left for when they have been tried on a GPU.
@@ -36,6 +37,7 @@
  * loads it (../common/cudart.c): libnxl links neither. */
 #include "config.h"
 #include "../common/cudart.h"
+#include "../common/fileio.h"
 #include "cufile_abi.h"
 #include "../filemeta.h"
 
@@ -52,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/queue.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -237,62 +238,16 @@ typedef struct gds_reg {
     int refs;                /* FILE: the registration and the keys loaded */
 } gds_reg_t;
 
-typedef struct gds_xop gds_xop_t;
-
-enum { S_PENDING, S_WORKER, S_DONE };
-
-typedef struct gds_seg {
-    gds_xop_t *x;
-    gds_reg_t *vr;           /* the VRAM region */
-    gds_file_t *file;
-    const char *fname;
-    char *base;              /* what cuFile is given: the registered base and an offset */
-    off_t boff;
-    off_t foff;
-    size_t len, done;
-    size_t elem;
-    ssize_t res;             /* the worker's last call: bytes, 0 (end of file), -errno or -cuFile */
-    bool cufile_err;         /* res is a negated cuFile status */
-    int state;
-    TAILQ_ENTRY(gds_seg) link;
-} gds_seg_t;
-
-TAILQ_HEAD(gds_segq, gds_seg);
-
-struct gds_xop {
-    gds_t *u;
-    nxlt_op_t *op;
-    bool write;
-    size_t nseg, nleft;      /* chunks, chunks not yet done */
-    bool failed;
-    nxl_status_t st;
-    char why[400];
-    LIST_ENTRY(gds_xop) link;
-    gds_seg_t seg[];
-};
-
 struct gds {
+    nxl_fio_t fio;           /* transfers: chunk, nthreads, tp_max (the queue depth) */
     nxlt_ctx_t *ctx;
     const gds_lib_t *L;
     uint64_t token;
-    size_t chunk;
-    unsigned nthreads, depth, inflight;
     nxlt_regtab_t regs;      /* FILE registrations, by regid */
     uint64_t next_regid;
     LIST_HEAD(, gds_file) files;
-    LIST_HEAD(, gds_xop) xops;
-    struct gds_segq pending;  /* reactor side: not yet given to a worker */
-    /* shared with the workers, under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct gds_segq todo, done;
-    bool stop;
-    pthread_t th[GDS_MAX_THREADS];
-    unsigned nth;
-    int efd;
-    struct event *ev, *kick;
-    bool closing, drv_open;
-    uint64_t n_xfers, n_io, n_bytes, n_short;
+    bool drv_open;
+    uint64_t n_bytes, n_short; /* statistics (transfers, chunks: the core's) */
     char desc[320];
 };
 
@@ -300,64 +255,47 @@ struct gds {
 
 static __thread int worker_dev = -1;
 
-static void *worker(void *arg)
+/* the core's thread pool, on a worker: the whole chunk, or until an error */
+static void chunk_io(nxl_fio_t *fio, nxl_fio_seg_t *s)
 {
-    gds_t *u = arg;
+    gds_t *u = fio->owner;
     const gds_lib_t *L = u->L;
-    for (;;) {
-        pthread_mutex_lock(&u->mu);
-        while (!u->stop && TAILQ_EMPTY(&u->todo))
-            pthread_cond_wait(&u->cv, &u->mu);
-        if (u->stop) {
-            pthread_mutex_unlock(&u->mu);
-            return NULL;
+    gds_reg_t *vr = s->lmd;
+    gds_file_t *file = s->file;
+    char *base = (char *)vr->addr; /* what cuFile is given: the registered base and an offset */
+    /* cuFile works in the context of the buffer's device */
+    if (worker_dev != vr->dev && L->rt->cudaSetDevice(vr->dev) == cudaSuccess)
+        worker_dev = vr->dev;
+    s->res = 0;
+    s->lib_err = false;
+    while (s->left) {
+        size_t n = s->left;
+        off_t fo = (off_t)s->off, bo = (off_t)(s->buf - base);
+        errno = 0;
+        ssize_t r = s->xop->write ? L->write(file->fh, base, n, fo, bo)
+                                  : L->read(file->fh, base, n, fo, bo);
+        if (r > 0) {
+            if ((size_t)r < n)
+                __atomic_fetch_add(&u->n_short, 1, __ATOMIC_RELAXED);
+            s->buf += r;
+            s->off += (uint64_t)r;
+            s->left -= (size_t)r;
+            s->res = r;
+            continue;
         }
-        gds_seg_t *s = TAILQ_FIRST(&u->todo);
-        TAILQ_REMOVE(&u->todo, s, link);
-        pthread_mutex_unlock(&u->mu);
-
-        /* cuFile works in the context of the buffer's device */
-        if (worker_dev != s->vr->dev && L->rt->cudaSetDevice(s->vr->dev) == cudaSuccess)
-            worker_dev = s->vr->dev;
-        s->res = 0;
-        s->cufile_err = false;
-        while (s->done < s->len) {
-            size_t n = s->len - s->done;
-            off_t fo = s->foff + (off_t)s->done, bo = s->boff + (off_t)s->done;
-            errno = 0;
-            ssize_t r = s->x->write ? L->write(s->file->fh, s->base, n, fo, bo)
-                                    : L->read(s->file->fh, s->base, n, fo, bo);
-            if (r > 0) {
-                if ((size_t)r < n)
-                    __atomic_fetch_add(&u->n_short, 1, __ATOMIC_RELAXED);
-                s->done += (size_t)r;
-                s->res = r;
-                continue;
-            }
-            if (r == 0) {
-                s->res = 0;
-                break;
-            }
-            if (r == -1 && errno == EINTR)
-                continue;
-            if (r == -1) {
-                s->res = -(errno ? errno : EIO);
-            } else {
-                s->res = r;
-                s->cufile_err = true;
-            }
+        if (r == 0) {
+            s->res = 0;
             break;
         }
-
-        pthread_mutex_lock(&u->mu);
-        bool was_empty = TAILQ_EMPTY(&u->done);
-        TAILQ_INSERT_TAIL(&u->done, s, link);
-        pthread_mutex_unlock(&u->mu);
-        if (was_empty) {
-            uint64_t one = 1;
-            ssize_t w = write(u->efd, &one, sizeof(one));
-            (void)w; /* EAGAIN: the counter is non-zero, the reactor wakes anyway */
+        if (r == -1 && errno == EINTR)
+            continue;
+        if (r == -1) {
+            s->res = -(errno ? errno : EIO);
+        } else {
+            s->res = r;
+            s->lib_err = true;
         }
+        break;
     }
 }
 
@@ -641,162 +579,77 @@ static void unload_key(void *state, void *rkey)
 
 /* ------------------------------------------------------------ transfers */
 
-static void xop_fail(gds_t *u, gds_xop_t *x, nxl_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void xop_finish(gds_t *u, gds_xop_t *x)
+/* the file-I/O core's questions (../common/fileio.h) */
+static void seg_init(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v)
 {
-    LIST_REMOVE(x, link);
-    for (size_t i = 0; i < x->nseg; i++)
-        file_put(u, x->seg[i].file);
-    nxlt_op_done(x->op, x->failed ? x->st : NXL_SUCCESS, x->failed ? x->why : NULL);
-    free(x);
+    gds_reg_t *fr = v->rkey;
+    s->lmd = v->lmd;
+    s->file = fr->file;
+    fr->file->refs++;
+    s->fname = fr->name;
 }
 
-static void seg_done(gds_t *u, gds_seg_t *s)
+static void seg_file_put(void *owner, void *file)
 {
-    s->state = S_DONE;
-    s->x->nleft--;
+    file_put(owner, file);
 }
 
-/* reports @p x once none of its chunks is pending or with a worker */
-static void maybe_finish(gds_t *u, gds_xop_t *x)
+/* on the reactor: what a worker's chunk_io did */
+static void chunk_result(nxl_fio_t *fio, nxl_fio_seg_t *s)
 {
-    if (!x->nleft && !u->closing)
-        xop_finish(u, x);
-}
-
-/* starts nothing more of @p x: its chunks not yet with a worker are done */
-static void xop_fail(gds_t *u, gds_xop_t *x, nxl_status_t st, const char *fmt, ...)
-{
-    if (!x->failed) {
-        x->failed = true;
-        x->st = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(x->why, sizeof(x->why), fmt, ap);
-        va_end(ap);
-        nxlt_log(u->ctx, NXL_LOG_INFO, "%s", x->why);
-    }
-    for (size_t i = 0; i < x->nseg; i++)
-        if (x->seg[i].state == S_PENDING) {
-            TAILQ_REMOVE(&u->pending, &x->seg[i], link);
-            seg_done(u, &x->seg[i]);
-        }
-}
-
-/* hands the workers what the queue depth allows */
-static void pump(gds_t *u)
-{
-    struct gds_segq batch;
-    TAILQ_INIT(&batch);
-    gds_seg_t *s;
-    while (u->inflight < u->depth && (s = TAILQ_FIRST(&u->pending))) {
-        gds_xop_t *x = s->x;
-        if (nxlt_op_canceled(x->op)) {
-            xop_fail(u, x, NXL_ERR_CANCELED, "GDS: %s %s canceled before offset %llu (element %zu)",
-                     x->write ? "write to" : "read from", s->fname, (unsigned long long)s->foff,
-                     s->elem);
-            maybe_finish(u, x);
-            continue;
-        }
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = S_WORKER;
-        u->inflight++;
-        u->n_io++;
-        TAILQ_INSERT_TAIL(&batch, s, link);
-    }
-    if (!TAILQ_EMPTY(&batch)) {
-        pthread_mutex_lock(&u->mu);
-        TAILQ_CONCAT(&u->todo, &batch, link);
-        pthread_cond_broadcast(&u->cv);
-        pthread_mutex_unlock(&u->mu);
-    }
-}
-
-static void seg_result(gds_t *u, gds_seg_t *s)
-{
-    gds_xop_t *x = s->x;
-    u->inflight--;
-    u->n_bytes += s->done;
-    seg_done(u, s);
-    if (u->closing || x->failed || s->done == s->len)
+    gds_t *u = fio->owner;
+    nxl_fio_xop_t *x = s->xop;
+    size_t done = s->total - s->left;
+    u->n_bytes += done;
+    if (fio->closing || x->failed) {
+        nxl_fio_seg_done(fio, s);
         return;
+    }
     const char *verb = x->write ? "write to" : "read from";
+    if (nxlt_op_canceled(x->op)) {
+        nxl_fio_fail(fio, s, NXL_ERR_CANCELED, "GDS: %s %s canceled at offset %llu (element %zu)",
+                     verb, s->fname, (unsigned long long)(s->off - done), s->elem);
+        return;
+    }
+    if (!s->left) {
+        nxl_fio_seg_done(fio, s);
+        return;
+    }
     const char *call = x->write ? "cuFileWrite" : "cuFileRead";
-    unsigned long long at = (unsigned long long)(s->foff + (off_t)s->done);
+    unsigned long long at = (unsigned long long)s->off;
     if (s->res == 0 && !x->write) {
         struct stat sb;
-        long long size = fstat(s->file->fd, &sb) == 0 ? (long long)sb.st_size : -1;
-        xop_fail(u, x, NXL_ERR_NOT_FOUND, "GDS: read from %s at offset %llu (element %zu) reached "
-                 "the end of the file (%lld bytes long) after %zu of %zu bytes of that chunk",
-                 s->fname, at, s->elem, size, s->done, s->len);
+        long long size = fstat(((gds_file_t *)s->file)->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+        nxl_fio_fail(fio, s, NXL_ERR_NOT_FOUND, "GDS: read from %s at offset %llu (element %zu) "
+                     "reached the end of the file (%lld bytes long) after %zu of %zu bytes of "
+                     "that chunk", s->fname, at, s->elem, size, done, s->total);
     } else if (s->res == 0) {
-        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s to %s at offset %llu (element %zu) wrote nothing",
-                 call, s->fname, at, s->elem);
-    } else if (s->cufile_err) {
+        nxl_fio_fail(fio, s, NXL_ERR_BACKEND, "GDS: %s to %s at offset %llu (element %zu) wrote "
+                     "nothing", call, s->fname, at, s->elem);
+    } else if (s->lib_err) {
         nxl_cufile_status_t cs = {(int)-s->res, 0};
         char b[96];
-        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s %s at offset %llu (element %zu) failed: %s",
-                 call, s->fname, at, s->elem, cstatus(cs, b, sizeof(b)));
+        nxl_fio_fail(fio, s, NXL_ERR_BACKEND, "GDS: %s %s at offset %llu (element %zu) failed: %s",
+                     call, s->fname, at, s->elem, cstatus(cs, b, sizeof(b)));
     } else {
-        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s (%s %s at offset %llu, element %zu) failed after "
-                 "%zu of %zu bytes of that chunk: %s", call, verb, s->fname, at, s->elem, s->done,
-                 s->len, strerror((int)-s->res));
+        nxl_fio_fail(fio, s, NXL_ERR_BACKEND, "GDS: %s (%s %s at offset %llu, element %zu) failed "
+                     "after %zu of %zu bytes of that chunk: %s", call, verb, s->fname, at, s->elem,
+                     done, s->total, strerror((int)-s->res));
     }
 }
 
-static void reap(gds_t *u)
-{
-    struct gds_segq got;
-    TAILQ_INIT(&got);
-    pthread_mutex_lock(&u->mu);
-    TAILQ_CONCAT(&got, &u->done, link);
-    pthread_mutex_unlock(&u->mu);
-    gds_seg_t *s;
-    while ((s = TAILQ_FIRST(&got))) {
-        TAILQ_REMOVE(&got, s, link);
-        gds_xop_t *x = s->x;
-        if (nxlt_op_canceled(x->op) && !x->failed)
-            xop_fail(u, x, NXL_ERR_CANCELED, "GDS: %s %s canceled at offset %llu (element %zu)",
-                     x->write ? "write to" : "read from", s->fname, (unsigned long long)s->foff,
-                     s->elem);
-        seg_result(u, s);
-        maybe_finish(u, x);
-    }
-}
-
-static void finish_done(gds_t *u)
-{
-    gds_xop_t *x, *n;
-    for (x = LIST_FIRST(&u->xops); x; x = n) {
-        n = LIST_NEXT(x, link);
-        if (!x->nleft)
-            xop_finish(u, x);
-    }
-}
-
-static void on_efd(evutil_socket_t fd, short what, void *arg)
-{
-    gds_t *u = arg;
-    uint64_t v;
-    if (read(u->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "GDS: reading the workers' eventfd: %s", strerror(errno));
-    reap(u);
-    pump(u);
-}
-
-static void on_kick(evutil_socket_t fd, short what, void *arg)
-{
-    gds_t *u = arg;
-    pump(u);
-    finish_done(u);
-}
+static const nxl_fio_ops_t gds_fio_ops = {
+    .name = "GDS",
+    .seg_init = seg_init,
+    .file_put = seg_file_put,
+    .io = chunk_io,
+    .result = chunk_result,
+};
 
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     gds_t *u = state;
-    if (u->closing) {
+    if (u->fio.closing) {
         nxlt_error(u->ctx, "GDS: the transport is shutting down");
         return NXL_ERR_NOT_ALLOWED;
     }
@@ -812,7 +665,6 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
         return NXL_ERR_NOT_SUPPORTED;
     }
     bool write = t->op == NXL_WRITE;
-    size_t nseg = 0;
     for (size_t i = 0; i < t->n; i++) {
         const nxlt_iov_t *v = &t->iov[i];
         gds_reg_t *fr = v->rkey, *vr = v->lmd;
@@ -829,44 +681,8 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
                              : "write-only (open it for reading, or mode=rw)");
             return NXL_ERR_NOT_ALLOWED;
         }
-        nseg += v->len ? (v->len + u->chunk - 1) / u->chunk : 0;
     }
-    gds_xop_t *x = calloc(1, sizeof(*x) + nseg * sizeof(gds_seg_t));
-    if (!x) {
-        nxlt_error(u->ctx, "GDS: out of memory for a transfer of %zu elements", t->n);
-        return NXL_ERR_UNKNOWN;
-    }
-    x->u = u;
-    x->op = op;
-    x->write = write;
-    x->nseg = x->nleft = nseg;
-    size_t k = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        gds_reg_t *fr = v->rkey, *vr = v->lmd;
-        for (size_t at = 0; at < v->len; at += u->chunk) {
-            gds_seg_t *s = &x->seg[k++];
-            s->x = x;
-            s->vr = vr;
-            s->file = fr->file;
-            s->file->refs++;
-            s->fname = fr->name;
-            s->base = (char *)vr->addr;
-            s->boff = (off_t)((uintptr_t)v->laddr - vr->addr + at);
-            s->foff = (off_t)(v->raddr + at);
-            s->len = v->len - at < u->chunk ? v->len - at : u->chunk;
-            s->elem = i;
-            s->state = S_PENDING;
-            TAILQ_INSERT_TAIL(&u->pending, s, link);
-        }
-    }
-    LIST_INSERT_HEAD(&u->xops, x, link);
-    u->n_xfers++;
-    if (!nseg)
-        event_active(u->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
-    else
-        pump(u);
-    return NXL_SUCCESS;
+    return nxl_fio_post(&u->fio, op, t);
 }
 
 static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
@@ -976,20 +792,15 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     u->ctx = ctx;
     u->L = L;
-    u->chunk = chunk;
-    u->nthreads = nthreads;
-    u->depth = depth ? depth : 2 * nthreads;
-    u->efd = -1;
+    nxl_fio_t *fio = &u->fio;
+    int fio_ok = nxl_fio_init(fio, ctx, &gds_fio_ops, u);
+    fio->chunk = chunk;
+    fio->nthreads = nthreads;
+    fio->tp_max = depth ? depth : 2 * nthreads;
     LIST_INIT(&u->files);
-    LIST_INIT(&u->xops);
-    TAILQ_INIT(&u->pending);
-    TAILQ_INIT(&u->todo);
-    TAILQ_INIT(&u->done);
-    pthread_mutex_init(&u->mu, NULL);
-    pthread_cond_init(&u->cv, NULL);
     if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
         u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
-    if (nxlt_regtab_init(&u->regs) < 0) {
+    if (nxlt_regtab_init(&u->regs) < 0 || fio_ok < 0) {
         nxlt_error(ctx, "GDS: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
@@ -1011,28 +822,17 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         destroy(u);
         return NXL_ERR_BACKEND;
     }
-    u->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (u->efd < 0 ||
-        !(u->ev = event_new(nxlt_base(ctx), u->efd, EV_READ | EV_PERSIST, on_efd, u)) ||
-        event_add(u->ev, NULL) < 0 || !(u->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, u))) {
-        nxlt_error(ctx, "GDS: could not put the workers' eventfd into the reactor (%s)",
-                   u->efd < 0 ? strerror(errno) : "libevent refused it");
+    char twhy[256] = "";
+    if (nxl_fio_engine_threads.start(fio, twhy, sizeof(twhy)) != 0) {
+        nxlt_error(ctx, "GDS: the worker threads could not start: %s", twhy);
         destroy(u);
         return NXL_ERR_BACKEND;
     }
-    for (unsigned i = 0; i < nthreads; i++) {
-        int rc = pthread_create(&u->th[i], NULL, worker, u);
-        if (rc) {
-            nxlt_error(ctx, "GDS: pthread_create failed: %s", strerror(rc));
-            destroy(u);
-            return NXL_ERR_BACKEND;
-        }
-        u->nth++;
-    }
+    fio->eng = &nxl_fio_engine_threads;
     char pr[200];
     probe(pr, sizeof(pr));
     snprintf(u->desc, sizeof(u->desc), "%.200s; %u threads doing cuFileRead/cuFileWrite, %u "
-             "chunks of %zu KiB in flight, eventfd in the reactor", pr, nthreads, u->depth,
+             "chunks of %zu KiB in flight, eventfd in the reactor", pr, nthreads, fio->tp_max,
              chunk >> 10);
     nxlt_log(ctx, NXL_LOG_INFO, "GDS: %s", u->desc);
     *out = u;
@@ -1044,37 +844,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
 static void quiesce(void *state)
 {
     gds_t *u = state;
-    if (u->closing)
-        return;
-    u->closing = true;
-    pthread_mutex_lock(&u->mu);
-    u->stop = true;
-    pthread_cond_broadcast(&u->cv);
-    pthread_mutex_unlock(&u->mu);
-    for (unsigned i = 0; i < u->nth; i++)
-        pthread_join(u->th[i], NULL);
-    u->nth = 0;
-    gds_seg_t *s;
-    while ((s = TAILQ_FIRST(&u->done))) {
-        TAILQ_REMOVE(&u->done, s, link);
-        s->state = S_DONE;
-    }
-    while ((s = TAILQ_FIRST(&u->todo))) {
-        TAILQ_REMOVE(&u->todo, s, link);
-        s->state = S_DONE;
-    }
-    while ((s = TAILQ_FIRST(&u->pending))) {
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = S_DONE;
-    }
-    gds_xop_t *x;
-    while ((x = LIST_FIRST(&u->xops))) {
-        x->failed = true;
-        x->st = NXL_ERR_CANCELED;
-        snprintf(x->why, sizeof(x->why), "GDS: transport destroyed with the transfer in flight "
-                 "(agent teardown)");
-        xop_finish(u, x);
-    }
+    nxl_fio_quiesce(&u->fio);
 }
 
 static void destroy(void *state)
@@ -1082,7 +852,7 @@ static void destroy(void *state)
     gds_t *u = state;
     quiesce(u);
     nxlt_log(u->ctx, NXL_LOG_INFO, "GDS statistics: %llu transfers, %llu chunks (%llu short "
-             "calls), %llu bytes", (unsigned long long)u->n_xfers, (unsigned long long)u->n_io,
+             "calls), %llu bytes", (unsigned long long)u->fio.n_xfers, (unsigned long long)u->fio.n_submits,
              (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
     /* keys are unloaded and regions deregistered before transports are
      * destroyed: what is left has no user */
@@ -1105,14 +875,7 @@ static void destroy(void *state)
             u->L->driver_close();
         pthread_mutex_unlock(&drv_mu);
     }
-    if (u->kick)
-        event_free(u->kick);
-    if (u->ev)
-        event_free(u->ev);
-    if (u->efd >= 0)
-        close(u->efd);
-    pthread_mutex_destroy(&u->mu);
-    pthread_cond_destroy(&u->cv);
+    nxl_fio_fini(&u->fio);
     free(u);
 }
 

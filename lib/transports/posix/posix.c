@@ -69,7 +69,7 @@ typedef nxlt_blob24_t px_blob_t;
 
 /* ------------------------------------------------------------ files */
 
-void px_file_put(px_file_t *f)
+static void file_put(px_file_t *f)
 {
     if (--f->refs > 0)
         return;
@@ -232,7 +232,7 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     *out = f;
     return NXL_SUCCESS;
 fail:
-    px_file_put(f);
+    file_put(f);
     return st;
 }
 
@@ -243,7 +243,7 @@ static void dereg(void *state, void *md)
         return;
     px_file_t *f = md;
     nxlt_regtab_del(&u->regs, &f->reg);
-    px_file_put(f);
+    file_put(f);
 }
 
 static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
@@ -306,15 +306,54 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
 static void unload_key(void *state, void *rkey)
 {
     if (rkey)
-        px_file_put(rkey);
+        file_put(rkey);
 }
 
 /* ------------------------------------------------------------ transfers */
 
+/* the file-I/O core's questions (../common/fileio.h) */
+static void seg_init(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v)
+{
+    px_file_t *f = v->rkey;
+    f->refs++;
+    s->file = f;
+    s->fname = f->name;
+}
+
+static void seg_file_put(void *owner, void *file)
+{
+    file_put(file);
+}
+
+/* the fd of a segment's next read or write: O_DIRECT when it is aligned */
+static int seg_fd(nxl_fio_t *fio, nxl_fio_seg_t *s, size_t *len)
+{
+    px_t *u = fio->owner;
+    size_t n = s->left < PX_MAX_IO ? s->left : PX_MAX_IO;
+    px_file_t *f = s->file;
+    s->direct = f->dfd >= 0 && !s->no_direct && !((uintptr_t)s->buf % PX_ALIGN) &&
+                !(s->off % PX_ALIGN) && !(n % PX_ALIGN);
+    if (s->direct)
+        u->n_direct++;
+    else
+        u->n_buffered++;
+    s->iofd = s->direct ? f->dfd : f->fd;
+    s->ion = n;
+    *len = n;
+    return s->iofd;
+}
+
+static const nxl_fio_ops_t px_fio_ops = {
+    .name = "POSIX",
+    .seg_init = seg_init,
+    .file_put = seg_file_put,
+    .seg_fd = seg_fd,
+};
+
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     px_t *u = state;
-    if (u->closing) {
+    if (u->fio.closing) {
         nxlt_error(u->ctx, "POSIX: the transport is shutting down");
         return NXL_ERR_NOT_ALLOWED;
     }
@@ -330,7 +369,6 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
         return NXL_ERR_NOT_SUPPORTED;
     }
     bool write = t->op == NXL_WRITE;
-    size_t nseg = 0;
     for (size_t i = 0; i < t->n; i++) {
         px_file_t *f = t->iov[i].rkey;
         if (!f) {
@@ -344,40 +382,8 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
                              : "write-only (open it for reading, or mode=rw)");
             return NXL_ERR_NOT_ALLOWED;
         }
-        nseg += t->iov[i].len ? (t->iov[i].len + u->chunk - 1) / u->chunk : 0;
     }
-    px_xop_t *x = calloc(1, sizeof(*x) + nseg * sizeof(px_seg_t));
-    if (!x) {
-        nxlt_error(u->ctx, "POSIX: out of memory for a transfer of %zu elements", t->n);
-        return NXL_ERR_UNKNOWN;
-    }
-    x->u = u;
-    x->op = op;
-    x->write = write;
-    x->nseg = x->nleft = nseg;
-    size_t k = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        for (size_t at = 0; at < v->len; at += u->chunk) {
-            px_seg_t *s = &x->seg[k++];
-            s->xop = x;
-            s->file = v->rkey;
-            s->file->refs++;
-            s->buf = (char *)v->laddr + at;
-            s->off = v->raddr + at;
-            s->total = s->left = v->len - at < u->chunk ? v->len - at : u->chunk;
-            s->elem = i;
-            s->state = PX_S_QUEUED;
-            TAILQ_INSERT_TAIL(&u->pending, s, link);
-        }
-    }
-    LIST_INSERT_HEAD(&u->xops, x, link);
-    u->n_xfers++;
-    if (!nseg)
-        event_active(u->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
-    else
-        u->eng->pump(u);
-    return NXL_SUCCESS;
+    return nxl_fio_post(&u->fio, op, t);
 }
 
 static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
@@ -488,19 +494,18 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_UNKNOWN;
     }
     u->ctx = ctx;
-    u->chunk = PX_DEF_CHUNK;
-    u->depth = PX_DEF_DEPTH;
-    u->nthreads = PX_DEF_THREADS;
-    u->coop = true;
-    TAILQ_INIT(&u->pending);
-    LIST_INIT(&u->xops);
+    nxl_fio_t *fio = &u->fio;
+    fio->chunk = PX_DEF_CHUNK;
+    fio->depth = PX_DEF_DEPTH;
+    fio->nthreads = PX_DEF_THREADS;
+    fio->coop = true;
     const char *v, *engine = param(params, n, "engine");
     unsigned long x;
     if ((v = param(params, n, "direct")) && parse_bool(v, &u->direct) < 0) {
         nxlt_error(ctx, "POSIX: direct=%s: use 0 or 1", v);
         goto bad;
     }
-    if ((v = param(params, n, "coop_taskrun")) && parse_bool(v, &u->coop) < 0) {
+    if ((v = param(params, n, "coop_taskrun")) && parse_bool(v, &fio->coop) < 0) {
         nxlt_error(ctx, "POSIX: coop_taskrun=%s: use 0 or 1", v);
         goto bad;
     }
@@ -525,14 +530,14 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
             nxlt_error(ctx, "POSIX: queue_depth=%s: a number from 1 to 32768", v);
             goto bad;
         }
-        u->depth = (unsigned)x;
+        fio->depth = (unsigned)x;
     }
     if ((v = param(params, n, "threads"))) {
         if (parse_uint(v, 1, 64, &x) < 0) {
             nxlt_error(ctx, "POSIX: threads=%s: a number from 1 to 64", v);
             goto bad;
         }
-        u->nthreads = (unsigned)x;
+        fio->nthreads = (unsigned)x;
     }
     if ((v = param(params, n, "chunk"))) {
         if (parse_uint(v, PX_ALIGN, PX_MAX_IO, &x) < 0 || x % PX_ALIGN) {
@@ -540,7 +545,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                        PX_MAX_IO);
             goto bad;
         }
-        u->chunk = x;
+        fio->chunk = x;
     }
     if (engine && strcmp(engine, "auto") && strcmp(engine, "uring") && strcmp(engine, "threads")) {
         nxlt_error(ctx, "POSIX: engine=%s: use auto, uring or threads", engine);
@@ -549,16 +554,15 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
         u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
     int regs = nxlt_regtab_init(&u->regs);
-    u->kick = event_new(nxlt_base(ctx), -1, 0, px_on_kick, u);
-    if (regs < 0 || !u->kick) {
+    if (nxl_fio_init(fio, ctx, &px_fio_ops, u) < 0 || regs < 0) {
         nxlt_error(ctx, "POSIX: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
     }
     char why[256] = "";
     if (!engine || strcmp(engine, "threads")) {
-        if (px_engine_uring.start(u, why, sizeof(why)) == 0) {
-            u->eng = &px_engine_uring;
+        if (nxl_fio_engine_uring.start(fio, why, sizeof(why)) == 0) {
+            fio->eng = &nxl_fio_engine_uring;
         } else if (engine && !strcmp(engine, "uring")) {
             nxlt_error(ctx, "POSIX: engine=uring asked for, but the io_uring engine could not "
                             "start: %s; use engine=auto or threads",
@@ -574,24 +578,24 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                         "the thread-pool engine", why);
         }
     }
-    if (!u->eng) {
+    if (!fio->eng) {
         char twhy[256] = "";
-        if (px_engine_threads.start(u, twhy, sizeof(twhy)) != 0) {
+        if (nxl_fio_engine_threads.start(fio, twhy, sizeof(twhy)) != 0) {
             nxlt_error(ctx, "POSIX: the thread-pool engine failed to start: %s", twhy);
             destroy(u);
             return NXL_ERR_BACKEND;
         }
-        u->eng = &px_engine_threads;
+        fio->eng = &nxl_fio_engine_threads;
     }
-    size_t l = strlen(u->desc);
+    size_t l = strlen(fio->desc);
     static const char *const thp_mode[] = {
         "off", "at registration up to 64 MiB, larger regions in the background",
         "in the background", "at registration"};
-    snprintf(u->desc + l, sizeof(u->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; registered "
+    snprintf(fio->desc + l, sizeof(fio->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; registered "
                                                "DRAM onto 2 MiB pages: %s",
-             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", u->chunk >> 10,
+             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", fio->chunk >> 10,
              thp_mode[u->thp]);
-    nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", u->desc);
+    nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", fio->desc);
     *out = u;
     return NXL_SUCCESS;
 bad:
@@ -604,25 +608,7 @@ bad:
 static void quiesce(void *state)
 {
     px_t *u = state;
-    if (u->closing)
-        return;
-    u->closing = true;
-    if (u->eng)
-        u->eng->stop(u);
-    px_seg_t *s;
-    while ((s = TAILQ_FIRST(&u->pending))) {
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = PX_S_DONE;
-    }
-    px_xop_t *x;
-    while ((x = LIST_FIRST(&u->xops))) {
-        LIST_REMOVE(x, link);
-        nxlt_op_done(x->op, NXL_ERR_CANCELED,
-                     "POSIX: transport destroyed with the transfer in flight (agent teardown)");
-        for (size_t i = 0; i < x->nseg; i++)
-            px_file_put(x->seg[i].file);
-        free(x);
-    }
+    nxl_fio_quiesce(&u->fio);
 }
 
 static void destroy(void *state)
@@ -634,14 +620,14 @@ static void destroy(void *state)
     nxlt_log(u->ctx, NXL_LOG_INFO,
              "POSIX statistics: %llu transfers, %llu I/Os (%llu direct, %llu buffered, %llu "
              "short) in %llu submissions; DRAM onto 2 MiB pages: %s",
-             (unsigned long long)u->n_xfers, (unsigned long long)(u->n_direct + u->n_buffered),
-             (unsigned long long)u->n_direct, (unsigned long long)u->n_buffered,
-             (unsigned long long)u->n_short, (unsigned long long)u->n_submits, thp);
-    if (u->kick)
-        event_free(u->kick);
+             (unsigned long long)u->fio.n_xfers,
+             (unsigned long long)(u->n_direct + u->n_buffered), (unsigned long long)u->n_direct,
+             (unsigned long long)u->n_buffered, (unsigned long long)u->fio.n_short,
+             (unsigned long long)u->fio.n_submits, thp);
+    nxl_fio_fini(&u->fio);
     if (u->regs.v) {
         for (nxlt_reg_t *r; (r = nxlt_regtab_pop(&u->regs));)
-            px_file_put(NXLT_REG_OF(r, px_file_t, reg));
+            file_put(NXLT_REG_OF(r, px_file_t, reg));
         nxlt_regtab_fini(&u->regs);
     }
     free(u);
@@ -649,7 +635,7 @@ static void destroy(void *state)
 
 static const char *describe(void *state)
 {
-    return ((px_t *)state)->desc;
+    return ((px_t *)state)->fio.desc;
 }
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
