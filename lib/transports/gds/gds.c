@@ -733,47 +733,21 @@ static int probe(char *why, size_t cap)
 
 static void destroy(void *state);
 
-static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 0);
-    if (errno || !*s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    unsigned nthreads = GDS_DEF_THREADS, depth = 0;
-    size_t chunk = GDS_DEF_CHUNK;
-    for (size_t i = 0; i < n; i++) {
-        unsigned long v;
-        const char *k = params[i].key, *s = params[i].value;
-        if (!strcmp(k, "threads")) {
-            if (parse_uint(s, 1, GDS_MAX_THREADS, &v) < 0) {
-                nxlt_error(ctx, "GDS: threads=%s: a number from 1 to %d", s, GDS_MAX_THREADS);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            nthreads = (unsigned)v;
-        } else if (!strcmp(k, "queue_depth")) {
-            if (parse_uint(s, 1, 4096, &v) < 0) {
-                nxlt_error(ctx, "GDS: queue_depth=%s: a number from 1 to 4096", s);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            depth = (unsigned)v;
-        } else if (!strcmp(k, "chunk")) {
-            if (parse_uint(s, GDS_ALIGN, 1ul << 30, &v) < 0 || v % GDS_ALIGN) {
-                nxlt_error(ctx, "GDS: chunk=%s: a multiple of %u up to 1 GiB", s, GDS_ALIGN);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            chunk = v;
-        } else {
-            nxlt_error(ctx, "GDS: unknown parameter '%s' (threads=N, queue_depth=N, chunk=BYTES)",
-                       k);
-            return NXL_ERR_INVALID_PARAM;
-        }
+    /* the engine has refused keys gds_params does not list */
+    uint64_t nthreads = GDS_DEF_THREADS, depth = 0, chunk = GDS_DEF_CHUNK;
+    nxl_status_t pst;
+    if ((pst = nxlt_param_uint(ctx, params, n, "threads", 1, GDS_MAX_THREADS, &nthreads)) !=
+            NXL_SUCCESS ||
+        (pst = nxlt_param_uint(ctx, params, n, "queue_depth", 1, 4096, &depth)) != NXL_SUCCESS ||
+        (pst = nxlt_param_size(ctx, params, n, "chunk", GDS_ALIGN, 1u << 30, &chunk)) !=
+            NXL_SUCCESS)
+        return pst;
+    if (chunk % GDS_ALIGN) {
+        nxlt_error(ctx, "GDS: chunk=%s: a multiple of %u up to 1 GiB",
+                   nxlt_param(params, n, "chunk"), GDS_ALIGN);
+        return NXL_ERR_INVALID_PARAM;
     }
     char why[200];
     const gds_lib_t *L = lib_get(why, sizeof(why));
@@ -795,8 +769,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     nxl_fio_t *fio = &u->fio;
     int fio_ok = nxl_fio_init(fio, ctx, &gds_fio_ops, u);
     fio->chunk = chunk;
-    fio->nthreads = nthreads;
-    fio->tp_max = depth ? depth : 2 * nthreads;
+    fio->nthreads = (unsigned)nthreads;
+    fio->tp_max = depth ? (unsigned)depth : 2 * (unsigned)nthreads;
     LIST_INIT(&u->files);
     if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
         u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
@@ -832,8 +806,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     char pr[200];
     probe(pr, sizeof(pr));
     snprintf(u->desc, sizeof(u->desc), "%.200s; %u threads doing cuFileRead/cuFileWrite, %u "
-             "chunks of %zu KiB in flight, eventfd in the reactor", pr, nthreads, fio->tp_max,
-             chunk >> 10);
+             "chunks of %zu KiB in flight, eventfd in the reactor", pr, fio->nthreads,
+             fio->tp_max, fio->chunk >> 10);
     nxlt_log(ctx, NXL_LOG_INFO, "GDS: %s", u->desc);
     *out = u;
     return NXL_SUCCESS;

@@ -51,7 +51,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -440,54 +439,33 @@ static int probe(char *why, size_t cap)
 
 static void destroy(void *state);
 
-static const char *param(const nxl_param_t *p, size_t n, const char *k)
-{
-    const char *v = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(p[i].key, k))
-            v = p[i].value;
-    return v;
-}
-
-static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 0);
-    if (errno || !*s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-    if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
-        *out = true;
-    else if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "false") ||
-             !strcasecmp(s, "off"))
-        *out = false;
-    else
-        return -1;
-    return 0;
-}
-
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"engine", "direct",       "queue_depth", "threads",
-                                        "chunk",  "coop_taskrun", "thp_collapse"};
-    for (size_t i = 0; i < n; i++) {
-        bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
-            ok |= !strcmp(params[i].key, known[k]);
-        if (!ok) {
-            nxlt_error(ctx, "POSIX: unknown parameter '%s' (engine=auto|uring|threads, "
-                            "direct=0|1, queue_depth=N, threads=N, chunk=BYTES, "
-                            "coop_taskrun=0|1, thp_collapse=auto|off|background|sync)",
-                       params[i].key);
-            return NXL_ERR_INVALID_PARAM;
-        }
+    /* the engine has refused keys px_params does not list */
+    static const char *const engines[] = {"auto", "uring", "threads", NULL};
+    enum { ENGINE_AUTO, ENGINE_URING, ENGINE_THREADS };
+    static const char *const thps[] = {"auto", "off", "background", "sync", "0", NULL};
+    static const int thp_of[] = {PX_THP_AUTO, PX_THP_OFF, PX_THP_BACKGROUND, PX_THP_SYNC,
+                                 PX_THP_OFF};
+    bool direct = false, coop = true;
+    int thp = 0, engine = ENGINE_AUTO;
+    uint64_t depth = PX_DEF_DEPTH, nthreads = PX_DEF_THREADS, chunk = PX_DEF_CHUNK;
+    nxl_status_t st;
+    if ((st = nxlt_param_bool(ctx, params, n, "direct", &direct)) != NXL_SUCCESS ||
+        (st = nxlt_param_bool(ctx, params, n, "coop_taskrun", &coop)) != NXL_SUCCESS ||
+        (st = nxlt_param_choice(ctx, params, n, "thp_collapse", thps, &thp)) != NXL_SUCCESS ||
+        (st = nxlt_param_uint(ctx, params, n, "queue_depth", 1, 32768, &depth)) != NXL_SUCCESS ||
+        (st = nxlt_param_uint(ctx, params, n, "threads", 1, 64, &nthreads)) != NXL_SUCCESS ||
+        (st = nxlt_param_size(ctx, params, n, "chunk", PX_ALIGN, PX_MAX_IO, &chunk)) !=
+            NXL_SUCCESS)
+        return st;
+    if (chunk % PX_ALIGN) {
+        nxlt_error(ctx, "POSIX: chunk=%s: a multiple of %u up to %u bytes",
+                   nxlt_param(params, n, "chunk"), PX_ALIGN, PX_MAX_IO);
+        return NXL_ERR_INVALID_PARAM;
     }
+    if ((st = nxlt_param_choice(ctx, params, n, "engine", engines, &engine)) != NXL_SUCCESS)
+        return st;
     px_t *u = calloc(1, sizeof(*u));
     if (!u) {
         nxlt_error(ctx, "POSIX: out of memory");
@@ -495,62 +473,15 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     u->ctx = ctx;
     nxl_fio_t *fio = &u->fio;
-    fio->chunk = PX_DEF_CHUNK;
-    fio->depth = PX_DEF_DEPTH;
-    fio->nthreads = PX_DEF_THREADS;
-    fio->coop = true;
-    const char *v, *engine = param(params, n, "engine");
-    unsigned long x;
-    if ((v = param(params, n, "direct")) && parse_bool(v, &u->direct) < 0) {
-        nxlt_error(ctx, "POSIX: direct=%s: use 0 or 1", v);
-        goto bad;
-    }
-    if ((v = param(params, n, "coop_taskrun")) && parse_bool(v, &fio->coop) < 0) {
-        nxlt_error(ctx, "POSIX: coop_taskrun=%s: use 0 or 1", v);
-        goto bad;
-    }
+    fio->chunk = chunk;
+    fio->depth = (unsigned)depth;
+    fio->nthreads = (unsigned)nthreads;
+    fio->coop = coop;
+    u->direct = direct;
     /* auto: registered DRAM onto 2 MiB pages when O_DIRECT is asked for */
-    u->thp = PX_THP_AUTO;
-    if ((v = param(params, n, "thp_collapse"))) {
-        if (!strcmp(v, "off") || !strcmp(v, "0"))
-            u->thp = PX_THP_OFF;
-        else if (!strcmp(v, "background"))
-            u->thp = PX_THP_BACKGROUND;
-        else if (!strcmp(v, "sync"))
-            u->thp = PX_THP_SYNC;
-        else if (strcmp(v, "auto")) {
-            nxlt_error(ctx, "POSIX: thp_collapse=%s: use auto, off, background or sync", v);
-            goto bad;
-        }
-    }
+    u->thp = thp_of[thp];
     if (u->thp == PX_THP_AUTO && !u->direct)
         u->thp = PX_THP_OFF;
-    if ((v = param(params, n, "queue_depth"))) {
-        if (parse_uint(v, 1, 32768, &x) < 0) {
-            nxlt_error(ctx, "POSIX: queue_depth=%s: a number from 1 to 32768", v);
-            goto bad;
-        }
-        fio->depth = (unsigned)x;
-    }
-    if ((v = param(params, n, "threads"))) {
-        if (parse_uint(v, 1, 64, &x) < 0) {
-            nxlt_error(ctx, "POSIX: threads=%s: a number from 1 to 64", v);
-            goto bad;
-        }
-        fio->nthreads = (unsigned)x;
-    }
-    if ((v = param(params, n, "chunk"))) {
-        if (parse_uint(v, PX_ALIGN, PX_MAX_IO, &x) < 0 || x % PX_ALIGN) {
-            nxlt_error(ctx, "POSIX: chunk=%s: a multiple of %u up to %u bytes", v, PX_ALIGN,
-                       PX_MAX_IO);
-            goto bad;
-        }
-        fio->chunk = x;
-    }
-    if (engine && strcmp(engine, "auto") && strcmp(engine, "uring") && strcmp(engine, "threads")) {
-        nxlt_error(ctx, "POSIX: engine=%s: use auto, uring or threads", engine);
-        goto bad;
-    }
     if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
         u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
     int regs = nxlt_regtab_init(&u->regs);
@@ -560,10 +491,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_UNKNOWN;
     }
     char why[256] = "";
-    if (!engine || strcmp(engine, "threads")) {
+    if (engine != ENGINE_THREADS) {
         if (nxl_fio_engine_uring.start(fio, why, sizeof(why)) == 0) {
             fio->eng = &nxl_fio_engine_uring;
-        } else if (engine && !strcmp(engine, "uring")) {
+        } else if (engine == ENGINE_URING) {
             nxlt_error(ctx, "POSIX: engine=uring asked for, but the io_uring engine could not "
                             "start: %s; use engine=auto or threads",
                        why);
@@ -591,16 +522,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     static const char *const thp_mode[] = {
         "off", "at registration up to 64 MiB, larger regions in the background",
         "in the background", "at registration"};
-    snprintf(fio->desc + l, sizeof(fio->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; registered "
-                                               "DRAM onto 2 MiB pages: %s",
+    snprintf(fio->desc + l, sizeof(fio->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; "
+                                                   "registered DRAM onto 2 MiB pages: %s",
              u->direct ? "for aligned I/O" : "per file (mode=...,direct)", fio->chunk >> 10,
              thp_mode[u->thp]);
     nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", fio->desc);
     *out = u;
     return NXL_SUCCESS;
-bad:
-    free(u);
-    return NXL_ERR_INVALID_PARAM;
 }
 
 /* Waits for what the kernel or the workers hold (their buffers are the
