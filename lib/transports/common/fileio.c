@@ -3,14 +3,19 @@
  * segments of a transfer, their pending queue, and what an I/O engine's
  * results do to them. */
 #include "fileio.h"
+#include "../blob_wire.h"
 
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__has_include)
@@ -178,8 +183,41 @@ int nxl_fio_init(nxl_fio_t *f, nxlt_ctx_t *ctx, const nxl_fio_ops_t *ops, void *
     f->owner = owner;
     TAILQ_INIT(&f->pending);
     LIST_INIT(&f->xops);
+    if (getrandom(&f->token, sizeof(f->token), GRND_NONBLOCK) != sizeof(f->token))
+        f->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)owner;
     f->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, f);
     return f->kick ? 0 : -1;
+}
+
+nxl_status_t nxl_fio_post_check(nxl_fio_t *f, const nxlt_xfer_t *t)
+{
+    const char *name = f->ops->name;
+    if (f->closing) {
+        nxlt_error(f->ctx, "%s: the transport is shutting down", name);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    if (t->conn != f->owner) {
+        nxlt_error(f->ctx, "%s: moves data only within the agent (its own name as the remote "
+                           "agent)", name);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    if (t->ltype != f->ops->ltype || !(f->ops->rmask & (1u << t->rtype))) {
+        nxlt_error(f->ctx, "%s: moves %s (the local list) to and from %s (the list prepared "
+                           "against the agent itself), not %s and %s",
+                   name, nxl_mem_name(f->ops->ltype), f->ops->rtypes, nxl_mem_name(t->ltype),
+                   nxl_mem_name(t->rtype));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_fio_refuse_access(nxl_fio_t *f, size_t i, bool write, const char *fname)
+{
+    nxlt_error(f->ctx, "%s: element %zu %s %s, which is registered %s", f->ops->name, i,
+               write ? "writes to" : "reads from", fname,
+               write ? "read-only (open it for writing, or mode=rw)"
+                     : "write-only (open it for reading, or mode=rw)");
+    return NXL_ERR_NOT_ALLOWED;
 }
 
 nxl_status_t nxl_fio_post(nxl_fio_t *f, nxlt_op_t *op, const nxlt_xfer_t *t)
@@ -252,4 +290,92 @@ void nxl_fio_fini(nxl_fio_t *f)
     if (f->kick)
         event_free(f->kick);
     f->kick = NULL;
+}
+
+/* ------------------------------------------------------------ the transport table */
+
+nxl_status_t nxl_fio_conn_info(void *state, void **buf, size_t *len)
+{
+    nxl_fio_t *f = state;
+    return nxlt_blob24_new(f->ops->conn_magic, f->token, 0, buf, len) ? NXL_ERR_UNKNOWN
+                                                                      : NXL_SUCCESS;
+}
+
+nxl_status_t nxl_fio_load_conn(void *state, const char *agent, const void *info, size_t len,
+                               void **conn)
+{
+    nxl_fio_t *f = state;
+    nxlt_blob24_t c;
+    *conn = NULL;
+    if (nxlt_blob24_parse(info, len, f->ops->conn_magic, &c) == 0 && c.token == f->token)
+        *conn = state; /* ourselves: the loopback view */
+    return NXL_SUCCESS;
+}
+
+void nxl_fio_unload_conn(void *state, void *conn) {}
+
+nxl_status_t nxl_fio_notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                                size_t len)
+{
+    nxl_fio_t *f = state;
+    nxlt_error(f->ctx, "%s: carries no notifications", f->ops->name);
+    return NXL_ERR_NOT_SUPPORTED;
+}
+
+nxl_status_t nxl_fio_pack_key(nxl_fio_t *f, uint64_t regid, void **buf, size_t *len)
+{
+    return nxlt_blob24_new(f->ops->key_magic, f->token, regid, buf, len) ? NXL_ERR_UNKNOWN
+                                                                         : NXL_SUCCESS;
+}
+
+nxl_status_t nxl_fio_dup_fd(nxl_fio_t *f, const char *tn, const nxl_desc_t *d, int *fd, int *acc,
+                            char *fname, size_t cap)
+{
+    const char *name = f->ops->name;
+    if (d->dev_id > INT_MAX) {
+        nxlt_error(f->ctx, "%s: %s dev_id %llu is not a file descriptor; register an open fd, "
+                           "or a path in desc.meta (\"path=/x/y;mode=rw\")",
+                   name, tn, (unsigned long long)d->dev_id);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    int ufd = (int)d->dev_id;
+    int fl = fcntl(ufd, F_GETFL);
+    if (fl < 0) {
+        int e = errno;
+        nxlt_error(f->ctx, "%s: fd %d given to register %s range %llu+%zu is not open (%s): "
+                           "pass an open fd in dev_id, or a path in desc.meta",
+                   name, ufd, tn, (unsigned long long)d->addr, d->len, strerror(e));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *acc = fl & O_ACCMODE;
+    if ((fl & O_APPEND) && *acc != O_RDONLY) {
+        nxlt_error(f->ctx, "%s: fd %d is opened with O_APPEND, where positional writes append "
+                           "instead; open it without O_APPEND", name, ufd);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if ((*fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        int e = errno;
+        nxlt_error(f->ctx, "%s: cannot duplicate fd %d: %s", name, ufd, strerror(e));
+        return NXL_ERR_BACKEND;
+    }
+    snprintf(fname, cap, "fd %d", ufd);
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_fio_query(nxl_fio_t *f, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res,
+                           struct stat *sb, nxlt_filemeta_t *m)
+{
+    memset(res, 0, sizeof(*res));
+    if (!(f->ops->rmask & (1u << type))) {
+        nxlt_error(f->ctx, "%s: answers queries about %s, not %s", f->ops->name,
+                   f->ops->rtypes_query, nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    bool exists;
+    nxl_status_t st = nxlt_filemeta_stat(f->ctx, f->ops->name, d, m, sb, &exists);
+    if (st != NXL_SUCCESS || !exists)
+        return st;
+    res->exists = 1;
+    res->size = (uint64_t)sb->st_size;
+    return NXL_SUCCESS;
 }

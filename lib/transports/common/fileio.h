@@ -15,6 +15,11 @@
  * flight; a failed or canceled one starts nothing more, so its buffers are
  * free when its callback runs.
  *
+ * The transports' state begins with their nxl_fio_t, so that the parts of
+ * the transport table that are the same for both (conn_info, load_conn,
+ * notif_send, ...) are written once here, as nxl_fio_* functions that take
+ * that state.
+ *
  * Each transport compiles these files in (a module its own copy); the
  * names are not exported from libnxl. */
 #ifndef NXL_FILEIO_H
@@ -23,9 +28,12 @@
 #include "config.h"
 #include <nxl/transport.h>
 
+#include "../filemeta.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 struct event;
@@ -83,6 +91,12 @@ typedef struct nxl_fio_engine {
 /* What the transport tells the core. */
 typedef struct nxl_fio_ops {
     const char *name;        /* "POSIX": the first word of its sentences */
+    uint32_t conn_magic;     /* conn_info's blob (../blob_wire.h) */
+    uint32_t key_magic;      /* region keys' */
+    nxl_mem_t ltype;         /* what the local list is (DRAM, VRAM) */
+    unsigned rmask;          /* what the remote list may be: 1 << NXL_FILE, ... */
+    const char *rtypes;      /* that in words: "FILE or BLK" */
+    const char *rtypes_query; /* and for query: "FILE and BLK" */
     /* the file of element @p v into s->file (a reference taken), s->fname
      * and s->lmd */
     void (*seg_init)(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v);
@@ -101,6 +115,7 @@ typedef struct nxl_fio_ops {
 
 struct nxl_fio {
     nxlt_ctx_t *ctx;
+    uint64_t token;          /* identifies this instance in conn_info and keys */
     const nxl_fio_ops_t *ops;
     void *owner;             /* the transport's instance */
     const nxl_fio_engine_t *eng;
@@ -122,8 +137,15 @@ struct nxl_fio {
 extern const nxl_fio_engine_t nxl_fio_engine_uring; /* .start fails when built without liburing */
 extern const nxl_fio_engine_t nxl_fio_engine_threads;
 
-/* sets up @p f (the kick event in the context's reactor); -1: out of memory */
+/* sets up @p f (its token; the kick event in the context's reactor); -1:
+ * out of memory */
 int nxl_fio_init(nxl_fio_t *f, nxlt_ctx_t *ctx, const nxl_fio_ops_t *ops, void *owner);
+/* the checks of a transfer every file transport makes: not shutting down,
+ * within the agent, the kinds of memory of both lists */
+nxl_status_t nxl_fio_post_check(nxl_fio_t *f, const nxlt_xfer_t *t);
+/* refuses element @p i, which reads from a write-only or writes to a
+ * read-only range of @p fname: NXL_ERR_NOT_ALLOWED with the sentence */
+nxl_status_t nxl_fio_refuse_access(nxl_fio_t *f, size_t i, bool write, const char *fname);
 /* cuts a checked transfer into segments and starts it */
 nxl_status_t nxl_fio_post(nxl_fio_t *f, nxlt_op_t *op, const nxlt_xfer_t *t);
 /* stops the engine (waits for what it holds), then reports every transfer
@@ -149,5 +171,27 @@ void nxl_fio_fail(nxl_fio_t *f, nxl_fio_seg_t *s, nxl_status_t st, const char *f
 /* resets an engine's eventfd before its results are collected (a result
  * that arrives after this wakes the reactor again); @p whose names it */
 void nxl_fio_efd_drain(nxl_fio_t *f, int efd, const char *whose);
+
+/* ---- the transport table: @p state is the transport's, its nxl_fio_t first */
+nxl_status_t nxl_fio_conn_info(void *state, void **buf, size_t *len);
+/* our own token: the loopback view (conn = state); another agent's files
+ * are not reachable from here: no connection, which the engine reads as
+ * "this transport does not reach it" */
+nxl_status_t nxl_fio_load_conn(void *state, const char *agent, const void *info, size_t len,
+                               void **conn);
+void nxl_fio_unload_conn(void *state, void *conn);
+nxl_status_t nxl_fio_notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                                size_t len);
+/* the key of registration @p regid */
+nxl_status_t nxl_fio_pack_key(nxl_fio_t *f, uint64_t regid, void **buf, size_t *len);
+/* a FILE or BLK range by the open fd in d->dev_id: checked (open, not
+ * O_APPEND for writing) and duplicated (close-on-exec) into @p fd, its
+ * O_ACCMODE into @p acc, "fd N" into @p fname; @p tn names the kind */
+nxl_status_t nxl_fio_dup_fd(nxl_fio_t *f, const char *tn, const nxl_desc_t *d, int *fd, int *acc,
+                            char *fname, size_t cap);
+/* a query about a file (desc.meta's path, or the fd in dev_id), its kind
+ * one of ops->rmask: res from stat(2), its stat in @p sb when it exists */
+nxl_status_t nxl_fio_query(nxl_fio_t *f, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res,
+                           struct stat *sb, nxlt_filemeta_t *m);
 
 #endif

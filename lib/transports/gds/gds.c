@@ -45,19 +45,15 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../blob_wire.h"
@@ -239,10 +235,10 @@ typedef struct gds_reg {
 } gds_reg_t;
 
 struct gds {
-    nxl_fio_t fio;           /* transfers: chunk, nthreads, tp_max (the queue depth) */
+    nxl_fio_t fio;           /* first (the nxl_fio_* table functions take gds_t as it);
+                              * transfers: chunk, nthreads, tp_max (the queue depth); token */
     nxlt_ctx_t *ctx;
     const gds_lib_t *L;
-    uint64_t token;
     nxlt_regtab_t regs;      /* FILE registrations, by regid */
     uint64_t next_regid;
     LIST_HEAD(, gds_file) files;
@@ -432,32 +428,9 @@ static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
     if (d->meta_len) {
         if ((st = open_meta(u, d, &fd, &acc, r->name, sizeof(r->name))) != NXL_SUCCESS)
             return st;
-    } else {
-        if (d->dev_id > INT_MAX) {
-            nxlt_error(u->ctx, "GDS: FILE dev_id %llu is not a file descriptor; register an open "
-                       "fd, or a path in desc.meta (\"path=/x/y;mode=rw\")",
-                       (unsigned long long)d->dev_id);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        int ufd = (int)d->dev_id;
-        int fl = fcntl(ufd, F_GETFL);
-        if (fl < 0) {
-            nxlt_error(u->ctx, "GDS: fd %d given to register FILE range %llu+%zu is not open "
-                       "(%s): pass an open fd in dev_id, or a path in desc.meta", ufd,
-                       (unsigned long long)d->addr, d->len, strerror(errno));
-            return NXL_ERR_INVALID_PARAM;
-        }
-        acc = fl & O_ACCMODE;
-        if ((fl & O_APPEND) && acc != O_RDONLY) {
-            nxlt_error(u->ctx, "GDS: fd %d is opened with O_APPEND, where positional writes "
-                       "append instead; open it without O_APPEND", ufd);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        if ((fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0)) < 0) {
-            nxlt_error(u->ctx, "GDS: cannot duplicate fd %d: %s", ufd, strerror(errno));
-            return NXL_ERR_BACKEND;
-        }
-        snprintf(r->name, sizeof(r->name), "fd %d", ufd);
+    } else if ((st = nxl_fio_dup_fd(&u->fio, "FILE", d, &fd, &acc, r->name, sizeof(r->name))) !=
+               NXL_SUCCESS) {
+        return st;
     }
     if ((st = file_get(u, fd, acc, r->name, &r->file)) != NXL_SUCCESS)
         return st;
@@ -527,35 +500,15 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (r->type != NXL_FILE)
         return NXL_SUCCESS; /* VRAM is only ever the local side */
-    return nxlt_blob24_new(KEY_MAGIC, u->token, r->reg.regid, buf, len) ? NXL_ERR_UNKNOWN
-                                                                    : NXL_SUCCESS;
+    return nxl_fio_pack_key(&u->fio, r->reg.regid, buf, len);
 }
-
-static nxl_status_t conn_info(void *state, void **buf, size_t *len)
-{
-    gds_t *u = state;
-    return nxlt_blob24_new(CONN_MAGIC, u->token, 0, buf, len) ? NXL_ERR_UNKNOWN : NXL_SUCCESS;
-}
-
-static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
-                              void **conn)
-{
-    gds_t *u = state;
-    nxlt_blob24_t c;
-    *conn = NULL;
-    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0 && c.token == u->token)
-        *conn = u; /* ourselves: the loopback view; another agent's files are not reachable */
-    return NXL_SUCCESS;
-}
-
-static void unload_conn(void *state, void *conn) {}
 
 static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
 {
     gds_t *u = state;
     nxlt_blob24_t k;
     *rkey = NULL;
-    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->token) {
+    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->fio.token) {
         nxlt_error(u->ctx, "GDS: a region key of %zu bytes that is not this transport's", len);
         return NXL_ERR_MISMATCH;
     }
@@ -640,6 +593,12 @@ static void chunk_result(nxl_fio_t *fio, nxl_fio_seg_t *s)
 
 static const nxl_fio_ops_t gds_fio_ops = {
     .name = "GDS",
+    .conn_magic = CONN_MAGIC,
+    .key_magic = KEY_MAGIC,
+    .ltype = NXL_VRAM,
+    .rmask = 1u << NXL_FILE,
+    .rtypes = "FILE",
+    .rtypes_query = "FILE",
     .seg_init = seg_init,
     .file_put = seg_file_put,
     .io = chunk_io,
@@ -649,21 +608,9 @@ static const nxl_fio_ops_t gds_fio_ops = {
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     gds_t *u = state;
-    if (u->fio.closing) {
-        nxlt_error(u->ctx, "GDS: the transport is shutting down");
-        return NXL_ERR_NOT_ALLOWED;
-    }
-    if (t->conn != u) {
-        nxlt_error(u->ctx, "GDS: moves data only within the agent (its own name as the remote "
-                           "agent)");
-        return NXL_ERR_NOT_SUPPORTED;
-    }
-    if (t->ltype != NXL_VRAM || t->rtype != NXL_FILE) {
-        nxlt_error(u->ctx, "GDS: moves VRAM (the local list) to and from FILE (the list prepared "
-                           "against the agent itself), not %s and %s",
-                   nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
+    nxl_status_t st = nxl_fio_post_check(&u->fio, t);
+    if (st != NXL_SUCCESS)
+        return st;
     bool write = t->op == NXL_WRITE;
     for (size_t i = 0; i < t->n; i++) {
         const nxlt_iov_t *v = &t->iov[i];
@@ -674,23 +621,10 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
             return NXL_ERR_NOT_SUPPORTED;
         }
         int acc = fr->file->acc & O_ACCMODE;
-        if (write ? acc == O_RDONLY : acc == O_WRONLY) {
-            nxlt_error(u->ctx, "GDS: element %zu %s %s, which is registered %s", i,
-                       write ? "writes to" : "reads from", fr->name,
-                       write ? "read-only (open it for writing, or mode=rw)"
-                             : "write-only (open it for reading, or mode=rw)");
-            return NXL_ERR_NOT_ALLOWED;
-        }
+        if (write ? acc == O_RDONLY : acc == O_WRONLY)
+            return nxl_fio_refuse_access(&u->fio, i, write, fr->name);
     }
     return nxl_fio_post(&u->fio, op, t);
-}
-
-static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
-                               size_t len)
-{
-    gds_t *u = state;
-    nxlt_error(u->ctx, "GDS: carries no notifications");
-    return NXL_ERR_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------ query */
@@ -698,20 +632,9 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
 static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
 {
     gds_t *u = state;
-    memset(res, 0, sizeof(*res));
-    if (type != NXL_FILE) {
-        nxlt_error(u->ctx, "GDS: answers queries about FILE, not %s", nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     struct stat sb;
     nxlt_filemeta_t m;
-    bool exists;
-    nxl_status_t st = nxlt_filemeta_stat(u->ctx, "GDS", d, &m, &sb, &exists);
-    if (st != NXL_SUCCESS || !exists)
-        return st;
-    res->exists = 1;
-    res->size = (uint64_t)sb.st_size;
-    return NXL_SUCCESS;
+    return nxl_fio_query(&u->fio, type, d, res, &sb, &m);
 }
 
 /* ------------------------------------------------------------ instance */
@@ -772,8 +695,6 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     fio->nthreads = (unsigned)nthreads;
     fio->tp_max = depth ? (unsigned)depth : 2 * (unsigned)nthreads;
     LIST_INIT(&u->files);
-    if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
-        u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
     if (nxlt_regtab_init(&u->regs) < 0 || fio_ok < 0) {
         nxlt_error(ctx, "GDS: out of memory");
         destroy(u);
@@ -869,6 +790,8 @@ static const nxl_param_info_t gds_params[] = {
     {"chunk", "8388608", "larger elements split into chunks of this many bytes (a multiple of 4096)"},
 };
 
+_Static_assert(offsetof(gds_t, fio) == 0, "the nxl_fio_* table functions take gds_t as its nxl_fio_t");
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "GDS",
@@ -882,13 +805,13 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .reg = reg,
     .dereg = dereg,
     .pack_key = pack_key,
-    .conn_info = conn_info,
-    .load_conn = load_conn,
+    .conn_info = nxl_fio_conn_info,
+    .load_conn = nxl_fio_load_conn,
     .load_key = load_key,
     .unload_key = unload_key,
-    .unload_conn = unload_conn,
+    .unload_conn = nxl_fio_unload_conn,
     .post = post,
-    .notif_send = notif_send,
+    .notif_send = nxl_fio_notif_send,
     .describe = describe,
     .query = query,
     .quiesce = quiesce,

@@ -43,18 +43,15 @@
 #include "../filemeta.h"
 
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/fs.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define KEY_MAGIC 0x314b5850u  /* "PXK1" */
@@ -160,38 +157,9 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
                  (unsigned long long)d->dev_id);
         snprintf(dpath, sizeof(dpath), "%s", m.path);
     } else {
-        if (d->dev_id > INT_MAX) {
-            nxlt_error(u->ctx, "POSIX: %s dev_id %llu is not a file descriptor; register an open "
-                               "fd, or a path in desc.meta (\"path=/x/y;mode=rw\")",
-                       tn, (unsigned long long)d->dev_id);
-            st = NXL_ERR_INVALID_PARAM;
+        st = nxl_fio_dup_fd(&u->fio, tn, d, &f->fd, &acc, f->name, sizeof(f->name));
+        if (st != NXL_SUCCESS)
             goto fail;
-        }
-        int ufd = (int)d->dev_id;
-        int fl = fcntl(ufd, F_GETFL);
-        if (fl < 0) {
-            int e = errno;
-            nxlt_error(u->ctx, "POSIX: fd %d given to register %s range %llu+%zu is not open "
-                               "(%s): pass an open fd in dev_id, or a path in desc.meta",
-                       ufd, tn, (unsigned long long)d->addr, d->len, strerror(e));
-            st = NXL_ERR_INVALID_PARAM;
-            goto fail;
-        }
-        acc = fl & O_ACCMODE;
-        if ((fl & O_APPEND) && acc != O_RDONLY) {
-            nxlt_error(u->ctx, "POSIX: fd %d is opened with O_APPEND, where positional writes "
-                               "append instead; open it without O_APPEND", ufd);
-            st = NXL_ERR_INVALID_PARAM;
-            goto fail;
-        }
-        f->fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0);
-        if (f->fd < 0) {
-            int e = errno;
-            nxlt_error(u->ctx, "POSIX: cannot duplicate fd %d: %s", ufd, strerror(e));
-            st = NXL_ERR_BACKEND;
-            goto fail;
-        }
-        snprintf(f->name, sizeof(f->name), "fd %d", ufd);
         snprintf(dpath, sizeof(dpath), "/proc/self/fd/%d", f->fd);
     }
     struct stat sb;
@@ -252,33 +220,8 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (md == &px_dram_md)
         return NXL_SUCCESS; /* DRAM regions are only ever the local side */
-    return nxlt_blob24_new(KEY_MAGIC, u->token, ((px_file_t *)md)->reg.regid, buf, len)
-               ? NXL_ERR_UNKNOWN
-               : NXL_SUCCESS;
+    return nxl_fio_pack_key(&u->fio, ((px_file_t *)md)->reg.regid, buf, len);
 }
-
-static nxl_status_t conn_info(void *state, void **buf, size_t *len)
-{
-    px_t *u = state;
-    return nxlt_blob24_new(CONN_MAGIC, u->token, 0, buf, len) ? NXL_ERR_UNKNOWN : NXL_SUCCESS;
-}
-
-static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
-                              void **conn)
-{
-    px_t *u = state;
-    px_blob_t c;
-    *conn = NULL;
-    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0) {
-        if (c.token == u->token)
-            *conn = u; /* ourselves: the loopback view */
-    }
-    /* another agent's files are not reachable from here: no connection,
-     * which the engine reads as "this transport does not reach it" */
-    return NXL_SUCCESS;
-}
-
-static void unload_conn(void *state, void *conn) {}
 
 static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
 {
@@ -289,7 +232,7 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
         nxlt_error(u->ctx, "POSIX: a region key of %zu bytes that is not this transport's", len);
         return NXL_ERR_MISMATCH;
     }
-    px_file_t *f = nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) == 0 && k.token == u->token
+    px_file_t *f = nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) == 0 && k.token == u->fio.token
                        ? reg_find(u, k.regid)
                        : NULL;
     if (!f) {
@@ -344,6 +287,12 @@ static int seg_fd(nxl_fio_t *fio, nxl_fio_seg_t *s, size_t *len)
 
 static const nxl_fio_ops_t px_fio_ops = {
     .name = "POSIX",
+    .conn_magic = CONN_MAGIC,
+    .key_magic = KEY_MAGIC,
+    .ltype = NXL_DRAM,
+    .rmask = (1u << NXL_FILE) | (1u << NXL_BLK),
+    .rtypes = "FILE or BLK",
+    .rtypes_query = "FILE and BLK",
     .seg_init = seg_init,
     .file_put = seg_file_put,
     .seg_fd = seg_fd,
@@ -352,21 +301,9 @@ static const nxl_fio_ops_t px_fio_ops = {
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     px_t *u = state;
-    if (u->fio.closing) {
-        nxlt_error(u->ctx, "POSIX: the transport is shutting down");
-        return NXL_ERR_NOT_ALLOWED;
-    }
-    if (t->conn != u) {
-        nxlt_error(u->ctx, "POSIX: moves data only within the agent (its own name as the remote "
-                           "agent)");
-        return NXL_ERR_NOT_SUPPORTED;
-    }
-    if (t->ltype != NXL_DRAM || (t->rtype != NXL_FILE && t->rtype != NXL_BLK)) {
-        nxlt_error(u->ctx, "POSIX: moves DRAM (the local list) to and from FILE or BLK (the list "
-                           "prepared against the agent itself), not %s and %s",
-                   nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
+    nxl_status_t st = nxl_fio_post_check(&u->fio, t);
+    if (st != NXL_SUCCESS)
+        return st;
     bool write = t->op == NXL_WRITE;
     for (size_t i = 0; i < t->n; i++) {
         px_file_t *f = t->iov[i].rkey;
@@ -374,23 +311,10 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
             nxlt_error(u->ctx, "POSIX: element %zu has no registered file range", i);
             return NXL_ERR_NOT_SUPPORTED;
         }
-        if (write ? !f->can_write : !f->can_read) {
-            nxlt_error(u->ctx, "POSIX: element %zu %s %s, which is registered %s", i,
-                       write ? "writes to" : "reads from", f->name,
-                       write ? "read-only (open it for writing, or mode=rw)"
-                             : "write-only (open it for reading, or mode=rw)");
-            return NXL_ERR_NOT_ALLOWED;
-        }
+        if (write ? !f->can_write : !f->can_read)
+            return nxl_fio_refuse_access(&u->fio, i, write, f->name);
     }
     return nxl_fio_post(&u->fio, op, t);
-}
-
-static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
-                               size_t len)
-{
-    px_t *u = state;
-    nxlt_error(u->ctx, "POSIX: carries no notifications");
-    return NXL_ERR_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------ query */
@@ -398,24 +322,15 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
 static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
 {
     px_t *u = state;
-    memset(res, 0, sizeof(*res));
-    if (type != NXL_FILE && type != NXL_BLK) {
-        nxlt_error(u->ctx, "POSIX: answers queries about FILE and BLK, not %s",
-                   nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     struct stat sb;
     px_meta_t m;
-    bool exists;
-    nxl_status_t st = nxlt_filemeta_stat(u->ctx, "POSIX", d, &m, &sb, &exists);
-    if (st != NXL_SUCCESS || !exists)
+    nxl_status_t st = nxl_fio_query(&u->fio, type, d, res, &sb, &m);
+    if (st != NXL_SUCCESS || !res->exists)
         return st;
     int fd = -1;
     if (S_ISBLK(sb.st_mode)) /* its size: the device's, not the inode's */
         fd = m.path[0] ? open(m.path, O_RDONLY | O_CLOEXEC)
                        : fcntl((int)d->dev_id, F_DUPFD_CLOEXEC, 0);
-    res->exists = 1;
-    res->size = (uint64_t)sb.st_size;
     if (fd >= 0) {
         uint64_t size;
         if (ioctl(fd, BLKGETSIZE64, &size) == 0)
@@ -482,8 +397,6 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->thp = thp_of[thp];
     if (u->thp == PX_THP_AUTO && !u->direct)
         u->thp = PX_THP_OFF;
-    if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
-        u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
     int regs = nxlt_regtab_init(&u->regs);
     if (nxl_fio_init(fio, ctx, &px_fio_ops, u) < 0 || regs < 0) {
         nxlt_error(ctx, "POSIX: out of memory");
@@ -582,6 +495,8 @@ static const nxl_param_info_t px_params[] = {
      "background, off"},
 };
 
+_Static_assert(offsetof(px_t, fio) == 0, "the nxl_fio_* table functions take px_t as its nxl_fio_t");
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "POSIX",
@@ -595,13 +510,13 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .reg = reg,
     .dereg = dereg,
     .pack_key = pack_key,
-    .conn_info = conn_info,
-    .load_conn = load_conn,
+    .conn_info = nxl_fio_conn_info,
+    .load_conn = nxl_fio_load_conn,
     .load_key = load_key,
     .unload_key = unload_key,
-    .unload_conn = unload_conn,
+    .unload_conn = nxl_fio_unload_conn,
     .post = post,
-    .notif_send = notif_send,
+    .notif_send = nxl_fio_notif_send,
     .describe = describe,
     .query = query,
     .quiesce = quiesce,

@@ -50,13 +50,13 @@ typedef struct px_file {
 } px_file_t;
 
 struct px {
-    nxl_fio_t fio;           /* transfers: chunk, depth (io_uring entries), coop
-                              * (coop_taskrun=1, default), nthreads */
+    nxl_fio_t fio;           /* first (the nxl_fio_* table functions take px_t as it);
+                              * transfers: chunk, depth (io_uring entries), coop
+                              * (coop_taskrun=1, default), nthreads; token */
     nxlt_ctx_t *ctx;
     bool direct;             /* backend parameter direct=1 */
     int thp;                 /* PX_THP_*: registered DRAM onto 2 MiB pages */
     px_thp_t *thp_state;     /* thp.c, made on first use */
-    uint64_t token;          /* identifies this instance in conn_info and keys */
     uint64_t next_regid;
     nxlt_regtab_t regs;      /* registry of FILE/BLK regions, by regid */
     uint64_t n_direct, n_buffered; /* statistics */
