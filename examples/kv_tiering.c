@@ -32,7 +32,7 @@
  * succeeded. */
 #include <nxl.h>
 #ifdef KV_CUDA
-#include "transports/cuda/cudart.h"
+#include "transports/common/cudart.h"
 #endif
 
 #include "cli.h"

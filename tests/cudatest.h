@@ -15,7 +15,7 @@
 
 #if defined(NXL_TEST_CUDA) || defined(NXL_TEST_GDS)
 #define CT_CUDA 1
-#include "transports/cuda/cudart.h"
+#include "transports/common/cudart.h"
 #endif
 
 static const char *cur_test = "";

@@ -8,7 +8,8 @@
 # and no key the table lacks.
 #
 # The transports are those tools/nxl_info lists (every one configure knows)
-# and the folders of lib/transports. A transport's table is what
+# and the folders of lib/transports that hold a configure.m4 (common/, the
+# code transports share, is not one). A transport's table is what
 # `nxl_info -v` prints for it where this build can load it; otherwise (not
 # built here: CUDA or GDS without their libraries, say) the table is read
 # from its source, the `nxl_param_info_t NAME[] = {...}` in any file of
@@ -83,8 +84,8 @@ else
     echo "($info not built: checking the pages against the sources only)"
     : >"$tmp.v"
 fi
-for d in "$srcdir"/lib/transports/*/; do
-    [ -d "$d" ] && basename "$d" | tr a-z A-Z >>"$tmp.names"
+for d in "$srcdir"/lib/transports/*/; do   # a transport's folder has its configure.m4 (common/ is none)
+    [ -f "$d/configure.m4" ] && basename "$d" | tr a-z A-Z >>"$tmp.names"
 done
 names=$(awk '!seen[$0]++' "$tmp.names")
 [ -n "$names" ] || { echo "no transports found (nxl_info, lib/transports)"; exit 99; }

@@ -30,7 +30,7 @@
 #define PEER_NAME "nxlb-cuda-peer"
 
 #ifdef NXLBENCH_CUDA
-#include "transports/cuda/cudart.h"
+#include "transports/common/cudart.h"
 #endif
 
 static struct {

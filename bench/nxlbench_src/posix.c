@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #ifdef NXLBENCH_CUDA
-#include "transports/cuda/cudart.h"
+#include "transports/common/cudart.h"
 #endif
 
 typedef struct sfile {

@@ -12,7 +12,7 @@
 
 #include <nxl.h>
 #ifdef KV_CUDA
-#include "transports/cuda/cudart.h" /* the CUDA runtime, loaded at run time as libnxl does */
+#include "transports/common/cudart.h" /* the CUDA runtime, loaded at run time as libnxl does */
 #endif
 
 #include <stdbool.h>

@@ -30,10 +30,10 @@
  * stream cannot be withdrawn, so a canceled transfer completes (CANCELED)
  * when its host functions ran, when the GPU is done with its buffers.
  *
- * The CUDA runtime is resolved at run time (cudart.c): libnxl links neither
+ * The CUDA runtime is resolved at run time (../common/cudart.c): libnxl links neither
  * libcudart nor libcuda. */
 #include "config.h"
-#include "cudart.h"
+#include "../common/cudart.h"
 
 #include <nxl/transport.h>
 
@@ -956,24 +956,12 @@ static void destroy(void *state);
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    unsigned nstreams = CU_DEF_STREAMS;
-    for (size_t i = 0; i < n; i++) {
-        if (!strcmp(params[i].key, "streams")) {
-            char *end;
-            errno = 0;
-            unsigned long v = strtoul(params[i].value, &end, 10);
-            if (errno || !*params[i].value || *end || v < 1 || v > CU_MAX_STREAMS) {
-                nxlt_error(ctx, "CUDA: streams=%s: a number from 1 to %d", params[i].value,
-                           CU_MAX_STREAMS);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            nstreams = (unsigned)v;
-        } else {
-            nxlt_error(ctx, "CUDA: unknown parameter '%s' (streams=N: copy streams per device)",
-                       params[i].key);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
+    /* the engine has refused keys cu_params does not list */
+    uint64_t streams = CU_DEF_STREAMS;
+    nxl_status_t pst = nxlt_param_uint(ctx, params, n, "streams", 1, CU_MAX_STREAMS, &streams);
+    if (pst != NXL_SUCCESS)
+        return pst;
+    unsigned nstreams = (unsigned)streams;
     char why[160];
     int kind;
     const nxl_cuda_rt_t *rt = nxl_cuda_rt_get(&kind, why, sizeof(why));

@@ -15,11 +15,12 @@
  * "path=...;mode=r|w|rw|create" in desc.meta. Ranges of one file opened
  * the same way share one cuFileHandleRegister handle.
  *
- * Transfers: elements are cut into chunks (chunk=BYTES, 8 MiB) and a few
- * worker threads (threads=N, 4) run cuFileRead / cuFileWrite on them, at
- * most queue_depth (2 per thread) at a time; a finished chunk goes on a
- * done list and an eventfd wakes the reactor, which accounts it and hands
- * the workers the next. The reactor thread never calls cuFile's I/O. The
+ * Transfers run on the file-I/O core POSIX uses too (../common/fileio.h):
+ * elements are cut into chunks (chunk=BYTES, 8 MiB) and the core's thread
+ * pool (threads=N, 4) runs cuFileRead / cuFileWrite on them, at most
+ * queue_depth (2 per thread) at a time; a finished chunk goes on a done
+ * list and an eventfd wakes the reactor, which accounts it and hands the
+ * workers the next. The reactor thread never calls cuFile's I/O. The
  * synchronous calls are used because they work in every mode cuFile runs
  * in, compatibility mode included; the stream API (cuFileReadAsync) and
  * the batch API are left for when they have been tried on a GPU.
@@ -33,9 +34,10 @@
  *
  * libcufile is loaded at run time (libcufile.so.0, .1, libcufile.so, or
  * what $NXL_CUFILE_LIB names) and the CUDA runtime as the CUDA transport
- * loads it (../cuda/cudart.c): libnxl links neither. */
+ * loads it (../common/cudart.c): libnxl links neither. */
 #include "config.h"
-#include "../cuda/cudart.h"
+#include "../common/cudart.h"
+#include "../common/fileio.h"
 #include "cufile_abi.h"
 #include "../filemeta.h"
 
@@ -43,20 +45,15 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/queue.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../blob_wire.h"
@@ -237,62 +234,16 @@ typedef struct gds_reg {
     int refs;                /* FILE: the registration and the keys loaded */
 } gds_reg_t;
 
-typedef struct gds_xop gds_xop_t;
-
-enum { S_PENDING, S_WORKER, S_DONE };
-
-typedef struct gds_seg {
-    gds_xop_t *x;
-    gds_reg_t *vr;           /* the VRAM region */
-    gds_file_t *file;
-    const char *fname;
-    char *base;              /* what cuFile is given: the registered base and an offset */
-    off_t boff;
-    off_t foff;
-    size_t len, done;
-    size_t elem;
-    ssize_t res;             /* the worker's last call: bytes, 0 (end of file), -errno or -cuFile */
-    bool cufile_err;         /* res is a negated cuFile status */
-    int state;
-    TAILQ_ENTRY(gds_seg) link;
-} gds_seg_t;
-
-TAILQ_HEAD(gds_segq, gds_seg);
-
-struct gds_xop {
-    gds_t *u;
-    nxlt_op_t *op;
-    bool write;
-    size_t nseg, nleft;      /* chunks, chunks not yet done */
-    bool failed;
-    nxl_status_t st;
-    char why[400];
-    LIST_ENTRY(gds_xop) link;
-    gds_seg_t seg[];
-};
-
 struct gds {
+    nxl_fio_t fio;           /* first (the nxl_fio_* table functions take gds_t as it);
+                              * transfers: chunk, nthreads, tp_max (the queue depth); token */
     nxlt_ctx_t *ctx;
     const gds_lib_t *L;
-    uint64_t token;
-    size_t chunk;
-    unsigned nthreads, depth, inflight;
     nxlt_regtab_t regs;      /* FILE registrations, by regid */
     uint64_t next_regid;
     LIST_HEAD(, gds_file) files;
-    LIST_HEAD(, gds_xop) xops;
-    struct gds_segq pending;  /* reactor side: not yet given to a worker */
-    /* shared with the workers, under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct gds_segq todo, done;
-    bool stop;
-    pthread_t th[GDS_MAX_THREADS];
-    unsigned nth;
-    int efd;
-    struct event *ev, *kick;
-    bool closing, drv_open;
-    uint64_t n_xfers, n_io, n_bytes, n_short;
+    bool drv_open;
+    uint64_t n_bytes, n_short; /* statistics (transfers, chunks: the core's) */
     char desc[320];
 };
 
@@ -300,64 +251,47 @@ struct gds {
 
 static __thread int worker_dev = -1;
 
-static void *worker(void *arg)
+/* the core's thread pool, on a worker: the whole chunk, or until an error */
+static void chunk_io(nxl_fio_t *fio, nxl_fio_seg_t *s)
 {
-    gds_t *u = arg;
+    gds_t *u = fio->owner;
     const gds_lib_t *L = u->L;
-    for (;;) {
-        pthread_mutex_lock(&u->mu);
-        while (!u->stop && TAILQ_EMPTY(&u->todo))
-            pthread_cond_wait(&u->cv, &u->mu);
-        if (u->stop) {
-            pthread_mutex_unlock(&u->mu);
-            return NULL;
+    gds_reg_t *vr = s->lmd;
+    gds_file_t *file = s->file;
+    char *base = (char *)vr->addr; /* what cuFile is given: the registered base and an offset */
+    /* cuFile works in the context of the buffer's device */
+    if (worker_dev != vr->dev && L->rt->cudaSetDevice(vr->dev) == cudaSuccess)
+        worker_dev = vr->dev;
+    s->res = 0;
+    s->lib_err = false;
+    while (s->left) {
+        size_t n = s->left;
+        off_t fo = (off_t)s->off, bo = (off_t)(s->buf - base);
+        errno = 0;
+        ssize_t r = s->xop->write ? L->write(file->fh, base, n, fo, bo)
+                                  : L->read(file->fh, base, n, fo, bo);
+        if (r > 0) {
+            if ((size_t)r < n)
+                __atomic_fetch_add(&u->n_short, 1, __ATOMIC_RELAXED);
+            s->buf += r;
+            s->off += (uint64_t)r;
+            s->left -= (size_t)r;
+            s->res = r;
+            continue;
         }
-        gds_seg_t *s = TAILQ_FIRST(&u->todo);
-        TAILQ_REMOVE(&u->todo, s, link);
-        pthread_mutex_unlock(&u->mu);
-
-        /* cuFile works in the context of the buffer's device */
-        if (worker_dev != s->vr->dev && L->rt->cudaSetDevice(s->vr->dev) == cudaSuccess)
-            worker_dev = s->vr->dev;
-        s->res = 0;
-        s->cufile_err = false;
-        while (s->done < s->len) {
-            size_t n = s->len - s->done;
-            off_t fo = s->foff + (off_t)s->done, bo = s->boff + (off_t)s->done;
-            errno = 0;
-            ssize_t r = s->x->write ? L->write(s->file->fh, s->base, n, fo, bo)
-                                    : L->read(s->file->fh, s->base, n, fo, bo);
-            if (r > 0) {
-                if ((size_t)r < n)
-                    __atomic_fetch_add(&u->n_short, 1, __ATOMIC_RELAXED);
-                s->done += (size_t)r;
-                s->res = r;
-                continue;
-            }
-            if (r == 0) {
-                s->res = 0;
-                break;
-            }
-            if (r == -1 && errno == EINTR)
-                continue;
-            if (r == -1) {
-                s->res = -(errno ? errno : EIO);
-            } else {
-                s->res = r;
-                s->cufile_err = true;
-            }
+        if (r == 0) {
+            s->res = 0;
             break;
         }
-
-        pthread_mutex_lock(&u->mu);
-        bool was_empty = TAILQ_EMPTY(&u->done);
-        TAILQ_INSERT_TAIL(&u->done, s, link);
-        pthread_mutex_unlock(&u->mu);
-        if (was_empty) {
-            uint64_t one = 1;
-            ssize_t w = write(u->efd, &one, sizeof(one));
-            (void)w; /* EAGAIN: the counter is non-zero, the reactor wakes anyway */
+        if (r == -1 && errno == EINTR)
+            continue;
+        if (r == -1) {
+            s->res = -(errno ? errno : EIO);
+        } else {
+            s->res = r;
+            s->lib_err = true;
         }
+        break;
     }
 }
 
@@ -494,32 +428,9 @@ static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
     if (d->meta_len) {
         if ((st = open_meta(u, d, &fd, &acc, r->name, sizeof(r->name))) != NXL_SUCCESS)
             return st;
-    } else {
-        if (d->dev_id > INT_MAX) {
-            nxlt_error(u->ctx, "GDS: FILE dev_id %llu is not a file descriptor; register an open "
-                       "fd, or a path in desc.meta (\"path=/x/y;mode=rw\")",
-                       (unsigned long long)d->dev_id);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        int ufd = (int)d->dev_id;
-        int fl = fcntl(ufd, F_GETFL);
-        if (fl < 0) {
-            nxlt_error(u->ctx, "GDS: fd %d given to register FILE range %llu+%zu is not open "
-                       "(%s): pass an open fd in dev_id, or a path in desc.meta", ufd,
-                       (unsigned long long)d->addr, d->len, strerror(errno));
-            return NXL_ERR_INVALID_PARAM;
-        }
-        acc = fl & O_ACCMODE;
-        if ((fl & O_APPEND) && acc != O_RDONLY) {
-            nxlt_error(u->ctx, "GDS: fd %d is opened with O_APPEND, where positional writes "
-                       "append instead; open it without O_APPEND", ufd);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        if ((fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0)) < 0) {
-            nxlt_error(u->ctx, "GDS: cannot duplicate fd %d: %s", ufd, strerror(errno));
-            return NXL_ERR_BACKEND;
-        }
-        snprintf(r->name, sizeof(r->name), "fd %d", ufd);
+    } else if ((st = nxl_fio_dup_fd(&u->fio, "FILE", d, &fd, &acc, r->name, sizeof(r->name))) !=
+               NXL_SUCCESS) {
+        return st;
     }
     if ((st = file_get(u, fd, acc, r->name, &r->file)) != NXL_SUCCESS)
         return st;
@@ -589,35 +500,15 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (r->type != NXL_FILE)
         return NXL_SUCCESS; /* VRAM is only ever the local side */
-    return nxlt_blob24_new(KEY_MAGIC, u->token, r->reg.regid, buf, len) ? NXL_ERR_UNKNOWN
-                                                                    : NXL_SUCCESS;
+    return nxl_fio_pack_key(&u->fio, r->reg.regid, buf, len);
 }
-
-static nxl_status_t conn_info(void *state, void **buf, size_t *len)
-{
-    gds_t *u = state;
-    return nxlt_blob24_new(CONN_MAGIC, u->token, 0, buf, len) ? NXL_ERR_UNKNOWN : NXL_SUCCESS;
-}
-
-static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
-                              void **conn)
-{
-    gds_t *u = state;
-    nxlt_blob24_t c;
-    *conn = NULL;
-    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0 && c.token == u->token)
-        *conn = u; /* ourselves: the loopback view; another agent's files are not reachable */
-    return NXL_SUCCESS;
-}
-
-static void unload_conn(void *state, void *conn) {}
 
 static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
 {
     gds_t *u = state;
     nxlt_blob24_t k;
     *rkey = NULL;
-    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->token) {
+    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->fio.token) {
         nxlt_error(u->ctx, "GDS: a region key of %zu bytes that is not this transport's", len);
         return NXL_ERR_MISMATCH;
     }
@@ -641,178 +532,86 @@ static void unload_key(void *state, void *rkey)
 
 /* ------------------------------------------------------------ transfers */
 
-static void xop_fail(gds_t *u, gds_xop_t *x, nxl_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void xop_finish(gds_t *u, gds_xop_t *x)
+/* the file-I/O core's questions (../common/fileio.h) */
+static void seg_init(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v)
 {
-    LIST_REMOVE(x, link);
-    for (size_t i = 0; i < x->nseg; i++)
-        file_put(u, x->seg[i].file);
-    nxlt_op_done(x->op, x->failed ? x->st : NXL_SUCCESS, x->failed ? x->why : NULL);
-    free(x);
+    gds_reg_t *fr = v->rkey;
+    s->lmd = v->lmd;
+    s->file = fr->file;
+    fr->file->refs++;
+    s->fname = fr->name;
 }
 
-static void seg_done(gds_t *u, gds_seg_t *s)
+static void seg_file_put(void *owner, void *file)
 {
-    s->state = S_DONE;
-    s->x->nleft--;
+    file_put(owner, file);
 }
 
-/* reports @p x once none of its chunks is pending or with a worker */
-static void maybe_finish(gds_t *u, gds_xop_t *x)
+/* on the reactor: what a worker's chunk_io did */
+static void chunk_result(nxl_fio_t *fio, nxl_fio_seg_t *s)
 {
-    if (!x->nleft && !u->closing)
-        xop_finish(u, x);
-}
-
-/* starts nothing more of @p x: its chunks not yet with a worker are done */
-static void xop_fail(gds_t *u, gds_xop_t *x, nxl_status_t st, const char *fmt, ...)
-{
-    if (!x->failed) {
-        x->failed = true;
-        x->st = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(x->why, sizeof(x->why), fmt, ap);
-        va_end(ap);
-        nxlt_log(u->ctx, NXL_LOG_INFO, "%s", x->why);
-    }
-    for (size_t i = 0; i < x->nseg; i++)
-        if (x->seg[i].state == S_PENDING) {
-            TAILQ_REMOVE(&u->pending, &x->seg[i], link);
-            seg_done(u, &x->seg[i]);
-        }
-}
-
-/* hands the workers what the queue depth allows */
-static void pump(gds_t *u)
-{
-    struct gds_segq batch;
-    TAILQ_INIT(&batch);
-    gds_seg_t *s;
-    while (u->inflight < u->depth && (s = TAILQ_FIRST(&u->pending))) {
-        gds_xop_t *x = s->x;
-        if (nxlt_op_canceled(x->op)) {
-            xop_fail(u, x, NXL_ERR_CANCELED, "GDS: %s %s canceled before offset %llu (element %zu)",
-                     x->write ? "write to" : "read from", s->fname, (unsigned long long)s->foff,
-                     s->elem);
-            maybe_finish(u, x);
-            continue;
-        }
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = S_WORKER;
-        u->inflight++;
-        u->n_io++;
-        TAILQ_INSERT_TAIL(&batch, s, link);
-    }
-    if (!TAILQ_EMPTY(&batch)) {
-        pthread_mutex_lock(&u->mu);
-        TAILQ_CONCAT(&u->todo, &batch, link);
-        pthread_cond_broadcast(&u->cv);
-        pthread_mutex_unlock(&u->mu);
-    }
-}
-
-static void seg_result(gds_t *u, gds_seg_t *s)
-{
-    gds_xop_t *x = s->x;
-    u->inflight--;
-    u->n_bytes += s->done;
-    seg_done(u, s);
-    if (u->closing || x->failed || s->done == s->len)
+    gds_t *u = fio->owner;
+    nxl_fio_xop_t *x = s->xop;
+    size_t done = s->total - s->left;
+    u->n_bytes += done;
+    if (fio->closing || x->failed) {
+        nxl_fio_seg_done(fio, s);
         return;
+    }
     const char *verb = x->write ? "write to" : "read from";
+    if (nxlt_op_canceled(x->op)) {
+        nxl_fio_fail(fio, s, NXL_ERR_CANCELED, "GDS: %s %s canceled at offset %llu (element %zu)",
+                     verb, s->fname, (unsigned long long)(s->off - done), s->elem);
+        return;
+    }
+    if (!s->left) {
+        nxl_fio_seg_done(fio, s);
+        return;
+    }
     const char *call = x->write ? "cuFileWrite" : "cuFileRead";
-    unsigned long long at = (unsigned long long)(s->foff + (off_t)s->done);
+    unsigned long long at = (unsigned long long)s->off;
     if (s->res == 0 && !x->write) {
         struct stat sb;
-        long long size = fstat(s->file->fd, &sb) == 0 ? (long long)sb.st_size : -1;
-        xop_fail(u, x, NXL_ERR_NOT_FOUND, "GDS: read from %s at offset %llu (element %zu) reached "
-                 "the end of the file (%lld bytes long) after %zu of %zu bytes of that chunk",
-                 s->fname, at, s->elem, size, s->done, s->len);
+        long long size = fstat(((gds_file_t *)s->file)->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+        nxl_fio_fail(fio, s, NXL_ERR_NOT_FOUND, "GDS: read from %s at offset %llu (element %zu) "
+                     "reached the end of the file (%lld bytes long) after %zu of %zu bytes of "
+                     "that chunk", s->fname, at, s->elem, size, done, s->total);
     } else if (s->res == 0) {
-        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s to %s at offset %llu (element %zu) wrote nothing",
-                 call, s->fname, at, s->elem);
-    } else if (s->cufile_err) {
+        nxl_fio_fail(fio, s, NXL_ERR_BACKEND, "GDS: %s to %s at offset %llu (element %zu) wrote "
+                     "nothing", call, s->fname, at, s->elem);
+    } else if (s->lib_err) {
         nxl_cufile_status_t cs = {(int)-s->res, 0};
         char b[96];
-        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s %s at offset %llu (element %zu) failed: %s",
-                 call, s->fname, at, s->elem, cstatus(cs, b, sizeof(b)));
+        nxl_fio_fail(fio, s, NXL_ERR_BACKEND, "GDS: %s %s at offset %llu (element %zu) failed: %s",
+                     call, s->fname, at, s->elem, cstatus(cs, b, sizeof(b)));
     } else {
-        xop_fail(u, x, NXL_ERR_BACKEND, "GDS: %s (%s %s at offset %llu, element %zu) failed after "
-                 "%zu of %zu bytes of that chunk: %s", call, verb, s->fname, at, s->elem, s->done,
-                 s->len, strerror((int)-s->res));
+        nxl_fio_fail(fio, s, NXL_ERR_BACKEND, "GDS: %s (%s %s at offset %llu, element %zu) failed "
+                     "after %zu of %zu bytes of that chunk: %s", call, verb, s->fname, at, s->elem,
+                     done, s->total, strerror((int)-s->res));
     }
 }
 
-static void reap(gds_t *u)
-{
-    struct gds_segq got;
-    TAILQ_INIT(&got);
-    pthread_mutex_lock(&u->mu);
-    TAILQ_CONCAT(&got, &u->done, link);
-    pthread_mutex_unlock(&u->mu);
-    gds_seg_t *s;
-    while ((s = TAILQ_FIRST(&got))) {
-        TAILQ_REMOVE(&got, s, link);
-        gds_xop_t *x = s->x;
-        if (nxlt_op_canceled(x->op) && !x->failed)
-            xop_fail(u, x, NXL_ERR_CANCELED, "GDS: %s %s canceled at offset %llu (element %zu)",
-                     x->write ? "write to" : "read from", s->fname, (unsigned long long)s->foff,
-                     s->elem);
-        seg_result(u, s);
-        maybe_finish(u, x);
-    }
-}
-
-static void finish_done(gds_t *u)
-{
-    gds_xop_t *x, *n;
-    for (x = LIST_FIRST(&u->xops); x; x = n) {
-        n = LIST_NEXT(x, link);
-        if (!x->nleft)
-            xop_finish(u, x);
-    }
-}
-
-static void on_efd(evutil_socket_t fd, short what, void *arg)
-{
-    gds_t *u = arg;
-    uint64_t v;
-    if (read(u->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "GDS: reading the workers' eventfd: %s", strerror(errno));
-    reap(u);
-    pump(u);
-}
-
-static void on_kick(evutil_socket_t fd, short what, void *arg)
-{
-    gds_t *u = arg;
-    pump(u);
-    finish_done(u);
-}
+static const nxl_fio_ops_t gds_fio_ops = {
+    .name = "GDS",
+    .conn_magic = CONN_MAGIC,
+    .key_magic = KEY_MAGIC,
+    .ltype = NXL_VRAM,
+    .rmask = 1u << NXL_FILE,
+    .rtypes = "FILE",
+    .rtypes_query = "FILE",
+    .seg_init = seg_init,
+    .file_put = seg_file_put,
+    .io = chunk_io,
+    .result = chunk_result,
+};
 
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     gds_t *u = state;
-    if (u->closing) {
-        nxlt_error(u->ctx, "GDS: the transport is shutting down");
-        return NXL_ERR_NOT_ALLOWED;
-    }
-    if (t->conn != u) {
-        nxlt_error(u->ctx, "GDS: moves data only within the agent (its own name as the remote "
-                           "agent)");
-        return NXL_ERR_NOT_SUPPORTED;
-    }
-    if (t->ltype != NXL_VRAM || t->rtype != NXL_FILE) {
-        nxlt_error(u->ctx, "GDS: moves VRAM (the local list) to and from FILE (the list prepared "
-                           "against the agent itself), not %s and %s",
-                   nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
+    nxl_status_t st = nxl_fio_post_check(&u->fio, t);
+    if (st != NXL_SUCCESS)
+        return st;
     bool write = t->op == NXL_WRITE;
-    size_t nseg = 0;
     for (size_t i = 0; i < t->n; i++) {
         const nxlt_iov_t *v = &t->iov[i];
         gds_reg_t *fr = v->rkey, *vr = v->lmd;
@@ -822,59 +621,10 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
             return NXL_ERR_NOT_SUPPORTED;
         }
         int acc = fr->file->acc & O_ACCMODE;
-        if (write ? acc == O_RDONLY : acc == O_WRONLY) {
-            nxlt_error(u->ctx, "GDS: element %zu %s %s, which is registered %s", i,
-                       write ? "writes to" : "reads from", fr->name,
-                       write ? "read-only (open it for writing, or mode=rw)"
-                             : "write-only (open it for reading, or mode=rw)");
-            return NXL_ERR_NOT_ALLOWED;
-        }
-        nseg += v->len ? (v->len + u->chunk - 1) / u->chunk : 0;
+        if (write ? acc == O_RDONLY : acc == O_WRONLY)
+            return nxl_fio_refuse_access(&u->fio, i, write, fr->name);
     }
-    gds_xop_t *x = calloc(1, sizeof(*x) + nseg * sizeof(gds_seg_t));
-    if (!x) {
-        nxlt_error(u->ctx, "GDS: out of memory for a transfer of %zu elements", t->n);
-        return NXL_ERR_UNKNOWN;
-    }
-    x->u = u;
-    x->op = op;
-    x->write = write;
-    x->nseg = x->nleft = nseg;
-    size_t k = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        gds_reg_t *fr = v->rkey, *vr = v->lmd;
-        for (size_t at = 0; at < v->len; at += u->chunk) {
-            gds_seg_t *s = &x->seg[k++];
-            s->x = x;
-            s->vr = vr;
-            s->file = fr->file;
-            s->file->refs++;
-            s->fname = fr->name;
-            s->base = (char *)vr->addr;
-            s->boff = (off_t)((uintptr_t)v->laddr - vr->addr + at);
-            s->foff = (off_t)(v->raddr + at);
-            s->len = v->len - at < u->chunk ? v->len - at : u->chunk;
-            s->elem = i;
-            s->state = S_PENDING;
-            TAILQ_INSERT_TAIL(&u->pending, s, link);
-        }
-    }
-    LIST_INSERT_HEAD(&u->xops, x, link);
-    u->n_xfers++;
-    if (!nseg)
-        event_active(u->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
-    else
-        pump(u);
-    return NXL_SUCCESS;
-}
-
-static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
-                               size_t len)
-{
-    gds_t *u = state;
-    nxlt_error(u->ctx, "GDS: carries no notifications");
-    return NXL_ERR_NOT_SUPPORTED;
+    return nxl_fio_post(&u->fio, op, t);
 }
 
 /* ------------------------------------------------------------ query */
@@ -882,20 +632,9 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
 static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
 {
     gds_t *u = state;
-    memset(res, 0, sizeof(*res));
-    if (type != NXL_FILE) {
-        nxlt_error(u->ctx, "GDS: answers queries about FILE, not %s", nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     struct stat sb;
     nxlt_filemeta_t m;
-    bool exists;
-    nxl_status_t st = nxlt_filemeta_stat(u->ctx, "GDS", d, &m, &sb, &exists);
-    if (st != NXL_SUCCESS || !exists)
-        return st;
-    res->exists = 1;
-    res->size = (uint64_t)sb.st_size;
-    return NXL_SUCCESS;
+    return nxl_fio_query(&u->fio, type, d, res, &sb, &m);
 }
 
 /* ------------------------------------------------------------ instance */
@@ -917,47 +656,21 @@ static int probe(char *why, size_t cap)
 
 static void destroy(void *state);
 
-static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 0);
-    if (errno || !*s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    unsigned nthreads = GDS_DEF_THREADS, depth = 0;
-    size_t chunk = GDS_DEF_CHUNK;
-    for (size_t i = 0; i < n; i++) {
-        unsigned long v;
-        const char *k = params[i].key, *s = params[i].value;
-        if (!strcmp(k, "threads")) {
-            if (parse_uint(s, 1, GDS_MAX_THREADS, &v) < 0) {
-                nxlt_error(ctx, "GDS: threads=%s: a number from 1 to %d", s, GDS_MAX_THREADS);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            nthreads = (unsigned)v;
-        } else if (!strcmp(k, "queue_depth")) {
-            if (parse_uint(s, 1, 4096, &v) < 0) {
-                nxlt_error(ctx, "GDS: queue_depth=%s: a number from 1 to 4096", s);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            depth = (unsigned)v;
-        } else if (!strcmp(k, "chunk")) {
-            if (parse_uint(s, GDS_ALIGN, 1ul << 30, &v) < 0 || v % GDS_ALIGN) {
-                nxlt_error(ctx, "GDS: chunk=%s: a multiple of %u up to 1 GiB", s, GDS_ALIGN);
-                return NXL_ERR_INVALID_PARAM;
-            }
-            chunk = v;
-        } else {
-            nxlt_error(ctx, "GDS: unknown parameter '%s' (threads=N, queue_depth=N, chunk=BYTES)",
-                       k);
-            return NXL_ERR_INVALID_PARAM;
-        }
+    /* the engine has refused keys gds_params does not list */
+    uint64_t nthreads = GDS_DEF_THREADS, depth = 0, chunk = GDS_DEF_CHUNK;
+    nxl_status_t pst;
+    if ((pst = nxlt_param_uint(ctx, params, n, "threads", 1, GDS_MAX_THREADS, &nthreads)) !=
+            NXL_SUCCESS ||
+        (pst = nxlt_param_uint(ctx, params, n, "queue_depth", 1, 4096, &depth)) != NXL_SUCCESS ||
+        (pst = nxlt_param_size(ctx, params, n, "chunk", GDS_ALIGN, 1u << 30, &chunk)) !=
+            NXL_SUCCESS)
+        return pst;
+    if (chunk % GDS_ALIGN) {
+        nxlt_error(ctx, "GDS: chunk=%s: a multiple of %u up to 1 GiB",
+                   nxlt_param(params, n, "chunk"), GDS_ALIGN);
+        return NXL_ERR_INVALID_PARAM;
     }
     char why[200];
     const gds_lib_t *L = lib_get(why, sizeof(why));
@@ -976,20 +689,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     }
     u->ctx = ctx;
     u->L = L;
-    u->chunk = chunk;
-    u->nthreads = nthreads;
-    u->depth = depth ? depth : 2 * nthreads;
-    u->efd = -1;
+    nxl_fio_t *fio = &u->fio;
+    int fio_ok = nxl_fio_init(fio, ctx, &gds_fio_ops, u);
+    fio->chunk = chunk;
+    fio->nthreads = (unsigned)nthreads;
+    fio->tp_max = depth ? (unsigned)depth : 2 * (unsigned)nthreads;
     LIST_INIT(&u->files);
-    LIST_INIT(&u->xops);
-    TAILQ_INIT(&u->pending);
-    TAILQ_INIT(&u->todo);
-    TAILQ_INIT(&u->done);
-    pthread_mutex_init(&u->mu, NULL);
-    pthread_cond_init(&u->cv, NULL);
-    if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
-        u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
-    if (nxlt_regtab_init(&u->regs) < 0) {
+    if (nxlt_regtab_init(&u->regs) < 0 || fio_ok < 0) {
         nxlt_error(ctx, "GDS: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
@@ -1011,29 +717,18 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         destroy(u);
         return NXL_ERR_BACKEND;
     }
-    u->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (u->efd < 0 ||
-        !(u->ev = event_new(nxlt_base(ctx), u->efd, EV_READ | EV_PERSIST, on_efd, u)) ||
-        event_add(u->ev, NULL) < 0 || !(u->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, u))) {
-        nxlt_error(ctx, "GDS: could not put the workers' eventfd into the reactor (%s)",
-                   u->efd < 0 ? strerror(errno) : "libevent refused it");
+    char twhy[256] = "";
+    if (nxl_fio_engine_threads.start(fio, twhy, sizeof(twhy)) != 0) {
+        nxlt_error(ctx, "GDS: the worker threads could not start: %s", twhy);
         destroy(u);
         return NXL_ERR_BACKEND;
     }
-    for (unsigned i = 0; i < nthreads; i++) {
-        int rc = pthread_create(&u->th[i], NULL, worker, u);
-        if (rc) {
-            nxlt_error(ctx, "GDS: pthread_create failed: %s", strerror(rc));
-            destroy(u);
-            return NXL_ERR_BACKEND;
-        }
-        u->nth++;
-    }
+    fio->eng = &nxl_fio_engine_threads;
     char pr[200];
     probe(pr, sizeof(pr));
     snprintf(u->desc, sizeof(u->desc), "%.200s; %u threads doing cuFileRead/cuFileWrite, %u "
-             "chunks of %zu KiB in flight, eventfd in the reactor", pr, nthreads, u->depth,
-             chunk >> 10);
+             "chunks of %zu KiB in flight, eventfd in the reactor", pr, fio->nthreads,
+             fio->tp_max, fio->chunk >> 10);
     nxlt_log(ctx, NXL_LOG_INFO, "GDS: %s", u->desc);
     *out = u;
     return NXL_SUCCESS;
@@ -1044,37 +739,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
 static void quiesce(void *state)
 {
     gds_t *u = state;
-    if (u->closing)
-        return;
-    u->closing = true;
-    pthread_mutex_lock(&u->mu);
-    u->stop = true;
-    pthread_cond_broadcast(&u->cv);
-    pthread_mutex_unlock(&u->mu);
-    for (unsigned i = 0; i < u->nth; i++)
-        pthread_join(u->th[i], NULL);
-    u->nth = 0;
-    gds_seg_t *s;
-    while ((s = TAILQ_FIRST(&u->done))) {
-        TAILQ_REMOVE(&u->done, s, link);
-        s->state = S_DONE;
-    }
-    while ((s = TAILQ_FIRST(&u->todo))) {
-        TAILQ_REMOVE(&u->todo, s, link);
-        s->state = S_DONE;
-    }
-    while ((s = TAILQ_FIRST(&u->pending))) {
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = S_DONE;
-    }
-    gds_xop_t *x;
-    while ((x = LIST_FIRST(&u->xops))) {
-        x->failed = true;
-        x->st = NXL_ERR_CANCELED;
-        snprintf(x->why, sizeof(x->why), "GDS: transport destroyed with the transfer in flight "
-                 "(agent teardown)");
-        xop_finish(u, x);
-    }
+    nxl_fio_quiesce(&u->fio);
 }
 
 static void destroy(void *state)
@@ -1082,7 +747,7 @@ static void destroy(void *state)
     gds_t *u = state;
     quiesce(u);
     nxlt_log(u->ctx, NXL_LOG_INFO, "GDS statistics: %llu transfers, %llu chunks (%llu short "
-             "calls), %llu bytes", (unsigned long long)u->n_xfers, (unsigned long long)u->n_io,
+             "calls), %llu bytes", (unsigned long long)u->fio.n_xfers, (unsigned long long)u->fio.n_submits,
              (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
     /* keys are unloaded and regions deregistered before transports are
      * destroyed: what is left has no user */
@@ -1105,14 +770,7 @@ static void destroy(void *state)
             u->L->driver_close();
         pthread_mutex_unlock(&drv_mu);
     }
-    if (u->kick)
-        event_free(u->kick);
-    if (u->ev)
-        event_free(u->ev);
-    if (u->efd >= 0)
-        close(u->efd);
-    pthread_mutex_destroy(&u->mu);
-    pthread_cond_destroy(&u->cv);
+    nxl_fio_fini(&u->fio);
     free(u);
 }
 
@@ -1132,6 +790,8 @@ static const nxl_param_info_t gds_params[] = {
     {"chunk", "8388608", "larger elements split into chunks of this many bytes (a multiple of 4096)"},
 };
 
+_Static_assert(offsetof(gds_t, fio) == 0, "the nxl_fio_* table functions take gds_t as its nxl_fio_t");
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "GDS",
@@ -1145,13 +805,13 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .reg = reg,
     .dereg = dereg,
     .pack_key = pack_key,
-    .conn_info = conn_info,
-    .load_conn = load_conn,
+    .conn_info = nxl_fio_conn_info,
+    .load_conn = nxl_fio_load_conn,
     .load_key = load_key,
     .unload_key = unload_key,
-    .unload_conn = unload_conn,
+    .unload_conn = nxl_fio_unload_conn,
     .post = post,
-    .notif_send = notif_send,
+    .notif_send = nxl_fio_notif_send,
     .describe = describe,
     .query = query,
     .quiesce = quiesce,

@@ -43,30 +43,16 @@
 #include "../filemeta.h"
 
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/fs.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-#if defined(__has_include)
-#if __has_include(<valgrind/memcheck.h>)
-#include <valgrind/memcheck.h>
-#define PX_MARK_DEFINED(p, n) VALGRIND_MAKE_MEM_DEFINED(p, n)
-#endif
-#endif
-#ifndef PX_MARK_DEFINED
-#define PX_MARK_DEFINED(p, n) ((void)0)
-#endif
 
 #define KEY_MAGIC 0x314b5850u  /* "PXK1" */
 #define CONN_MAGIC 0x31435850u /* "PXC1" */
@@ -102,13 +88,6 @@ typedef nxlt_filemeta_t px_meta_t;
 static nxl_status_t parse_meta(px_t *u, const nxl_desc_t *d, px_meta_t *m)
 {
     return nxlt_filemeta_parse(u->ctx, "POSIX", d, m);
-}
-
-void px_efd_drain(px_t *u, int efd, const char *whose)
-{
-    uint64_t v;
-    if (read(efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "POSIX: reading %s eventfd: %s", whose, strerror(errno));
 }
 
 static nxl_status_t errno_status(int e)
@@ -178,38 +157,9 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
                  (unsigned long long)d->dev_id);
         snprintf(dpath, sizeof(dpath), "%s", m.path);
     } else {
-        if (d->dev_id > INT_MAX) {
-            nxlt_error(u->ctx, "POSIX: %s dev_id %llu is not a file descriptor; register an open "
-                               "fd, or a path in desc.meta (\"path=/x/y;mode=rw\")",
-                       tn, (unsigned long long)d->dev_id);
-            st = NXL_ERR_INVALID_PARAM;
+        st = nxl_fio_dup_fd(&u->fio, tn, d, &f->fd, &acc, f->name, sizeof(f->name));
+        if (st != NXL_SUCCESS)
             goto fail;
-        }
-        int ufd = (int)d->dev_id;
-        int fl = fcntl(ufd, F_GETFL);
-        if (fl < 0) {
-            int e = errno;
-            nxlt_error(u->ctx, "POSIX: fd %d given to register %s range %llu+%zu is not open "
-                               "(%s): pass an open fd in dev_id, or a path in desc.meta",
-                       ufd, tn, (unsigned long long)d->addr, d->len, strerror(e));
-            st = NXL_ERR_INVALID_PARAM;
-            goto fail;
-        }
-        acc = fl & O_ACCMODE;
-        if ((fl & O_APPEND) && acc != O_RDONLY) {
-            nxlt_error(u->ctx, "POSIX: fd %d is opened with O_APPEND, where positional writes "
-                               "append instead; open it without O_APPEND", ufd);
-            st = NXL_ERR_INVALID_PARAM;
-            goto fail;
-        }
-        f->fd = fcntl(ufd, F_DUPFD_CLOEXEC, 0);
-        if (f->fd < 0) {
-            int e = errno;
-            nxlt_error(u->ctx, "POSIX: cannot duplicate fd %d: %s", ufd, strerror(e));
-            st = NXL_ERR_BACKEND;
-            goto fail;
-        }
-        snprintf(f->name, sizeof(f->name), "fd %d", ufd);
         snprintf(dpath, sizeof(dpath), "/proc/self/fd/%d", f->fd);
     }
     struct stat sb;
@@ -270,33 +220,8 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     *len = 0;
     if (md == &px_dram_md)
         return NXL_SUCCESS; /* DRAM regions are only ever the local side */
-    return nxlt_blob24_new(KEY_MAGIC, u->token, ((px_file_t *)md)->reg.regid, buf, len)
-               ? NXL_ERR_UNKNOWN
-               : NXL_SUCCESS;
+    return nxl_fio_pack_key(&u->fio, ((px_file_t *)md)->reg.regid, buf, len);
 }
-
-static nxl_status_t conn_info(void *state, void **buf, size_t *len)
-{
-    px_t *u = state;
-    return nxlt_blob24_new(CONN_MAGIC, u->token, 0, buf, len) ? NXL_ERR_UNKNOWN : NXL_SUCCESS;
-}
-
-static nxl_status_t load_conn(void *state, const char *agent, const void *info, size_t len,
-                              void **conn)
-{
-    px_t *u = state;
-    px_blob_t c;
-    *conn = NULL;
-    if (nxlt_blob24_parse(info, len, CONN_MAGIC, &c) == 0) {
-        if (c.token == u->token)
-            *conn = u; /* ourselves: the loopback view */
-    }
-    /* another agent's files are not reachable from here: no connection,
-     * which the engine reads as "this transport does not reach it" */
-    return NXL_SUCCESS;
-}
-
-static void unload_conn(void *state, void *conn) {}
 
 static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
 {
@@ -307,7 +232,7 @@ static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t le
         nxlt_error(u->ctx, "POSIX: a region key of %zu bytes that is not this transport's", len);
         return NXL_ERR_MISMATCH;
     }
-    px_file_t *f = nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) == 0 && k.token == u->token
+    px_file_t *f = nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) == 0 && k.token == u->fio.token
                        ? reg_find(u, k.regid)
                        : NULL;
     if (!f) {
@@ -328,8 +253,24 @@ static void unload_key(void *state, void *rkey)
 
 /* ------------------------------------------------------------ transfers */
 
-int px_seg_fd(px_t *u, px_seg_t *s, size_t *len)
+/* the file-I/O core's questions (../common/fileio.h) */
+static void seg_init(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v)
 {
+    px_file_t *f = v->rkey;
+    f->refs++;
+    s->file = f;
+    s->fname = f->name;
+}
+
+static void seg_file_put(void *owner, void *file)
+{
+    file_put(file);
+}
+
+/* the fd of a segment's next read or write: O_DIRECT when it is aligned */
+static int seg_fd(nxl_fio_t *fio, nxl_fio_seg_t *s, size_t *len)
+{
+    px_t *u = fio->owner;
     size_t n = s->left < PX_MAX_IO ? s->left : PX_MAX_IO;
     px_file_t *f = s->file;
     s->direct = f->dfd >= 0 && !s->no_direct && !((uintptr_t)s->buf % PX_ALIGN) &&
@@ -344,222 +285,36 @@ int px_seg_fd(px_t *u, px_seg_t *s, size_t *len)
     return s->iofd;
 }
 
-static void xop_finish(px_t *u, px_xop_t *x)
-{
-    LIST_REMOVE(x, link);
-    nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: %s of %zu segments done: %s", x->write ? "write" : "read",
-             x->nseg, x->failed ? x->why : "ok");
-    nxlt_op_done(x->op, x->failed ? x->st : NXL_SUCCESS, x->failed ? x->why : NULL);
-    for (size_t i = 0; i < x->nseg; i++)
-        file_put(x->seg[i].file);
-    free(x);
-}
-
-static void seg_done(px_t *u, px_seg_t *s)
-{
-    px_xop_t *x = s->xop;
-    s->state = PX_S_DONE;
-    if (--x->nleft == 0 && !u->closing)
-        xop_finish(u, x);
-}
-
-static void xop_fail(px_t *u, px_seg_t *s, nxl_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void xop_fail(px_t *u, px_seg_t *s, nxl_status_t st, const char *fmt, ...)
-{
-    px_xop_t *x = s->xop;
-    if (!x->failed) {
-        x->failed = true;
-        x->st = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(x->why, sizeof(x->why), fmt, ap);
-        va_end(ap);
-        nxlt_log(u->ctx, NXL_LOG_INFO, "%s", x->why);
-    }
-    /* start nothing more of this transfer */
-    for (size_t i = 0; i < x->nseg; i++)
-        if (x->seg[i].state == PX_S_QUEUED) {
-            TAILQ_REMOVE(&u->pending, &x->seg[i], link);
-            x->seg[i].state = PX_S_IDLE;
-            seg_done(u, &x->seg[i]);
-        }
-    seg_done(u, s);
-}
-
-void px_seg_requeue(px_t *u, px_seg_t *s)
-{
-    s->state = PX_S_QUEUED;
-    TAILQ_INSERT_HEAD(&u->pending, s, link);
-}
-
-px_seg_t *px_seg_next(px_t *u)
-{
-    px_seg_t *s;
-    while ((s = TAILQ_FIRST(&u->pending))) {
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = PX_S_INFLIGHT;
-        if (!nxlt_op_canceled(s->xop->op))
-            return s;
-        /* canceled: start nothing more of it; it completes once what is
-         * in flight has ended */
-        xop_fail(u, s, NXL_ERR_CANCELED, "POSIX: %s %s canceled before offset %llu (element %zu)",
-                 s->xop->write ? "write to" : "read from", s->file->name,
-                 (unsigned long long)s->off, s->elem);
-    }
-    return NULL;
-}
-
-void px_seg_result(px_t *u, px_seg_t *s, ssize_t res)
-{
-    px_xop_t *x = s->xop;
-    if (res > 0 && !x->write)
-        PX_MARK_DEFINED(s->buf, (size_t)res);
-    if (u->closing || x->failed) {
-        seg_done(u, s);
-        return;
-    }
-    const char *verb = x->write ? "write to" : "read from";
-    size_t moved = s->total - s->left;
-    if (nxlt_op_canceled(x->op)) {
-        xop_fail(u, s, NXL_ERR_CANCELED, "POSIX: %s %s canceled at offset %llu (element %zu)",
-                 verb, s->file->name, (unsigned long long)s->off, s->elem);
-        return;
-    }
-    if (res == -EINTR || res == -EAGAIN) {
-        px_seg_requeue(u, s);
-        return;
-    }
-    if (res == -EINVAL && s->direct) {
-        /* the file system wants another alignment: continue buffered */
-        nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: O_DIRECT %s %s at offset %llu refused (EINVAL); "
-                                        "continuing buffered", verb, s->file->name,
-                 (unsigned long long)s->off);
-        s->no_direct = true;
-        px_seg_requeue(u, s);
-        return;
-    }
-    if (res < 0) {
-        xop_fail(u, s, NXL_ERR_BACKEND, "POSIX: %s %s at offset %llu (element %zu) failed after "
-                                        "%zu of %zu bytes: %s", verb, s->file->name,
-                 (unsigned long long)s->off, s->elem, moved, s->total, strerror((int)-res));
-        return;
-    }
-    if (res == 0) {
-        if (!x->write) {
-            struct stat sb;
-            long long size = fstat(s->file->fd, &sb) == 0 ? (long long)sb.st_size : -1;
-            xop_fail(u, s, NXL_ERR_NOT_FOUND, "POSIX: read from %s at offset %llu (element %zu) "
-                                              "reached the end of the file (%lld bytes long) "
-                                              "after %zu of %zu bytes",
-                     s->file->name, (unsigned long long)s->off, s->elem, size, moved, s->total);
-        } else {
-            xop_fail(u, s, NXL_ERR_BACKEND, "POSIX: write to %s at offset %llu (element %zu) "
-                                            "wrote nothing after %zu of %zu bytes",
-                     s->file->name, (unsigned long long)s->off, s->elem, moved, s->total);
-        }
-        return;
-    }
-    if ((size_t)res < s->ion)
-        u->n_short++;
-    s->buf += res;
-    s->off += (uint64_t)res;
-    s->left -= (size_t)res;
-    if (s->left) {
-        px_seg_requeue(u, s); /* short, or longer than one I/O: continue */
-        return;
-    }
-    seg_done(u, s);
-}
-
-static void on_kick(evutil_socket_t fd, short what, void *arg)
-{
-    px_t *u = arg;
-    px_xop_t *x, *n;
-    for (x = LIST_FIRST(&u->xops); x; x = n) {
-        n = LIST_NEXT(x, link);
-        if (!x->nleft)
-            xop_finish(u, x);
-    }
-    u->eng->pump(u);
-}
+static const nxl_fio_ops_t px_fio_ops = {
+    .name = "POSIX",
+    .conn_magic = CONN_MAGIC,
+    .key_magic = KEY_MAGIC,
+    .ltype = NXL_DRAM,
+    .rmask = (1u << NXL_FILE) | (1u << NXL_BLK),
+    .rtypes = "FILE or BLK",
+    .rtypes_query = "FILE and BLK",
+    .seg_init = seg_init,
+    .file_put = seg_file_put,
+    .seg_fd = seg_fd,
+};
 
 static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
 {
     px_t *u = state;
-    if (u->closing) {
-        nxlt_error(u->ctx, "POSIX: the transport is shutting down");
-        return NXL_ERR_NOT_ALLOWED;
-    }
-    if (t->conn != u) {
-        nxlt_error(u->ctx, "POSIX: moves data only within the agent (its own name as the remote "
-                           "agent)");
-        return NXL_ERR_NOT_SUPPORTED;
-    }
-    if (t->ltype != NXL_DRAM || (t->rtype != NXL_FILE && t->rtype != NXL_BLK)) {
-        nxlt_error(u->ctx, "POSIX: moves DRAM (the local list) to and from FILE or BLK (the list "
-                           "prepared against the agent itself), not %s and %s",
-                   nxl_mem_name(t->ltype), nxl_mem_name(t->rtype));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
+    nxl_status_t st = nxl_fio_post_check(&u->fio, t);
+    if (st != NXL_SUCCESS)
+        return st;
     bool write = t->op == NXL_WRITE;
-    size_t nseg = 0;
     for (size_t i = 0; i < t->n; i++) {
         px_file_t *f = t->iov[i].rkey;
         if (!f) {
             nxlt_error(u->ctx, "POSIX: element %zu has no registered file range", i);
             return NXL_ERR_NOT_SUPPORTED;
         }
-        if (write ? !f->can_write : !f->can_read) {
-            nxlt_error(u->ctx, "POSIX: element %zu %s %s, which is registered %s", i,
-                       write ? "writes to" : "reads from", f->name,
-                       write ? "read-only (open it for writing, or mode=rw)"
-                             : "write-only (open it for reading, or mode=rw)");
-            return NXL_ERR_NOT_ALLOWED;
-        }
-        nseg += t->iov[i].len ? (t->iov[i].len + u->chunk - 1) / u->chunk : 0;
+        if (write ? !f->can_write : !f->can_read)
+            return nxl_fio_refuse_access(&u->fio, i, write, f->name);
     }
-    px_xop_t *x = calloc(1, sizeof(*x) + nseg * sizeof(px_seg_t));
-    if (!x) {
-        nxlt_error(u->ctx, "POSIX: out of memory for a transfer of %zu elements", t->n);
-        return NXL_ERR_UNKNOWN;
-    }
-    x->u = u;
-    x->op = op;
-    x->write = write;
-    x->nseg = x->nleft = nseg;
-    size_t k = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        for (size_t at = 0; at < v->len; at += u->chunk) {
-            px_seg_t *s = &x->seg[k++];
-            s->xop = x;
-            s->file = v->rkey;
-            s->file->refs++;
-            s->buf = (char *)v->laddr + at;
-            s->off = v->raddr + at;
-            s->total = s->left = v->len - at < u->chunk ? v->len - at : u->chunk;
-            s->elem = i;
-            s->state = PX_S_QUEUED;
-            TAILQ_INSERT_TAIL(&u->pending, s, link);
-        }
-    }
-    LIST_INSERT_HEAD(&u->xops, x, link);
-    u->n_xfers++;
-    if (!nseg)
-        event_active(u->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
-    else
-        u->eng->pump(u);
-    return NXL_SUCCESS;
-}
-
-static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
-                               size_t len)
-{
-    px_t *u = state;
-    nxlt_error(u->ctx, "POSIX: carries no notifications");
-    return NXL_ERR_NOT_SUPPORTED;
+    return nxl_fio_post(&u->fio, op, t);
 }
 
 /* ------------------------------------------------------------ query */
@@ -567,24 +322,15 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
 static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
 {
     px_t *u = state;
-    memset(res, 0, sizeof(*res));
-    if (type != NXL_FILE && type != NXL_BLK) {
-        nxlt_error(u->ctx, "POSIX: answers queries about FILE and BLK, not %s",
-                   nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     struct stat sb;
     px_meta_t m;
-    bool exists;
-    nxl_status_t st = nxlt_filemeta_stat(u->ctx, "POSIX", d, &m, &sb, &exists);
-    if (st != NXL_SUCCESS || !exists)
+    nxl_status_t st = nxl_fio_query(&u->fio, type, d, res, &sb, &m);
+    if (st != NXL_SUCCESS || !res->exists)
         return st;
     int fd = -1;
     if (S_ISBLK(sb.st_mode)) /* its size: the device's, not the inode's */
         fd = m.path[0] ? open(m.path, O_RDONLY | O_CLOEXEC)
                        : fcntl((int)d->dev_id, F_DUPFD_CLOEXEC, 0);
-    res->exists = 1;
-    res->size = (uint64_t)sb.st_size;
     if (fd >= 0) {
         uint64_t size;
         if (ioctl(fd, BLKGETSIZE64, &size) == 0)
@@ -608,132 +354,60 @@ static int probe(char *why, size_t cap)
 
 static void destroy(void *state);
 
-static const char *param(const nxl_param_t *p, size_t n, const char *k)
-{
-    const char *v = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(p[i].key, k))
-            v = p[i].value;
-    return v;
-}
-
-static int parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 0);
-    if (errno || !*s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-    if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
-        *out = true;
-    else if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "false") ||
-             !strcasecmp(s, "off"))
-        *out = false;
-    else
-        return -1;
-    return 0;
-}
-
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
-    static const char *const known[] = {"engine", "direct",       "queue_depth", "threads",
-                                        "chunk",  "coop_taskrun", "thp_collapse"};
-    for (size_t i = 0; i < n; i++) {
-        bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
-            ok |= !strcmp(params[i].key, known[k]);
-        if (!ok) {
-            nxlt_error(ctx, "POSIX: unknown parameter '%s' (engine=auto|uring|threads, "
-                            "direct=0|1, queue_depth=N, threads=N, chunk=BYTES, "
-                            "coop_taskrun=0|1, thp_collapse=auto|off|background|sync)",
-                       params[i].key);
-            return NXL_ERR_INVALID_PARAM;
-        }
+    /* the engine has refused keys px_params does not list */
+    static const char *const engines[] = {"auto", "uring", "threads", NULL};
+    enum { ENGINE_AUTO, ENGINE_URING, ENGINE_THREADS };
+    static const char *const thps[] = {"auto", "off", "background", "sync", "0", NULL};
+    static const int thp_of[] = {PX_THP_AUTO, PX_THP_OFF, PX_THP_BACKGROUND, PX_THP_SYNC,
+                                 PX_THP_OFF};
+    bool direct = false, coop = true;
+    int thp = 0, engine = ENGINE_AUTO;
+    uint64_t depth = PX_DEF_DEPTH, nthreads = PX_DEF_THREADS, chunk = PX_DEF_CHUNK;
+    nxl_status_t st;
+    if ((st = nxlt_param_bool(ctx, params, n, "direct", &direct)) != NXL_SUCCESS ||
+        (st = nxlt_param_bool(ctx, params, n, "coop_taskrun", &coop)) != NXL_SUCCESS ||
+        (st = nxlt_param_choice(ctx, params, n, "thp_collapse", thps, &thp)) != NXL_SUCCESS ||
+        (st = nxlt_param_uint(ctx, params, n, "queue_depth", 1, 32768, &depth)) != NXL_SUCCESS ||
+        (st = nxlt_param_uint(ctx, params, n, "threads", 1, 64, &nthreads)) != NXL_SUCCESS ||
+        (st = nxlt_param_size(ctx, params, n, "chunk", PX_ALIGN, PX_MAX_IO, &chunk)) !=
+            NXL_SUCCESS)
+        return st;
+    if (chunk % PX_ALIGN) {
+        nxlt_error(ctx, "POSIX: chunk=%s: a multiple of %u up to %u bytes",
+                   nxlt_param(params, n, "chunk"), PX_ALIGN, PX_MAX_IO);
+        return NXL_ERR_INVALID_PARAM;
     }
+    if ((st = nxlt_param_choice(ctx, params, n, "engine", engines, &engine)) != NXL_SUCCESS)
+        return st;
     px_t *u = calloc(1, sizeof(*u));
     if (!u) {
         nxlt_error(ctx, "POSIX: out of memory");
         return NXL_ERR_UNKNOWN;
     }
     u->ctx = ctx;
-    u->chunk = PX_DEF_CHUNK;
-    u->depth = PX_DEF_DEPTH;
-    u->nthreads = PX_DEF_THREADS;
-    u->coop = true;
-    TAILQ_INIT(&u->pending);
-    LIST_INIT(&u->xops);
-    const char *v, *engine = param(params, n, "engine");
-    unsigned long x;
-    if ((v = param(params, n, "direct")) && parse_bool(v, &u->direct) < 0) {
-        nxlt_error(ctx, "POSIX: direct=%s: use 0 or 1", v);
-        goto bad;
-    }
-    if ((v = param(params, n, "coop_taskrun")) && parse_bool(v, &u->coop) < 0) {
-        nxlt_error(ctx, "POSIX: coop_taskrun=%s: use 0 or 1", v);
-        goto bad;
-    }
+    nxl_fio_t *fio = &u->fio;
+    fio->chunk = chunk;
+    fio->depth = (unsigned)depth;
+    fio->nthreads = (unsigned)nthreads;
+    fio->coop = coop;
+    u->direct = direct;
     /* auto: registered DRAM onto 2 MiB pages when O_DIRECT is asked for */
-    u->thp = PX_THP_AUTO;
-    if ((v = param(params, n, "thp_collapse"))) {
-        if (!strcmp(v, "off") || !strcmp(v, "0"))
-            u->thp = PX_THP_OFF;
-        else if (!strcmp(v, "background"))
-            u->thp = PX_THP_BACKGROUND;
-        else if (!strcmp(v, "sync"))
-            u->thp = PX_THP_SYNC;
-        else if (strcmp(v, "auto")) {
-            nxlt_error(ctx, "POSIX: thp_collapse=%s: use auto, off, background or sync", v);
-            goto bad;
-        }
-    }
+    u->thp = thp_of[thp];
     if (u->thp == PX_THP_AUTO && !u->direct)
         u->thp = PX_THP_OFF;
-    if ((v = param(params, n, "queue_depth"))) {
-        if (parse_uint(v, 1, 32768, &x) < 0) {
-            nxlt_error(ctx, "POSIX: queue_depth=%s: a number from 1 to 32768", v);
-            goto bad;
-        }
-        u->depth = (unsigned)x;
-    }
-    if ((v = param(params, n, "threads"))) {
-        if (parse_uint(v, 1, 64, &x) < 0) {
-            nxlt_error(ctx, "POSIX: threads=%s: a number from 1 to 64", v);
-            goto bad;
-        }
-        u->nthreads = (unsigned)x;
-    }
-    if ((v = param(params, n, "chunk"))) {
-        if (parse_uint(v, PX_ALIGN, PX_MAX_IO, &x) < 0 || x % PX_ALIGN) {
-            nxlt_error(ctx, "POSIX: chunk=%s: a multiple of %u up to %u bytes", v, PX_ALIGN,
-                       PX_MAX_IO);
-            goto bad;
-        }
-        u->chunk = x;
-    }
-    if (engine && strcmp(engine, "auto") && strcmp(engine, "uring") && strcmp(engine, "threads")) {
-        nxlt_error(ctx, "POSIX: engine=%s: use auto, uring or threads", engine);
-        goto bad;
-    }
-    if (getrandom(&u->token, sizeof(u->token), GRND_NONBLOCK) != sizeof(u->token))
-        u->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)u;
     int regs = nxlt_regtab_init(&u->regs);
-    u->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, u);
-    if (regs < 0 || !u->kick) {
+    if (nxl_fio_init(fio, ctx, &px_fio_ops, u) < 0 || regs < 0) {
         nxlt_error(ctx, "POSIX: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
     }
     char why[256] = "";
-    if (!engine || strcmp(engine, "threads")) {
-        if (px_engine_uring.start(u, why, sizeof(why)) == 0) {
-            u->eng = &px_engine_uring;
-        } else if (engine && !strcmp(engine, "uring")) {
+    if (engine != ENGINE_THREADS) {
+        if (nxl_fio_engine_uring.start(fio, why, sizeof(why)) == 0) {
+            fio->eng = &nxl_fio_engine_uring;
+        } else if (engine == ENGINE_URING) {
             nxlt_error(ctx, "POSIX: engine=uring asked for, but the io_uring engine could not "
                             "start: %s; use engine=auto or threads",
                        why);
@@ -748,29 +422,26 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                         "the thread-pool engine", why);
         }
     }
-    if (!u->eng) {
+    if (!fio->eng) {
         char twhy[256] = "";
-        if (px_engine_threads.start(u, twhy, sizeof(twhy)) != 0) {
+        if (nxl_fio_engine_threads.start(fio, twhy, sizeof(twhy)) != 0) {
             nxlt_error(ctx, "POSIX: the thread-pool engine failed to start: %s", twhy);
             destroy(u);
             return NXL_ERR_BACKEND;
         }
-        u->eng = &px_engine_threads;
+        fio->eng = &nxl_fio_engine_threads;
     }
-    size_t l = strlen(u->desc);
+    size_t l = strlen(fio->desc);
     static const char *const thp_mode[] = {
         "off", "at registration up to 64 MiB, larger regions in the background",
         "in the background", "at registration"};
-    snprintf(u->desc + l, sizeof(u->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; registered "
-                                               "DRAM onto 2 MiB pages: %s",
-             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", u->chunk >> 10,
+    snprintf(fio->desc + l, sizeof(fio->desc) - l, "; O_DIRECT %s; chunks of %zu KiB; "
+                                                   "registered DRAM onto 2 MiB pages: %s",
+             u->direct ? "for aligned I/O" : "per file (mode=...,direct)", fio->chunk >> 10,
              thp_mode[u->thp]);
-    nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", u->desc);
+    nxlt_log(ctx, NXL_LOG_INFO, "POSIX: I/O engine %s", fio->desc);
     *out = u;
     return NXL_SUCCESS;
-bad:
-    free(u);
-    return NXL_ERR_INVALID_PARAM;
 }
 
 /* Waits for what the kernel or the workers hold (their buffers are the
@@ -778,25 +449,7 @@ bad:
 static void quiesce(void *state)
 {
     px_t *u = state;
-    if (u->closing)
-        return;
-    u->closing = true;
-    if (u->eng)
-        u->eng->stop(u);
-    px_seg_t *s;
-    while ((s = TAILQ_FIRST(&u->pending))) {
-        TAILQ_REMOVE(&u->pending, s, link);
-        s->state = PX_S_DONE;
-    }
-    px_xop_t *x;
-    while ((x = LIST_FIRST(&u->xops))) {
-        LIST_REMOVE(x, link);
-        nxlt_op_done(x->op, NXL_ERR_CANCELED,
-                     "POSIX: transport destroyed with the transfer in flight (agent teardown)");
-        for (size_t i = 0; i < x->nseg; i++)
-            file_put(x->seg[i].file);
-        free(x);
-    }
+    nxl_fio_quiesce(&u->fio);
 }
 
 static void destroy(void *state)
@@ -808,11 +461,11 @@ static void destroy(void *state)
     nxlt_log(u->ctx, NXL_LOG_INFO,
              "POSIX statistics: %llu transfers, %llu I/Os (%llu direct, %llu buffered, %llu "
              "short) in %llu submissions; DRAM onto 2 MiB pages: %s",
-             (unsigned long long)u->n_xfers, (unsigned long long)(u->n_direct + u->n_buffered),
-             (unsigned long long)u->n_direct, (unsigned long long)u->n_buffered,
-             (unsigned long long)u->n_short, (unsigned long long)u->n_submits, thp);
-    if (u->kick)
-        event_free(u->kick);
+             (unsigned long long)u->fio.n_xfers,
+             (unsigned long long)(u->n_direct + u->n_buffered), (unsigned long long)u->n_direct,
+             (unsigned long long)u->n_buffered, (unsigned long long)u->fio.n_short,
+             (unsigned long long)u->fio.n_submits, thp);
+    nxl_fio_fini(&u->fio);
     if (u->regs.v) {
         for (nxlt_reg_t *r; (r = nxlt_regtab_pop(&u->regs));)
             file_put(NXLT_REG_OF(r, px_file_t, reg));
@@ -823,7 +476,7 @@ static void destroy(void *state)
 
 static const char *describe(void *state)
 {
-    return ((px_t *)state)->desc;
+    return ((px_t *)state)->fio.desc;
 }
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
@@ -842,6 +495,8 @@ static const nxl_param_info_t px_params[] = {
      "background, off"},
 };
 
+_Static_assert(offsetof(px_t, fio) == 0, "the nxl_fio_* table functions take px_t as its nxl_fio_t");
+
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .abi_version = NXLT_ABI_VERSION,
     .name = "POSIX",
@@ -855,13 +510,13 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .reg = reg,
     .dereg = dereg,
     .pack_key = pack_key,
-    .conn_info = conn_info,
-    .load_conn = load_conn,
+    .conn_info = nxl_fio_conn_info,
+    .load_conn = nxl_fio_load_conn,
     .load_key = load_key,
     .unload_key = unload_key,
-    .unload_conn = unload_conn,
+    .unload_conn = nxl_fio_unload_conn,
     .post = post,
-    .notif_send = notif_send,
+    .notif_send = nxl_fio_notif_send,
     .describe = describe,
     .query = query,
     .quiesce = quiesce,

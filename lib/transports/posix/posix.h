@@ -1,19 +1,18 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The POSIX transport's private structures, shared by its core (posix.c)
- * and its two I/O engines (engine_uring.c, engine_threads.c).
+/* The POSIX transport's private structures, shared by posix.c and thp.c.
  *
- * The core turns a transfer into segments (one per element, or per chunk
- * of a large element) and keeps them in a pending queue; an engine takes
- * segments from that queue as it has room, performs one read or write per
- * segment and hands each result back with px_seg_result() on the reactor
- * thread. The core continues short transfers, retries, and completes the
- * transfer once none of its segments is in flight anymore. */
+ * Transfers run on the file-I/O core (../common/fileio.h) with its io_uring
+ * or thread-pool engine: the core turns a transfer into segments, an
+ * engine performs one read or write per segment, and the core continues
+ * short transfers, retries, and completes the transfer once none of its
+ * segments is in flight anymore. */
 #ifndef NXL_POSIX_H
 #define NXL_POSIX_H
 
 #include "config.h"
 #include <nxl/transport.h>
 
+#include "../common/fileio.h"
 #include "../regtab.h"
 
 #include <stdbool.h>
@@ -34,7 +33,6 @@ typedef struct px_thp px_thp_t;
 /* registered DRAM onto 2 MiB pages (thp.c; backend parameter thp_collapse) */
 enum { PX_THP_OFF, PX_THP_AUTO, PX_THP_BACKGROUND, PX_THP_SYNC };
 #define PX_THP_SYNC_MAX (64u << 20) /* auto: up to this much at registration, more in the background */
-typedef struct px_xop px_xop_t;
 
 /* A registered file or block device range, shared by its registration,
  * the keys loaded from it and the transfers that use it. */
@@ -51,90 +49,18 @@ typedef struct px_file {
     char name[160];          /* "'/path' (id 3)" or "fd 7", for sentences */
 } px_file_t;
 
-enum { PX_S_IDLE, PX_S_QUEUED, PX_S_INFLIGHT, PX_S_DONE };
-
-/* One read or write of a contiguous range, continued until done. */
-typedef struct px_seg {
-    px_xop_t *xop;
-    px_file_t *file;
-    char *buf;               /* next byte to move */
-    uint64_t off;            /* its file offset */
-    size_t left;             /* bytes still to move */
-    size_t total;            /* bytes of the segment */
-    size_t elem;             /* element index, for sentences */
-    int state;
-    bool direct;             /* the submission in flight uses the O_DIRECT fd */
-    bool no_direct;          /* the O_DIRECT fd refused it once: stay buffered */
-    int iofd;                /* fd of the submission in flight */
-    size_t ion;              /* its length */
-    ssize_t res;             /* thread engine: result of the syscall */
-    TAILQ_ENTRY(px_seg) link;
-} px_seg_t;
-TAILQ_HEAD(px_segq, px_seg);
-
-struct px_xop {
-    px_t *u;
-    nxlt_op_t *op;
-    bool write;
-    bool failed;             /* stop submitting; complete once nothing is in flight */
-    nxl_status_t st;
-    char why[384];
-    size_t nseg, nleft;      /* segments, and those not done */
-    LIST_ENTRY(px_xop) link;
-    px_seg_t seg[];
-};
-
-/* An I/O engine. */
-typedef struct px_engine {
-    const char *name;
-    /* starts; on failure writes why into @p why */
-    int (*start)(px_t *u, char *why, size_t cap);
-    /* moves pending segments to the kernel or the workers, as room allows */
-    void (*pump)(px_t *u);
-    /* waits for every submission in flight to finish, then frees itself;
-     * results still arrive through px_seg_result() (u->closing is set) */
-    void (*stop)(px_t *u);
-} px_engine_t;
-
 struct px {
+    nxl_fio_t fio;           /* first (the nxl_fio_* table functions take px_t as it);
+                              * transfers: chunk, depth (io_uring entries), coop
+                              * (coop_taskrun=1, default), nthreads; token */
     nxlt_ctx_t *ctx;
-    const px_engine_t *eng;
-    void *eng_state;
-    struct event *kick;      /* completes empty transfers on the next turn */
-    bool closing;
     bool direct;             /* backend parameter direct=1 */
-    bool coop;               /* io_uring: cooperative task work (coop_taskrun=1, default) */
     int thp;                 /* PX_THP_*: registered DRAM onto 2 MiB pages */
     px_thp_t *thp_state;     /* thp.c, made on first use */
-    size_t chunk;
-    unsigned depth;          /* io_uring entries */
-    unsigned nthreads;
-    uint64_t token;          /* identifies this instance in conn_info and keys */
     uint64_t next_regid;
     nxlt_regtab_t regs;      /* registry of FILE/BLK regions, by regid */
-    struct px_segq pending;  /* waiting for the engine */
-    LIST_HEAD(, px_xop) xops;
-    uint64_t n_direct, n_buffered, n_short, n_xfers; /* statistics */
-    uint64_t n_submits;      /* system calls that handed I/O to the kernel or the workers */
-    char desc[256];
+    uint64_t n_direct, n_buffered; /* statistics */
 };
-
-extern const px_engine_t px_engine_uring;   /* .start fails when built without liburing */
-extern const px_engine_t px_engine_threads;
-
-/* core → engines */
-void px_seg_result(px_t *u, px_seg_t *s, ssize_t res);
-/* the next pending segment to start, or NULL (those of canceled transfers
- * are dropped, which may complete them) */
-px_seg_t *px_seg_next(px_t *u);
-/* puts back a segment taken with px_seg_next() that could not start */
-void px_seg_requeue(px_t *u, px_seg_t *s);
-/* the fd a segment's next submission uses, and its length */
-int px_seg_fd(px_t *u, px_seg_t *s, size_t *len);
-/* resets an engine's eventfd before its results are collected (a result
- * that arrives after this wakes the reactor again); @p whose names it */
-void px_efd_drain(px_t *u, int efd, const char *whose);
-
 
 /* thp.c: the whole 2 MiB ranges of a DRAM registration onto huge pages, in
  * the background or before returning (u->thp); never fails */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The POSIX transport's io_uring engine: one ring whose eventfd sits in the
+/* The file-I/O core's io_uring engine (POSIX's): one ring whose eventfd sits in the
  * reactor (EV_READ | EV_PERSIST). Pending segments are turned into SQEs as
  * long as the ring has room (at most its SQ size in flight, so the CQ,
  * twice as large, never overflows) and submitted as one batch; each
@@ -7,7 +7,7 @@
  *
  * Segments posted from application callbacks (a completion reposting the
  * next read) are submitted together at the end of the loop turn, while
- * less than PX_BATCH_BYTES wait: one system call for many small requests.
+ * less than FIO_BATCH_BYTES wait: one system call for many small requests.
  * Larger ones go at once, each its own request: requests submitted in one
  * call are merged by the block layer when contiguous, and a few large
  * requests keep a disk less busy than many parallel ones.
@@ -19,7 +19,7 @@
  * worker. Sleeping and being woken per completion (eventfd, epoll, the
  * idle vCPU's timer) costs a few microseconds each time, which is what
  * separates a reactor from fio's tight loop once the storage is fast. */
-#include "posix.h"
+#include "fileio.h"
 
 #ifdef NXL_HAVE_LIBURING
 
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #define SPIN_SLICE_US 50          /* busy polling: longest spin before the loop gets a turn */
-#define PX_BATCH_BYTES (64u << 10) /* from callbacks: submit at the turn's end below this */
+#define FIO_BATCH_BYTES (64u << 10) /* from callbacks: submit at the turn's end below this */
 
 typedef struct ur {
     struct io_uring ring;
@@ -44,7 +44,7 @@ typedef struct ur {
     uint64_t busy_until_us;  /* busy polling: keep watching the CQ until then */
 } ur_t;
 
-static void ur_pump(px_t *u);
+static void ur_pump(nxl_fio_t *u);
 
 /* runs ur_turn from the loop on its next pass (busy polling) */
 static void ur_kick(ur_t *r)
@@ -55,18 +55,18 @@ static void ur_kick(ur_t *r)
 }
 
 
-static unsigned ur_reap(px_t *u)
+static unsigned ur_reap(nxl_fio_t *u)
 {
     ur_t *r = u->eng_state;
     struct io_uring_cqe *cqe;
     unsigned n = 0;
     while (io_uring_peek_cqe(&r->ring, &cqe) == 0) {
-        px_seg_t *s = io_uring_cqe_get_data(cqe);
+        nxl_fio_seg_t *s = io_uring_cqe_get_data(cqe);
         int res = cqe->res;
         io_uring_cqe_seen(&r->ring, cqe);
         r->inflight--;
         n++;
-        px_seg_result(u, s, res);
+        nxl_fio_seg_result(u, s, res);
     }
     return n;
 }
@@ -85,7 +85,7 @@ static bool ur_taskrun(ur_t *r)
  * arrives or something else in the loop is ready to run (a delivery the
  * reap queued, another transport's event). Then the loop gets a turn and
  * the kick brings us back while the window lasts. */
-static void ur_busy(px_t *u, unsigned got)
+static void ur_busy(nxl_fio_t *u, unsigned got)
 {
     ur_t *r = u->eng_state;
     unsigned bp = nxlt_busy_poll_us(u->ctx);
@@ -110,7 +110,7 @@ static void ur_busy(px_t *u, unsigned got)
     ur_kick(r);
 }
 
-static void ur_turn(px_t *u)
+static void ur_turn(nxl_fio_t *u)
 {
     unsigned got = ur_reap(u);
     ur_pump(u);
@@ -119,9 +119,9 @@ static void ur_turn(px_t *u)
 
 static void ur_on_efd(evutil_socket_t fd, short what, void *arg)
 {
-    px_t *u = arg;
+    nxl_fio_t *u = arg;
     ur_t *r = u->eng_state;
-    px_efd_drain(u, r->efd, "the io_uring"); /* first: a later CQE wakes us again */
+    nxl_fio_efd_drain(u, r->efd, "the io_uring"); /* first: a later CQE wakes us again */
     ur_turn(u);
 }
 
@@ -133,7 +133,7 @@ static void ur_on_retry(evutil_socket_t fd, short what, void *arg)
 }
 
 /* hands what the SQ holds to the kernel */
-static void ur_submit(px_t *u)
+static void ur_submit(nxl_fio_t *u)
 {
     ur_t *r = u->eng_state;
     if (!io_uring_sq_ready(&r->ring))
@@ -154,7 +154,8 @@ static void ur_submit(px_t *u)
     /* the kernel took none or part (EAGAIN, EBUSY: out of resources):
      * what is left stays in the SQ; try again shortly */
     if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR)
-        nxlt_log(u->ctx, NXL_LOG_WARN, "POSIX: io_uring_submit: %s; retrying", strerror(-rc));
+        nxlt_log(u->ctx, NXL_LOG_WARN, "%s: io_uring_submit: %s; retrying", u->ops->name,
+                 strerror(-rc));
     struct timeval tv = {0, 1000};
     if (!evtimer_pending(r->retry, NULL))
         evtimer_add(r->retry, &tv);
@@ -163,30 +164,30 @@ static void ur_submit(px_t *u)
 /* the end of a loop turn in which callbacks posted: one submission */
 static void ur_on_flush(evutil_socket_t fd, short what, void *arg) { ur_submit(arg); }
 
-static void ur_pump(px_t *u)
+static void ur_pump(nxl_fio_t *u)
 {
     ur_t *r = u->eng_state;
-    px_seg_t *s;
-    while (r->inflight < r->cap && (s = px_seg_next(u))) {
+    nxl_fio_seg_t *s;
+    while (r->inflight < r->cap && (s = nxl_fio_seg_next(u))) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
         if (!sqe) {
-            px_seg_requeue(u, s);
+            nxl_fio_seg_requeue(u, s);
             break;
         }
         size_t len;
-        int fd = px_seg_fd(u, s, &len);
+        int fd = u->ops->seg_fd(u, s, &len);
         if (s->xop->write)
             io_uring_prep_write(sqe, fd, s->buf, (unsigned)len, s->off);
         else
             io_uring_prep_read(sqe, fd, s->buf, (unsigned)len, s->off);
         io_uring_sqe_set_data(sqe, s);
-        s->state = PX_S_INFLIGHT;
+        s->state = NXL_FIO_S_INFLIGHT;
         r->inflight++;
         r->sq_bytes += len;
     }
     if (!io_uring_sq_ready(&r->ring))
         return;
-    if (nxlt_in_callback(u->ctx) && r->sq_bytes < PX_BATCH_BYTES) {
+    if (nxlt_in_callback(u->ctx) && r->sq_bytes < FIO_BATCH_BYTES) {
         /* runs after the callbacks of this turn, before the loop sleeps */
         event_active(r->flush, EV_TIMEOUT, 0);
         return;
@@ -194,7 +195,7 @@ static void ur_pump(px_t *u)
     ur_submit(u);
 }
 
-static int ur_start(px_t *u, char *why, size_t cap)
+static int ur_start(nxl_fio_t *u, char *why, size_t cap)
 {
     ur_t *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -265,7 +266,7 @@ fail:
     return -1;
 }
 
-static void ur_stop(px_t *u)
+static void ur_stop(nxl_fio_t *u)
 {
     ur_t *r = u->eng_state;
     if (!r)
@@ -280,15 +281,15 @@ static void ur_stop(px_t *u)
         if (rc == -EINTR || rc == -EAGAIN)
             continue;
         if (rc < 0) {
-            nxlt_log(u->ctx, NXL_LOG_ERROR, "POSIX: io_uring_wait_cqe at teardown: %s",
-                     strerror(-rc));
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "%s: io_uring_wait_cqe at teardown: %s",
+                     u->ops->name, strerror(-rc));
             break;
         }
-        px_seg_t *s = io_uring_cqe_get_data(cqe);
+        nxl_fio_seg_t *s = io_uring_cqe_get_data(cqe);
         int res = cqe->res;
         io_uring_cqe_seen(&r->ring, cqe);
         r->inflight--;
-        px_seg_result(u, s, res);
+        nxl_fio_seg_result(u, s, res);
     }
     event_free(r->ev);
     event_free(r->retry);
@@ -300,7 +301,7 @@ static void ur_stop(px_t *u)
     u->eng_state = NULL;
 }
 
-const px_engine_t px_engine_uring = {
+const nxl_fio_engine_t nxl_fio_engine_uring = {
     .name = "io_uring",
     .start = ur_start,
     .pump = ur_pump,
@@ -311,15 +312,15 @@ const px_engine_t px_engine_uring = {
 
 #include <stdio.h>
 
-static int ur_start(px_t *u, char *why, size_t cap)
+static int ur_start(nxl_fio_t *u, char *why, size_t cap)
 {
     snprintf(why, cap, "this build has no io_uring engine (configure found no liburing)");
     return -1;
 }
 
-static void ur_nop(px_t *u) {}
+static void ur_nop(nxl_fio_t *u) {}
 
-const px_engine_t px_engine_uring = {
+const nxl_fio_engine_t nxl_fio_engine_uring = {
     .name = "io_uring",
     .start = ur_start,
     .pump = ur_nop,

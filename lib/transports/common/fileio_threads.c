@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The POSIX transport's thread-pool engine: a few threads doing one pread
- * or pwrite per segment. Results go on a done list and an eventfd in the
- * reactor wakes the reactor thread, which hands them to the core. Only the
- * two lists are shared, under one mutex; everything else stays on the
- * reactor thread. */
-#include "posix.h"
+/* The file-I/O core's thread-pool engine: a few threads doing the I/O of
+ * one segment each, a pread or pwrite (POSIX) or what the transport's
+ * nxl_fio_ops_t.io does (GDS: cuFileRead/cuFileWrite). Results go on a done
+ * list and an eventfd in the reactor wakes the reactor thread, which hands
+ * them to the core (or the transport's nxl_fio_ops_t.result). Only the two
+ * lists are shared, under one mutex; everything else stays on the reactor
+ * thread. At most f->tp_max segments are with the workers (0: no limit). */
+#include "fileio.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -16,11 +18,13 @@
 #include <unistd.h>
 
 typedef struct tp {
+    nxl_fio_t *f;
     pthread_t *th;
     unsigned n;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct px_segq todo, done;
+    struct nxl_fio_segq todo, done;
+    unsigned inflight;       /* reactor side: segments with the workers */
     bool stop;
     int efd;
     struct event *ev;
@@ -37,13 +41,17 @@ static void *worker(void *arg)
             pthread_mutex_unlock(&t->mu);
             return NULL;
         }
-        px_seg_t *s = TAILQ_FIRST(&t->todo);
+        nxl_fio_seg_t *s = TAILQ_FIRST(&t->todo);
         TAILQ_REMOVE(&t->todo, s, link);
         pthread_mutex_unlock(&t->mu);
 
-        ssize_t r = s->xop->write ? pwrite(s->iofd, s->buf, s->ion, (off_t)s->off)
-                                  : pread(s->iofd, s->buf, s->ion, (off_t)s->off);
-        s->res = r < 0 ? -errno : r;
+        if (t->f->ops->io) {
+            t->f->ops->io(t->f, s);
+        } else {
+            ssize_t r = s->xop->write ? pwrite(s->iofd, s->buf, s->ion, (off_t)s->off)
+                                      : pread(s->iofd, s->buf, s->ion, (off_t)s->off);
+            s->res = r < 0 ? -errno : r;
+        }
 
         pthread_mutex_lock(&t->mu);
         bool was_empty = TAILQ_EMPTY(&t->done);
@@ -57,49 +65,63 @@ static void *worker(void *arg)
     }
 }
 
-static void tp_pump(px_t *u)
+static void tp_pump(nxl_fio_t *f)
 {
-    tp_t *t = u->eng_state;
-    if (TAILQ_EMPTY(&u->pending))
+    tp_t *t = f->eng_state;
+    if (TAILQ_EMPTY(&f->pending))
         return;
-    px_seg_t *s;
-    struct px_segq batch;
+    nxl_fio_seg_t *s;
+    struct nxl_fio_segq batch;
     TAILQ_INIT(&batch);
-    while ((s = px_seg_next(u))) {
+    while ((!f->tp_max || t->inflight < f->tp_max) && (s = nxl_fio_seg_next(f))) {
         size_t len;
-        px_seg_fd(u, s, &len);
-        s->state = PX_S_INFLIGHT;
+        if (f->ops->seg_fd)
+            f->ops->seg_fd(f, s, &len);
+        s->state = NXL_FIO_S_INFLIGHT;
         TAILQ_INSERT_TAIL(&batch, s, link);
-        u->n_submits++; /* a pread or pwrite each */
+        t->inflight++;
+        f->n_submits++; /* a pread or pwrite (or the transport's I/O) each */
     }
+    if (TAILQ_EMPTY(&batch))
+        return;
     pthread_mutex_lock(&t->mu);
     TAILQ_CONCAT(&t->todo, &batch, link);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
 
-static void tp_reap(px_t *u)
+/* a worker's result, to the transport's reading of it or the core's */
+static void tp_result(nxl_fio_t *f, nxl_fio_seg_t *s)
 {
-    tp_t *t = u->eng_state;
-    struct px_segq got;
+    if (f->ops->result)
+        f->ops->result(f, s);
+    else
+        nxl_fio_seg_result(f, s, s->res);
+}
+
+static void tp_reap(nxl_fio_t *f)
+{
+    tp_t *t = f->eng_state;
+    struct nxl_fio_segq got;
     TAILQ_INIT(&got);
     pthread_mutex_lock(&t->mu);
     TAILQ_CONCAT(&got, &t->done, link);
     pthread_mutex_unlock(&t->mu);
-    px_seg_t *s;
+    nxl_fio_seg_t *s;
     while ((s = TAILQ_FIRST(&got))) {
         TAILQ_REMOVE(&got, s, link);
-        px_seg_result(u, s, s->res);
+        t->inflight--;
+        tp_result(f, s);
     }
 }
 
 static void tp_on_efd(evutil_socket_t fd, short what, void *arg)
 {
-    px_t *u = arg;
-    tp_t *t = u->eng_state;
-    px_efd_drain(u, t->efd, "the thread pool's");
-    tp_reap(u);
-    tp_pump(u);
+    nxl_fio_t *f = arg;
+    tp_t *t = f->eng_state;
+    nxl_fio_efd_drain(f, t->efd, "the thread pool's");
+    tp_reap(f);
+    tp_pump(f);
 }
 
 static void tp_free(tp_t *t)
@@ -125,14 +147,15 @@ static void tp_join(tp_t *t)
     t->n = 0;
 }
 
-static int tp_start(px_t *u, char *why, size_t cap)
+static int tp_start(nxl_fio_t *f, char *why, size_t cap)
 {
     tp_t *t = calloc(1, sizeof(*t));
-    if (!t || !(t->th = calloc(u->nthreads, sizeof(*t->th)))) {
+    if (!t || !(t->th = calloc(f->nthreads, sizeof(*t->th)))) {
         free(t);
         snprintf(why, cap, "out of memory");
         return -1;
     }
+    t->f = f;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     TAILQ_INIT(&t->todo);
@@ -143,13 +166,13 @@ static int tp_start(px_t *u, char *why, size_t cap)
         tp_free(t);
         return -1;
     }
-    t->ev = event_new(nxlt_base(u->ctx), t->efd, EV_READ | EV_PERSIST, tp_on_efd, u);
+    t->ev = event_new(nxlt_base(f->ctx), t->efd, EV_READ | EV_PERSIST, tp_on_efd, f);
     if (!t->ev || event_add(t->ev, NULL) < 0) {
         snprintf(why, cap, "libevent could not watch the thread pool's eventfd");
         tp_free(t);
         return -1;
     }
-    for (unsigned i = 0; i < u->nthreads; i++) {
+    for (unsigned i = 0; i < f->nthreads; i++) {
         int rc = pthread_create(&t->th[i], NULL, worker, t);
         if (rc) {
             snprintf(why, cap, "pthread_create failed: %s", strerror(rc));
@@ -159,30 +182,31 @@ static int tp_start(px_t *u, char *why, size_t cap)
         }
         t->n++;
     }
-    u->eng_state = t;
-    snprintf(u->desc, sizeof(u->desc), "thread pool (%u threads doing pread/pwrite, eventfd "
+    f->eng_state = t;
+    snprintf(f->desc, sizeof(f->desc), "thread pool (%u threads doing pread/pwrite, eventfd "
                                        "in the reactor)", t->n);
     return 0;
 }
 
-static void tp_stop(px_t *u)
+static void tp_stop(nxl_fio_t *f)
 {
-    tp_t *t = u->eng_state;
+    tp_t *t = f->eng_state;
     if (!t)
         return;
     /* each worker finishes the I/O it is doing, then leaves */
     tp_join(t);
-    tp_reap(u);
-    px_seg_t *s;
+    tp_reap(f);
+    nxl_fio_seg_t *s;
     while ((s = TAILQ_FIRST(&t->todo))) { /* never started */
         TAILQ_REMOVE(&t->todo, s, link);
-        px_seg_result(u, s, -ECANCELED);
+        s->res = -ECANCELED;
+        tp_result(f, s);
     }
     tp_free(t);
-    u->eng_state = NULL;
+    f->eng_state = NULL;
 }
 
-const px_engine_t px_engine_threads = {
+const nxl_fio_engine_t nxl_fio_engine_threads = {
     .name = "threads",
     .start = tp_start,
     .pump = tp_pump,
