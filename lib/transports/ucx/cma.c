@@ -42,7 +42,7 @@ bool nxl_ucx_pidfd_exited(int fd)
     return poll(&pf, 1, 0) > 0;
 }
 
-bool nxl_ucx_cma_identity(ucx_ci_cma_t *me, char *why, size_t cap)
+static bool cma_identity(ucx_ci_cma_t *me, char *why, size_t cap)
 {
     char b[64] = "";
     int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -77,6 +77,29 @@ bool nxl_ucx_cma_identity(ucx_ci_cma_t *me, char *why, size_t cap)
     }
     close(pf);
     return true;
+}
+
+/* Our identity for cross-memory attach (advertised in the connection
+ * info), the cookie peers read to prove they reach us, and the copies'
+ * vectors; nothing of it with cma=off */
+void nxl_ucx_cma_init(ucx_t *u)
+{
+    if (u->cma_mode == CMA_OFF)
+        return;
+    char why[160];
+    u->cma_liov = malloc(2 * IOV_MAX * sizeof(struct iovec));
+    u->cma_riov = u->cma_liov ? u->cma_liov + IOV_MAX : NULL;
+    uint64_t ck = 0;
+    if (getrandom(&ck, sizeof(ck), GRND_NONBLOCK) != sizeof(ck))
+        ck = nxlt_now_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
+             (uint64_t)(uintptr_t)u;
+    u->cma_cookie[0] = CMA_MAGIC;
+    u->cma_cookie[1] = ck | 1;
+    if (!u->cma_liov)
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: out of memory: no cross-memory attach");
+    else if (!(u->cma_here = cma_identity(&u->cma_me, why, sizeof(why))))
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: no cross-memory attach to peers on this host: %s",
+                 why);
 }
 
 /* Yama's ptrace_scope, in words, for the sentence of a refusal */

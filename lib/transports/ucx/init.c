@@ -75,7 +75,7 @@ static const char *param(const nxl_param_t *p, size_t n, const char *k)
     return NULL;
 }
 
-static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+static nxl_status_t params_known(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n)
 {
     static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
                                         "shm_fifo_size", "stall_timeout", "am_write_max", "cma",
@@ -91,10 +91,20 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
             return NXL_ERR_INVALID_PARAM;
         }
     }
+    return NXL_SUCCESS;
+}
+
+/* The parameters UCX reads from the environment: shared memory's error
+ * handling and receive FIFO. *tl: the UCX transports asked for (the tls
+ * parameter, else UCX_TLS, else NULL: all). */
+static nxl_status_t params_shm(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
+                               const char **tl_out)
+{
     /* Peer error handling is on for every endpoint; UCX then refuses its
      * shared-memory transports unless they handle errors too. */
     const char *seh = param(params, n, "shm_error_handling");
     const char *tl = param(params, n, "tls") ? param(params, n, "tls") : getenv("UCX_TLS");
+    *tl_out = tl;
     bool shm = !tl || strstr(tl, "all") || strstr(tl, "sm") || strstr(tl, "mm") ||
                strstr(tl, "posix") || strstr(tl, "sysv");
     if (shm && (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1"))) {
@@ -132,6 +142,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
             setenv("UCX_SYSV_FIFO_SIZE", fifo, 1);
         }
     }
+    return NXL_SUCCESS;
+}
+
+/* The transport's own parameters, into u; tl as params_shm found it */
+static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, const char *tl)
+{
+    nxlt_ctx_t *ctx = u->ctx;
     uint64_t stall_ms = 10000;
     const char *stv = param(params, n, "stall_timeout");
     if (stv) {
@@ -144,7 +161,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         }
         stall_ms = (uint64_t)(strcmp(end, "ms") ? v * 1000 : v);
     }
-    size_t am_max = AM_WRITE_MAX_DEFAULT;
+    u->stall_us = stall_ms * 1000;
+    u->am_write_max = AM_WRITE_MAX_DEFAULT;
     const char *amv = param(params, n, "am_write_max");
     if (amv) {
         char *end;
@@ -154,17 +172,19 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                        "the one-message WRITE off)", amv);
             return NXL_ERR_INVALID_PARAM;
         }
-        am_max = (size_t)v;
+        u->am_write_max = (size_t)v;
     }
-    int cma_mode = CMA_AUTO;
+    u->cma_mode = CMA_AUTO;
     const char *cmv = param(params, n, "cma");
     if (cmv) {
         if (!strcmp(cmv, "auto"))
-            cma_mode = CMA_AUTO;
-        else if (!strcmp(cmv, "on") || !strcmp(cmv, "y") || !strcmp(cmv, "yes") || !strcmp(cmv, "1"))
-            cma_mode = CMA_ON;
-        else if (!strcmp(cmv, "off") || !strcmp(cmv, "n") || !strcmp(cmv, "no") || !strcmp(cmv, "0"))
-            cma_mode = CMA_OFF;
+            u->cma_mode = CMA_AUTO;
+        else if (!strcmp(cmv, "on") || !strcmp(cmv, "y") || !strcmp(cmv, "yes") ||
+                 !strcmp(cmv, "1"))
+            u->cma_mode = CMA_ON;
+        else if (!strcmp(cmv, "off") || !strcmp(cmv, "n") || !strcmp(cmv, "no") ||
+                 !strcmp(cmv, "0"))
+            u->cma_mode = CMA_OFF;
         else {
             nxlt_error(ctx, "UCX: cma '%s' is not auto, on or off (cross-memory attach to peers "
                        "on this host)", cmv);
@@ -178,9 +198,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                                         : strstr(tl, "all") || strstr(tl, "sm") ||
                                               strstr(tl, "cma") || strstr(tl, "mm") ||
                                               strstr(tl, "posix") || strstr(tl, "sysv"));
-    if (cma_mode == CMA_AUTO && !cma_tls)
-        cma_mode = CMA_OFF;
-    size_t cma_chunk = CMA_CHUNK_DEFAULT;
+    if (u->cma_mode == CMA_AUTO && !cma_tls)
+        u->cma_mode = CMA_OFF;
+    u->cma_chunk = CMA_CHUNK_DEFAULT;
     const char *ccv = param(params, n, "cma_chunk");
     if (ccv) {
         char *end;
@@ -190,9 +210,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                        "one cross-memory attach system call copies at most)", ccv);
             return NXL_ERR_INVALID_PARAM;
         }
-        cma_chunk = (size_t)v;
+        u->cma_chunk = (size_t)v;
     }
-    size_t cma_max = 0;
+    u->cma_max = 0;
     const char *cmx = param(params, n, "cma_max");
     if (cmx) {
         char *end;
@@ -202,29 +222,46 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                        "through UCX instead of cross-memory attach; 0: no limit)", cmx);
             return NXL_ERR_INVALID_PARAM;
         }
-        cma_max = (size_t)v;
+        u->cma_max = (size_t)v;
     }
-    ucx_t *u = calloc(1, sizeof(*u));
-    if (!u)
-        return NXL_ERR_UNKNOWN;
-    u->ctx = ctx;
-    u->cma_mode = cma_mode;
-    u->cma_chunk = cma_chunk;
-    u->cma_max = cma_max;
-    TAILQ_INIT(&u->cma_q);
-    u->am_write_max = am_max;
-    u->stall_us = stall_ms * 1000;
-    u->efd = -1;
-    LIST_INIT(&u->conns);
-    LIST_INIT(&u->ops);
-    LIST_INIT(&u->acks);
-    LIST_INIT(&u->sides);
+    return NXL_SUCCESS;
+}
+
+/* ucp_init failed: a sentence with what UCX does find here with its
+ * defaults */
+static void context_failed(ucx_t *u, ucs_status_t st, const char *tls, const char *dev)
+{
+    ucp_params_t dp = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_config_t *dc = NULL;
+    u->desc[0] = 0;
+    if (ucp_config_read(NULL, NULL, &dc) == UCS_OK) {
+        ucp_config_modify(dc, "TLS", "all");
+        ucp_config_modify(dc, "NET_DEVICES", "all");
+        if (ucp_init(&dp, dc, &u->ucp) == UCS_OK) {
+            list_tls(u);
+            ucp_cleanup(u->ucp);
+        }
+        ucp_config_release(dc);
+    }
+    nxlt_error(u->ctx, "UCX: ucp_init failed: %s — no usable UCX transport with tls=%s, "
+               "devices=%s; UCX finds here: %s. Check the 'tls'/'devices' parameters and "
+               "UCX_TLS / UCX_NET_DEVICES ('ucx_info -d' lists devices)",
+               ucs_status_string(st),
+               tls ? tls : getenv("UCX_TLS") ? getenv("UCX_TLS") : "all",
+               dev ? dev : getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "all",
+               u->desc[0] ? u->desc : "nothing");
+}
+
+/* The UCP context: UCX's configuration with the tls, devices and keepalive
+ * parameters. On failure nothing of UCX is left in u. */
+static nxl_status_t context_open(ucx_t *u, const nxl_param_t *params, size_t n)
+{
+    nxlt_ctx_t *ctx = u->ctx;
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
         nxlt_error(ctx, "UCX: ucp_config_read failed: %s (check UCX_* environment variables)",
                    ucs_status_string(st));
-        free(u);
         return NXL_ERR_BACKEND;
     }
     const char *tls = param(params, n, "tls"), *dev = param(params, n, "devices");
@@ -235,7 +272,6 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         nxlt_error(ctx, "UCX: a parameter was refused by ucp_config_modify: %s",
                    ucs_status_string(st));
         ucp_config_release(cfg);
-        free(u);
         return NXL_ERR_INVALID_PARAM;
     }
     ucp_params_t up = {
@@ -246,37 +282,24 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     st = ucp_init(&up, cfg, &u->ucp);
     ucp_config_release(cfg);
     if (st != UCS_OK) {
-        /* say what UCX does find here with its defaults */
-        ucp_params_t dp = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
-        ucp_config_t *dc = NULL;
-        u->desc[0] = 0;
-        if (ucp_config_read(NULL, NULL, &dc) == UCS_OK) {
-            ucp_config_modify(dc, "TLS", "all");
-            ucp_config_modify(dc, "NET_DEVICES", "all");
-            if (ucp_init(&dp, dc, &u->ucp) == UCS_OK) {
-                list_tls(u);
-                ucp_cleanup(u->ucp);
-            }
-            ucp_config_release(dc);
-        }
-        nxlt_error(ctx, "UCX: ucp_init failed: %s — no usable UCX transport with tls=%s, "
-                   "devices=%s; UCX finds here: %s. Check the 'tls'/'devices' parameters and "
-                   "UCX_TLS / UCX_NET_DEVICES ('ucx_info -d' lists devices)",
-                   ucs_status_string(st),
-                   tls ? tls : getenv("UCX_TLS") ? getenv("UCX_TLS") : "all",
-                   dev ? dev : getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "all",
-                   u->desc[0] ? u->desc : "nothing");
-        free(u);
+        context_failed(u, st, tls, dev);
         return NXL_ERR_BACKEND;
     }
     list_tls(u);
     query_cuda(u);
+    return NXL_SUCCESS;
+}
+
+/* The worker, its address and its event fd. On failure the caller
+ * destroys u. */
+static nxl_status_t worker_open(ucx_t *u)
+{
     /* a threaded agent calls the worker from the threads that post
      * (NXLT_CAP_ANY_THREAD), one at a time */
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = nxlt_threaded(ctx) ? UCS_THREAD_MODE_SERIALIZED
-                                                                : UCS_THREAD_MODE_SINGLE};
-    st = ucp_worker_create(u->ucp, &wp, &u->w);
+                              .thread_mode = nxlt_threaded(u->ctx) ? UCS_THREAD_MODE_SERIALIZED
+                                                                   : UCS_THREAD_MODE_SINGLE};
+    ucs_status_t st = ucp_worker_create(u->ucp, &wp, &u->w);
     if (st == UCS_OK)
         st = ucp_worker_get_efd(u->w, &u->efd);
     if (st == UCS_OK) {
@@ -290,11 +313,18 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         }
     }
     if (st != UCS_OK) {
-        nxlt_error(ctx, "UCX: the worker could not start: %s (UCX found: %s); check UCX_TLS "
-                   "and UCX_NET_DEVICES", ucs_status_string(st), u->desc[0] ? u->desc : "nothing");
-        destroy(u);
+        nxlt_error(u->ctx, "UCX: the worker could not start: %s (UCX found: %s); check UCX_TLS "
+                   "and UCX_NET_DEVICES", ucs_status_string(st),
+                   u->desc[0] ? u->desc : "nothing");
         return NXL_ERR_BACKEND;
     }
+    return NXL_SUCCESS;
+}
+
+/* The worker's messages and events in the reactor: the transport listens.
+ * On failure the caller destroys u. */
+static nxl_status_t listen_open(ucx_t *u)
+{
     ucp_am_handler_param_t ap = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG,
@@ -302,7 +332,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         .cb = nxl_ucx_am_recv,
         .arg = u,
     };
-    st = ucp_worker_set_am_recv_handler(u->w, &ap);
+    ucs_status_t st = ucp_worker_set_am_recv_handler(u->w, &ap);
     if (st == UCS_OK) {
         ap.id = NXL_UCX_AM_WRITE;
         ap.cb = nxl_ucx_am_recv_write;
@@ -318,7 +348,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         ap.cb = nxl_ucx_am_recv_ack;
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
-    struct event_base *base = nxlt_base(ctx);
+    struct event_base *base = nxlt_base(u->ctx);
     u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, nxl_ucx_on_efd, u);
     u->ev_kick = evtimer_new(base, nxl_ucx_on_kick, u);
     u->ev_watch = evtimer_new(base, nxl_ucx_on_watch, u);
@@ -327,27 +357,46 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch || !u->ev_cma ||
         !u->ev_cma_now ||
         event_add(u->ev_efd, NULL)) {
-        nxlt_error(ctx, "UCX: setting up the worker in the reactor failed (%s)",
+        nxlt_error(u->ctx, "UCX: setting up the worker in the reactor failed (%s)",
                    ucs_status_string(st));
-        destroy(u);
         return NXL_ERR_BACKEND;
     }
-    if (u->cma_mode != CMA_OFF) {
-        char why[160];
-        u->cma_liov = malloc(2 * IOV_MAX * sizeof(struct iovec));
-        u->cma_riov = u->cma_liov ? u->cma_liov + IOV_MAX : NULL;
-        uint64_t ck = 0;
-        if (getrandom(&ck, sizeof(ck), GRND_NONBLOCK) != sizeof(ck))
-            ck = nxlt_now_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
-                 (uint64_t)(uintptr_t)u;
-        u->cma_cookie[0] = CMA_MAGIC;
-        u->cma_cookie[1] = ck | 1;
-        if (!u->cma_liov)
-            nxlt_log(ctx, NXL_LOG_WARN, "UCX: out of memory: no cross-memory attach");
-        else if (!(u->cma_here = nxl_ucx_cma_identity(&u->cma_me, why, sizeof(why))))
-            nxlt_log(ctx, NXL_LOG_INFO, "UCX: no cross-memory attach to peers on this host: %s",
-                     why);
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
+{
+    const char *tl;
+    nxl_status_t ns = params_known(ctx, params, n);
+    if (ns == NXL_SUCCESS)
+        ns = params_shm(ctx, params, n, &tl);
+    if (ns != NXL_SUCCESS)
+        return ns;
+    ucx_t *u = calloc(1, sizeof(*u));
+    if (!u)
+        return NXL_ERR_UNKNOWN;
+    u->ctx = ctx;
+    TAILQ_INIT(&u->cma_q);
+    u->efd = -1;
+    LIST_INIT(&u->conns);
+    LIST_INIT(&u->ops);
+    LIST_INIT(&u->acks);
+    LIST_INIT(&u->sides);
+    ns = params_read(u, params, n, tl);
+    if (ns == NXL_SUCCESS)
+        ns = context_open(u, params, n);
+    if (ns != NXL_SUCCESS) {
+        free(u);
+        return ns;
     }
+    ns = worker_open(u);
+    if (ns == NXL_SUCCESS)
+        ns = listen_open(u);
+    if (ns != NXL_SUCCESS) {
+        destroy(u);
+        return ns;
+    }
+    nxl_ucx_cma_init(u);
     nxl_ucx_live_add(u);
     nxl_ucx_kick(u);
     nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s); cross-memory "

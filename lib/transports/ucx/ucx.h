@@ -253,7 +253,7 @@ nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len);
 /* cma.c */
 void nxl_ucx_cma_close(ucx_conn_t *c);
 bool nxl_ucx_pidfd_exited(int fd);
-bool nxl_ucx_cma_identity(ucx_ci_cma_t *me, char *why, size_t cap);
+void nxl_ucx_cma_init(ucx_t *u);
 void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p);
 bool nxl_ucx_cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x);
 void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg);
