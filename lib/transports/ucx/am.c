@@ -219,7 +219,11 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
         goto drop;
     }
     const unsigned char *el = b, *payload = b + (size_t)n * 12;
-    /* every element checked before any byte is written */
+    /* every element checked before any byte is written: inside one DRAM
+     * region registered with this transport (the engine's table: a region
+     * leaves it before revoke() tells the peers, so a WRITE into a region
+     * deregistered meanwhile is dropped; DRAM of device 0, the wire names
+     * no device) */
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t ra = 0;
@@ -230,7 +234,7 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
             bad = "elements longer than the message";
             goto drop;
         }
-        if (!nxl_ucx_regs_hold(u, ra, l)) {
+        if (!nxlt_mem_registered(u->ctx, NXL_DRAM, 0, ra, l)) {
             bad = "an element outside every region registered here (deregistered meanwhile?)";
             goto drop;
         }

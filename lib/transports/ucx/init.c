@@ -557,7 +557,6 @@ static void destroy(void *state)
         ucp_cleanup(u->ucp);
     if (u->is_live)
         nxl_ucx_live_remove(u);
-    free(u->regs);
     free(u->addr);
     free(u);
 }

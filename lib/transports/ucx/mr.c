@@ -2,62 +2,6 @@
 #include "config.h"
 #include "ucx.h"
 
-/* ---- the regions a peer may write with AM_WRITE: those registered here */
-
-static size_t regs_lower(ucx_t *u, uintptr_t addr) /* first with start > addr */
-{
-    size_t lo = 0, hi = u->nregs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if ((uintptr_t)u->regs[mid]->addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-static int regs_add(ucx_t *u, ucx_md_t *m)
-{
-    if (u->nregs == u->capregs) {
-        size_t cap = u->capregs ? u->capregs * 2 : 16;
-        ucx_md_t **v = realloc(u->regs, cap * sizeof(*v));
-        if (!v)
-            return -1;
-        u->regs = v;
-        u->capregs = cap;
-    }
-    size_t k = regs_lower(u, (uintptr_t)m->addr);
-    memmove(u->regs + k + 1, u->regs + k, (u->nregs - k) * sizeof(*u->regs));
-    u->regs[k] = m;
-    u->nregs++;
-    return 0;
-}
-
-static void regs_remove(ucx_t *u, ucx_md_t *m)
-{
-    for (size_t k = 0; k < u->nregs; k++)
-        if (u->regs[k] == m) {
-            memmove(u->regs + k, u->regs + k + 1, (u->nregs - k - 1) * sizeof(*u->regs));
-            u->nregs--;
-            return;
-        }
-}
-
-/* Does [addr, addr+len) lie inside one registered region? The last region
- * starting at or below addr holds it, unless regions nest: then one
- * further down may. */
-bool nxl_ucx_regs_hold(ucx_t *u, uint64_t addr, uint64_t len)
-{
-    for (size_t k = regs_lower(u, (uintptr_t)addr); k-- > 0;) {
-        const ucx_md_t *m = u->regs[k];
-        uintptr_t a = (uintptr_t)m->addr;
-        if (addr >= a && len <= m->len && addr - a <= m->len - len)
-            return true;
-    }
-    return false;
-}
-
 /* ------------------------------------------------------------- memory */
 
 /* VRAM (only in a build against a UCX with CUDA, NXL_UCX_CUDA): mapped
@@ -86,7 +30,6 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
     if (type == NXL_VRAM) {
         mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
         mp.memory_type = UCS_MEMORY_TYPE_CUDA;
-        m->vram = true;
     }
     ucs_status_t st = ucp_mem_map(u->ucp, &mp, &m->memh);
     if (st != UCS_OK) {
@@ -95,13 +38,6 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
                    nxl_mem_name(type), (unsigned long)d->addr, d->len, ucs_status_string(st));
         free(m);
         return NXL_ERR_BACKEND;
-    }
-    m->addr = (void *)d->addr;
-    m->len = d->len;
-    if (!m->vram && regs_add(u, m) != 0) {
-        ucp_mem_unmap(u->ucp, m->memh);
-        free(m);
-        return NXL_ERR_UNKNOWN;
     }
     *out = m;
     return NXL_SUCCESS;
@@ -113,8 +49,6 @@ void nxl_ucx_dereg(void *state, void *md)
     ucx_md_t *m = md;
     if (!m)
         return;
-    if (!m->vram)
-        regs_remove(u, m);
     ucp_mem_unmap(u->ucp, m->memh);
     free(m);
 }
@@ -143,7 +77,6 @@ static uint64_t get_u64(const unsigned char *b)
 void nxl_ucx_mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md)
 {
     ucx_t *u = state;
-    regs_remove(u, md);
     const char *me = nxl_agent_name(nxlt_agent(u->ctx));
     size_t nl = strlen(me), len = 2 + nl + 1 + 24;
     ucx_conn_t *c;
@@ -218,13 +151,6 @@ nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t
                    ucs_status_string(st));
         free(m);
         return NXL_ERR_BACKEND;
-    }
-    m->addr = attr.address;
-    m->len = len;
-    if (regs_add(u, m) != 0) {
-        ucp_mem_unmap(u->ucp, m->memh);
-        free(m);
-        return NXL_ERR_UNKNOWN;
     }
     *ptr = attr.address;
     *md = m;

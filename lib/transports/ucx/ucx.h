@@ -129,8 +129,6 @@ typedef struct ucx_state {
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
     uint64_t am_seq;            /* the last AM_WRITE's number (its acknowledgement names it) */
     LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs waiting for their acknowledgement */
-    struct ucx_md **regs;       /* registered regions, sorted by address: AM_WRITE targets */
-    size_t nregs, capregs;
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
     int cma_mode;               /* CMA_OFF, CMA_AUTO, CMA_ON */
     bool cma_here;              /* our identity is known: advertised in the connection info */
@@ -190,11 +188,9 @@ typedef struct ucx_rkey {
     int mapped; /* -1 not asked yet */
 } ucx_rkey_t;
 
+/* a region registered here (the engine keeps its address and length) */
 typedef struct ucx_md {
     ucp_mem_h memh;
-    void *addr;
-    size_t len;
-    bool vram;
 } ucx_md_t;
 
 typedef struct ucx_op {
@@ -261,7 +257,6 @@ void nxl_ucx_on_cma_now(evutil_socket_t fd, short what, void *arg);
 nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
 
 /* mr.c */
-bool nxl_ucx_regs_hold(ucx_t *u, uint64_t addr, uint64_t len);
 nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out);
 void nxl_ucx_dereg(void *state, void *md);
 void nxl_ucx_mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md);
