@@ -52,7 +52,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/queue.h>
 #include <sys/random.h>
 #include <sys/stat.h>

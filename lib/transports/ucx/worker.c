@@ -9,14 +9,27 @@
  * instead (the agent's level and callback), to the agent whose thread runs
  * the UCX call that logs, unless the user set UCX_LOG_LEVEL (or
  * UCX_LOG_FILE) and so asked for UCX's own printing. The handler stays
- * installed for the life of the process; with no agent left, lines go to
- * standard error when $NXL_LOG_LEVEL asks for them. */
+ * installed for the life of the process. A line logged on a thread that
+ * runs no agent's reactor (UCX's own async thread, an application thread
+ * posting to a threaded agent) must not reach a log callback there (they
+ * run on the reactor thread): it is kept, up to LOG_LATER_MAX lines, and
+ * logged by the next agent that progresses its worker (or is destroyed);
+ * with no agent alive it is dropped. */
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static LIST_HEAD(, ucx_state) live_list = LIST_HEAD_INITIALIZER(live_list);
 static unsigned long live_gen; /* bumped as an instance leaves live_list */
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static bool log_user_asked;
+
+#define LOG_LATER_MAX 32
+typedef struct {
+    nxl_log_level_t level;
+    char line[600];
+} log_line_t;
+static log_line_t log_later[LOG_LATER_MAX]; /* under live_lock */
+static unsigned log_later_n, log_later_lost; /* under live_lock */
+static unsigned log_later_any;               /* atomic: log_later_n or log_later_lost */
 
 static nxl_log_level_t ucs_to_nxl(ucs_log_level_t l)
 {
@@ -56,18 +69,50 @@ static ucs_log_func_rc_t log_handler(const char *file, unsigned line, const char
         to = u;
         break;
     }
-    pthread_mutex_unlock(&live_lock);
-    if (to) {
-        nxlt_log(to->ctx, nl, "UCX %s:%u: %s", base, line, msg);
-    } else {
-        const char *e = getenv("NXL_LOG_LEVEL");
-        int want = !e ? 0 : !strcasecmp(e, "error") ? 1 : !strcasecmp(e, "warn") ? 2
-                   : !strcasecmp(e, "info") ? 3 : !strcasecmp(e, "debug") ? 4
-                   : !strcasecmp(e, "trace") ? 5 : atoi(e);
-        if ((int)nl <= want)
-            fprintf(stderr, "nxl: UCX %s:%u: %s\n", base, line, msg);
+    if (!to && !LIST_EMPTY(&live_list)) {
+        if (log_later_n < LOG_LATER_MAX) {
+            log_line_t *k = &log_later[log_later_n++];
+            k->level = nl;
+            snprintf(k->line, sizeof(k->line), "UCX %s:%u: %s", base, line, msg);
+        } else {
+            log_later_lost++;
+        }
+        __atomic_store_n(&log_later_any, 1, __ATOMIC_RELEASE);
     }
+    pthread_mutex_unlock(&live_lock);
+    if (to)
+        nxlt_log(to->ctx, nl, "UCX %s:%u: %s", base, line, msg);
     return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* The lines kept from other threads, through u's log (on its thread; one
+ * at a time, live_lock not held while its callback runs) */
+static void log_drain(ucx_t *u)
+{
+    if (!__atomic_load_n(&log_later_any, __ATOMIC_ACQUIRE))
+        return;
+    for (;;) {
+        log_line_t k;
+        unsigned lost = 0;
+        pthread_mutex_lock(&live_lock);
+        bool have = log_later_n > 0;
+        if (have) {
+            k = log_later[0];
+            memmove(log_later, log_later + 1, --log_later_n * sizeof(*log_later));
+        } else {
+            lost = log_later_lost;
+            log_later_lost = 0;
+            __atomic_store_n(&log_later_any, 0, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&live_lock);
+        if (!have) {
+            if (lost)
+                nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: %u more lines of UCX, logged on other "
+                         "threads, were dropped", lost);
+            return;
+        }
+        nxlt_log(u->ctx, k.level, "%s", k.line);
+    }
 }
 
 static void log_install(void)
@@ -88,6 +133,7 @@ void nxl_ucx_live_add(ucx_t *u)
 
 void nxl_ucx_live_remove(ucx_t *u)
 {
+    log_drain(u);
     pthread_mutex_lock(&live_lock);
     LIST_REMOVE(u, live);
     __atomic_add_fetch(&live_gen, 1, __ATOMIC_RELEASE);
@@ -260,6 +306,7 @@ static void busy_kick(ucx_t *u, unsigned n)
 static void progress(ucx_t *u)
 {
     unsigned n = 0;
+    log_drain(u);
     nxl_ucx_deferred_failures(u);
     /* backing off (busy_kick): one look, not ARM_TRIES */
     for (int tries = 0, max = u->backoff_us ? 1 : ARM_TRIES; tries < max; tries++) {
