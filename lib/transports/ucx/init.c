@@ -67,33 +67,6 @@ static void query_cuda(ucx_t *u)
 
 static void destroy(void *state);
 
-static const char *param(const nxl_param_t *p, size_t n, const char *k)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(p[i].key, k))
-            return p[i].value;
-    return NULL;
-}
-
-static nxl_status_t params_known(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n)
-{
-    static const char *const known[] = {"tls", "devices", "keepalive", "shm_error_handling",
-                                        "shm_fifo_size", "stall_timeout", "am_write_max", "cma",
-                                        "cma_chunk", "cma_max"};
-    for (size_t i = 0; i < n; i++) {
-        bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
-            ok |= !strcmp(params[i].key, known[k]);
-        if (!ok) {
-            nxlt_error(ctx, "UCX: unknown parameter '%s' (known: tls, devices, keepalive, "
-                       "shm_error_handling, shm_fifo_size, stall_timeout, am_write_max, cma, "
-                       "cma_chunk, cma_max)", params[i].key);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    return NXL_SUCCESS;
-}
-
 /* The parameters UCX reads from the environment: shared memory's error
  * handling and receive FIFO. *tl: the UCX transports asked for (the tls
  * parameter, else UCX_TLS, else NULL: all). */
@@ -102,8 +75,10 @@ static nxl_status_t params_shm(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
 {
     /* Peer error handling is on for every endpoint; UCX then refuses its
      * shared-memory transports unless they handle errors too. */
-    const char *seh = param(params, n, "shm_error_handling");
-    const char *tl = param(params, n, "tls") ? param(params, n, "tls") : getenv("UCX_TLS");
+    const char *seh = nxlt_param(params, n, "shm_error_handling");
+    const char *tl = nxlt_param(params, n, "tls");
+    if (!tl)
+        tl = getenv("UCX_TLS");
     *tl_out = tl;
     bool shm = !tl || strstr(tl, "all") || strstr(tl, "sm") || strstr(tl, "mm") ||
                strstr(tl, "posix") || strstr(tl, "sysv");
@@ -125,21 +100,25 @@ static nxl_status_t params_shm(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
      * handler) when an agent of the same process is destroyed with READs
      * in flight to it (check_ucx destroy_inflight). Both ends must use the
      * same size: UCX maps a peer's FIFO with its own. */
-    const char *fifo = param(params, n, "shm_fifo_size");
+    const char *fifo = nxlt_param(params, n, "shm_fifo_size");
     if (!fifo && shm) {
         setenv("UCX_POSIX_FIFO_SIZE", SHM_FIFO_DEFAULT, 0);
         setenv("UCX_SYSV_FIFO_SIZE", SHM_FIFO_DEFAULT, 0);
     } else if (fifo && strcmp(fifo, "ucx")) {
-        char *end;
-        unsigned long v = strtoul(fifo, &end, 10);
-        if (end == fifo || *end || v < 2 || v > 65536 || (v & (v - 1))) {
-            nxlt_error(ctx, "UCX: shm_fifo_size '%s' is not a power of two from 2 to 65536 "
-                       "(or \"ucx\" for UCX's own default)", fifo);
+        uint64_t v = 0;
+        nxl_status_t ns = nxlt_param_uint(ctx, params, n, "shm_fifo_size", 2, 65536, &v);
+        if (ns != NXL_SUCCESS)
+            return ns;
+        if (v & (v - 1)) {
+            nxlt_error(ctx, "UCX: shm_fifo_size=%s: a power of two from 2 to 65536 (or \"ucx\" "
+                       "for UCX's own default)", fifo);
             return NXL_ERR_INVALID_PARAM;
         }
+        char vs[24];
+        snprintf(vs, sizeof(vs), "%llu", (unsigned long long)v);
         if (shm) {
-            setenv("UCX_POSIX_FIFO_SIZE", fifo, 1);
-            setenv("UCX_SYSV_FIFO_SIZE", fifo, 1);
+            setenv("UCX_POSIX_FIFO_SIZE", vs, 1);
+            setenv("UCX_SYSV_FIFO_SIZE", vs, 1);
         }
     }
     return NXL_SUCCESS;
@@ -148,49 +127,30 @@ static nxl_status_t params_shm(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
 /* The transport's own parameters, into u; tl as params_shm found it */
 static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, const char *tl)
 {
+    static const char *const cma_words[] = {"auto", "on", "off", "y", "yes", "1", "n", "no", "0",
+                                            NULL};
+    static const int cma_modes[] = {CMA_AUTO, CMA_ON,  CMA_OFF, CMA_ON, CMA_ON,
+                                    CMA_ON,   CMA_OFF, CMA_OFF, CMA_OFF};
     nxlt_ctx_t *ctx = u->ctx;
-    uint64_t stall_ms = 10000;
-    const char *stv = param(params, n, "stall_timeout");
-    if (stv) {
-        char *end;
-        double v = strtod(stv, &end);
-        if (end == stv || v < 0 || (*end && strcmp(end, "s") && strcmp(end, "ms"))) {
-            nxlt_error(ctx, "UCX: stall_timeout '%s' is not a time (e.g. 10s, 500ms, 0 = never)",
-                       stv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        stall_ms = (uint64_t)(strcmp(end, "ms") ? v * 1000 : v);
-    }
-    u->stall_us = stall_ms * 1000;
-    u->am_write_max = AM_WRITE_MAX_DEFAULT;
-    const char *amv = param(params, n, "am_write_max");
-    if (amv) {
-        char *end;
-        unsigned long long v = strtoull(amv, &end, 10);
-        if (end == amv || *end || v > (1u << 20)) {
-            nxlt_error(ctx, "UCX: am_write_max '%s' is not a byte count up to 1048576 (0 turns "
-                       "the one-message WRITE off)", amv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        u->am_write_max = (size_t)v;
-    }
-    u->cma_mode = CMA_AUTO;
-    const char *cmv = param(params, n, "cma");
-    if (cmv) {
-        if (!strcmp(cmv, "auto"))
-            u->cma_mode = CMA_AUTO;
-        else if (!strcmp(cmv, "on") || !strcmp(cmv, "y") || !strcmp(cmv, "yes") ||
-                 !strcmp(cmv, "1"))
-            u->cma_mode = CMA_ON;
-        else if (!strcmp(cmv, "off") || !strcmp(cmv, "n") || !strcmp(cmv, "no") ||
-                 !strcmp(cmv, "0"))
-            u->cma_mode = CMA_OFF;
-        else {
-            nxlt_error(ctx, "UCX: cma '%s' is not auto, on or off (cross-memory attach to peers "
-                       "on this host)", cmv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
+    uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, chunk = CMA_CHUNK_DEFAULT, cmax = 0;
+    int cma = 0;
+    nxl_status_t ns = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, UINT64_MAX,
+                                          &stall_ms);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "am_write_max", 0, 1u << 20, &am_max);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_choice(ctx, params, n, "cma", cma_words, &cma);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "cma_chunk", 1, 1u << 30, &chunk);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "cma_max", 0, UINT64_MAX, &cmax);
+    if (ns != NXL_SUCCESS)
+        return ns;
+    u->stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
+    u->am_write_max = (size_t)am_max;
+    u->cma_mode = cma_modes[cma];
+    u->cma_chunk = (size_t)chunk;
+    u->cma_max = (size_t)cmax;
     /* cma=auto follows the UCX transports asked for: with shared memory
      * left out (tls=tcp: a network, or hosts in network namespaces, to go
      * through) nothing goes around it */
@@ -200,30 +160,6 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
                                               strstr(tl, "posix") || strstr(tl, "sysv"));
     if (u->cma_mode == CMA_AUTO && !cma_tls)
         u->cma_mode = CMA_OFF;
-    u->cma_chunk = CMA_CHUNK_DEFAULT;
-    const char *ccv = param(params, n, "cma_chunk");
-    if (ccv) {
-        char *end;
-        unsigned long long v = strtoull(ccv, &end, 10);
-        if (end == ccv || *end || v < 1 || v > (1ull << 30)) {
-            nxlt_error(ctx, "UCX: cma_chunk '%s' is not a byte count from 1 to 1073741824 (bytes "
-                       "one cross-memory attach system call copies at most)", ccv);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        u->cma_chunk = (size_t)v;
-    }
-    u->cma_max = 0;
-    const char *cmx = param(params, n, "cma_max");
-    if (cmx) {
-        char *end;
-        unsigned long long v = strtoull(cmx, &end, 10);
-        if (end == cmx || *end || cmx[0] == '-') {
-            nxlt_error(ctx, "UCX: cma_max '%s' is not a byte count (transfers larger than it go "
-                       "through UCX instead of cross-memory attach; 0: no limit)", cmx);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        u->cma_max = (size_t)v;
-    }
     return NXL_SUCCESS;
 }
 
@@ -264,8 +200,8 @@ static nxl_status_t context_open(ucx_t *u, const nxl_param_t *params, size_t n)
                    ucs_status_string(st));
         return NXL_ERR_BACKEND;
     }
-    const char *tls = param(params, n, "tls"), *dev = param(params, n, "devices");
-    const char *ka = param(params, n, "keepalive");
+    const char *tls = nxlt_param(params, n, "tls"), *dev = nxlt_param(params, n, "devices");
+    const char *ka = nxlt_param(params, n, "keepalive");
     if ((tls && (st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) ||
         (dev && (st = ucp_config_modify(cfg, "NET_DEVICES", dev)) != UCS_OK) ||
         (st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka ? ka : "1s")) != UCS_OK) {
@@ -367,9 +303,7 @@ static nxl_status_t listen_open(ucx_t *u)
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)
 {
     const char *tl;
-    nxl_status_t ns = params_known(ctx, params, n);
-    if (ns == NXL_SUCCESS)
-        ns = params_shm(ctx, params, n, &tl);
+    nxl_status_t ns = params_shm(ctx, params, n, &tl);
     if (ns != NXL_SUCCESS)
         return ns;
     ucx_t *u = calloc(1, sizeof(*u));
