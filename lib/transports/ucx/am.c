@@ -279,7 +279,7 @@ void nxl_ucx_send_notif(ucx_op_t *o)
     };
     if (!o->conn->ep) {
         nxl_ucx_op_finish(o, UCS_ERR_CANCELED); /* the connection was given up meanwhile */
-                          return;
+        return;
     }
     ucx_t *u = o->u;
     ucs_status_ptr_t r =

@@ -149,7 +149,7 @@ static void on_pid_exit(evutil_socket_t fd, short what, void *arg)
              c->name, (int)c->pid);
     if (!c->failed)
         nxl_ucx_conn_fail(c, UCS_ERR_CONNECTION_RESET, false); /* says the process exited */
-                          nxl_ucx_cma_close(c);
+    nxl_ucx_cma_close(c);
 }
 
 void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
@@ -193,7 +193,7 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
     c->ev_pid = event_new(nxlt_base(u->ctx), fd, EV_READ, on_pid_exit, c);
     if (!c->ev_pid || event_add(c->ev_pid, NULL)) {
         nxl_ucx_cma_close(c); /* not watched: not used */
-                          return;
+        return;
     }
     nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' (pid %d) is reached by cross-memory attach",
              c->name, (int)c->pid);

@@ -320,7 +320,7 @@ static void progress(ucx_t *u)
             if (!n)
                 spin(u, bp);
             nxl_ucx_kick(u); /* busy-poll window: keep polling from the loop */
-                         return;
+            return;
         }
         /* Something is ready for the loop (a completion or a notification
          * to deliver): let it run first. Arming costs several system calls
