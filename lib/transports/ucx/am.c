@@ -33,13 +33,6 @@
  * peers whose connection info says they acknowledge (CI_AM_ACK) are sent
  * such messages. */
 
-/* one AM_WRITE's number, as its header carries it */
-static void amw_number(unsigned char *b, uint64_t v)
-{
-    for (int k = 0; k < 8; k++)
-        b[k] = (unsigned char)(v >> (56 - 8 * k));
-}
-
 /* UCX sent it, or the target acknowledged it: done when both happened */
 static void amw_step(ucx_op_t *o, ucs_status_t st)
 {
@@ -114,17 +107,6 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
     nxl_ucx_side_send(u, param->reply_ep, NXL_UCX_AM_WRITE_ACK, m);
 }
 
-static void put_u32(unsigned char *b, uint32_t v)
-{
-    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16);
-    b[2] = (unsigned char)(v >> 8), b[3] = (unsigned char)v;
-}
-
-static uint32_t get_u32(const unsigned char *b)
-{
-    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-
 /* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
@@ -139,25 +121,17 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? nxl_ucx_op_buf(o, total) : NULL;
     if (!b) {
-        if (o) {
-            o->op = NULL;
-            u->inflight--;
-            c->inflight--;
-            nxl_ucx_op_free(o);
-        }
+        if (o)
+            nxl_ucx_op_drop(o);
         return -1;
     }
-    unsigned char *w = b;
-    *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
-    memcpy(w, me, nl), w += nl;
-    put_u32(w, (uint32_t)x->notif_len), w += 4;
+    unsigned char *w = nxl_ucx_name_put(b, me, nl);
+    ucx_ci_put(w, x->notif_len, 4), w += 4;
     memcpy(w, x->notif, x->notif_len), w += x->notif_len;
-    put_u32(w, (uint32_t)x->n), w += 4;
+    ucx_ci_put(w, x->n, 4), w += 4;
     for (size_t i = 0; i < x->n; i++) {
-        uint64_t ra = x->iov[i].raddr;
-        for (int k = 0; k < 8; k++)
-            *w++ = (unsigned char)(ra >> (56 - 8 * k));
-        put_u32(w, (uint32_t)x->iov[i].len), w += 4;
+        ucx_ci_put(w, x->iov[i].raddr, 8), w += 8;
+        ucx_ci_put(w, x->iov[i].len, 4), w += 4;
     }
     for (size_t i = 0; i < x->n; i++)
         memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
@@ -165,18 +139,11 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     o->notif_len = total;
     o->amw = true;
     o->amw_st = UCS_OK;
-    amw_number(o->amw_hdr, ++u->am_seq);
+    ucx_ci_put(o->amw_hdr, ++u->am_seq, 8);
     LIST_INSERT_HEAD(&u->acks, o, ack_link);
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY,
-        .cb.send = amw_sent,
-        .user_data = o,
-    };
     u->in_ucx++;
-    ucs_status_ptr_t r =
-        ucp_am_send_nbx(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, sizeof(o->amw_hdr), b, total, &p);
+    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, sizeof(o->amw_hdr),
+                                         b, total, UCP_AM_SEND_FLAG_REPLY, amw_sent, o);
     if (!UCS_PTR_IS_PTR(r))
         amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its acknowledgement completes it */
     nxl_ucx_kick(u);
@@ -196,15 +163,13 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     }
     char from[256] = "?";
     const char *bad = NULL;
-    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
-    if (len < 2 || nl == 0 || nl >= 256 || (size_t)(end - b) < 2 + nl + 4) {
+    size_t nk = nxl_ucx_name_get(b, len, from);
+    if (!nk || len - nk < 4) {
         bad = "malformed header";
         goto drop;
     }
-    memcpy(from, b + 2, nl);
-    from[nl] = 0;
-    b += 2 + nl;
-    uint32_t ml = get_u32(b);
+    b += nk;
+    uint32_t ml = (uint32_t)ucx_ci_get(b, 4);
     b += 4;
     if ((size_t)(end - b) < (size_t)ml + 4) {
         bad = "notification longer than the message";
@@ -212,7 +177,7 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     }
     const unsigned char *msg = b;
     b += ml;
-    uint32_t n = get_u32(b);
+    uint32_t n = (uint32_t)ucx_ci_get(b, 4);
     b += 4;
     if ((size_t)(end - b) / 12 < n) {
         bad = "more elements than the message holds";
@@ -226,10 +191,8 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
      * no device) */
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = 0;
-        for (int k = 0; k < 8; k++)
-            ra = ra << 8 | el[12 * i + k];
-        uint32_t l = get_u32(el + 12 * i + 8);
+        uint64_t ra = ucx_ci_get(el + 12 * i, 8);
+        uint32_t l = (uint32_t)ucx_ci_get(el + 12 * i + 8, 4);
         if ((size_t)(end - payload) - at < l) {
             bad = "elements longer than the message";
             goto drop;
@@ -242,10 +205,8 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     }
     at = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = 0;
-        for (int k = 0; k < 8; k++)
-            ra = ra << 8 | el[12 * i + k];
-        uint32_t l = get_u32(el + 12 * i + 8);
+        uint64_t ra = ucx_ci_get(el + 12 * i, 8);
+        uint32_t l = (uint32_t)ucx_ci_get(el + 12 * i + 8, 4);
         memcpy((void *)(uintptr_t)ra, payload + at, l);
         at += l;
     }
@@ -270,20 +231,13 @@ static void am_done(void *req, ucs_status_t st, void *arg)
 
 void nxl_ucx_send_notif(ucx_op_t *o)
 {
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_AM_SEND_FLAG_EAGER,
-        .cb.send = am_done,
-        .user_data = o,
-    };
     if (!o->conn->ep) {
         nxl_ucx_op_finish(o, UCS_ERR_CANCELED); /* the connection was given up meanwhile */
         return;
     }
     ucx_t *u = o->u;
-    ucs_status_ptr_t r =
-        ucp_am_send_nbx(o->conn->ep, NXL_UCX_AM_NOTIF, NULL, 0, o->notif, o->notif_len, &p);
+    ucs_status_ptr_t r = nxl_ucx_am_send(o->conn->ep, NXL_UCX_AM_NOTIF, NULL, 0, o->notif,
+                                         o->notif_len, 0, am_done, o);
     if (!UCS_PTR_IS_PTR(r))
         nxl_ucx_op_finish(o, UCS_PTR_STATUS(r));
     else
@@ -316,15 +270,13 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
         return UCS_OK;
     }
     const unsigned char *b = data;
-    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
-    if (len < 2 || nl == 0 || nl >= 256 || 2 + nl > len) {
+    char from[256];
+    size_t nk = nxl_ucx_name_get(b, len, from);
+    if (!nk) {
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed notification of %zu bytes dropped", len);
         return UCS_OK;
     }
-    char from[256];
-    memcpy(from, b + 2, nl);
-    from[nl] = 0;
     u->hit = true;
-    nxlt_notif_recv(u->ctx, from, b + 2 + nl, len - 2 - nl);
+    nxlt_notif_recv(u->ctx, from, b + nk, len - nk);
     return UCS_OK;
 }

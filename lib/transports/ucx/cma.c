@@ -440,11 +440,9 @@ static void cma_pump(ucx_t *u, uint64_t now, uint64_t end)
         cma_kick(u);
 }
 
-void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg)
+/* one slice of copies from the loop */
+static void cma_slice(ucx_t *u)
 {
-    ucx_t *u = arg;
-    u->cma_defer = false;
-    u->cma_now_used = false;
     u->in_ucx++;
     uint64_t now = nxlt_now_us();
     cma_pump(u, now, now + CMA_SLICE_US);
@@ -452,16 +450,20 @@ void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg)
     nxl_ucx_deferred_failures(u);
 }
 
+void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg)
+{
+    ucx_t *u = arg;
+    u->cma_defer = false;
+    u->cma_now_used = false;
+    cma_slice(u);
+}
+
 /* the copies posted by callbacks of this pass (ev_cma_now) */
 void nxl_ucx_on_cma_now(evutil_socket_t fd, short what, void *arg)
 {
     ucx_t *u = arg;
     u->cma_now_on = false;
-    u->in_ucx++;
-    uint64_t now = nxlt_now_us();
-    cma_pump(u, now, now + CMA_SLICE_US);
-    u->in_ucx--;
-    nxl_ucx_deferred_failures(u);
+    cma_slice(u);
 }
 
 nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
@@ -477,12 +479,8 @@ nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt
         o->iov_cap = x->n;
     }
     if (!iov) {
-        if (o) {
-            o->op = NULL;
-            u->inflight--;
-            c->inflight--;
-            nxl_ucx_op_free(o);
-        }
+        if (o)
+            nxl_ucx_op_drop(o);
         return NXL_ERR_UNKNOWN;
     }
     memcpy(iov, x->iov, x->n * sizeof(*iov));

@@ -68,21 +68,30 @@ static void side_done(void *req, ucs_status_t st, void *arg)
     free(m);
 }
 
-/* Sends a message of the transport's own on @p ep (no op behind it: its
- * failure is only logged). m->buf holds len bytes; m is taken. */
-void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+/* An eager active message (with @p flags) on @p ep; @p cb with @p arg when
+ * UCX holds it and is done with it */
+ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                 const void *buf, size_t len, uint32_t flags,
+                                 ucp_send_nbx_callback_t cb, void *arg)
 {
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_AM_SEND_FLAG_EAGER,
-        .cb.send = side_done,
-        .user_data = m,
+        .flags = UCP_AM_SEND_FLAG_EAGER | flags,
+        .cb.send = cb,
+        .user_data = arg,
     };
+    return ucp_am_send_nbx(ep, id, hdr, hlen, buf, len, &p);
+}
+
+/* Sends a message of the transport's own on @p ep (no op behind it: its
+ * failure is only logged). m->buf holds len bytes; m is taken. */
+void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+{
     m->u = u;
     LIST_INSERT_HEAD(&u->sides, m, link);
     u->in_ucx++;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, NULL, 0, m->buf, m->len, &p);
+    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, NULL, 0, m->buf, m->len, 0, side_done, m);
     u->in_ucx--;
     if (UCS_PTR_IS_PTR(r)) {
         m->req = r;

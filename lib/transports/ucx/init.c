@@ -261,27 +261,24 @@ static nxl_status_t worker_open(ucx_t *u)
  * On failure the caller destroys u. */
 static nxl_status_t listen_open(ucx_t *u)
 {
-    ucp_am_handler_param_t ap = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id = NXL_UCX_AM_NOTIF,
-        .cb = nxl_ucx_am_recv,
-        .arg = u,
+    static const struct {
+        unsigned id;
+        ucp_am_recv_callback_t cb;
+    } handlers[] = {
+        {NXL_UCX_AM_NOTIF, nxl_ucx_am_recv},
+        {NXL_UCX_AM_WRITE, nxl_ucx_am_recv_write},
+        {NXL_UCX_AM_REVOKE, nxl_ucx_am_recv_revoke},
+        {NXL_UCX_AM_WRITE_ACK, nxl_ucx_am_recv_ack},
     };
-    ucs_status_t st = ucp_worker_set_am_recv_handler(u->w, &ap);
-    if (st == UCS_OK) {
-        ap.id = NXL_UCX_AM_WRITE;
-        ap.cb = nxl_ucx_am_recv_write;
-        st = ucp_worker_set_am_recv_handler(u->w, &ap);
-    }
-    if (st == UCS_OK) {
-        ap.id = NXL_UCX_AM_REVOKE;
-        ap.cb = nxl_ucx_am_recv_revoke;
-        st = ucp_worker_set_am_recv_handler(u->w, &ap);
-    }
-    if (st == UCS_OK) {
-        ap.id = NXL_UCX_AM_WRITE_ACK;
-        ap.cb = nxl_ucx_am_recv_ack;
+    ucs_status_t st = UCS_OK;
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(*handlers) && st == UCS_OK; i++) {
+        ucp_am_handler_param_t ap = {
+            .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                          UCP_AM_HANDLER_PARAM_FIELD_ARG,
+            .id = handlers[i].id,
+            .cb = handlers[i].cb,
+            .arg = u,
+        };
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
     struct event_base *base = nxlt_base(u->ctx);

@@ -53,20 +53,6 @@ void nxl_ucx_dereg(void *state, void *md)
     free(m);
 }
 
-static void put_u64(unsigned char *b, uint64_t v)
-{
-    for (int k = 0; k < 8; k++)
-        b[k] = (unsigned char)(v >> (56 - 8 * k));
-}
-
-static uint64_t get_u64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int k = 0; k < 8; k++)
-        v = v << 8 | b[k];
-    return v;
-}
-
 /* The application gave the region up. UCX does not check the address of a
  * put or get at the target (on shared memory and TCP, into malloc'd
  * memory, its software RMA copies wherever the initiator says), so the
@@ -90,11 +76,9 @@ void nxl_ucx_mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
                      "deregistered region", c->name);
             continue;
         }
-        unsigned char *w = m->buf;
-        *w++ = (unsigned char)(nl >> 8), *w++ = (unsigned char)nl;
-        memcpy(w, me, nl), w += nl;
+        unsigned char *w = nxl_ucx_name_put(m->buf, me, nl);
         *w++ = (unsigned char)type;
-        put_u64(w, d->dev_id), put_u64(w + 8, d->addr), put_u64(w + 16, d->len);
+        ucx_ci_put(w, d->dev_id, 8), ucx_ci_put(w + 8, d->addr, 8), ucx_ci_put(w + 16, d->len, 8);
         m->len = len;
         nxl_ucx_side_send(u, c->ep, NXL_UCX_AM_REVOKE, m);
     }
@@ -105,19 +89,17 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
 {
     ucx_t *u = arg;
     const unsigned char *b = data;
-    size_t nl = len >= 2 ? (size_t)b[0] << 8 | b[1] : 0;
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || nl == 0 || nl >= 256 ||
-        len != 2 + nl + 1 + 24) {
+    char from[256];
+    size_t nk = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? 0
+                                                                 : nxl_ucx_name_get(b, len, from);
+    if (!nk || len != nk + 1 + 24) {
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed region revocation of %zu bytes dropped",
                  len);
         return UCS_OK;
     }
-    char from[256];
-    memcpy(from, b + 2, nl);
-    from[nl] = 0;
-    b += 2 + nl;
-    nxlt_remote_revoked(u->ctx, from, (nxl_mem_t)b[0], get_u64(b + 1), get_u64(b + 9),
-                        get_u64(b + 17));
+    b += nk;
+    nxlt_remote_revoked(u->ctx, from, (nxl_mem_t)b[0], ucx_ci_get(b + 1, 8), ucx_ci_get(b + 9, 8),
+                        ucx_ci_get(b + 17, 8));
     u->hit = true;
     return UCS_OK;
 }

@@ -83,6 +83,16 @@ void nxl_ucx_op_free(ucx_op_t *o)
     u->nspare_ops++;
 }
 
+/* An op that never went out (nxl_ucx_op_new, then a failure at once): not
+ * reported, its counts taken back, freed */
+void nxl_ucx_op_drop(ucx_op_t *o)
+{
+    o->op = NULL;
+    o->u->inflight--;
+    o->conn->inflight--;
+    nxl_ucx_op_free(o);
+}
+
 /* a spare op, cleared but for its buffers, or a new one */
 static ucx_op_t *op_get(ucx_t *u)
 {
@@ -148,11 +158,9 @@ ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me,
             return NULL;
         }
         o->notif = b;
-        b[0] = (unsigned char)(nl >> 8);
-        b[1] = (unsigned char)nl;
-        memcpy(b + 2, me, nl);
+        unsigned char *w = nxl_ucx_name_put(b, me, nl);
         if (len)
-            memcpy(b + 2 + nl, msg, len);
+            memcpy(w, msg, len);
     }
     o->u = u;
     o->op = op;
@@ -243,10 +251,7 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         nxlt_error(u->ctx, "UCX: %s to agent '%s' failed at once: %s",
                    x->op == NXL_WRITE ? "ucp_put_nbx" : "ucp_get_nbx", c->name,
                    ucs_status_string(st));
-        o->op = NULL;
-        u->inflight--;
-        c->inflight--;
-        nxl_ucx_op_free(o);
+        nxl_ucx_op_drop(o);
         return map_status(c, st);
     }
     nxl_ucx_kick(u);

@@ -216,6 +216,28 @@ typedef struct ucx_op {
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
 } ucx_op_t;
 
+/* The sender's name that begins the transport's messages (a notification,
+ * an AM_WRITE, a revocation): [u16 length][name]. Returns what follows. */
+static inline unsigned char *nxl_ucx_name_put(unsigned char *w, const char *name, size_t nl)
+{
+    ucx_ci_put(w, nl, 2);
+    memcpy(w + 2, name, nl);
+    return w + 2 + nl;
+}
+
+/* The name at b (len bytes there) into from (256 bytes): the bytes it
+ * took; 0, from untouched, when it is empty, 256 bytes or more, or longer
+ * than the message */
+static inline size_t nxl_ucx_name_get(const unsigned char *b, size_t len, char *from)
+{
+    size_t nl = len >= 2 ? (size_t)ucx_ci_get(b, 2) : 0;
+    if (nl == 0 || nl >= 256 || 2 + nl > len)
+        return 0;
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    return 2 + nl;
+}
+
 /* Ops done are kept for the next ones, with their buffers up to these sizes */
 #define OP_SPARES 256
 #define OP_SPARE_BUF (16u << 10)
@@ -239,6 +261,9 @@ void nxl_ucx_op_started(ucx_t *u);
 void nxl_ucx_conn_put(ucx_conn_t *c);
 void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
+ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                 const void *buf, size_t len, uint32_t flags,
+                                 ucp_send_nbx_callback_t cb, void *arg);
 void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
 nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info, size_t len,
                                void **out);
@@ -271,6 +296,7 @@ void nxl_ucx_unload_key(void *state, void *rkey);
 /* rma.c */
 void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st);
 void nxl_ucx_op_free(ucx_op_t *o);
+void nxl_ucx_op_drop(ucx_op_t *o);
 unsigned char *nxl_ucx_op_buf(ucx_op_t *o, size_t len);
 void nxl_ucx_op_finish(ucx_op_t *o, ucs_status_t st);
 ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, const void *msg,
