@@ -2,6 +2,10 @@
 #include "config.h"
 #include "ucx.h"
 
+#define CMA_SLICE_US 200 /* cross-memory attach: longest run of copies before the loop's turn */
+#define CMA_PID_CHECK_US 20 /* a peer's pidfd polled before a copy when older than this */
+#define CMA_MAGIC 0x6e786c636d610001ull /* "nxlcma", 0, 1: before the cookie's random value */
+
 /* ---- cross-memory attach: the peer's process, held by a pidfd */
 
 void nxl_ucx_cma_close(ucx_conn_t *c)

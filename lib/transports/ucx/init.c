@@ -2,6 +2,12 @@
 #include "config.h"
 #include "ucx.h"
 
+/* off unless asked for: the acknowledgement needs UCX's reply endpoint (am.c) */
+#define AM_WRITE_MAX_DEFAULT 0
+#define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
+#define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
+#define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
+
 /* ------------------------------------------------------------ life */
 
 static void list_tls(ucx_t *u)

@@ -2,6 +2,11 @@
 #include "config.h"
 #include "ucx.h"
 
+/* Ops done are kept for the next ones, with their buffers up to these sizes */
+#define OP_SPARES 256
+#define OP_SPARE_BUF (16u << 10)
+#define OP_SPARE_IOV 64
+
 /* ---------------------------------------------------------- operations */
 
 static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)

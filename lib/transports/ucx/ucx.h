@@ -66,24 +66,10 @@
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
-/* off unless asked for: the acknowledgement needs UCX's reply endpoint (below) */
-#define AM_WRITE_MAX_DEFAULT 0
-#define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
-#define ARM_TRIES 16
-#define WATCH_MS 100
-#define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
-#define BUSY_SPIN_US 2000 /* arm answering BUSY, nothing moving: progressed at once this long */
-#define BUSY_BACKOFF_MIN_US 100 /* ... then from a timer, its delay doubling */
-#define BUSY_BACKOFF_MAX_US 5000 /* ... up to this */
-#define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
-#define CMA_SLICE_US 200 /* cross-memory attach: longest run of copies before the loop's turn */
-#define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
-#define CMA_PID_CHECK_US 20 /* a peer's pidfd polled before a copy when older than this */
 #ifndef IOV_MAX
 #define IOV_MAX 1024
 #endif
 
-#define CMA_MAGIC 0x6e786c636d610001ull /* "nxlcma", 0, 1: before the cookie's random value */
 enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
@@ -238,10 +224,6 @@ static inline size_t nxl_ucx_name_get(const unsigned char *b, size_t len, char *
     return 2 + nl;
 }
 
-/* Ops done are kept for the next ones, with their buffers up to these sizes */
-#define OP_SPARES 256
-#define OP_SPARE_BUF (16u << 10)
-#define OP_SPARE_IOV 64
 
 /* worker.c */
 void nxl_ucx_live_add(ucx_t *u);

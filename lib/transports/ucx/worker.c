@@ -2,6 +2,13 @@
 #include "config.h"
 #include "ucx.h"
 
+#define ARM_TRIES 16
+#define WATCH_MS 100
+#define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
+#define BUSY_SPIN_US 2000 /* arm answering BUSY, nothing moving: progressed at once this long */
+#define BUSY_BACKOFF_MIN_US 100 /* ... then from a timer, its delay doubling */
+#define BUSY_BACKOFF_MAX_US 5000 /* ... up to this */
+
 /* ----------------------------------------------- instances and UCX's log
  *
  * UCX prints its warnings and errors to standard output by default: into
