@@ -135,7 +135,7 @@ static inline int ucx_ci_parse(const void *info, size_t len, unsigned *flags, uc
  * than 255 bytes (its size travels in one byte), so whatever UCX reads past
  * the checked part stays inside the copy. */
 #define UCX_RKEY_HDR 9
-#define UCX_ADDR_PAD 4096 /* after a worker address: ucx.c load_conn */
+#define UCX_ADDR_PAD 4096 /* after a worker address: conn.c load_conn */
 #define UCX_RKEY_PAD 256
 
 /* bytes of @p buf that every UCX release reads (the md_map's keys), or 0

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+#include "config.h"
+#include "ucx.h"
+
+/* -------------------------------------------------------- connections */
+
+void nxl_ucx_conn_put(ucx_conn_t *c)
+{
+    if (--c->refs)
+        return;
+    nxl_ucx_cma_close(c);
+    LIST_REMOVE(c, link);
+    free(c->peer_addr);
+    free(c->name);
+    free(c);
+}
+
+static void close_forget(ucx_t *u, void *req)
+{
+    for (unsigned i = 0; i < u->nclosing; i++)
+        if (u->closing[i] == req) {
+            u->closing[i] = u->closing[--u->nclosing];
+            return;
+        }
+}
+
+static void close_cb(void *req, ucs_status_t st, void *arg)
+{
+    ucx_t *u = arg;
+    close_forget(u, req);
+    ucp_request_free(req);
+}
+
+void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .cb.send = close_cb,
+        .user_data = u,
+    };
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r)) {
+        if (u->nclosing == u->capclosing) {
+            unsigned cap = u->capclosing ? u->capclosing * 2 : 8;
+            void **v = realloc(u->closing, cap * sizeof(*v));
+            if (!v) {
+                ucp_request_free(r); /* completes on its own, unobserved */
+                nxl_ucx_kick(u);
+                return;
+            }
+            u->closing = v;
+            u->capclosing = cap;
+        }
+        u->closing[u->nclosing++] = r;
+    }
+    nxl_ucx_kick(u);
+}
+
+static void side_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_side_t *m = arg;
+    LIST_REMOVE(m, link);
+    ucp_request_free(req);
+    free(m);
+}
+
+/* An eager active message (with @p flags) on @p ep; @p cb with @p arg when
+ * UCX holds it and is done with it */
+ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                 const void *buf, size_t len, uint32_t flags,
+                                 ucp_send_nbx_callback_t cb, void *arg)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER | flags,
+        .cb.send = cb,
+        .user_data = arg,
+    };
+    return ucp_am_send_nbx(ep, id, hdr, hlen, buf, len, &p);
+}
+
+/* Sends a message of the transport's own on @p ep (no op behind it: its
+ * failure is only logged). m->buf holds len bytes; m is taken. */
+void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+{
+    m->u = u;
+    LIST_INSERT_HEAD(&u->sides, m, link);
+    u->in_ucx++;
+    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, NULL, 0, m->buf, m->len, 0, side_done, m);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r)) {
+        m->req = r;
+    } else {
+        if (UCS_PTR_IS_ERR(r))
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a message of the transport (id 0x%x) could not "
+                     "be sent: %s", id, ucs_status_string(UCS_PTR_STATUS(r)));
+        LIST_REMOVE(m, link);
+        free(m);
+    }
+    nxl_ucx_kick(u);
+}
+
+
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_conn_t *c = arg;
+    if (c->u->in_ucx) {
+        if (!c->fail_deferred) {
+            c->fail_deferred = true;
+            c->why = status;
+        }
+        nxl_ucx_kick(c->u);
+        return;
+    }
+    nxl_ucx_conn_fail(c, status, false);
+}
+
+
+void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
+{
+    if (c->failed)
+        return;
+    if (c->peer_destroyed || (c->pidfd >= 0 && nxl_ucx_pidfd_exited(c->pidfd))) {
+        /* a peer on this host: say what happened to it */
+        char why[300];
+        if (c->peer_destroyed)
+            snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: that agent, of this "
+                     "process, was destroyed", c->name);
+        else
+            snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: its process (pid %d) "
+                     "exited (reload its metadata once it is back)", c->name, (int)c->pid);
+        ucx_op_t *o;
+        LIST_FOREACH(o, &c->u->ops, link)
+        if (o->conn == c && o->op && !o->why)
+            o->why = strdup(why);
+    }
+    c->failed = true;
+    c->stalled = stalled;
+    c->why = status;
+    if (stalled)
+        nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: no transfer to agent '%s' completed for %llu ms; "
+                 "declaring the connection lost", c->name,
+                 (unsigned long long)(c->u->stall_us / 1000));
+    else
+        nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: connection to agent '%s' failed: %s", c->name,
+                 ucs_status_string(status));
+    /* UCX 1.13 does not always complete a flush pending on a failed
+     * endpoint: report every op on it now; each is freed when (if) UCX
+     * calls back, or when the transport is destroyed. */
+    ucx_op_t *o, *next;
+    LIST_FOREACH(o, &c->u->ops, link)
+    if (o->conn == c)
+        nxl_ucx_op_report(o, status);
+    if (stalled && c->ep) {
+        /* stop UCX retrying: its requests on the endpoint end as canceled */
+        nxl_ucx_ep_close(c->u, c->ep, true);
+        c->ep = NULL;
+        c->forced = true;
+    }
+    /* AM_WRITEs sent, their acknowledgement not come: UCX is done with them
+     * (c itself stays: the caller goes on using it; one left is freed with
+     * the transport) */
+    for (o = LIST_FIRST(&c->u->ops); o; o = next) {
+        next = LIST_NEXT(o, link);
+        if (o->conn == c && o->amw && o->amw_sent && !o->amw_acked && c->refs > 1)
+            nxl_ucx_op_free(o);
+    }
+}
+
+nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info, size_t len,
+                               void **out)
+{
+    ucx_t *u = state;
+    unsigned flags;
+    ucx_ci_cma_t pc;
+    if (ucx_ci_parse(info, len, &flags, &pc, &info, &len) != 0) {
+        nxlt_error(u->ctx, "UCX: the connection info of agent '%s' is not this transport's "
+                   "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
+        return NXL_ERR_MISMATCH;
+    }
+    /* UCX unpacks its worker address without a length either: it gets a
+     * copy followed by UCX_ADDR_PAD bytes of 0xff, where an address cut
+     * short reads "no more devices" (0xff is UCX's null resource, and every
+     * length, flag and "last" bit set) before it leaves the copy. A forged
+     * address is still UCX's to parse (README "Trust"). */
+    unsigned char *addr = malloc(len + UCX_ADDR_PAD);
+    ucx_conn_t *c = addr ? calloc(1, sizeof(*c)) : NULL;
+    if (!c || !(c->name = strdup(agent))) {
+        free(c);
+        free(addr);
+        return NXL_ERR_UNKNOWN;
+    }
+    memcpy(addr, info, len);
+    memset(addr + len, 0xff, UCX_ADDR_PAD);
+    /* a peer that copies them but sends no acknowledgement (an older nxl)
+     * would leave the WRITE complete before its bytes are there: not those */
+    c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
+    c->u = u;
+    c->refs = 1;
+    c->pidfd = -1;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_error, .arg = c},
+    };
+    u->in_ucx++;
+    ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
+    u->in_ucx--;
+    free(addr); /* UCX keeps nothing of it past ucp_ep_create */
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: ucp_ep_create to agent '%s' failed: %s (no UCX transport of "
+                   "this agent reaches it: check UCX_TLS / UCX_NET_DEVICES on both sides)",
+                   agent, ucs_status_string(st));
+        free(c->name);
+        free(c);
+        return NXL_ERR_BACKEND;
+    }
+    c->local = nxl_ucx_live_is_local(info, len);
+    if (c->local && (c->peer_addr = malloc(len))) {
+        memcpy(c->peer_addr, info, len);
+        c->peer_addr_len = len;
+    }
+    LIST_INSERT_HEAD(&u->conns, c, link);
+    /* not to another agent of this process: the process outlives the
+     * agent, and its memory stays mapped after the agent is gone */
+    if ((flags & CI_CMA) && u->cma_mode != CMA_OFF && u->cma_here && !c->local)
+        nxl_ucx_cma_connect(u, c, &pc);
+    nxl_ucx_kick(u);
+    *out = c;
+    return NXL_SUCCESS;
+}
+
+void nxl_ucx_unload_conn(void *state, void *conn)
+{
+    ucx_conn_t *c = conn;
+    c->unloaded = true;
+    nxl_ucx_cma_close(c);
+    /* a peer known dead, or another agent of this process (which is not
+     * progressed while this one tears down), would never answer a flushing
+     * close: those are closed at once */
+    if (c->ep) {
+        c->forced = c->failed || c->fail_deferred || c->local;
+        nxl_ucx_ep_close(c->u, c->ep, c->forced);
+    }
+    c->ep = NULL;
+    nxl_ucx_conn_put(c);
+}
+
+nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len)
+{
+    ucx_t *u = state;
+    unsigned flags = CI_AM_WRITE | CI_AM_ACK | (u->cma_here ? CI_CMA : 0);
+    unsigned char *b = malloc(ucx_ci_hdr(flags) + u->addr_len);
+    if (!b)
+        return NXL_ERR_UNKNOWN;
+    ucx_ci_cma_t me = u->cma_me;
+    me.cookie_addr = (uintptr_t)u->cma_cookie;
+    me.cookie = u->cma_cookie[1];
+    ucx_ci_pack(b, flags, &me, u->addr, u->addr_len);
+    *buf = b;
+    *len = ucx_ci_hdr(flags) + u->addr_len;
+    return NXL_SUCCESS;
+}

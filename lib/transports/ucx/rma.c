@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+#include "config.h"
+#include "ucx.h"
+
+/* Ops done are kept for the next ones, with their buffers up to these sizes */
+#define OP_SPARES 256
+#define OP_SPARE_BUF (16u << 10)
+#define OP_SPARE_IOV 64
+
+/* ---------------------------------------------------------- operations */
+
+static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
+{
+    if (st == UCS_OK)
+        return NXL_SUCCESS;
+    if (c->failed || c->unloaded || st == UCS_ERR_CONNECTION_RESET ||
+        st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_CANCELED)
+        return NXL_ERR_REMOTE_DISCONNECT;
+    return NXL_ERR_BACKEND;
+}
+
+static void op_done(ucx_op_t *o, nxl_status_t ns, const char *why)
+{
+    if (!o->op)
+        return;
+    nxlt_op_t *op = o->op;
+    o->op = NULL;
+    o->u->inflight--;
+    o->conn->inflight--;
+    o->conn->progress_us = nxl_ucx_coarse_us();
+    o->u->hit = true;
+    nxlt_op_done(op, ns, why);
+}
+
+/* Tells the engine (once); the op itself lives on until UCX is done with it. */
+void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st)
+{
+    if (!o->op)
+        return;
+    if (st != UCS_OK && o->st == UCS_OK)
+        o->st = st;
+    char why[512];
+    nxl_status_t ns = map_status(o->conn, o->st);
+    if (ns != NXL_SUCCESS)
+        snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: %s%s", o->conn->name,
+                 ucs_status_string(o->conn->failed ? o->conn->why : o->st),
+                 ns == NXL_ERR_REMOTE_DISCONNECT
+                     ? " (the peer is gone or unreachable; reload its metadata once it is back)"
+                     : "");
+    if (ns != NXL_SUCCESS && o->conn->stalled)
+        snprintf(why, sizeof(why), "UCX: no transfer to agent '%s' completed within %llu ms "
+                 "(link down, or the peer hung); the connection is given up — reload its "
+                 "metadata once it is reachable", o->conn->name,
+                 (unsigned long long)(o->u->stall_us / 1000));
+    else if (ns != NXL_SUCCESS && o->why)
+        snprintf(why, sizeof(why), "%s", o->why);
+    op_done(o, ns, ns == NXL_SUCCESS ? NULL : why);
+}
+
+void nxl_ucx_op_free(ucx_op_t *o)
+{
+    ucx_t *u = o->u;
+    if (o->queued)
+        TAILQ_REMOVE(&u->cma_q, o, cq);
+    if (o->amw && !o->amw_acked)
+        LIST_REMOVE(o, ack_link);
+    free(o->why);
+    LIST_REMOVE(o, link);
+    nxl_ucx_conn_put(o->conn);
+    if (u->nspare_ops >= OP_SPARES) {
+        free(o->iov);
+        free(o->buf);
+        free(o);
+        return;
+    }
+    if (o->buf_cap > OP_SPARE_BUF) {
+        free(o->buf);
+        o->buf = NULL;
+        o->buf_cap = 0;
+    }
+    if (o->iov_cap > OP_SPARE_IOV) {
+        free(o->iov);
+        o->iov = NULL;
+        o->iov_cap = 0;
+    }
+    o->next_free = u->spare_ops;
+    u->spare_ops = o;
+    u->nspare_ops++;
+}
+
+/* An op that never went out (nxl_ucx_op_new, then a failure at once): not
+ * reported, its counts taken back, freed */
+void nxl_ucx_op_drop(ucx_op_t *o)
+{
+    o->op = NULL;
+    o->u->inflight--;
+    o->conn->inflight--;
+    nxl_ucx_op_free(o);
+}
+
+/* a spare op, cleared but for its buffers, or a new one */
+static ucx_op_t *op_get(ucx_t *u)
+{
+    ucx_op_t *o = u->spare_ops;
+    if (!o)
+        return calloc(1, sizeof(*o));
+    u->spare_ops = o->next_free;
+    u->nspare_ops--;
+    ucx_op_t keep = {.buf = o->buf, .buf_cap = o->buf_cap, .iov = o->iov, .iov_cap = o->iov_cap};
+    *o = keep;
+    return o;
+}
+
+/* o's message buffer, of at least len bytes; NULL when out of memory */
+unsigned char *nxl_ucx_op_buf(ucx_op_t *o, size_t len)
+{
+    if (o->buf_cap < len) {
+        unsigned char *b = malloc(len);
+        if (!b)
+            return NULL;
+        free(o->buf);
+        o->buf = b;
+        o->buf_cap = len;
+    }
+    return o->buf;
+}
+
+/* UCX finished with the op: report it if nobody did, then free it. */
+void nxl_ucx_op_finish(ucx_op_t *o, ucs_status_t st)
+{
+    nxl_ucx_op_report(o, st);
+    nxl_ucx_op_free(o);
+}
+
+static void flush_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_op_t *o = arg;
+    if (req)
+        ucp_request_free(req);
+    /* canceled (NXLT_CAP_CANCEL_WAITS): the flush saw every put and get of
+     * it through, so its buffers are free now; its notification stays */
+    if (st != UCS_OK || o->st != UCS_OK || !o->notif || (o->op && nxlt_op_canceled(o->op)))
+        nxl_ucx_op_finish(o, st);
+    else
+        nxl_ucx_send_notif(o);
+}
+
+ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, const void *msg,
+                         size_t len, bool with_notif)
+{
+    ucx_op_t *o = op_get(u);
+    if (!o)
+        return NULL;
+    o->u = u;
+    if (with_notif) {
+        size_t nl = strlen(me);
+        o->notif_len = 2 + nl + len;
+        unsigned char *b = nxl_ucx_op_buf(o, o->notif_len);
+        if (!b) {
+            free(o->buf);
+            free(o->iov);
+            free(o);
+            return NULL;
+        }
+        o->notif = b;
+        unsigned char *w = nxl_ucx_name_put(b, me, nl);
+        if (len)
+            memcpy(w, msg, len);
+    }
+    o->u = u;
+    o->op = op;
+    o->conn = c;
+    c->refs++;
+    if (c->inflight++ == 0)
+        c->progress_us = nxl_ucx_coarse_us();
+    LIST_INSERT_HEAD(&u->ops, o, link);
+    nxl_ucx_op_started(u);
+    return o;
+}
+
+nxl_status_t nxl_ucx_check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
+{
+    nxl_ucx_local_gone(u);
+    if (!c->failed && !c->fail_deferred && c->ep)
+        return NXL_SUCCESS;
+    nxlt_error(u->ctx, "UCX: %s: the connection to agent '%s' failed earlier (%s); reload its "
+               "metadata once it is back", call, c->name,
+               c->peer_destroyed                  ? "that agent, of this process, was destroyed"
+               : c->failed || c->fail_deferred ? ucs_status_string(c->why)
+                                               : "closed");
+    return NXL_ERR_REMOTE_DISCONNECT;
+}
+
+/* Posts a put or get per element of iov[0..n) — the first from byte skip
+ * on — then the endpoint flush that completes o. UCS_OK, or the status of
+ * the first put or get when that one failed at once and nothing went out
+ * (o is then untouched). Inside u->in_ucx. */
+ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_t *iov, size_t n,
+                              size_t skip)
+{
+    ucx_conn_t *c = o->conn;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH};
+    for (size_t i = 0; i < n; i++, skip = 0) {
+        const nxlt_iov_t *v = &iov[i];
+        p.memh = ((ucx_md_t *)v->lmd)->memh;
+        ucp_rkey_h rk = ((ucx_rkey_t *)v->rkey)->rk;
+        void *la = (char *)v->laddr + skip;
+        ucs_status_ptr_t r = write ? ucp_put_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p)
+                                   : ucp_get_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p);
+        if (UCS_PTR_IS_ERR(r)) {
+            if (i == 0)
+                return UCS_PTR_STATUS(r); /* nothing went out */
+            o->st = UCS_PTR_STATUS(r);
+            break;
+        }
+        if (r)
+            ucp_request_free(r); /* completes on its own; the flush below waits for it */
+    }
+    ucp_request_param_t fp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = flush_done,
+        .user_data = o,
+    };
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(c->ep, &fp);
+    if (!UCS_PTR_IS_PTR(r))
+        flush_done(NULL, UCS_PTR_STATUS(r), o);
+    return UCS_OK;
+}
+
+nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
+{
+    ucx_t *u = state;
+    ucx_conn_t *c = x->conn;
+    nxl_status_t ns = nxl_ucx_check_conn(u, c, "post");
+    if (ns != NXL_SUCCESS)
+        return ns;
+    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max)
+        switch (nxl_ucx_post_am_write(u, op, c, x)) {
+        case 1:
+            return NXL_SUCCESS;
+        case -1:
+            return NXL_ERR_UNKNOWN;
+        default:
+            break; /* too large: puts, a flush, then the notification */
+        }
+    if (nxl_ucx_cma_usable(u, c, x))
+        return nxl_ucx_post_cma(u, op, c, x);
+    ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
+                                 x->notif_len, x->notif != NULL);
+    if (!o)
+        return NXL_ERR_UNKNOWN;
+    u->in_ucx++;
+    ucs_status_t st = nxl_ucx_post_rma(u, o, x->op == NXL_WRITE, x->iov, x->n, 0);
+    u->in_ucx--;
+    if (st != UCS_OK) {
+        nxlt_error(u->ctx, "UCX: %s to agent '%s' failed at once: %s",
+                   x->op == NXL_WRITE ? "ucp_put_nbx" : "ucp_get_nbx", c->name,
+                   ucs_status_string(st));
+        nxl_ucx_op_drop(o);
+        return map_status(c, st);
+    }
+    nxl_ucx_kick(u);
+    return NXL_SUCCESS;
+}

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The UCX transport: DRAM to and from other agents and within the agent,
+ * through one UCP worker driven by the reactor.
+ *
+ * Progress: the worker's event fd sits in the reactor. On wake-up the worker
+ * is progressed until idle and re-armed; when arming answers UCS_ERR_BUSY
+ * (shared-memory transports with queued sends) it is retried a bounded
+ * number of times, then progress continues from a zero-delay timer on the
+ * next reactor turn, so the loop stays fair and an idle agent sleeps.
+ *
+ * A transfer posts one put or get per element, then flushes the endpoint;
+ * the flush completing means the data is at the target, and only then is
+ * the notification sent as an active message. While operations are in
+ * flight a slow timer keeps progressing the worker so that UCX's keepalive
+ * notices a dead peer even when no fd wakes us.
+ *
+ * Same host: UCX 1.13 moves puts and gets into memory it did not allocate
+ * as messages the target must progress. To a peer on this host (same boot
+ * id and pid namespace, advertised in the connection info and proved by
+ * reading a cookie out of the peer) the transport copies itself, one-sided,
+ * with process_vm_writev / process_vm_readv into the peer's registered
+ * regions ("cross-memory attach", as UCX's own cma transport does for
+ * rendezvous): in slices of the reactor's time, the notification (a UCX
+ * message) only after the last byte landed. The peer is held by a pidfd:
+ * checked before every system call, so that a pid that died is never
+ * written to again (a recycled pid is another process), and watched in
+ * the reactor, so that its transfers fail as soon as it exits. A kernel
+ * that refuses (ptrace rules) sends the transfers back to UCX.
+ *
+ * The files, one concern each (as libfabric's prov/tcp/src):
+ *   ucx.h     the private types, and the functions the files share
+ *             (nxl_ucx_*)
+ *   worker.c  UCX's log, the instances of the process, progress and kick
+ *   conn.c    endpoints, the transport's own messages, connection failure
+ *   cma.c     cross-memory attach: the peer's process, and the copies
+ *   mr.c      registration, keys, revocation, allocation
+ *   rma.c     ops, puts and gets, the flush
+ *   am.c      one-message WRITEs, notifications
+ *   init.c    create, quiesce, destroy; the ops table */
+#ifndef NXL_UCX_H
+#define NXL_UCX_H
+
+#include <nxl/transport.h>
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+#include <ucs/debug/log_def.h>
+
+#define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
+#define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
+#include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
+#define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
+#define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
+enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
+
+typedef struct ucx_conn ucx_conn_t;
+
+/* a message of the transport's own (a region revoked): its bytes live
+ * until UCX is done with them */
+typedef struct ucx_side {
+    struct ucx_state *u;
+    void *req;
+    LIST_ENTRY(ucx_side) link;
+    size_t len;
+    unsigned char buf[];
+} ucx_side_t;
+
+typedef struct ucx_state {
+    nxlt_ctx_t *ctx;
+    ucp_context_h ucp;
+    ucp_worker_h w;
+    void *addr;
+    size_t addr_len;
+    int efd;
+    struct event *ev_efd, *ev_kick, *ev_watch;
+    bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
+    unsigned inflight;          /* ops not done yet */
+    uint64_t busy_until_us;
+    LIST_HEAD(, ucx_conn) conns;
+    LIST_HEAD(, ucx_op) ops;
+    LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */
+    void **closing;             /* endpoint close requests in flight */
+    unsigned nclosing, capclosing;
+    char desc[256];
+    bool cuda;                  /* this UCX moves CUDA memory (ucp_context_query) */
+    unsigned busy_rounds;       /* statistics: arm returned BUSY and we yielded */
+    uint64_t busy_idle_us;      /* since when arm answers BUSY with nothing moving (0: not) */
+    unsigned backoff_us;        /* the kick timer's delay meanwhile (0: none) */
+    bool kick_later;            /* ev_kick is pending with that delay */
+    bool backoff_said;          /* the backoff was logged */
+    bool hit;                   /* an op completed or a notification came: the engine has work */
+    uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
+    unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
+    size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
+    uint64_t am_seq;            /* the last AM_WRITE's number (its acknowledgement names it) */
+    LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs waiting for their acknowledgement */
+    pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
+    int cma_mode;               /* CMA_OFF, CMA_AUTO, CMA_ON */
+    bool cma_here;              /* our identity is known: advertised in the connection info */
+    ucx_ci_cma_t cma_me;
+    volatile uint64_t cma_cookie[2]; /* CMA_MAGIC and a random value: peers read them to
+                                      * prove they reach this process */
+    size_t cma_chunk;           /* bytes a system call copies at most */
+    size_t cma_max;             /* larger transfers go through UCX (0: no limit) */
+    TAILQ_HEAD(, ucx_op) cma_q; /* transfers being copied, in order */
+    struct ucx_op *spare_ops;   /* done, for reuse (OP_SPARES) */
+    unsigned nspare_ops;
+    struct event *ev_cma;       /* continues the copies on the next turn */
+    struct event *ev_cma_now;   /* copies posted by callbacks, after them in the same pass */
+    bool cma_now_on;            /* ev_cma_now is active */
+    bool cma_now_used;          /* ev_cma_now was activated since ev_cma last ran */
+    uint64_t cma_burst_end;     /* copies inside calls stop here... */
+    bool cma_defer;             /* ... and then wait for the loop's turn */
+    bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
+    struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
+    uint64_t cma_xfers, cma_bytes; /* statistics */
+    bool is_live;               /* on live_list */
+    unsigned long live_gen_seen; /* live_gen when this agent last looked */
+    LIST_ENTRY(ucx_state) live; /* every instance of the process */
+} ucx_t;
+
+struct ucx_conn {
+    ucx_t *u;
+    ucp_ep_h ep;
+    char *name;
+    int refs;                   /* the engine's, plus one per op */
+    bool failed;
+    bool unloaded;
+    bool stalled;               /* failed by our stall timeout, not by UCX */
+    bool local;                 /* the peer is another agent of this process */
+    void *peer_addr;            /* local: its worker address (finds it on live_list) */
+    bool peer_destroyed;        /* local: that agent was destroyed (local_gone) */
+    size_t peer_addr_len;
+    bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
+    bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
+                                 * complete a flush that was pending on it */
+    bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
+    ucs_status_t why;
+    unsigned inflight;          /* ops reported to the engine not yet */
+    uint64_t progress_us;       /* last completion (or first post) of an op on it (coarse_us) */
+    int cma;                    /* CMA_NONE, CMA_READY, CMA_REFUSED */
+    int pidfd;                  /* the peer's process, while cma is CMA_READY (or -1) */
+    pid_t pid;
+    uint64_t pid_seen_us;       /* when its pidfd last said the process is alive */
+    struct event *ev_pid;       /* the peer's process exited */
+    LIST_ENTRY(ucx_conn) link;
+};
+
+/* a remote region's key: UCX's, and whether UCX maps it here itself
+ * (memory it allocated, on shared memory: its puts are one-sided) */
+typedef struct ucx_rkey {
+    ucp_rkey_h rk;
+    int mapped; /* -1 not asked yet */
+} ucx_rkey_t;
+
+/* a region registered here (the engine keeps its address and length) */
+typedef struct ucx_md {
+    ucp_mem_h memh;
+} ucx_md_t;
+
+typedef struct ucx_op {
+    ucx_t *u;
+    nxlt_op_t *op;
+    ucx_conn_t *conn;
+    ucs_status_t st;            /* first error */
+    void *notif;                /* [u16 name length][name][message] (in buf), or NULL */
+    size_t notif_len;
+    LIST_ENTRY(ucx_op) link;
+    /* cross-memory attach: the elements, and how far the copies got */
+    nxlt_iov_t *iov;            /* iov_cap entries, kept with the op */
+    size_t n, at, off;
+    bool read, queued;
+    TAILQ_ENTRY(ucx_op) cq;
+    char *why;                  /* a sentence of its own for a failure (malloc'd) */
+    unsigned char *buf;         /* buf_cap bytes, kept with the op: the message it sends */
+    size_t buf_cap, iov_cap;
+    struct ucx_op *next_free;   /* on the instance's spares */
+    /* an AM_WRITE: done when UCX sent it and the target acknowledged it */
+    bool amw, amw_sent, amw_acked;
+    ucs_status_t amw_st;        /* what the acknowledgement said */
+    unsigned char amw_hdr[8];   /* its number, the message's header */
+    LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
+} ucx_op_t;
+
+/* The sender's name that begins the transport's messages (a notification,
+ * an AM_WRITE, a revocation): [u16 length][name]. Returns what follows. */
+static inline unsigned char *nxl_ucx_name_put(unsigned char *w, const char *name, size_t nl)
+{
+    ucx_ci_put(w, nl, 2);
+    memcpy(w + 2, name, nl);
+    return w + 2 + nl;
+}
+
+/* The name at b (len bytes there) into from (256 bytes): the bytes it
+ * took; 0, from untouched, when it is empty, 256 bytes or more, or longer
+ * than the message */
+static inline size_t nxl_ucx_name_get(const unsigned char *b, size_t len, char *from)
+{
+    size_t nl = len >= 2 ? (size_t)ucx_ci_get(b, 2) : 0;
+    if (nl == 0 || nl >= 256 || 2 + nl > len)
+        return 0;
+    memcpy(from, b + 2, nl);
+    from[nl] = 0;
+    return 2 + nl;
+}
+
+
+/* worker.c */
+void nxl_ucx_live_add(ucx_t *u);
+void nxl_ucx_live_remove(ucx_t *u);
+bool nxl_ucx_live_elsewhere(const ucx_conn_t *c);
+bool nxl_ucx_live_is_local(const void *addr, size_t len);
+uint64_t nxl_ucx_coarse_us(void);
+void nxl_ucx_kick(ucx_t *u);
+void nxl_ucx_local_gone(ucx_t *u);
+void nxl_ucx_deferred_failures(ucx_t *u);
+void nxl_ucx_on_efd(evutil_socket_t fd, short what, void *arg);
+void nxl_ucx_on_kick(evutil_socket_t fd, short what, void *arg);
+void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg);
+void nxl_ucx_op_started(ucx_t *u);
+
+/* conn.c */
+void nxl_ucx_conn_put(ucx_conn_t *c);
+void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force);
+void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
+ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                 const void *buf, size_t len, uint32_t flags,
+                                 ucp_send_nbx_callback_t cb, void *arg);
+void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
+nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info, size_t len,
+                               void **out);
+void nxl_ucx_unload_conn(void *state, void *conn);
+nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len);
+
+/* cma.c */
+void nxl_ucx_cma_close(ucx_conn_t *c);
+bool nxl_ucx_pidfd_exited(int fd);
+void nxl_ucx_cma_init(ucx_t *u);
+void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p);
+bool nxl_ucx_cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x);
+void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg);
+void nxl_ucx_on_cma_now(evutil_socket_t fd, short what, void *arg);
+nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+
+/* mr.c */
+nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out);
+void nxl_ucx_dereg(void *state, void *md);
+void nxl_ucx_mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md);
+ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, void *data,
+                                    size_t len, const ucp_am_recv_param_t *param);
+nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t dev, void **ptr,
+                               void **md);
+void nxl_ucx_mem_free(void *state, void *ptr, void *md);
+nxl_status_t nxl_ucx_pack_key(void *state, void *md, void **buf, size_t *len);
+nxl_status_t nxl_ucx_load_key(void *state, void *conn, const void *buf, size_t len, void **rkey);
+void nxl_ucx_unload_key(void *state, void *rkey);
+
+/* rma.c */
+void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st);
+void nxl_ucx_op_free(ucx_op_t *o);
+void nxl_ucx_op_drop(ucx_op_t *o);
+unsigned char *nxl_ucx_op_buf(ucx_op_t *o, size_t len);
+void nxl_ucx_op_finish(ucx_op_t *o, ucs_status_t st);
+ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, const void *msg,
+                         size_t len, bool with_notif);
+nxl_status_t nxl_ucx_check_conn(ucx_t *u, ucx_conn_t *c, const char *call);
+ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_t *iov, size_t n,
+                              size_t skip);
+nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x);
+
+/* am.c */
+ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, void *data,
+                                 size_t len, const ucp_am_recv_param_t *param);
+int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, void *data,
+                                   size_t len, const ucp_am_recv_param_t *param);
+void nxl_ucx_send_notif(ucx_op_t *o);
+nxl_status_t nxl_ucx_notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
+                                size_t len);
+ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *data, size_t len,
+                             const ucp_am_recv_param_t *param);
+
+#endif /* NXL_UCX_H */

@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+#include "config.h"
+#include "ucx.h"
+
+#define ARM_TRIES 16
+#define WATCH_MS 100
+#define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
+#define BUSY_SPIN_US 2000 /* arm answering BUSY, nothing moving: progressed at once this long */
+#define BUSY_BACKOFF_MIN_US 100 /* ... then from a timer, its delay doubling */
+#define BUSY_BACKOFF_MAX_US 5000 /* ... up to this */
+
+/* ----------------------------------------------- instances and UCX's log
+ *
+ * UCX prints its warnings and errors to standard output by default: into
+ * the embedding application's output. Its lines go through nxl's log
+ * instead (the agent's level and callback), to the agent whose thread runs
+ * the UCX call that logs, unless the user set UCX_LOG_LEVEL (or
+ * UCX_LOG_FILE) and so asked for UCX's own printing. The handler stays
+ * installed for the life of the process. A line logged on a thread that
+ * runs no agent's reactor (UCX's own async thread, an application thread
+ * posting to a threaded agent) must not reach a log callback there (they
+ * run on the reactor thread): it is kept, up to LOG_LATER_MAX lines, and
+ * logged by the next agent that progresses its worker (or is destroyed);
+ * with no agent alive it is dropped. */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static LIST_HEAD(, ucx_state) live_list = LIST_HEAD_INITIALIZER(live_list);
+static unsigned long live_gen; /* bumped as an instance leaves live_list */
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static bool log_user_asked;
+
+#define LOG_LATER_MAX 32
+typedef struct {
+    nxl_log_level_t level;
+    char line[600];
+} log_line_t;
+static log_line_t log_later[LOG_LATER_MAX]; /* under live_lock */
+static unsigned log_later_n, log_later_lost; /* under live_lock */
+static unsigned log_later_any;               /* atomic: log_later_n or log_later_lost */
+
+static nxl_log_level_t ucs_to_nxl(ucs_log_level_t l)
+{
+    switch (l) {
+    case UCS_LOG_LEVEL_FATAL:
+    case UCS_LOG_LEVEL_ERROR:
+        return NXL_LOG_ERROR;
+    case UCS_LOG_LEVEL_WARN:
+        return NXL_LOG_WARN;
+    case UCS_LOG_LEVEL_DIAG:
+    case UCS_LOG_LEVEL_INFO:
+        return NXL_LOG_INFO;
+    case UCS_LOG_LEVEL_DEBUG:
+        return NXL_LOG_DEBUG;
+    default:
+        return NXL_LOG_TRACE;
+    }
+}
+
+static ucs_log_func_rc_t log_handler(const char *file, unsigned line, const char *function,
+                                     ucs_log_level_t level,
+                                     const ucs_log_component_config_t *comp_conf,
+                                     const char *fmt, va_list ap)
+{
+    if (log_user_asked)
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    nxl_log_level_t nl = ucs_to_nxl(level);
+    pthread_mutex_lock(&live_lock);
+    ucx_t *u, *to = NULL;
+    pthread_t me = pthread_self();
+    LIST_FOREACH(u, &live_list, live)
+    if (pthread_equal(u->thread, me)) {
+        to = u;
+        break;
+    }
+    if (!to && !LIST_EMPTY(&live_list)) {
+        if (log_later_n < LOG_LATER_MAX) {
+            log_line_t *k = &log_later[log_later_n++];
+            k->level = nl;
+            snprintf(k->line, sizeof(k->line), "UCX %s:%u: %s", base, line, msg);
+        } else {
+            log_later_lost++;
+        }
+        __atomic_store_n(&log_later_any, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&live_lock);
+    if (to)
+        nxlt_log(to->ctx, nl, "UCX %s:%u: %s", base, line, msg);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* The lines kept from other threads, through u's log (on its thread; one
+ * at a time, live_lock not held while its callback runs) */
+static void log_drain(ucx_t *u)
+{
+    if (!__atomic_load_n(&log_later_any, __ATOMIC_ACQUIRE))
+        return;
+    for (;;) {
+        log_line_t k;
+        unsigned lost = 0;
+        pthread_mutex_lock(&live_lock);
+        bool have = log_later_n > 0;
+        if (have) {
+            k = log_later[0];
+            memmove(log_later, log_later + 1, --log_later_n * sizeof(*log_later));
+        } else {
+            lost = log_later_lost;
+            log_later_lost = 0;
+            __atomic_store_n(&log_later_any, 0, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&live_lock);
+        if (!have) {
+            if (lost)
+                nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: %u more lines of UCX, logged on other "
+                         "threads, were dropped", lost);
+            return;
+        }
+        nxlt_log(u->ctx, k.level, "%s", k.line);
+    }
+}
+
+static void log_install(void)
+{
+    log_user_asked = getenv("UCX_LOG_LEVEL") || getenv("UCX_LOG_FILE");
+    ucs_log_push_handler(log_handler);
+}
+
+void nxl_ucx_live_add(ucx_t *u)
+{
+    pthread_once(&log_once, log_install);
+    u->thread = pthread_self();
+    pthread_mutex_lock(&live_lock);
+    LIST_INSERT_HEAD(&live_list, u, live);
+    u->is_live = true;
+    pthread_mutex_unlock(&live_lock);
+}
+
+void nxl_ucx_live_remove(ucx_t *u)
+{
+    log_drain(u);
+    pthread_mutex_lock(&live_lock);
+    LIST_REMOVE(u, live);
+    __atomic_add_fetch(&live_gen, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* Is the local peer of c alive and progressed by another thread than this
+ * one (its own reactor thread, or another thread of the application)? */
+bool nxl_ucx_live_elsewhere(const ucx_conn_t *c)
+{
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    ucx_t *u;
+    LIST_FOREACH(u, &live_list, live)
+    if (c->peer_addr && u->addr && u->addr_len == c->peer_addr_len &&
+        !memcmp(u->addr, c->peer_addr, c->peer_addr_len)) {
+        found = !pthread_equal(u->thread, pthread_self());
+        break;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+/* Is this worker address one of this process's own instances? */
+bool nxl_ucx_live_is_local(const void *addr, size_t len)
+{
+    bool found = false;
+    pthread_mutex_lock(&live_lock);
+    ucx_t *u;
+    LIST_FOREACH(u, &live_list, live)
+    if (u->addr && u->addr_len == len && !memcmp(u->addr, addr, len)) {
+        found = true;
+        break;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+/* ------------------------------------------------------------ progress */
+
+/* The monotonic clock to a few milliseconds, for the stall timeout: reading
+ * it costs a fraction of the precise one's (a paravirtual clock here) */
+uint64_t nxl_ucx_coarse_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* progress on the next turn (one already set for later is brought forward) */
+void nxl_ucx_kick(ucx_t *u)
+{
+    static const struct timeval zero = {0, 0};
+    if (u->kick_later || !evtimer_pending(u->ev_kick, NULL)) {
+        u->kick_later = false;
+        evtimer_add(u->ev_kick, &zero);
+    }
+}
+
+/* Busy polling without a reactor turn per round: each turn costs an
+ * epoll_wait(), more than a message over shared memory takes. Spins on the
+ * worker for a short slice, until UCX reports work, one of our operations
+ * completes or a notification arrives (UCX does not count every completion:
+ * a flush completes with a count of 0), or anything else in the loop is
+ * ready to run (a delivery the engine queued outside this call, another
+ * transport's event): then the loop gets its turn. */
+static void spin(ucx_t *u, unsigned bp)
+{
+    struct event_base *base = nxlt_base(u->ctx);
+    if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
+        return;
+    uint64_t now = nxlt_now_us(), end = now + SPIN_SLICE_US;
+    if (end > u->busy_until_us)
+        end = u->busy_until_us;
+    u->hit = false;
+    for (unsigned i = 1;; i++) {
+        if (ucp_worker_progress(u->w) || u->hit) {
+            while (ucp_worker_progress(u->w))
+                ;
+            /* the clock as last read (16 rounds ago at most): no read
+             * between the message and its delivery */
+            u->busy_until_us = now + bp;
+            return;
+        }
+        if (!(i & 15) && ((now = nxlt_now_us()) >= end ||
+                          event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+            return;
+    }
+}
+
+
+/* Another agent of this process that this one is connected to was
+ * destroyed since this one last looked: its connection fails from the
+ * loop (over shared memory nothing else would say so: its process lives
+ * on, and UCX's keepalive asks the process). */
+void nxl_ucx_local_gone(ucx_t *u)
+{
+    unsigned long g = __atomic_load_n(&live_gen, __ATOMIC_ACQUIRE);
+    if (g == u->live_gen_seen)
+        return;
+    u->live_gen_seen = g;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->local && c->peer_addr && !c->failed && !c->fail_deferred &&
+        !nxl_ucx_live_is_local(c->peer_addr, c->peer_addr_len)) {
+        c->peer_destroyed = true;
+        c->fail_deferred = true;
+        c->why = UCS_ERR_CONNECTION_RESET;
+        nxl_ucx_kick(u);
+    }
+}
+
+/* Endpoint failures UCX reported inside a call of ours (it runs the error
+ * handler inside ucp_put_nbx over TCP, say) are handled here, from the
+ * loop: failing the connection reports its ops to the engine, which must
+ * not happen inside the engine's own call into this transport. */
+void nxl_ucx_deferred_failures(ucx_t *u)
+{
+    nxl_ucx_local_gone(u);
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->fail_deferred && !c->failed)
+        nxl_ucx_conn_fail(c, c->why, false);
+}
+
+/* Arming answered BUSY ARM_TRIES times: sends are queued for room in a
+ * peer's shared-memory FIFO, and progress continues on the next turn until
+ * the peer made room. A peer that died with its FIFO full never does, and
+ * UCX 1.13 never gives up on those sends, nor on the flush that
+ * discarding the endpoint needs (it ignores UCT_FLUSH_FLAG_CANCEL): arming
+ * then answers BUSY for the life of the worker, and a kick each turn is a
+ * reactor spinning at 100% for good. So when nothing moved (n: what
+ * progress did) and no op of ours is in flight for BUSY_SPIN_US, the
+ * worker is progressed from a timer instead, its delay doubling from
+ * BUSY_BACKOFF_MIN_US to BUSY_BACKOFF_MAX_US; anything that moves, an op
+ * started or an arm that succeeds brings back the zero delay. What that
+ * costs: a message from a peer that arrives while the worker cannot sleep
+ * on its fd waits for the timer. */
+static void busy_kick(ucx_t *u, unsigned n)
+{
+    if (n || u->inflight) {
+        u->busy_idle_us = 0;
+        u->backoff_us = 0;
+        nxl_ucx_kick(u);
+        return;
+    }
+    uint64_t now = nxlt_now_us();
+    if (!u->busy_idle_us)
+        u->busy_idle_us = now;
+    if (now - u->busy_idle_us < BUSY_SPIN_US) {
+        nxl_ucx_kick(u);
+        return;
+    }
+    u->backoff_us = !u->backoff_us ? BUSY_BACKOFF_MIN_US
+                    : u->backoff_us >= BUSY_BACKOFF_MAX_US / 2 ? BUSY_BACKOFF_MAX_US
+                    : u->backoff_us * 2;
+    struct timeval tv = {0, (suseconds_t)u->backoff_us};
+    evtimer_add(u->ev_kick, &tv);
+    u->kick_later = true;
+    if (u->backoff_us == BUSY_BACKOFF_MAX_US && !u->backoff_said) {
+        u->backoff_said = true;
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: the worker cannot sleep on its event fd: "
+                 "ucp_worker_arm keeps answering BUSY with nothing moving (as it does for good "
+                 "once a shared-memory peer died with its receive FIFO full); it is progressed "
+                 "every %d ms while idle, and a message arriving meanwhile waits for that",
+                 BUSY_BACKOFF_MAX_US / 1000);
+    }
+}
+
+static void progress(ucx_t *u)
+{
+    unsigned n = 0;
+    log_drain(u);
+    nxl_ucx_deferred_failures(u);
+    /* backing off (busy_kick): one look, not ARM_TRIES */
+    for (int tries = 0, max = u->backoff_us ? 1 : ARM_TRIES; tries < max; tries++) {
+        unsigned k;
+        while ((k = ucp_worker_progress(u->w)))
+            n += k;
+        unsigned bp = nxlt_busy_poll_us(u->ctx);
+        if (n && bp)
+            u->busy_until_us = nxlt_now_us() + bp;
+        if (u->busy_until_us && nxlt_now_us() < u->busy_until_us) {
+            if (!n)
+                spin(u, bp);
+            nxl_ucx_kick(u); /* busy-poll window: keep polling from the loop */
+            return;
+        }
+        /* Something is ready for the loop (a completion or a notification
+         * to deliver): let it run first. Arming costs several system calls
+         * and right after traffic mostly answers BUSY; delivering first
+         * took ~15 us off each one-way trip here. The next turn arms. */
+        if (u->hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+            u->hit = false;
+            nxl_ucx_kick(u);
+            return;
+        }
+        ucs_status_t st = ucp_worker_arm(u->w);
+        if (st == UCS_OK) {
+            u->busy_idle_us = 0;
+            u->backoff_us = 0;
+            return;
+        }
+        if (st != UCS_ERR_BUSY) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: ucp_worker_arm failed: %s",
+                     ucs_status_string(st));
+            nxl_ucx_kick(u);
+            return;
+        }
+    }
+    /* still busy: hand back to the loop and continue on the next turn */
+    u->busy_rounds++;
+    busy_kick(u, n);
+}
+
+void nxl_ucx_on_efd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
+void nxl_ucx_on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg); }
+
+/* While ops are in flight: progress now and then (UCX's keepalive runs from
+ * progress), and declare lost a peer whose ops stopped completing: over TCP
+ * a cut link raises no error until the kernel gives up, minutes later. */
+void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    ucx_t *u = arg;
+    progress(u);
+    uint64_t now = nxl_ucx_coarse_us();
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->inflight && !c->failed && u->stall_us && now - c->progress_us > u->stall_us)
+        nxl_ucx_conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
+
+    /* armed while ops are in flight; the first op after an idle period
+     * re-arms it (an op started meanwhile keeps it going: no timer is
+     * added and removed for each op of a one-at-a-time stream) */
+    u->watch_on = u->inflight > 0;
+    if (u->watch_on) {
+        struct timeval tv = {0, WATCH_MS * 1000};
+        evtimer_add(u->ev_watch, &tv);
+    }
+}
+
+void nxl_ucx_op_started(ucx_t *u)
+{
+    if (u->inflight++ == 0 && !u->watch_on) {
+        u->watch_on = true;
+        struct timeval tv = {0, WATCH_MS * 1000};
+        evtimer_add(u->ev_watch, &tv);
+    }
+}
