@@ -187,7 +187,7 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
      * copy followed by UCX_ADDR_PAD bytes of 0xff, where an address cut
      * short reads "no more devices" (0xff is UCX's null resource, and every
      * length, flag and "last" bit set) before it leaves the copy. A forged
-     * address is still UCX's to parse (README "Trust"). */
+     * address is still UCX's to parse (doc/security.md, "Trust"). */
     unsigned char *addr = malloc(len + UCX_ADDR_PAD);
     ucx_conn_t *c = addr ? calloc(1, sizeof(*c)) : NULL;
     if (!c || !(c->name = strdup(agent))) {

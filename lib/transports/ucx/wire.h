@@ -2,7 +2,7 @@
 /* What nxl itself reads of a UCX peer's connection info: the magic, the
  * flags byte and, in version 2, the peer's same-host identity for
  * cross-memory attach; the rest is UCX's worker address, which only UCX
- * unpacks (README "Trust"). Header-only, without UCX, so that
+ * unpacks (doc/security.md, "Trust"). Header-only, without UCX, so that
  * tests/fuzz/fuzz_wire.c calls the same code as the transport.
  *
  *   version 1: [magic "nxlucx\0\1"][flags][UCX worker address]
