@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Base64 (RFC 4648, with padding) for the binary parts of metadata. */
-#include "internal.h"
+#include "../engine/internal.h"
 
 #include <string.h>
 
