@@ -35,22 +35,20 @@ int obj_azure_available(void)
 
 int obj_azure_set_key(obj_t *o, const char *b64)
 {
-    size_t n = strlen(b64);
-    unsigned char out[192];
-    if (n == 0 || n % 4 || n / 4 * 3 > sizeof(out))
+    size_t n = strlen(b64), len = 0;
+    if (n == 0 || n % 4 || n / 4 * 3 > sizeof(o->akey) + 2)
         return -1;
-    int len = EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n);
-    if (len < 0)
+    unsigned char *key = nxli_b64_decode(b64, &len);
+    if (!key)
         return -1;
-    /* EVP_DecodeBlock counts padding as zero bytes */
-    if (n >= 1 && b64[n - 1] == '=')
-        len--;
-    if (n >= 2 && b64[n - 2] == '=')
-        len--;
-    if ((size_t)len > sizeof(o->akey))
+    if (len > sizeof(o->akey)) {
+        free(key);
         return -1;
-    memcpy(o->akey, out, (size_t)len);
-    o->akey_len = (size_t)len;
+    }
+    memcpy(o->akey, key, len);
+    o->akey_len = len;
+    memset(key, 0, len);
+    free(key);
     return 0;
 }
 
@@ -135,9 +133,9 @@ int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *c
     if (rc == 0 && !HMAC(EVP_sha256(), o->akey, (int)o->akey_len, (const unsigned char *)sts, len,
                          mac, &maclen))
         rc = -1;
-    char sig[4 * EVP_MAX_MD_SIZE / 3 + 8];
-    if (rc == 0)
-        EVP_EncodeBlock((unsigned char *)sig, mac, (int)maclen);
+    char *sig = rc == 0 ? nxli_b64_encode(mac, maclen) : NULL;
+    if (!sig)
+        rc = -1;
 
     for (size_t i = 0; i < nh && rc == 0; i++) {
         snprintf(line, sizeof(line), "%s: %s", h[i].name, h[i].value);
@@ -164,6 +162,7 @@ int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *c
         free(q[i].value);
     }
     free(sts);
+    free(sig);
     return rc;
 }
 

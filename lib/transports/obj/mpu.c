@@ -7,6 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+int nxl_obj_block_id(unsigned part, char *out, size_t cap)
+{
+    char raw[24];
+    snprintf(raw, sizeof(raw), "nxlblock%06u", part); /* 14 bytes, the same for all parts */
+    char *id = nxli_b64_encode(raw, 14);
+    if (!id)
+        return -1;
+    snprintf(out, cap, "%s", id);
+    free(id);
+    return 0;
+}
+
 void nxl_obj_mpu_abort(obj_mpu_t *m)
 {
     if (!m->upload_id || m->active > 0 || m->aborting || m->done)
@@ -50,10 +62,11 @@ int nxl_obj_mpu_complete(obj_mpu_t *m)
         len += (size_t)snprintf(b + len, cap - len,
                                 "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
         for (unsigned i = 0; i < m->nparts; i++) {
-            unsigned char raw[24];
             char id[32];
-            snprintf((char *)raw, sizeof(raw), "nxlblock%06u", i + 1);
-            nxl_obj_b64(raw, 14, id);
+            if (nxl_obj_block_id(i + 1, id, sizeof(id)) < 0) {
+                free(b);
+                return -1;
+            }
             len += (size_t)snprintf(b + len, cap - len, "<Latest>%s</Latest>", id);
         }
         len += (size_t)snprintf(b + len, cap - len, "</BlockList>");

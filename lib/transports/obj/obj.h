@@ -10,6 +10,7 @@
 #include "config.h"
 #include <nxl/transport.h>
 
+#include "../../common/base64.h"
 #include "../regtab.h"
 
 #include <curl/curl.h>
@@ -154,7 +155,6 @@ struct obj {
  * '/' (when keep_slash) stay. */
 char *nxl_obj_url_enc(const char *s, size_t len, bool keep_slash);
 char *nxl_obj_xsprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void nxl_obj_b64(const unsigned char *in, size_t n, char *out);
 /* "s3://bucket/key" for sentences */
 const char *nxl_obj_oname(obj_t *o, const obj_key_t *k, char *buf, size_t cap);
 
@@ -187,6 +187,9 @@ void nxl_obj_req_drop(obj_t *o, obj_req_t *r);
 CURLcode nxl_obj_sync_run(obj_t *o, obj_req_t *r, long timeout_ms);
 
 /* mpu.c */
+/* Azure's id of block @p part (1-based; base64, the same length for all)
+ * into out; -1 when out of memory. */
+int nxl_obj_block_id(unsigned part, char *out, size_t cap);
 void nxl_obj_mpu_abort(obj_mpu_t *m);
 int nxl_obj_mpu_parts(obj_mpu_t *m);
 int nxl_obj_mpu_complete(obj_mpu_t *m);

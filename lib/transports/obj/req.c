@@ -201,9 +201,8 @@ static int req_setup(obj_t *o, obj_req_t *r, CURL *e)
     bool az = o->api == OBJ_AZURE;
 
     if (r->kind == R_MPU_PART && az) {
-        unsigned char raw[24];
-        snprintf((char *)raw, sizeof(raw), "nxlblock%06u", r->part); /* 14 bytes, same for all */
-        nxl_obj_b64(raw, 14, blockid);
+        if (nxl_obj_block_id(r->part, blockid, sizeof(blockid)) < 0)
+            return -1;
         char *enc = nxl_obj_url_enc(blockid, strlen(blockid), false);
         if (!enc)
             return -1;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The OBJ transport's small helpers: URL encoding, formatting, base64 and
- * object names for sentences. */
+/* The OBJ transport's small helpers: URL encoding, formatting and object
+ * names for sentences. */
 #include "obj.h"
 
 #include <stdarg.h>
@@ -38,27 +38,6 @@ char *nxl_obj_xsprintf(const char *fmt, ...)
         s = NULL;
     va_end(ap);
     return s;
-}
-
-void nxl_obj_b64(const unsigned char *in, size_t n, char *out)
-{
-    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t i = 0, o = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[o++] = t[v >> 18];
-        out[o++] = t[(v >> 12) & 63];
-        out[o++] = t[(v >> 6) & 63];
-        out[o++] = t[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
-        out[o++] = t[v >> 18];
-        out[o++] = t[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? t[(v >> 6) & 63] : '=';
-        out[o++] = '=';
-    }
-    out[o] = 0;
 }
 
 /* "s3://bucket/key" for sentences */
