@@ -232,6 +232,223 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+/* A new instance with the defaults, before its parameters are read. */
+static obj_t *obj_new(nxlt_ctx_t *ctx, obj_api_t api, const char *tname)
+{
+    obj_t *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    o->ctx = ctx;
+    o->tname = tname;
+    o->api = api;
+    o->max_conns = OBJ_DEF_CONNS;
+    o->part = OBJ_DEF_PART;
+    o->threshold = OBJ_DEF_THRESHOLD;
+    o->retries = OBJ_DEF_RETRIES;
+    o->timeout_s = 30;
+    o->connect_ms = 3000;
+    o->verify_tls = true;
+    TAILQ_INIT(&o->queue);
+    LIST_INIT(&o->xops);
+    snprintf(o->scheme_name, sizeof(o->scheme_name), "%s", api == OBJ_AZURE ? "azure" : "s3");
+    return o;
+}
+
+/* The numbers and switches: connections, part sizes, retries, timeouts,
+ * verify_tls. -1 with the sentence left in the context. */
+static int read_limits(obj_t *o, const nxl_param_t *params, size_t n)
+{
+    nxlt_ctx_t *ctx = o->ctx;
+    const char *tname = o->tname, *v;
+    unsigned long long x;
+    bool thr_set = false;
+    if ((v = param(params, n, "max_connections"))) {
+        if (parse_size(v, 1, 1024, &x) < 0) {
+            nxlt_error(ctx, "%s: max_connections=%s: a number from 1 to 1024", tname, v);
+            return -1;
+        }
+        o->max_conns = (unsigned)x;
+    }
+    if ((v = param(params, n, "part_size"))) {
+        if (parse_size(v, 64 << 10, 5ull << 30, &x) < 0) {
+            nxlt_error(ctx, "%s: part_size=%s: bytes from 64K to 5G (S3 wants parts of 5 MiB "
+                            "or more but the last)", tname, v);
+            return -1;
+        }
+        o->part = (size_t)x;
+    }
+    if ((v = param(params, n, "multipart_threshold"))) {
+        if (parse_size(v, 0, 5ull << 30, &x) < 0) {
+            nxlt_error(ctx, "%s: multipart_threshold=%s: bytes up to 5G (one PUT at most)", tname,
+                       v);
+            return -1;
+        }
+        o->threshold = (size_t)x;
+        thr_set = true;
+    }
+    if (!thr_set && o->threshold < o->part)
+        o->threshold = o->part;
+    if ((v = param(params, n, "retries"))) {
+        if (parse_size(v, 0, 20, &x) < 0) {
+            nxlt_error(ctx, "%s: retries=%s: a number from 0 to 20", tname, v);
+            return -1;
+        }
+        o->retries = (unsigned)x;
+    }
+    if ((v = param(params, n, "timeout_s"))) {
+        if (parse_size(v, 1, 3600, &x) < 0) {
+            nxlt_error(ctx, "%s: timeout_s=%s: seconds from 1 to 3600 without a byte moving",
+                       tname, v);
+            return -1;
+        }
+        o->timeout_s = (long)x;
+    }
+    if ((v = param(params, n, "connect_timeout_ms"))) {
+        if (parse_size(v, 1, 600000, &x) < 0) {
+            nxlt_error(ctx, "%s: connect_timeout_ms=%s: milliseconds from 1 to 600000", tname, v);
+            return -1;
+        }
+        o->connect_ms = (long)x;
+    }
+    if ((v = param(params, n, "verify_tls")) && parse_bool(v, &o->verify_tls) < 0) {
+        nxlt_error(ctx, "%s: verify_tls=%s: use 0 or 1", tname, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* S3: the endpoint and bucket from the environment when not given, the
+ * region and the credentials (parameters, else AWS_*). */
+static int read_s3(obj_t *o, const nxl_param_t *params, size_t n, const char **bucket)
+{
+    if (!o->endpoint)
+        o->endpoint = dup_or_null(env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"));
+    if (!*bucket)
+        *bucket = env("AWS_DEFAULT_BUCKET", NULL);
+    const char *region = param(params, n, "region");
+    if (!region)
+        region = env("AWS_REGION", "AWS_DEFAULT_REGION");
+    o->region = strdup(region ? region : "us-east-1");
+    o->access_key = dup_or_null(param(params, n, "access_key") ? param(params, n, "access_key")
+                                                               : env("AWS_ACCESS_KEY_ID", NULL));
+    o->secret_key = dup_or_null(param(params, n, "secret_key")
+                                    ? param(params, n, "secret_key")
+                                    : env("AWS_SECRET_ACCESS_KEY", NULL));
+    o->token = dup_or_null(param(params, n, "session_token")
+                               ? param(params, n, "session_token")
+                               : env("AWS_SESSION_TOKEN", NULL));
+    if (o->access_key && !o->secret_key) {
+        nxlt_error(o->ctx, "%s: an access key without a secret key: give secret_key (or "
+                           "AWS_SECRET_ACCESS_KEY)", o->tname);
+        return -1;
+    }
+    o->sigv4 = nxl_obj_xsprintf("aws:amz:%s:s3", o->region);
+    return 0;
+}
+
+/* Azure: a connection string, or account and account_key (parameters,
+ * else AZURE_STORAGE_*). */
+static int read_azure(obj_t *o, const nxl_param_t *params, size_t n)
+{
+    nxlt_ctx_t *ctx = o->ctx;
+    const char *tname = o->tname;
+    char why[300] = "";
+    const char *cs = param(params, n, "connection_string");
+    const char *acct = param(params, n, "account"), *key = param(params, n, "account_key");
+    if (!cs && !acct)
+        cs = env("AZURE_STORAGE_CONNECTION_STRING", NULL);
+    if (cs) {
+        if (obj_azure_connstr(o, cs, why, sizeof(why)) < 0) {
+            nxlt_error(ctx, "%s: connection_string: %s", tname, why);
+            return -1;
+        }
+        return 0;
+    }
+    if (!acct)
+        acct = env("AZURE_STORAGE_ACCOUNT", NULL);
+    if (!key)
+        key = env("AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCESS_KEY");
+    if (!acct || !key) {
+        nxlt_error(ctx, "%s: no credentials: give connection_string (or "
+                        "AZURE_STORAGE_CONNECTION_STRING), or account and account_key "
+                        "(AZURE_STORAGE_ACCOUNT, AZURE_STORAGE_KEY)", tname);
+        return -1;
+    }
+    o->account = strdup(acct);
+    if (obj_azure_set_key(o, key) < 0) {
+        nxlt_error(ctx, "%s: account_key is not the base64 key Azure gives", tname);
+        return -1;
+    }
+    if (!o->endpoint)
+        o->endpoint = nxl_obj_xsprintf("https://%s.blob.core.windows.net", acct);
+    return 0;
+}
+
+/* The bucket (or container), the addressing and the endpoint: o->base, the
+ * URL objects' names are appended to. */
+static int set_base(obj_t *o, const char *bucket, const char *addr)
+{
+    nxlt_ctx_t *ctx = o->ctx;
+    const char *tname = o->tname;
+    obj_api_t api = o->api;
+    if (!bucket || !*bucket || strchr(bucket, '/')) {
+        const char *what = api == OBJ_AZURE ? "container" : "bucket";
+        nxlt_error(ctx, "%s: no %s: give %s=NAME%s", tname, what, what,
+                   api == OBJ_AZURE ? "" : " (or AWS_DEFAULT_BUCKET)");
+        return -1;
+    }
+    o->bucket = strdup(bucket);
+    if (addr && strcmp(addr, "path") && strcmp(addr, "virtual")) {
+        nxlt_error(ctx, "%s: addressing=%s: use path or virtual", tname, addr);
+        return -1;
+    }
+    bool given_ep = o->endpoint != NULL;
+    if (!o->endpoint)
+        o->endpoint = nxl_obj_xsprintf("https://s3.%s.amazonaws.com", o->region);
+    size_t el = o->endpoint ? strlen(o->endpoint) : 0;
+    while (el && o->endpoint[el - 1] == '/')
+        o->endpoint[--el] = 0;
+    const char *sep = o->endpoint ? strstr(o->endpoint, "://") : NULL;
+    if (!sep || (strncmp(o->endpoint, "http://", 7) && strncmp(o->endpoint, "https://", 8))) {
+        nxlt_error(ctx, "%s: endpoint '%s' is not an http:// or https:// URL", tname,
+                   o->endpoint ? o->endpoint : "");
+        return -1;
+    }
+    o->virt = api == OBJ_S3 && (addr ? !strcmp(addr, "virtual") : !given_ep);
+    if (o->virt)
+        o->base = nxl_obj_xsprintf("%.*s%s.%s", (int)(sep + 3 - o->endpoint), o->endpoint,
+                                   o->bucket, sep + 3);
+    else
+        o->base = nxl_obj_xsprintf("%s/%s", o->endpoint, o->bucket);
+    return 0;
+}
+
+/* The instance's state: its token, registry, HTTP multi handle and events;
+ * -1 when out of memory (or libcurl failed). */
+static int start(obj_t *o)
+{
+    nxlt_ctx_t *ctx = o->ctx;
+    if (getrandom(&o->token_id, sizeof(o->token_id), GRND_NONBLOCK) != sizeof(o->token_id))
+        o->token_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)o;
+    int regs = nxlt_regtab_init(&o->regs);
+    o->http = nxlt_http_new(nxlt_base(ctx), nxl_obj_req_done, o);
+    o->tick = event_new(nxlt_base(ctx), -1, EV_PERSIST, nxl_obj_on_tick, o);
+    o->kick = event_new(nxlt_base(ctx), -1, 0, nxl_obj_on_kick, o);
+    if (regs < 0 || !o->http || !o->tick || !o->kick || !o->base || !o->bucket ||
+        (o->api == OBJ_S3 && !o->sigv4))
+        return -1;
+    CURLM *multi = nxlt_http_multi(o->http);
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns);
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)o->max_conns);
+    snprintf(o->desc, sizeof(o->desc), "%s at %s, %s %s (%s), %u connections, parts of %zu KiB "
+             "above %zu KiB",
+             o->api == OBJ_AZURE ? "Azure Blob" : "S3", o->endpoint,
+             o->api == OBJ_AZURE ? "container" : "bucket", o->bucket,
+             o->api == OBJ_AZURE ? "Shared Key" : o->virt ? "virtual-host" : "path-style",
+             o->max_conns, o->part >> 10, o->threshold >> 10);
+    return 0;
+}
+
 static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out,
                                obj_api_t api, const char *tname)
 {
@@ -270,192 +487,27 @@ static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
                         "libcrypto (apt-get install libssl-dev, then configure again)", tname);
         return NXL_ERR_NOT_SUPPORTED;
     }
-    obj_t *o = calloc(1, sizeof(*o));
+    obj_t *o = obj_new(ctx, api, tname);
     if (!o) {
         nxlt_error(ctx, "%s: out of memory", tname);
         return NXL_ERR_UNKNOWN;
     }
-    o->ctx = ctx;
-    o->tname = tname;
-    o->api = api;
-    o->max_conns = OBJ_DEF_CONNS;
-    o->part = OBJ_DEF_PART;
-    o->threshold = OBJ_DEF_THRESHOLD;
-    o->retries = OBJ_DEF_RETRIES;
-    o->timeout_s = 30;
-    o->connect_ms = 3000;
-    o->verify_tls = true;
-    TAILQ_INIT(&o->queue);
-    LIST_INIT(&o->xops);
-    snprintf(o->scheme_name, sizeof(o->scheme_name), "%s", api == OBJ_AZURE ? "azure" : "s3");
-    unsigned long long x;
-    bool thr_set = false;
-    char why[300] = "";
-
-    if ((v = param(params, n, "max_connections"))) {
-        if (parse_size(v, 1, 1024, &x) < 0) {
-            nxlt_error(ctx, "%s: max_connections=%s: a number from 1 to 1024", tname, v);
-            goto bad;
-        }
-        o->max_conns = (unsigned)x;
-    }
-    if ((v = param(params, n, "part_size"))) {
-        if (parse_size(v, 64 << 10, 5ull << 30, &x) < 0) {
-            nxlt_error(ctx, "%s: part_size=%s: bytes from 64K to 5G (S3 wants parts of 5 MiB "
-                            "or more but the last)", tname, v);
-            goto bad;
-        }
-        o->part = (size_t)x;
-    }
-    if ((v = param(params, n, "multipart_threshold"))) {
-        if (parse_size(v, 0, 5ull << 30, &x) < 0) {
-            nxlt_error(ctx, "%s: multipart_threshold=%s: bytes up to 5G (one PUT at most)", tname,
-                       v);
-            goto bad;
-        }
-        o->threshold = (size_t)x;
-        thr_set = true;
-    }
-    if (!thr_set && o->threshold < o->part)
-        o->threshold = o->part;
-    if ((v = param(params, n, "retries"))) {
-        if (parse_size(v, 0, 20, &x) < 0) {
-            nxlt_error(ctx, "%s: retries=%s: a number from 0 to 20", tname, v);
-            goto bad;
-        }
-        o->retries = (unsigned)x;
-    }
-    if ((v = param(params, n, "timeout_s"))) {
-        if (parse_size(v, 1, 3600, &x) < 0) {
-            nxlt_error(ctx, "%s: timeout_s=%s: seconds from 1 to 3600 without a byte moving",
-                       tname, v);
-            goto bad;
-        }
-        o->timeout_s = (long)x;
-    }
-    if ((v = param(params, n, "connect_timeout_ms"))) {
-        if (parse_size(v, 1, 600000, &x) < 0) {
-            nxlt_error(ctx, "%s: connect_timeout_ms=%s: milliseconds from 1 to 600000", tname, v);
-            goto bad;
-        }
-        o->connect_ms = (long)x;
-    }
-    if ((v = param(params, n, "verify_tls")) && parse_bool(v, &o->verify_tls) < 0) {
-        nxlt_error(ctx, "%s: verify_tls=%s: use 0 or 1", tname, v);
+    if (read_limits(o, params, n) < 0)
         goto bad;
-    }
     o->ca_file = dup_or_null(param(params, n, "ca_file") ? param(params, n, "ca_file")
                                                          : env("AWS_CA_BUNDLE", NULL));
     o->endpoint = dup_or_null(param(params, n, "endpoint"));
     const char *bucket = param(params, n, "bucket");
     if (!bucket)
         bucket = param(params, n, "container");
-
-    if (api == OBJ_S3) {
-        if (!o->endpoint)
-            o->endpoint = dup_or_null(env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"));
-        if (!bucket)
-            bucket = env("AWS_DEFAULT_BUCKET", NULL);
-        const char *region = param(params, n, "region");
-        if (!region)
-            region = env("AWS_REGION", "AWS_DEFAULT_REGION");
-        o->region = strdup(region ? region : "us-east-1");
-        o->access_key = dup_or_null(param(params, n, "access_key") ? param(params, n, "access_key")
-                                                                   : env("AWS_ACCESS_KEY_ID", NULL));
-        o->secret_key = dup_or_null(param(params, n, "secret_key")
-                                        ? param(params, n, "secret_key")
-                                        : env("AWS_SECRET_ACCESS_KEY", NULL));
-        o->token = dup_or_null(param(params, n, "session_token")
-                                   ? param(params, n, "session_token")
-                                   : env("AWS_SESSION_TOKEN", NULL));
-        if (o->access_key && !o->secret_key) {
-            nxlt_error(ctx, "%s: an access key without a secret key: give secret_key (or "
-                            "AWS_SECRET_ACCESS_KEY)", tname);
-            goto bad;
-        }
-        o->sigv4 = nxl_obj_xsprintf("aws:amz:%s:s3", o->region);
-    } else {
-        const char *cs = param(params, n, "connection_string");
-        const char *acct = param(params, n, "account"), *key = param(params, n, "account_key");
-        if (!cs && !acct)
-            cs = env("AZURE_STORAGE_CONNECTION_STRING", NULL);
-        if (cs) {
-            if (obj_azure_connstr(o, cs, why, sizeof(why)) < 0) {
-                nxlt_error(ctx, "%s: connection_string: %s", tname, why);
-                goto bad;
-            }
-        } else {
-            if (!acct)
-                acct = env("AZURE_STORAGE_ACCOUNT", NULL);
-            if (!key)
-                key = env("AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCESS_KEY");
-            if (!acct || !key) {
-                nxlt_error(ctx, "%s: no credentials: give connection_string (or "
-                                "AZURE_STORAGE_CONNECTION_STRING), or account and account_key "
-                                "(AZURE_STORAGE_ACCOUNT, AZURE_STORAGE_KEY)", tname);
-                goto bad;
-            }
-            o->account = strdup(acct);
-            if (obj_azure_set_key(o, key) < 0) {
-                nxlt_error(ctx, "%s: account_key is not the base64 key Azure gives", tname);
-                goto bad;
-            }
-            if (!o->endpoint)
-                o->endpoint = nxl_obj_xsprintf("https://%s.blob.core.windows.net", acct);
-        }
-    }
-    if (!bucket || !*bucket || strchr(bucket, '/')) {
-        nxlt_error(ctx, "%s: no %s: give %s=NAME%s", tname, api == OBJ_AZURE ? "container" : "bucket",
-                   api == OBJ_AZURE ? "container" : "bucket",
-                   api == OBJ_AZURE ? "" : " (or AWS_DEFAULT_BUCKET)");
+    if ((api == OBJ_S3 ? read_s3(o, params, n, &bucket) : read_azure(o, params, n)) < 0 ||
+        set_base(o, bucket, param(params, n, "addressing")) < 0)
         goto bad;
-    }
-    o->bucket = strdup(bucket);
-    const char *addr = param(params, n, "addressing");
-    if (addr && strcmp(addr, "path") && strcmp(addr, "virtual")) {
-        nxlt_error(ctx, "%s: addressing=%s: use path or virtual", tname, addr);
-        goto bad;
-    }
-    bool given_ep = o->endpoint != NULL;
-    if (!o->endpoint)
-        o->endpoint = nxl_obj_xsprintf("https://s3.%s.amazonaws.com", o->region);
-    size_t el = o->endpoint ? strlen(o->endpoint) : 0;
-    while (el && o->endpoint[el - 1] == '/')
-        o->endpoint[--el] = 0;
-    const char *sep = o->endpoint ? strstr(o->endpoint, "://") : NULL;
-    if (!sep || (strncmp(o->endpoint, "http://", 7) && strncmp(o->endpoint, "https://", 8))) {
-        nxlt_error(ctx, "%s: endpoint '%s' is not an http:// or https:// URL", tname,
-                   o->endpoint ? o->endpoint : "");
-        goto bad;
-    }
-    o->virt = api == OBJ_S3 && (addr ? !strcmp(addr, "virtual") : !given_ep);
-    if (o->virt)
-        o->base = nxl_obj_xsprintf("%.*s%s.%s", (int)(sep + 3 - o->endpoint), o->endpoint,
-                                   o->bucket, sep + 3);
-    else
-        o->base = nxl_obj_xsprintf("%s/%s", o->endpoint, o->bucket);
-
-    if (getrandom(&o->token_id, sizeof(o->token_id), GRND_NONBLOCK) != sizeof(o->token_id))
-        o->token_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)o;
-    int regs = nxlt_regtab_init(&o->regs);
-    o->http = nxlt_http_new(nxlt_base(ctx), nxl_obj_req_done, o);
-    o->tick = event_new(nxlt_base(ctx), -1, EV_PERSIST, nxl_obj_on_tick, o);
-    o->kick = event_new(nxlt_base(ctx), -1, 0, nxl_obj_on_kick, o);
-    if (regs < 0 || !o->http || !o->tick || !o->kick || !o->base || !o->bucket ||
-        (api == OBJ_S3 && !o->sigv4)) {
+    if (start(o) < 0) {
         nxlt_error(ctx, "%s: out of memory (or libcurl failed to initialise)", tname);
         destroy(o);
         return NXL_ERR_BACKEND;
     }
-    CURLM *multi = nxlt_http_multi(o->http);
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns);
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)o->max_conns);
-    snprintf(o->desc, sizeof(o->desc), "%s at %s, %s %s (%s), %u connections, parts of %zu KiB "
-             "above %zu KiB",
-             api == OBJ_AZURE ? "Azure Blob" : "S3", o->endpoint,
-             api == OBJ_AZURE ? "container" : "bucket", o->bucket,
-             api == OBJ_AZURE ? "Shared Key" : o->virt ? "virtual-host" : "path-style",
-             o->max_conns, o->part >> 10, o->threshold >> 10);
     nxlt_log(ctx, NXL_LOG_INFO, "%s: %s", tname, o->desc);
     *out = o;
     return NXL_SUCCESS;
