@@ -187,15 +187,127 @@ static void req_what(obj_req_t *r, char *buf, size_t cap)
         snprintf(buf, cap, "WRITE of %s: %s (element %zu)", nm, kind_verb(r->kind), r->elem);
 }
 
+/* The headers of r: Range, S3's (signed by curl through CURLOPT_AWS_SIGV4)
+ * or Azure's with their Shared Key signature, and Expect; into *out. */
+static int req_headers(obj_t *o, obj_req_t *r, CURL *e, const char *method, const char *range,
+                       const char *const *azq, size_t body_len, struct curl_slist **out)
+{
+    const char *azh[6] = {NULL};
+    size_t nh = 0;
+    struct curl_slist *h = NULL;
+#define HDR(s)                                                                                     \
+    do {                                                                                           \
+        struct curl_slist *l_ = curl_slist_append(h, (s));                                         \
+        if (!l_)                                                                                   \
+            goto oom;                                                                              \
+        h = l_;                                                                                    \
+    } while (0)
+    if (o->api == OBJ_AZURE) {
+        if (r->kind == R_GET) {
+            azh[nh++] = "x-ms-range";
+            azh[nh++] = range;
+        }
+        if (r->kind == R_PUT) {
+            azh[nh++] = "x-ms-blob-type";
+            azh[nh++] = "BlockBlob";
+        }
+        if (obj_azure_sign(o, method, r->k->path, azq, azh, body_len, &h) < 0)
+            goto oom;
+    } else {
+        char line[600];
+        if (r->kind == R_GET) {
+            snprintf(line, sizeof(line), "Range: %s", range);
+            HDR(line);
+        }
+        HDR("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+        if (o->token) {
+            snprintf(line, sizeof(line), "x-amz-security-token: %.560s", o->token);
+            HDR(line);
+        }
+        if (r->kind == R_MPU_COMPLETE)
+            HDR("Content-Type: application/xml");
+        if (o->access_key) {
+            curl_easy_setopt(e, CURLOPT_AWS_SIGV4, o->sigv4);
+            curl_easy_setopt(e, CURLOPT_USERNAME, o->access_key);
+            curl_easy_setopt(e, CURLOPT_PASSWORD, o->secret_key ? o->secret_key : "");
+        }
+    }
+    if (body_len || !strcmp(method, "PUT"))
+        HDR("Expect:"); /* no 100-continue round trip */
+#undef HDR
+    *out = h;
+    return 0;
+oom:
+    curl_slist_free_all(h);
+    return -1;
+}
+
+/* The options of r's method (and of a GET's buffer), its callbacks, the
+ * instance's timeouts and TLS settings; r's answer state reset. */
+static void req_options(obj_t *o, obj_req_t *r, CURL *e, const char *method)
+{
+    if (!strcmp(method, "HEAD")) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else if (!strcmp(method, "PUT")) {
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, r);
+        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(e, CURLOPT_SEEKDATA, r);
+        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->len);
+        long ub = r->len < (16 << 10) ? (16 << 10) : r->len > (1 << 20) ? (1 << 20) : (long)r->len;
+        curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, ub);
+    } else if (!strcmp(method, "POST")) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->kind == R_MPU_COMPLETE ? r->buf : "");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)(r->kind == R_MPU_COMPLETE ? r->len : 0));
+    } else if (!strcmp(method, "DELETE")) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+    }
+    if (r->kind == R_GET) {
+        long bs = r->len < (16 << 10) ? (16 << 10) : r->len > (512 << 10) ? (512 << 10)
+                                                                         : (long)r->len;
+        curl_easy_setopt(e, CURLOPT_BUFFERSIZE, bs);
+    }
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_ms);
+    /* no CURLOPT_LOW_SPEED_*: curl judges speed over its last 5 s, so a
+     * server that stops answering failed timeout_s + 5-6 s later; the tick
+     * (on_tick) bounds the silence itself */
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+    if (o->ca_file)
+        curl_easy_setopt(e, CURLOPT_CAINFO, o->ca_file);
+    if (!o->verify_tls) {
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    r->easy = e;
+    r->http = 0;
+    r->pos = 0;
+    r->resp_len = 0;
+    r->etag[0] = 0;
+    r->err_hdr[0] = 0;
+    r->total = -1;
+    r->bad = false;
+    r->overrun = false;
+}
+
 /* Sets up an easy handle for r (its URL, method, headers, signing). */
 static int req_setup(obj_t *o, obj_req_t *r, CURL *e)
 {
     const obj_key_t *k = r->k;
     char q[512] = "";
     const char *azq[6] = {NULL};
-    const char *azh[6] = {NULL};
     char range[80] = "", blockid[64] = "", blockenc[200] = "";
-    size_t nh = 0;
     const char *method = "GET";
     size_t body_len = 0;
     bool az = o->api == OBJ_AZURE;
@@ -258,106 +370,12 @@ static int req_setup(obj_t *o, obj_req_t *r, CURL *e)
     free(url); /* curl copies it */
 
     struct curl_slist *h = NULL;
-#define HDR(s)                                                                                     \
-    do {                                                                                           \
-        struct curl_slist *l_ = curl_slist_append(h, (s));                                         \
-        if (!l_)                                                                                   \
-            goto oom;                                                                              \
-        h = l_;                                                                                    \
-    } while (0)
-    if (az) {
-        if (r->kind == R_GET) {
-            azh[nh++] = "x-ms-range";
-            azh[nh++] = range;
-        }
-        if (r->kind == R_PUT) {
-            azh[nh++] = "x-ms-blob-type";
-            azh[nh++] = "BlockBlob";
-        }
-        if (obj_azure_sign(o, method, k->path, azq, azh, body_len, &h) < 0)
-            goto oom;
-    } else {
-        char line[600];
-        if (r->kind == R_GET) {
-            snprintf(line, sizeof(line), "Range: %s", range);
-            HDR(line);
-        }
-        HDR("x-amz-content-sha256: UNSIGNED-PAYLOAD");
-        if (o->token) {
-            snprintf(line, sizeof(line), "x-amz-security-token: %.560s", o->token);
-            HDR(line);
-        }
-        if (r->kind == R_MPU_COMPLETE)
-            HDR("Content-Type: application/xml");
-        if (o->access_key) {
-            curl_easy_setopt(e, CURLOPT_AWS_SIGV4, o->sigv4);
-            curl_easy_setopt(e, CURLOPT_USERNAME, o->access_key);
-            curl_easy_setopt(e, CURLOPT_PASSWORD, o->secret_key ? o->secret_key : "");
-        }
-    }
-    if (body_len || !strcmp(method, "PUT"))
-        HDR("Expect:"); /* no 100-continue round trip */
-#undef HDR
+    if (req_headers(o, r, e, method, range, azq, body_len, &h) < 0)
+        return -1;
     r->hdr = h;
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-
-    if (!strcmp(method, "HEAD")) {
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    } else if (!strcmp(method, "PUT")) {
-        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
-        curl_easy_setopt(e, CURLOPT_READDATA, r);
-        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
-        curl_easy_setopt(e, CURLOPT_SEEKDATA, r);
-        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->len);
-        long ub = r->len < (16 << 10) ? (16 << 10) : r->len > (1 << 20) ? (1 << 20) : (long)r->len;
-        curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, ub);
-    } else if (!strcmp(method, "POST")) {
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->kind == R_MPU_COMPLETE ? r->buf : "");
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)(r->kind == R_MPU_COMPLETE ? r->len : 0));
-    } else if (!strcmp(method, "DELETE")) {
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
-    }
-    if (r->kind == R_GET) {
-        long bs = r->len < (16 << 10) ? (16 << 10) : r->len > (512 << 10) ? (512 << 10)
-                                                                         : (long)r->len;
-        curl_easy_setopt(e, CURLOPT_BUFFERSIZE, bs);
-    }
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_ms);
-    /* no CURLOPT_LOW_SPEED_*: curl judges speed over its last 5 s, so a
-     * server that stops answering failed timeout_s + 5-6 s later; the tick
-     * (on_tick) bounds the silence itself */
-    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-#endif
-    if (o->ca_file)
-        curl_easy_setopt(e, CURLOPT_CAINFO, o->ca_file);
-    if (!o->verify_tls) {
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    r->easy = e;
-    r->http = 0;
-    r->pos = 0;
-    r->resp_len = 0;
-    r->etag[0] = 0;
-    r->err_hdr[0] = 0;
-    r->total = -1;
-    r->bad = false;
-    r->overrun = false;
+    req_options(o, r, e, method);
     return 0;
-oom:
-    curl_slist_free_all(h);
-    return -1;
 }
 
 obj_req_t *nxl_obj_req_new(obj_xop_t *x, int kind, obj_key_t *k, size_t elem)
