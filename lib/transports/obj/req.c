@@ -521,6 +521,120 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     nxl_obj_pump(o);
 }
 
+/* Why r failed with curl's error rc, into why; true when worth a retry (a
+ * reset connection, say), false for a refused body, a silent server or one
+ * not reached in connect_timeout_ms. */
+static bool curl_why(obj_t *o, obj_req_t *r, CURLcode rc, const char *what, char *why,
+                     size_t cap)
+{
+    const char *check = o->api == OBJ_AZURE ? " or the connection string" : " or AWS_ENDPOINT_URL";
+    if (r->bad) {
+        snprintf(why, cap, "%s: %s: %s", o->tname, what, r->bad_why);
+        return false;
+    }
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+        /* silent for its bound, or no connection in connect_timeout_ms:
+         * final, so that a server that stops answering fails the
+         * transfer in about the time the user set */
+        if (r->stalled)
+            snprintf(why, cap, "%s: %s: nothing moved for %ld s (timeout_s) on attempt %u; a "
+                               "silent server is not retried (is the server at %s up? check "
+                               "endpoint=%s)",
+                     o->tname, what, nxl_obj_silence_s(o, r), r->attempts + 1, o->endpoint,
+                     check);
+        else
+            snprintf(why, cap, "%s: %s: no connection within %ld ms (connect_timeout_ms) on "
+                               "attempt %u; not retried (is the server at %s up? check "
+                               "endpoint=%s)",
+                     o->tname, what, o->connect_ms, r->attempts + 1, o->endpoint, check);
+        return false;
+    }
+    snprintf(why, cap, "%s: %s: %s after %u attempt%s (is the server at %s up? check endpoint=%s)",
+             o->tname, what, curl_easy_strerror(rc), r->attempts + 1, r->attempts ? "s" : "",
+             o->endpoint, check);
+    return true;
+}
+
+/* Why r's answer (HTTP, not 2xx) failed it, into why; its status, and in
+ * *transient whether it is worth a retry (5xx, S3's SlowDown, ...). */
+static nxl_status_t http_why(obj_t *o, obj_req_t *r, const char *what, char *why, size_t cap,
+                             bool *transient)
+{
+    bool az = o->api == OBJ_AZURE;
+    nxl_status_t st = NXL_ERR_BACKEND;
+    char code[96], msg[300], size[48];
+    xml_tag(r->resp, r->resp_len, "Code", code, sizeof(code));
+    xml_tag(r->resp, r->resp_len, "Message", msg, sizeof(msg));
+    if (!code[0])
+        snprintf(code, sizeof(code), "%s", r->err_hdr);
+    /* Azure puts line breaks and a request id into its messages */
+    char *nl = strpbrk(msg, "\r\n");
+    if (nl)
+        *nl = 0;
+    const char *hint = "";
+    if (r->http == 404) {
+        st = NXL_ERR_NOT_FOUND;
+        hint = strstr(code, "Bucket") || strstr(code, "Container")
+                   ? (az ? "; check container= (it must exist)" : "; check bucket= (it must exist)")
+                   : strstr(code, "Upload") ? ""
+                                            : "; check the key (nxl_mem_query() says whether "
+                                              "an object exists)";
+    } else if (r->http == 401 || r->http == 403) {
+        st = NXL_ERR_NOT_ALLOWED;
+        hint = az ? "; check account/account_key or the connection string "
+                    "(AZURE_STORAGE_CONNECTION_STRING) and the container's permissions"
+                  : "; check access_key/secret_key/session_token (AWS_ACCESS_KEY_ID, "
+                    "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), region= and the bucket's "
+                    "permissions";
+    } else if (r->http == 416) {
+        char asz[48];
+        xml_tag(r->resp, r->resp_len, "ActualObjectSize", asz, sizeof(asz));
+        snprintf(size, sizeof(size), "%s", asz[0] ? asz : "");
+        if (!size[0] && r->total >= 0)
+            snprintf(size, sizeof(size), "%lld", r->total);
+        snprintf(why, cap, "%s: %s: the object '%s' is only %s%s long: nothing at offset %llu "
+                           "(check the offset, or nxl_mem_query() for the size)",
+                 o->tname, what, r->k->key, size[0] ? size : "shorter than that",
+                 size[0] ? " bytes" : "", (unsigned long long)r->off);
+        return NXL_ERR_NOT_FOUND;
+    } else if (r->http >= 500 || transient_code(code)) {
+        *transient = true;
+        hint = "; the server kept failing";
+    }
+    snprintf(why, cap, "%s: %s failed: HTTP %ld%s%s%s%.300s after %u attempt%s%s", o->tname, what,
+             r->http, code[0] ? " " : "", code, msg[0] ? ": " : "", msg, r->attempts + 1,
+             r->attempts ? "s" : "", hint);
+    return st;
+}
+
+/* Schedules r again after a backoff with jitter; false when its retries
+ * are spent, its transfer was canceled, or it is an abort. */
+static bool req_retry(obj_t *o, obj_req_t *r, const char *why)
+{
+    if (r->attempts >= o->retries || nxlt_op_canceled(r->x->op) || r->kind == R_MPU_ABORT)
+        return false;
+    unsigned ms = OBJ_RETRY_MIN_MS << (r->attempts < 8 ? r->attempts : 8);
+    if (ms > OBJ_RETRY_MAX_MS)
+        ms = OBJ_RETRY_MAX_MS;
+    unsigned jitter;
+    if (getrandom(&jitter, sizeof(jitter), GRND_NONBLOCK) != sizeof(jitter))
+        jitter = (unsigned)rand();
+    ms = ms / 2 + jitter % (ms / 2 + 1);
+    r->attempts++;
+    o->n_retry++;
+    nxlt_log(o->ctx, NXL_LOG_INFO, "%s; retrying in %u ms", why, ms);
+    curl_slist_free_all(r->hdr);
+    r->hdr = NULL;
+    if (!r->retry_ev)
+        r->retry_ev = evtimer_new(nxlt_base(o->ctx), on_retry, r);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (r->retry_ev && evtimer_add(r->retry_ev, &tv) == 0) {
+        r->state = RQ_RETRY;
+        return true;
+    }
+    return false;
+}
+
 /* A request ended with curl's result: success, retry, or failure. */
 static void req_result(obj_t *o, obj_req_t *r, CURLcode rc)
 {
@@ -540,102 +654,12 @@ static void req_result(obj_t *o, obj_req_t *r, CURLcode rc)
     req_what(r, what, sizeof(what));
     nxl_status_t st = NXL_ERR_BACKEND;
     bool transient = false;
-    bool az = o->api == OBJ_AZURE;
-    if (rc != CURLE_OK) {
-        if (r->bad) {
-            snprintf(why, sizeof(why), "%s: %s: %s", o->tname, what, r->bad_why);
-        } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-            /* silent for its bound, or no connection in connect_timeout_ms:
-             * final, so that a server that stops answering fails the
-             * transfer in about the time the user set */
-            if (r->stalled)
-                snprintf(why, sizeof(why), "%s: %s: nothing moved for %ld s (timeout_s) on "
-                                           "attempt %u; a silent server is not retried (is the "
-                                           "server at %s up? check endpoint=%s)",
-                         o->tname, what, nxl_obj_silence_s(o, r), r->attempts + 1, o->endpoint,
-                         az ? " or the connection string" : " or AWS_ENDPOINT_URL");
-            else
-                snprintf(why, sizeof(why), "%s: %s: no connection within %ld ms "
-                                           "(connect_timeout_ms) on attempt %u; not retried (is "
-                                           "the server at %s up? check endpoint=%s)",
-                         o->tname, what, o->connect_ms, r->attempts + 1, o->endpoint,
-                         az ? " or the connection string" : " or AWS_ENDPOINT_URL");
-        } else {
-            transient = true;
-            snprintf(why, sizeof(why), "%s: %s: %s after %u attempt%s (is the server at %s up? "
-                                       "check endpoint=%s)",
-                     o->tname, what, curl_easy_strerror(rc), r->attempts + 1,
-                     r->attempts ? "s" : "", o->endpoint,
-                     az ? " or the connection string" : " or AWS_ENDPOINT_URL");
-        }
-    } else {
-        char code[96], msg[300], size[48];
-        xml_tag(r->resp, r->resp_len, "Code", code, sizeof(code));
-        xml_tag(r->resp, r->resp_len, "Message", msg, sizeof(msg));
-        if (!code[0])
-            snprintf(code, sizeof(code), "%s", r->err_hdr);
-        /* Azure puts line breaks and a request id into its messages */
-        char *nl = strpbrk(msg, "\r\n");
-        if (nl)
-            *nl = 0;
-        const char *hint = "";
-        if (r->http == 404) {
-            st = NXL_ERR_NOT_FOUND;
-            hint = strstr(code, "Bucket") || strstr(code, "Container")
-                       ? (az ? "; check container= (it must exist)" : "; check bucket= (it must exist)")
-                       : strstr(code, "Upload") ? ""
-                                                : "; check the key (nxl_mem_query() says whether "
-                                                  "an object exists)";
-        } else if (r->http == 401 || r->http == 403) {
-            st = NXL_ERR_NOT_ALLOWED;
-            hint = az ? "; check account/account_key or the connection string "
-                        "(AZURE_STORAGE_CONNECTION_STRING) and the container's permissions"
-                      : "; check access_key/secret_key/session_token (AWS_ACCESS_KEY_ID, "
-                        "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), region= and the bucket's "
-                        "permissions";
-        } else if (r->http == 416) {
-            st = NXL_ERR_NOT_FOUND;
-            char asz[48];
-            xml_tag(r->resp, r->resp_len, "ActualObjectSize", asz, sizeof(asz));
-            snprintf(size, sizeof(size), "%s", asz[0] ? asz : "");
-            if (!size[0] && r->total >= 0)
-                snprintf(size, sizeof(size), "%lld", r->total);
-            snprintf(why, sizeof(why), "%s: %s: the object '%s' is only %s%s long: nothing at "
-                                       "offset %llu (check the offset, or nxl_mem_query() for the "
-                                       "size)",
-                     o->tname, what, r->k->key, size[0] ? size : "shorter than that",
-                     size[0] ? " bytes" : "", (unsigned long long)r->off);
-        } else if (r->http >= 500 || transient_code(code)) {
-            transient = true;
-            hint = "; the server kept failing";
-        }
-        if (r->http != 416)
-            snprintf(why, sizeof(why), "%s: %s failed: HTTP %ld%s%s%s%.300s after %u attempt%s%s",
-                     o->tname, what, r->http, code[0] ? " " : "", code, msg[0] ? ": " : "", msg,
-                     r->attempts + 1, r->attempts ? "s" : "", hint);
-    }
-    if (transient && r->attempts < o->retries && !nxlt_op_canceled(x->op) &&
-        r->kind != R_MPU_ABORT) {
-        unsigned ms = OBJ_RETRY_MIN_MS << (r->attempts < 8 ? r->attempts : 8);
-        if (ms > OBJ_RETRY_MAX_MS)
-            ms = OBJ_RETRY_MAX_MS;
-        unsigned jitter;
-        if (getrandom(&jitter, sizeof(jitter), GRND_NONBLOCK) != sizeof(jitter))
-            jitter = (unsigned)rand();
-        ms = ms / 2 + jitter % (ms / 2 + 1);
-        r->attempts++;
-        o->n_retry++;
-        nxlt_log(o->ctx, NXL_LOG_INFO, "%s; retrying in %u ms", why, ms);
-        curl_slist_free_all(r->hdr);
-        r->hdr = NULL;
-        if (!r->retry_ev)
-            r->retry_ev = evtimer_new(nxlt_base(o->ctx), on_retry, r);
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        if (r->retry_ev && evtimer_add(r->retry_ev, &tv) == 0) {
-            r->state = RQ_RETRY;
-            return;
-        }
-    }
+    if (rc != CURLE_OK)
+        transient = curl_why(o, r, rc, what, why, sizeof(why));
+    else
+        st = http_why(o, r, what, why, sizeof(why), &transient);
+    if (transient && req_retry(o, r, why))
+        return;
     if (r->kind == R_MPU_ABORT) {
         nxlt_log(o->ctx, NXL_LOG_WARN, "%s (its parts may stay on the server until a lifecycle "
                  "rule removes them)", why);
