@@ -19,6 +19,35 @@ int nxl_obj_block_id(unsigned part, char *out, size_t cap)
     return 0;
 }
 
+/* A multipart upload of element elem (buf, len) into k: S3's starts with
+ * its create request, Azure's parts are queued at once; -1 when out of
+ * memory (what was made stays on x, for post's undo). */
+int nxl_obj_mpu_start(obj_xop_t *x, obj_key_t *k, size_t elem, const void *buf, size_t len)
+{
+    obj_t *o = x->o;
+    obj_mpu_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -1;
+    m->x = x;
+    m->k = k;
+    k->refs++;
+    m->elem = elem;
+    m->buf = buf;
+    m->len = len;
+    m->part = o->part;
+    m->nparts = (unsigned)((len + o->part - 1) / o->part);
+    LIST_INSERT_HEAD(&x->mpus, m, link);
+    if (o->api == OBJ_AZURE)
+        return nxl_obj_mpu_parts(m);
+    m->etags = calloc(m->nparts, sizeof(*m->etags));
+    obj_req_t *r = m->etags ? nxl_obj_req_new(x, R_MPU_CREATE, k, elem) : NULL;
+    if (!r)
+        return -1;
+    r->mpu = m;
+    nxl_obj_req_enqueue(o, r, false);
+    return 0;
+}
+
 void nxl_obj_mpu_abort(obj_mpu_t *m)
 {
     if (!m->upload_id || m->active > 0 || m->aborting || m->done)

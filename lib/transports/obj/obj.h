@@ -190,6 +190,8 @@ CURLcode nxl_obj_sync_run(obj_t *o, obj_req_t *r, long timeout_ms);
 /* Azure's id of block @p part (1-based; base64, the same length for all)
  * into out; -1 when out of memory. */
 int nxl_obj_block_id(unsigned part, char *out, size_t cap);
+/* Starts the multipart upload of element elem (buf, len) of x into k. */
+int nxl_obj_mpu_start(obj_xop_t *x, obj_key_t *k, size_t elem, const void *buf, size_t len);
 void nxl_obj_mpu_abort(obj_mpu_t *m);
 int nxl_obj_mpu_parts(obj_mpu_t *m);
 int nxl_obj_mpu_complete(obj_mpu_t *m);

@@ -123,9 +123,11 @@ void nxl_obj_on_kick(evutil_socket_t fd, short what, void *arg)
     nxl_obj_pump(arg);
 }
 
-nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
+/* What post() refuses before it makes anything: a transport shutting
+ * down, another agent, other memory types, an element without an object, a
+ * WRITE not at offset 0 or of too many parts. */
+static nxl_status_t post_check(obj_t *o, const nxlt_xfer_t *t)
 {
-    obj_t *o = state;
     if (o->closing) {
         nxlt_error(o->ctx, "%s: the transport is shutting down", o->tname);
         return NXL_ERR_NOT_ALLOWED;
@@ -163,6 +165,67 @@ nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
             return NXL_ERR_INVALID_PARAM;
         }
     }
+    return NXL_SUCCESS;
+}
+
+/* The requests of element i, queued: ranged GETs of part_size, one PUT, or
+ * a multipart upload above multipart_threshold; -1 when out of memory. */
+static int post_elem(obj_xop_t *x, const nxlt_iov_t *v, size_t i)
+{
+    obj_t *o = x->o;
+    obj_key_t *k = v->rkey;
+    if (!x->write) {
+        for (size_t at = 0; at < v->len; at += o->part) {
+            obj_req_t *r = nxl_obj_req_new(x, R_GET, k, i);
+            if (!r)
+                return -1;
+            r->buf = (char *)v->laddr + at;
+            r->off = v->raddr + at;
+            r->len = v->len - at < o->part ? v->len - at : o->part;
+            nxl_obj_req_enqueue(o, r, false);
+        }
+        return 0;
+    }
+    if (v->len <= o->threshold) {
+        obj_req_t *r = nxl_obj_req_new(x, R_PUT, k, i);
+        if (!r)
+            return -1;
+        r->buf = v->laddr;
+        r->len = v->len;
+        nxl_obj_req_enqueue(o, r, false);
+        return 0;
+    }
+    return nxl_obj_mpu_start(x, k, i, v->laddr, v->len);
+}
+
+/* post() ran out of memory: nothing started yet, x and what it holds go. */
+static void post_undo(obj_xop_t *x)
+{
+    obj_t *o = x->o;
+    obj_req_t *r;
+    while ((r = LIST_FIRST(&x->reqs))) {
+        TAILQ_REMOVE(&o->queue, r, qlink);
+        LIST_REMOVE(r, xlink);
+        nxl_obj_key_put(r->k);
+        free(r);
+    }
+    while (!LIST_EMPTY(&x->mpus)) {
+        obj_mpu_t *m = LIST_FIRST(&x->mpus);
+        LIST_REMOVE(m, link);
+        free(m->etags);
+        nxl_obj_key_put(m->k);
+        free(m);
+    }
+    LIST_REMOVE(x, link);
+    free(x);
+}
+
+nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
+{
+    obj_t *o = state;
+    nxl_status_t st = post_check(o, t);
+    if (st != NXL_SUCCESS)
+        return st;
     obj_xop_t *x = calloc(1, sizeof(*x));
     if (!x) {
         nxlt_error(o->ctx, "%s: out of memory for a transfer of %zu elements", o->tname, t->n);
@@ -170,86 +233,18 @@ nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
     }
     x->o = o;
     x->op = op;
-    x->write = write;
+    x->write = t->op == NXL_WRITE;
     LIST_INIT(&x->reqs);
     LIST_INIT(&x->mpus);
     LIST_INSERT_HEAD(&o->xops, x, link);
     x->active++; /* hold while building */
-    bool oom = false;
-    for (size_t i = 0; i < t->n && !oom; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        obj_key_t *k = v->rkey;
-        if (!write) {
-            for (size_t at = 0; at < v->len && !oom; at += o->part) {
-                obj_req_t *r = nxl_obj_req_new(x, R_GET, k, i);
-                if (!r) {
-                    oom = true;
-                    break;
-                }
-                r->buf = (char *)v->laddr + at;
-                r->off = v->raddr + at;
-                r->len = v->len - at < o->part ? v->len - at : o->part;
-                nxl_obj_req_enqueue(o, r, false);
-            }
-        } else if (v->len <= o->threshold) {
-            obj_req_t *r = nxl_obj_req_new(x, R_PUT, k, i);
-            if (!r) {
-                oom = true;
-                break;
-            }
-            r->buf = v->laddr;
-            r->len = v->len;
-            nxl_obj_req_enqueue(o, r, false);
-        } else {
-            obj_mpu_t *m = calloc(1, sizeof(*m));
-            if (!m) {
-                oom = true;
-                break;
-            }
-            m->x = x;
-            m->k = k;
-            k->refs++;
-            m->elem = i;
-            m->buf = v->laddr;
-            m->len = v->len;
-            m->part = o->part;
-            m->nparts = (unsigned)((v->len + o->part - 1) / o->part);
-            LIST_INSERT_HEAD(&x->mpus, m, link);
-            if (o->api == OBJ_AZURE) {
-                if (nxl_obj_mpu_parts(m) < 0)
-                    oom = true;
-            } else {
-                m->etags = calloc(m->nparts, sizeof(*m->etags));
-                obj_req_t *r = m->etags ? nxl_obj_req_new(x, R_MPU_CREATE, k, i) : NULL;
-                if (!r) {
-                    oom = true;
-                    break;
-                }
-                r->mpu = m;
-                nxl_obj_req_enqueue(o, r, false);
-            }
+    for (size_t i = 0; i < t->n; i++) {
+        if (post_elem(x, &t->iov[i], i) < 0) {
+            post_undo(x);
+            nxlt_error(o->ctx, "%s: out of memory for a transfer of %zu elements", o->tname,
+                       t->n);
+            return NXL_ERR_UNKNOWN;
         }
-    }
-    if (oom) {
-        /* nothing started yet: undo */
-        obj_req_t *r;
-        while ((r = LIST_FIRST(&x->reqs))) {
-            TAILQ_REMOVE(&o->queue, r, qlink);
-            LIST_REMOVE(r, xlink);
-            nxl_obj_key_put(r->k);
-            free(r);
-        }
-        while (!LIST_EMPTY(&x->mpus)) {
-            obj_mpu_t *m = LIST_FIRST(&x->mpus);
-            LIST_REMOVE(m, link);
-            free(m->etags);
-            nxl_obj_key_put(m->k);
-            free(m);
-        }
-        LIST_REMOVE(x, link);
-        free(x);
-        nxlt_error(o->ctx, "%s: out of memory for a transfer of %zu elements", o->tname, t->n);
-        return NXL_ERR_UNKNOWN;
     }
     o->n_xfer++;
     if (o->tick && !evtimer_pending(o->tick, NULL)) {
