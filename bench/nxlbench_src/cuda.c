@@ -260,12 +260,7 @@ static void c_row(size_t bs, size_t n)
             die("making the transfer: %s", nxl_agent_last_error(C.a));
         pipe_made(&p, t0, now_ns());
     }
-    pipe_pass(&p, warm);
-    uint64_t t0 = now_ns();
-    pipe_pass(&p, timed);
-    uint64_t t1 = now_ns();
-    if (RUN.failed)
-        die("block %zu batch %zu: %s", bs, n, RUN.err);
+    double sec = pipe_timed(&p, warm, timed, "", bs, n);
 #ifdef NXLBENCH_CUDA
     if (O.check && C.peer) {
         bool iw = O.op == NXL_WRITE;
@@ -285,7 +280,7 @@ static void c_row(size_t bs, size_t n)
                 : "initiator", bad, span);
     }
 #endif
-    report_bw_row(bs, n, timed, (t1 - t0) / 1e9, p.prep, p.nprep, p.post, timed, p.tx, timed);
+    report_bw_row(bs, n, timed, sec, p.prep, p.nprep, p.post, timed, p.tx, timed);
     pipe_free(&p);
     free(ld);
     free(rd);

@@ -176,15 +176,10 @@ static void run_bw_row(size_t bs, size_t n)
         }
     }
     /* warm-up, then the timed part */
-    pipe_pass(&p, warm);
-    uint64_t t0 = now_ns();
-    pipe_pass(&p, timed);
-    uint64_t t1 = now_ns();
-    if (RUN.failed)
-        die("initiator: block %zu batch %zu: %s", bs, n, RUN.err);
+    double sec = pipe_timed(&p, warm, timed, "initiator: ", bs, n);
     if (O.check)
         consistency_verify(seed, span);
-    report_bw_row(bs, n, timed, (t1 - t0) / 1e9, p.prep, p.nprep, p.post, timed, p.tx, timed);
+    report_bw_row(bs, n, timed, sec, p.prep, p.nprep, p.post, timed, p.tx, timed);
     pipe_free(&p);
     free(r.ld);
     free(r.rd);

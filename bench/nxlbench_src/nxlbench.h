@@ -225,6 +225,9 @@ void pipe_free(pipe_t *p);
 void pipe_made(pipe_t *p, uint64_t t0, uint64_t t1);
 /* posts `count` more transfers, at most nslots in flight, and waits for them */
 void pipe_pass(pipe_t *p, long count);
+/* warm passes, then timed ones: the seconds those took; dies ("<who>block B batch N: why")
+ * when a transfer failed */
+double pipe_timed(pipe_t *p, long warm, long timed, const char *who, size_t bs, size_t n);
 
 /* ------------------------------------------------------------------ report.c */
 

@@ -179,13 +179,19 @@ static const char *set_size(const cli_opt_t *opt, const char *val)
     return size_of(val, opt->field);
 }
 
+/* the option's value read as cli_set_long() reads it, into v */
+static const char *long_of(const cli_opt_t *opt, const char *val, long *v)
+{
+    cli_opt_t o = *opt;
+    o.field = v;
+    return cli_set_long(&o, val);
+}
+
 /* a count stored as size_t (batch sizes) */
 static const char *set_count(const cli_opt_t *opt, const char *val)
 {
     long v;
-    cli_opt_t o = *opt;
-    o.field = &v;
-    const char *why = cli_set_long(&o, val);
+    const char *why = long_of(opt, val, &v);
     if (!why)
         *(size_t *)opt->field = (size_t)v;
     return why;
@@ -194,9 +200,7 @@ static const char *set_count(const cli_opt_t *opt, const char *val)
 static const char *set_int(const cli_opt_t *opt, const char *val)
 {
     long v;
-    cli_opt_t o = *opt;
-    o.field = &v;
-    const char *why = cli_set_long(&o, val);
+    const char *why = long_of(opt, val, &v);
     if (!why)
         *(int *)opt->field = (int)v;
     return why;
@@ -206,9 +210,7 @@ static const char *set_int(const cli_opt_t *opt, const char *val)
 static const char *set_not(const cli_opt_t *opt, const char *val)
 {
     long v;
-    cli_opt_t o = *opt;
-    o.field = &v;
-    const char *why = cli_set_long(&o, val);
+    const char *why = long_of(opt, val, &v);
     if (!why)
         *(bool *)opt->field = !v;
     return why;

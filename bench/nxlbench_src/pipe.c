@@ -77,6 +77,17 @@ void pipe_pass(pipe_t *p, long count)
     run_until(&p->completed, p->total, p->stall_s);
 }
 
+double pipe_timed(pipe_t *p, long warm, long timed, const char *who, size_t bs, size_t n)
+{
+    pipe_pass(p, warm);
+    uint64_t t0 = now_ns();
+    pipe_pass(p, timed);
+    uint64_t t1 = now_ns();
+    if (RUN.failed)
+        die("%sblock %zu batch %zu: %s", who, bs, n, RUN.err);
+    return (double)(t1 - t0) / 1e9;
+}
+
 void pipe_free(pipe_t *p)
 {
     for (long s = 0; s < p->nslots; s++)

@@ -388,12 +388,7 @@ static void p_row(size_t bs, size_t n)
     }
     p_settle();
     size_t start = r.next;
-    pipe_pass(&p, warm);
-    uint64_t t0 = now_ns();
-    pipe_pass(&p, timed);
-    uint64_t t1 = now_ns();
-    if (RUN.failed)
-        die("block %zu batch %zu: %s", bs, n, RUN.err);
+    double sec = pipe_timed(&p, warm, timed, "", bs, n);
     size_t moved_blocks = (size_t)(warm + timed) * n;
     size_t touched = moved_blocks < r.nblk ? moved_blocks : r.nblk;
     size_t first = moved_blocks < r.nblk ? start : 0;
@@ -420,7 +415,7 @@ static void p_row(size_t bs, size_t n)
                 die("block %zu batch %zu: %s", bs, n, RUN.err);
         }
     }
-    report_bw_row(bs, n, timed, (t1 - t0) / 1e9, p.prep, p.nprep, p.post, timed, p.tx, timed);
+    report_bw_row(bs, n, timed, sec, p.prep, p.nprep, p.post, timed, p.tx, timed);
     pipe_free(&p);
     nxl_prepped_release(r.lp);
     nxl_prepped_release(r.rp);

@@ -37,6 +37,7 @@
 
 #include <nxl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -249,6 +250,37 @@ NXL_API void **nxlt_op_priv(nxlt_op_t *op);
  * NXL_ERR_CANCELED whatever status is reported.
  */
 NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
+
+/* ---- Parameters: what create() reads from its nxl_param_t list ----
+ *
+ * The engine refuses keys a transport's parameter table (@c params) does
+ * not list before create() runs; these read the values. Each typed reader
+ * leaves @c *out alone when @p key is absent (so preset the default) and,
+ * for a value it refuses, leaves the sentence "<NAME>: key=value: what it
+ * takes" in the agent's last error (NAME: the transport's) and returns
+ * NXL_ERR_INVALID_PARAM; otherwise NXL_SUCCESS.
+ */
+/** The value of @p key (the last one given), NULL when absent. */
+NXL_API const char *nxlt_param(const nxl_param_t *p, size_t n, const char *key);
+/** 1, yes, true, on / 0, no, false, off (any case). */
+NXL_API nxl_status_t nxlt_param_bool(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n,
+                                     const char *key, bool *out);
+/** A whole number from @p lo to @p hi (decimal, or hexadecimal with 0x). */
+NXL_API nxl_status_t nxlt_param_uint(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n,
+                                     const char *key, uint64_t lo, uint64_t hi, uint64_t *out);
+/** A byte count from @p lo to @p hi: a whole number, optionally followed by
+ * K, M or G (powers of 1024; "64K", "1MiB", "2GB" and "4k" are read alike). */
+NXL_API nxl_status_t nxlt_param_size(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n,
+                                     const char *key, uint64_t lo, uint64_t hi, uint64_t *out);
+/** A time from @p lo_ms to @p hi_ms, in milliseconds: "10s", "500ms",
+ * "1.5s"; a bare number is seconds. */
+NXL_API nxl_status_t nxlt_param_duration(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n,
+                                         const char *key, uint64_t lo_ms, uint64_t hi_ms,
+                                         uint64_t *out_ms);
+/** One of @p choices (a NULL-terminated list, compared exactly): @c *out is
+ * its index. */
+NXL_API nxl_status_t nxlt_param_choice(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n,
+                                       const char *key, const char *const *choices, int *out);
 
 /* ---- HTTP on the reactor (built when libcurl is: etcd discovery, OBJ) ----
  *
