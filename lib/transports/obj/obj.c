@@ -44,65 +44,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <errno.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ parameters */
 
-static const char *param(const nxl_param_t *p, size_t n, const char *k)
-{
-    const char *v = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(p[i].key, k))
-            v = p[i].value;
-    return v;
-}
-
+/* The environment variable a, else b (either NULL); NULL when unset or empty. */
 static const char *env(const char *a, const char *b)
 {
     const char *v = a ? getenv(a) : NULL;
     if ((!v || !*v) && b)
         v = getenv(b);
     return v && *v ? v : NULL;
-}
-
-static int parse_size(const char *s, unsigned long long lo, unsigned long long hi,
-                      unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s)
-        return -1;
-    if (*end == 'k' || *end == 'K')
-        v <<= 10, end++;
-    else if (*end == 'm' || *end == 'M')
-        v <<= 20, end++;
-    else if (*end == 'g' || *end == 'G')
-        v <<= 30, end++;
-    if (*end == 'i' || *end == 'B')
-        end++;
-    if (*end == 'B')
-        end++;
-    if (*end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-    if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
-        *out = true;
-    else if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "false") ||
-             !strcasecmp(s, "off"))
-        *out = false;
-    else
-        return -1;
-    return 0;
 }
 
 static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
@@ -259,61 +213,25 @@ static obj_t *obj_new(nxlt_ctx_t *ctx, obj_api_t api, const char *tname)
 static int read_limits(obj_t *o, const nxl_param_t *params, size_t n)
 {
     nxlt_ctx_t *ctx = o->ctx;
-    const char *tname = o->tname, *v;
-    unsigned long long x;
-    bool thr_set = false;
-    if ((v = param(params, n, "max_connections"))) {
-        if (parse_size(v, 1, 1024, &x) < 0) {
-            nxlt_error(ctx, "%s: max_connections=%s: a number from 1 to 1024", tname, v);
-            return -1;
-        }
-        o->max_conns = (unsigned)x;
-    }
-    if ((v = param(params, n, "part_size"))) {
-        if (parse_size(v, 64 << 10, 5ull << 30, &x) < 0) {
-            nxlt_error(ctx, "%s: part_size=%s: bytes from 64K to 5G (S3 wants parts of 5 MiB "
-                            "or more but the last)", tname, v);
-            return -1;
-        }
-        o->part = (size_t)x;
-    }
-    if ((v = param(params, n, "multipart_threshold"))) {
-        if (parse_size(v, 0, 5ull << 30, &x) < 0) {
-            nxlt_error(ctx, "%s: multipart_threshold=%s: bytes up to 5G (one PUT at most)", tname,
-                       v);
-            return -1;
-        }
-        o->threshold = (size_t)x;
-        thr_set = true;
-    }
-    if (!thr_set && o->threshold < o->part)
-        o->threshold = o->part;
-    if ((v = param(params, n, "retries"))) {
-        if (parse_size(v, 0, 20, &x) < 0) {
-            nxlt_error(ctx, "%s: retries=%s: a number from 0 to 20", tname, v);
-            return -1;
-        }
-        o->retries = (unsigned)x;
-    }
-    if ((v = param(params, n, "timeout_s"))) {
-        if (parse_size(v, 1, 3600, &x) < 0) {
-            nxlt_error(ctx, "%s: timeout_s=%s: seconds from 1 to 3600 without a byte moving",
-                       tname, v);
-            return -1;
-        }
-        o->timeout_s = (long)x;
-    }
-    if ((v = param(params, n, "connect_timeout_ms"))) {
-        if (parse_size(v, 1, 600000, &x) < 0) {
-            nxlt_error(ctx, "%s: connect_timeout_ms=%s: milliseconds from 1 to 600000", tname, v);
-            return -1;
-        }
-        o->connect_ms = (long)x;
-    }
-    if ((v = param(params, n, "verify_tls")) && parse_bool(v, &o->verify_tls) < 0) {
-        nxlt_error(ctx, "%s: verify_tls=%s: use 0 or 1", tname, v);
+    uint64_t conns = o->max_conns, part = o->part, thr = o->threshold, retries = o->retries;
+    uint64_t tmo = (uint64_t)o->timeout_s, cms = (uint64_t)o->connect_ms;
+    if (nxlt_param_uint(ctx, params, n, "max_connections", 1, 1024, &conns) ||
+        nxlt_param_size(ctx, params, n, "part_size", 64 << 10, 5ull << 30, &part) ||
+        nxlt_param_size(ctx, params, n, "multipart_threshold", 0, 5ull << 30, &thr) ||
+        nxlt_param_uint(ctx, params, n, "retries", 0, 20, &retries) ||
+        nxlt_param_uint(ctx, params, n, "timeout_s", 1, 3600, &tmo) ||
+        nxlt_param_uint(ctx, params, n, "connect_timeout_ms", 1, 600000, &cms) ||
+        nxlt_param_bool(ctx, params, n, "verify_tls", &o->verify_tls))
         return -1;
-    }
+    o->max_conns = (unsigned)conns;
+    o->part = (size_t)part;
+    o->threshold = (size_t)thr;
+    /* by default no smaller than a part */
+    if (!nxlt_param(params, n, "multipart_threshold") && o->threshold < o->part)
+        o->threshold = o->part;
+    o->retries = (unsigned)retries;
+    o->timeout_s = (long)tmo;
+    o->connect_ms = (long)cms;
     return 0;
 }
 
@@ -325,17 +243,17 @@ static int read_s3(obj_t *o, const nxl_param_t *params, size_t n, const char **b
         o->endpoint = dup_or_null(env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"));
     if (!*bucket)
         *bucket = env("AWS_DEFAULT_BUCKET", NULL);
-    const char *region = param(params, n, "region");
+    const char *region = nxlt_param(params, n, "region");
     if (!region)
         region = env("AWS_REGION", "AWS_DEFAULT_REGION");
     o->region = strdup(region ? region : "us-east-1");
-    o->access_key = dup_or_null(param(params, n, "access_key") ? param(params, n, "access_key")
+    o->access_key = dup_or_null(nxlt_param(params, n, "access_key") ? nxlt_param(params, n, "access_key")
                                                                : env("AWS_ACCESS_KEY_ID", NULL));
-    o->secret_key = dup_or_null(param(params, n, "secret_key")
-                                    ? param(params, n, "secret_key")
+    o->secret_key = dup_or_null(nxlt_param(params, n, "secret_key")
+                                    ? nxlt_param(params, n, "secret_key")
                                     : env("AWS_SECRET_ACCESS_KEY", NULL));
-    o->token = dup_or_null(param(params, n, "session_token")
-                               ? param(params, n, "session_token")
+    o->token = dup_or_null(nxlt_param(params, n, "session_token")
+                               ? nxlt_param(params, n, "session_token")
                                : env("AWS_SESSION_TOKEN", NULL));
     if (o->access_key && !o->secret_key) {
         nxlt_error(o->ctx, "%s: an access key without a secret key: give secret_key (or "
@@ -353,8 +271,8 @@ static int read_azure(obj_t *o, const nxl_param_t *params, size_t n)
     nxlt_ctx_t *ctx = o->ctx;
     const char *tname = o->tname;
     char why[300] = "";
-    const char *cs = param(params, n, "connection_string");
-    const char *acct = param(params, n, "account"), *key = param(params, n, "account_key");
+    const char *cs = nxlt_param(params, n, "connection_string");
+    const char *acct = nxlt_param(params, n, "account"), *key = nxlt_param(params, n, "account_key");
     if (!cs && !acct)
         cs = env("AZURE_STORAGE_CONNECTION_STRING", NULL);
     if (cs) {
@@ -386,7 +304,7 @@ static int read_azure(obj_t *o, const nxl_param_t *params, size_t n)
 
 /* The bucket (or container), the addressing and the endpoint: o->base, the
  * URL objects' names are appended to. */
-static int set_base(obj_t *o, const char *bucket, const char *addr)
+static int set_base(obj_t *o, const char *bucket, const nxl_param_t *params, size_t n)
 {
     nxlt_ctx_t *ctx = o->ctx;
     const char *tname = o->tname;
@@ -398,10 +316,10 @@ static int set_base(obj_t *o, const char *bucket, const char *addr)
         return -1;
     }
     o->bucket = strdup(bucket);
-    if (addr && strcmp(addr, "path") && strcmp(addr, "virtual")) {
-        nxlt_error(ctx, "%s: addressing=%s: use path or virtual", tname, addr);
+    static const char *const addressing[] = {"path", "virtual", NULL};
+    int virt = -1; /* not given */
+    if (nxlt_param_choice(ctx, params, n, "addressing", addressing, &virt) != NXL_SUCCESS)
         return -1;
-    }
     bool given_ep = o->endpoint != NULL;
     if (!o->endpoint)
         o->endpoint = nxl_obj_xsprintf("https://s3.%s.amazonaws.com", o->region);
@@ -414,7 +332,7 @@ static int set_base(obj_t *o, const char *bucket, const char *addr)
                    o->endpoint ? o->endpoint : "");
         return -1;
     }
-    o->virt = api == OBJ_S3 && (addr ? !strcmp(addr, "virtual") : !given_ep);
+    o->virt = api == OBJ_S3 && (virt >= 0 ? virt == 1 : !given_ep);
     if (o->virt)
         o->base = nxl_obj_xsprintf("%.*s%s.%s", (int)(sep + 3 - o->endpoint), o->endpoint,
                                    o->bucket, sep + 3);
@@ -452,36 +370,12 @@ static int start(obj_t *o)
 static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out,
                                obj_api_t api, const char *tname)
 {
-    static const char *const known[] = {
-        "api",         "endpoint",          "bucket",     "container",     "region",
-        "access_key",  "secret_key",        "session_token", "addressing", "max_connections",
-        "part_size",   "multipart_threshold", "ca_file",  "verify_tls",    "retries",
-        "timeout_s",   "connect_timeout_ms", "connection_string", "account", "account_key"};
-    for (size_t i = 0; i < n; i++) {
-        bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(*known); k++)
-            ok |= !strcmp(params[i].key, known[k]);
-        if (!ok) {
-            nxlt_error(ctx, "%s: unknown parameter '%s' (endpoint, bucket, region, access_key, "
-                            "secret_key, session_token, addressing=path|virtual, "
-                            "max_connections, part_size, multipart_threshold, ca_file, "
-                            "verify_tls, retries, timeout_s, connect_timeout_ms, api=s3|azure, "
-                            "container, connection_string, account, account_key)",
-                       tname, params[i].key);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
-    const char *v = param(params, n, "api");
-    if (v) {
-        if (!strcmp(v, "s3"))
-            api = OBJ_S3;
-        else if (!strcmp(v, "azure"))
-            api = OBJ_AZURE;
-        else {
-            nxlt_error(ctx, "%s: api=%s: use s3 or azure", tname, v);
-            return NXL_ERR_INVALID_PARAM;
-        }
-    }
+    /* the engine refused keys obj_params does not list */
+    static const char *const apis[] = {"s3", "azure", NULL}; /* in obj_api_t's order */
+    int ai = (int)api;
+    if (nxlt_param_choice(ctx, params, n, "api", apis, &ai) != NXL_SUCCESS)
+        return NXL_ERR_INVALID_PARAM;
+    api = (obj_api_t)ai;
     if (api == OBJ_AZURE && !obj_azure_available()) {
         nxlt_error(ctx, "%s: Azure Blob needs Shared Key signing, and this build has no "
                         "libcrypto (apt-get install libssl-dev, then configure again)", tname);
@@ -494,14 +388,14 @@ static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
     }
     if (read_limits(o, params, n) < 0)
         goto bad;
-    o->ca_file = dup_or_null(param(params, n, "ca_file") ? param(params, n, "ca_file")
+    o->ca_file = dup_or_null(nxlt_param(params, n, "ca_file") ? nxlt_param(params, n, "ca_file")
                                                          : env("AWS_CA_BUNDLE", NULL));
-    o->endpoint = dup_or_null(param(params, n, "endpoint"));
-    const char *bucket = param(params, n, "bucket");
+    o->endpoint = dup_or_null(nxlt_param(params, n, "endpoint"));
+    const char *bucket = nxlt_param(params, n, "bucket");
     if (!bucket)
-        bucket = param(params, n, "container");
+        bucket = nxlt_param(params, n, "container");
     if ((api == OBJ_S3 ? read_s3(o, params, n, &bucket) : read_azure(o, params, n)) < 0 ||
-        set_base(o, bucket, param(params, n, "addressing")) < 0)
+        set_base(o, bucket, params, n) < 0)
         goto bad;
     if (start(o) < 0) {
         nxlt_error(ctx, "%s: out of memory (or libcurl failed to initialise)", tname);
