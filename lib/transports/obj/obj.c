@@ -82,22 +82,10 @@ static void quiesce(void *state)
     {
         obj_req_t *r;
         while ((r = LIST_FIRST(&x->reqs))) {
-            if (r->state == RQ_INFLIGHT) {
-                nxlt_http_remove(o->http, r->easy);
-                curl_easy_cleanup(r->easy);
-                o->inflight--;
-                parts_cut |= r->kind == R_MPU_PART;
-            } else if (r->state == RQ_QUEUED) {
-                TAILQ_REMOVE(&o->queue, r, qlink);
-            }
+            parts_cut |= r->state == RQ_INFLIGHT && r->kind == R_MPU_PART;
+            nxl_obj_req_detach(o, r);
             LIST_REMOVE(r, xlink);
-            if (r->retry_ev)
-                event_free(r->retry_ev);
-            curl_slist_free_all(r->hdr);
-            free(r->body);
-            free(r->resp);
-            nxl_obj_key_put(r->k);
-            free(r);
+            nxl_obj_req_free(r);
         }
     }
     /* multipart uploads left open: abort them, briefly blocking; when parts

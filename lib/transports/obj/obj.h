@@ -181,6 +181,11 @@ void nxl_obj_req_enqueue(obj_t *o, obj_req_t *r, bool head);
 void nxl_obj_req_done(void *easy, int result, void *priv, void *arg);
 /* Starts queued requests while connections are free. */
 void nxl_obj_pump(obj_t *o);
+/* Frees r and what it holds, its key reference included; r is in no list. */
+void nxl_obj_req_free(obj_req_t *r);
+/* Takes r out of curl, the queue or its retry timer; false when it is in
+ * none of them (its caller is handling it). */
+bool nxl_obj_req_detach(obj_t *o, obj_req_t *r);
 /* Takes r out of curl, the queue or its retry timer and finishes it. */
 void nxl_obj_req_drop(obj_t *o, obj_req_t *r);
 /* Runs r on the instance's blocking handle (nxl_mem_query, teardown). */

@@ -395,6 +395,18 @@ obj_req_t *nxl_obj_req_new(obj_xop_t *x, int kind, obj_key_t *k, size_t elem)
     return r;
 }
 
+/* Frees r and what it holds, its key reference included; r is in no list. */
+void nxl_obj_req_free(obj_req_t *r)
+{
+    if (r->retry_ev)
+        event_free(r->retry_ev);
+    curl_slist_free_all(r->hdr);
+    free(r->body);
+    free(r->resp);
+    nxl_obj_key_put(r->k);
+    free(r);
+}
+
 /* r ends (done, failed, dropped): follow-ups are spawned before the
  * transfer's count drops. */
 static void req_finish(obj_req_t *r)
@@ -403,18 +415,12 @@ static void req_finish(obj_req_t *r)
     obj_mpu_t *m = r->mpu;
     r->state = RQ_DONE;
     LIST_REMOVE(r, xlink);
-    if (r->retry_ev)
-        event_free(r->retry_ev);
-    curl_slist_free_all(r->hdr);
-    free(r->body);
-    free(r->resp);
     if (m && r->kind == R_MPU_PART) {
         m->active--;
         if (x->failed)
             nxl_obj_mpu_abort(m);
     }
-    nxl_obj_key_put(r->k);
-    free(r);
+    nxl_obj_req_free(r);
     nxl_obj_xop_release(x);
 }
 
@@ -738,8 +744,9 @@ void nxl_obj_pump(obj_t *o)
     }
 }
 
-/* Takes r out of curl, the queue or its retry timer and finishes it. */
-void nxl_obj_req_drop(obj_t *o, obj_req_t *r)
+/* Takes r out of curl, the queue or its retry timer; false when it is in
+ * none of them (its caller is handling it). */
+bool nxl_obj_req_detach(obj_t *o, obj_req_t *r)
 {
     if (r->state == RQ_INFLIGHT) {
         nxlt_http_remove(o->http, r->easy);
@@ -751,11 +758,17 @@ void nxl_obj_req_drop(obj_t *o, obj_req_t *r)
     } else if (r->state == RQ_RETRY) {
         evtimer_del(r->retry_ev);
     } else {
-        return; /* being handled by its caller */
+        return false; /* being handled by its caller */
     }
-    req_finish(r);
+    return true;
 }
 
+/* Takes r out of curl, the queue or its retry timer and finishes it. */
+void nxl_obj_req_drop(obj_t *o, obj_req_t *r)
+{
+    if (nxl_obj_req_detach(o, r))
+        req_finish(r);
+}
 
 /* Runs r on the instance's blocking handle (nxl_mem_query, teardown). */
 CURLcode nxl_obj_sync_run(obj_t *o, obj_req_t *r, long timeout_ms)

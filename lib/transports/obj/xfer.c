@@ -206,8 +206,7 @@ static void post_undo(obj_xop_t *x)
     while ((r = LIST_FIRST(&x->reqs))) {
         TAILQ_REMOVE(&o->queue, r, qlink);
         LIST_REMOVE(r, xlink);
-        nxl_obj_key_put(r->k);
-        free(r);
+        nxl_obj_req_free(r);
     }
     while (!LIST_EMPTY(&x->mpus)) {
         obj_mpu_t *m = LIST_FIRST(&x->mpus);
