@@ -174,6 +174,14 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+/* The value of key, else the environment variable var's. */
+static const char *param_or_env(const nxl_param_t *params, size_t n, const char *key,
+                                const char *var)
+{
+    const char *v = nxlt_param(params, n, key);
+    return v ? v : env(var, NULL);
+}
+
 /* A new instance with the defaults, before its parameters are read. */
 static obj_t *obj_new(nxlt_ctx_t *ctx, obj_api_t api, const char *tname)
 {
@@ -235,14 +243,9 @@ static int read_s3(obj_t *o, const nxl_param_t *params, size_t n, const char **b
     if (!region)
         region = env("AWS_REGION", "AWS_DEFAULT_REGION");
     o->region = strdup(region ? region : "us-east-1");
-    o->access_key = dup_or_null(nxlt_param(params, n, "access_key") ? nxlt_param(params, n, "access_key")
-                                                               : env("AWS_ACCESS_KEY_ID", NULL));
-    o->secret_key = dup_or_null(nxlt_param(params, n, "secret_key")
-                                    ? nxlt_param(params, n, "secret_key")
-                                    : env("AWS_SECRET_ACCESS_KEY", NULL));
-    o->token = dup_or_null(nxlt_param(params, n, "session_token")
-                               ? nxlt_param(params, n, "session_token")
-                               : env("AWS_SESSION_TOKEN", NULL));
+    o->access_key = dup_or_null(param_or_env(params, n, "access_key", "AWS_ACCESS_KEY_ID"));
+    o->secret_key = dup_or_null(param_or_env(params, n, "secret_key", "AWS_SECRET_ACCESS_KEY"));
+    o->token = dup_or_null(param_or_env(params, n, "session_token", "AWS_SESSION_TOKEN"));
     if (o->access_key && !o->secret_key) {
         nxlt_error(o->ctx, "%s: an access key without a secret key: give secret_key (or "
                            "AWS_SECRET_ACCESS_KEY)", o->tname);
@@ -260,7 +263,8 @@ static int read_azure(obj_t *o, const nxl_param_t *params, size_t n)
     const char *tname = o->tname;
     char why[300] = "";
     const char *cs = nxlt_param(params, n, "connection_string");
-    const char *acct = nxlt_param(params, n, "account"), *key = nxlt_param(params, n, "account_key");
+    const char *acct = nxlt_param(params, n, "account");
+    const char *key = nxlt_param(params, n, "account_key");
     if (!cs && !acct)
         cs = env("AZURE_STORAGE_CONNECTION_STRING", NULL);
     if (cs) {
@@ -376,8 +380,7 @@ static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
     }
     if (read_limits(o, params, n) < 0)
         goto bad;
-    o->ca_file = dup_or_null(nxlt_param(params, n, "ca_file") ? nxlt_param(params, n, "ca_file")
-                                                         : env("AWS_CA_BUNDLE", NULL));
+    o->ca_file = dup_or_null(param_or_env(params, n, "ca_file", "AWS_CA_BUNDLE"));
     o->endpoint = dup_or_null(nxlt_param(params, n, "endpoint"));
     const char *bucket = nxlt_param(params, n, "bucket");
     if (!bucket)
