@@ -70,7 +70,7 @@
  *   the reactor would run it: posts of host memory, notification sends,
  *   nxl_prep(), nxl_xfer_make(), releases, cancels and the status calls —
  *   when every transport of the agent takes calls from any thread (UCX
- *   does; see the README's thread model). Other calls, and every call of
+ *   does; see doc/design.md, "Threads"). Other calls, and every call of
  *   an agent with another transport, run on the reactor thread and the
  *   caller waits for the result. Releases and cancels
  *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),
@@ -124,7 +124,7 @@
  * A call from another thread that runs there costs the lock (and, when it
  * leaves the reactor work, an eventfd write); one handed over costs a
  * queue append under a mutex, an eventfd write per batch of calls and a
- * semaphore wake-up (see the README's thread model for the numbers).
+ * semaphore wake-up (doc/perf/README.md, "Threads", has the numbers).
  * Where the reactor's epoll descriptor cannot be found (no /proc), or with
  * NXL_THREADED_DIRECT=0 in the environment, every call is handed over.
  *
@@ -457,7 +457,7 @@ NXL_API void nxl_build_info(nxl_build_info_t *info);
 /**
  * Creates a transport in the agent. Creation order is preference order.
  * @param [in]  name    "UCX", ...
- * @param [in]  params  key/value parameters (see each transport's README section)
+ * @param [in]  params  key/value parameters (each transport's man page lists them: nxl-ucx(7), ...)
  * @param [out] out     the backend (may be NULL)
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (no such transport in this build,
  *         or its module is missing or does not load); NXL_ERR_MISMATCH (its
@@ -492,8 +492,8 @@ NXL_API nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_
  *         that use a region keep its registration alive until they are
  *         released; remote agents are refused it from now on: those this
  *         agent is connected to through a transport whose target does not
- *         check accesses itself (UCX) are told at once (README, "Remote
- *         access").
+ *         check accesses itself (UCX) are told at once (doc/security.md,
+ *         "Remote access").
  */
 NXL_API nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                         size_t n);
@@ -777,7 +777,7 @@ NXL_API nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t l
  *         the transfer uses); NXL_ERR_BACKEND. On error nothing started.
  *         A transfer into a region the target deregistered before this
  *         agent heard of it completes with an error status where the
- *         transport can tell (README, "Remote access").
+ *         transport can tell (doc/security.md, "Remote access").
  */
 NXL_API nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out);
 /**

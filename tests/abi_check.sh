@@ -209,7 +209,7 @@ abi_check: FAIL: the ABI of $lib is not compatible with $refname
   structs that begin with 'size', values only at the end of enums, new
   functions instead of changed signatures).
   If it is intended: bump -version-info in Makefile.am to current+1:0:0 (the
-  soname changes; see README "The library's version"), then write the new
+  soname changes; see doc/building.md "The library's version"), then write the new
   reference with 'make update-abi' and commit both, with lib/libnxl.symbols.
   HTML reports: tests/abi_check.sh --report DIR.
 MSG

@@ -159,7 +159,7 @@ if grep -q 'differ' "$T/store.out"; then
 fi
 echo "== both, 4 KiB blocks, half PUTs: no GET older than a PUT answered before it, none torn"
 # A PUT is answered (204) when its WRITE completed: its bytes must be in the
-# store by then, so a GET sent afterwards sees them (README). Small blocks
+# store by then, so a GET sent afterwards sees them (nxl(7), rule 7). Small blocks
 # went as one message per WRITE + notification; 3 runs, each must be clean.
 for ((r = 1; r <= 3; r++)); do
     timeout 60 "$KV" both --block_size 4K --blocks 4 --put_ratio 0.5 --seconds 1 --quiet \

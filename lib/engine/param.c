@@ -69,25 +69,6 @@ nxl_status_t nxlt_param_bool(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n, co
     return NXL_SUCCESS;
 }
 
-nxl_status_t nxlt_param_uint(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n, const char *key,
-                             uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    const char *v = nxlt_param(p, n, key), *end;
-    if (!v)
-        return NXL_SUCCESS;
-    uint64_t x;
-    if (whole(v, &x, &end) < 0 || *end || x < lo || x > hi) {
-        char what[96];
-        if (hi == UINT64_MAX)
-            snprintf(what, sizeof(what), "a whole number of %" PRIu64 " or more", lo);
-        else
-            snprintf(what, sizeof(what), "a whole number from %" PRIu64 " to %" PRIu64, lo, hi);
-        return refuse(ctx, key, v, what);
-    }
-    *out = x;
-    return NXL_SUCCESS;
-}
-
 /* bytes as a person writes them: 4096, 64K, 1M, 5G */
 static void fmt_size(char *b, size_t cap, uint64_t v)
 {
@@ -101,40 +82,60 @@ static void fmt_size(char *b, size_t cap, uint64_t v)
         snprintf(b, cap, "%" PRIu64, v);
 }
 
-nxl_status_t nxlt_param_size(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n, const char *key,
-                             uint64_t lo, uint64_t hi, uint64_t *out)
+/* a K, M or G (KiB, MB, ...) after a byte count: its shift, what follows in *end */
+static unsigned suffix(const char **end)
+{
+    const char *e = *end;
+    unsigned shift = *e == 'k' || *e == 'K' ? 10 : *e == 'm' || *e == 'M' ? 20
+                   : *e == 'g' || *e == 'G' ? 30 : 0;
+    if (shift) {
+        e++;
+        e += *e == 'i';
+        e += *e == 'B';
+    }
+    *end = e;
+    return shift;
+}
+
+/* nxlt_param_uint, and with @p bytes nxlt_param_size */
+static nxl_status_t number(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n, const char *key,
+                           uint64_t lo, uint64_t hi, uint64_t *out, bool bytes)
 {
     const char *v = nxlt_param(p, n, key), *end;
     if (!v)
         return NXL_SUCCESS;
     uint64_t x;
-    int ok = whole(v, &x, &end) == 0;
-    unsigned shift = 0;
-    if (ok && (*end == 'k' || *end == 'K'))
-        shift = 10, end++;
-    else if (ok && (*end == 'm' || *end == 'M'))
-        shift = 20, end++;
-    else if (ok && (*end == 'g' || *end == 'G'))
-        shift = 30, end++;
-    if (shift && *end == 'i')
-        end++;
-    if (shift && *end == 'B')
-        end++;
-    ok = ok && !*end && (!shift || x <= (UINT64_MAX >> shift));
-    if (ok)
-        x <<= shift;
-    if (!ok || x < lo || x > hi) {
-        char a[32], b[32], what[128];
-        fmt_size(a, sizeof(a), lo);
-        fmt_size(b, sizeof(b), hi);
-        if (hi == UINT64_MAX)
-            snprintf(what, sizeof(what), "bytes, %s or more (K, M, G: powers of 1024)", a);
-        else
-            snprintf(what, sizeof(what), "bytes from %s to %s (K, M, G: powers of 1024)", a, b);
-        return refuse(ctx, key, v, what);
+    bool ok = whole(v, &x, &end) == 0;
+    unsigned shift = ok && bytes ? suffix(&end) : 0;
+    ok = ok && !*end && x <= (UINT64_MAX >> shift);
+    if (ok && (x << shift) >= lo && (x << shift) <= hi) {
+        *out = x << shift;
+        return NXL_SUCCESS;
     }
-    *out = x;
-    return NXL_SUCCESS;
+    char a[32], b[32], what[128];
+    fmt_size(a, sizeof(a), lo);
+    fmt_size(b, sizeof(b), hi);
+    if (!bytes)
+        snprintf(a, sizeof(a), "%" PRIu64, lo), snprintf(b, sizeof(b), "%" PRIu64, hi);
+    const char *unit = bytes ? "bytes" : "a whole number";
+    const char *tail = bytes ? " (K, M, G: powers of 1024)" : "";
+    if (hi == UINT64_MAX)
+        snprintf(what, sizeof(what), "%s%s %s or more%s", unit, bytes ? "," : " of", a, tail);
+    else
+        snprintf(what, sizeof(what), "%s from %s to %s%s", unit, a, b, tail);
+    return refuse(ctx, key, v, what);
+}
+
+nxl_status_t nxlt_param_uint(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n, const char *key,
+                             uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    return number(ctx, p, n, key, lo, hi, out, false);
+}
+
+nxl_status_t nxlt_param_size(nxlt_ctx_t *ctx, const nxl_param_t *p, size_t n, const char *key,
+                             uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    return number(ctx, p, n, key, lo, hi, out, true);
 }
 
 static void fmt_ms(char *b, size_t cap, uint64_t ms)

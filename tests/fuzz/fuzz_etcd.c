@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer harness: etcd's answers as they come from its JSON gateway,
- * through the parsers the etcd client uses (lib/engine/etcd.c), and the
+ * through the parsers the etcd client uses (lib/engine/etcd_wire.c), and the
  * values read from etcd through the check every value passes before a
  * byte of it reaches cJSON or a transport. The first byte picks:
  *   0-3  a whole answer: kv/range, kv/put, lease/grant, lease/keepalive
