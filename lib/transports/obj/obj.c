@@ -159,8 +159,8 @@ static int probe(char *why, size_t cap)
 {
     curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
     snprintf(why, cap, "S3 object stores over HTTP (libcurl %s, SigV4)%s", v ? v->version : "?",
-             obj_azure_available() ? "; Azure Blob with api=azure (Shared Key)"
-                                   : "; no Azure: built without libcrypto");
+             nxl_obj_azure_available() ? "; Azure Blob with api=azure (Shared Key)"
+                                       : "; no Azure: built without libcrypto");
     return 1;
 }
 
@@ -268,7 +268,7 @@ static int read_azure(obj_t *o, const nxl_param_t *params, size_t n)
     if (!cs && !acct)
         cs = env("AZURE_STORAGE_CONNECTION_STRING", NULL);
     if (cs) {
-        if (obj_azure_connstr(o, cs, why, sizeof(why)) < 0) {
+        if (nxl_obj_azure_connstr(o, cs, why, sizeof(why)) < 0) {
             nxlt_error(ctx, "%s: connection_string: %s", tname, why);
             return -1;
         }
@@ -285,7 +285,7 @@ static int read_azure(obj_t *o, const nxl_param_t *params, size_t n)
         return -1;
     }
     o->account = strdup(acct);
-    if (obj_azure_set_key(o, key) < 0) {
+    if (nxl_obj_azure_set_key(o, key) < 0) {
         nxlt_error(ctx, "%s: account_key is not the base64 key Azure gives", tname);
         return -1;
     }
@@ -368,7 +368,7 @@ static nxl_status_t create_api(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
     if (nxlt_param_choice(ctx, params, n, "api", apis, &ai) != NXL_SUCCESS)
         return NXL_ERR_INVALID_PARAM;
     api = (obj_api_t)ai;
-    if (api == OBJ_AZURE && !obj_azure_available()) {
+    if (api == OBJ_AZURE && !nxl_obj_azure_available()) {
         nxlt_error(ctx, "%s: Azure Blob needs Shared Key signing, and this build has no "
                         "libcrypto (apt-get install libssl-dev, then configure again)", tname);
         return NXL_ERR_NOT_SUPPORTED;

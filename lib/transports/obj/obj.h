@@ -213,16 +213,16 @@ nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t);
 /* azure.c */
 /* Parses an Azure connection string into o (account, key, endpoint);
  * writes a sentence into why on failure. */
-int obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap);
+int nxl_obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap);
 /* Decodes the base64 account key into o->akey. */
-int obj_azure_set_key(obj_t *o, const char *b64);
+int nxl_obj_azure_set_key(obj_t *o, const char *b64);
 /* Adds x-ms-date, x-ms-version, the x-ms-* headers in @p xms (name,
  * value, ..., NULL; names lower-case) and Authorization (Shared Key) to
  * *hdr. @p path is the URL's path, @p query its parameters decoded (name,
  * value, ..., NULL), @p content_length the body's length. */
-int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
-                   const char *const *xms, size_t content_length, struct curl_slist **hdr);
+int nxl_obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
+                       const char *const *xms, size_t content_length, struct curl_slist **hdr);
 /* 1 when this build can speak Azure (libcrypto) */
-int obj_azure_available(void);
+int nxl_obj_azure_available(void);
 
 #endif

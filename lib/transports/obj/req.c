@@ -211,7 +211,7 @@ static int req_headers(obj_t *o, obj_req_t *r, CURL *e, const char *method, cons
             azh[nh++] = "x-ms-blob-type";
             azh[nh++] = "BlockBlob";
         }
-        if (obj_azure_sign(o, method, r->k->path, azq, azh, body_len, &h) < 0)
+        if (nxl_obj_azure_sign(o, method, r->k->path, azq, azh, body_len, &h) < 0)
             goto oom;
     } else {
         char line[600];
