@@ -25,6 +25,7 @@
 
 #define NXLI_UNUSED(x) ((void)(x))
 
+#include "../common/base64.h"
 #include "threads.h"
 
 typedef struct nxli_region nxli_region_t;
@@ -327,10 +328,6 @@ char *nxli_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void nxli_set_create_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t nxli_now_us(void);
 
-/* base64.c */
-char *nxli_b64_encode(const void *buf, size_t len);
-/* @return malloc'd bytes, NULL when not valid base64 */
-void *nxli_b64_decode(const char *s, size_t *len);
 /* NULL, or why @p buf holds a byte JSON forbids raw (md.c) */
 const char *nxli_json_bad_control(const void *buf, size_t len, size_t *at);
 

@@ -3,7 +3,7 @@
  * (HMAC-SHA256 of the canonical request with the account key, from
  * OpenSSL's libcrypto) and connection strings as Azure's tools read them.
  * The requests themselves (Put Blob, Put Block, Put Block List, ranged Get
- * Blob, Get Blob Properties) are made in obj.c.
+ * Blob, Get Blob Properties) are made in req.c.
  *
  * https://learn.microsoft.com/rest/api/storageservices/authorize-with-shared-key */
 #include "obj.h"
@@ -22,7 +22,7 @@
 /* The storage service version we speak. */
 #define AZ_VERSION "2021-12-02"
 
-int obj_azure_available(void)
+int nxl_obj_azure_available(void)
 {
 #ifdef NXL_HAVE_OBJ_AZURE
     return 1;
@@ -33,24 +33,22 @@ int obj_azure_available(void)
 
 #ifdef NXL_HAVE_OBJ_AZURE
 
-int obj_azure_set_key(obj_t *o, const char *b64)
+int nxl_obj_azure_set_key(obj_t *o, const char *b64)
 {
-    size_t n = strlen(b64);
-    unsigned char out[192];
-    if (n == 0 || n % 4 || n / 4 * 3 > sizeof(out))
+    size_t n = strlen(b64), len = 0;
+    if (n == 0 || n % 4 || n / 4 * 3 > sizeof(o->akey) + 2)
         return -1;
-    int len = EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n);
-    if (len < 0)
+    unsigned char *key = nxli_b64_decode(b64, &len);
+    if (!key)
         return -1;
-    /* EVP_DecodeBlock counts padding as zero bytes */
-    if (n >= 1 && b64[n - 1] == '=')
-        len--;
-    if (n >= 2 && b64[n - 2] == '=')
-        len--;
-    if ((size_t)len > sizeof(o->akey))
+    if (len > sizeof(o->akey)) {
+        free(key);
         return -1;
-    memcpy(o->akey, out, (size_t)len);
-    o->akey_len = (size_t)len;
+    }
+    memcpy(o->akey, key, len);
+    o->akey_len = len;
+    memset(key, 0, len);
+    free(key);
     return 0;
 }
 
@@ -79,8 +77,8 @@ static int append(char **buf, size_t *len, size_t *cap, const char *s)
     return 0;
 }
 
-int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
-                   const char *const *xms, size_t content_length, struct curl_slist **hdr)
+int nxl_obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
+                       const char *const *xms, size_t content_length, struct curl_slist **hdr)
 {
     char date[64], line[512];
     time_t now = time(NULL);
@@ -135,9 +133,9 @@ int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *c
     if (rc == 0 && !HMAC(EVP_sha256(), o->akey, (int)o->akey_len, (const unsigned char *)sts, len,
                          mac, &maclen))
         rc = -1;
-    char sig[4 * EVP_MAX_MD_SIZE / 3 + 8];
-    if (rc == 0)
-        EVP_EncodeBlock((unsigned char *)sig, mac, (int)maclen);
+    char *sig = rc == 0 ? nxli_b64_encode(mac, maclen) : NULL;
+    if (!sig)
+        rc = -1;
 
     for (size_t i = 0; i < nh && rc == 0; i++) {
         snprintf(line, sizeof(line), "%s: %s", h[i].name, h[i].value);
@@ -164,18 +162,19 @@ int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *c
         free(q[i].value);
     }
     free(sts);
+    free(sig);
     return rc;
 }
 
 #else /* !NXL_HAVE_OBJ_AZURE */
 
-int obj_azure_set_key(obj_t *o, const char *b64)
+int nxl_obj_azure_set_key(obj_t *o, const char *b64)
 {
     return -1;
 }
 
-int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
-                   const char *const *xms, size_t content_length, struct curl_slist **hdr)
+int nxl_obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
+                       const char *const *xms, size_t content_length, struct curl_slist **hdr)
 {
     return -1;
 }
@@ -187,7 +186,7 @@ int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *c
 #define DEV_KEY                                                                                    \
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
-int obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap)
+int nxl_obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap)
 {
     char *s = strdup(cs), *save = NULL;
     if (!s) {
@@ -244,7 +243,7 @@ int obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap)
     }
     free(o->account);
     o->account = strdup(name);
-    if (obj_azure_set_key(o, key) < 0) {
+    if (nxl_obj_azure_set_key(o, key) < 0) {
         snprintf(why, cap, "the connection string's AccountKey is not base64");
         free(s);
         return -1;

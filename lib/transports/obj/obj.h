@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The OBJ transport's private structures, shared by its core (obj.c: S3,
- * requests, retries, transfers) and its Azure Blob dialect (azure.c:
- * Shared Key signing, connection strings). */
+/* The OBJ transport's private structures and functions, shared by its
+ * files: obj.c (the instance: parameters, create, teardown, the ops table),
+ * key.c (registration, keys, nxl_mem_query), xfer.c (transfers), req.c (HTTP
+ * requests and retries), mpu.c (multipart uploads), util.c (helpers) and
+ * azure.c (Azure Blob's Shared Key signing, connection strings). */
 #ifndef NXL_OBJ_H
 #define NXL_OBJ_H
 
 #include "config.h"
 #include <nxl/transport.h>
 
+#include "../../common/base64.h"
 #include "../regtab.h"
 
 #include <curl/curl.h>
+#include <event2/util.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -146,19 +150,79 @@ struct obj {
     char desc[512];          /* endpoint and bucket as given: a long URL must fit */
 };
 
+/* util.c */
+/* Percent-encodes s (len bytes) for a URL path: unreserved characters and
+ * '/' (when keep_slash) stay. */
+char *nxl_obj_url_enc(const char *s, size_t len, bool keep_slash);
+char *nxl_obj_xsprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "s3://bucket/key" for sentences */
+const char *nxl_obj_oname(obj_t *o, const obj_key_t *k, char *buf, size_t cap);
+
+/* key.c: objects by key (the ops table's reg ... unload_key and query) */
+void nxl_obj_key_put(obj_key_t *k);
+nxl_status_t nxl_obj_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out);
+void nxl_obj_dereg(void *state, void *md);
+nxl_status_t nxl_obj_pack_key(void *state, void *md, void **buf, size_t *len);
+nxl_status_t nxl_obj_conn_info(void *state, void **buf, size_t *len);
+nxl_status_t nxl_obj_load_conn(void *state, const char *agent, const void *info, size_t len,
+                               void **conn);
+void nxl_obj_unload_conn(void *state, void *conn);
+nxl_status_t nxl_obj_load_key(void *state, void *conn, const void *buf, size_t len, void **rkey);
+void nxl_obj_unload_key(void *state, void *rkey);
+nxl_status_t nxl_obj_query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res);
+
+/* req.c */
+/* Seconds r may move nothing before it fails. */
+long nxl_obj_silence_s(const obj_t *o, const obj_req_t *r);
+/* A new request of transfer x on key k (referenced), not yet queued. */
+obj_req_t *nxl_obj_req_new(obj_xop_t *x, int kind, obj_key_t *k, size_t elem);
+void nxl_obj_req_enqueue(obj_t *o, obj_req_t *r, bool head);
+/* nxlt_http_done_fn: r's handle has left the multi handle. */
+void nxl_obj_req_done(void *easy, int result, void *priv, void *arg);
+/* Starts queued requests while connections are free. */
+void nxl_obj_pump(obj_t *o);
+/* Frees r and what it holds, its key reference included; r is in no list. */
+void nxl_obj_req_free(obj_req_t *r);
+/* Takes r out of curl, the queue or its retry timer; false when it is in
+ * none of them (its caller is handling it). */
+bool nxl_obj_req_detach(obj_t *o, obj_req_t *r);
+/* Takes r out of curl, the queue or its retry timer and finishes it. */
+void nxl_obj_req_drop(obj_t *o, obj_req_t *r);
+/* Runs r on the instance's blocking handle (nxl_mem_query, teardown). */
+CURLcode nxl_obj_sync_run(obj_t *o, obj_req_t *r, long timeout_ms);
+
+/* mpu.c */
+/* Azure's id of block @p part (1-based; base64, the same length for all)
+ * into out; -1 when out of memory. */
+int nxl_obj_block_id(unsigned part, char *out, size_t cap);
+/* Starts the multipart upload of element elem (buf, len) of x into k. */
+int nxl_obj_mpu_start(obj_xop_t *x, obj_key_t *k, size_t elem, const void *buf, size_t len);
+void nxl_obj_mpu_abort(obj_mpu_t *m);
+int nxl_obj_mpu_parts(obj_mpu_t *m);
+int nxl_obj_mpu_complete(obj_mpu_t *m);
+
+/* xfer.c */
+void nxl_obj_xop_release(obj_xop_t *x);
+void nxl_obj_xop_finish(obj_xop_t *x);
+void nxl_obj_xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void nxl_obj_on_tick(evutil_socket_t fd, short what, void *arg);
+void nxl_obj_on_kick(evutil_socket_t fd, short what, void *arg);
+nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t);
+
 /* azure.c */
 /* Parses an Azure connection string into o (account, key, endpoint);
  * writes a sentence into why on failure. */
-int obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap);
+int nxl_obj_azure_connstr(obj_t *o, const char *cs, char *why, size_t cap);
 /* Decodes the base64 account key into o->akey. */
-int obj_azure_set_key(obj_t *o, const char *b64);
+int nxl_obj_azure_set_key(obj_t *o, const char *b64);
 /* Adds x-ms-date, x-ms-version, the x-ms-* headers in @p xms (name,
  * value, ..., NULL; names lower-case) and Authorization (Shared Key) to
  * *hdr. @p path is the URL's path, @p query its parameters decoded (name,
  * value, ..., NULL), @p content_length the body's length. */
-int obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
-                   const char *const *xms, size_t content_length, struct curl_slist **hdr);
+int nxl_obj_azure_sign(obj_t *o, const char *method, const char *path, const char *const *query,
+                       const char *const *xms, size_t content_length, struct curl_slist **hdr);
 /* 1 when this build can speak Azure (libcrypto) */
-int obj_azure_available(void);
+int nxl_obj_azure_available(void);
 
 #endif

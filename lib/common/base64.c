@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Base64 (RFC 4648, with padding) for the binary parts of metadata. */
-#include "internal.h"
+/* Base64 (RFC 4648, with padding): see base64.h. */
+#include "base64.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char enc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
