@@ -13,7 +13,7 @@
  * The first byte picks the parser. Whatever a parser accepts must say what
  * it read consistently: packed again it gives the same bytes, and every
  * pointer it returns lies inside the input. */
-#include "transports/blob_wire.h"
+#include "transports/common/blob_wire.h"
 #include "transports/cuda/wire.h"
 #include "transports/libfabric/wire.h"
 #include "transports/ucx/wire.h"

@@ -3,7 +3,7 @@
  * segments of a transfer, their pending queue, and what an I/O engine's
  * results do to them. */
 #include "fileio.h"
-#include "../blob_wire.h"
+#include "blob_wire.h"
 
 #include <errno.h>
 #include <event2/event.h>

@@ -28,7 +28,7 @@
 #include "config.h"
 #include <nxl/transport.h>
 
-#include "../filemeta.h"
+#include "filemeta.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -91,7 +91,7 @@ typedef struct nxl_fio_engine {
 /* What the transport tells the core. */
 typedef struct nxl_fio_ops {
     const char *name;        /* "POSIX": the first word of its sentences */
-    uint32_t conn_magic;     /* conn_info's blob (../blob_wire.h) */
+    uint32_t conn_magic;     /* conn_info's blob (blob_wire.h) */
     uint32_t key_magic;      /* region keys' */
     nxl_mem_t ltype;         /* what the local list is (DRAM, VRAM) */
     unsigned rmask;          /* what the remote list may be: 1 << NXL_FILE, ... */

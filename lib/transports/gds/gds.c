@@ -39,7 +39,7 @@
 #include "../common/cudart.h"
 #include "../common/fileio.h"
 #include "cufile_abi.h"
-#include "../filemeta.h"
+#include "../common/filemeta.h"
 
 #include <nxl/transport.h>
 
@@ -56,8 +56,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../blob_wire.h"
-#include "../regtab.h"
+#include "../common/blob_wire.h"
+#include "../common/regtab.h"
 
 #define KEY_MAGIC 0x314b4447u  /* "GDK1" */
 #define CONN_MAGIC 0x31434447u /* "GDC1" */

@@ -12,7 +12,7 @@
 
 static char obj_dram_md;
 
-#include "../blob_wire.h" /* conn info and keys: magic, token, registration id */
+#include "../common/blob_wire.h" /* conn info and keys: magic, token, registration id */
 typedef nxlt_blob24_t obj_blob_t;
 
 void nxl_obj_key_put(obj_key_t *k)

@@ -11,7 +11,7 @@
 #include <nxl/transport.h>
 
 #include "../../common/base64.h"
-#include "../regtab.h"
+#include "../common/regtab.h"
 
 #include <curl/curl.h>
 #include <event2/util.h>

@@ -40,7 +40,7 @@
  * teardown (quiesce) waits for all of it before any CANCELED callback runs.
  * So a callback may always free its buffers. */
 #include "posix.h"
-#include "../filemeta.h"
+#include "../common/filemeta.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +60,7 @@
 /* The md of a DRAM registration: nothing to keep. */
 static char px_dram_md;
 
-#include "../blob_wire.h" /* conn info and keys: magic, token, registration id */
+#include "../common/blob_wire.h" /* conn info and keys: magic, token, registration id */
 typedef nxlt_blob24_t px_blob_t;
 
 /* ------------------------------------------------------------ files */

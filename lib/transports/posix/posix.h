@@ -13,7 +13,7 @@
 #include <nxl/transport.h>
 
 #include "../common/fileio.h"
-#include "../regtab.h"
+#include "../common/regtab.h"
 
 #include <stdbool.h>
 #include <stdint.h>
