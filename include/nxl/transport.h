@@ -123,7 +123,8 @@ typedef struct nxlt_ops {
     /** Destroys it; every op not yet done must be reported done (CANCELED) first. */
     void (*destroy)(void *state);
 
-    /** Registers a local region. */
+    /** Registers a local region. The engine calls reg(), mem_alloc() and query()
+     *  only with a memory type of @c mem_mask. */
     nxl_status_t (*reg)(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md);
     void (*dereg)(void *state, void *md);
     /** Packs the public key of a region for metadata (malloc'd). */

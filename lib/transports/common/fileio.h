@@ -182,6 +182,11 @@ nxl_status_t nxl_fio_load_conn(void *state, const char *agent, const void *info,
 void nxl_fio_unload_conn(void *state, void *conn);
 nxl_status_t nxl_fio_notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
                                 size_t len);
+/* the entries of an nxlt_ops_t initializer these fill, the same in every
+ * transport on this core */
+#define NXL_FIO_OPS                                                                            \
+    .conn_info = nxl_fio_conn_info, .load_conn = nxl_fio_load_conn,                            \
+    .unload_conn = nxl_fio_unload_conn, .notif_send = nxl_fio_notif_send
 /* the key of registration @p regid */
 nxl_status_t nxl_fio_pack_key(nxl_fio_t *f, uint64_t regid, void **buf, size_t *len);
 /* a FILE or BLK range by the open fd in d->dev_id: checked (open, not

@@ -468,10 +468,6 @@ static nxl_status_t reg_dram(cu_t *u, const nxl_desc_t *d, cu_reg_t *r)
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
 {
     cu_t *u = state;
-    if (type != NXL_VRAM && type != NXL_DRAM) {
-        nxlt_error(u->ctx, "CUDA: serves DRAM and VRAM, not %s", nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     cu_reg_t *r = calloc(1, sizeof(*r));
     if (!r) {
         nxlt_error(u->ctx, "CUDA: out of memory");
@@ -509,10 +505,6 @@ static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t 
 {
     cu_t *u = state;
     char b[160];
-    if (type != NXL_VRAM && type != NXL_DRAM) {
-        nxlt_error(u->ctx, "CUDA: allocates DRAM and VRAM, not %s", nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     if (type == NXL_VRAM && dev >= (uint64_t)u->ndev) {
         nxlt_error(u->ctx, "CUDA: nxl_mem_alloc(VRAM) on device %llu, but %d device%s visible",
                    (unsigned long long)dev, u->ndev, u->ndev == 1 ? " is" : "s are");

@@ -448,10 +448,6 @@ static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
 {
     gds_t *u = state;
-    if (type != NXL_VRAM && type != NXL_FILE) {
-        nxlt_error(u->ctx, "GDS: serves VRAM and FILE, not %s", nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     gds_reg_t *r = calloc(1, sizeof(*r));
     if (!r) {
         nxlt_error(u->ctx, "GDS: out of memory");
@@ -805,13 +801,10 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .reg = reg,
     .dereg = dereg,
     .pack_key = pack_key,
-    .conn_info = nxl_fio_conn_info,
-    .load_conn = nxl_fio_load_conn,
     .load_key = load_key,
     .unload_key = unload_key,
-    .unload_conn = nxl_fio_unload_conn,
     .post = post,
-    .notif_send = nxl_fio_notif_send,
+    NXL_FIO_OPS,
     .describe = describe,
     .query = query,
     .quiesce = quiesce,

@@ -79,10 +79,6 @@ nxl_status_t nxl_obj_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
         *out = &obj_dram_md;
         return NXL_SUCCESS;
     }
-    if (type != NXL_OBJ) {
-        nxlt_error(o->ctx, "%s: serves DRAM and OBJ, not %s", o->tname, nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     char *key;
     nxl_status_t st = meta_key(o, d, "nxl_mem_register", &key);
     if (st != NXL_SUCCESS)

@@ -117,10 +117,6 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
         *out = &px_dram_md;
         return NXL_SUCCESS;
     }
-    if (type != NXL_FILE && type != NXL_BLK) {
-        nxlt_error(u->ctx, "POSIX: serves DRAM, FILE and BLK, not %s", nxl_mem_name(type));
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     const char *tn = nxl_mem_name(type);
     px_file_t *f = calloc(1, sizeof(*f));
     if (!f) {
@@ -510,13 +506,10 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     .reg = reg,
     .dereg = dereg,
     .pack_key = pack_key,
-    .conn_info = nxl_fio_conn_info,
-    .load_conn = nxl_fio_load_conn,
     .load_key = load_key,
     .unload_key = unload_key,
-    .unload_conn = nxl_fio_unload_conn,
     .post = post,
-    .notif_send = nxl_fio_notif_send,
+    NXL_FIO_OPS,
     .describe = describe,
     .query = query,
     .quiesce = quiesce,
