@@ -390,13 +390,6 @@ nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc
 
 /* ---------------------------------------------------------------- loading */
 
-#define BAD(...)                                                                                   \
-    do {                                                                                           \
-        nxli_err(a, "nxl_md_load: " __VA_ARGS__);                                                  \
-        st = NXL_ERR_MISMATCH;                                                                     \
-        goto out;                                                                                  \
-    } while (0)
-
 static bool get_u64(const cJSON *o, const char *k, uint64_t *v)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -502,200 +495,253 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
     return ret_;
 }
 
-static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t len, bool self,
-                             nxli_remote_t **out, char *name_out, size_t cap)
-{
-    nxl_status_t st = NXL_SUCCESS;
-    cJSON *root = NULL;
-    nxli_remote_t *r = NULL, *old = NULL;
-    nxli_rregion_t **add = NULL;
-    size_t nadd = 0;
-    void *ci[NXLI_MAX_BACKENDS] = {0};
-    size_t cl[NXLI_MAX_BACKENDS] = {0};
-    bool merge = false;
+/* One metadata blob on its way in: what md_load_ex_locked's steps read,
+ * make and hand to the next */
+typedef struct md_in {
+    nxl_agent_t *a;
+    bool self;
+    cJSON *root;
+    const char *name;
+    bool partial;
+    const cJSON *regions;                  /* the "regions" array */
+    size_t nr;
+    void *ci[NXLI_MAX_BACKENDS];           /* decoded conn info, per backend */
+    size_t cl[NXLI_MAX_BACKENDS];
+    nxli_remote_t *r, *old;                /* r: the agent loaded (old itself when merging) */
+    bool merge;                            /* partial metadata of a peer already known */
+    nxli_rregion_t **add;                  /* the blob's regions, not yet the remote's */
+    size_t nadd;
+} md_in_t;
 
+/* refuses the blob with a sentence (from a step of md_load_ex_locked) */
+#define REFUSE(...) return (nxli_err(m->a, "nxl_md_load: " __VA_ARGS__), NXL_ERR_MISMATCH)
+
+/* the JSON itself: one object, nothing after it, no control characters in
+ * strings, no field twice, this format's version */
+static nxl_status_t md_parse(md_in_t *m, const void *blob, size_t len)
+{
     if (!blob || !len)
-        BAD("empty metadata blob");
+        REFUSE("empty metadata blob");
     if (len > NXLI_MD_MAX_BYTES)
-        BAD("metadata blob of %zu bytes exceeds the %u-byte limit", len, NXLI_MD_MAX_BYTES);
+        REFUSE("metadata blob of %zu bytes exceeds the %u-byte limit", len, NXLI_MD_MAX_BYTES);
     size_t bad_at;
     const char *bad = nxli_json_bad_control(blob, len, &bad_at);
     if (bad)
-        BAD("metadata is not valid JSON: %s (byte 0x%02x at offset %zu of %zu)", bad,
-            ((const unsigned char *)blob)[bad_at], bad_at, len);
+        REFUSE("metadata is not valid JSON: %s (byte 0x%02x at offset %zu of %zu)", bad,
+               ((const unsigned char *)blob)[bad_at], bad_at, len);
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts(blob, len, &end, false);
-    if (!root)
-        BAD("metadata is not valid JSON (truncated or corrupt near byte %zu of %zu)",
-            end ? (size_t)(end - (const char *)blob) : (size_t)0, len);
+    m->root = cJSON_ParseWithLengthOpts(blob, len, &end, false);
+    if (!m->root)
+        REFUSE("metadata is not valid JSON (truncated or corrupt near byte %zu of %zu)",
+               end ? (size_t)(end - (const char *)blob) : (size_t)0, len);
     /* one JSON value and nothing after it but white space (and a final NUL) */
     size_t at = (size_t)(end - (const char *)blob);
     while (at < len && ((const char *)blob)[at] && strchr(" \t\r\n", ((const char *)blob)[at]))
         at++;
     if (at < len && !(at == len - 1 && ((const char *)blob)[at] == 0))
-        BAD("metadata has %zu bytes of trailing data after its JSON object (corrupt, or two "
-            "blobs run together?)", len - at);
-    if (!cJSON_IsObject(root))
-        BAD("metadata is not a JSON object");
-    if (dup_key(root))
-        BAD("metadata repeats the field \"%s\"", dup_key(root));
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "nxl");
+        REFUSE("metadata has %zu bytes of trailing data after its JSON object (corrupt, or two "
+               "blobs run together?)", len - at);
+    if (!cJSON_IsObject(m->root))
+        REFUSE("metadata is not a JSON object");
+    if (dup_key(m->root))
+        REFUSE("metadata repeats the field \"%s\"", dup_key(m->root));
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(m->root, "nxl");
     if (!cJSON_IsNumber(ver))
-        BAD("metadata has no \"nxl\" format version (is it nxl metadata?)");
+        REFUSE("metadata has no \"nxl\" format version (is it nxl metadata?)");
     if (ver->valuedouble != NXLI_MD_VERSION)
-        BAD("metadata format version %g is not %d, the one this library reads", ver->valuedouble,
-            NXLI_MD_VERSION);
-    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(root, "agent");
+        REFUSE("metadata format version %g is not %d, the one this library reads",
+               ver->valuedouble, NXLI_MD_VERSION);
+    return NXL_SUCCESS;
+}
+
+/* the agent's name, "partial", the connection info of the transports this
+ * agent has (decoded), the regions array */
+static nxl_status_t md_head(md_in_t *m)
+{
+    nxl_agent_t *a = m->a;
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(m->root, "agent");
     if (!cJSON_IsString(jn) || !jn->valuestring[0] || strlen(jn->valuestring) >= NXLI_NAME_MAX)
-        BAD("metadata \"agent\" must be a name of 1 to %d bytes", NXLI_NAME_MAX - 1);
-    const char *name = jn->valuestring;
-    if (!self && !strcmp(name, a->name))
-        BAD("metadata names agent '%s', which is this agent itself; agent names must be unique "
-            "(loopback transfers name the agent itself in nxl_prep without loading)", name);
-    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(root, "partial");
+        REFUSE("metadata \"agent\" must be a name of 1 to %d bytes", NXLI_NAME_MAX - 1);
+    const char *name = m->name = jn->valuestring;
+    if (!m->self && !strcmp(name, a->name))
+        REFUSE("metadata names agent '%s', which is this agent itself; agent names must be "
+               "unique (loopback transfers name the agent itself in nxl_prep without loading)",
+               name);
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(m->root, "partial");
     if (jp && !cJSON_IsBool(jp))
-        BAD("metadata \"partial\" must be true or false");
-    bool partial = jp && cJSON_IsTrue(jp);
-    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(root, "conn");
+        REFUSE("metadata \"partial\" must be true or false");
+    m->partial = jp && cJSON_IsTrue(jp);
+    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(m->root, "conn");
     if (!cJSON_IsObject(jc))
-        BAD("metadata of '%s' has no \"conn\" object", name);
+        REFUSE("metadata of '%s' has no \"conn\" object", name);
     if (dup_key(jc))
-        BAD("metadata of '%s' names transport %s twice in \"conn\"", name, dup_key(jc));
+        REFUSE("metadata of '%s' names transport %s twice in \"conn\"", name, dup_key(jc));
     for (const cJSON *c = jc->child; c; c = c->next) {
         if (!cJSON_IsString(c) || strlen(c->valuestring) > 4 * NXLI_MD_MAX_KEY)
-            BAD("connection info of '%s' for %s is not a base64 string of at most %u bytes", name,
-                c->string, NXLI_MD_MAX_KEY);
+            REFUSE("connection info of '%s' for %s is not a base64 string of at most %u bytes",
+                   name, c->string, NXLI_MD_MAX_KEY);
         nxl_backend_t *b = nxl_backend_get(a, c->string);
         if (!b)
             continue; /* a transport we do not have */
-        ci[b->index] = nxli_b64_decode(c->valuestring, &cl[b->index]);
-        if (!ci[b->index] || !cl[b->index])
-            BAD("connection info of '%s' for %s is not valid base64", name, c->string);
+        m->ci[b->index] = nxli_b64_decode(c->valuestring, &m->cl[b->index]);
+        if (!m->ci[b->index] || !m->cl[b->index])
+            REFUSE("connection info of '%s' for %s is not valid base64", name, c->string);
     }
-    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(root, "regions");
-    if (!cJSON_IsArray(jr))
-        BAD("metadata of '%s' has no \"regions\" array", name);
-    size_t nr = (size_t)cJSON_GetArraySize(jr);
-    if (nr > NXLI_MD_MAX_REGIONS)
-        BAD("metadata of '%s' lists %zu regions, more than the limit of %u", name, nr,
-            NXLI_MD_MAX_REGIONS);
+    m->regions = cJSON_GetObjectItemCaseSensitive(m->root, "regions");
+    if (!cJSON_IsArray(m->regions))
+        REFUSE("metadata of '%s' has no \"regions\" array", name);
+    m->nr = (size_t)cJSON_GetArraySize(m->regions);
+    if (m->nr > NXLI_MD_MAX_REGIONS)
+        REFUSE("metadata of '%s' lists %zu regions, more than the limit of %u", name, m->nr,
+               NXLI_MD_MAX_REGIONS);
+    return NXL_SUCCESS;
+}
 
-    /* The same peer, partial metadata: add regions to what we know. */
-    old = self ? NULL : nxli_remote_find(a, name);
-    merge = old && partial && same_conn(a, old, ci, cl);
-    if (!self && !old && a->npeers >= a->max_peers) {
+/* the agent to load into: the one already known (partial metadata of the
+ * same peer adds regions to it), else a new one, connected by each
+ * transport whose conn info the blob carries */
+static nxl_status_t md_connect(md_in_t *m)
+{
+    nxl_agent_t *a = m->a;
+    const char *name = m->name;
+    m->old = m->self ? NULL : nxli_remote_find(a, name);
+    m->merge = m->old && m->partial && same_conn(a, m->old, m->ci, m->cl);
+    if (!m->self && !m->old && a->npeers >= a->max_peers) {
         nxli_err(a, "nxl_md_load: agent '%s' already knows %zu agents, its max_peers; "
                     "metadata of '%s' refused (invalidate agents it no longer needs, or raise "
                     "max_peers)", a->name, a->npeers, name);
-        st = NXL_ERR_NOT_ALLOWED;
-        goto out;
+        return NXL_ERR_NOT_ALLOWED;
     }
+    if (m->merge) {
+        m->r = m->old;
+        return NXL_SUCCESS;
+    }
+    nxli_remote_t *r = m->r = calloc(1, sizeof(*r));
+    if (!r || !(r->name = strdup(name)))
+        REFUSE("out of memory");
+    r->agent = a;
+    r->refs = 1;
+    r->self = m->self;
+    for (int b = 0; b < a->nbackends; b++) {
+        if (!m->ci[b])
+            continue;
+        nxl_backend_t *be = a->backends[b];
+        a->err[0] = 0;
+        nxl_status_t st = be->ops->load_conn(be->state, name, m->ci[b], m->cl[b], &r->conn[b]);
+        if (st != NXL_SUCCESS) {
+            if (!a->err[0])
+                nxli_err(a, "nxl_md_load: %s could not connect to agent '%s'", be->ops->name,
+                         name);
+            return st;
+        }
+        r->conn_info[b] = m->ci[b];
+        r->conn_info_len[b] = m->cl[b];
+        m->ci[b] = NULL;
+    }
+    return NXL_SUCCESS;
+}
 
-    if (merge) {
-        r = old;
-    } else {
-        r = calloc(1, sizeof(*r));
-        if (!r || !(r->name = strdup(name)))
-            BAD("out of memory");
-        r->agent = a;
-        r->refs = 1;
-        r->self = self;
-        for (int b = 0; b < a->nbackends; b++) {
-            if (!ci[b])
-                continue;
-            nxl_backend_t *be = a->backends[b];
-            a->err[0] = 0;
-            st = be->ops->load_conn(be->state, name, ci[b], cl[b], &r->conn[b]);
-            if (st != NXL_SUCCESS) {
-                if (!a->err[0])
-                    nxli_err(a, "nxl_md_load: %s could not connect to agent '%s'", be->ops->name,
-                             name);
-                goto out;
-            }
-            r->conn_info[b] = ci[b];
-            r->conn_info_len[b] = cl[b];
-            ci[b] = NULL;
+/* region @p idx of the blob, @p g, into @p rr: its place, and its key for
+ * each transport connected to the agent */
+static nxl_status_t md_region(md_in_t *m, size_t idx, const cJSON *g, nxli_rregion_t *rr)
+{
+    nxl_agent_t *a = m->a;
+    const char *name = m->name;
+    if (!cJSON_IsObject(g))
+        REFUSE("region %zu of '%s' is not an object", idx, name);
+    if (dup_key(g))
+        REFUSE("region %zu of '%s' repeats the field \"%s\"", idx, name, dup_key(g));
+    const cJSON *jt = cJSON_GetObjectItemCaseSensitive(g, "type");
+    int t = cJSON_IsString(jt) ? mem_from_name(jt->valuestring) : -1;
+    uint64_t dev, addr, rlen;
+    if (t < 0)
+        REFUSE("region %zu of '%s' has no valid \"type\" (DRAM, VRAM, BLK, OBJ, FILE)", idx,
+               name);
+    if (!get_u64(g, "dev", &dev) || !get_u64(g, "addr", &addr) || !get_u64(g, "len", &rlen))
+        REFUSE("region %zu of '%s' needs \"dev\", \"addr\" and \"len\" as decimal strings", idx,
+               name);
+    if (!rlen || addr + rlen < addr)
+        REFUSE("region %zu of '%s' has length 0 or wraps around the address space", idx, name);
+    const cJSON *jk = cJSON_GetObjectItemCaseSensitive(g, "keys");
+    if (!cJSON_IsObject(jk))
+        REFUSE("region %zu of '%s' has no \"keys\" object", idx, name);
+    if (dup_key(jk))
+        REFUSE("region %zu of '%s' names transport %s twice", idx, name, dup_key(jk));
+    rr->type = (nxl_mem_t)t;
+    rr->dev = dev;
+    rr->addr = (uintptr_t)addr;
+    rr->len = (size_t)rlen;
+    for (const cJSON *k = jk->child; k; k = k->next) {
+        if (!cJSON_IsString(k) || strlen(k->valuestring) > 4 * NXLI_MD_MAX_KEY)
+            REFUSE("region %zu of '%s': key for %s is not a base64 string of at most %u bytes",
+                   idx, name, k->string, NXLI_MD_MAX_KEY);
+        nxl_backend_t *b = nxl_backend_get(a, k->string);
+        if (!b || !m->r->conn[b->index])
+            continue;
+        size_t kl;
+        void *kb = nxli_b64_decode(k->valuestring, &kl);
+        if (!kb || !kl) {
+            free(kb);
+            REFUSE("region %zu of '%s': key for %s is not valid base64", idx, name, k->string);
+        }
+        a->err[0] = 0;
+        nxl_status_t st = b->ops->load_key(b->state, m->r->conn[b->index], kb, kl,
+                                           &rr->rkey[b->index]);
+        free(kb);
+        if (st != NXL_SUCCESS) {
+            if (!a->err[0])
+                nxli_err(a, "nxl_md_load: %s refused the key of region %zu of '%s'",
+                         b->ops->name, idx, name);
+            return st;
         }
     }
+    return NXL_SUCCESS;
+}
 
-    add = calloc(nr + 1, sizeof(*add));
-    if (!add)
-        BAD("out of memory");
+/* every region of the blob, sorted; overlapping regions are refused */
+static nxl_status_t md_regions(md_in_t *m)
+{
+    m->add = calloc(m->nr + 1, sizeof(*m->add));
+    if (!m->add)
+        REFUSE("out of memory");
     size_t idx = 0;
-    for (const cJSON *g = jr->child; g; g = g->next, idx++) {
-        if (!cJSON_IsObject(g))
-            BAD("region %zu of '%s' is not an object", idx, name);
-        if (dup_key(g))
-            BAD("region %zu of '%s' repeats the field \"%s\"", idx, name, dup_key(g));
-        const cJSON *jt = cJSON_GetObjectItemCaseSensitive(g, "type");
-        int t = cJSON_IsString(jt) ? mem_from_name(jt->valuestring) : -1;
-        uint64_t dev, addr, rlen;
-        if (t < 0)
-            BAD("region %zu of '%s' has no valid \"type\" (DRAM, VRAM, BLK, OBJ, FILE)", idx, name);
-        if (!get_u64(g, "dev", &dev) || !get_u64(g, "addr", &addr) || !get_u64(g, "len", &rlen))
-            BAD("region %zu of '%s' needs \"dev\", \"addr\" and \"len\" as decimal strings", idx,
-                name);
-        if (!rlen || addr + rlen < addr)
-            BAD("region %zu of '%s' has length 0 or wraps around the address space", idx, name);
-        const cJSON *jk = cJSON_GetObjectItemCaseSensitive(g, "keys");
-        if (!cJSON_IsObject(jk))
-            BAD("region %zu of '%s' has no \"keys\" object", idx, name);
-        if (dup_key(jk))
-            BAD("region %zu of '%s' names transport %s twice", idx, name, dup_key(jk));
+    for (const cJSON *g = m->regions->child; g; g = g->next, idx++) {
         nxli_rregion_t *rr = calloc(1, sizeof(*rr));
         if (!rr)
-            BAD("out of memory");
-        add[nadd++] = rr;
-        rr->type = (nxl_mem_t)t;
-        rr->dev = dev;
-        rr->addr = (uintptr_t)addr;
-        rr->len = (size_t)rlen;
-        for (const cJSON *k = jk->child; k; k = k->next) {
-            if (!cJSON_IsString(k) || strlen(k->valuestring) > 4 * NXLI_MD_MAX_KEY)
-                BAD("region %zu of '%s': key for %s is not a base64 string of at most %u bytes",
-                    idx, name, k->string, NXLI_MD_MAX_KEY);
-            nxl_backend_t *b = nxl_backend_get(a, k->string);
-            if (!b || !r->conn[b->index])
-                continue;
-            size_t kl;
-            void *kb = nxli_b64_decode(k->valuestring, &kl);
-            if (!kb || !kl) {
-                free(kb);
-                BAD("region %zu of '%s': key for %s is not valid base64", idx, name, k->string);
-            }
-            a->err[0] = 0;
-            st = b->ops->load_key(b->state, r->conn[b->index], kb, kl, &rr->rkey[b->index]);
-            free(kb);
-            if (st != NXL_SUCCESS) {
-                if (!a->err[0])
-                    nxli_err(a, "nxl_md_load: %s refused the key of region %zu of '%s'",
-                             b->ops->name, idx, name);
-                goto out;
-            }
-        }
+            REFUSE("out of memory");
+        m->add[m->nadd++] = rr;
+        nxl_status_t st = md_region(m, idx, g, rr);
+        if (st != NXL_SUCCESS)
+            return st;
     }
-    /* overlapping regions in one blob are refused */
-    qsort(add, nadd, sizeof(*add), rr_sort);
-    for (size_t i = 1; i < nadd; i++)
+    nxli_rregion_t **add = m->add;
+    qsort(add, m->nadd, sizeof(*add), rr_sort);
+    for (size_t i = 1; i < m->nadd; i++)
         if (add[i]->type == add[i - 1]->type && add[i]->dev == add[i - 1]->dev &&
             add[i - 1]->addr + add[i - 1]->len > add[i]->addr)
-            BAD("metadata of '%s' lists overlapping %s regions at 0x%lx and 0x%lx", name,
-                nxl_mem_name(add[i]->type), (unsigned long)add[i - 1]->addr,
-                (unsigned long)add[i]->addr);
+            REFUSE("metadata of '%s' lists overlapping %s regions at 0x%lx and 0x%lx", m->name,
+                   nxl_mem_name(add[i]->type), (unsigned long)add[i - 1]->addr,
+                   (unsigned long)add[i]->addr);
+    return NXL_SUCCESS;
+}
 
-    /* commit */
-    size_t need = (merge ? r->nregs : 0) + nadd;
+/* the regions become the agent's (those a merge already knows stay as
+ * they are: prepared lists point at them), the agent joins the known ones */
+static nxl_status_t md_commit(md_in_t *m)
+{
+    nxl_agent_t *a = m->a;
+    nxli_remote_t *r = m->r;
+    size_t need = (m->merge ? r->nregs : 0) + m->nadd;
     if (need > r->cap) {
         nxli_rregion_t **v = realloc(r->regs, (need + 1) * sizeof(*v));
         if (!v)
-            BAD("out of memory");
+            REFUSE("out of memory");
         r->regs = v;
         r->cap = need;
     }
-    for (size_t i = 0; i < nadd; i++) {
-        nxli_rregion_t *g = add[i];
-        if (merge && nxli_rregion_find(r, g->type, g->dev, g->addr, g->len)) {
-            /* already known: keep the old entry, prepped lists point at it */
+    for (size_t i = 0; i < m->nadd; i++) {
+        nxli_rregion_t *g = m->add[i];
+        if (m->merge && nxli_rregion_find(r, g->type, g->dev, g->addr, g->len)) {
             for (int b = 0; b < a->nbackends; b++)
                 if (g->rkey[b])
                     a->backends[b]->ops->unload_key(a->backends[b]->state, g->rkey[b]);
@@ -704,35 +750,53 @@ static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t l
         }
         r->regs[r->nregs++] = g;
     }
-    nadd = 0;
+    m->nadd = 0;
     if (r->nregs)
         qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
-    if (!merge && !self) {
-        if (old)
-            remote_unlink(old);
+    if (!m->merge && !m->self) {
+        if (m->old)
+            remote_unlink(m->old);
         LIST_INSERT_HEAD(&a->remotes, r, link);
         a->npeers++;
-        nxli_log(a, NXL_LOG_INFO, "loaded metadata of agent '%s' (%zu regions)%s", name,
-                 r->nregs, old ? ", replacing what was known" : "");
+        nxli_log(a, NXL_LOG_INFO, "loaded metadata of agent '%s' (%zu regions)%s", m->name,
+                 r->nregs, m->old ? ", replacing what was known" : "");
     }
-    if (out)
-        *out = r;
-    if (name_out && cap)
-        snprintf(name_out, cap, "%s", name);
-    r = NULL;
-out:
-    for (size_t i = 0; i < nadd; i++) {
+    return NXL_SUCCESS;
+}
+#undef REFUSE
+
+static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t len, bool self,
+                                      nxli_remote_t **out, char *name_out, size_t cap)
+{
+    md_in_t m = {.a = a, .self = self};
+    nxl_status_t st = md_parse(&m, blob, len);
+    if (st == NXL_SUCCESS)
+        st = md_head(&m);
+    if (st == NXL_SUCCESS)
+        st = md_connect(&m);
+    if (st == NXL_SUCCESS)
+        st = md_regions(&m);
+    if (st == NXL_SUCCESS)
+        st = md_commit(&m);
+    if (st == NXL_SUCCESS) {
+        if (out)
+            *out = m.r;
+        if (name_out && cap)
+            snprintf(name_out, cap, "%s", m.name);
+        m.r = NULL;
+    }
+    for (size_t i = 0; i < m.nadd; i++) {
         for (int b = 0; b < a->nbackends; b++)
-            if (add[i]->rkey[b])
-                a->backends[b]->ops->unload_key(a->backends[b]->state, add[i]->rkey[b]);
-        free(add[i]);
+            if (m.add[i]->rkey[b])
+                a->backends[b]->ops->unload_key(a->backends[b]->state, m.add[i]->rkey[b]);
+        free(m.add[i]);
     }
-    free(add);
-    if (r && !merge)
-        remote_free(r);
+    free(m.add);
+    if (m.r && !m.merge)
+        remote_free(m.r);
     for (int b = 0; b < NXLI_MAX_BACKENDS; b++)
-        free(ci[b]);
-    cJSON_Delete(root);
+        free(m.ci[b]);
+    cJSON_Delete(m.root);
     return st;
 }
 
