@@ -42,29 +42,19 @@ static void deliver_cb(evutil_socket_t fd, short what, void *arg)
 
 static void timeout_cb(evutil_socket_t fd, short what, void *arg) {}
 
-nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
+#define CFG_HAS(f) (cfg->size >= offsetof(nxl_agent_config_t, f) + sizeof(cfg->f))
+#define CFG_OR(f, dflt) (CFG_HAS(f) && cfg->f ? (size_t)cfg->f : (size_t)(dflt))
+/* a configured string, else the environment's, NULL when empty */
+static const char *cfg_str(const char *given, bool has, const char *env)
 {
-    if (out)
-        *out = NULL;
-    if (!cfg || !out) {
-        nxli_set_create_error("nxl_agent_create: config and out pointer are required");
-        return NXL_ERR_INVALID_PARAM;
-    }
-    if (cfg->size < offsetof(nxl_agent_config_t, io_timeout_ms) || cfg->size > sizeof(*cfg)) {
-        nxli_set_create_error("nxl_agent_create: config size %zu is not one this library knows; "
-                              "initialise it with nxl_agent_config_init()", cfg->size);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    if (!cfg->name || !*cfg->name || strlen(cfg->name) >= NXLI_NAME_MAX) {
-        nxli_set_create_error("nxl_agent_create: an agent needs a name of 1 to %d bytes",
-                              NXLI_NAME_MAX - 1);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    nxl_agent_t *a = calloc(1, sizeof(*a));
-    if (!a) {
-        nxli_set_create_error("nxl_agent_create: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
+    const char *v = has && given ? given : getenv(env);
+    return v && *v ? v : NULL;
+}
+
+/* the configuration's settings and limits, defaults for those absent (an
+ * older caller's smaller config) or 0 */
+static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
+{
     a->name = strdup(cfg->name);
     a->log_level = cfg->log_level < 0 ? nxli_log_level_env() : (nxl_log_level_t)cfg->log_level;
     a->log_cb = cfg->log_cb;
@@ -80,8 +70,6 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     a->etcd_prefix = strdup(has_etcd_fields && cfg->etcd_prefix ? cfg->etcd_prefix
                                                                  : "/nxl/agents/");
     a->etcd_ttl_s = has_etcd_fields && cfg->etcd_lease_ttl_s ? cfg->etcd_lease_ttl_s : 10;
-#define CFG_HAS(f) (cfg->size >= offsetof(nxl_agent_config_t, f) + sizeof(cfg->f))
-#define CFG_OR(f, dflt) (CFG_HAS(f) && cfg->f ? (size_t)cfg->f : (size_t)(dflt))
     a->max_frame = CFG_OR(max_frame_bytes, NXLI_MD_MAX_BYTES);
     if (a->max_frame > NXLI_MD_MAX_BYTES)
         a->max_frame = NXLI_MD_MAX_BYTES;
@@ -89,7 +77,6 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     a->max_clients_per_host = CFG_OR(max_md_clients_per_host, 32);
     a->max_peers = CFG_OR(max_peers, 65536);
     a->max_notifs = CFG_OR(max_queued_notifs, 1u << 20);
-#undef CFG_OR
     LIST_INIT(&a->remotes);
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
@@ -100,20 +87,16 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
     TAILQ_INIT(&a->acted);
     STAILQ_INIT(&a->notifs);
     STAILQ_INIT(&a->notif_spares);
-    bool threaded = CFG_HAS(threaded) && cfg->threaded;
-    if (!threaded) {
-        if (!(a->pool = calloc(1, sizeof(*a->pool)))) {
-            nxli_set_create_error("nxl_agent_create: out of memory");
-            nxl_agent_destroy(a);
-            return NXL_ERR_UNKNOWN;
-        }
-        a->pool->open = true;
-    }
+}
+
+/* the event base: the application's, or one of the agent's own, and the
+ * agent's events on it */
+static nxl_status_t base_make(nxl_agent_t *a, const nxl_agent_config_t *cfg, bool threaded)
+{
     if (threaded && cfg->base) {
         nxli_set_create_error("nxl_agent_create: a threaded agent runs an event base of its own "
                               "on its reactor thread; leave base NULL, or embed the agent "
                               "without threaded");
-        nxl_agent_destroy(a);
         return NXL_ERR_INVALID_PARAM;
     }
     if (cfg->base) {
@@ -144,76 +127,90 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
         !(a->ev_deliver_next = evtimer_new(a->base, deliver_cb, a)) ||
         !(a->ev_timeout = evtimer_new(a->base, timeout_cb, a))) {
         nxli_set_create_error("nxl_agent_create: libevent could not make an event base");
-        nxl_agent_destroy(a);
         return NXL_ERR_BACKEND;
     }
+    return NXL_SUCCESS;
+}
+
+/* what the configuration (or the environment) asks for beyond the base:
+ * authentication, TLS for the metadata exchange (all three files, or
+ * none), metrics, the metadata listener, the reactor thread */
+static nxl_status_t services_start(nxl_agent_t *a, const nxl_agent_config_t *cfg, bool threaded)
+{
+    nxl_status_t st = NXL_SUCCESS;
+    const char *sec = cfg_str(cfg->auth_secret, CFG_HAS(auth_secret), "NXL_AUTH_SECRET");
+    const char *kf = cfg_str(cfg->auth_key_file, CFG_HAS(auth_key_file), "NXL_AUTH_KEY_FILE");
+    const char *tc = cfg_str(cfg->tls_cert_file, CFG_HAS(tls_cert_file), "NXL_TLS_CERT_FILE");
+    const char *tk = cfg_str(cfg->tls_key_file, CFG_HAS(tls_key_file), "NXL_TLS_KEY_FILE");
+    const char *tca = cfg_str(cfg->tls_ca_file, CFG_HAS(tls_ca_file), "NXL_TLS_CA_FILE");
     const char *maddr = CFG_HAS(metrics_addr) ? cfg->metrics_addr : NULL;
     if (!maddr)
         maddr = getenv("NXL_METRICS_ADDR");
-    {
-        const char *sec = CFG_HAS(auth_secret) && cfg->auth_secret ? cfg->auth_secret
-                                                                    : getenv("NXL_AUTH_SECRET");
-        const char *kf = CFG_HAS(auth_key_file) && cfg->auth_key_file
-                             ? cfg->auth_key_file
-                             : getenv("NXL_AUTH_KEY_FILE");
-        if ((sec && *sec) || (kf && *kf)) {
-            nxl_status_t st = nxli_auth_init(a, sec && *sec ? sec : NULL, kf && *kf ? kf : NULL);
-            if (st != NXL_SUCCESS) {
-                nxli_set_create_error("%s", a->err);
-                nxl_agent_destroy(a);
-                return st;
-            }
+    if (sec || kf)
+        st = nxli_auth_init(a, sec, kf);
+    if (st == NXL_SUCCESS && (tc || tk || tca))
+        st = nxli_tls_init(a, tc, tk, tca);
+    if (st == NXL_SUCCESS && maddr && *maddr)
+        st = nxli_metrics_start(a, maddr);
+    if (st == NXL_SUCCESS && cfg->listen_addr)
+        st = nxli_exchange_listen(a, cfg->listen_addr, cfg->listen_port);
+    if (st == NXL_SUCCESS && threaded)
+        st = nxli_thread_start(a);
+    if (st != NXL_SUCCESS)
+        nxli_set_create_error("%s", a->err);
+    return st;
+}
+
+nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !out) {
+        nxli_set_create_error("nxl_agent_create: config and out pointer are required");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (cfg->size < offsetof(nxl_agent_config_t, io_timeout_ms) || cfg->size > sizeof(*cfg)) {
+        nxli_set_create_error("nxl_agent_create: config size %zu is not one this library knows; "
+                              "initialise it with nxl_agent_config_init()", cfg->size);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (!cfg->name || !*cfg->name || strlen(cfg->name) >= NXLI_NAME_MAX) {
+        nxli_set_create_error("nxl_agent_create: an agent needs a name of 1 to %d bytes",
+                              NXLI_NAME_MAX - 1);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxl_agent_t *a = calloc(1, sizeof(*a));
+    if (!a) {
+        nxli_set_create_error("nxl_agent_create: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    cfg_read(a, cfg);
+    bool threaded = CFG_HAS(threaded) && cfg->threaded;
+    nxl_status_t st = NXL_SUCCESS;
+    if (!threaded) {
+        if (!(a->pool = calloc(1, sizeof(*a->pool)))) {
+            nxli_set_create_error("nxl_agent_create: out of memory");
+            st = NXL_ERR_UNKNOWN;
+        } else {
+            a->pool->open = true;
         }
     }
-    {
-        /* TLS for the metadata exchange: all three files, or none */
-        const char *tc = CFG_HAS(tls_cert_file) && cfg->tls_cert_file ? cfg->tls_cert_file
-                                                                      : getenv("NXL_TLS_CERT_FILE");
-        const char *tk = CFG_HAS(tls_key_file) && cfg->tls_key_file ? cfg->tls_key_file
-                                                                    : getenv("NXL_TLS_KEY_FILE");
-        const char *tca = CFG_HAS(tls_ca_file) && cfg->tls_ca_file ? cfg->tls_ca_file
-                                                                   : getenv("NXL_TLS_CA_FILE");
-        if ((tc && *tc) || (tk && *tk) || (tca && *tca)) {
-            nxl_status_t st = nxli_tls_init(a, tc && *tc ? tc : NULL, tk && *tk ? tk : NULL,
-                                            tca && *tca ? tca : NULL);
-            if (st != NXL_SUCCESS) {
-                nxli_set_create_error("%s", a->err);
-                nxl_agent_destroy(a);
-                return st;
-            }
-        }
+    if (st == NXL_SUCCESS)
+        st = base_make(a, cfg, threaded);
+    if (st == NXL_SUCCESS)
+        st = services_start(a, cfg, threaded);
+    if (st != NXL_SUCCESS) {
+        nxl_agent_destroy(a);
+        return st;
     }
-    if (maddr && *maddr) {
-        nxl_status_t st = nxli_metrics_start(a, maddr);
-        if (st != NXL_SUCCESS) {
-            nxli_set_create_error("%s", a->err);
-            nxl_agent_destroy(a);
-            return st;
-        }
-    }
-    if (cfg->listen_addr) {
-        nxl_status_t st = nxli_exchange_listen(a, cfg->listen_addr, cfg->listen_port);
-        if (st != NXL_SUCCESS) {
-            nxli_set_create_error("%s", a->err);
-            nxl_agent_destroy(a);
-            return st;
-        }
-    }
-    if (threaded) {
-        nxl_status_t st = nxli_thread_start(a);
-        if (st != NXL_SUCCESS) {
-            nxli_set_create_error("%s", a->err);
-            nxl_agent_destroy(a);
-            return st;
-        }
-    }
-#undef CFG_HAS
     nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s event base%s%s)", a->name,
              a->own_base ? "own" : "embedded", a->listen_port ? ", metadata listener up" : "",
              a->thr ? ", reactor on its own thread" : "");
     *out = a;
     return NXL_SUCCESS;
 }
+#undef CFG_OR
+#undef CFG_HAS
 
 void nxl_agent_destroy(nxl_agent_t *a)
 {
