@@ -277,15 +277,7 @@ int main(void)
     unsetenv("NXL_AUTH_SECRET");
     unsetenv("NXL_AUTH_KEY_FILE");
     Suite *s = suite_create("auth");
-    TCase *tc = tcase_create("auth");
-    tcase_add_checked_fixture(tc, NULL, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_same_secret);
-    tcase_add_test(tc, t_unsigned_request);
-    tcase_add_test(tc, t_other_secret);
-    tcase_add_test(tc, t_unsigned_reply);
-    tcase_add_test(tc, t_replay_and_tamper);
-    tcase_add_test(tc, t_secret_sources);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "auth", 60, NULL, teardown, t_same_secret, t_unsigned_request, t_other_secret,
+             t_unsigned_reply, t_replay_and_tamper, t_secret_sources);
     return tl_run(s);
 }

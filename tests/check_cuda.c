@@ -1210,21 +1210,10 @@ int main(int argc, char **argv)
         return peer_main(atoi(argv[2]));
 #endif
     Suite *s = suite_create("cuda");
-    TCase *tc = tcase_create("everywhere");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_plugins);
-    tcase_add_test(tc, t_create);
-    tcase_add_test(tc, t_no_runtime);
-    tcase_add_test(tc, t_vram_refused);
-    tcase_add_test(tc, t_event_not_supported);
-    suite_add_tcase(s, tc);
-    TCase *tr = tcase_create("relay");
-    tcase_add_checked_fixture(tr, relay_setup, relay_teardown);
-    tcase_set_timeout(tr, 60);
-    tcase_add_test(tr, t_relay);
-    tcase_add_test(tr, t_relay_failure);
-    tcase_add_test(tr, t_relay_refused);
-    suite_add_tcase(s, tr);
+    TL_TCASE(s, "everywhere", 60, NULL, NULL, t_plugins, t_create, t_no_runtime, t_vram_refused,
+             t_event_not_supported);
+    TL_TCASE(s, "relay", 60, relay_setup, relay_teardown, t_relay, t_relay_failure,
+             t_relay_refused);
     TCase *tg = tcase_create("gpu");
     tcase_set_timeout(tg, 180);
 #ifdef NXL_TEST_CUDA

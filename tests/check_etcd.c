@@ -873,19 +873,9 @@ int main(void)
         return 77;
     }
     Suite *s = suite_create("etcd");
-    TCase *tc = tcase_create("etcd");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, t_publish_fetch);
-    tcase_add_test(tc, t_fetch_waits_then_times_out);
-    tcase_add_test(tc, t_partial_label);
-    tcase_add_test(tc, t_unpublish_invalidates);
-    tcase_add_test(tc, t_etcd_unreachable);
-    tcase_add_test(tc, t_killed_peer_lease_expires);
-    tcase_add_test(tc, t_peer_restarts_same_name);
-    tcase_add_test(tc, t_etcd_restarts);
-    tcase_add_test(tc, t_ring_of_eight);
-    tcase_add_test(tc, t_signed_values);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "etcd", 90, setup, teardown, t_publish_fetch, t_fetch_waits_then_times_out,
+             t_partial_label, t_unpublish_invalidates, t_etcd_unreachable,
+             t_killed_peer_lease_expires, t_peer_restarts_same_name, t_etcd_restarts,
+             t_ring_of_eight, t_signed_values);
     return tl_run(s);
 }

@@ -961,24 +961,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("exchange");
-    TCase *tc = tcase_create("shared_base");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_fetch);
-    tcase_add_test(tc, t_fetch_mismatch);
-    tcase_add_test(tc, t_send_invalidate);
-    tcase_add_test(tc, t_send_refused);
-    tcase_add_test(tc, t_nothing_listening);
-    tcase_add_test(tc, t_every_address);
-    tcase_add_test(tc, t_unresolvable);
-    tcase_add_test(tc, t_resolve_off_loop);
-    tcase_add_test(tc, t_garbage_clients);
-    tcase_add_test(tc, t_write_read);
-    tcase_add_test(tc, t_invalidate_then_reload);
-    suite_add_tcase(s, tc);
-    TCase *ts = tcase_create("separate_bases");
-    tcase_set_timeout(ts, 30);
-    tcase_add_test(ts, t_separate_bases);
-    suite_add_tcase(s, ts);
+    TL_TCASE(s, "shared_base", 30, setup, teardown, t_fetch, t_fetch_mismatch, t_send_invalidate,
+             t_send_refused, t_nothing_listening, t_every_address, t_unresolvable,
+             t_resolve_off_loop, t_garbage_clients, t_write_read, t_invalidate_then_reload);
+    TL_TCASE(s, "separate_bases", 30, NULL, NULL, t_separate_bases);
     return tl_run(s);
 }

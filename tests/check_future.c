@@ -1125,34 +1125,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("future");
-    TCase *tc = tcase_create("contract");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_once_not_inline);
-    tcase_add_test(tc, t_status_sequence);
-    tcase_add_test(tc, t_then);
-    tcase_add_test(tc, t_wait);
-    tcase_add_test(tc, t_wait_in_callback);
-    tcase_add_test(tc, t_release_in_callback);
-    tcase_add_test(tc, t_all_success);
-    tcase_add_test(tc, t_all_failure);
-    tcase_add_test(tc, t_cancel);
-    tcase_add_test(tc, t_release_inflight);
-    tcase_add_test(tc, t_repost_active);
-    tcase_add_test(tc, t_repost);
-    tcase_add_test(tc, t_destroy_pending);
-    tcase_add_test(tc, t_status_follows_callbacks);
-    tcase_add_test(tc, t_chain_one_per_turn);
-    tcase_add_test(tc, t_failed_calls);
-    tcase_add_test(tc, t_recycled_clean);
-    tcase_add_test(tc, t_recycled_outlive_agent);
-    suite_add_tcase(s, tc);
-    TCase *tn = tcase_create("notif");
-    tcase_add_checked_fixture(tn, setup, teardown);
-    tcase_set_timeout(tn, 30);
-    tcase_add_test(tn, t_notif_callback);
-    tcase_add_test(tn, t_notif_drain);
-    tcase_add_test(tn, t_notif_with_write);
-    suite_add_tcase(s, tn);
+    TL_TCASE(s, "contract", 30, setup, teardown, t_once_not_inline, t_status_sequence, t_then,
+             t_wait, t_wait_in_callback, t_release_in_callback, t_all_success, t_all_failure,
+             t_cancel, t_release_inflight, t_repost_active, t_repost, t_destroy_pending,
+             t_status_follows_callbacks, t_chain_one_per_turn, t_failed_calls, t_recycled_clean,
+             t_recycled_outlive_agent);
+    TL_TCASE(s, "notif", 30, setup, teardown, t_notif_callback, t_notif_drain, t_notif_with_write);
     return tl_run(s);
 }

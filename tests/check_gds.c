@@ -551,11 +551,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("gds");
-    TCase *tc = tcase_create("everywhere");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_plugins);
-    tcase_add_test(tc, t_no_cufile);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "everywhere", 60, NULL, NULL, t_plugins, t_no_cufile);
     TCase *tg = tcase_create("cufile");
     tcase_set_timeout(tg, 240);
 #ifdef NXL_TEST_GDS

@@ -642,21 +642,9 @@ int main(void)
         return 77;
     }
     Suite *s = suite_create("libfabric");
-    TCase *tc = tcase_create("transport");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_plugin_info);
-    tcase_add_test(tc, t_bad_params);
-    tcase_add_test(tc, t_info_line);
-    tcase_add_test(tc, t_shm_stale_region);
-    tcase_add_test(tc, t_loopback);
-    tcase_add_test(tc, t_two_agents);
-    tcase_add_test(tc, t_short_names);
-    tcase_add_test(tc, t_quiet_stdout);
-    tcase_add_test(tc, t_idle_sleeps);
-    tcase_add_test(tc, t_doorbell);
-    tcase_add_test(tc, t_one_message_write_checked);
-    tcase_add_test(tc, t_revoke);
-    tcase_add_test(tc, t_orderly_close_quiet);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "transport", 60, NULL, NULL, t_plugin_info, t_bad_params, t_info_line,
+             t_shm_stale_region, t_loopback, t_two_agents, t_short_names, t_quiet_stdout,
+             t_idle_sleeps, t_doorbell, t_one_message_write_checked, t_revoke,
+             t_orderly_close_quiet);
     return tl_run(s);
 }

@@ -290,14 +290,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("limits");
-    TCase *tc = tcase_create("limits");
-    tcase_add_checked_fixture(tc, NULL, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_frame_size);
-    tcase_add_test(tc, t_clients);
-    tcase_add_test(tc, t_trickle);
-    tcase_add_test(tc, t_peers);
-    tcase_add_test(tc, t_notif_queue);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "limits", 60, NULL, teardown, t_frame_size, t_clients, t_trickle, t_peers,
+             t_notif_queue);
     return tl_run(s);
 }

@@ -952,30 +952,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("md");
-    TCase *tc = tcase_create("md");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_roundtrip);
-    tcase_add_test(tc, t_local_args);
-    tcase_add_test(tc, t_partial);
-    tcase_add_test(tc, t_reload_replaces);
-    suite_add_tcase(s, tc);
-    TCase *tb = tcase_create("malformed");
-    tcase_add_checked_fixture(tb, setup_known, teardown_known);
-    tcase_set_timeout(tb, 30);
-    tcase_add_test(tb, t_builders_valid);
-    tcase_add_test(tb, t_truncated);
-    tcase_add_test(tb, t_not_json);
-    tcase_add_test(tb, t_wrong_types);
-    tcase_add_test(tb, t_bounds);
-    tcase_add_test(tb, t_version_missing);
-    tcase_add_test(tb, t_duplicates);
-    tcase_add_test(tb, t_names_self);
-    tcase_add_test(tb, t_bad_base64);
-    tcase_add_test(tb, t_overlapping_regions);
-    tcase_add_test(tb, t_control_chars);
-    tcase_add_test(tb, t_key_cut_short);
-    tcase_add_test(tb, t_still_works);
-    suite_add_tcase(s, tb);
+    TL_TCASE(s, "md", 30, setup, teardown, t_roundtrip, t_local_args, t_partial, t_reload_replaces);
+    TL_TCASE(s, "malformed", 30, setup_known, teardown_known, t_builders_valid, t_truncated,
+             t_not_json, t_wrong_types, t_bounds, t_version_missing, t_duplicates, t_names_self,
+             t_bad_base64, t_overlapping_regions, t_control_chars, t_key_cut_short, t_still_works);
     return tl_run(s);
 }

@@ -478,19 +478,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("mem");
-    TCase *tc = tcase_create("mem");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_register_deregister);
-    tcase_add_test(tc, t_deregister_unknown);
-    tcase_add_test(tc, t_all_or_nothing);
-    tcase_add_test(tc, t_bad_descriptors);
-    tcase_add_test(tc, t_overlap);
-    tcase_add_test(tc, t_prep_outside);
-    tcase_add_test(tc, t_region_kept_alive);
-    tcase_add_test(tc, t_mem_alloc);
-    tcase_add_test(tc, t_alloc_left_to_destroy);
-    tcase_add_test(tc, t_no_backend);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "mem", 30, setup, teardown, t_register_deregister, t_deregister_unknown,
+             t_all_or_nothing, t_bad_descriptors, t_overlap, t_prep_outside, t_region_kept_alive,
+             t_mem_alloc, t_alloc_left_to_destroy, t_no_backend);
     return tl_run(s);
 }

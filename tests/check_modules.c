@@ -429,15 +429,8 @@ int main(void)
     printf("NXL_PLUGIN_DIR=%s\n", plugin_path);
 
     Suite *s = suite_create("modules");
-    TCase *tc = tcase_create("modules");
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_list);
-    tcase_add_test(tc, t_configured);
-    tcase_add_test(tc, t_create_refused);
-    tcase_add_test(tc, t_threads);
-    tcase_add_test(tc, t_module_missing);
-    tcase_add_test(tc, t_declined);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "modules", 30, NULL, NULL, t_list, t_configured, t_create_refused, t_threads,
+             t_module_missing, t_declined);
     int rc = tl_run(s);
     remove_dir();
     free(plugin_path);

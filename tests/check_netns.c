@@ -419,15 +419,7 @@ int main(void)
     }
     sh("ip netns del %s", probe);
     Suite *s = suite_create("netns");
-    TCase *tc = tcase_create("hosts");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, t_two_hosts_tcp);
-    tcase_add_test(tc, t_link_cut);
-    suite_add_tcase(s, tc);
-    TCase *tl = tcase_create("hosts_libfabric");
-    tcase_set_timeout(tl, 120);
-    tcase_add_test(tl, t_two_hosts_libfabric);
-    tcase_add_test(tl, t_link_cut_libfabric);
-    suite_add_tcase(s, tl);
+    TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut);
+    TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric);
     return tl_run(s);
 }

@@ -1280,41 +1280,14 @@ int main(void)
         fprintf(stderr, "check_obj: azurite did not start or answer (see %s/azurite.log)\n",
                 az.dir);
     Suite *s = suite_create("obj");
-    TCase *tc = tcase_create("s3");
-    tcase_set_timeout(tc, 180);
-    tcase_add_test(tc, t_params);
-    tcase_add_test(tc, t_sizes);
-    tcase_add_test(tc, t_256mib);
-    tcase_add_test(tc, t_thousand);
-    tcase_add_test(tc, t_ranges);
-    tcase_add_test(tc, t_multipart);
-    tcase_add_test(tc, t_missing);
-    tcase_add_test(tc, t_credentials);
-    tcase_add_test(tc, t_unreachable);
-    tcase_add_test(tc, t_retries);
-    tcase_add_test(tc, t_server_killed);
-    tcase_add_test(tc, t_cancel_upload);
-    tcase_add_test(tc, t_teardown_upload);
-    tcase_add_test(tc, t_cancel_reads);
-    tcase_add_test(tc, t_query);
-    tcase_add_test(tc, t_idle);
-    tcase_add_test(tc, t_crosscheck);
-    tcase_add_test(tc, t_kv_tiering);
-    tcase_add_test(tc, t_nxlbench);
-    suite_add_tcase(s, tc);
-    TCase *ta = tcase_create("azure");
-    tcase_set_timeout(ta, 120);
-    tcase_add_test(ta, t_azure);
-    tcase_add_test(ta, t_azure_connstr);
-    tcase_add_test(ta, t_azure_nxlbench);
-    suite_add_tcase(s, ta);
+    TL_TCASE(s, "s3", 180, NULL, NULL, t_params, t_sizes, t_256mib, t_thousand, t_ranges,
+             t_multipart, t_missing, t_credentials, t_unreachable, t_retries, t_server_killed,
+             t_cancel_upload, t_teardown_upload, t_cancel_reads, t_query, t_idle, t_crosscheck,
+             t_kv_tiering, t_nxlbench);
+    TL_TCASE(s, "azure", 120, NULL, NULL, t_azure, t_azure_connstr, t_azure_nxlbench);
     /* servers that stop answering (CK_RUN_CASE=stopped runs these alone);
      * last, as t_azure_stopped stops the suite's azurite for a while */
-    TCase *tp = tcase_create("stopped");
-    tcase_set_timeout(tp, 180);
-    tcase_add_test(tp, t_server_stopped);
-    tcase_add_test(tp, t_azure_stopped);
-    suite_add_tcase(s, tp);
+    TL_TCASE(s, "stopped", 180, NULL, NULL, t_server_stopped, t_azure_stopped);
     rc = tl_run(s);
     if (az.pid > 0)
         kill(az.pid, SIGCONT); /* t_azure_stopped failed with it stopped */

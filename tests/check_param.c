@@ -182,15 +182,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("param");
-    TCase *tc = tcase_create("readers");
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_lookup);
-    tcase_add_test(tc, t_bool);
-    tcase_add_test(tc, t_uint);
-    tcase_add_test(tc, t_size);
-    tcase_add_test(tc, t_duration);
-    tcase_add_test(tc, t_choice);
-    tcase_add_checked_fixture(tc, NULL, teardown);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "readers", 30, NULL, teardown, t_lookup, t_bool, t_uint, t_size, t_duration,
+             t_choice);
     return tl_run(s);
 }

@@ -1575,29 +1575,20 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("posix");
-    TCase *tc = tcase_create("posix");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
+    TCase *tc = TL_TCASE(s, "posix", 120, setup, teardown, t_engine_params, t_fallback,
+             t_reg_errors, t_mem_alloc_host, t_blk_loop, t_query, t_release_inflight,
+             t_other_agent);
     tcase_add_loop_test(tc, t_roundtrip, 0, 8);
     tcase_add_loop_test(tc, t_unaligned_direct, 0, 2);
-    tcase_add_test(tc, t_engine_params);
-    tcase_add_test(tc, t_fallback);
-    tcase_add_test(tc, t_reg_errors);
     tcase_add_loop_test(tc, t_read_past_eof, 0, 2);
     tcase_add_loop_test(tc, t_efbig, 0, 2);
     tcase_add_loop_test(tc, t_eio, 0, 2);
-    tcase_add_test(tc, t_mem_alloc_host);
     tcase_add_loop_test(tc, t_thp_collapse, 0, 4);
     tcase_add_loop_test(tc, t_batch_from_callbacks, 0, 2);
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
-    tcase_add_test(tc, t_blk_loop);
-    tcase_add_test(tc, t_query);
     tcase_add_loop_test(tc, t_many_inflight, 0, 5);
     tcase_add_loop_test(tc, t_teardown_inflight, 0, 4);
     tcase_add_loop_test(tc, t_cancel_inflight, 0, 2);
-    tcase_add_test(tc, t_release_inflight);
-    tcase_add_test(tc, t_other_agent);
-    suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int nf = srunner_ntests_failed(r);

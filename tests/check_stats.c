@@ -299,12 +299,6 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("stats");
-    TCase *tc = tcase_create("stats");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_counts);
-    tcase_add_test(tc, t_metrics);
-    tcase_add_test(tc, t_bad_address);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "stats", 60, setup, teardown, t_counts, t_metrics, t_bad_address);
     return tl_run(s);
 }

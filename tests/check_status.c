@@ -573,28 +573,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("status");
-    TCase *tc = tcase_create("codes");
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, t_status_values);
-    tcase_add_test(tc, t_status_strings);
-    tcase_add_test(tc, t_status_unknown);
-    tcase_add_test(tc, t_mem_names_version);
-    suite_add_tcase(s, tc);
-    TCase *ta = tcase_create("agent");
-    tcase_set_timeout(ta, 30);
-    tcase_add_test(ta, t_create_errors);
-    tcase_add_test(ta, t_config_older_header);
-    tcase_add_test(ta, t_plugins);
-    tcase_add_test(ta, t_backend_errors);
-    tcase_add_test(ta, t_ucx_fifo_default);
-    suite_add_tcase(s, ta);
-    TCase *tr = tcase_create("reactor");
-    tcase_set_timeout(tr, 30);
-    tcase_add_test(tr, t_embedded);
-    tcase_add_test(tr, t_own_bases);
-    tcase_add_test(tr, t_run_stop);
-    tcase_add_test(tr, t_idle);
-    tcase_add_test(tr, t_run_once_timeouts);
-    suite_add_tcase(s, tr);
+    TL_TCASE(s, "codes", 30, NULL, NULL, t_status_values, t_status_strings, t_status_unknown,
+             t_mem_names_version);
+    TL_TCASE(s, "agent", 30, NULL, NULL, t_create_errors, t_config_older_header, t_plugins,
+             t_backend_errors, t_ucx_fifo_default);
+    TL_TCASE(s, "reactor", 30, NULL, NULL, t_embedded, t_own_bases, t_run_stop, t_idle,
+             t_run_once_timeouts);
     return tl_run(s);
 }

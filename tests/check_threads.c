@@ -1740,39 +1740,14 @@ static void handover_off(void) { unsetenv("NXL_THREADED_DIRECT"); }
 Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
-    TCase *tc = tcase_create("threads");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, many_threads);
-    tcase_add_test(tc, cycle_ucx);
-    tcase_add_test(tc, cycle_posix);
-    tcase_add_test(tc, cycle_libfabric);
-    tcase_add_test(tc, foreign_wait);
-    tcase_add_test(tc, queued_post);
-    tcase_add_test(tc, sleeping_reactor);
-    tcase_add_test(tc, timer_fires);
-    tcase_add_test(tc, killed_peer_shm);
-    tcase_add_test(tc, killed_peer_tcp);
-    tcase_add_test(tc, killed_peer_notif);
-    tcase_add_test(tc, killed_peer_notif_lf_tcp);
-    tcase_add_test(tc, killed_peer_notif_lf_shm);
-    tcase_add_test(tc, busy_reactor);
-    tcase_add_test(tc, destroy_foreign);
-    tcase_add_test(tc, api_in_callback);
-    tcase_add_test(tc, default_mode);
-    suite_add_tcase(s, tc);
-    TCase *ho = tcase_create("handover");
-    tcase_set_timeout(ho, 600);
-    tcase_add_checked_fixture(ho, handover_on, handover_off);
-    tcase_add_test(ho, many_threads);
-    tcase_add_test(ho, cycle_ucx);
-    tcase_add_test(ho, queued_post);
-    tcase_add_test(ho, sleeping_reactor);
-    tcase_add_test(ho, timer_fires);
-    tcase_add_test(ho, killed_peer_shm);
-    tcase_add_test(ho, killed_peer_notif);
-    tcase_add_test(ho, busy_reactor);
-    tcase_add_test(ho, destroy_foreign);
-    suite_add_tcase(s, ho);
+    TL_TCASE(s, "threads", 600, NULL, NULL, many_threads, cycle_ucx, cycle_posix, cycle_libfabric,
+             foreign_wait, queued_post, sleeping_reactor, timer_fires, killed_peer_shm,
+             killed_peer_tcp, killed_peer_notif, killed_peer_notif_lf_tcp,
+             killed_peer_notif_lf_shm, busy_reactor, destroy_foreign, api_in_callback,
+             default_mode);
+    TL_TCASE(s, "handover", 600, handover_on, handover_off, many_threads, cycle_ucx, queued_post,
+             sleeping_reactor, timer_fires, killed_peer_shm, killed_peer_notif, busy_reactor,
+             destroy_foreign);
     return s;
 }
 

@@ -272,16 +272,8 @@ int main(void)
     }
     nxl_agent_destroy(p);
     Suite *s = suite_create("tls");
-    TCase *tc = tcase_create("tls");
-    tcase_add_checked_fixture(tc, NULL, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_tls);
-    tcase_add_test(tc, t_tls_and_auth);
-    tcase_add_test(tc, t_tls_client_plain_listener);
-    tcase_add_test(tc, t_plain_client_tls_listener);
-    tcase_add_test(tc, t_other_ca);
-    tcase_add_test(tc, t_config);
-    suite_add_tcase(s, tc);
+    TL_TCASE(s, "tls", 60, NULL, teardown, t_tls, t_tls_and_auth, t_tls_client_plain_listener,
+             t_plain_client_tls_listener, t_other_ca, t_config);
     int rc = tl_run(s);
     teardown_once();
     return rc;

@@ -712,26 +712,10 @@ int main(void)
     unsetenv("UCX_LOG_LEVEL");
     unsetenv("UCX_LOG_FILE");
     Suite *s = suite_create("ucx");
-    TCase *tc = tcase_create("shm");
-    tcase_add_checked_fixture(tc, setup_shm, NULL);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, t_destroy_inflight);
-    tcase_add_test(tc, t_log_routed);
-    suite_add_tcase(s, tc);
-    TCase *tt = tcase_create("tcp");
-    tcase_add_checked_fixture(tt, setup_tcp, NULL);
-    tcase_set_timeout(tt, 60);
-    tcase_add_test(tt, t_destroy_inflight);
-    tcase_add_test(tt, t_log_routed);
-    suite_add_tcase(s, tt);
-    TCase *tm = tcase_create("cma");
-    tcase_add_checked_fixture(tm, setup_shm, NULL);
-    tcase_set_timeout(tm, 60);
-    tcase_add_test(tm, t_cma_stopped);
+    TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed);
+    TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed);
+    TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_peer_killed,
+             t_cma_refused, t_cma_bounds_revoked);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
-    tcase_add_test(tm, t_cma_peer_killed);
-    tcase_add_test(tm, t_cma_refused);
-    tcase_add_test(tm, t_cma_bounds_revoked);
-    suite_add_tcase(s, tm);
     return tl_run(s);
 }

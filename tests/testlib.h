@@ -281,6 +281,24 @@ static inline int is_sentence(const char *s)
                       (word));                                                                     \
     } while (0)
 
+/* A test case of suite @p s: its timeout in seconds (0: Check's default),
+ * its checked fixture (either function may be NULL) and its tests. */
+static inline TCase *tl_tcase(Suite *s, const char *name, double timeout, SFun setup,
+                              SFun teardown, const TTest *const *tests)
+{
+    TCase *tc = tcase_create(name);
+    if (timeout > 0)
+        tcase_set_timeout(tc, timeout);
+    if (setup || teardown)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    for (; *tests; tests++)
+        tcase_add_test(tc, *tests);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+#define TL_TCASE(s, name, timeout, setup, teardown, ...)                                        \
+    tl_tcase((s), (name), (timeout), (setup), (teardown), (const TTest *const[]){__VA_ARGS__, NULL})
+
 /* Runs a suite; the exit status of a suite program. */
 static inline int tl_run(Suite *s)
 {
