@@ -336,7 +336,7 @@ START_TEST(t_errors)
     ck_assert_int_eq(nxl_mem_query(a, NXL_FILE, &qbad, 1, NULL, q), NXL_ERR_INVALID_PARAM);
     ck_sentence(nxl_agent_last_error(a), "unknown mode 'sideways'");
     /* one that cannot be looked at (a loop of links) is refused, not missing */
-    char la[] = "/tmp/check_gds.loopXXXXXX", lmeta[64];
+    char la[] = "/tmp/check_gds.loopXXXXXX", lmeta[80];
     ck_assert(mkdtemp(la));
     char lpath[64];
     snprintf(lpath, sizeof(lpath), "%s/x", la);
