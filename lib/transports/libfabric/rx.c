@@ -79,7 +79,7 @@ static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
         memcpy((void *)(uintptr_t)ra, payload + at, l);
         at += l;
     }
-    u->hit = true;
+    u->net.hit = true;
     nxlt_notif_recv(u->ctx, from, msg, ml);
     return;
 drop:
@@ -104,7 +104,7 @@ void nxl_lf_rx_done(lf_t *u, lf_rx_t *rx, size_t len)
                      "dropped: %s", len, bad);
         else
             nxlt_remote_revoked(u->ctx, rv.from, (nxl_mem_t)rv.type, rv.dev, rv.addr, rv.len);
-        u->hit = true;
+        u->net.hit = true;
         nxl_lf_rx_post(u, rx);
         return;
     }
@@ -116,7 +116,7 @@ void nxl_lf_rx_done(lf_t *u, lf_rx_t *rx, size_t len)
         char from[256];
         memcpy(from, b + 2, nl);
         from[nl] = 0;
-        u->hit = true;
+        u->net.hit = true;
         uint64_t now = nxlt_now_us();
         if (u->bell_fd >= 0 && u->busy_until_us > now) {
             lf_conn_t *c;

@@ -70,7 +70,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
         return UCS_OK; /* its op was reported and freed: the connection failed */
     LIST_REMOVE(o, ack_link);
     o->amw_acked = true;
-    u->hit = true;
+    u->net.hit = true;
     if (b[8]) {
         char why[400];
         snprintf(why, sizeof(why), "UCX: WRITE to agent '%s' failed: the target dropped it "
@@ -210,7 +210,7 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
         memcpy((void *)(uintptr_t)ra, payload + at, l);
         at += l;
     }
-    u->hit = true;
+    u->net.hit = true;
     amw_ack(u, header, hlen, param, NULL); /* every byte is in place */
     nxlt_notif_recv(u->ctx, from, msg, ml);
     return UCS_OK;
@@ -276,7 +276,7 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed notification of %zu bytes dropped", len);
         return UCS_OK;
     }
-    u->hit = true;
+    u->net.hit = true;
     nxlt_notif_recv(u->ctx, from, b + nk, len - nk);
     return UCS_OK;
 }

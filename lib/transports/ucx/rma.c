@@ -25,10 +25,10 @@ static void op_done(ucx_op_t *o, nxl_status_t ns, const char *why)
         return;
     nxlt_op_t *op = o->op;
     o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
-    o->conn->progress_us = nxl_ucx_coarse_us();
-    o->u->hit = true;
+    o->u->net.inflight--;
+    o->conn->net.inflight--;
+    o->conn->net.progress_us = nxl_ucx_coarse_us();
+    o->u->net.hit = true;
     nxlt_op_done(op, ns, why);
 }
 
@@ -51,7 +51,7 @@ void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st)
         snprintf(why, sizeof(why), "UCX: no transfer to agent '%s' completed within %llu ms "
                  "(link down, or the peer hung); the connection is given up — reload its "
                  "metadata once it is reachable", o->conn->name,
-                 (unsigned long long)(o->u->stall_us / 1000));
+                 (unsigned long long)(o->u->net.stall_us / 1000));
     else if (ns != NXL_SUCCESS && o->why)
         snprintf(why, sizeof(why), "%s", o->why);
     op_done(o, ns, ns == NXL_SUCCESS ? NULL : why);
@@ -93,8 +93,8 @@ void nxl_ucx_op_free(ucx_op_t *o)
 void nxl_ucx_op_drop(ucx_op_t *o)
 {
     o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
+    o->u->net.inflight--;
+    o->conn->net.inflight--;
     nxl_ucx_op_free(o);
 }
 
@@ -171,8 +171,8 @@ ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me,
     o->op = op;
     o->conn = c;
     c->refs++;
-    if (c->inflight++ == 0)
-        c->progress_us = nxl_ucx_coarse_us();
+    if (c->net.inflight++ == 0)
+        c->net.progress_us = nxl_ucx_coarse_us();
     LIST_INSERT_HEAD(&u->ops, o, link);
     nxl_ucx_op_started(u);
     return o;
