@@ -44,8 +44,9 @@ static inline bool nxl_netop_start(nxl_netop_inst_t *i, nxl_netop_conn_t *c, nxl
     return i->inflight++ == 0;
 }
 
-/* An op counted by nxl_netop_start that is never reported (it never went
- * out, or it is the transport's own): its counts taken back. */
+/* An op counted by nxl_netop_start taken off the counts without a report's
+ * stamp: it never went out, it is the transport's own (never reported), or
+ * the teardown cancels it. */
 static inline void nxl_netop_unstart(nxl_netop_inst_t *i, nxl_netop_conn_t *c)
 {
     i->inflight--;

@@ -15,15 +15,8 @@ static nxl_status_t map_err(const lf_op_t *o)
 /* Tells the engine (once); the op lives on until the provider is done with it. */
 void nxl_lf_op_report(lf_op_t *o, nxl_status_t st, const char *why)
 {
-    if (!o->op)
-        return;
-    nxlt_op_t *op = o->op;
-    o->op = NULL;
-    o->u->net.inflight--;
-    o->conn->net.inflight--;
-    o->conn->net.progress_us = nxlt_now_us();
-    o->u->net.hit = true;
-    nxlt_op_done(op, st, st == NXL_SUCCESS ? NULL : why);
+    nxl_netop_report(&o->op, &o->u->net, &o->conn->net, nxlt_now_us, st,
+                     st == NXL_SUCCESS ? NULL : why);
 }
 
 void nxl_lf_op_free(lf_op_t *o)
@@ -34,10 +27,8 @@ void nxl_lf_op_free(lf_op_t *o)
     if (o->checkq)
         TAILQ_REMOVE(&u->checkq, o, clink);
     LIST_REMOVE(o, link);
-    if (o->side) {
-        u->net.inflight--;
-        o->conn->net.inflight--;
-    }
+    if (o->side)
+        nxl_netop_unstart(&u->net, &o->conn->net);
     if (o->msg_mr)
         fi_close(&o->msg_mr->fid);
     nxl_lf_conn_put(o->conn);
@@ -349,9 +340,7 @@ void nxl_lf_op_start(lf_op_t *o)
     lf_t *u = o->u;
     lf_conn_t *c = o->conn;
     c->refs++;
-    if (c->net.inflight++ == 0)
-        c->net.progress_us = nxlt_now_us();
-    u->net.inflight++;
+    nxl_netop_start(&u->net, &c->net, nxlt_now_us);
     LIST_INSERT_HEAD(&u->ops, o, link);
     nxl_lf_watch_start(u);
 }
@@ -359,8 +348,7 @@ void nxl_lf_op_start(lf_op_t *o)
 /* undoes op_new for a call that fails */
 void nxl_lf_op_unstart(lf_op_t *o)
 {
-    o->u->net.inflight--;
-    o->conn->net.inflight--;
+    nxl_netop_unstart(&o->u->net, &o->conn->net);
     o->op = NULL;
     nxl_lf_op_free(o);
 }

@@ -315,8 +315,7 @@ void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg)
     lf_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
-        if (c->net.inflight && !c->failed && !c->self && u->net.stall_us &&
-            now - c->net.progress_us > u->net.stall_us) {
+        if (!c->failed && !c->self && nxl_netop_stalled(&u->net, &c->net, now)) {
             c->refs++;
             nxl_lf_conn_fail(c, FI_ETIMEDOUT, NULL, true);
             next = LIST_NEXT(c, link);

@@ -402,8 +402,7 @@ static void quiesce(void *state)
     if (o->op) {
         nxlt_op_t *op = o->op;
         o->op = NULL;
-        u->net.inflight--;
-        o->conn->net.inflight--;
+        nxl_netop_unstart(&u->net, &o->conn->net);
         nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
 }

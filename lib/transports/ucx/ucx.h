@@ -236,7 +236,7 @@ void nxl_ucx_deferred_failures(ucx_t *u);
 void nxl_ucx_on_efd(evutil_socket_t fd, short what, void *arg);
 void nxl_ucx_on_kick(evutil_socket_t fd, short what, void *arg);
 void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg);
-void nxl_ucx_op_started(ucx_t *u);
+void nxl_ucx_watch_start(ucx_t *u);
 
 /* conn.c */
 void nxl_ucx_conn_put(ucx_conn_t *c);

@@ -369,7 +369,7 @@ void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg)
     uint64_t now = nxl_ucx_coarse_us();
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
-    if (c->net.inflight && !c->failed && u->net.stall_us && now - c->net.progress_us > u->net.stall_us)
+    if (!c->failed && nxl_netop_stalled(&u->net, &c->net, now))
         nxl_ucx_conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
 
     /* armed while ops are in flight; the first op after an idle period
@@ -382,9 +382,11 @@ void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-void nxl_ucx_op_started(ucx_t *u)
+/* the first op after an idle period (nxl_netop_start said so): the watch
+ * starts, unless it is still armed */
+void nxl_ucx_watch_start(ucx_t *u)
 {
-    if (u->net.inflight++ == 0 && !u->watch_on) {
+    if (!u->watch_on) {
         u->watch_on = true;
         struct timeval tv = {0, WATCH_MS * 1000};
         evtimer_add(u->ev_watch, &tv);
