@@ -71,6 +71,7 @@
 #include <pthread.h>
 
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
+#include "../common/amwrite.h" /* the one-message WRITE's body */
 #include "wire.h" /* conn info and keys as they travel */
 
 /* libfabric, as loaded (util.c: nxl_lf_loaded) */
