@@ -394,7 +394,7 @@ void nxl_lf_conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
     if (stalled)
         nxlt_log(u->ctx, lvl, "LIBFABRIC: no operation to agent '%s' completed for %llu ms; "
                  "declaring the connection lost", c->name,
-                 (unsigned long long)(u->stall_us / 1000));
+                 (unsigned long long)(u->net.stall_us / 1000));
     else if (affects)
         nxlt_log(u->ctx, lvl, "LIBFABRIC: connection to agent '%s' failed: %s", c->name,
                  text ? text : fi_strerror(err));

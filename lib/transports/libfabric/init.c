@@ -63,7 +63,7 @@ static lf_t *state_new(nxlt_ctx_t *ctx, const lf_opts_t *o, struct fi_info *fi, 
     u->ctx = ctx;
     u->wait_fd = -1;
     u->bell_fd = -1;
-    u->stall_us = o->stall_ms * 1000;
+    u->net.stall_us = o->stall_ms * 1000;
     u->poll_max_us = (o->poll_max_ms ? o->poll_max_ms : POLL_MAX_MS) * 1000;
     u->poll_us = POLL_MIN_US;
     u->am_write_max = (size_t)o->am_max;
@@ -277,7 +277,7 @@ static void announce(lf_t *u, uint64_t mm)
                                      "and a doorbell peers ring"
                                    : "a reactor timer, backing off to poll_max while idle",
              u->mode_why ? " — " : "", u->mode_why ? u->mode_why : "",
-             (unsigned long long)(u->stall_us / 1000), u->am_write_max, u->amw_msg_max);
+             (unsigned long long)(u->net.stall_us / 1000), u->am_write_max, u->amw_msg_max);
 }
 
 static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n, void **out)

@@ -70,6 +70,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
+#include "../common/amwrite.h" /* the one-message WRITE's body */
 #include "wire.h" /* conn info and keys as they travel */
 
 /* libfabric, as loaded (util.c: nxl_lf_loaded) */
@@ -210,8 +212,8 @@ struct lf_conn {
     int fail_deferred;          /* a post was refused for a lost peer: fail it from the loop */
     int err;
     char *why;
-    unsigned inflight;          /* ops not reported yet */
-    uint64_t progress_us;       /* last completion (or first post) of an op on it */
+    nxl_netop_conn_t net;       /* ops not reported yet, and the last completion (or first
+                                 * post) of one */
     struct sockaddr_un bell;    /* the peer's doorbell (timer mode), if it has one */
     socklen_t bell_len;         /* 0: none, or it could not be rung */
     uint64_t rung_us;           /* when it was last rung */
@@ -281,12 +283,12 @@ struct lf_state {
     size_t bell_name_len;
     uint64_t busy_until_us;
     uint64_t poll_us, poll_max_us;
-    bool hit;                   /* an op completed or a notification came */
+    nxl_netop_inst_t net;       /* ops not reported (inflight); hit: an op completed or a
+                                 * notification came; stall_us */
     bool in_progress;
     bool quiescing;             /* teardown: post nothing more */
     /* operations */
     size_t tx_cap, tx_inflight, notif_inflight;
-    unsigned inflight;          /* ops not reported */
     LIST_HEAD(, lf_op) ops;
     TAILQ_HEAD(, lf_op) waitq;
     TAILQ_HEAD(, lf_op) checkq;
@@ -300,7 +302,6 @@ struct lf_state {
     struct fid_mr *rx_mr;
     void *rx_desc;
     unsigned rx_unposted;
-    uint64_t stall_us;
     unsigned long ctx_less_errors;
     char desc[320];
 };

@@ -15,15 +15,8 @@ static nxl_status_t map_err(const lf_op_t *o)
 /* Tells the engine (once); the op lives on until the provider is done with it. */
 void nxl_lf_op_report(lf_op_t *o, nxl_status_t st, const char *why)
 {
-    if (!o->op)
-        return;
-    nxlt_op_t *op = o->op;
-    o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
-    o->conn->progress_us = nxlt_now_us();
-    o->u->hit = true;
-    nxlt_op_done(op, st, st == NXL_SUCCESS ? NULL : why);
+    nxl_netop_report(&o->op, &o->u->net, &o->conn->net, nxlt_now_us, st,
+                     st == NXL_SUCCESS ? NULL : why);
 }
 
 void nxl_lf_op_free(lf_op_t *o)
@@ -34,10 +27,8 @@ void nxl_lf_op_free(lf_op_t *o)
     if (o->checkq)
         TAILQ_REMOVE(&u->checkq, o, clink);
     LIST_REMOVE(o, link);
-    if (o->side) {
-        u->inflight--;
-        o->conn->inflight--;
-    }
+    if (o->side)
+        nxl_netop_unstart(&u->net, &o->conn->net);
     if (o->msg_mr)
         fi_close(&o->msg_mr->fid);
     nxl_lf_conn_put(o->conn);
@@ -55,7 +46,7 @@ static void op_fail_sentence(lf_op_t *o, char *why, size_t cap)
         snprintf(why, cap, "LIBFABRIC: no operation to agent '%s' completed within %llu ms "
                  "(link down, or the peer died or hung); the connection is given up — reload its "
                  "metadata once it is reachable", c->name,
-                 (unsigned long long)(o->u->stall_us / 1000));
+                 (unsigned long long)(o->u->net.stall_us / 1000));
     else if (c->failed || c->fail_deferred)
         snprintf(why, cap, "LIBFABRIC: %s to agent '%s' failed: the connection failed (%s); "
                  "the peer is gone or unreachable — reload its metadata once it is back", what,
@@ -349,9 +340,7 @@ void nxl_lf_op_start(lf_op_t *o)
     lf_t *u = o->u;
     lf_conn_t *c = o->conn;
     c->refs++;
-    if (c->inflight++ == 0)
-        c->progress_us = nxlt_now_us();
-    u->inflight++;
+    nxl_netop_start(&u->net, &c->net, nxlt_now_us);
     LIST_INSERT_HEAD(&u->ops, o, link);
     nxl_lf_watch_start(u);
 }
@@ -359,8 +348,7 @@ void nxl_lf_op_start(lf_op_t *o)
 /* undoes op_new for a call that fails */
 void nxl_lf_op_unstart(lf_op_t *o)
 {
-    o->u->inflight--;
-    o->conn->inflight--;
+    nxl_netop_unstart(&o->u->net, &o->conn->net);
     o->op = NULL;
     nxl_lf_op_free(o);
 }

@@ -49,7 +49,7 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
             return NULL;
     size_t nl;
     const char *me = nxl_lf_me(u, &nl);
-    size_t total = 2 + nl + 4 + x->notif_len + 4 + 12 * x->n + data;
+    size_t total = 2 + nl + nxl_amw_body_size(x, data);
     if (total > RXSZ || total > u->max_msg || total > u->amw_msg_max)
         return NULL;
     unsigned char *b = malloc(total), *w = b;
@@ -58,15 +58,7 @@ static unsigned char *amw_build(lf_t *u, const nxlt_xfer_t *x, size_t *len)
     *w++ = AMW_TAG;
     *w++ = (unsigned char)nl;
     memcpy(w, me, nl), w += nl;
-    lf_put_be(w, x->notif_len, 4), w += 4;
-    memcpy(w, x->notif, x->notif_len), w += x->notif_len;
-    lf_put_be(w, x->n, 4), w += 4;
-    for (size_t i = 0; i < x->n; i++, w += 12) {
-        lf_put_be(w, x->iov[i].raddr, 8);
-        lf_put_be(w + 8, x->iov[i].len, 4);
-    }
-    for (size_t i = 0; i < x->n; i++)
-        memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
+    nxl_amw_body_pack(w, x);
     *len = total;
     return b;
 }

@@ -10,7 +10,7 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
         u->tx_inflight--;
     if (o->conn->tx_out)
         o->conn->tx_out--;
-    o->conn->progress_us = nxlt_now_us();
+    o->conn->net.progress_us = nxlt_now_us();
     if (err) {
         if (!o->err) {
             o->err = err;
@@ -143,7 +143,7 @@ static void run_checkq(lf_t *u)
             !nxlt_op_canceled(o->op)) {
             /* loopback notification: after the data, which moved at post */
             o->notif_counted = true;
-            u->hit = true;
+            u->net.hit = true;
             nxlt_notif_recv(u->ctx, nxl_agent_name(nxlt_agent(u->ctx)), o->msg + 2 + o->msg[1],
                             o->msg_len - 2 - o->msg[1]);
         }
@@ -163,12 +163,12 @@ static void spin(lf_t *u, unsigned bp)
     uint64_t end = nxlt_now_us() + SPIN_SLICE_US;
     if (end > u->busy_until_us)
         end = u->busy_until_us;
-    u->hit = false;
+    u->net.hit = false;
     for (unsigned i = 1;; i++) {
         bool more;
         /* a peer's RMA into our memory is activity too, though the CQ shows none */
         bool remote = !(i & 15) && remote_activity(u);
-        if (nxl_lf_drain(u, &more) || u->hit) {
+        if (nxl_lf_drain(u, &more) || u->net.hit) {
             nxl_lf_resume(u);
             u->busy_until_us = nxlt_now_us() + bp;
             return;
@@ -183,7 +183,7 @@ static void spin(lf_t *u, unsigned bp)
 
 static void poll_schedule(lf_t *u, bool active)
 {
-    bool busy = u->inflight || !TAILQ_EMPTY(&u->waitq);
+    bool busy = u->net.inflight || !TAILQ_EMPTY(&u->waitq);
     if (active)
         u->poll_us = POLL_MIN_US;
     else
@@ -287,12 +287,12 @@ void nxl_lf_progress(lf_t *u, bool woke)
             spin(u, bp);
         nxl_lf_kick(u); /* busy-poll window: keep polling from the loop */
     } else if (u->wait_fd < 0) {
-        poll_schedule(u, n > 0 || u->hit || remote);
-        u->hit = false;
-    } else if (u->hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+        poll_schedule(u, n > 0 || u->net.hit || remote);
+        u->net.hit = false;
+    } else if (u->net.hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
         /* something is ready for the loop (a delivery): let it run first;
          * the next turn reads the CQ again and then decides to sleep */
-        u->hit = false;
+        u->net.hit = false;
         nxl_lf_kick(u);
     } else {
         sleep_or_kick(u);
@@ -315,13 +315,12 @@ void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg)
     lf_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
-        if (c->inflight && !c->failed && !c->self && u->stall_us &&
-            now - c->progress_us > u->stall_us) {
+        if (!c->failed && !c->self && nxl_netop_stalled(&u->net, &c->net, now)) {
             c->refs++;
             nxl_lf_conn_fail(c, FI_ETIMEDOUT, NULL, true);
             next = LIST_NEXT(c, link);
             nxl_lf_conn_put(c);
-        } else if (c->inflight && !c->failed && !c->tx_out && c->refused_us &&
+        } else if (c->net.inflight && !c->failed && !c->tx_out && c->refused_us &&
                    now - c->refused_us >= PROBE_AFTER_US && !c->ev_probe &&
                    now - c->probed_us >= PROBE_EVERY_US) {
             c->refs++;
@@ -341,6 +340,6 @@ void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg)
             nxl_lf_op_check(o);
         }
     }
-    if (u->inflight)
+    if (u->net.inflight)
         nxl_lf_watch_start(u);
 }

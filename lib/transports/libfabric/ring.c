@@ -47,7 +47,7 @@ static void on_bell(evutil_socket_t fd, short what, void *arg)
     char b[64];
     while (recv(fd, b, sizeof(b), MSG_DONTWAIT) >= 0)
         ;
-    u->hit = true; /* back to polling often */
+    u->net.hit = true; /* back to polling often */
     bell_window(u, nxlt_now_us());
     nxl_lf_progress(u, true);
 }

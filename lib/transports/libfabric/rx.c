@@ -44,42 +44,12 @@ static void amw_recv(lf_t *u, const unsigned char *b, size_t len)
     }
     memcpy(from, b + 2, nl);
     from[nl] = 0;
-    b += 2 + nl;
-    uint64_t ml = lf_get_be(b, 4);
-    b += 4;
-    if ((size_t)(end - b) < ml + 4) {
-        bad = "notification longer than the message";
+    const unsigned char *msg;
+    size_t ml;
+    bad = nxl_amw_body_apply(u->ctx, b + 2 + nl, end, &msg, &ml);
+    if (bad)
         goto drop;
-    }
-    const unsigned char *msg = b;
-    b += ml;
-    uint64_t n = lf_get_be(b, 4);
-    b += 4;
-    if ((size_t)(end - b) / 12 < n) {
-        bad = "more elements than the message holds";
-        goto drop;
-    }
-    const unsigned char *el = b, *payload = b + 12 * n;
-    size_t at = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t ra = lf_get_be(el + 12 * i, 8), l = lf_get_be(el + 12 * i + 8, 4);
-        if ((size_t)(end - payload) - at < l) {
-            bad = "elements longer than the message";
-            goto drop;
-        }
-        if (!nxlt_mem_registered(u->ctx, NXL_DRAM, 0, ra, l)) {
-            bad = "an element outside every region registered here (deregistered meanwhile?)";
-            goto drop;
-        }
-        at += l;
-    }
-    at = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t ra = lf_get_be(el + 12 * i, 8), l = lf_get_be(el + 12 * i + 8, 4);
-        memcpy((void *)(uintptr_t)ra, payload + at, l);
-        at += l;
-    }
-    u->hit = true;
+    u->net.hit = true;
     nxlt_notif_recv(u->ctx, from, msg, ml);
     return;
 drop:
@@ -104,7 +74,7 @@ void nxl_lf_rx_done(lf_t *u, lf_rx_t *rx, size_t len)
                      "dropped: %s", len, bad);
         else
             nxlt_remote_revoked(u->ctx, rv.from, (nxl_mem_t)rv.type, rv.dev, rv.addr, rv.len);
-        u->hit = true;
+        u->net.hit = true;
         nxl_lf_rx_post(u, rx);
         return;
     }
@@ -116,7 +86,7 @@ void nxl_lf_rx_done(lf_t *u, lf_rx_t *rx, size_t len)
         char from[256];
         memcpy(from, b + 2, nl);
         from[nl] = 0;
-        u->hit = true;
+        u->net.hit = true;
         uint64_t now = nxlt_now_us();
         if (u->bell_fd >= 0 && u->busy_until_us > now) {
             lf_conn_t *c;

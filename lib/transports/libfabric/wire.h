@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../common/be.h"
+
 #define LF_PROV_MAX 64
 #define LF_KEY_LEN 24
 #define LF_BELL_MAX 108 /* sizeof(sockaddr_un.sun_path) */
@@ -45,19 +47,9 @@ typedef struct lf_wkey {
     uint64_t key, base;
 } lf_wkey_t;
 
-static inline void lf_put_be(unsigned char *b, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        b[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
-}
-
-static inline uint64_t lf_get_be(const unsigned char *b, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | b[i];
-    return v;
-}
+/* big-endian integers of n bytes (../common/be.h) */
+#define lf_put_be nxl_be_put
+#define lf_get_be nxl_be_get
 
 /* bytes conn info (LFC2) takes: 0 when prov, the name or the doorbell's do not fit */
 static inline size_t lf_ci_size(const char *prov, size_t name_len, size_t bell_len)

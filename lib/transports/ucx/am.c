@@ -6,6 +6,7 @@
  *
  * [u16 name length][name][u32 notification length][notification]
  * [u32 n][n x (u64 remote address, u32 length)][the n elements' bytes]
+ * (what follows the name: ../common/amwrite.h)
  *
  * The target copies each element into its memory — only into regions it
  * registered with this transport and has not deregistered, checked like an
@@ -70,7 +71,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
         return UCS_OK; /* its op was reported and freed: the connection failed */
     LIST_REMOVE(o, ack_link);
     o->amw_acked = true;
-    u->hit = true;
+    u->net.hit = true;
     if (b[8]) {
         char why[400];
         snprintf(why, sizeof(why), "UCX: WRITE to agent '%s' failed: the target dropped it "
@@ -117,7 +118,7 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
         if (data > u->am_write_max || x->iov[i].len > UINT32_MAX)
             return 0;
     }
-    size_t total = 2 + nl + 4 + x->notif_len + 4 + x->n * 12 + data;
+    size_t total = 2 + nl + nxl_amw_body_size(x, data);
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? nxl_ucx_op_buf(o, total) : NULL;
     if (!b) {
@@ -125,16 +126,7 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
             nxl_ucx_op_drop(o);
         return -1;
     }
-    unsigned char *w = nxl_ucx_name_put(b, me, nl);
-    ucx_ci_put(w, x->notif_len, 4), w += 4;
-    memcpy(w, x->notif, x->notif_len), w += x->notif_len;
-    ucx_ci_put(w, x->n, 4), w += 4;
-    for (size_t i = 0; i < x->n; i++) {
-        ucx_ci_put(w, x->iov[i].raddr, 8), w += 8;
-        ucx_ci_put(w, x->iov[i].len, 4), w += 4;
-    }
-    for (size_t i = 0; i < x->n; i++)
-        memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
+    nxl_amw_body_pack(nxl_ucx_name_put(b, me, nl), x);
     o->notif = b; /* kept with the op */
     o->notif_len = total;
     o->amw = true;
@@ -164,53 +156,17 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     char from[256] = "?";
     const char *bad = NULL;
     size_t nk = nxl_ucx_name_get(b, len, from);
-    if (!nk || len - nk < 4) {
+    if (!nk) {
         bad = "malformed header";
         goto drop;
     }
-    b += nk;
-    uint32_t ml = (uint32_t)ucx_ci_get(b, 4);
-    b += 4;
-    if ((size_t)(end - b) < (size_t)ml + 4) {
-        bad = "notification longer than the message";
+    /* every element checked before any byte is written, then copied */
+    const unsigned char *msg;
+    size_t ml;
+    bad = nxl_amw_body_apply(u->ctx, b + nk, end, &msg, &ml);
+    if (bad)
         goto drop;
-    }
-    const unsigned char *msg = b;
-    b += ml;
-    uint32_t n = (uint32_t)ucx_ci_get(b, 4);
-    b += 4;
-    if ((size_t)(end - b) / 12 < n) {
-        bad = "more elements than the message holds";
-        goto drop;
-    }
-    const unsigned char *el = b, *payload = b + (size_t)n * 12;
-    /* every element checked before any byte is written: inside one DRAM
-     * region registered with this transport (the engine's table: a region
-     * leaves it before revoke() tells the peers, so a WRITE into a region
-     * deregistered meanwhile is dropped; DRAM of device 0, the wire names
-     * no device) */
-    size_t at = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = ucx_ci_get(el + 12 * i, 8);
-        uint32_t l = (uint32_t)ucx_ci_get(el + 12 * i + 8, 4);
-        if ((size_t)(end - payload) - at < l) {
-            bad = "elements longer than the message";
-            goto drop;
-        }
-        if (!nxlt_mem_registered(u->ctx, NXL_DRAM, 0, ra, l)) {
-            bad = "an element outside every region registered here (deregistered meanwhile?)";
-            goto drop;
-        }
-        at += l;
-    }
-    at = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t ra = ucx_ci_get(el + 12 * i, 8);
-        uint32_t l = (uint32_t)ucx_ci_get(el + 12 * i + 8, 4);
-        memcpy((void *)(uintptr_t)ra, payload + at, l);
-        at += l;
-    }
-    u->hit = true;
+    u->net.hit = true;
     amw_ack(u, header, hlen, param, NULL); /* every byte is in place */
     nxlt_notif_recv(u->ctx, from, msg, ml);
     return UCS_OK;
@@ -276,7 +232,7 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed notification of %zu bytes dropped", len);
         return UCS_OK;
     }
-    u->hit = true;
+    u->net.hit = true;
     nxlt_notif_recv(u->ctx, from, b + nk, len - nk);
     return UCS_OK;
 }

@@ -145,7 +145,7 @@ void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     if (stalled)
         nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: no transfer to agent '%s' completed for %llu ms; "
                  "declaring the connection lost", c->name,
-                 (unsigned long long)(c->u->stall_us / 1000));
+                 (unsigned long long)(c->u->net.stall_us / 1000));
     else
         nxlt_log(c->u->ctx, NXL_LOG_WARN, "UCX: connection to agent '%s' failed: %s", c->name,
                  ucs_status_string(status));

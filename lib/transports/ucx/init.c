@@ -152,7 +152,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
         ns = nxlt_param_uint(ctx, params, n, "cma_max", 0, UINT64_MAX, &cmax);
     if (ns != NXL_SUCCESS)
         return ns;
-    u->stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
+    u->net.stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
     u->am_write_max = (size_t)am_max;
     u->cma_mode = cma_modes[cma];
     u->cma_chunk = (size_t)chunk;
@@ -402,8 +402,7 @@ static void quiesce(void *state)
     if (o->op) {
         nxlt_op_t *op = o->op;
         o->op = NULL;
-        u->inflight--;
-        o->conn->inflight--;
+        nxl_netop_unstart(&u->net, &o->conn->net);
         nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
 }

@@ -100,7 +100,7 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
     b += nk;
     nxlt_remote_revoked(u->ctx, from, (nxl_mem_t)b[0], ucx_ci_get(b + 1, 8), ucx_ci_get(b + 9, 8),
                         ucx_ci_get(b + 17, 8));
-    u->hit = true;
+    u->net.hit = true;
     return UCS_OK;
 }
 

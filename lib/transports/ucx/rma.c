@@ -19,19 +19,6 @@ static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
     return NXL_ERR_BACKEND;
 }
 
-static void op_done(ucx_op_t *o, nxl_status_t ns, const char *why)
-{
-    if (!o->op)
-        return;
-    nxlt_op_t *op = o->op;
-    o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
-    o->conn->progress_us = nxl_ucx_coarse_us();
-    o->u->hit = true;
-    nxlt_op_done(op, ns, why);
-}
-
 /* Tells the engine (once); the op itself lives on until UCX is done with it. */
 void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st)
 {
@@ -51,10 +38,11 @@ void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st)
         snprintf(why, sizeof(why), "UCX: no transfer to agent '%s' completed within %llu ms "
                  "(link down, or the peer hung); the connection is given up — reload its "
                  "metadata once it is reachable", o->conn->name,
-                 (unsigned long long)(o->u->stall_us / 1000));
+                 (unsigned long long)(o->u->net.stall_us / 1000));
     else if (ns != NXL_SUCCESS && o->why)
         snprintf(why, sizeof(why), "%s", o->why);
-    op_done(o, ns, ns == NXL_SUCCESS ? NULL : why);
+    nxl_netop_report(&o->op, &o->u->net, &o->conn->net, nxl_ucx_coarse_us, ns,
+                     ns == NXL_SUCCESS ? NULL : why);
 }
 
 void nxl_ucx_op_free(ucx_op_t *o)
@@ -93,8 +81,7 @@ void nxl_ucx_op_free(ucx_op_t *o)
 void nxl_ucx_op_drop(ucx_op_t *o)
 {
     o->op = NULL;
-    o->u->inflight--;
-    o->conn->inflight--;
+    nxl_netop_unstart(&o->u->net, &o->conn->net);
     nxl_ucx_op_free(o);
 }
 
@@ -171,10 +158,10 @@ ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me,
     o->op = op;
     o->conn = c;
     c->refs++;
-    if (c->inflight++ == 0)
-        c->progress_us = nxl_ucx_coarse_us();
+    bool first = nxl_netop_start(&u->net, &c->net, nxl_ucx_coarse_us);
     LIST_INSERT_HEAD(&u->ops, o, link);
-    nxl_ucx_op_started(u);
+    if (first)
+        nxl_ucx_watch_start(u);
     return o;
 }
 

@@ -63,6 +63,8 @@
 
 #define NXL_UCX_AM_NOTIF 0x6e78 /* "nx" */
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
+#include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
+#include "../common/amwrite.h" /* the one-message WRITE's body */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
@@ -94,7 +96,7 @@ typedef struct ucx_state {
     int efd;
     struct event *ev_efd, *ev_kick, *ev_watch;
     bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
-    unsigned inflight;          /* ops not done yet */
+    nxl_netop_inst_t net;       /* ops in flight (not done yet), hit, stall_us (netop.h) */
     uint64_t busy_until_us;
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
@@ -108,8 +110,6 @@ typedef struct ucx_state {
     unsigned backoff_us;        /* the kick timer's delay meanwhile (0: none) */
     bool kick_later;            /* ev_kick is pending with that delay */
     bool backoff_said;          /* the backoff was logged */
-    bool hit;                   /* an op completed or a notification came: the engine has work */
-    uint64_t stall_us;          /* ops to a peer with none completing this long: peer lost */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
     uint64_t am_seq;            /* the last AM_WRITE's number (its acknowledgement names it) */
@@ -156,8 +156,8 @@ struct ucx_conn {
                                  * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     ucs_status_t why;
-    unsigned inflight;          /* ops reported to the engine not yet */
-    uint64_t progress_us;       /* last completion (or first post) of an op on it (coarse_us) */
+    nxl_netop_conn_t net;       /* ops reported to the engine not yet, and the last
+                                 * completion (or first post) of one (coarse_us) */
     int cma;                    /* CMA_NONE, CMA_READY, CMA_REFUSED */
     int pidfd;                  /* the peer's process, while cma is CMA_READY (or -1) */
     pid_t pid;
@@ -237,7 +237,7 @@ void nxl_ucx_deferred_failures(ucx_t *u);
 void nxl_ucx_on_efd(evutil_socket_t fd, short what, void *arg);
 void nxl_ucx_on_kick(evutil_socket_t fd, short what, void *arg);
 void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg);
-void nxl_ucx_op_started(ucx_t *u);
+void nxl_ucx_watch_start(ucx_t *u);
 
 /* conn.c */
 void nxl_ucx_conn_put(ucx_conn_t *c);

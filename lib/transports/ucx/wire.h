@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../common/be.h"
+
 /* Connection info: this magic (its last byte the version), a flags byte,
  * then UCX's worker address. */
 static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
@@ -41,19 +43,9 @@ typedef struct ucx_ci_cma {
     uint64_t cookie_addr, cookie;
 } ucx_ci_cma_t;
 
-static inline void ucx_ci_put(unsigned char *b, uint64_t v, int n)
-{
-    for (int k = 0; k < n; k++)
-        b[k] = (unsigned char)(v >> (8 * (n - 1 - k)));
-}
-
-static inline uint64_t ucx_ci_get(const unsigned char *b, int n)
-{
-    uint64_t v = 0;
-    for (int k = 0; k < n; k++)
-        v = v << 8 | b[k];
-    return v;
-}
+/* big-endian integers of n bytes (../common/be.h) */
+#define ucx_ci_put nxl_be_put
+#define ucx_ci_get nxl_be_get
 
 /* bytes before UCX's address: for flags with CI_CMA, version 2 */
 static inline size_t ucx_ci_hdr(unsigned flags)

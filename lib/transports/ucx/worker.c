@@ -215,9 +215,9 @@ static void spin(ucx_t *u, unsigned bp)
     uint64_t now = nxlt_now_us(), end = now + SPIN_SLICE_US;
     if (end > u->busy_until_us)
         end = u->busy_until_us;
-    u->hit = false;
+    u->net.hit = false;
     for (unsigned i = 1;; i++) {
-        if (ucp_worker_progress(u->w) || u->hit) {
+        if (ucp_worker_progress(u->w) || u->net.hit) {
             while (ucp_worker_progress(u->w))
                 ;
             /* the clock as last read (16 rounds ago at most): no read
@@ -281,7 +281,7 @@ void nxl_ucx_deferred_failures(ucx_t *u)
  * on its fd waits for the timer. */
 static void busy_kick(ucx_t *u, unsigned n)
 {
-    if (n || u->inflight) {
+    if (n || u->net.inflight) {
         u->busy_idle_us = 0;
         u->backoff_us = 0;
         nxl_ucx_kick(u);
@@ -333,8 +333,8 @@ static void progress(ucx_t *u)
          * to deliver): let it run first. Arming costs several system calls
          * and right after traffic mostly answers BUSY; delivering first
          * took ~15 us off each one-way trip here. The next turn arms. */
-        if (u->hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
-            u->hit = false;
+        if (u->net.hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+            u->net.hit = false;
             nxl_ucx_kick(u);
             return;
         }
@@ -369,22 +369,24 @@ void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg)
     uint64_t now = nxl_ucx_coarse_us();
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
-    if (c->inflight && !c->failed && u->stall_us && now - c->progress_us > u->stall_us)
+    if (!c->failed && nxl_netop_stalled(&u->net, &c->net, now))
         nxl_ucx_conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
 
     /* armed while ops are in flight; the first op after an idle period
      * re-arms it (an op started meanwhile keeps it going: no timer is
      * added and removed for each op of a one-at-a-time stream) */
-    u->watch_on = u->inflight > 0;
+    u->watch_on = u->net.inflight > 0;
     if (u->watch_on) {
         struct timeval tv = {0, WATCH_MS * 1000};
         evtimer_add(u->ev_watch, &tv);
     }
 }
 
-void nxl_ucx_op_started(ucx_t *u)
+/* the first op after an idle period (nxl_netop_start said so): the watch
+ * starts, unless it is still armed */
+void nxl_ucx_watch_start(ucx_t *u)
 {
-    if (u->inflight++ == 0 && !u->watch_on) {
+    if (!u->watch_on) {
         u->watch_on = true;
         struct timeval tv = {0, WATCH_MS * 1000};
         evtimer_add(u->ev_watch, &tv);
