@@ -144,6 +144,27 @@ EXPORT const char *cudaGetErrorName(cudaError_t e)
     }
 }
 
+/* len bytes of anonymous memory, recorded as ours of kind on the current
+ * device */
+static cudaError_t anon_alloc(void **p, size_t len, int kind)
+{
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return cudaErrorMemoryAllocation;
+    add(m, len, kind, cur_dev, -1, true);
+    *p = m;
+    return cudaSuccess;
+}
+
+/* unmaps a range take() removed, closes its memfd if any, frees it */
+static void drop(mrange_t *r)
+{
+    munmap(r->base, r->size);
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r);
+}
+
 EXPORT cudaError_t cudaMalloc(void **p, size_t len)
 {
     int fd = memfd_create("mock-vram", MFD_CLOEXEC);
@@ -164,12 +185,7 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t len)
 
 EXPORT cudaError_t cudaMallocManaged(void **p, size_t len, unsigned flags)
 {
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return cudaErrorMemoryAllocation;
-    add(m, len, M_MANAGED, cur_dev, -1, true);
-    *p = m;
-    return cudaSuccess;
+    return anon_alloc(p, len, M_MANAGED);
 }
 
 EXPORT cudaError_t cudaFree(void *p)
@@ -181,21 +197,13 @@ EXPORT cudaError_t cudaFree(void *p)
         r = take(p, M_MANAGED);
     if (!r)
         return cudaErrorInvalidValue;
-    munmap(r->base, r->size);
-    if (r->fd >= 0)
-        close(r->fd);
-    free(r);
+    drop(r);
     return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaHostAlloc(void **p, size_t len, unsigned flags)
 {
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return cudaErrorMemoryAllocation;
-    add(m, len, M_HOST, cur_dev, -1, true);
-    *p = m;
-    return cudaSuccess;
+    return anon_alloc(p, len, M_HOST);
 }
 
 EXPORT cudaError_t cudaFreeHost(void *p)
@@ -203,8 +211,7 @@ EXPORT cudaError_t cudaFreeHost(void *p)
     mrange_t *r = take(p, M_HOST);
     if (!r || !r->ours)
         return cudaErrorInvalidValue;
-    munmap(r->base, r->size);
-    free(r);
+    drop(r);
     return cudaSuccess;
 }
 
