@@ -352,19 +352,28 @@ START_TEST(t_link_cut_libfabric)
 }
 END_TEST
 
+/* Starts the target host's agent, writing its port to p[1]; returns the
+ * port, or takes the hosts down and fails when the agent did not start. */
+static uint16_t start_target(int p[2], pid_t *t)
+{
+    *t = target(p[1]);
+    close(p[1]);
+    uint16_t port;
+    if (read(p[0], &port, 2) != 2) {
+        int rt = wait_exit(*t, 5);
+        hosts_down();
+        ck_abort_msg("the target host's agent did not start (exit %d)", rt);
+    }
+    return port;
+}
+
 static void two_hosts(void)
 {
     hosts_up();
     int p[2];
     ck_assert(pipe(p) == 0);
-    pid_t t = target(p[1]);
-    close(p[1]);
-    uint16_t port;
-    if (read(p[0], &port, 2) != 2) {
-        int rt = wait_exit(t, 5);
-        hosts_down();
-        ck_abort_msg("the target host's agent did not start (exit %d)", rt);
-    }
+    pid_t t;
+    uint16_t port = start_target(p, &t);
     pid_t i = fork();
     if (i == 0)
         _exit(initiator_data(port));
@@ -379,14 +388,8 @@ static void link_cut(void)
     hosts_up();
     int p[2], up[2], down[2];
     ck_assert(pipe(p) == 0 && pipe(up) == 0 && pipe(down) == 0);
-    pid_t t = target(p[1]);
-    close(p[1]);
-    uint16_t port;
-    if (read(p[0], &port, 2) != 2) {
-        int rt = wait_exit(t, 5);
-        hosts_down();
-        ck_abort_msg("the target host's agent did not start (exit %d)", rt);
-    }
+    pid_t t;
+    uint16_t port = start_target(p, &t);
     pid_t i = fork();
     if (i == 0)
         _exit(initiator_cut(port, up[1], down[0]));
