@@ -27,11 +27,7 @@ static nxl_agent_t *agent(const char *name, int listen, const char *secret, cons
     c.auth_secret = secret;
     c.auth_key_file = keyfile;
     c.io_timeout_ms = 3000;
-    if (listen)
-        c.listen_addr = "127.0.0.1";
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
-    return a;
+    return tl_agent_cfg(&c, listen);
 }
 
 static void teardown(void)
@@ -39,16 +35,6 @@ static void teardown(void)
     nxl_agent_destroy(A);
     nxl_agent_destroy(B);
     A = B = NULL;
-}
-
-static int ndone;
-static nxl_status_t last;
-static char last_err[600];
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    ndone++;
-    last = st;
-    snprintf(last_err, sizeof(last_err), "%s", nxl_future_error(f));
 }
 
 static void turn(void)
@@ -60,26 +46,21 @@ static void turn(void)
 
 static nxl_status_t wait1(void)
 {
-    uint64_t end = tl_now_ms() + 10000;
-    while (!ndone && tl_now_ms() < end)
-        turn();
-    ck_assert_msg(ndone == 1, "the request never completed");
-    ndone = 0;
-    return last;
+    tl_count_until(A, B, 1, 10000);
+    ck_assert_msg(tl_ndone == 1, "the request never completed");
+    tl_ndone = 0;
+    return tl_last;
 }
 
 static nxl_status_t fetch(void)
 {
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL,
-                                  NULL),
-                     NXL_SUCCESS);
+    tl_md_fetch(A, B);
     return wait1();
 }
 
 static nxl_status_t send_md(void)
 {
-    ck_assert_int_eq(nxl_md_send(A, "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL, NULL),
-                     NXL_SUCCESS);
+    tl_md_send(A, B);
     return wait1();
 }
 
@@ -98,7 +79,7 @@ START_TEST(t_same_secret)
     ck_assert_int_eq(nxl_md_check(A, "B"), NXL_SUCCESS);
     ck_assert_int_eq(send_md(), NXL_SUCCESS);
     ck_assert_int_eq(nxl_md_check(B, "A"), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_md_send_invalidate(A, "127.0.0.1", nxl_agent_listen_port(B), done_cb,
+    ck_assert_int_eq(nxl_md_send_invalidate(A, "127.0.0.1", nxl_agent_listen_port(B), tl_count_cb,
                                             NULL, NULL),
                      NXL_SUCCESS);
     ck_assert_int_eq(wait1(), NXL_SUCCESS);
@@ -107,13 +88,20 @@ START_TEST(t_same_secret)
 }
 END_TEST
 
+/* A (secret a_secret) and B (b_secret, listening): A's fetch of B's
+ * metadata is refused, A's error says why, and A holds nothing of B. */
+static void fetch_refused(const char *a_secret, const char *b_secret, const char *why)
+{
+    A = agent("A", 0, a_secret, NULL);
+    B = agent("B", 1, b_secret, NULL);
+    ck_assert_int_eq(fetch(), NXL_ERR_NOT_ALLOWED);
+    ck_sentence(tl_last_err, why);
+    ck_assert_int_eq(nxl_md_check(A, "B"), NXL_ERR_NOT_FOUND);
+}
+
 START_TEST(t_unsigned_request)
 {
-    A = agent("A", 0, NULL, NULL);
-    B = agent("B", 1, S1, NULL);
-    ck_assert_int_eq(fetch(), NXL_ERR_NOT_ALLOWED);
-    ck_sentence(last_err, "authentication");
-    ck_assert_int_eq(nxl_md_check(A, "B"), NXL_ERR_NOT_FOUND);
+    fetch_refused(NULL, S1, "authentication");
     ck_assert_int_eq(send_md(), NXL_ERR_NOT_ALLOWED);
     ck_assert_int_eq(nxl_md_check(B, "A"), NXL_ERR_NOT_FOUND);
     ck_assert_uint_eq(stats(B).md_auth_refused, 2);
@@ -136,11 +124,7 @@ END_TEST
 /* A has a secret, B does not: B answers unsigned, A refuses the answer. */
 START_TEST(t_unsigned_reply)
 {
-    A = agent("A", 0, S1, NULL);
-    B = agent("B", 1, NULL, NULL);
-    ck_assert_int_eq(fetch(), NXL_ERR_NOT_ALLOWED);
-    ck_sentence(last_err, "not signed");
-    ck_assert_int_eq(nxl_md_check(A, "B"), NXL_ERR_NOT_FOUND);
+    fetch_refused(S1, NULL, "not signed");
     ck_assert_uint_eq(stats(A).md_auth_refused, 1);
 }
 END_TEST

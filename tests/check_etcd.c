@@ -61,18 +61,12 @@ static nxl_agent_t *agent(const char *name, struct event_base *base, unsigned tt
     c.base = base;
     c.etcd_endpoints = endpoints ? endpoints : E.endpoint;
     c.etcd_lease_ttl_s = ttl;
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
-    ck_assert_msg(nxl_backend_create(a, "UCX", NULL, 0, NULL) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
+    nxl_agent_t *a = tl_agent_cfg(&c, 0);
+    tl_backend(a, "UCX");
     return a;
 }
 
-static void reg(nxl_agent_t *a, void *p, size_t len)
-{
-    nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
-    ck_assert(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL) == NXL_SUCCESS);
-}
+#define reg tl_reg_dram
 
 static int ncb;
 static nxl_status_t last;

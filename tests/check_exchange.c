@@ -39,20 +39,12 @@ static nxl_agent_t *agent_on(struct event_base *b, const char *name, int listen)
     c.name = name;
     c.base = b;
     c.io_timeout_ms = 3000;
-    if (listen)
-        c.listen_addr = "127.0.0.1";
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
-    ck_assert_msg(nxl_backend_create(a, "UCX", NULL, 0, NULL) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
+    nxl_agent_t *a = tl_agent_cfg(&c, listen);
+    tl_backend(a, "UCX");
     return a;
 }
 
-static void reg(nxl_agent_t *a, void *p, size_t len)
-{
-    nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
-    ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
-}
+#define reg tl_reg_dram
 
 static void setup(void)
 {
@@ -136,6 +128,14 @@ static nxl_status_t finish(ctr_t *c)
     run_ms(20);
     ck_assert_int_eq(c->n, 1);
     return c->st;
+}
+
+/* posts x and completes it through the shared base; returns its status */
+static nxl_status_t post_wait(nxl_xfer_t *x)
+{
+    ctr_t w = {0};
+    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w, NULL), NXL_SUCCESS);
+    return finish(&w);
 }
 
 static nxl_status_t prep_in(nxl_agent_t *a, const char *remote, void *p, size_t len)
@@ -226,9 +226,7 @@ START_TEST(t_fetch_mismatch)
     ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, held, NULL, 1, NULL, &x),
                      NXL_SUCCESS);
     tl_fill(abuf, 4096, 77);
-    ctr_t w = {0};
-    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w, NULL), NXL_SUCCESS);
-    ck_assert_int_eq(finish(&w), NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
     ck_assert(tl_check(bbuf, 4096, 77) < 0);
     nxl_xfer_release(x);
     nxl_prepped_release(lp);
@@ -806,16 +804,10 @@ START_TEST(t_write_read)
     ck_assert_int_eq(finish(&c), NXL_SUCCESS);
     /* WRITE A -> B, with a notification B checks the data with */
     nxl_agent_on_notif(B, b_notif, NULL);
-    nxl_desc_t l = {.addr = (uintptr_t)abuf, .len = 1u << 20},
-               r = {.addr = (uintptr_t)bbuf + 65536, .len = 1u << 20};
-    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
-    nxl_xfer_opts_t o;
-    nxl_xfer_opts_init(&o);
-    o.notif = "written";
-    o.notif_len = 7;
     nxl_xfer_t *x;
-    ck_assert_msg(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "B", &o, &x) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(A));
+    ck_assert_msg(tl_xfer1(A, NXL_WRITE, (uintptr_t)abuf, (uintptr_t)bbuf + 65536, 1u << 20, "B",
+                           "written", &x) == NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(A));
     for (uint32_t k = 0; k < 3; k++) {
         want_seed = 900 + k;
         tl_fill(abuf, 1u << 20, want_seed);
@@ -842,16 +834,14 @@ START_TEST(t_write_read)
     }
     nxl_dlist_t lml = {NXL_DRAM, ld, N}, rml = {NXL_DRAM, rd, N};
     ck_assert_int_eq(nxl_xfer_create(A, NXL_READ, &lml, &rml, "B", NULL, &x), NXL_SUCCESS);
-    ctr_t rr = {0};
-    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &rr, NULL), NXL_SUCCESS);
-    ck_assert_int_eq(finish(&rr), NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
     long bad = tl_check(abuf, N * 4096, 31337);
     ck_assert_msg(bad < 0, "READ: byte %ld wrong in A", bad);
     nxl_xfer_release(x);
     /* outside B's registered memory: refused at creation */
     nxl_desc_t out = {.addr = (uintptr_t)bbuf + BUF - 8, .len = 16};
-    nxl_dlist_t ol = {NXL_DRAM, &out, 1};
-    l.len = 16;
+    nxl_desc_t l = {.addr = (uintptr_t)abuf, .len = 16};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, ol = {NXL_DRAM, &out, 1};
     x = (nxl_xfer_t *)&x;
     ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &ol, "B", NULL, &x), NXL_ERR_NOT_FOUND);
     ck_assert_ptr_null(x);
@@ -872,9 +862,7 @@ START_TEST(t_invalidate_then_reload)
     ck_assert_int_eq(nxl_prep(A, "B", NXL_DRAM, &r, 1, &rp), NXL_SUCCESS);
     nxl_xfer_t *x;
     ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x), NXL_SUCCESS);
-    ctr_t w = {0};
-    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w, NULL), NXL_SUCCESS);
-    ck_assert_int_eq(finish(&w), NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
     ck_assert_int_eq(nxl_md_invalidate(A, "B"), NXL_SUCCESS);
     ck_assert_int_eq(nxl_md_check(A, "B"), NXL_ERR_NOT_FOUND);
     ctr_t w2 = {0};
@@ -897,9 +885,7 @@ START_TEST(t_invalidate_then_reload)
     ck_assert_int_eq(nxl_prep(A, "B", NXL_DRAM, &r, 1, &rp), NXL_SUCCESS);
     ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x), NXL_SUCCESS);
     tl_fill(abuf, 4096, 4242);
-    ctr_t w3 = {0};
-    ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &w3, NULL), NXL_SUCCESS);
-    ck_assert_int_eq(finish(&w3), NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
     ck_assert(tl_check(bbuf, 4096, 4242) < 0);
     nxl_xfer_release(x);
     nxl_prepped_release(lp);

@@ -179,15 +179,10 @@ START_TEST(t_loopback)
     ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
     nxl_agent_on_notif(a, notif_cb, NULL);
     tl_fill(buf, len / 2, 7);
-    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len / 2},
-               r = {.addr = (uintptr_t)buf + len / 2, .len = len / 2};
-    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
-    nxl_xfer_opts_t o;
-    nxl_xfer_opts_init(&o);
-    o.notif = "here";
-    o.notif_len = 4;
     nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &ll, &rl, "self", &o, &x), NXL_SUCCESS);
+    ck_assert_int_eq(
+        tl_xfer1(a, NXL_WRITE, (uintptr_t)buf, (uintptr_t)buf + len / 2, len / 2, "self", "here", &x),
+        NXL_SUCCESS);
     ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(x)), "LIBFABRIC");
     ndone = nnotif = 0;
     ck_assert_int_eq(nxl_xfer_post(x, done_cb, NULL, NULL), NXL_SUCCESS);

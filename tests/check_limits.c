@@ -33,10 +33,8 @@ static nxl_agent_t *agent(const char *name, int listen, void (*tune)(nxl_agent_c
         c.listen_addr = "127.0.0.1";
     if (tune)
         tune(&c);
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
-    ck_assert_msg(nxl_backend_create(a, "UCX", NULL, 0, NULL) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
+    nxl_agent_t *a = tl_agent_cfg(&c, 0);
+    tl_backend(a, "UCX");
     return a;
 }
 
@@ -54,22 +52,9 @@ static void turn(void)
     nxl_agent_run_once(B, 1);
 }
 
-static int ndone;
-static nxl_status_t last;
-static char last_err[512];
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    ndone++;
-    last = st;
-    snprintf(last_err, sizeof(last_err), "%s", nxl_future_error(f));
-}
-
 static int until(int n, int ms)
 {
-    uint64_t end = tl_now_ms() + (uint64_t)ms;
-    while (ndone < n && tl_now_ms() < end)
-        turn();
-    return ndone >= n;
+    return tl_count_until(A, B, n, ms);
 }
 
 static nxl_stats_t stats(nxl_agent_t *a)
@@ -109,12 +94,10 @@ static int closed_within(int s, int ms)
 
 static nxl_status_t fetch_b(void)
 {
-    int before = ndone;
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL,
-                                  NULL),
-                     NXL_SUCCESS);
+    int before = tl_ndone;
+    tl_md_fetch(A, B);
     ck_assert(until(before + 1, 10000));
-    return last;
+    return tl_last;
 }
 
 /* ------------------------------------------------------------------ */
@@ -131,11 +114,10 @@ START_TEST(t_frame_size)
     for (int i = 0; i < 64; i++)
         d[i] = (nxl_desc_t){.addr = (uintptr_t)mem[i], .len = sizeof(mem[i])};
     ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, d, 64, NULL), NXL_SUCCESS);
-    ndone = 0;
-    ck_assert_int_eq(nxl_md_send(A, "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL, NULL),
-                     NXL_SUCCESS);
+    tl_ndone = 0;
+    tl_md_send(A, B);
     ck_assert(until(1, 10000));
-    ck_assert_int_eq(last, NXL_ERR_REMOTE_DISCONNECT);
+    ck_assert_int_eq(tl_last, NXL_ERR_REMOTE_DISCONNECT);
     ck_assert_uint_eq(stats(B).md_clients_refused, 1);
     ck_sentence(logged, "max_frame_bytes");
     ck_assert_int_eq(nxl_md_check(B, "A"), NXL_ERR_NOT_FOUND);
@@ -168,7 +150,7 @@ START_TEST(t_clients)
     close(s1), close(s2), close(s3), close(s4), close(s5);
     for (int i = 0; i < 20; i++)
         turn();
-    ndone = 0;
+    tl_ndone = 0;
     ck_assert_int_eq(fetch_b(), NXL_SUCCESS);
 }
 END_TEST
@@ -185,10 +167,8 @@ START_TEST(t_trickle)
     ck_assert(write(s, h, sizeof(h)) == sizeof(h));
     uint64_t t0 = tl_now_ms();
     int dropped = 0, served_during = 0;
-    ndone = 0;
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL,
-                                  NULL),
-                     NXL_SUCCESS);
+    tl_ndone = 0;
+    tl_md_fetch(A, B);
     uint64_t next = tl_now_ms();
     while (tl_now_ms() - t0 < 4000 && !dropped) {
         if (tl_now_ms() >= next) {
@@ -202,7 +182,7 @@ START_TEST(t_trickle)
         if (r == 0 || (r < 0 && errno != EAGAIN))
             dropped = 1;
         turn();
-        if (ndone && !served_during)
+        if (tl_ndone && !served_during)
             served_during = (int)(tl_now_ms() - t0);
     }
     uint64_t took = tl_now_ms() - t0;
@@ -211,7 +191,7 @@ START_TEST(t_trickle)
                   (unsigned long long)took);
     ck_assert_msg(served_during > 0 && served_during < 900,
                   "another client waited %d ms behind the trickling one", served_during);
-    ck_assert_int_eq(last, NXL_SUCCESS);
+    ck_assert_int_eq(tl_last, NXL_SUCCESS);
     ck_assert_uint_eq(stats(B).md_clients_refused, 1);
     ck_sentence(logged, "timeout");
     close(s);
@@ -261,11 +241,11 @@ START_TEST(t_notif_queue)
     ck_assert_int_eq(nxl_md_load(B, blob, len, NULL, 0), NXL_SUCCESS);
     nxl_free(blob);
     /* A pulls (no callback) and does not drain: 25 arrive */
-    ndone = 0;
+    tl_ndone = 0;
     for (int i = 0; i < 25; i++) {
         char m[16];
         int n = snprintf(m, sizeof(m), "n%d", i);
-        ck_assert_int_eq(nxl_notif_send(B, "A", m, (size_t)n, done_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_notif_send(B, "A", m, (size_t)n, tl_count_cb, NULL, NULL), NXL_SUCCESS);
     }
     ck_assert(until(25, 10000));
     uint64_t end = tl_now_ms() + 5000;
@@ -277,7 +257,7 @@ START_TEST(t_notif_queue)
     ck_sentence(logged, "max_queued_notifs");
     ck_assert_uint_eq(nxl_notifs_drain(A, NULL, NULL), 10);
     /* drained: room again */
-    ck_assert_int_eq(nxl_notif_send(B, "A", "again", 5, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_notif_send(B, "A", "again", 5, tl_count_cb, NULL, NULL), NXL_SUCCESS);
     ck_assert(until(26, 10000));
     end = tl_now_ms() + 5000;
     while (stats(A).notifs_received < 11 && tl_now_ms() < end)

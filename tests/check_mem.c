@@ -449,11 +449,7 @@ END_TEST
 
 START_TEST(t_no_backend)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "bare";
-    nxl_agent_t *a;
-    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    nxl_agent_t *a = tl_agent_bare("bare", 0);
     nxl_desc_t d = D(0, 4096);
     ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_ERR_NOT_SUPPORTED);
     ck_sentence(nxl_agent_last_error(a), "nxl_backend_create");

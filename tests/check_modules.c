@@ -182,11 +182,7 @@ END_TEST
 
 START_TEST(t_create_refused)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "M";
-    nxl_agent_t *a;
-    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    nxl_agent_t *a = tl_agent_bare("M", 0);
     nxl_backend_t *b = (nxl_backend_t *)&b;
     ck_assert_int_eq(nxl_backend_create(a, "bogus", NULL, 0, &b), NXL_ERR_MISMATCH);
     ck_assert_ptr_null(b);

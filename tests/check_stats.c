@@ -23,10 +23,7 @@ static nxl_agent_t *agent(const char *name, const char *tls, int listen, const c
     c.name = name;
     c.metrics_addr = metrics;
     c.io_timeout_ms = 2000;
-    if (listen)
-        c.listen_addr = "127.0.0.1";
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    nxl_agent_t *a = tl_agent_cfg(&c, listen);
     nxl_param_t p = {"tls", tls};
     ck_assert_msg(nxl_backend_create(a, "UCX", tls ? &p : NULL, tls ? 1 : 0, NULL) ==
                       NXL_SUCCESS, "%s", nxl_agent_last_error(a));

@@ -264,11 +264,7 @@ END_TEST
 
 START_TEST(t_backend_errors)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "A";
-    nxl_agent_t *a;
-    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_SUCCESS);
+    nxl_agent_t *a = tl_agent_bare("A", 0);
     nxl_backend_t *b = (nxl_backend_t *)&b;
 
     ck_assert_int_eq(nxl_backend_create(a, "NOPE", NULL, 0, &b), NXL_ERR_NOT_FOUND);

@@ -101,53 +101,34 @@ static nxl_agent_t *agent(const char *name, int listen, const char *cert, const 
         c.tls_key_file = strdup(path(key));
         c.tls_ca_file = strdup(path(caf));
     }
-    if (listen)
-        c.listen_addr = "127.0.0.1";
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    nxl_agent_t *a = tl_agent_cfg(&c, listen);
     free((void *)c.tls_cert_file);
     free((void *)c.tls_key_file);
     free((void *)c.tls_ca_file);
     return a;
 }
 
-static int ndone;
-static nxl_status_t last;
-static char last_err[1500];
-static void done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    ndone++;
-    last = st;
-    snprintf(last_err, sizeof(last_err), "%s", nxl_future_error(f));
-}
 
 static nxl_status_t wait1(void)
 {
-    uint64_t end = tl_now_ms() + 10000;
-    while (!ndone && tl_now_ms() < end) {
-        nxl_agent_run_once(A, 0);
-        nxl_agent_run_once(B, 1);
-    }
-    ck_assert_msg(ndone == 1, "the request never completed");
-    ndone = 0;
+    tl_count_until(A, B, 1, 10000);
+    ck_assert_msg(tl_ndone == 1, "the request never completed");
+    tl_ndone = 0;
     /* let the listener see the end of the connection */
     for (int i = 0; i < 20; i++)
         nxl_agent_run_once(B, 1);
-    return last;
+    return tl_last;
 }
 
 static nxl_status_t fetch(void)
 {
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL,
-                                  NULL),
-                     NXL_SUCCESS);
+    tl_md_fetch(A, B);
     return wait1();
 }
 
 static nxl_status_t send_md(void)
 {
-    ck_assert_int_eq(nxl_md_send(A, "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL, NULL),
-                     NXL_SUCCESS);
+    tl_md_send(A, B);
     return wait1();
 }
 
@@ -156,9 +137,9 @@ START_TEST(t_tls)
     A = agent("A", 0, "a", "ca1", NULL);
     B = agent("B", 1, "b", "ca1", NULL);
     logged[0] = 0;
-    ck_assert_msg(fetch() == NXL_SUCCESS, "%s; logged: %s", last_err, logged);
+    ck_assert_msg(fetch() == NXL_SUCCESS, "%s; logged: %s", tl_last_err, logged);
     ck_assert_int_eq(nxl_md_check(A, "B"), NXL_SUCCESS);
-    ck_assert_msg(send_md() == NXL_SUCCESS, "%s", last_err);
+    ck_assert_msg(send_md() == NXL_SUCCESS, "%s", tl_last_err);
     ck_assert_int_eq(nxl_md_check(B, "A"), NXL_SUCCESS);
 }
 END_TEST
@@ -167,13 +148,13 @@ START_TEST(t_tls_and_auth)
 {
     A = agent("A", 0, "a", "ca1", "a shared secret of the cluster");
     B = agent("B", 1, "b", "ca1", "a shared secret of the cluster");
-    ck_assert_msg(fetch() == NXL_SUCCESS, "%s", last_err);
+    ck_assert_msg(fetch() == NXL_SUCCESS, "%s", tl_last_err);
     ck_assert_int_eq(nxl_md_check(A, "B"), NXL_SUCCESS);
     nxl_agent_destroy(A);
     /* TLS does not stand in for the secret: another one is still refused */
     A = agent("A", 0, "a", "ca1", "another secret, not the cluster's");
     ck_assert_int_eq(fetch(), NXL_ERR_NOT_ALLOWED);
-    ck_sentence(last_err, "refused");
+    ck_sentence(tl_last_err, "refused");
 }
 END_TEST
 
@@ -183,7 +164,7 @@ START_TEST(t_tls_client_plain_listener)
     B = agent("B", 1, NULL, NULL, NULL);
     logged[0] = 0;
     ck_assert_int_ne(fetch(), NXL_SUCCESS);
-    ck_sentence(last_err, "TLS");
+    ck_sentence(tl_last_err, "TLS");
     ck_assert_int_ne(nxl_md_check(A, "B"), NXL_SUCCESS);
     ck_assert_msg(strstr(logged, "a TLS client, and this listener has no TLS"), "%s", logged);
 }
@@ -195,7 +176,7 @@ START_TEST(t_plain_client_tls_listener)
     B = agent("B", 1, "b", "ca1", NULL);
     logged[0] = 0;
     ck_assert_int_ne(fetch(), NXL_SUCCESS);
-    ck_sentence(last_err, "TLS");
+    ck_sentence(tl_last_err, "TLS");
     ck_assert_int_ne(send_md(), NXL_SUCCESS);
     ck_assert_int_ne(nxl_md_check(B, "A"), NXL_SUCCESS);
     ck_assert_msg(strstr(logged, "TLS failed"), "%s", logged);
@@ -215,7 +196,7 @@ START_TEST(t_other_ca)
     /* a client that trusts another CA: it refuses the listener */
     A = agent("A", 0, "x", "ca2", NULL);
     ck_assert_int_ne(fetch(), NXL_SUCCESS);
-    ck_sentence(last_err, "certificate");
+    ck_sentence(tl_last_err, "certificate");
     ck_assert_int_ne(nxl_md_check(A, "B"), NXL_SUCCESS);
 }
 END_TEST

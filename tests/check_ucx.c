@@ -334,13 +334,7 @@ static void peer_stop(peer_t *p)
 /* the initiator "I" with UCX parameters (key=value pairs), at log level debug */
 static nxl_agent_t *initiator(const nxl_param_t *p, size_t n)
 {
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "I";
-    c.log_level = NXL_LOG_DEBUG;
-    c.log_cb = log_cb;
-    nxl_agent_t *a;
-    ck_assert_msg(nxl_agent_create(&c, &a) == NXL_SUCCESS, "%s", nxl_agent_last_error(NULL));
+    nxl_agent_t *a = tl_agent_log("I", NXL_LOG_DEBUG, log_cb);
     ck_assert_msg(nxl_backend_create(a, "UCX", p, n, NULL) == NXL_SUCCESS, "%s",
                   nxl_agent_last_error(a));
     return a;

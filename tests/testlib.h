@@ -27,6 +27,18 @@
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 
+/* The agent c describes; with listen, c gets a metadata listener on an
+ * ephemeral loopback port first. */
+static inline nxl_agent_t *tl_agent_cfg(nxl_agent_config_t *c, int listen)
+{
+    if (listen)
+        c->listen_addr = "127.0.0.1";
+    nxl_agent_t *a = NULL;
+    nxl_status_t st = nxl_agent_create(c, &a);
+    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", c->name, nxl_agent_last_error(NULL));
+    return a;
+}
+
 /* An agent without a transport; with listen, a metadata listener on an
  * ephemeral loopback port (nxl_agent_listen_port). */
 static inline nxl_agent_t *tl_agent_bare(const char *name, int listen)
@@ -34,12 +46,7 @@ static inline nxl_agent_t *tl_agent_bare(const char *name, int listen)
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
     c.name = name;
-    if (listen)
-        c.listen_addr = "127.0.0.1";
-    nxl_agent_t *a = NULL;
-    nxl_status_t st = nxl_agent_create(&c, &a);
-    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
-    return a;
+    return tl_agent_cfg(&c, listen);
 }
 
 /* An agent without a transport that logs to log from level lvl on. */
@@ -50,10 +57,7 @@ static inline nxl_agent_t *tl_agent_log(const char *name, nxl_log_level_t lvl, n
     c.name = name;
     c.log_level = lvl;
     c.log_cb = log;
-    nxl_agent_t *a = NULL;
-    nxl_status_t st = nxl_agent_create(&c, &a);
-    ck_assert_msg(st == NXL_SUCCESS, "agent %s: %s", name, nxl_agent_last_error(NULL));
-    return a;
+    return tl_agent_cfg(&c, 0);
 }
 
 /* Adds the transport name to a, without parameters. */
@@ -61,6 +65,40 @@ static inline void tl_backend(nxl_agent_t *a, const char *name)
 {
     nxl_status_t st = nxl_backend_create(a, name, NULL, 0, NULL);
     ck_assert_msg(st == NXL_SUCCESS, "%s backend: %s", name, nxl_agent_last_error(a));
+}
+
+/* The outcomes tl_count_cb saw: how many, and the last one's status and
+ * error text. */
+static int tl_ndone;
+static nxl_status_t tl_last;
+static char tl_last_err[1500];
+
+/* A completion callback that counts into tl_ndone and keeps the outcome in
+ * tl_last and tl_last_err. */
+static inline void tl_count_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)arg;
+    tl_ndone++;
+    tl_last = st;
+    snprintf(tl_last_err, sizeof(tl_last_err), "%s", nxl_future_error(f));
+}
+
+/* a fetches b's metadata from b's loopback listener; tl_count_cb counts
+ * the outcome. */
+static inline void tl_md_fetch(nxl_agent_t *a, nxl_agent_t *b)
+{
+    ck_assert_int_eq(nxl_md_fetch(a, nxl_agent_name(b), "127.0.0.1", nxl_agent_listen_port(b),
+                                  tl_count_cb, NULL, NULL),
+                     NXL_SUCCESS);
+}
+
+/* a sends its metadata to b's loopback listener; tl_count_cb counts the
+ * outcome. */
+static inline void tl_md_send(nxl_agent_t *a, nxl_agent_t *b)
+{
+    ck_assert_int_eq(
+        nxl_md_send(a, "127.0.0.1", nxl_agent_listen_port(b), tl_count_cb, NULL, NULL),
+        NXL_SUCCESS);
 }
 
 /* An agent with a UCX transport (see tl_agent_bare). */
@@ -99,6 +137,19 @@ static inline uint64_t tl_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Runs a (not waiting) and b (waiting 1 ms; none when NULL) in turn until
+ * tl_ndone >= n or ms passed. Returns 1 when reached. */
+static inline int tl_count_until(nxl_agent_t *a, nxl_agent_t *b, int n, int ms)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    while (tl_ndone < n && tl_now_ms() < end) {
+        nxl_agent_run_once(a, 0);
+        if (b)
+            nxl_agent_run_once(b, 1);
+    }
+    return tl_ndone >= n;
 }
 
 /* Runs the reactor until *counter >= target or timeout_ms passed.
