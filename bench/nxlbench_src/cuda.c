@@ -152,16 +152,9 @@ static unsigned long long peer_msg[2]; /* its port and its buffer's address */
 static void peer_fork(size_t len)
 {
     int p[2];
-    if (pipe(p) < 0)
-        die("pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        close(p[0]);
+    pid_t pid = fork_piped(p);
+    if (pid == 0)
         _exit(peer_main(p[1], len));
-    }
-    close(p[1]);
     unsigned long long *msg = peer_msg;
     if (read(p[0], msg, sizeof(peer_msg)) != (ssize_t)sizeof(peer_msg))
         die("--cuda_peer: the peer process did not start (see its message above)");

@@ -70,20 +70,14 @@ int main(int argc, char **argv)
         return initiator_main(host, port);
     }
     int p[2];
-    if (pipe(p))
-        die("pipe: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
+    pid_t pid = fork_piped(p);
     if (pid == 0) {
-        close(p[0]);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (O.pin)
             pin_cpu(1);
         fflush(stdout);
         _exit(target_main("127.0.0.1", 0, p[1]));
     }
-    close(p[1]);
     if (O.pin)
         pin_cpu(0);
     if (read(p[0], &port, sizeof(port)) != sizeof(port)) {

@@ -411,10 +411,7 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
 static void run_desc(void)
 {
     size_t v[64], nv;
-    size_list(v, &nv);
-    int k = 0, nrows = 0;
-    for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
-        nrows += (int)nv;
+    int k = 0, nrows = sweep_rows(v, &nv);
     for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
         for (size_t i = 0; i < nv; i++) {
             size_t bs = v[i];

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define T_NAME "nxlb-target"
 #define I_NAME "nxlb-init"
@@ -180,6 +181,12 @@ void agent_turn(int timeout_ms);
 long row_iters(size_t bytes_per_iter, long *warm);
 /* the block sizes of the sweep */
 void size_list(size_t *v, size_t *nv);
+/* size_list's sizes into v[*nv]; returns the rows of the sweep (sizes x
+ * batches from --start_batch to --max_batch, doubling) */
+int sweep_rows(size_t *v, size_t *nv);
+/* pipe(p) and fork(), dying when either fails; the child (0 returned)
+ * keeps only p[1], the parent only p[0] */
+pid_t fork_piped(int p[2]);
 /* bytes each side needs for the largest row */
 size_t need_bytes(void);
 /* calls row(block size, batch) for every row of the sweep, with progress */

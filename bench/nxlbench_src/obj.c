@@ -140,22 +140,16 @@ int obj_main(void)
                  has ? "" : "://", O.obj_endpoint);
         p[np++] = (nxl_param_t){"endpoint", ep};
     }
-    if (O.obj_bucket)
-        p[np++] = (nxl_param_t){"bucket", O.obj_bucket};
-    if (O.obj_region)
-        p[np++] = (nxl_param_t){"region", O.obj_region};
-    if (O.obj_access)
-        p[np++] = (nxl_param_t){"access_key", O.obj_access};
-    if (O.obj_secret)
-        p[np++] = (nxl_param_t){"secret_key", O.obj_secret};
-    if (O.obj_token)
-        p[np++] = (nxl_param_t){"session_token", O.obj_token};
-    if (O.obj_ca)
-        p[np++] = (nxl_param_t){"ca_file", O.obj_ca};
-    if (O.obj_part)
-        p[np++] = (nxl_param_t){"part_size", O.obj_part};
-    if (O.obj_virtual)
-        p[np++] = (nxl_param_t){"addressing", "virtual"};
+    /* the flags given, in this order */
+    const nxl_param_t flags[] = {
+        {"bucket", O.obj_bucket},        {"region", O.obj_region},
+        {"access_key", O.obj_access},    {"secret_key", O.obj_secret},
+        {"session_token", O.obj_token},  {"ca_file", O.obj_ca},
+        {"part_size", O.obj_part},       {"addressing", O.obj_virtual ? "virtual" : NULL},
+    };
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (flags[i].value)
+            p[np++] = flags[i];
     snprintf(conns, sizeof(conns), "%ld", O.obj_conns ? O.obj_conns : 16);
     p[np++] = (nxl_param_t){"max_connections", conns};
     /* --backend_params (api=azure, connection_string=..., timeout_s=N,

@@ -313,13 +313,30 @@ size_t need_bytes(void)
     return need;
 }
 
+int sweep_rows(size_t *v, size_t *nv)
+{
+    size_list(v, nv);
+    int nrows = 0;
+    for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
+        nrows += (int)*nv;
+    return nrows;
+}
+
+pid_t fork_piped(int p[2])
+{
+    if (pipe(p) < 0)
+        die("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    close(p[pid == 0 ? 0 : 1]);
+    return pid;
+}
+
 void run_rows(void (*row)(size_t bs, size_t n))
 {
     size_t v[64], nv;
-    size_list(v, &nv);
-    int nrows = 0, k = 0;
-    for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
-        nrows += (int)nv;
+    int nrows = sweep_rows(v, &nv), k = 0;
     for (size_t n = O.start_batch; n <= O.max_batch; n *= 2)
         for (size_t i = 0; i < nv; i++) {
             char what[96];
