@@ -81,19 +81,3 @@ void kvs_pin(const char *who, int cpu)
     if (sched_setaffinity(0, sizeof(set), &set))
         fprintf(stderr, "%s: cannot pin to CPU %d: %s\n", who, cpu, strerror(errno));
 }
-
-const char *kvs_size_text(char *buf, size_t cap, uint64_t b)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0 || v == (double)(uint64_t)v)
-        snprintf(buf, cap, "%.0f %s", v, unit[u]);
-    else
-        snprintf(buf, cap, "%.1f %s", v, unit[u]);
-    return buf;
-}

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../kv_util.h" /* kvu_size_text: "64 KiB" */
+
 typedef struct kvs_addr {
     char host[256];
     uint16_t port;
@@ -71,8 +73,5 @@ void kvs_tell_ready(int fd, uint16_t port);
 
 /* Pins the calling process to @p cpu (nothing when negative). */
 void kvs_pin(const char *who, int cpu);
-
-/* "64 KiB" */
-const char *kvs_size_text(char *buf, size_t cap, uint64_t bytes);
 
 #endif

@@ -157,28 +157,14 @@ static pid_t spawn(kvs_opts_t *o, int (*role)(const kvs_opts_t *), const char *n
         _exit(rc);
     }
     close(fds[1]);
-    char buf[16] = "";
-    size_t got = 0;
-    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-    while (got < sizeof(buf) - 1 && !memchr(buf, '\n', got)) {
-        int r = poll(&pf, 1, (int)o->timeout_s * 1000);
-        ssize_t k = r > 0 ? read(fds[0], buf + got, sizeof(buf) - 1 - got) : -1;
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-        buf[got] = 0;
-    }
-    close(fds[0]);
-    unsigned long p = strtoul(buf, NULL, 10);
-    if (!memchr(buf, '\n', got) || !p || p > 65535) {
+    uint16_t p = kvu_read_port(fds[0], (int)o->timeout_s * 1000);
+    if (!p) {
         fprintf(stderr, "kv_server: %s did not start\n", name);
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
         return -1;
     }
-    *port = (uint16_t)p;
+    *port = p;
     return pid;
 }
 

@@ -243,11 +243,11 @@ void srv_ready(server_t *s)
         evtimer_del(s->ev_timer);
     if (s->copy)
         printf("serve: ready on http://%s:%u: %lu blocks of %s from a local copy (--memcpy)\n",
-               o->http.host, s->http_port, o->blocks, kvs_size_text(sz, sizeof(sz), o->block_size));
+               o->http.host, s->http_port, o->blocks, kvu_size_text(sz, sizeof(sz), o->block_size));
     else
         printf("serve: ready on http://%s:%u: %lu blocks of %s from '%s' at %s:%u, %u staging "
                "buffers\n", o->http.host, s->http_port, o->blocks,
-               kvs_size_text(sz, sizeof(sz), o->block_size), s->store, o->store.host,
+               kvu_size_text(sz, sizeof(sz), o->block_size), s->store, o->store.host,
                o->store.port, o->staging);
     kvs_tell_ready(o->ready_fd, s->http_port);
 }

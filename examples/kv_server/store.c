@@ -133,7 +133,7 @@ int kvs_store(const kvs_opts_t *o)
     void *kv;
     if (nxl_mem_alloc(s.a, NXL_DRAM, total, 0, &kv) != NXL_SUCCESS) {
         fprintf(stderr, "store: cannot allocate %s for the blocks: %s\n",
-                kvs_size_text(tot, sizeof(tot), total), nxl_agent_last_error(s.a));
+                kvu_size_text(tot, sizeof(tot), total), nxl_agent_last_error(s.a));
         goto out;
     }
     s.kv = kv;
@@ -154,8 +154,8 @@ int kvs_store(const kvs_opts_t *o)
         goto out;
     }
     printf("store: listening on %s:%u: %lu blocks of %s (%s)\n", cfg.listen_addr,
-           nxl_agent_listen_port(s.a), o->blocks, kvs_size_text(sz, sizeof(sz), o->block_size),
-           kvs_size_text(tot, sizeof(tot), total));
+           nxl_agent_listen_port(s.a), o->blocks, kvu_size_text(sz, sizeof(sz), o->block_size),
+           kvu_size_text(tot, sizeof(tot), total));
     kvs_tell_ready(o->ready_fd, nxl_agent_listen_port(s.a));
     if (nxl_agent_run(s.a) != NXL_SUCCESS) {
         fprintf(stderr, "store: %s\n", nxl_agent_last_error(s.a));

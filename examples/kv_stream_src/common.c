@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* kv_stream: clock, sizes as text, agents and the KV cache's memory. */
 #include "kv_stream.h"
+#include "../kv_util.h"
 
 #include <string.h>
 #include <time.h>
@@ -15,18 +16,8 @@ uint64_t now_us(void)
 /* "8 B", "64 KiB", "1.5 MiB" */
 text_t size_text(uint64_t b)
 {
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     text_t t;
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0 || v == (double)(uint64_t)v)
-        snprintf(t.s, sizeof(t.s), "%.0f %s", v, unit[u]);
-    else
-        snprintf(t.s, sizeof(t.s), "%.1f %s", v, unit[u]);
+    kvu_size_text(t.s, sizeof(t.s), b);
     return t;
 }
 

@@ -31,6 +31,7 @@
  * callback of nxl_future_from_cuda_event(): the moment the GPU is done,
  * without a host synchronize. Decode copies each layer back to check it. */
 #include "kv_stream.h"
+#include "../kv_util.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -72,28 +73,14 @@ static int run_both(opts_t *o)
         _exit(rc);
     }
     close(fds[1]);
-    char buf[16] = "";
-    size_t got = 0;
-    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-    while (got < sizeof(buf) - 1 && !memchr(buf, '\n', got)) {
-        int r = poll(&pf, 1, (int)o->timeout_s * 1000);
-        ssize_t k = r > 0 ? read(fds[0], buf + got, sizeof(buf) - 1 - got) : -1;
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-        buf[got] = 0;
-    }
-    close(fds[0]);
-    unsigned long port = strtoul(buf, NULL, 10);
+    uint16_t port = kvu_read_port(fds[0], (int)o->timeout_s * 1000);
     int prc = -1;
-    if (!memchr(buf, '\n', got) || !port || port > 65535) {
+    if (!port) {
         fprintf(stderr, "kv_stream: decode did not start (no port from the child)\n");
         kill(pid, SIGTERM);
     } else {
         snprintf(o->host, sizeof(o->host), "127.0.0.1");
-        o->port = (uint16_t)port;
+        o->port = port;
         prc = run_prefill(o);
         if (prc)
             kill(pid, SIGTERM); /* do not let decode wait for its timeout */
