@@ -44,25 +44,10 @@ static void turn(void)
         nxl_agent_run_once(B, 1);
 }
 
-static nxl_status_t wait1(void)
-{
-    tl_count_until(A, B, 1, 10000);
-    ck_assert_msg(tl_ndone == 1, "the request never completed");
-    tl_ndone = 0;
-    return tl_last;
-}
-
-static nxl_status_t fetch(void)
-{
-    tl_md_fetch(A, B);
-    return wait1();
-}
-
-static nxl_status_t send_md(void)
-{
-    tl_md_send(A, B);
-    return wait1();
-}
+/* A's requests to B, each waited for (testlib.h) */
+static nxl_status_t wait1(void) { return tl_wait1(A, B, 0); }
+static nxl_status_t fetch(void) { return tl_fetch1(A, B, 0); }
+static nxl_status_t send_md(void) { return tl_send1(A, B, 0); }
 
 static nxl_stats_t stats(nxl_agent_t *a)
 {
@@ -132,12 +117,9 @@ END_TEST
 /* the bytes of A's signed md_send, caught by a listener of the test's own */
 static size_t capture(unsigned char *buf, size_t cap)
 {
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sin);
-    ck_assert(bind(ls, (struct sockaddr *)&sin, sizeof(sin)) == 0 && listen(ls, 4) == 0);
-    ck_assert(getsockname(ls, (struct sockaddr *)&sin, &sl) == 0);
-    ck_assert_int_eq(nxl_md_send(A, "127.0.0.1", ntohs(sin.sin_port), NULL, NULL, NULL),
+    uint16_t lport;
+    int ls = tl_loopback_socket(4, &lport);
+    ck_assert_int_eq(nxl_md_send(A, "127.0.0.1", lport, NULL, NULL, NULL),
                      NXL_SUCCESS);
     int s = -1;
     size_t got = 0, want = 16;

@@ -108,29 +108,10 @@ static nxl_agent_t *agent(const char *name, int listen, const char *cert, const 
     return a;
 }
 
-
-static nxl_status_t wait1(void)
-{
-    tl_count_until(A, B, 1, 10000);
-    ck_assert_msg(tl_ndone == 1, "the request never completed");
-    tl_ndone = 0;
-    /* let the listener see the end of the connection */
-    for (int i = 0; i < 20; i++)
-        nxl_agent_run_once(B, 1);
-    return tl_last;
-}
-
-static nxl_status_t fetch(void)
-{
-    tl_md_fetch(A, B);
-    return wait1();
-}
-
-static nxl_status_t send_md(void)
-{
-    tl_md_send(A, B);
-    return wait1();
-}
+/* A's requests to B, each waited for, then 20 more turns of B to let the
+ * listener see the end of the connection (testlib.h) */
+static nxl_status_t fetch(void) { return tl_fetch1(A, B, 20); }
+static nxl_status_t send_md(void) { return tl_send1(A, B, 20); }
 
 START_TEST(t_tls)
 {

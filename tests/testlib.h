@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -101,6 +104,32 @@ static inline void tl_md_send(nxl_agent_t *a, nxl_agent_t *b)
         NXL_SUCCESS);
 }
 
+/* A TCP socket bound to an ephemeral loopback port, listening with backlog
+ * when backlog > 0 (else bound only: connections to it are refused); its
+ * port into *port. */
+static inline int tl_loopback_socket(int backlog, uint16_t *port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sin);
+    ck_assert(s >= 0 && bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+    ck_assert(backlog <= 0 || listen(s, backlog) == 0);
+    ck_assert(getsockname(s, (struct sockaddr *)&sin, &sl) == 0);
+    *port = ntohs(sin.sin_port);
+    return s;
+}
+
+/* nxl_backend_create(a, name, p, n) that is to fail: checks that it
+ * stored NULL over a non-NULL handle; returns its status. */
+static inline nxl_status_t tl_backend_refused(nxl_agent_t *a, const char *name,
+                                              const nxl_param_t *p, size_t n)
+{
+    nxl_backend_t *b = (nxl_backend_t *)&b;
+    nxl_status_t st = nxl_backend_create(a, name, p, n, &b);
+    ck_assert_ptr_null(b);
+    return st;
+}
+
 /* An agent with a UCX transport (see tl_agent_bare). */
 static inline nxl_agent_t *tl_agent(const char *name, int listen)
 {
@@ -150,6 +179,34 @@ static inline int tl_count_until(nxl_agent_t *a, nxl_agent_t *b, int n, int ms)
             nxl_agent_run_once(b, 1);
     }
     return tl_ndone >= n;
+}
+
+/* Waits (10 s at most, turning a and b as tl_count_until does) for the
+ * outcome of one request counted by tl_count_cb, asserts that exactly one
+ * came and resets the count; then turns b drain more times (a listener
+ * seeing the end of the connection). Returns the request's status. */
+static inline nxl_status_t tl_wait1(nxl_agent_t *a, nxl_agent_t *b, int drain)
+{
+    tl_count_until(a, b, 1, 10000);
+    ck_assert_msg(tl_ndone == 1, "the request never completed");
+    tl_ndone = 0;
+    for (int i = 0; i < drain; i++)
+        nxl_agent_run_once(b, 1);
+    return tl_last;
+}
+
+/* tl_md_fetch, then tl_wait1 */
+static inline nxl_status_t tl_fetch1(nxl_agent_t *a, nxl_agent_t *b, int drain)
+{
+    tl_md_fetch(a, b);
+    return tl_wait1(a, b, drain);
+}
+
+/* tl_md_send, then tl_wait1 */
+static inline nxl_status_t tl_send1(nxl_agent_t *a, nxl_agent_t *b, int drain)
+{
+    tl_md_send(a, b);
+    return tl_wait1(a, b, drain);
 }
 
 /* Runs the reactor until *counter >= target or timeout_ms passed.
