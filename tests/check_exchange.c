@@ -301,12 +301,8 @@ END_TEST
 START_TEST(t_nothing_listening)
 {
     /* bound but not listening: connections are refused */
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sin);
-    ck_assert(bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0);
-    ck_assert(getsockname(s, (struct sockaddr *)&sin, &sl) == 0);
-    uint16_t dead = ntohs(sin.sin_port);
+    uint16_t dead;
+    int s = tl_loopback_socket(0, &dead);
     char where[32];
     snprintf(where, sizeof(where), "127.0.0.1:%u", dead);
 
@@ -482,13 +478,10 @@ START_TEST(t_every_address)
         ck_assert_int_eq(finish(&d), NXL_SUCCESS);
     }
     /* nothing listens on either address: both named, with the reason */
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sin);
-    ck_assert(bind(s, (struct sockaddr *)&sin, sizeof(sin)) == 0);
-    ck_assert(getsockname(s, (struct sockaddr *)&sin, &sl) == 0);
+    uint16_t dead;
+    int s = tl_loopback_socket(0, &dead);
     ctr_t e = {0};
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "nxl-two", ntohs(sin.sin_port), ctr_cb, &e, NULL),
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "nxl-two", dead, ctr_cb, &e, NULL),
                      NXL_SUCCESS);
     ck_assert_int_eq(finish(&e), NXL_ERR_REMOTE_DISCONNECT);
     ck_sentence(e.err, "::1 (");
@@ -497,7 +490,7 @@ START_TEST(t_every_address)
     close(s);
     /* one address only: named too */
     ctr_t g = {0};
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "nxl-v4only", ntohs(sin.sin_port), ctr_cb, &g, NULL),
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "nxl-v4only", dead, ctr_cb, &g, NULL),
                      NXL_SUCCESS);
     ck_assert_int_eq(finish(&g), NXL_ERR_REMOTE_DISCONNECT);
     ck_sentence(g.err, "127.0.0.1 (");

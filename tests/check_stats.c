@@ -187,15 +187,12 @@ START_TEST(t_counts)
     ck_assert_uint_eq(s.notifs_sent, 3);
     ck_assert_uint_eq(s.notifs_received, 3);
     /* metadata: one fetch that works, one that finds nobody */
-    int s0 = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sin);
-    ck_assert(bind(s0, (struct sockaddr *)&sin, sizeof(sin)) == 0);
-    ck_assert(getsockname(s0, (struct sockaddr *)&sin, &sl) == 0);
+    uint16_t dead;
+    int s0 = tl_loopback_socket(0, &dead);
     ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", nxl_agent_listen_port(B), done_cb, NULL,
                                   NULL),
                      NXL_SUCCESS);
-    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", ntohs(sin.sin_port), done_cb, NULL, NULL),
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", dead, done_cb, NULL, NULL),
                      NXL_SUCCESS);
     ck_assert(run_until2(&done, 14, 10000));
     close(s0);

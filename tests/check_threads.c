@@ -572,14 +572,7 @@ static void w_done(nxl_future_t *f, nxl_status_t st, void *arg)
 /* a TCP listener that accepts (the kernel does) and never answers */
 static int silent_listener(uint16_t *port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(listen(fd, 8), 0);
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    *port = ntohs(sa.sin_port);
-    return fd;
+    return tl_loopback_socket(8, port);
 }
 
 typedef struct {
@@ -895,11 +888,8 @@ END_TEST
  * small). */
 START_TEST(timer_fires)
 {
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    ck_assert(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0 &&
-              getsockname(ls, (struct sockaddr *)&sa, &sl) == 0);
+    uint16_t lport;
+    int ls = tl_loopback_socket(4, &lport);
     nxl_agent_config_t c;
     nxl_agent_config_init(&c);
     c.name = "I";
@@ -912,7 +902,7 @@ START_TEST(timer_fires)
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
         uint64_t t0 = tl_now_ms();
         nxl_future_t *f;
-        ck_assert_int_eq(nxl_md_fetch(I, "X", "127.0.0.1", ntohs(sa.sin_port), NULL, NULL, &f),
+        ck_assert_int_eq(nxl_md_fetch(I, "X", "127.0.0.1", lport, NULL, NULL, &f),
                          NXL_SUCCESS);
         nxl_status_t st = nxl_future_wait(f, 10000);
         uint64_t took = tl_now_ms() - t0;
