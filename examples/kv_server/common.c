@@ -81,3 +81,8 @@ void kvs_pin(const char *who, int cpu)
     if (sched_setaffinity(0, sizeof(set), &set))
         fprintf(stderr, "%s: cannot pin to CPU %d: %s\n", who, cpu, strerror(errno));
 }
+
+void kvs_msg_text(char *buf, size_t cap, const void *msg, size_t len)
+{
+    snprintf(buf, cap, "%.*s", (int)(len < cap - 1 ? len : cap - 1), (const char *)msg);
+}

@@ -71,6 +71,9 @@ void kvs_pattern_header(const uint8_t *p, uint64_t *block, uint64_t *version);
  * closes it; nothing when fd < 0. */
 void kvs_tell_ready(int fd, uint16_t port);
 
+/* A notification's len bytes msg as a string in buf[cap], cut to fit. */
+void kvs_msg_text(char *buf, size_t cap, const void *msg, size_t len);
+
 /* Pins the calling process to @p cpu (nothing when negative). */
 void kvs_pin(const char *who, int cpu);
 

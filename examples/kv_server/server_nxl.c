@@ -127,8 +127,7 @@ static void on_notif(nxl_agent_t *a, const char *from, const void *msg, size_t l
     server_t *s = arg;
     const kvs_opts_t *o = s->o;
     char m[128];
-    snprintf(m, sizeof(m), "%.*s", (int)(len < sizeof(m) - 1 ? len : sizeof(m) - 1),
-             (const char *)msg);
+    kvs_msg_text(m, sizeof(m), msg, len);
     uintptr_t addr;
     unsigned long count;
     size_t size;

@@ -81,8 +81,7 @@ static void on_notif(nxl_agent_t *a, const char *from, const void *msg, size_t l
     store_t *s = arg;
     const kvs_opts_t *o = s->o;
     char m[128];
-    snprintf(m, sizeof(m), "%.*s", (int)(len < sizeof(m) - 1 ? len : sizeof(m) - 1),
-             (const char *)msg);
+    kvs_msg_text(m, sizeof(m), msg, len);
     unsigned long n;
     uint64_t v;
     char extra;
