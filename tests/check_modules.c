@@ -315,6 +315,18 @@ static int missing_child(size_t ci, int fake, char *msg, size_t cap)
     return bad;
 }
 
+typedef struct {
+    size_t ci;
+    int fake;
+} missing_t;
+
+/* missing_child for tl_in_child */
+static int missing_fn(const void *arg, char *msg, size_t cap)
+{
+    const missing_t *m = arg;
+    return missing_child(m->ci, m->fake, msg, cap);
+}
+
 START_TEST(t_module_missing)
 {
     int checked = 0;
@@ -322,26 +334,8 @@ START_TEST(t_module_missing)
         if (configured[i].state != 2)
             continue;
         for (int fake = 0; fake < 2; fake++) {
-            int fd[2];
-            ck_assert_int_eq(pipe(fd), 0);
-            pid_t pid = fork();
-            ck_assert_int_ge(pid, 0);
-            if (pid == 0) {
-                char msg[1024] = "";
-                close(fd[0]);
-                int rc = missing_child(i, fake, msg, sizeof(msg));
-                if (write(fd[1], msg, strlen(msg)) < 0)
-                    rc = 2;
-                _exit(rc);
-            }
-            close(fd[1]);
-            char msg[1024] = "";
-            ssize_t got = read(fd[0], msg, sizeof(msg) - 1);
-            msg[got > 0 ? got : 0] = 0;
-            close(fd[0]);
-            int status;
-            ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-            ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", msg);
+            missing_t m = {i, fake};
+            tl_in_child(missing_fn, &m);
             checked++;
         }
     }

@@ -384,16 +384,10 @@ START_TEST(t_engine_params)
     nxl_agent_destroy(a);
 
     nxl_plugin_info_t info[8];
-    size_t np = nxl_plugins_available(info, 8);
-    int found = 0;
-    for (size_t i = 0; i < np && i < 8; i++)
-        if (!strcmp(info[i].name, "POSIX")) {
-            found = 1;
-            ck_assert_int_eq(info[i].available, 1);
-            ck_assert_uint_eq(info[i].mem_mask,
-                              (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK));
-        }
-    ck_assert(found);
+    const nxl_plugin_info_t *px = tl_plugin("POSIX", info, 8);
+    ck_assert_ptr_nonnull(px);
+    ck_assert_int_eq(px->available, 1);
+    ck_assert_uint_eq(px->mem_mask, (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK));
 }
 END_TEST
 
@@ -402,32 +396,7 @@ END_TEST
  * made with RLIMIT_NOFILE: one fd left, which the ring takes, so that its
  * eventfd cannot be made; the pool's eventfd then gets the freed fd. In a
  * child, where the limit stays. */
-/* Runs fn in a forked child (what it changes in the process stays there);
- * fails the test with the sentence the child wrote unless it returned 0. */
-static void in_child(int (*fn)(const void *arg, char *msg, size_t cap), const void *arg)
-{
-    int pp[2];
-    ck_assert_int_eq(pipe(pp), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(pp[0]);
-        char msg[600] = "";
-        int rc = fn(arg, msg, sizeof(msg));
-        ssize_t w = write(pp[1], msg, strlen(msg));
-        (void)w;
-        _exit(rc);
-    }
-    close(pp[1]);
-    char msg[600] = "";
-    ssize_t k = read(pp[0], msg, sizeof(msg) - 1);
-    msg[k > 0 ? k : 0] = 0;
-    close(pp[0]);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s (status %d)", msg,
-                  status);
-}
+#define in_child tl_in_child
 
 static int fallback_child(const void *arg, char *msg, size_t cap)
 {

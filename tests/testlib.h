@@ -130,6 +130,34 @@ static inline nxl_status_t tl_backend_refused(nxl_agent_t *a, const char *name,
     return st;
 }
 
+/* Runs fn in a forked child (what it changes in the process stays there);
+ * fails the test with the sentence the child wrote into msg[cap] unless it
+ * returned 0 (or when that sentence could not be written back). */
+static inline void tl_in_child(int (*fn)(const void *arg, char *msg, size_t cap), const void *arg)
+{
+    int pp[2];
+    ck_assert_int_eq(pipe(pp), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pp[0]);
+        char msg[1024] = "";
+        int rc = fn(arg, msg, sizeof(msg));
+        if (write(pp[1], msg, strlen(msg)) < 0)
+            rc = 2;
+        _exit(rc);
+    }
+    close(pp[1]);
+    char msg[1024] = "";
+    ssize_t k = read(pp[0], msg, sizeof(msg) - 1);
+    msg[k > 0 ? k : 0] = 0;
+    close(pp[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s (status %d)", msg,
+                  status);
+}
+
 /* An agent with a UCX transport (see tl_agent_bare). */
 static inline nxl_agent_t *tl_agent(const char *name, int listen)
 {
