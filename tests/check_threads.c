@@ -42,6 +42,16 @@ static int iters(void)
 
 /* a threaded agent with a UCX backend; log: its log callback (NULL: the
  * default), logging at lvl */
+/* A threaded agent without a transport */
+static nxl_agent_t *threaded_bare(const char *name)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = name;
+    c.threaded = 1;
+    return tl_agent_cfg(&c, 0);
+}
+
 static nxl_agent_t *threaded_agent_log(const char *name, nxl_log_cb log, nxl_log_level_t lvl)
 {
     nxl_agent_config_t c;
@@ -502,13 +512,8 @@ static void y_read_file(unsigned char *rb)
 START_TEST(cycle_posix)
 {
     memset(&Y, 0, sizeof(Y));
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "I";
-    c.threaded = 1;
-    ck_assert_int_eq(nxl_agent_create(&c, &Y.I), NXL_SUCCESS);
-    ck_assert_msg(nxl_backend_create(Y.I, "POSIX", NULL, 0, NULL) == NXL_SUCCESS, "POSIX: %s",
-                  nxl_agent_last_error(Y.I));
+    Y.I = threaded_bare("I");
+    tl_backend(Y.I, "POSIX");
     snprintf(y_path, sizeof(y_path), "/tmp/nxl-threads-XXXXXX");
     int fd = mkstemp(y_path);
     ck_assert(fd >= 0);
@@ -538,11 +543,7 @@ START_TEST(cycle_libfabric)
     const char *names[2] = {"I", "T"};
     nxl_param_t p = {"provider", "tcp;ofi_rxm"};
     for (int k = 0; k < 2; k++) {
-        nxl_agent_config_t c;
-        nxl_agent_config_init(&c);
-        c.name = names[k];
-        c.threaded = 1;
-        ck_assert_int_eq(nxl_agent_create(&c, &ag[k]), NXL_SUCCESS);
+        ag[k] = threaded_bare(names[k]);
         nxl_status_t st = nxl_backend_create(ag[k], "LIBFABRIC", &p, 1, NULL);
         if (st == NXL_ERR_NOT_SUPPORTED || (st != NXL_SUCCESS && k == 0 &&
                                             strstr(nxl_agent_last_error(ag[k]), "provider"))) {
@@ -1359,11 +1360,7 @@ static void killed_peer_notif_run(const char *backend, const char *provider)
     kp_param = (nxl_param_t){"provider", provider};
     kp_nparams = provider != NULL;
     kp_proc_t t1 = kp_fork(), t2 = kp_fork();
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "I";
-    c.threaded = 1;
-    ck_assert_int_eq(nxl_agent_create(&c, &KN.I), NXL_SUCCESS);
+    KN.I = threaded_bare("I");
     nxl_status_t st = nxl_backend_create(KN.I, backend, &kp_param, kp_nparams, NULL);
     if (st != NXL_SUCCESS && strcmp(backend, "UCX")) {
         printf("SKIP: killed_peer_notif (%s %s): %s\n", backend, provider ? provider : "",
