@@ -166,17 +166,12 @@ START_TEST(t_no_runtime)
     }
     setenv("NXL_CUDA_RUNTIME", "/nonexistent/libcudart.so.13", 1);
     nxl_plugin_info_t info[16];
-    size_t n = nxl_plugins_available(info, 16);
-    int found = 0;
-    for (size_t i = 0; i < n && i < 16; i++)
-        if (!strcmp(info[i].name, "CUDA")) {
-            found = 1;
-            ck_assert_int_eq(info[i].available, 0);
-            ck_assert_msg(strstr(info[i].reason, "no CUDA runtime (/nonexistent/libcudart.so.13: "
-                                                 "cannot open shared object file"),
-                          "reason: '%s'", info[i].reason);
-        }
-    ck_assert(found);
+    const nxl_plugin_info_t *cu = tl_plugin("CUDA", info, 16);
+    ck_assert_ptr_nonnull(cu);
+    ck_assert_int_eq(cu->available, 0);
+    ck_assert_msg(strstr(cu->reason, "no CUDA runtime (/nonexistent/libcudart.so.13: "
+                                     "cannot open shared object file"),
+                  "reason: '%s'", cu->reason);
     nxl_agent_t *a = mk_agent("r", 0);
     ck_assert_int_eq(nxl_backend_create(a, "CUDA", NULL, 0, NULL), NXL_ERR_BACKEND);
     ck_sentence(nxl_agent_last_error(a), "no CUDA runtime");

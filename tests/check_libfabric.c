@@ -49,16 +49,12 @@ static nxl_status_t lf(nxl_agent_t *a, const char *k1, const char *v1, const cha
 START_TEST(t_plugin_info)
 {
     nxl_plugin_info_t p[8];
-    size_t n = nxl_plugins_available(p, 8);
-    int k = -1;
-    for (size_t i = 0; i < n && i < 8; i++)
-        if (!strcmp(p[i].name, "LIBFABRIC"))
-            k = (int)i;
-    ck_assert_msg(k >= 0, "LIBFABRIC not listed");
-    ck_assert(p[k].available);
-    ck_assert_uint_eq(p[k].mem_mask, 1u << NXL_DRAM);
-    ck_assert_msg(strstr(p[k].reason, "libfabric") && strstr(p[k].reason, "VRAM"), "reason '%s'",
-                  p[k].reason);
+    const nxl_plugin_info_t *pi = tl_plugin("LIBFABRIC", p, 8);
+    ck_assert_msg(pi != NULL, "LIBFABRIC not listed");
+    ck_assert(pi->available);
+    ck_assert_uint_eq(pi->mem_mask, 1u << NXL_DRAM);
+    ck_assert_msg(strstr(pi->reason, "libfabric") && strstr(pi->reason, "VRAM"), "reason '%s'",
+                  pi->reason);
 }
 END_TEST
 
@@ -628,11 +624,7 @@ END_TEST
 int main(void)
 {
     nxl_plugin_info_t p[8];
-    size_t n = nxl_plugins_available(p, 8);
-    int have = 0;
-    for (size_t i = 0; i < n && i < 8; i++)
-        have |= !strcmp(p[i].name, "LIBFABRIC");
-    if (!have) {
+    if (!tl_plugin("LIBFABRIC", p, 8)) {
         printf("SKIP: this build has no LIBFABRIC transport\n");
         return 77;
     }

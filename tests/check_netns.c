@@ -324,10 +324,8 @@ static int use(const char *t)
 {
     transport = t;
     nxl_plugin_info_t p[8];
-    size_t n = nxl_plugins_available(p, 8);
-    for (size_t i = 0; i < n && i < 8; i++)
-        if (!strcmp(p[i].name, t))
-            return 1;
+    if (tl_plugin(t, p, 8))
+        return 1;
     printf("SKIP: netns over %s: not in this build\n", t);
     return 0;
 }
