@@ -29,23 +29,13 @@ static size_t blobA_len;
 
 static nxl_desc_t AD(size_t off, size_t len)
 {
-    nxl_desc_t d = {.addr = (uintptr_t)abuf + off, .len = len};
-    return d;
+    return (nxl_desc_t){.addr = (uintptr_t)abuf + off, .len = len};
 }
 
 /* nxl_prep(B, "A", ...) of one descriptor into A's memory */
 static nxl_status_t bprep(size_t off, size_t len)
 {
-    nxl_desc_t d = AD(off, len);
-    nxl_prepped_t *p = (nxl_prepped_t *)&p;
-    nxl_status_t st = nxl_prep(B, "A", NXL_DRAM, &d, 1, &p);
-    if (st == NXL_SUCCESS) {
-        ck_assert_ptr_nonnull(p);
-        nxl_prepped_release(p);
-    } else {
-        ck_assert_msg(p == NULL, "a failed nxl_prep left a list");
-    }
-    return st;
+    return tl_prep1(B, "A", AD(off, len));
 }
 
 static void setup(void)

@@ -31,24 +31,13 @@ static void teardown(void)
 
 static nxl_desc_t D(size_t off, size_t len)
 {
-    nxl_desc_t d = {.addr = (uintptr_t)buf + off, .len = len};
-    return d;
+    return (nxl_desc_t){.addr = (uintptr_t)buf + off, .len = len};
 }
 
 /* nxl_prep on one local descriptor: the status; a failure leaves no list */
 static nxl_status_t prep1(size_t off, size_t len)
 {
-    nxl_desc_t d = D(off, len);
-    nxl_prepped_t *p = (nxl_prepped_t *)&p;
-    nxl_status_t st = nxl_prep(A, NULL, NXL_DRAM, &d, 1, &p);
-    if (st == NXL_SUCCESS) {
-        ck_assert_ptr_nonnull(p);
-        ck_assert_uint_eq(nxl_prepped_count(p), 1);
-        nxl_prepped_release(p);
-    } else {
-        ck_assert_msg(p == NULL, "a failed nxl_prep left a list");
-    }
-    return st;
+    return tl_prep1(A, NULL, D(off, len));
 }
 
 static nxl_status_t reg(size_t off, size_t len)

@@ -158,6 +158,22 @@ static inline void tl_in_child(int (*fn)(const void *arg, char *msg, size_t cap)
                   status);
 }
 
+/* nxl_prep(a, remote, DRAM) of the one descriptor d: the status. A success
+ * gives a list of one (released here), a failure no list. */
+static inline nxl_status_t tl_prep1(nxl_agent_t *a, const char *remote, nxl_desc_t d)
+{
+    nxl_prepped_t *p = (nxl_prepped_t *)&p;
+    nxl_status_t st = nxl_prep(a, remote, NXL_DRAM, &d, 1, &p);
+    if (st == NXL_SUCCESS) {
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_eq(nxl_prepped_count(p), 1);
+        nxl_prepped_release(p);
+    } else {
+        ck_assert_msg(p == NULL, "a failed nxl_prep left a list");
+    }
+    return st;
+}
+
 /* An agent with a UCX transport (see tl_agent_bare). */
 static inline nxl_agent_t *tl_agent(const char *name, int listen)
 {
