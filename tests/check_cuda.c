@@ -498,12 +498,7 @@ static nxl_xfer_t *mk_xfer(nxl_agent_t *a, const char *remote, nxl_op_t op, nxl_
     nxl_xfer_opts_init(&o);
     o.notif = notif;
     o.notif_len = notif ? strlen(notif) : 0;
-    nxl_xfer_t *x = NULL;
-    nxl_status_t st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, n, &o, &x);
-    ck_assert_msg(st == NXL_SUCCESS, "xfer_make: %s", nxl_agent_last_error(a));
-    ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(x)), "CUDA");
-    nxl_prepped_release(lp);
-    nxl_prepped_release(rp);
+    nxl_xfer_t *x = tl_make_all(a, op, lp, rp, n, &o, "CUDA");
     free(ld);
     free(rd);
     return x;

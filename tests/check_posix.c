@@ -158,12 +158,7 @@ static nxl_xfer_t *make_blocks(nxl_agent_t *a, nxl_op_t op, nxl_mem_t t, uint64_
     ck_assert_msg(st == NXL_SUCCESS, "prep DRAM: %s", nxl_agent_last_error(a));
     st = nxl_prep(a, nxl_agent_name(a), t, rd, n, &rp);
     ck_assert_msg(st == NXL_SUCCESS, "prep %s: %s", nxl_mem_name(t), nxl_agent_last_error(a));
-    nxl_xfer_t *x = NULL;
-    st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, n, NULL, &x);
-    ck_assert_msg(st == NXL_SUCCESS, "xfer_make: %s", nxl_agent_last_error(a));
-    ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(x)), "POSIX");
-    nxl_prepped_release(lp);
-    nxl_prepped_release(rp);
+    nxl_xfer_t *x = tl_make_all(a, op, lp, rp, n, NULL, "POSIX");
     free(ld);
     free(rd);
     return x;

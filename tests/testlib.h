@@ -174,6 +174,22 @@ static inline nxl_status_t tl_prep1(nxl_agent_t *a, const char *remote, nxl_desc
     return st;
 }
 
+/* nxl_xfer_make of the n descriptors of lp and rp in order, with options
+ * o (NULL: none), which must pick the transport backend; releases lp and
+ * rp. */
+static inline nxl_xfer_t *tl_make_all(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp,
+                                      nxl_prepped_t *rp, size_t n, const nxl_xfer_opts_t *o,
+                                      const char *backend)
+{
+    nxl_xfer_t *x = NULL;
+    nxl_status_t st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, n, o, &x);
+    ck_assert_msg(st == NXL_SUCCESS, "xfer_make: %s", nxl_agent_last_error(a));
+    ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(x)), backend);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(rp);
+    return x;
+}
+
 /* An agent with a UCX transport (see tl_agent_bare). */
 static inline nxl_agent_t *tl_agent(const char *name, int listen)
 {
