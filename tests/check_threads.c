@@ -109,6 +109,17 @@ static int wait_count(const int *p, int target, int timeout_ms)
     return load_int(p) >= target;
 }
 
+/* starts n threads of fn (each given its index) into th, then waits until
+ * *ok >= want (20 s at most): the transfers flow, else the test fails */
+static void start_flowing(pthread_t *th, int n, void *(*fn)(void *), const int *ok,
+                          const int *bad, int want)
+{
+    for (int k = 0; k < n; k++)
+        pthread_create(&th[k], NULL, fn, (void *)(intptr_t)k);
+    ck_assert_msg(wait_count(ok, want, 20000), "transfers did not flow: %d ok, %d bad",
+                  load_int(ok), load_int(bad));
+}
+
 /* ---------------------------------------------------------------- many threads */
 
 static struct {
@@ -1161,10 +1172,7 @@ static void killed_peer(const char *tls)
     KP.ib = mem(KP.I, (size_t)K_THREADS * K_BLK);
 
     pthread_t th[K_THREADS];
-    for (int k = 0; k < K_THREADS; k++)
-        pthread_create(&th[k], NULL, kp_thread, (void *)(intptr_t)k);
-    ck_assert_msg(wait_count(&KP.ok, 200, 20000), "transfers did not flow: %d ok, %d bad",
-                  load_int(&KP.ok), load_int(&KP.bad));
+    start_flowing(th, K_THREADS, kp_thread, &KP.ok, &KP.bad, 200);
     kp_end(&tg, true);
     uint64_t t0 = tl_now_ms();
     for (int k = 0; k < K_THREADS; k++)
@@ -1378,10 +1386,7 @@ static void killed_peer_notif_run(const char *backend, const char *provider)
     KN.ib = mem(KN.I, (size_t)KN_THREADS * KN_WIN * KN_BLK);
     tl_fill(KN.ib, (size_t)KN_THREADS * KN_WIN * KN_BLK, 5);
     pthread_t th[KN_THREADS];
-    for (int k = 0; k < KN_THREADS; k++)
-        pthread_create(&th[k], NULL, kn_thread, (void *)(intptr_t)k);
-    ck_assert_msg(wait_count(&KN.ok, 2000, 20000), "transfers did not flow: %d ok, %d bad",
-                  load_int(&KN.ok), load_int(&KN.bad));
+    start_flowing(th, KN_THREADS, kn_thread, &KN.ok, &KN.bad, 2000);
     kp_end(&t1, true);
     uint64_t t0 = tl_now_ms();
     /* a thread that hangs cannot be joined: its count says so */
