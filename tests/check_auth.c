@@ -22,11 +22,9 @@ static nxl_agent_t *A, *B;
 static nxl_agent_t *agent(const char *name, int listen, const char *secret, const char *keyfile)
 {
     nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
+    tl_config(&c, name, 3000);
     c.auth_secret = secret;
     c.auth_key_file = keyfile;
-    c.io_timeout_ms = 3000;
     return tl_agent_cfg(&c, listen);
 }
 

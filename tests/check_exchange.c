@@ -35,10 +35,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {}
 static nxl_agent_t *agent_on(struct event_base *b, const char *name, int listen)
 {
     nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
+    tl_config(&c, name, 3000);
     c.base = b;
-    c.io_timeout_ms = 3000;
     nxl_agent_t *a = tl_agent_cfg(&c, listen);
     tl_backend(a, "UCX");
     return a;

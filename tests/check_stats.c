@@ -19,10 +19,8 @@ static unsigned char *buf, *bbuf;
 static nxl_agent_t *agent(const char *name, const char *tls, int listen, const char *metrics)
 {
     nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
+    tl_config(&c, name, 2000);
     c.metrics_addr = metrics;
-    c.io_timeout_ms = 2000;
     nxl_agent_t *a = tl_agent_cfg(&c, listen);
     nxl_param_t p = {"tls", tls};
     ck_assert_msg(nxl_backend_create(a, "UCX", tls ? &p : NULL, tls ? 1 : 0, NULL) ==

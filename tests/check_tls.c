@@ -86,9 +86,7 @@ static nxl_agent_t *agent(const char *name, int listen, const char *cert, const 
                           const char *secret)
 {
     nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
-    c.io_timeout_ms = 3000;
+    tl_config(&c, name, 3000);
     c.auth_secret = secret;
     c.log_level = NXL_LOG_WARN;
     c.log_cb = log_keep;

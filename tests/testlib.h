@@ -30,6 +30,16 @@
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 
+/* c: the defaults, named name, with an I/O timeout of io_timeout_ms (0:
+ * the default) */
+static inline void tl_config(nxl_agent_config_t *c, const char *name, unsigned io_timeout_ms)
+{
+    nxl_agent_config_init(c);
+    c->name = name;
+    if (io_timeout_ms)
+        c->io_timeout_ms = io_timeout_ms;
+}
+
 /* The agent c describes; with listen, c gets a metadata listener on an
  * ephemeral loopback port first. */
 static inline nxl_agent_t *tl_agent_cfg(nxl_agent_config_t *c, int listen)
@@ -47,8 +57,7 @@ static inline nxl_agent_t *tl_agent_cfg(nxl_agent_config_t *c, int listen)
 static inline nxl_agent_t *tl_agent_bare(const char *name, int listen)
 {
     nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
+    tl_config(&c, name, 0);
     return tl_agent_cfg(&c, listen);
 }
 
@@ -56,8 +65,7 @@ static inline nxl_agent_t *tl_agent_bare(const char *name, int listen)
 static inline nxl_agent_t *tl_agent_log(const char *name, nxl_log_level_t lvl, nxl_log_cb log)
 {
     nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = name;
+    tl_config(&c, name, 0);
     c.log_level = lvl;
     c.log_cb = log;
     return tl_agent_cfg(&c, 0);
