@@ -315,10 +315,7 @@ int cuda_main(void)
     if (O.check)
         die("--check_consistency with --backend CUDA: nxlbench was built without CUDA");
 #endif
-    size_t need = need_bytes();
-    if (need > O.total_buf)
-        die("the buffers need %zu bytes each (largest block x batch x pipeline depth) but "
-            "--total_buffer_size is %zu", need, O.total_buf);
+    size_t need = need_fits("the buffers need", " each (largest block x batch x pipeline depth)", "");
     C.a = make_local_agent("nxlb-cuda", log_cb, "cuda");
     RUN.a = C.a;
     C.remote = nxl_agent_name(C.a);

@@ -551,10 +551,9 @@ int initiator_main(const char *host, uint16_t port)
     snprintf(I.host, sizeof(I.host), "%s", host);
     I.port = port;
     RUN.t_start = now_ns();
-    size_t need = need_bytes();
-    if (need > O.total_buf)
-        die("the sweep needs %zu bytes per process (largest block x batch x pipeline depth) but "
-            "--total_buffer_size is %zu (capped at an eighth of MemTotal)", need, O.total_buf);
+    size_t need = need_fits("the sweep needs",
+                            " per process (largest block x batch x pipeline depth)",
+                            " (capped at an eighth of MemTotal)");
     RUN.a = make_agent(I_NAME, NULL, 0, "initiator");
     nxl_agent_on_notif(RUN.a, i_notif, NULL);
     if (!buf_alloc(RUN.a, &I.buf, need, O.mem_nxl))

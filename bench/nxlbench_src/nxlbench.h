@@ -189,6 +189,9 @@ int sweep_rows(size_t *v, size_t *nv);
 pid_t fork_piped(int p[2]);
 /* bytes each side needs for the largest row */
 size_t need_bytes(void);
+/* need_bytes(), or dies when --total_buffer_size is smaller: "<head> N
+ * bytes<tail> but --total_buffer_size is M<note>" */
+size_t need_fits(const char *head, const char *tail, const char *note);
 /* calls row(block size, batch) for every row of the sweep, with progress */
 void run_rows(void (*row)(size_t bs, size_t n));
 void progress(int i, int n, const char *what);

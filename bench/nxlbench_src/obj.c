@@ -125,10 +125,7 @@ static void o_row(size_t bs, size_t n)
 int obj_main(void)
 {
     RUN.t_start = now_ns();
-    size_t need = need_bytes();
-    if (need > O.total_buf)
-        die("the DRAM buffer needs %zu bytes (largest block x batch) but --total_buffer_size "
-            "is %zu", need, O.total_buf);
+    size_t need = need_fits("the DRAM buffer needs", " (largest block x batch)", "");
     B.a = make_local_agent("nxlb-obj", obj_log_cb, "obj");
     RUN.a = B.a;
     nxl_param_t p[12 + sizeof(O.bparams) / sizeof(O.bparams[0])];

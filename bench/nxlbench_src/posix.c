@@ -446,10 +446,8 @@ static void g_backends(void)
 static int storage_main(void)
 {
     RUN.t_start = now_ns();
-    size_t need = need_bytes();
-    if (need > O.total_buf)
-        die("the %s ring needs %zu bytes (largest block x batch x pipeline depth) but "
-            "--total_buffer_size is %zu", P.gds ? "VRAM" : "DRAM", need, O.total_buf);
+    size_t need = need_fits(P.gds ? "the VRAM ring needs" : "the DRAM ring needs",
+                            " (largest block x batch x pipeline depth)", "");
     if (O.direct) {
         size_t v[64], nv;
         size_list(v, &nv);

@@ -333,6 +333,14 @@ pid_t fork_piped(int p[2])
     return pid;
 }
 
+size_t need_fits(const char *head, const char *tail, const char *note)
+{
+    size_t need = need_bytes();
+    if (need > O.total_buf)
+        die("%s %zu bytes%s but --total_buffer_size is %zu%s", head, need, tail, O.total_buf, note);
+    return need;
+}
+
 void run_rows(void (*row)(size_t bs, size_t n))
 {
     size_t v[64], nv;
