@@ -177,7 +177,8 @@ START_TEST(t_loopback)
     tl_fill(buf, len / 2, 7);
     nxl_xfer_t *x;
     ck_assert_int_eq(
-        tl_xfer1(a, NXL_WRITE, (uintptr_t)buf, (uintptr_t)buf + len / 2, len / 2, "self", "here", &x),
+        tl_xfer1(a, NXL_WRITE, (uintptr_t)buf, (uintptr_t)buf + len / 2, len / 2, "self", "here",
+                 &x),
         NXL_SUCCESS);
     ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(x)), "LIBFABRIC");
     ndone = nnotif = 0;

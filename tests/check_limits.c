@@ -245,7 +245,8 @@ START_TEST(t_notif_queue)
     for (int i = 0; i < 25; i++) {
         char m[16];
         int n = snprintf(m, sizeof(m), "n%d", i);
-        ck_assert_int_eq(nxl_notif_send(B, "A", m, (size_t)n, tl_count_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_notif_send(B, "A", m, (size_t)n, tl_count_cb, NULL, NULL),
+                         NXL_SUCCESS);
     }
     ck_assert(until(25, 10000));
     uint64_t end = tl_now_ms() + 5000;

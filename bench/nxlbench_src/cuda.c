@@ -315,7 +315,8 @@ int cuda_main(void)
     if (O.check)
         die("--check_consistency with --backend CUDA: nxlbench was built without CUDA");
 #endif
-    size_t need = need_fits("the buffers need", " each (largest block x batch x pipeline depth)", "");
+    size_t need =
+        need_fits("the buffers need", " each (largest block x batch x pipeline depth)", "");
     C.a = make_local_agent("nxlb-cuda", log_cb, "cuda");
     RUN.a = C.a;
     C.remote = nxl_agent_name(C.a);
