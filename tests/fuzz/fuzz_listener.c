@@ -13,20 +13,9 @@
 #include <netinet/in.h>
 #include <string.h>
 
-static nxl_agent_t *agent(void)
-{
-    static nxl_agent_t *a;
-    if (!a) {
-        nxl_agent_config_t c;
-        nxl_agent_config_init(&c);
-        c.name = "fuzz";
-        c.log_level = NXL_LOG_NONE;
-        c.max_frame_bytes = 1 << 20;
-        if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
-            abort();
-    }
-    return a;
-}
+#include "fuzz_agent.h"
+
+static nxl_agent_t *agent(void) { return fuzz_agent(1 << 20); }
 
 static void drop(struct bufferevent *bev, void *arg)
 {

@@ -13,19 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static nxl_agent_t *agent(void)
-{
-    static nxl_agent_t *a;
-    if (!a) {
-        nxl_agent_config_t c;
-        nxl_agent_config_init(&c);
-        c.name = "fuzz";
-        c.log_level = NXL_LOG_NONE;
-        if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
-            abort();
-    }
-    return a;
-}
+#include "fuzz_agent.h"
+
+static nxl_agent_t *agent(void) { return fuzz_agent(0); }
 
 /* a control character but tab, LF, CR (a final NUL aside), or an escaped NUL */
 static int not_json(const uint8_t *d, size_t n)
