@@ -136,6 +136,18 @@ static nxl_status_t post_wait(nxl_xfer_t *x)
     return finish(&w);
 }
 
+/* A's WRITE of its first 4 KiB (lp: one descriptor, abuf) to B (rp: one
+ * descriptor, bbuf), made, filled with seed, posted, checked, released */
+static void write_4k(nxl_prepped_t *lp, nxl_prepped_t *rp, uint32_t seed)
+{
+    nxl_xfer_t *x;
+    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x), NXL_SUCCESS);
+    tl_fill(abuf, 4096, seed);
+    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
+    ck_assert(tl_check(bbuf, 4096, seed) < 0);
+    nxl_xfer_release(x);
+}
+
 static nxl_status_t prep_in(nxl_agent_t *a, const char *remote, void *p, size_t len)
 {
     nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
@@ -220,13 +232,7 @@ START_TEST(t_fetch_mismatch)
     nxl_prepped_t *lp;
     nxl_desc_t ld = {.addr = (uintptr_t)abuf, .len = 4096};
     ck_assert_int_eq(nxl_prep(A, NULL, NXL_DRAM, &ld, 1, &lp), NXL_SUCCESS);
-    nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, held, NULL, 1, NULL, &x),
-                     NXL_SUCCESS);
-    tl_fill(abuf, 4096, 77);
-    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
-    ck_assert(tl_check(bbuf, 4096, 77) < 0);
-    nxl_xfer_release(x);
+    write_4k(lp, held, 77);
     nxl_prepped_release(lp);
     nxl_prepped_release(held);
 }
@@ -874,11 +880,7 @@ START_TEST(t_invalidate_then_reload)
     ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", port, ctr_cb, &c2, NULL), NXL_SUCCESS);
     ck_assert_int_eq(finish(&c2), NXL_SUCCESS);
     ck_assert_int_eq(nxl_prep(A, "B", NXL_DRAM, &r, 1, &rp), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x), NXL_SUCCESS);
-    tl_fill(abuf, 4096, 4242);
-    ck_assert_int_eq(post_wait(x), NXL_SUCCESS);
-    ck_assert(tl_check(bbuf, 4096, 4242) < 0);
-    nxl_xfer_release(x);
+    write_4k(lp, rp, 4242);
     nxl_prepped_release(lp);
     nxl_prepped_release(rp);
 }
