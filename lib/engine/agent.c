@@ -274,12 +274,7 @@ void nxli_agent_teardown(nxl_agent_t *a)
 
 void nxli_agent_free(nxl_agent_t *a)
 {
-    if (a->ev_deliver)
-        event_free(a->ev_deliver);
-    if (a->ev_deliver_next)
-        event_free(a->ev_deliver_next);
-    if (a->ev_timeout)
-        event_free(a->ev_timeout);
+    NXL_EVENTS_FREE(a->ev_deliver, a->ev_deliver_next, a->ev_timeout);
     if (a->own_base && a->base)
         event_base_free(a->base);
     free(a->etcd_endpoints);

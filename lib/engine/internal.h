@@ -26,6 +26,7 @@
 #define NXLI_UNUSED(x) ((void)(x))
 
 #include "../common/base64.h"
+#include "../common/evfree.h"
 #include "threads.h"
 
 typedef struct nxli_region nxli_region_t;

@@ -393,16 +393,7 @@ static void destroy(void *state)
         fi_close(&u->ep->fid);
         u->ep = NULL;
     }
-    if (u->ev_fd)
-        event_free(u->ev_fd);
-    if (u->ev_kick)
-        event_free(u->ev_kick);
-    if (u->ev_watch)
-        event_free(u->ev_watch);
-    if (u->ev_poll)
-        event_free(u->ev_poll);
-    if (u->ev_bell)
-        event_free(u->ev_bell);
+    NXL_EVENTS_FREE(u->ev_fd, u->ev_kick, u->ev_watch, u->ev_poll, u->ev_bell);
     if (u->bell_fd >= 0)
         close(u->bell_fd);
     if (u->ev_retry)

@@ -72,6 +72,7 @@
 
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
+#include "../../common/evfree.h" /* NXL_EVENTS_FREE */
 #include "wire.h" /* conn info and keys as they travel */
 
 /* libfabric, as loaded (util.c: nxl_lf_loaded) */

@@ -11,6 +11,7 @@
 #include <nxl/transport.h>
 
 #include "../../common/base64.h"
+#include "../../common/evfree.h"
 #include "../common/regtab.h"
 
 #include <curl/curl.h>

@@ -459,16 +459,7 @@ static void destroy(void *state)
         }
     }
     free(u->closing);
-    if (u->ev_efd)
-        event_free(u->ev_efd);
-    if (u->ev_kick)
-        event_free(u->ev_kick);
-    if (u->ev_watch)
-        event_free(u->ev_watch);
-    if (u->ev_cma)
-        event_free(u->ev_cma);
-    if (u->ev_cma_now)
-        event_free(u->ev_cma_now);
+    NXL_EVENTS_FREE(u->ev_efd, u->ev_kick, u->ev_watch, u->ev_cma, u->ev_cma_now);
     free(u->cma_liov);
     if (u->w)
         ucp_worker_destroy(u->w);
