@@ -13,6 +13,7 @@
 #include "../../common/base64.h"
 #include "../../common/evfree.h"
 #include "../common/regtab.h"
+#include "../common/firstfail.h"
 
 #include <curl/curl.h>
 #include <event2/util.h>
