@@ -290,6 +290,11 @@ void nxl_fio_fini(nxl_fio_t *f)
 
 /* ------------------------------------------------------------ the transport table */
 
+void nxl_fio_quiesce_op(void *state)
+{
+    nxl_fio_quiesce(state);
+}
+
 nxl_status_t nxl_fio_conn_info(void *state, void **buf, size_t *len)
 {
     nxl_fio_t *f = state;

@@ -730,18 +730,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     return NXL_SUCCESS;
 }
 
-/* Waits for what the workers hold (the application's buffers), then
- * reports every transfer CANCELED. */
-static void quiesce(void *state)
-{
-    gds_t *u = state;
-    nxl_fio_quiesce(&u->fio);
-}
-
 static void destroy(void *state)
 {
     gds_t *u = state;
-    quiesce(u);
+    nxl_fio_quiesce(&u->fio);
     nxlt_log(u->ctx, NXL_LOG_INFO, "GDS statistics: %llu transfers, %llu chunks (%llu short "
              "calls), %llu bytes", (unsigned long long)u->fio.n_xfers, (unsigned long long)u->fio.n_submits,
              (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
@@ -807,5 +799,4 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     NXL_FIO_OPS,
     .describe = describe,
     .query = query,
-    .quiesce = quiesce,
 };
