@@ -58,6 +58,7 @@
 
 #include "../common/blob_wire.h"
 #include "../common/regtab.h"
+#include "../common/pstr.h"
 
 #define KEY_MAGIC 0x314b4447u  /* "GDK1" */
 #define CONN_MAGIC 0x31434447u /* "GDC1" */
@@ -769,8 +770,6 @@ static const char *describe(void *state)
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with create()'s parsing) */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 _Static_assert(GDS_DEF_CHUNK == 8388608, "gds_params says chunk=8388608");
 static const nxl_param_info_t gds_params[] = {
     {"threads", PSTR(GDS_DEF_THREADS), "cuFile worker threads (1 to " PSTR(GDS_MAX_THREADS) ")"},

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* LIBFABRIC: create, quiesce, destroy, the parameter and ops tables */
 #include "lf.h"
+#include "../common/pstr.h"
 
 static void destroy(void *state);
 
@@ -449,8 +450,6 @@ static const char *describe(void *state)
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with opts_read) */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 static const nxl_param_info_t lf_params[] = {
     {"provider", NULL, "libfabric provider (\"tcp;ofi_rxm\" when present, \"shm\", \"sockets\", "
      "\"verbs;ofi_rxm\", \"efa\"); FI_PROVIDER too"},

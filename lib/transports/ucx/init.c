@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include "config.h"
 #include "ucx.h"
+#include "../common/pstr.h"
 
 /* off unless asked for: the acknowledgement needs UCX's reply endpoint (am.c) */
 #define AM_WRITE_MAX_DEFAULT 0
@@ -495,8 +496,6 @@ static const char *describe(void *state)
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with create()'s parsing) */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 _Static_assert(CMA_CHUNK_DEFAULT == 1048576, "ucx_params says cma_chunk=1048576");
 static const nxl_param_info_t ucx_params[] = {
     {"tls", NULL, "UCX transports, as UCX_TLS (\"shm,self\", \"tcp\"); not given: UCX_TLS or all"},
