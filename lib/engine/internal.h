@@ -27,6 +27,7 @@
 
 #include "../common/base64.h"
 #include "../common/evfree.h"
+#include "../common/growbuf.h"
 #include "threads.h"
 
 typedef struct nxli_region nxli_region_t;

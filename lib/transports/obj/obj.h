@@ -12,6 +12,7 @@
 
 #include "../../common/base64.h"
 #include "../../common/evfree.h"
+#include "../../common/growbuf.h"
 #include "../common/regtab.h"
 #include "../common/firstfail.h"
 
