@@ -94,10 +94,8 @@ void nxl_lf_shm_notice_closed(lf_t *u)
 {
     if (!u->shm_ep)
         return;
-    unsigned long g = __atomic_load_n(&shm_gen, __ATOMIC_ACQUIRE);
-    if (g == u->shm_gen_seen)
+    if (!nxl_netop_gen_moved(&shm_gen, &u->shm_gen_seen))
         return;
-    u->shm_gen_seen = g;
     lf_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     {

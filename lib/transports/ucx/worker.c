@@ -238,10 +238,8 @@ static void spin(ucx_t *u, unsigned bp)
  * on, and UCX's keepalive asks the process). */
 void nxl_ucx_local_gone(ucx_t *u)
 {
-    unsigned long g = __atomic_load_n(&live_gen, __ATOMIC_ACQUIRE);
-    if (g == u->live_gen_seen)
+    if (!nxl_netop_gen_moved(&live_gen, &u->live_gen_seen))
         return;
-    u->live_gen_seen = g;
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     if (c->local && c->peer_addr && !c->failed && !c->fail_deferred &&
