@@ -27,6 +27,7 @@
 
 #include "../common/base64.h"
 #include "../common/evfree.h"
+#include "../common/clock_us.h"
 #include "../common/growbuf.h"
 #include "threads.h"
 

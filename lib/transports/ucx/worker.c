@@ -185,9 +185,7 @@ bool nxl_ucx_live_is_local(const void *addr, size_t len)
  * it costs a fraction of the precise one's (a paravirtual clock here) */
 uint64_t nxl_ucx_coarse_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return nxl_clock_us(CLOCK_MONOTONIC_COARSE);
 }
 
 /* progress on the next turn (one already set for later is brought forward) */
