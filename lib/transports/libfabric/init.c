@@ -424,18 +424,8 @@ static void destroy(void *state)
         LIST_REMOVE(h, link);
         free(h);
     }
-    if (u->rx_mr)
-        fi_close(&u->rx_mr->fid);
-    if (u->rma_cntr)
-        fi_close(&u->rma_cntr->fid);
-    if (u->cq)
-        fi_close(&u->cq->fid);
-    if (u->av)
-        fi_close(&u->av->fid);
-    if (u->domain)
-        fi_close(&u->domain->fid);
-    if (u->fabric)
-        fi_close(&u->fabric->fid);
+    /* the endpoint is closed (or retired) above */
+    nxl_lf_close_fids(NULL, u->rx_mr, u->rma_cntr, u->cq, u->av, u->domain, u->fabric);
     if (u->info)
         fi_freeinfo(u->info);
     free(u->rxmem);
