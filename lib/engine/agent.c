@@ -274,12 +274,7 @@ void nxli_agent_teardown(nxl_agent_t *a)
 
 void nxli_agent_free(nxl_agent_t *a)
 {
-    if (a->ev_deliver)
-        event_free(a->ev_deliver);
-    if (a->ev_deliver_next)
-        event_free(a->ev_deliver_next);
-    if (a->ev_timeout)
-        event_free(a->ev_timeout);
+    NXL_EVENTS_FREE(a->ev_deliver, a->ev_deliver_next, a->ev_timeout);
     if (a->own_base && a->base)
         event_base_free(a->base);
     free(a->etcd_endpoints);
@@ -316,11 +311,28 @@ static nxl_status_t threaded_refuse(nxl_agent_t *a, const char *call)
     return NXL_ERR_NOT_ALLOWED;
 }
 
+/* what nxl_agent_run and nxl_agent_run_once check before they turn the
+ * loop */
+static nxl_status_t loop_may_run(nxl_agent_t *a, const char *call)
+{
+    return a->thr ? threaded_refuse(a, call) : loop_guard(a, call);
+}
+
+/* after their turns of the loop: event_base_loop's result @p rc */
+static nxl_status_t loop_ran(nxl_agent_t *a, int rc, const char *call)
+{
+    a->loop_depth--;
+    if (rc < 0) {
+        nxli_err(a, "%s: event_base_loop failed (is the application's loop running this base "
+                    "already?)", call);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    return NXL_SUCCESS;
+}
+
 nxl_status_t nxl_agent_run(nxl_agent_t *a)
 {
-    if (a->thr)
-        return threaded_refuse(a, "nxl_agent_run");
-    nxl_status_t st = loop_guard(a, "nxl_agent_run");
+    nxl_status_t st = loop_may_run(a, "nxl_agent_run");
     if (st != NXL_SUCCESS)
         return st;
     a->stopping = false;
@@ -328,20 +340,12 @@ nxl_status_t nxl_agent_run(nxl_agent_t *a)
     int rc = 0;
     while (!a->stopping && rc == 0)
         rc = event_base_loop(a->base, EVLOOP_ONCE);
-    a->loop_depth--;
-    if (rc < 0) {
-        nxli_err(a, "nxl_agent_run: event_base_loop failed (is the application's loop "
-                    "running this base already?)");
-        return NXL_ERR_NOT_ALLOWED;
-    }
-    return NXL_SUCCESS;
+    return loop_ran(a, rc, "nxl_agent_run");
 }
 
 nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
 {
-    if (a->thr)
-        return threaded_refuse(a, "nxl_agent_run_once");
-    nxl_status_t st = loop_guard(a, "nxl_agent_run_once");
+    nxl_status_t st = loop_may_run(a, "nxl_agent_run_once");
     if (st != NXL_SUCCESS)
         return st;
     int rc;
@@ -358,13 +362,7 @@ nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
         rc = event_base_loop(a->base, EVLOOP_ONCE);
         event_del(a->ev_timeout);
     }
-    a->loop_depth--;
-    if (rc < 0) {
-        nxli_err(a, "nxl_agent_run_once: event_base_loop failed (is the application's loop "
-                    "running this base already?)");
-        return NXL_ERR_NOT_ALLOWED;
-    }
-    return NXL_SUCCESS;
+    return loop_ran(a, rc, "nxl_agent_run_once");
 }
 
 void nxl_agent_stop(nxl_agent_t *a)

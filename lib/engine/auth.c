@@ -47,9 +47,7 @@ struct nxli_auth {
 
 static uint64_t wall_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return nxl_clock_us(CLOCK_REALTIME);
 }
 
 static int compute(struct nxli_auth *au, const unsigned char *hdr, size_t hl, const void *body,

@@ -37,11 +37,9 @@ nxl_status_t nxl_future_from_cuda_event(nxl_agent_t *a, void *cuda_event, nxl_do
                        : "this build has none (configure --enable-cuda with the CUDA headers)");
         return NXL_ERR_NOT_SUPPORTED;
     }
-    nxl_future_t *f = nxli_future_new(a, NXLI_F_EVENT, cb, arg);
-    nxlt_op_t *op = f ? nxli_op_new(a, b, f) : NULL;
+    nxl_future_t *f;
+    nxlt_op_t *op = nxli_op_new_future(a, b, NXLI_F_EVENT, cb, arg, &f);
     if (!op) {
-        if (f)
-            nxli_future_discard(f);
         nxli_err(a, "nxl_future_from_cuda_event: out of memory");
         return NXL_ERR_UNKNOWN;
     }

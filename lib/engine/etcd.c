@@ -140,17 +140,8 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *arg)
                  r->url, r->a->max_frame / 3 * 8 + (1 << 20));
         return 0;
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = (r->len + n + 1) * 2;
-        char *b = realloc(r->buf, cap);
-        if (!b)
-            return 0;
-        r->buf = b;
-        r->cap = cap;
-    }
-    memcpy(r->buf + r->len, p, n);
-    r->len += n;
-    r->buf[r->len] = 0;
+    if (nxl_growbuf_append(&r->buf, &r->len, &r->cap, p, n) < 0)
+        return 0;
     if (r->line)
         feed_lines(r);
     return n;

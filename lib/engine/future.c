@@ -331,6 +331,17 @@ nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f)
     return op;
 }
 
+nxlt_op_t *nxli_op_new_future(nxl_agent_t *a, nxl_backend_t *b, nxli_fkind_t kind, nxl_done_cb cb,
+                              void *arg, nxl_future_t **fp)
+{
+    nxl_future_t *f = nxli_future_new(a, kind, cb, arg);
+    nxlt_op_t *op = f ? nxli_op_new(a, b, f) : NULL;
+    if (!op && f)
+        nxli_future_discard(f);
+    *fp = op ? f : NULL;
+    return op;
+}
+
 void nxli_op_free(nxlt_op_t *op)
 {
     nxli_relay_free(op);

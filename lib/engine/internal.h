@@ -26,6 +26,9 @@
 #define NXLI_UNUSED(x) ((void)(x))
 
 #include "../common/base64.h"
+#include "../common/evfree.h"
+#include "../common/clock_us.h"
+#include "../common/growbuf.h"
 #include "threads.h"
 
 typedef struct nxli_region nxli_region_t;
@@ -351,6 +354,10 @@ void nxli_futures_cancel_all(nxl_agent_t *a);
 /* at the end of teardown: spares freed, futures still held freed alone later */
 void nxli_pool_close(nxl_agent_t *a);
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f);
+/* a future of @p kind in *fp and an op of @p b that holds it, for a call that
+ * starts one operation; NULL (nothing made) when out of memory */
+nxlt_op_t *nxli_op_new_future(nxl_agent_t *a, nxl_backend_t *b, nxli_fkind_t kind, nxl_done_cb cb,
+                              void *arg, nxl_future_t **fp);
 void nxli_op_free(nxlt_op_t *op);
 /* Ends the transport call that started op, which returned st: on success a
  * report made inside the call takes effect now (delivered on the next

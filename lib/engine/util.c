@@ -101,9 +101,7 @@ char *nxli_sprintf(const char *fmt, ...)
 
 uint64_t nxli_now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return nxl_clock_us(CLOCK_MONOTONIC);
 }
 
 void nxl_free(void *p)

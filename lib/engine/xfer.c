@@ -825,11 +825,9 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         nxli_remote_put(r);
         return NXL_ERR_NOT_SUPPORTED;
     }
-    nxl_future_t *f = nxli_future_new(a, NXLI_F_NOTIF, cb, arg);
-    nxlt_op_t *op = f ? nxli_op_new(a, b, f) : NULL;
+    nxl_future_t *f;
+    nxlt_op_t *op = nxli_op_new_future(a, b, NXLI_F_NOTIF, cb, arg, &f);
     if (!op) {
-        if (f)
-            nxli_future_discard(f);
         nxli_remote_put(r);
         nxli_err(a, "nxl_notif_send: out of memory");
         return NXL_ERR_UNKNOWN;

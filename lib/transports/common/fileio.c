@@ -4,6 +4,7 @@
  * results do to them. */
 #include "fileio.h"
 #include "blob_wire.h"
+#include "firstfail.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -58,15 +59,10 @@ void nxl_fio_seg_done(nxl_fio_t *f, nxl_fio_seg_t *s)
 void nxl_fio_fail(nxl_fio_t *f, nxl_fio_seg_t *s, nxl_status_t st, const char *fmt, ...)
 {
     nxl_fio_xop_t *x = s->xop;
-    if (!x->failed) {
-        x->failed = true;
-        x->st = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(x->why, sizeof(x->why), fmt, ap);
-        va_end(ap);
-        nxlt_log(f->ctx, NXL_LOG_INFO, "%s", x->why);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    nxl_first_fail_v(f->ctx, &x->failed, &x->st, x->why, sizeof(x->why), st, fmt, ap);
+    va_end(ap);
     /* start nothing more of this transfer */
     for (size_t i = 0; i < x->nseg; i++)
         if (x->seg[i].state == NXL_FIO_S_QUEUED) {
@@ -293,6 +289,11 @@ void nxl_fio_fini(nxl_fio_t *f)
 }
 
 /* ------------------------------------------------------------ the transport table */
+
+void nxl_fio_quiesce_op(void *state)
+{
+    nxl_fio_quiesce(state);
+}
 
 nxl_status_t nxl_fio_conn_info(void *state, void **buf, size_t *len)
 {

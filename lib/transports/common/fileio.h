@@ -182,11 +182,16 @@ nxl_status_t nxl_fio_load_conn(void *state, const char *agent, const void *info,
 void nxl_fio_unload_conn(void *state, void *conn);
 nxl_status_t nxl_fio_notif_send(void *state, nxlt_op_t *op, void *conn, const void *msg,
                                 size_t len);
+/* nxl_fio_quiesce() of the transport's nxl_fio_t: waits for what the engine
+ * (the kernel, the workers) holds, whose buffers are the application's,
+ * then reports every transfer CANCELED */
+void nxl_fio_quiesce_op(void *state);
 /* the entries of an nxlt_ops_t initializer these fill, the same in every
  * transport on this core */
 #define NXL_FIO_OPS                                                                            \
     .conn_info = nxl_fio_conn_info, .load_conn = nxl_fio_load_conn,                            \
-    .unload_conn = nxl_fio_unload_conn, .notif_send = nxl_fio_notif_send
+    .unload_conn = nxl_fio_unload_conn, .notif_send = nxl_fio_notif_send,                      \
+    .quiesce = nxl_fio_quiesce_op
 /* the key of registration @p regid */
 nxl_status_t nxl_fio_pack_key(nxl_fio_t *f, uint64_t regid, void **buf, size_t *len);
 /* a FILE or BLK range by the open fd in d->dev_id: checked (open, not

@@ -20,6 +20,7 @@
  * idle vCPU's timer) costs a few microseconds each time, which is what
  * separates a reactor from fio's tight loop once the storage is fast. */
 #include "fileio.h"
+#include "../../common/evfree.h"
 
 #ifdef NXL_HAVE_LIBURING
 
@@ -251,14 +252,7 @@ static int ur_start(nxl_fio_t *u, char *why, size_t cap)
              nxlt_busy_poll_us(u->ctx) ? ", busy polling the CQ" : "");
     return 0;
 fail:
-    if (r->ev)
-        event_free(r->ev);
-    if (r->retry)
-        event_free(r->retry);
-    if (r->kick)
-        event_free(r->kick);
-    if (r->flush)
-        event_free(r->flush);
+    NXL_EVENTS_FREE(r->ev, r->retry, r->kick, r->flush);
     if (r->efd >= 0)
         close(r->efd);
     io_uring_queue_exit(&r->ring);

@@ -4,7 +4,9 @@
  * connection's operations the engine has not been told of yet, when an
  * operation on a connection last completed, telling the engine of an
  * operation exactly once, and the stall timeout's decision that a peer is
- * lost.
+ * lost; and the process-wide generation of the agents of this process by
+ * which an agent learns, at its next post or loop turn, that a peer of
+ * this process went away.
  *
  * Header-only (static inline): compiled into each transport, nothing of it
  * exported. Each transport embeds the structs in its own instance and
@@ -76,6 +78,18 @@ static inline bool nxl_netop_stalled(const nxl_netop_inst_t *i, const nxl_netop_
                                      uint64_t now)
 {
     return c->inflight && i->stall_us && now - c->progress_us > i->stall_us;
+}
+
+/* A generation bumped (__ATOMIC_RELEASE) as an agent of this process goes:
+ * true when it moved since *seen, which then follows it (the caller then
+ * looks at its connections to agents of this process). */
+static inline bool nxl_netop_gen_moved(const unsigned long *gen, unsigned long *seen)
+{
+    unsigned long g = __atomic_load_n(gen, __ATOMIC_ACQUIRE);
+    if (g == *seen)
+        return false;
+    *seen = g;
+    return true;
 }
 
 #endif /* NXL_NETOP_H */

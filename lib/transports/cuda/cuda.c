@@ -60,6 +60,7 @@
 #define CU_MAX_DEV 64
 #define CU_MAX_WAIT 32       /* streams that wait for events; more waits share them */
 #include "wire.h" /* connection info and keys as they travel, and their checks */
+#include "../common/pstr.h"
 _Static_assert(CU_IPC_BYTES == CUDA_IPC_HANDLE_SIZE, "wire.h: the IPC handle's size");
 
 /* ------------------------------------------------------------ identity */
@@ -1092,8 +1093,6 @@ static const char *describe(void *state)
 }
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists it */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 static const nxl_param_info_t cu_params[] = {
     {"streams", PSTR(CU_DEF_STREAMS), "copy streams per device (1 to " PSTR(CU_MAX_STREAMS) ")"},
 };

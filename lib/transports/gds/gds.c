@@ -58,6 +58,7 @@
 
 #include "../common/blob_wire.h"
 #include "../common/regtab.h"
+#include "../common/pstr.h"
 
 #define KEY_MAGIC 0x314b4447u  /* "GDK1" */
 #define CONN_MAGIC 0x31434447u /* "GDC1" */
@@ -730,18 +731,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     return NXL_SUCCESS;
 }
 
-/* Waits for what the workers hold (the application's buffers), then
- * reports every transfer CANCELED. */
-static void quiesce(void *state)
-{
-    gds_t *u = state;
-    nxl_fio_quiesce(&u->fio);
-}
-
 static void destroy(void *state)
 {
     gds_t *u = state;
-    quiesce(u);
+    nxl_fio_quiesce(&u->fio);
     nxlt_log(u->ctx, NXL_LOG_INFO, "GDS statistics: %llu transfers, %llu chunks (%llu short "
              "calls), %llu bytes", (unsigned long long)u->fio.n_xfers, (unsigned long long)u->fio.n_submits,
              (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
@@ -777,8 +770,6 @@ static const char *describe(void *state)
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with create()'s parsing) */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 _Static_assert(GDS_DEF_CHUNK == 8388608, "gds_params says chunk=8388608");
 static const nxl_param_info_t gds_params[] = {
     {"threads", PSTR(GDS_DEF_THREADS), "cuFile worker threads (1 to " PSTR(GDS_MAX_THREADS) ")"},
@@ -807,5 +798,4 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     NXL_FIO_OPS,
     .describe = describe,
     .query = query,
-    .quiesce = quiesce,
 };

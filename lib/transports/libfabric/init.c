@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* LIBFABRIC: create, quiesce, destroy, the parameter and ops tables */
 #include "lf.h"
+#include "../common/pstr.h"
 
 static void destroy(void *state);
 
@@ -393,16 +394,7 @@ static void destroy(void *state)
         fi_close(&u->ep->fid);
         u->ep = NULL;
     }
-    if (u->ev_fd)
-        event_free(u->ev_fd);
-    if (u->ev_kick)
-        event_free(u->ev_kick);
-    if (u->ev_watch)
-        event_free(u->ev_watch);
-    if (u->ev_poll)
-        event_free(u->ev_poll);
-    if (u->ev_bell)
-        event_free(u->ev_bell);
+    NXL_EVENTS_FREE(u->ev_fd, u->ev_kick, u->ev_watch, u->ev_poll, u->ev_bell);
     if (u->bell_fd >= 0)
         close(u->bell_fd);
     if (u->ev_retry)
@@ -432,18 +424,8 @@ static void destroy(void *state)
         LIST_REMOVE(h, link);
         free(h);
     }
-    if (u->rx_mr)
-        fi_close(&u->rx_mr->fid);
-    if (u->rma_cntr)
-        fi_close(&u->rma_cntr->fid);
-    if (u->cq)
-        fi_close(&u->cq->fid);
-    if (u->av)
-        fi_close(&u->av->fid);
-    if (u->domain)
-        fi_close(&u->domain->fid);
-    if (u->fabric)
-        fi_close(&u->fabric->fid);
+    /* the endpoint is closed (or retired) above */
+    nxl_lf_close_fids(NULL, u->rx_mr, u->rma_cntr, u->cq, u->av, u->domain, u->fabric);
     if (u->info)
         fi_freeinfo(u->info);
     free(u->rxmem);
@@ -458,8 +440,6 @@ static const char *describe(void *state)
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with opts_read) */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 static const nxl_param_info_t lf_params[] = {
     {"provider", NULL, "libfabric provider (\"tcp;ofi_rxm\" when present, \"shm\", \"sockets\", "
      "\"verbs;ofi_rxm\", \"efa\"); FI_PROVIDER too"},

@@ -72,6 +72,7 @@
 
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
+#include "../../common/evfree.h" /* NXL_EVENTS_FREE */
 #include "wire.h" /* conn info and keys as they travel */
 
 /* libfabric, as loaded (util.c: nxl_lf_loaded) */
@@ -318,6 +319,11 @@ void nxl_lf_kick(lf_t *u);
 void nxl_lf_watch_start(lf_t *u);
 void nxl_lf_check_later(lf_op_t *o);
 void nxl_lf_mr_mode_str(uint64_t m, char *buf, size_t cap);
+/* closes those of an endpoint's objects that are open (NULL: not), the
+ * endpoint first and the fabric last */
+void nxl_lf_close_fids(struct fid_ep *ep, struct fid_mr *rx_mr, struct fid_cntr *cntr,
+                       struct fid_cq *cq, struct fid_av *av, struct fid_domain *domain,
+                       struct fid_fabric *fabric);
 
 /* shm.c */
 bool nxl_lf_shm_name_closed(const unsigned char *name, size_t len);

@@ -94,10 +94,8 @@ void nxl_lf_shm_notice_closed(lf_t *u)
 {
     if (!u->shm_ep)
         return;
-    unsigned long g = __atomic_load_n(&shm_gen, __ATOMIC_ACQUIRE);
-    if (g == u->shm_gen_seen)
+    if (!nxl_netop_gen_moved(&shm_gen, &u->shm_gen_seen))
         return;
-    u->shm_gen_seen = g;
     lf_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     {
@@ -158,20 +156,7 @@ void nxl_lf_shm_close_retired(lf_shm_list_t *reap)
     lf_shm_ep_t *r;
     while ((r = LIST_FIRST(reap))) {
         LIST_REMOVE(r, link);
-        if (r->ep)
-            fi_close(&r->ep->fid);
-        if (r->rx_mr)
-            fi_close(&r->rx_mr->fid);
-        if (r->cntr)
-            fi_close(&r->cntr->fid);
-        if (r->cq)
-            fi_close(&r->cq->fid);
-        if (r->av)
-            fi_close(&r->av->fid);
-        if (r->domain)
-            fi_close(&r->domain->fid);
-        if (r->fabric)
-            fi_close(&r->fabric->fid);
+        nxl_lf_close_fids(r->ep, r->rx_mr, r->cntr, r->cq, r->av, r->domain, r->fabric);
         free(r->rxmem);
         free(r);
     }

@@ -132,10 +132,7 @@ static void destroy(void *state)
     nxlt_http_free(o->http);
     if (o->sync)
         curl_easy_cleanup(o->sync);
-    if (o->tick)
-        event_free(o->tick);
-    if (o->kick)
-        event_free(o->kick);
+    NXL_EVENTS_FREE(o->tick, o->kick);
     if (o->regs.v) {
         for (nxlt_reg_t *r; (r = nxlt_regtab_pop(&o->regs));)
             nxl_obj_key_put(NXLT_REG_OF(r, obj_key_t, reg));

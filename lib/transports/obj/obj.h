@@ -11,7 +11,10 @@
 #include <nxl/transport.h>
 
 #include "../../common/base64.h"
+#include "../../common/evfree.h"
+#include "../../common/growbuf.h"
 #include "../common/regtab.h"
+#include "../common/firstfail.h"
 
 #include <curl/curl.h>
 #include <event2/util.h>

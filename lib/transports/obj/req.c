@@ -70,19 +70,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *arg)
     }
     /* an XML answer or an error: keep its start */
     size_t keep = r->resp_len + n > OBJ_RESP_MAX ? OBJ_RESP_MAX - r->resp_len : n;
-    if (keep) {
-        if (r->resp_len + keep + 1 > r->resp_cap) {
-            size_t cap = (r->resp_len + keep + 1) * 2;
-            char *b = realloc(r->resp, cap);
-            if (!b)
-                return 0;
-            r->resp = b;
-            r->resp_cap = cap;
-        }
-        memcpy(r->resp + r->resp_len, p, keep);
-        r->resp_len += keep;
-        r->resp[r->resp_len] = 0;
-    }
+    if (keep && nxl_growbuf_append(&r->resp, &r->resp_len, &r->resp_cap, p, keep) < 0)
+        return 0;
     return n;
 }
 

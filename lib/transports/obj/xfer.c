@@ -46,15 +46,10 @@ void nxl_obj_xop_finish(obj_xop_t *x)
 void nxl_obj_xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
 {
     obj_t *o = x->o;
-    if (!x->failed) {
-        x->failed = true;
-        x->st = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(x->why, sizeof(x->why), fmt, ap);
-        va_end(ap);
-        nxlt_log(o->ctx, NXL_LOG_INFO, "%s", x->why);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    nxl_first_fail_v(o->ctx, &x->failed, &x->st, x->why, sizeof(x->why), st, fmt, ap);
+    va_end(ap);
     x->active++; /* hold: not finished inside the sweep */
     obj_req_t *r, *next;
     for (r = LIST_FIRST(&x->reqs); r; r = next) {

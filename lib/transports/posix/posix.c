@@ -440,18 +440,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     return NXL_SUCCESS;
 }
 
-/* Waits for what the kernel or the workers hold (their buffers are the
- * application's), then reports every transfer CANCELED. */
-static void quiesce(void *state)
-{
-    px_t *u = state;
-    nxl_fio_quiesce(&u->fio);
-}
-
 static void destroy(void *state)
 {
     px_t *u = state;
-    quiesce(u);
+    nxl_fio_quiesce(&u->fio);
     char thp[160];
     px_thp_stop(u, thp, sizeof(thp));
     nxlt_log(u->ctx, NXL_LOG_INFO,
@@ -512,5 +504,4 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
     NXL_FIO_OPS,
     .describe = describe,
     .query = query,
-    .quiesce = quiesce,
 };

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include "config.h"
 #include "ucx.h"
+#include "../common/pstr.h"
 
 /* off unless asked for: the acknowledgement needs UCX's reply endpoint (am.c) */
 #define AM_WRITE_MAX_DEFAULT 0
@@ -459,16 +460,7 @@ static void destroy(void *state)
         }
     }
     free(u->closing);
-    if (u->ev_efd)
-        event_free(u->ev_efd);
-    if (u->ev_kick)
-        event_free(u->ev_kick);
-    if (u->ev_watch)
-        event_free(u->ev_watch);
-    if (u->ev_cma)
-        event_free(u->ev_cma);
-    if (u->ev_cma_now)
-        event_free(u->ev_cma_now);
+    NXL_EVENTS_FREE(u->ev_efd, u->ev_kick, u->ev_watch, u->ev_cma, u->ev_cma_now);
     free(u->cma_liov);
     if (u->w)
         ucp_worker_destroy(u->w);
@@ -504,8 +496,6 @@ static const char *describe(void *state)
 
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with create()'s parsing) */
-#define PSTR_(x) #x
-#define PSTR(x) PSTR_(x)
 _Static_assert(CMA_CHUNK_DEFAULT == 1048576, "ucx_params says cma_chunk=1048576");
 static const nxl_param_info_t ucx_params[] = {
     {"tls", NULL, "UCX transports, as UCX_TLS (\"shm,self\", \"tcp\"); not given: UCX_TLS or all"},

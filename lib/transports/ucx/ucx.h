@@ -65,6 +65,8 @@
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
+#include "../../common/evfree.h" /* NXL_EVENTS_FREE */
+#include "../../common/clock_us.h" /* nxl_clock_us */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */

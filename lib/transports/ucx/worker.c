@@ -185,9 +185,7 @@ bool nxl_ucx_live_is_local(const void *addr, size_t len)
  * it costs a fraction of the precise one's (a paravirtual clock here) */
 uint64_t nxl_ucx_coarse_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return nxl_clock_us(CLOCK_MONOTONIC_COARSE);
 }
 
 /* progress on the next turn (one already set for later is brought forward) */
@@ -238,10 +236,8 @@ static void spin(ucx_t *u, unsigned bp)
  * on, and UCX's keepalive asks the process). */
 void nxl_ucx_local_gone(ucx_t *u)
 {
-    unsigned long g = __atomic_load_n(&live_gen, __ATOMIC_ACQUIRE);
-    if (g == u->live_gen_seen)
+    if (!nxl_netop_gen_moved(&live_gen, &u->live_gen_seen))
         return;
-    u->live_gen_seen = g;
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
     if (c->local && c->peer_addr && !c->failed && !c->fail_deferred &&
