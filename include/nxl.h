@@ -302,7 +302,18 @@ typedef struct nxl_agent_config {
      * may be made from any thread (see "Threads" above); @c base must be
      * NULL. 0 (default): the agent belongs to the thread that runs it. */
     int threaded;
+    /** The loop the agent runs on (nxl_loop_kind_t): NXL_LOOP_LIBEVENT
+     * (default: @c base, or a base of its own), or NXL_LOOP_FD: no libevent
+     * base; another loop watches nxl_agent_backend_fd() (see "Embedding in
+     * any event loop" below). */
+    int loop;
 } nxl_agent_config_t;
+
+/** What an agent's reactor runs on (nxl_agent_config_t.loop). */
+typedef enum nxl_loop_kind {
+    NXL_LOOP_LIBEVENT = 0, /**< a libevent event_base: the application's or the agent's own */
+    NXL_LOOP_FD = 1,       /**< one descriptor and a timeout, for any loop (libuv, epoll) */
+} nxl_loop_kind_t;
 
 /**
  * Fills @p cfg with defaults and sets @c size to @p size: call it through
@@ -359,6 +370,65 @@ NXL_API nxl_status_t nxl_agent_run(nxl_agent_t *a);
 NXL_API nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms);
 /** Makes nxl_agent_run() return after the current turn. */
 NXL_API void nxl_agent_stop(nxl_agent_t *a);
+
+/**
+ * @name Embedding in any event loop
+ *
+ * An agent made with nxl_agent_config_t.loop = NXL_LOOP_FD has no libevent
+ * base: it keeps its watches in an epoll set of its own and its timers in a
+ * timerfd inside that set, and the application's loop drives it through one
+ * descriptor, as with libuv's uv_backend_fd() and uv_backend_timeout():
+ *
+ * - Watch nxl_agent_backend_fd() for reading (level-triggered: it stays
+ *   readable while the agent has something to do; edge-triggered watching
+ *   works too, because every nxl_agent_run_once(a, 0) empties what was
+ *   ready). When it is readable, or when nxl_agent_backend_timeout()
+ *   milliseconds have passed, call nxl_agent_run_once(a, 0): it runs what
+ *   is ready (completions, notifications, transports' work, due timers)
+ *   and returns without waiting.
+ * - Ask nxl_agent_backend_timeout() again after every run_once and after
+ *   every call on the agent (a post may arm a timer): it is the time until
+ *   the next timer (0: work is ready now; -1: no timer). A due timer also
+ *   makes the descriptor readable, so a loop that only watches the
+ *   descriptor is late by at most the timerfd's wake-up; one that only
+ *   uses the timeout misses I/O.
+ * - Callbacks run inside nxl_agent_run_once(), on the thread that calls it,
+ *   which must be the agent's thread (as in the default mode). From a
+ *   callback, run_once (and nxl_agent_run()) return NXL_ERR_NOT_ALLOWED:
+ *   the loop is not re-entered.
+ * - An application that stops calling run_once stops the agent: nothing
+ *   is lost (completions wait in the kernel and in the transports), but
+ *   nothing progresses either, and peers may time out.
+ * - nxl_agent_run() and nxl_agent_run_once() with a timeout also work:
+ *   they wait on the descriptor themselves.
+ *
+ * The libuv adapter (<nxl/uv.h>) is written on these. Another loop needs
+ * the same ~60 lines: a read watch on the descriptor and a one-shot timer,
+ * both calling run_once and re-arming the timer from backend_timeout.
+ * @{
+ */
+/**
+ * @return the descriptor to watch for reading (valid until the agent is
+ *         destroyed); -1 when the agent does not run on NXL_LOOP_FD (its
+ *         libevent base, or threaded mode), with a sentence in
+ *         nxl_agent_last_error().
+ */
+NXL_API int nxl_agent_backend_fd(nxl_agent_t *a);
+/**
+ * @return milliseconds until the agent's next timer (rounded up), 0 when
+ *         something is ready now, -1 when no timer is armed or the agent
+ *         does not run on NXL_LOOP_FD.
+ */
+NXL_API int nxl_agent_backend_timeout(nxl_agent_t *a);
+/**
+ * Marks the agent as driven by an adapter (the libuv adapter calls it), so
+ * that a second attachment is refused instead of running the agent from
+ * two loops. @p who names the adapter; NULL detaches.
+ * @return NXL_SUCCESS; NXL_ERR_NOT_ALLOWED (already attached: the sentence
+ *         names the adapter; or not an NXL_LOOP_FD agent).
+ */
+NXL_API nxl_status_t nxl_agent_attach(nxl_agent_t *a, const char *who);
+/** @} */
 
 /**
  * @return the last error sentence for @p a, or for the last failed

@@ -11,8 +11,9 @@
  * unpacked remote key) and reports completions with nxlt_op_done().
  *
  * Everything runs on the agent's reactor thread. A transport hooks its file
- * descriptors into the reactor through the event base from
- * nxlt_base() and never blocks in a call.
+ * descriptors and timers into the agent's loop through nxlt_io_new() and
+ * nxlt_timer_new() (never through an event library of its own choosing)
+ * and never blocks in a call.
  *
  * # Built in or a module
  *
@@ -44,7 +45,7 @@ extern "C" {
 #endif
 
 /** Version of this header's ABI; names the folder modules are installed in. */
-#define NXLT_ABI_VERSION 2
+#define NXLT_ABI_VERSION 3
 
 /** Exports a transport's ops table from its module (see the file comment). */
 #ifdef NXLT_MODULE
@@ -71,9 +72,10 @@ extern "C" {
  * notification send, a release — and so this transport's functions, on
  * its thread. Event callbacks still run on the reactor thread, and never
  * two calls at once. What such a call leaves for the reactor must be seen
- * by the engine: an event activated, or one added (a timer armed that was
- * not pending: `if (!evtimer_pending(ev, NULL)) evtimer_add(ev, &tv)`).
- * A pending timer moved earlier from such a call fires up to 10 ms late.
+ * by the engine: a timer activated, a watch started, or a timer armed
+ * that was not pending (`if (!nxlt_timer_pending(t)) nxlt_timer_start(t,
+ * us)`). A pending timer moved earlier from such a call fires up to 10 ms
+ * late.
  * Without it, the agent hands every call to the reactor thread.
  */
 #define NXLT_CAP_ANY_THREAD (1u << 4)
@@ -198,7 +200,11 @@ typedef struct nxlt_ops {
 
 /* ---- what the engine offers a transport ---- */
 
-/** The reactor's event base. */
+/**
+ * Deprecated since transport ABI 3: the libevent base the agent runs on, or
+ * NULL when it runs on another loop (nxl_agent_config_t.loop). Transports
+ * reach the loop only through the watches and timers below.
+ */
 NXL_API struct event_base *nxlt_base(nxlt_ctx_t *ctx);
 NXL_API nxl_agent_t *nxlt_agent(nxlt_ctx_t *ctx);
 /** Nonzero when the agent is threaded: a transport with
@@ -252,6 +258,78 @@ NXL_API void **nxlt_op_priv(nxlt_op_t *op);
  */
 NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
 
+/* ---- The loop: watches and timers ----
+ *
+ * A transport reaches the agent's event loop only through these: the
+ * engine owns every watch and timer, so it knows at every moment which
+ * descriptors are watched and when its next timer is due, whatever loop
+ * the application runs (libevent, libuv, a bare epoll loop through
+ * nxl_agent_backend_fd(); doc/design.md, "Loops"). Callbacks run on the
+ * reactor thread, inside a turn of the loop, never inside the call that
+ * starts a watch or a timer. A watch or timer may be started, stopped and
+ * freed from any callback, its own included; freeing it from its own
+ * callback is allowed, touching it after that is not.
+ *
+ * With NXLT_CAP_ANY_THREAD, a call of the transport made on another thread
+ * (while the reactor sleeps, holding the agent's lock) may start a watch,
+ * start a timer that is not pending (nxlt_timer_pending()) or activate
+ * one: the engine sees it. Moving a pending timer earlier from there may
+ * be seen up to 10 ms late.
+ */
+
+/** A watched file descriptor. */
+typedef struct nxlt_io nxlt_io_t;
+/** A one-shot, re-armable timer; also what "run this soon" is made of. */
+typedef struct nxlt_timer nxlt_timer_t;
+
+#define NXLT_IO_READ 0x1u  /**< readable (or hung up, or an error pending) */
+#define NXLT_IO_WRITE 0x2u /**< writable */
+/** With nxlt_io_start(): the watch stops after its callback ran once. */
+#define NXLT_IO_ONCE 0x4u
+
+/** @p ready: NXLT_IO_READ and/or NXLT_IO_WRITE. */
+typedef void (*nxlt_io_cb)(nxlt_io_t *io, int fd, unsigned ready, void *arg);
+typedef void (*nxlt_timer_cb)(nxlt_timer_t *t, void *arg);
+
+/**
+ * A watch of @p fd, stopped: start it with nxlt_io_start(). One watch per
+ * descriptor at a time. @return NULL on failure (a sentence in the
+ * agent's last error).
+ */
+NXL_API nxlt_io_t *nxlt_io_new(nxlt_ctx_t *ctx, int fd, nxlt_io_cb cb, void *arg);
+/**
+ * Watches for @p events (NXLT_IO_READ | NXLT_IO_WRITE, with NXLT_IO_ONCE
+ * for one callback only), level-triggered, until changed; 0 stops.
+ * @return 0, or -1 (the descriptor cannot be watched: a sentence in the
+ * agent's last error).
+ */
+NXL_API int nxlt_io_start(nxlt_io_t *io, unsigned events);
+/** What the watch waits for now (0: stopped). */
+NXL_API unsigned nxlt_io_events(const nxlt_io_t *io);
+/** Stops and frees the watch (NULL: nothing); the descriptor stays open. */
+NXL_API void nxlt_io_free(nxlt_io_t *io);
+
+/** A timer, not pending. @return NULL on failure. */
+NXL_API nxlt_timer_t *nxlt_timer_new(nxlt_ctx_t *ctx, nxlt_timer_cb cb, void *arg);
+/** (Re)arms the timer to run once, @p after_us from now (0: on the next
+ *  turn of the loop, after the descriptors ready now). */
+NXL_API void nxlt_timer_start(nxlt_timer_t *t, uint64_t after_us);
+/** Runs the timer's callback in this turn of the loop, or the next one
+ *  when called outside a turn (libevent's event_active()). */
+NXL_API void nxlt_timer_activate(nxlt_timer_t *t);
+/** Disarms it (not pending any more; a callback not yet run does not run). */
+NXL_API void nxlt_timer_stop(nxlt_timer_t *t);
+/** 1 while armed or activated and its callback not yet run. */
+NXL_API int nxlt_timer_pending(const nxlt_timer_t *t);
+/** Stops and frees the timer (NULL: nothing). */
+NXL_API void nxlt_timer_free(nxlt_timer_t *t);
+/**
+ * 1 when something else is ready to run in this turn of the loop (a
+ * timer activated or due, another transport's work): a transport that
+ * busy-polls gives the loop its turn then.
+ */
+NXL_API int nxlt_loop_busy(nxlt_ctx_t *ctx);
+
 /* ---- Parameters: what create() reads from its nxl_param_t list ----
  *
  * The engine refuses keys a transport's parameter table (@c params) does
@@ -286,7 +364,7 @@ NXL_API nxl_status_t nxlt_param_choice(nxlt_ctx_t *ctx, const nxl_param_t *p, si
 /* ---- HTTP on the reactor (built when libcurl is: etcd discovery, OBJ) ----
  *
  * libcurl's multi-socket interface with its sockets and its timer as
- * libevent events on the agent's base (curl's docs/examples/multi-event.c is
+ * watches and a timer of the agent's loop (curl's docs/examples/multi-event.c is
  * the model). The caller makes and configures its easy handles (CURL *,
  * passed as void * so that this header needs no curl.h) and adds them; each
  * added handle is reported once to @p done, on a later reactor turn, after
@@ -296,14 +374,17 @@ NXL_API nxl_status_t nxlt_param_choice(nxlt_ctx_t *ctx, const nxl_param_t *p, si
  * except on cached connections, which wake the loop only when the server
  * closes them. No thread is started. */
 
-/** A multi handle driven by one event base. */
+/** A multi handle driven by the agent's loop. */
 typedef struct nxlt_http nxlt_http_t;
 /**
  * An added easy handle finished: @p result is its CURLcode (0: the
  * exchange completed, whatever the HTTP status), @p priv its CURLOPT_PRIVATE.
  */
 typedef void (*nxlt_http_done_fn)(void *easy, int result, void *priv, void *arg);
-/** @return a new multi handle on @p base, or NULL (no libcurl in this build, out of memory). */
+/** @return a new multi handle on the agent's loop, or NULL (no libcurl in
+ *  this build, out of memory). */
+NXL_API nxlt_http_t *nxlt_http_open(nxlt_ctx_t *ctx, nxlt_http_done_fn done, void *arg);
+/** Transport ABI 2's constructor: returns NULL (use nxlt_http_open()). */
 NXL_API nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg);
 /** @return its CURLM *, for curl_multi_setopt() (connection limits). */
 NXL_API void *nxlt_http_multi(nxlt_http_t *h);

@@ -22,7 +22,7 @@ void(nxl_agent_config_init)(nxl_agent_config_t *cfg)
 
 /* One reactor event delivers completed futures and queued notifications,
  * so that no user callback runs inside a transport's progress call. */
-static void deliver_cb(evutil_socket_t fd, short what, void *arg)
+static void deliver_cb(nxlt_timer_t *t, void *arg)
 {
     nxl_agent_t *a = arg;
     nxli_deliver_turn(a);
@@ -39,8 +39,6 @@ static void deliver_cb(evutil_socket_t fd, short what, void *arg)
         }
     }
 }
-
-static void timeout_cb(evutil_socket_t fd, short what, void *arg) {}
 
 #define CFG_HAS(f) (cfg->size >= offsetof(nxl_agent_config_t, f) + sizeof(cfg->f))
 #define CFG_OR(f, dflt) (CFG_HAS(f) && cfg->f ? (size_t)cfg->f : (size_t)(dflt))
@@ -89,44 +87,37 @@ static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
     STAILQ_INIT(&a->notif_spares);
 }
 
-/* the event base: the application's, or one of the agent's own, and the
- * agent's events on it */
+/* the loop: the application's libevent base, one of the agent's own, or
+ * an epoll set (NXL_LOOP_FD), and the agent's timers on it */
 static nxl_status_t base_make(nxl_agent_t *a, const nxl_agent_config_t *cfg, bool threaded)
 {
-    if (threaded && cfg->base) {
-        nxli_set_create_error("nxl_agent_create: a threaded agent runs an event base of its own "
-                              "on its reactor thread; leave base NULL, or embed the agent "
-                              "without threaded");
+    int kind = CFG_HAS(loop) ? cfg->loop : NXL_LOOP_LIBEVENT;
+    const char *refuse = NULL;
+    if (kind != NXL_LOOP_LIBEVENT && kind != NXL_LOOP_FD)
+        refuse = "loop is NXL_LOOP_LIBEVENT or NXL_LOOP_FD";
+    else if (threaded && cfg->base)
+        refuse = "a threaded agent runs an event base of its own on its reactor thread; leave "
+                 "base NULL, or embed the agent without threaded";
+    else if (threaded && kind == NXL_LOOP_FD)
+        refuse = "a threaded agent runs its own loop on its reactor thread: there is no "
+                 "descriptor for another loop to watch; choose threaded or NXL_LOOP_FD";
+    else if (cfg->base && kind == NXL_LOOP_FD)
+        refuse = "base is a libevent base, and loop NXL_LOOP_FD runs no libevent base; "
+                 "leave base NULL with NXL_LOOP_FD";
+    if (refuse) {
+        nxli_set_create_error("nxl_agent_create: %s", refuse);
         return NXL_ERR_INVALID_PARAM;
     }
-    if (cfg->base) {
-        a->base = cfg->base;
-    } else if (threaded) {
-        /* libevent runs callbacks activated by callbacks before it polls
-         * again: a callback that re-posts a transfer the transport finishes
-         * at once would keep the reactor from the other threads' calls
-         * (its eventfd) for ever. Poll again after every 8 callbacks. */
-        /* Its reactor sleeps outside libevent (threads.c): timers on
-         * CLOCK_MONOTONIC (the coarse clock would leave a timer due that
-         * poll() already waited for), and epoll applying every change at
-         * once (no changelist from the environment) so that a descriptor
-         * another thread adds is watched while the reactor sleeps. */
-        struct event_config *ec = event_config_new();
-        if (ec && event_config_set_max_dispatch_interval(ec, NULL, 8, 0) == 0 &&
-            event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
-                                          EVENT_BASE_FLAG_IGNORE_ENV) == 0)
-            a->base = event_base_new_with_config(ec);
-        if (ec)
-            event_config_free(ec);
-        a->own_base = true;
-    } else {
-        a->base = event_base_new();
-        a->own_base = true;
+    char why[256];
+    a->loop_kind = kind;
+    if (!(a->loop = nxli_loop_new(a, kind, cfg->base, threaded, why, sizeof(why)))) {
+        nxli_set_create_error("nxl_agent_create: %s", why);
+        return NXL_ERR_BACKEND;
     }
-    if (!a->base || !(a->ev_deliver = event_new(a->base, -1, 0, deliver_cb, a)) ||
-        !(a->ev_deliver_next = evtimer_new(a->base, deliver_cb, a)) ||
-        !(a->ev_timeout = evtimer_new(a->base, timeout_cb, a))) {
-        nxli_set_create_error("nxl_agent_create: libevent could not make an event base");
+    a->base = a->loop->base;
+    if (!(a->ev_deliver = nxli_timer_new(a, deliver_cb, a)) ||
+        !(a->ev_deliver_next = nxli_timer_new(a, deliver_cb, a))) {
+        nxli_set_create_error("nxl_agent_create: the agent's loop could not make a timer");
         return NXL_ERR_BACKEND;
     }
     return NXL_SUCCESS;
@@ -203,8 +194,10 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
         nxl_agent_destroy(a);
         return st;
     }
-    nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s event base%s%s)", a->name,
-             a->own_base ? "own" : "embedded", a->listen_port ? ", metadata listener up" : "",
+    nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s%s%s)", a->name,
+             a->loop_kind == NXL_LOOP_FD ? "its own epoll set, for another loop"
+             : a->loop->own_base         ? "own event base"
+                                         : "embedded event base", a->listen_port ? ", metadata listener up" : "",
              a->thr ? ", reactor on its own thread" : "");
     *out = a;
     return NXL_SUCCESS;
@@ -274,9 +267,12 @@ void nxli_agent_teardown(nxl_agent_t *a)
 
 void nxli_agent_free(nxl_agent_t *a)
 {
-    NXL_EVENTS_FREE(a->ev_deliver, a->ev_deliver_next, a->ev_timeout);
-    if (a->own_base && a->base)
-        event_base_free(a->base);
+    if (a->loop) {
+        nxlt_timer_free(a->ev_deliver);
+        nxlt_timer_free(a->ev_deliver_next);
+        nxli_loop_free(a->loop);
+    }
+    free(a->adapter);
     free(a->etcd_endpoints);
     free(a->etcd_prefix);
     free(a->name);
@@ -318,11 +314,13 @@ static nxl_status_t loop_may_run(nxl_agent_t *a, const char *call)
     return a->thr ? threaded_refuse(a, call) : loop_guard(a, call);
 }
 
-/* after their turns of the loop: event_base_loop's result @p rc */
+/* after their turns of the loop: the loop's result @p rc */
 static nxl_status_t loop_ran(nxl_agent_t *a, int rc, const char *call)
 {
     a->loop_depth--;
     if (rc < 0) {
+        if (a->loop_kind == NXL_LOOP_FD)
+            return NXL_ERR_BACKEND; /* the sentence is the loop's */
         nxli_err(a, "%s: event_base_loop failed (is the application's loop running this base "
                     "already?)", call);
         return NXL_ERR_NOT_ALLOWED;
@@ -339,7 +337,7 @@ nxl_status_t nxl_agent_run(nxl_agent_t *a)
     a->loop_depth++;
     int rc = 0;
     while (!a->stopping && rc == 0)
-        rc = event_base_loop(a->base, EVLOOP_ONCE);
+        rc = a->loop->ops->run_once(a->loop, -1);
     return loop_ran(a, rc, "nxl_agent_run");
 }
 
@@ -348,20 +346,8 @@ nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
     nxl_status_t st = loop_may_run(a, "nxl_agent_run_once");
     if (st != NXL_SUCCESS)
         return st;
-    int rc;
     a->loop_depth++;
-    if (timeout_ms == 0) {
-        /* one turn: NONBLOCK alone keeps looping while callbacks re-arm
-         * zero-delay timers (a busy UCX worker), and never returns */
-        rc = event_base_loop(a->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    } else if (timeout_ms < 0) {
-        rc = event_base_loop(a->base, EVLOOP_ONCE);
-    } else {
-        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-        event_add(a->ev_timeout, &tv);
-        rc = event_base_loop(a->base, EVLOOP_ONCE);
-        event_del(a->ev_timeout);
-    }
+    int rc = a->loop->ops->run_once(a->loop, timeout_ms);
     return loop_ran(a, rc, "nxl_agent_run_once");
 }
 
@@ -370,7 +356,51 @@ void nxl_agent_stop(nxl_agent_t *a)
     if (a->thr)
         return; /* the reactor thread runs until nxl_agent_destroy() */
     a->stopping = true;
-    event_base_loopbreak(a->base);
+    a->loop->ops->stop(a->loop);
+}
+
+/* what an NXL_LOOP_FD agent offers another loop; @p call for the sentence */
+static bool fd_loop(nxl_agent_t *a, const char *call)
+{
+    if (a->loop_kind == NXL_LOOP_FD)
+        return true;
+    nxli_err(a, "%s: agent '%s' runs on %s, not on NXL_LOOP_FD: make it with "
+                "nxl_agent_config_t.loop = NXL_LOOP_FD to drive it from another loop", call,
+             a->name, a->thr ? "a reactor thread of its own (threaded mode)" : "a libevent base");
+    return false;
+}
+
+int nxl_agent_backend_fd(nxl_agent_t *a)
+{
+    return fd_loop(a, "nxl_agent_backend_fd") ? a->loop->epfd : -1;
+}
+
+int nxl_agent_backend_timeout(nxl_agent_t *a)
+{
+    if (a->loop_kind != NXL_LOOP_FD)
+        return -1;
+    return a->loop->ops->timeout_ms(a->loop);
+}
+
+nxl_status_t nxl_agent_attach(nxl_agent_t *a, const char *who)
+{
+    if (!fd_loop(a, "nxl_agent_attach"))
+        return NXL_ERR_NOT_ALLOWED;
+    if (!who) {
+        free(a->adapter);
+        a->adapter = NULL;
+        return NXL_SUCCESS;
+    }
+    if (a->adapter) {
+        nxli_err(a, "nxl_agent_attach: agent '%s' is driven by the %s adapter already; detach it "
+                    "first (one loop drives an agent)", a->name, a->adapter);
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    if (!(a->adapter = strdup(who))) {
+        nxli_err(a, "nxl_agent_attach: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    return NXL_SUCCESS;
 }
 
 /* ---- backends */
@@ -546,7 +576,7 @@ void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t 
     STAILQ_INSERT_TAIL(&a->notifs, n, link);
     /* the first one wakes the delivery (a drain takes the rest with it) */
     if (a->notif_cb && was_empty)
-        event_active(a->ev_deliver, EV_READ, 0);
+        nxlt_timer_activate(a->ev_deliver);
 }
 
 size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
@@ -583,5 +613,5 @@ void nxl_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
     a->notif_cb = cb;
     a->notif_arg = arg;
     if (cb && !STAILQ_EMPTY(&a->notifs))
-        event_active(a->ev_deliver, EV_READ, 0);
+        nxlt_timer_activate(a->ev_deliver);
 }

@@ -55,7 +55,7 @@ typedef struct ewatch {
      * signed; an older one is refused (kept when the key is deleted) */
     struct enewest { struct enewest *next; uint64_t us; char key[]; } *newest;
     ereq_t *req;
-    struct event *retry;
+    nxlt_timer_t *retry;
     unsigned backoff_ms;
     /* a fetch waiting for the key to appear */
     LIST_HEAD(, efetch) waiters;
@@ -67,7 +67,7 @@ typedef struct efetch {
     nxl_future_t *f;
     char *peer, *key;
     ewatch_t *w;
-    struct event *timeout;
+    nxlt_timer_t *timeout;
     LIST_ENTRY(efetch) link;   /* in the watch's waiters */
 } efetch_t;
 
@@ -86,7 +86,7 @@ typedef struct etcd {
     unsigned ttl;
     char lease[32];            /* "" until granted */
     bool granting;
-    struct event *ka;          /* keep-alive timer */
+    nxlt_timer_t *ka;          /* keep-alive timer */
     unsigned ka_backoff_ms;
     LIST_HEAD(, ereq) reqs;
     LIST_HEAD(, ewatch) watches;
@@ -294,7 +294,7 @@ static nxl_status_t etcd_get(nxl_agent_t *a, const char *call, etcd_t **out)
         e->ep[e->nep++] = strstr(tok, "://") ? strdup(tok) : nxli_sprintf("http://%s", tok);
     }
     free(list);
-    e->http = nxlt_http_new(a->base, req_done, e);
+    e->http = nxli_http_new(a, req_done, e);
     if (!e->nep || !e->http || !e->prefix) {
         nxli_err(a, "%s: could not set up etcd client for endpoints '%s'", call, eps);
         a->etcd = e;
@@ -319,8 +319,7 @@ static unsigned backoff(unsigned *b)
 
 static void ka_arm(etcd_t *e, unsigned ms)
 {
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(e->ka, &tv);
+    nxlt_timer_start(e->ka, (uint64_t)ms * 1000);
 }
 
 static void republish(etcd_t *e)
@@ -350,7 +349,7 @@ static void ka_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
     ka_arm(e, e->ttl * 1000 / 3);
 }
 
-static void on_ka(evutil_socket_t fd, short what, void *arg)
+static void on_ka(nxlt_timer_t *t, void *arg)
 {
     etcd_t *e = arg;
     if (!e->lease[0]) {
@@ -407,7 +406,7 @@ static void grant(etcd_t *e)
     if (e->granting)
         return;
     if (!e->ka)
-        e->ka = evtimer_new(e->a->base, on_ka, e);
+        e->ka = nxli_timer_new(e->a, on_ka, e);
     /* the keep-alive timer also retries a failed grant (on_ka) */
     cJSON *b = cJSON_CreateObject();
     cJSON_AddNumberToObject(b, "TTL", e->ttl);
@@ -575,7 +574,7 @@ nxl_status_t nxl_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_fut
             cJSON_Delete(rb);
             e->lease[0] = 0;
             if (e->ka)
-                evtimer_del(e->ka);
+                nxlt_timer_stop(e->ka);
         }
         forget_pubs(e);
     }
@@ -597,7 +596,7 @@ static void watch_start(ewatch_t *w);
 static void fetch_free(efetch_t *q)
 {
     LIST_REMOVE(q, link);
-    event_free(q->timeout);
+    nxlt_timer_free(q->timeout);
     free(q->peer);
     free(q->key);
     free(q);
@@ -748,7 +747,7 @@ static void watch_line(ereq_t *r, const nxli_etcd_resp_t *m)
         w->rev = m->revision + 1;
 }
 
-static void on_retry(evutil_socket_t fd, short what, void *arg)
+static void on_retry(nxlt_timer_t *t, void *arg)
 {
     watch_start(arg);
 }
@@ -761,8 +760,7 @@ static void watch_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j)
     unsigned ms = backoff(&w->backoff_ms);
     nxli_log(w->a, NXL_LOG_INFO, "etcd: watch on %s ended (%s); again in %u ms", w->key,
              err ? err : "stream closed", ms);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(w->retry, &tv);
+    nxlt_timer_start(w->retry, (uint64_t)ms * 1000);
 }
 
 static void range_done(ereq_t *r, const char *err, const nxli_etcd_resp_t *j);
@@ -843,7 +841,7 @@ static ewatch_t *watch_get(etcd_t *e, const char *peer)
     w->peer = strdup(peer);
     w->key = nxli_sprintf("%s%s/", e->prefix, peer);
     w->mdkey = nxli_sprintf("%s%s/metadata", e->prefix, peer);
-    w->retry = evtimer_new(e->a->base, on_retry, w);
+    w->retry = nxli_timer_new(e->a, on_retry, w);
     LIST_INIT(&w->waiters);
     LIST_INSERT_HEAD(&e->watches, w, link);
     watch_start(w);
@@ -857,7 +855,7 @@ static void watch_free(ewatch_t *w)
         w->req->done = NULL;
         ereq_free(w->req);
     }
-    event_free(w->retry);
+    nxlt_timer_free(w->retry);
     forget_loaded(w);
     while (w->newest) {
         struct enewest *n = w->newest;
@@ -870,7 +868,7 @@ static void watch_free(ewatch_t *w)
     free(w);
 }
 
-static void fetch_timeout(evutil_socket_t fd, short what, void *arg)
+static void fetch_timeout(nxlt_timer_t *t, void *arg)
 {
     efetch_t *q = arg;
     char why[600];
@@ -920,19 +918,18 @@ nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *l
     q->f = f;
     q->peer = strdup(remote);
     q->key = nxli_sprintf("%s%s/%s", e->prefix, remote, label ? label : "metadata");
-    q->timeout = evtimer_new(a->base, fetch_timeout, q);
+    q->timeout = nxli_timer_new(a, fetch_timeout, q);
     f->owner = q;
     f->on_cancel = fetch_cancel;
     q->w = w;
     LIST_INSERT_HEAD(&w->waiters, q, link);
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    evtimer_add(q->timeout, &tv);
+    nxlt_timer_start(q->timeout, (uint64_t)timeout_ms * 1000);
     /* a watch already running: read the key now */
     if (w->req && w->rev) {
         w->req->done = NULL;
         ereq_free(w->req);
         w->req = NULL;
-        evtimer_del(w->retry);
+        nxlt_timer_stop(w->retry);
         w->rev = 0;
         watch_start(w);
     }
@@ -998,8 +995,7 @@ void nxli_etcd_cleanup(nxl_agent_t *a, bool unpublish)
     }
     forget_pubs(e);
     nxlt_http_free(e->http);
-    if (e->ka)
-        event_free(e->ka);
+    nxlt_timer_free(e->ka);
     for (int i = 0; i < e->nep; i++)
         free(e->ep[i]);
     free(e->ep);

@@ -427,6 +427,11 @@ static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
 
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port)
 {
+    if (!a->base) {
+        nxli_err(a, "metadata listener: it runs on a libevent base, and agent '%s' runs on "
+                    "NXL_LOOP_FD", a->name);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
     struct sockaddr_storage ss;
     socklen_t sl;
     int rc = resolve(addr, port, &ss, &sl);
@@ -792,6 +797,11 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     if (!host || !port) {
         nxli_err(a, "%s: a host and a port are required", call);
         return NXL_ERR_INVALID_PARAM;
+    }
+    if (!a->base) {
+        nxli_err(a, "%s: the metadata exchange runs on a libevent base, and agent '%s' runs on "
+                    "NXL_LOOP_FD", call, a->name);
+        return NXL_ERR_NOT_SUPPORTED;
     }
     /* a numeric address is taken at once; a name is resolved on glibc's
      * threads, and the connection starts when the answer is in */

@@ -158,10 +158,9 @@ static void deliver_push(nxl_agent_t *a, nxl_future_t *f)
         /* completed by a callback of this turn: libevent would run an event
          * activated now in this same turn, so a zero timer takes it to the
          * next one, after the loop polled its fds */
-        static const struct timeval now = {0, 0};
-        evtimer_add(a->ev_deliver_next, &now);
+        nxlt_timer_start(a->ev_deliver_next, 0);
     } else {
-        event_active(a->ev_deliver, EV_READ, 0);
+        nxlt_timer_activate(a->ev_deliver);
     }
 }
 

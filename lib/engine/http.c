@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* HTTP on the reactor: libcurl's multi-socket interface with its sockets
- * and its timer as libevent events (curl's docs/examples/multi-event.c is
- * the model). Shared by etcd discovery (etcd.c) and the OBJ transport, and
+ * and its timer as watches and a timer of the agent's loop (curl's
+ * docs/examples/multi-event.c is the model). Shared by etcd discovery (etcd.c) and the OBJ transport, and
  * offered to every transport in include/nxl/transport.h.
  *
  * curl tells us which sockets to watch (sock_cb) and when to call it back
- * (timer_cb); libevent tells curl what happened (on_sock, on_timer); after
+ * (timer_cb); the loop tells curl what happened (on_sock, on_timer); after
  * each action the finished transfers are collected and handed to the
  * owner's done function, outside every curl callback, so that it may add
  * and remove handles freely. */
@@ -16,16 +16,16 @@
 #include <curl/curl.h>
 
 struct nxlt_http {
-    struct event_base *base;
+    nxl_agent_t *agent;
     CURLM *multi;
-    struct event *timer;
+    nxlt_timer_t *timer;
     nxlt_http_done_fn done;
     void *arg;
     LIST_HEAD(, hsock) socks;
 };
 
 typedef struct hsock {
-    struct event *ev;
+    nxlt_io_t *io;
     curl_socket_t s;
     LIST_ENTRY(hsock) link;
 } hsock_t;
@@ -46,16 +46,16 @@ static void collect(nxlt_http_t *h)
     }
 }
 
-static void on_sock(evutil_socket_t fd, short what, void *arg)
+static void on_sock(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     nxlt_http_t *h = arg;
-    int running, flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
-                         (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    int running, flags = (ready & NXLT_IO_READ ? CURL_CSELECT_IN : 0) |
+                         (ready & NXLT_IO_WRITE ? CURL_CSELECT_OUT : 0);
     curl_multi_socket_action(h->multi, fd, flags, &running);
     collect(h);
 }
 
-static void on_timer(evutil_socket_t fd, short what, void *arg)
+static void on_timer(nxlt_timer_t *t, void *arg)
 {
     nxlt_http_t *h = arg;
     int running;
@@ -70,15 +70,14 @@ static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *soc
     if (what == CURL_POLL_REMOVE) {
         if (hs) {
             LIST_REMOVE(hs, link);
-            if (hs->ev)
-                event_free(hs->ev);
+            nxlt_io_free(hs->io);
             free(hs);
             curl_multi_assign(h->multi, s, NULL);
         }
         return 0;
     }
-    short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) |
-               (what & CURL_POLL_OUT ? EV_WRITE : 0);
+    unsigned ev = (what & CURL_POLL_IN ? NXLT_IO_READ : 0) |
+                  (what & CURL_POLL_OUT ? NXLT_IO_WRITE : 0);
     if (!hs) {
         hs = calloc(1, sizeof(*hs));
         if (!hs)
@@ -86,29 +85,23 @@ static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *soc
         hs->s = s;
         LIST_INSERT_HEAD(&h->socks, hs, link);
         curl_multi_assign(h->multi, s, hs);
-    } else {
-        if (hs->ev)
-            event_free(hs->ev);
     }
-    hs->ev = event_new(h->base, s, ev, on_sock, h);
-    if (!hs->ev || event_add(hs->ev, NULL) < 0)
+    if (!hs->io && !(hs->io = nxli_io_new(h->agent, s, on_sock, h)))
         return -1;
-    return 0;
+    return nxlt_io_start(hs->io, ev);
 }
 
 static int timer_cb(CURLM *m, long ms, void *userp)
 {
     nxlt_http_t *h = userp;
-    if (ms < 0) {
-        evtimer_del(h->timer);
-    } else {
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        evtimer_add(h->timer, &tv);
-    }
+    if (ms < 0)
+        nxlt_timer_stop(h->timer);
+    else
+        nxlt_timer_start(h->timer, (uint64_t)ms * 1000);
     return 0;
 }
 
-nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg)
+nxlt_http_t *nxli_http_new(nxl_agent_t *a, nxlt_http_done_fn done, void *arg)
 {
     static bool global;
     if (!global) {
@@ -119,12 +112,12 @@ nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void
     nxlt_http_t *h = calloc(1, sizeof(*h));
     if (!h)
         return NULL;
-    h->base = base;
+    h->agent = a;
     h->done = done;
     h->arg = arg;
     LIST_INIT(&h->socks);
     h->multi = curl_multi_init();
-    h->timer = evtimer_new(base, on_timer, h);
+    h->timer = nxli_timer_new(a, on_timer, h);
     if (!h->multi || !h->timer) {
         nxlt_http_free(h);
         return NULL;
@@ -162,18 +155,16 @@ void nxlt_http_free(nxlt_http_t *h)
     while (!LIST_EMPTY(&h->socks)) {
         hsock_t *hs = LIST_FIRST(&h->socks);
         LIST_REMOVE(hs, link);
-        if (hs->ev)
-            event_free(hs->ev);
+        nxlt_io_free(hs->io);
         free(hs);
     }
-    if (h->timer)
-        event_free(h->timer);
+    nxlt_timer_free(h->timer);
     free(h);
 }
 
 #else /* !NXL_HAVE_CURL */
 
-nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg)
+nxlt_http_t *nxli_http_new(nxl_agent_t *a, nxlt_http_done_fn done, void *arg)
 {
     return NULL;
 }
@@ -193,3 +184,15 @@ void nxlt_http_remove(nxlt_http_t *h, void *easy) {}
 void nxlt_http_free(nxlt_http_t *h) {}
 
 #endif
+
+nxlt_http_t *nxlt_http_open(nxlt_ctx_t *ctx, nxlt_http_done_fn done, void *arg)
+{
+    return nxli_http_new(nxlt_agent(ctx), done, arg);
+}
+
+/* transport ABI 2's: no caller is left (modules built for it are refused),
+ * and a base is not what the loop is made of any more */
+nxlt_http_t *nxlt_http_new(struct event_base *base, nxlt_http_done_fn done, void *arg)
+{
+    return NULL;
+}

@@ -29,6 +29,7 @@
 #include "../common/evfree.h"
 #include "../common/clock_us.h"
 #include "../common/growbuf.h"
+#include "loop.h"
 #include "threads.h"
 
 typedef struct nxli_region nxli_region_t;
@@ -247,8 +248,10 @@ struct nxli_exchange;
 
 struct nxl_agent {
     char *name;
-    struct event_base *base;
-    bool own_base;
+    struct event_base *base; /* the loop's libevent base; NULL on NXL_LOOP_FD */
+    nxli_loop_t *loop;       /* every watch and timer (loop.h) */
+    int loop_kind;           /* nxl_loop_kind_t */
+    char *adapter;           /* nxl_agent_attach()'s who */
     int loop_depth;         /* >0 while inside the reactor through our calls */
     int cb_depth;           /* >0 while a user callback runs */
     bool stopping;
@@ -274,12 +277,11 @@ struct nxl_agent {
     LIST_HEAD(, nxlt_op) ops;
     struct nxli_fq pending;
     struct nxli_fq deliver;
-    struct event *ev_deliver;
-    struct event *ev_deliver_next; /* a zero timer: the next turn's deliveries */
+    nxlt_timer_t *ev_deliver;      /* activated: this turn's deliveries */
+    nxlt_timer_t *ev_deliver_next; /* a zero timer: the next turn's deliveries */
     bool delivering;               /* inside a turn's deliveries */
     bool draining;                 /* deliver_cb runs the notification callbacks... */
     bool drain_queued;             /* ... and they completed something: delivered after them */
-    struct event *ev_timeout;   /* bounds nxl_agent_run_once() */
 
     nxl_notif_cb notif_cb;
     void *notif_arg;
@@ -330,6 +332,7 @@ char *nxli_strdup(const char *s);
 char *nxli_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void nxli_set_create_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t nxli_now_us(void);
+nxlt_http_t *nxli_http_new(nxl_agent_t *a, nxlt_http_done_fn done, void *arg);
 
 /* NULL, or why @p buf holds a byte JSON forbids raw (md.c) */
 const char *nxli_json_bad_control(const void *buf, size_t len, size_t *at);

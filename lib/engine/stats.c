@@ -277,6 +277,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 nxl_status_t nxli_metrics_start(nxl_agent_t *a, const char *addr)
 {
+    if (!a->base) {
+        nxli_err(a, "metrics: the /metrics server runs on a libevent base, and agent '%s' runs "
+                    "on NXL_LOOP_FD", a->name);
+        return NXL_ERR_NOT_SUPPORTED;
+    }
     /* "host:port", "[v6]:port" */
     char host[256];
     const char *colon = strrchr(addr, ':');

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The agent's loop: every watch and timer of the engine and its transports
+ * (nxlt_io_t, nxlt_timer_t in nxl/transport.h), kept here and handed to one
+ * backend — a libevent base (loop_libevent.c) or the agent's own epoll set
+ * and timerfd (loop_epoll.c, nxl_agent_backend_fd()). */
+#ifndef NXL_ENGINE_LOOP_H
+#define NXL_ENGINE_LOOP_H
+
+#include <nxl/transport.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+struct event_base;
+typedef struct nxli_loop nxli_loop_t;
+
+struct nxlt_io {
+    nxli_loop_t *loop;
+    int fd;
+    unsigned events;  /* watched now, with NXLT_IO_ONCE */
+    nxlt_io_cb cb;
+    void *arg;
+    void *bk;         /* the backend's (libevent: struct event *) */
+    bool in_set;      /* epoll: registered in the set */
+    bool dead;        /* freed while the loop dispatches: freed after */
+    LIST_ENTRY(nxlt_io) link;
+};
+
+struct nxlt_timer {
+    nxli_loop_t *loop;
+    nxlt_timer_cb cb;
+    void *arg;
+    void *bk;         /* libevent: struct event * */
+    uint64_t due_us;  /* epoll: when (0: not pending) */
+    size_t heap_i;    /* epoll: its index in the heap, +1 (0: not there) */
+    bool batch;       /* epoll: due, in the batch being run */
+    bool dead;
+    LIST_ENTRY(nxlt_timer) link;
+};
+
+typedef struct nxli_loop_ops {
+    const char *name;
+    int (*io_start)(nxli_loop_t *l, nxlt_io_t *io, unsigned events);
+    void (*io_free)(nxli_loop_t *l, nxlt_io_t *io);
+    int (*timer_new)(nxli_loop_t *l, nxlt_timer_t *t);
+    void (*timer_start)(nxli_loop_t *l, nxlt_timer_t *t, uint64_t after_us);
+    void (*timer_activate)(nxli_loop_t *l, nxlt_timer_t *t);
+    void (*timer_stop)(nxli_loop_t *l, nxlt_timer_t *t);
+    int (*timer_pending)(const nxli_loop_t *l, const nxlt_timer_t *t);
+    void (*timer_free)(nxli_loop_t *l, nxlt_timer_t *t);
+    /* one turn: wait at most timeout_ms (0: not at all; <0: no limit);
+     * -1 when the backend failed */
+    int (*run_once)(nxli_loop_t *l, int timeout_ms);
+    void (*stop)(nxli_loop_t *l);
+    int (*busy)(const nxli_loop_t *l);
+    int (*timeout_ms)(const nxli_loop_t *l);
+    void (*destroy)(nxli_loop_t *l);
+} nxli_loop_ops_t;
+
+struct nxli_loop {
+    const nxli_loop_ops_t *ops;
+    struct nxl_agent *agent;
+    struct event_base *base; /* libevent: the base */
+    void *bound;             /* libevent: the timer that bounds run_once's wait */
+    bool own_base;
+    int epfd, tfd;           /* epoll: the set and its timerfd */
+    nxlt_timer_t **heap;     /* epoll: pending timers, soonest first */
+    size_t nheap, heap_cap;
+    uint64_t tfd_due;        /* epoll: what the timerfd is armed for (0: disarmed) */
+    int dispatching;         /* >0 inside callbacks: frees are deferred */
+    bool stop_req;
+    unsigned nio, ntimers;   /* alive, for the agent's knowledge and leak checks */
+    LIST_HEAD(, nxlt_io) dead_io;
+    LIST_HEAD(, nxlt_timer) dead_timers;
+};
+
+/* makes the agent's loop: on @p base (NULL: one of its own, @p threaded: set
+ * up for the reactor thread) or, with kind NXL_LOOP_FD, an epoll set; a
+ * sentence for nxl_agent_create() in @p why */
+nxli_loop_t *nxli_loop_new(struct nxl_agent *a, int kind, struct event_base *base, bool threaded,
+                           char *why, size_t cap);
+void nxli_loop_free(nxli_loop_t *l);
+nxlt_io_t *nxli_io_new(struct nxl_agent *a, int fd, nxlt_io_cb cb, void *arg);
+nxlt_timer_t *nxli_timer_new(struct nxl_agent *a, nxlt_timer_cb cb, void *arg);
+
+/* for the backends: frees what callbacks freed while dispatching */
+void nxli_loop_reap(nxli_loop_t *l);
+
+extern const nxli_loop_ops_t nxli_loop_libevent;
+extern const nxli_loop_ops_t nxli_loop_epoll;
+int nxli_loop_epoll_init(nxli_loop_t *l, char *why, size_t cap);
+int nxli_loop_libevent_init(nxli_loop_t *l, struct event_base *base, bool threaded, char *why,
+                            size_t cap);
+
+#endif

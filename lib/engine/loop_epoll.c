@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The loop of an NXL_LOOP_FD agent: its watches in an epoll set of its own,
+ * its timers in a heap with one timerfd in the set armed for the soonest.
+ * The set's descriptor is nxl_agent_backend_fd(): readable whenever a
+ * watched descriptor is ready or a timer is due, so any loop that can
+ * watch one descriptor drives the agent (libuv's uv_backend_fd() is the
+ * model). */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EP_BATCH 64
+
+/* ---- the timer heap: soonest due at [0]; heap_i is the index + 1 */
+
+static bool before(const nxlt_timer_t *a, const nxlt_timer_t *b) { return a->due_us < b->due_us; }
+
+static void heap_set(nxli_loop_t *l, size_t i, nxlt_timer_t *t)
+{
+    l->heap[i] = t;
+    t->heap_i = i + 1;
+}
+
+static void heap_up(nxli_loop_t *l, size_t i)
+{
+    nxlt_timer_t *t = l->heap[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!before(t, l->heap[p]))
+            break;
+        heap_set(l, i, l->heap[p]);
+        i = p;
+    }
+    heap_set(l, i, t);
+}
+
+static void heap_down(nxli_loop_t *l, size_t i)
+{
+    nxlt_timer_t *t = l->heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= l->nheap)
+            break;
+        if (c + 1 < l->nheap && before(l->heap[c + 1], l->heap[c]))
+            c++;
+        if (!before(l->heap[c], t))
+            break;
+        heap_set(l, i, l->heap[c]);
+        i = c;
+    }
+    heap_set(l, i, t);
+}
+
+static void heap_remove(nxli_loop_t *l, nxlt_timer_t *t)
+{
+    if (!t->heap_i)
+        return;
+    size_t i = t->heap_i - 1;
+    t->heap_i = 0;
+    nxlt_timer_t *last = l->heap[--l->nheap];
+    if (i < l->nheap) {
+        heap_set(l, i, last);
+        heap_up(l, i);
+        heap_down(l, last->heap_i - 1);
+    }
+}
+
+static int heap_insert(nxli_loop_t *l, nxlt_timer_t *t)
+{
+    if (l->nheap == l->heap_cap) {
+        size_t cap = l->heap_cap ? 2 * l->heap_cap : 16;
+        nxlt_timer_t **h = realloc(l->heap, cap * sizeof(*h));
+        if (!h)
+            return -1;
+        l->heap = h;
+        l->heap_cap = cap;
+    }
+    heap_set(l, l->nheap, t);
+    l->nheap++;
+    heap_up(l, l->nheap - 1);
+    return 0;
+}
+
+/* arms the timerfd for the soonest timer (absolute, on the clock of
+ * nxlt_now_us(): CLOCK_MONOTONIC) */
+static void tfd_sync(nxli_loop_t *l)
+{
+    uint64_t due = l->nheap ? l->heap[0]->due_us : 0;
+    if (due == l->tfd_due)
+        return;
+    struct itimerspec its = {{0, 0}, {0, 0}};
+    if (due) {
+        its.it_value.tv_sec = (time_t)(due / 1000000);
+        its.it_value.tv_nsec = (long)(due % 1000000) * 1000;
+    }
+    if (timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+        l->tfd_due = due;
+}
+
+/* ---- watches */
+
+static int ep_io_start(nxli_loop_t *l, nxlt_io_t *io, unsigned events)
+{
+    struct epoll_event ee = {0};
+    ee.data.ptr = io;
+    ee.events = (events & NXLT_IO_READ ? EPOLLIN : 0) | (events & NXLT_IO_WRITE ? EPOLLOUT : 0) |
+                (events & NXLT_IO_ONCE ? EPOLLONESHOT : 0);
+    int rc;
+    if (!events)
+        rc = io->in_set ? epoll_ctl(l->epfd, EPOLL_CTL_DEL, io->fd, &ee) : 0;
+    else
+        rc = epoll_ctl(l->epfd, io->in_set ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, io->fd, &ee);
+    if (rc < 0 && !(events == 0 && (errno == EBADF || errno == ENOENT))) {
+        int e = errno;
+        nxli_err(l->agent, "nxlt_io_start: epoll cannot watch descriptor %d: %s%s", io->fd,
+                 strerror(e), e == EEXIST ? " (it is watched already: one watch per descriptor)"
+                              : e == EPERM ? " (a regular file or a directory cannot be watched)"
+                                           : "");
+        return -1;
+    }
+    io->in_set = events != 0;
+    io->events = events;
+    return 0;
+}
+
+static void ep_io_free(nxli_loop_t *l, nxlt_io_t *io) {}
+
+/* ---- timers */
+
+static int ep_timer_new(nxli_loop_t *l, nxlt_timer_t *t) { return 0; }
+
+static void ep_timer_stop(nxli_loop_t *l, nxlt_timer_t *t)
+{
+    heap_remove(l, t);
+    t->due_us = 0;
+    t->batch = false;
+    tfd_sync(l);
+}
+
+static void arm_at(nxli_loop_t *l, nxlt_timer_t *t, uint64_t due)
+{
+    heap_remove(l, t);
+    t->batch = false;
+    t->due_us = due ? due : 1;
+    if (heap_insert(l, t) < 0) {
+        t->due_us = 0;
+        nxli_log(l->agent, NXL_LOG_ERROR, "agent loop: out of memory arming a timer; it will "
+                 "not run");
+        return;
+    }
+    tfd_sync(l);
+}
+
+static void ep_timer_start(nxli_loop_t *l, nxlt_timer_t *t, uint64_t after_us)
+{
+    arm_at(l, t, nxli_now_us() + after_us);
+}
+
+/* due at once: before every timer armed for now */
+static void ep_timer_activate(nxli_loop_t *l, nxlt_timer_t *t) { arm_at(l, t, 1); }
+
+static int ep_timer_pending(const nxli_loop_t *l, const nxlt_timer_t *t)
+{
+    return t->heap_i != 0 || t->batch;
+}
+
+static void ep_timer_free(nxli_loop_t *l, nxlt_timer_t *t) {}
+
+/* ---- a turn */
+
+static int ep_wait_ms(const nxli_loop_t *l, int timeout_ms)
+{
+    if (!l->nheap)
+        return timeout_ms;
+    uint64_t now = nxli_now_us(), due = l->heap[0]->due_us;
+    int64_t ms = due <= now ? 0 : (int64_t)((due - now + 999) / 1000);
+    if (ms > 0x7fffffff)
+        ms = 0x7fffffff;
+    return timeout_ms < 0 || ms < timeout_ms ? (int)ms : timeout_ms;
+}
+
+/* the timers due now, each once: one armed again (or for 0 us) by a
+ * callback of this batch runs in the next turn */
+static void run_timers(nxli_loop_t *l)
+{
+    uint64_t now = nxli_now_us();
+    nxlt_timer_t *batch[EP_BATCH];
+    size_t n = 0;
+    while (l->nheap && l->heap[0]->due_us <= now && n < EP_BATCH) {
+        nxlt_timer_t *t = l->heap[0];
+        heap_remove(l, t);
+        t->due_us = 0;
+        t->batch = true;
+        batch[n++] = t;
+    }
+    tfd_sync(l);
+    for (size_t i = 0; i < n; i++) {
+        nxlt_timer_t *t = batch[i];
+        if (t->dead || !t->batch)
+            continue; /* freed, stopped or armed again by an earlier callback */
+        t->batch = false;
+        t->cb(t, t->arg);
+    }
+}
+
+static int ep_run_once(nxli_loop_t *l, int timeout_ms)
+{
+    struct epoll_event evs[EP_BATCH];
+    int n = epoll_wait(l->epfd, evs, EP_BATCH, ep_wait_ms(l, timeout_ms));
+    if (n < 0 && errno != EINTR) {
+        nxli_err(l->agent, "agent loop: epoll_wait failed: %s", strerror(errno));
+        return -1;
+    }
+    l->dispatching++;
+    for (int i = 0; i < n; i++) {
+        nxlt_io_t *io = evs[i].data.ptr;
+        if (!io) {
+            uint64_t ticks;
+            if (read(l->tfd, &ticks, sizeof(ticks)) < 0) {
+                /* EAGAIN: re-armed meanwhile */
+            }
+            l->tfd_due = (uint64_t)-1; /* fired: armed again in run_timers() */
+            continue;
+        }
+        if (io->dead || !io->events)
+            continue; /* freed or stopped by an earlier callback of this turn */
+        uint32_t e = evs[i].events;
+        unsigned ready = (e & (EPOLLIN | EPOLLHUP | EPOLLERR) ? NXLT_IO_READ : 0) |
+                         (e & (EPOLLOUT | EPOLLERR) ? NXLT_IO_WRITE : 0);
+        ready &= io->events | (e & (EPOLLHUP | EPOLLERR) ? NXLT_IO_READ | NXLT_IO_WRITE : 0);
+        if (!ready)
+            continue;
+        if (io->events & NXLT_IO_ONCE)
+            io->events = 0; /* EPOLLONESHOT disarmed it; still in the set */
+        io->cb(io, io->fd, ready, io->arg);
+    }
+    run_timers(l);
+    l->dispatching--;
+    nxli_loop_reap(l);
+    return 0;
+}
+
+static void ep_stop(nxli_loop_t *l) { l->stop_req = true; }
+
+static int ep_busy(const nxli_loop_t *l)
+{
+    return l->nheap && l->heap[0]->due_us <= nxli_now_us();
+}
+
+static int ep_timeout_ms(const nxli_loop_t *l) { return ep_wait_ms(l, -1); }
+
+static void ep_destroy(nxli_loop_t *l)
+{
+    if (l->tfd >= 0)
+        close(l->tfd);
+    if (l->epfd >= 0)
+        close(l->epfd);
+    l->tfd = l->epfd = -1;
+}
+
+const nxli_loop_ops_t nxli_loop_epoll = {
+    .name = "epoll",
+    .io_start = ep_io_start,
+    .io_free = ep_io_free,
+    .timer_new = ep_timer_new,
+    .timer_start = ep_timer_start,
+    .timer_activate = ep_timer_activate,
+    .timer_stop = ep_timer_stop,
+    .timer_pending = ep_timer_pending,
+    .timer_free = ep_timer_free,
+    .run_once = ep_run_once,
+    .stop = ep_stop,
+    .busy = ep_busy,
+    .timeout_ms = ep_timeout_ms,
+    .destroy = ep_destroy,
+};
+
+int nxli_loop_epoll_init(nxli_loop_t *l, char *why, size_t cap)
+{
+    l->ops = &nxli_loop_epoll;
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL};
+    if (l->epfd < 0 || l->tfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->tfd, &ee) < 0) {
+        snprintf(why, cap, "the agent's epoll set or timerfd could not be made: %s",
+                 strerror(errno));
+        ep_destroy(l);
+        return -1;
+    }
+    return 0;
+}
