@@ -338,7 +338,7 @@ static int start(obj_t *o)
     if (getrandom(&o->token_id, sizeof(o->token_id), GRND_NONBLOCK) != sizeof(o->token_id))
         o->token_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)o;
     int regs = nxlt_regtab_init(&o->regs);
-    o->http = nxlt_http_new(nxlt_base(ctx), nxl_obj_req_done, o);
+    o->http = nxlt_http_open(ctx, nxl_obj_req_done, o);
     o->tick = event_new(nxlt_base(ctx), -1, EV_PERSIST, nxl_obj_on_tick, o);
     o->kick = event_new(nxlt_base(ctx), -1, 0, nxl_obj_on_kick, o);
     if (regs < 0 || !o->http || !o->tick || !o->kick || !o->base || !o->bucket ||
