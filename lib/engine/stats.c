@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Telemetry: counters of an agent and of its transports, read through
  * nxl_agent_stats() and, when the agent has a metrics address, served as
- * Prometheus text on /metrics from the reactor (libevent's evhttp).
+ * Prometheus text on /metrics from the reactor (a small HTTP/1.x server on
+ * the agent's loop: one GET per connection, answered and closed).
  *
  * Counting costs a few increments per transfer and one clock read at post
  * and at completion; transfers are counted per backend, everything else per
@@ -9,15 +10,80 @@
  * (rule 3 of nxl.h), with its final status. */
 #include "internal.h"
 
-#include <event2/buffer.h>
-#include <event2/http.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MC_MAX 64              /* connections open at once; more are closed at once */
+#define MC_REQ_MAX 8192        /* a request's head */
+#define MC_TIMEOUT_US 10000000 /* a connection's whole life */
+
+/* one connection: its request head, then its response */
+typedef struct mconn {
+    struct nxli_metrics *m;
+    int fd;
+    nxlt_io_t *io;
+    nxlt_timer_t *timer;
+    char in[MC_REQ_MAX];
+    size_t inl;
+    char *out;
+    size_t outl, outoff;
+    LIST_ENTRY(mconn) link;
+} mconn_t;
 
 struct nxli_metrics {
-    struct evhttp *http;
+    nxl_agent_t *a;
+    int fd;
+    nxlt_io_t *io;
     uint16_t port;
+    unsigned nconns;
+    LIST_HEAD(, mconn) conns;
 };
+
+/* text that grows; a failed append leaves it marked failed */
+typedef struct text {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} text_t;
+
+static void text_add(text_t *b, const char *s, size_t n)
+{
+    if (!b->failed && nxl_growbuf_append(&b->p, &b->len, &b->cap, s, n) < 0)
+        b->failed = true;
+}
+
+static void text_printf(text_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(text_t *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = true;
+    } else if ((size_t)n < sizeof(small)) {
+        text_add(b, small, (size_t)n);
+    } else {
+        char *big = malloc((size_t)n + 1);
+        if (!big) {
+            b->failed = true;
+            return;
+        }
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        text_add(b, big, (size_t)n);
+        free(big);
+    }
+}
 
 static int bucket_of(uint64_t us)
 {
@@ -142,38 +208,38 @@ uint16_t nxl_agent_metrics_port(const nxl_agent_t *a)
 /* ------------------------------------------------------------- /metrics */
 
 /* Prometheus label values escape backslash, quote and newline. */
-static void label(struct evbuffer *b, const char *s)
+static void label(text_t *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '\\' || *s == '"')
-            evbuffer_add_printf(b, "\\%c", *s);
+            text_printf(b, "\\%c", *s);
         else if (*s == '\n')
-            evbuffer_add(b, "\\n", 2);
+            text_add(b, "\\n", 2);
         else
-            evbuffer_add(b, s, 1);
+            text_add(b, s, 1);
     }
 }
 
-static void head(struct evbuffer *b, const char *name, const char *type, const char *help)
+static void head(text_t *b, const char *name, const char *type, const char *help)
 {
-    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    text_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* name{agent="A"[,transport="T"][,extra]} value */
-static void sample(struct evbuffer *b, nxl_agent_t *a, const char *name, const char *transport,
+static void sample(text_t *b, nxl_agent_t *a, const char *name, const char *transport,
                    const char *extra, uint64_t v)
 {
-    evbuffer_add_printf(b, "%s{agent=\"", name);
+    text_printf(b, "%s{agent=\"", name);
     label(b, a->name);
     if (transport) {
-        evbuffer_add_printf(b, "\",transport=\"");
+        text_printf(b, "\",transport=\"");
         label(b, transport);
     }
-    evbuffer_add_printf(b, "\"%s%s} %llu\n", extra ? "," : "", extra ? extra : "",
+    text_printf(b, "\"%s%s} %llu\n", extra ? "," : "", extra ? extra : "",
                         (unsigned long long)v);
 }
 
-static void render(nxl_agent_t *a, struct evbuffer *b)
+static void render(nxl_agent_t *a, text_t *b)
 {
     static const char *const ops[2] = {"read", "write"};
     head(b, "nxl_transfers_posted_total", "counter", "Transfer posts accepted.");
@@ -215,11 +281,11 @@ static void render(nxl_agent_t *a, struct evbuffer *b)
             sample(b, a, "nxl_transfer_latency_seconds_bucket", t, extra, cum);
         }
         sample(b, a, "nxl_transfer_latency_seconds_bucket", t, "le=\"+Inf\"", s->lat_count);
-        evbuffer_add_printf(b, "nxl_transfer_latency_seconds_sum{agent=\"");
+        text_printf(b, "nxl_transfer_latency_seconds_sum{agent=\"");
         label(b, a->name);
-        evbuffer_add_printf(b, "\",transport=\"");
+        text_printf(b, "\",transport=\"");
         label(b, t);
-        evbuffer_add_printf(b, "\"} %.6f\n", (double)s->lat_sum_us * 1e-6);
+        text_printf(b, "\"} %.6f\n", (double)s->lat_sum_us * 1e-6);
         sample(b, a, "nxl_transfer_latency_seconds_count", t, NULL, s->lat_count);
     }
     head(b, "nxl_notifications_sent_total", "counter", "Standalone notifications, by result.");
@@ -251,37 +317,162 @@ static void render(nxl_agent_t *a, struct evbuffer *b)
     sample(b, a, "nxl_peers_lost_total", NULL, NULL, a->st.peers_lost);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void mconn_close(mconn_t *c)
 {
-    nxl_agent_t *a = arg;
-    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-    if (!path || strcmp(path, "/metrics")) {
-        evhttp_send_error(req, HTTP_NOTFOUND, "nxl serves /metrics only");
+    LIST_REMOVE(c, link);
+    c->m->nconns--;
+    nxlt_io_free(c->io);
+    nxlt_timer_free(c->timer);
+    close(c->fd);
+    free(c->out);
+    free(c);
+}
+
+/* the response: status line, headers, body; the connection closes after */
+static void respond(mconn_t *c, int code, const char *reason, const char *type, const char *body,
+                    size_t blen)
+{
+    text_t t = {0};
+    text_printf(&t, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                    "Connection: close\r\n\r\n", code, reason, type, blen);
+    text_add(&t, body, blen);
+    if (t.failed) {
+        free(t.p);
+        mconn_close(c);
         return;
     }
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
-        evhttp_send_error(req, HTTP_BADMETHOD, "GET /metrics");
+    c->out = t.p;
+    c->outl = t.len;
+    c->outoff = 0;
+    if (nxlt_io_start(c->io, NXLT_IO_WRITE) < 0)
+        mconn_close(c);
+}
+
+static void respond_text(mconn_t *c, int code, const char *reason, const char *msg)
+{
+    respond(c, code, reason, "text/plain; charset=utf-8", msg, strlen(msg));
+}
+
+/* "METHOD /path[?query] HTTP/x.y" */
+static void answer(mconn_t *c)
+{
+    char *sp1 = memchr(c->in, ' ', c->inl), *sp2 = sp1 ? strpbrk(sp1 + 1, " \r\n") : NULL;
+    if (!sp1 || !sp2 || sp1[1] != '/') {
+        respond_text(c, 400, "Bad Request", "GET /metrics\n");
         return;
     }
-    struct evbuffer *b = evbuffer_new();
-    if (!b) {
-        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+    size_t pl = strcspn(sp1 + 1, "? \r\n");
+    bool metrics = pl == 8 && !memcmp(sp1 + 1, "/metrics", 8);
+    if (!metrics) {
+        respond_text(c, 404, "Not Found", "nxl serves /metrics only\n");
         return;
     }
-    render(a, b);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, HTTP_OK, "OK", b);
-    evbuffer_free(b);
+    if ((size_t)(sp1 - c->in) != 3 || memcmp(c->in, "GET", 3)) {
+        respond_text(c, 405, "Method Not Allowed", "GET /metrics\n");
+        return;
+    }
+    text_t b = {0};
+    render(c->m->a, &b);
+    if (b.failed) {
+        free(b.p);
+        respond_text(c, 500, "Internal Server Error", "out of memory\n");
+        return;
+    }
+    respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.len);
+    free(b.p);
+}
+
+static void mconn_io(nxlt_io_t *io, int fd, unsigned ready, void *arg)
+{
+    mconn_t *c = arg;
+    if (c->out) {
+        while (c->outoff < c->outl) {
+            ssize_t n = send(fd, c->out + c->outoff, c->outl - c->outoff, MSG_NOSIGNAL);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return;
+            if (n <= 0) {
+                mconn_close(c);
+                return;
+            }
+            c->outoff += (size_t)n;
+        }
+        mconn_close(c); /* answered: Connection: close */
+        return;
+    }
+    ssize_t n = recv(fd, c->in + c->inl, sizeof(c->in) - 1 - c->inl, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        mconn_close(c);
+        return;
+    }
+    c->inl += (size_t)n;
+    c->in[c->inl] = 0;
+    if (strstr(c->in, "\r\n\r\n") || strstr(c->in, "\n\n"))
+        answer(c);
+    else if (c->inl == sizeof(c->in) - 1)
+        respond_text(c, 431, "Request Header Fields Too Large", "GET /metrics\n");
+}
+
+static void mconn_timeout(nxlt_timer_t *t, void *arg) { mconn_close(arg); }
+
+static void on_accept(nxlt_io_t *io, int lfd, unsigned ready, void *arg)
+{
+    struct nxli_metrics *m = arg;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* EAGAIN, or out of descriptors: the next turn tries again */
+        mconn_t *c = m->nconns < MC_MAX ? calloc(1, sizeof(*c)) : NULL;
+        if (c) {
+            c->m = m;
+            c->fd = fd;
+            c->io = nxli_io_new(m->a, fd, mconn_io, c);
+            c->timer = nxli_timer_new(m->a, mconn_timeout, c);
+        }
+        if (!c || !c->io || !c->timer || nxlt_io_start(c->io, NXLT_IO_READ) < 0) {
+            if (c) {
+                nxlt_io_free(c->io);
+                nxlt_timer_free(c->timer);
+                free(c);
+            }
+            close(fd);
+            continue;
+        }
+        nxlt_timer_start(c->timer, MC_TIMEOUT_US);
+        LIST_INSERT_HEAD(&m->conns, c, link);
+        m->nconns++;
+    }
+}
+
+/* a listening socket on host:port; -1 with errno */
+static int listen_on(const char *host, unsigned long port, int *gai)
+{
+    char ps[8];
+    snprintf(ps, sizeof(ps), "%lu", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE},
+                    *res = NULL;
+    if ((*gai = getaddrinfo(host, ps, &hints, &res)) != 0)
+        return -1;
+    int fd = -1, one = 1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    return fd;
 }
 
 nxl_status_t nxli_metrics_start(nxl_agent_t *a, const char *addr)
 {
-    if (!a->base) {
-        nxli_err(a, "metrics: the /metrics server runs on a libevent base, and agent '%s' runs "
-                    "on NXL_LOOP_FD", a->name);
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     /* "host:port", "[v6]:port" */
     char host[256];
     const char *colon = strrchr(addr, ':');
@@ -300,26 +491,31 @@ nxl_status_t nxli_metrics_start(nxl_agent_t *a, const char *addr)
         host[hl - 2] = 0;
     }
     struct nxli_metrics *m = calloc(1, sizeof(*m));
-    if (!m || !(m->http = evhttp_new(a->base))) {
-        free(m);
+    if (!m) {
         nxli_err(a, "metrics: out of memory");
         return NXL_ERR_UNKNOWN;
     }
-    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(m->http, host, (uint16_t)port);
-    if (!bs) {
-        evhttp_free(m->http);
+    m->a = a;
+    LIST_INIT(&m->conns);
+    int gai = 0;
+    m->fd = listen_on(host, port, &gai);
+    if (m->fd < 0) {
         free(m);
-        nxli_err(a, "metrics: cannot serve on %s (is the port taken? port 0 picks a free one)",
-                 addr);
+        nxli_err(a, "metrics: cannot serve on %s (%s)", addr,
+                 gai ? gai_strerror(gai) : "is the port taken? port 0 picks a free one");
         return NXL_ERR_BACKEND;
+    }
+    if (!(m->io = nxli_io_new(a, m->fd, on_accept, m)) || nxlt_io_start(m->io, NXLT_IO_READ) < 0) {
+        nxlt_io_free(m->io);
+        close(m->fd);
+        free(m);
+        return NXL_ERR_BACKEND; /* the sentence is the loop's */
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl);
+    getsockname(m->fd, (struct sockaddr *)&ss, &sl);
     m->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                              : ((struct sockaddr_in *)&ss)->sin_port);
-    evhttp_set_gencb(m->http, on_request, a);
-    evhttp_set_timeout(m->http, 10);
     a->metrics = m;
     nxli_log(a, NXL_LOG_INFO, "metrics on http://%s:%u/metrics", host, m->port);
     return NXL_SUCCESS;
@@ -327,9 +523,13 @@ nxl_status_t nxli_metrics_start(nxl_agent_t *a, const char *addr)
 
 void nxli_metrics_cleanup(nxl_agent_t *a)
 {
-    if (!a->metrics)
+    struct nxli_metrics *m = a->metrics;
+    if (!m)
         return;
-    evhttp_free(a->metrics->http);
-    free(a->metrics);
+    while (!LIST_EMPTY(&m->conns))
+        mconn_close(LIST_FIRST(&m->conns));
+    nxlt_io_free(m->io);
+    close(m->fd);
+    free(m);
     a->metrics = NULL;
 }
