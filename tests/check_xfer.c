@@ -648,13 +648,6 @@ END_TEST
  * be posted again and then moves every byte; a transfer released in flight
  * is canceled the same way. */
 static int c_calls;
-static nxl_status_t c_st;
-
-static void c_done(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    c_calls++;
-    c_st = st;
-}
 
 START_TEST(t_cancel)
 {
@@ -665,12 +658,12 @@ START_TEST(t_cancel)
         tl_fill(I.buf, 64 * 65536, 500 + k);
         c_calls = 0;
         nxl_future_t *f;
-        ck_assert(nxl_xfer_post(x, c_done, NULL, &f) == NXL_SUCCESS);
+        ck_assert(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS);
         nxl_future_cancel(f);
         ck_assert_int_eq(c_calls, 0); /* never inside the call */
         ck_assert_int_eq(nxl_future_wait(f, 20000), NXL_ERR_CANCELED);
         ck_assert_int_eq(c_calls, 1);
-        ck_assert_int_eq(c_st, NXL_ERR_CANCELED);
+        ck_assert_int_eq(tl_last, NXL_ERR_CANCELED);
         /* once its callback ran, the canceled transfer touches none of its
          * buffers: a WRITE reads no more of the source (the mark never
          * reaches the target), a READ writes no more into it */
@@ -701,10 +694,10 @@ START_TEST(t_cancel)
         }
         /* released in flight: canceled */
         c_calls = 0;
-        ck_assert(nxl_xfer_post(x, c_done, NULL, NULL) == NXL_SUCCESS);
+        ck_assert(nxl_xfer_post(x, tl_count_int_cb, &c_calls, NULL) == NXL_SUCCESS);
         nxl_xfer_release(x);
         ck_assert(tl_run_until(I.a, &c_calls, 1, 20000));
-        ck_assert_int_eq(c_st, NXL_ERR_CANCELED);
+        ck_assert_int_eq(tl_last, NXL_ERR_CANCELED);
         for (int i = 0; i < 5; i++)
             nxl_agent_run_once(I.a, 2);
         ck_assert_int_eq(c_calls, 1);
