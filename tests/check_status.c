@@ -43,21 +43,15 @@ static const struct {
 
 START_TEST(t_status_values)
 {
-    /* NIXL's values, never renumbered */
-    ck_assert_int_eq(NXL_IN_PROG, 1);
-    ck_assert_int_eq(NXL_SUCCESS, 0);
-    ck_assert_int_eq(NXL_ERR_NOT_POSTED, -1);
-    ck_assert_int_eq(NXL_ERR_INVALID_PARAM, -2);
-    ck_assert_int_eq(NXL_ERR_BACKEND, -3);
-    ck_assert_int_eq(NXL_ERR_NOT_FOUND, -4);
-    ck_assert_int_eq(NXL_ERR_MISMATCH, -5);
-    ck_assert_int_eq(NXL_ERR_NOT_ALLOWED, -6);
-    ck_assert_int_eq(NXL_ERR_REPOST_ACTIVE, -7);
-    ck_assert_int_eq(NXL_ERR_UNKNOWN, -8);
-    ck_assert_int_eq(NXL_ERR_NOT_SUPPORTED, -9);
-    ck_assert_int_eq(NXL_ERR_REMOTE_DISCONNECT, -10);
-    ck_assert_int_eq(NXL_ERR_CANCELED, -11);
-    ck_assert_int_eq(NXL_ERR_NO_TELEMETRY, -12);
+    /* NIXL's values, never renumbered: 1, 0, -1, ... -12 in this order */
+    static const nxl_status_t nixl[] = {
+        NXL_IN_PROG, NXL_SUCCESS, NXL_ERR_NOT_POSTED, NXL_ERR_INVALID_PARAM,
+        NXL_ERR_BACKEND, NXL_ERR_NOT_FOUND, NXL_ERR_MISMATCH, NXL_ERR_NOT_ALLOWED,
+        NXL_ERR_REPOST_ACTIVE, NXL_ERR_UNKNOWN, NXL_ERR_NOT_SUPPORTED, NXL_ERR_REMOTE_DISCONNECT,
+        NXL_ERR_CANCELED, NXL_ERR_NO_TELEMETRY};
+    for (size_t i = 0; i < sizeof(nixl) / sizeof(nixl[0]); i++)
+        ck_assert_msg((int)nixl[i] == 1 - (int)i, "%s is %d, not %d", nxl_status_name(nixl[i]),
+                      (int)nixl[i], 1 - (int)i);
     ck_assert_uint_eq(NCODES, 14);
     /* the map is dense from 1 down to -12 */
     for (size_t i = 0; i < NCODES; i++)
