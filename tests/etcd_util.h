@@ -134,16 +134,23 @@ static inline void tl_etcd_stop(tl_etcd_t *e)
     tl_proc_stop(&e->pid, SIGTERM);
 }
 
+/* Removes the directory dir (when named) and everything in it; clears the
+ * name. */
+static inline void tl_rm_dir(char *dir)
+{
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir);
+        dir[0] = 0;
+    }
+}
+
 static inline void tl_etcd_cleanup(tl_etcd_t *e)
 {
     tl_etcd_stop(e);
-    if (e->dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", e->dir);
-        e->dir[0] = 0;
-    }
+    tl_rm_dir(e->dir);
 }
 
 #endif

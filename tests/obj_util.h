@@ -185,13 +185,7 @@ static inline int tl_azurite_start(tl_srv_t *s)
 static inline void tl_srv_cleanup(tl_srv_t *s)
 {
     tl_srv_kill(s, SIGTERM);
-    if (s->dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", s->dir);
-        s->dir[0] = 0;
-    }
+    tl_rm_dir(s->dir);
 }
 
 #endif
