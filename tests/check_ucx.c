@@ -351,6 +351,14 @@ static nxl_agent_t *initiator_to(peer_t *p, const nxl_param_t *prm, size_t n, vo
     return a;
 }
 
+/* the end of a test with initiator_to(): a, the target p and buf go */
+static void finish(nxl_agent_t *a, peer_t *p, void *buf)
+{
+    nxl_agent_destroy(a);
+    peer_stop(p);
+    free(buf);
+}
+
 /* a WRITE of len bytes from buf to the start of the target p's region */
 static nxl_xfer_t *write_to(nxl_agent_t *a, const peer_t *p, const void *buf, size_t len)
 {
@@ -544,10 +552,8 @@ START_TEST(t_cma_off)
     peek(&p, 0, got, len);
     ck_assert(tl_check(got, len, 4) < 0);
     nxl_xfer_release(x);
-    nxl_agent_destroy(A);
-    peer_stop(&p);
+    finish(A, &p, buf);
     free(got);
-    free(buf);
 }
 END_TEST
 
@@ -648,10 +654,8 @@ START_TEST(t_cma_refused)
     unsigned char *want = malloc(len);
     tl_fill(want, len, 6);
     ck_assert(!memcmp(buf + (2u << 20), want + (2u << 20), 2u << 20));
-    nxl_agent_destroy(A);
-    peer_stop(&p);
+    finish(A, &p, buf);
     free(want);
-    free(buf);
 }
 END_TEST
 
@@ -691,9 +695,7 @@ START_TEST(t_cma_bounds_revoked)
     ck_assert_msg(st == NXL_ERR_NOT_FOUND, "a post into a deregistered region: %s",
                   nxl_status_name(st));
     nxl_xfer_release(x);
-    nxl_agent_destroy(A);
-    peer_stop(&p);
-    free(buf);
+    finish(A, &p, buf);
 }
 END_TEST
 
