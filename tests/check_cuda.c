@@ -159,12 +159,8 @@ START_TEST(t_no_runtime)
     skip("built without CUDA (--enable-cuda=no or no CUDA headers)");
     return;
 #else
-    const char *fk = getenv("CK_FORK");
-    if (fk && !strcmp(fk, "no")) {
-        skip("needs a process of its own (CK_FORK=no)");
+    if (!own_process_env("NXL_CUDA_RUNTIME", "/nonexistent/libcudart.so.13"))
         return;
-    }
-    setenv("NXL_CUDA_RUNTIME", "/nonexistent/libcudart.so.13", 1);
     nxl_plugin_info_t info[16];
     const nxl_plugin_info_t *cu = tl_plugin("CUDA", info, 16);
     ck_assert_ptr_nonnull(cu);
