@@ -469,6 +469,20 @@ static nxl_status_t post_wait(nxl_xfer_t *x, int timeout_ms)
     return I.last;
 }
 
+/* I's agent still works: a loopback WRITE of 4 KiB (pattern seed) within
+ * I's buffer moves every byte */
+static void loopback_works(uint32_t seed)
+{
+    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
+    nxl_dlist_t l = {NXL_DRAM, &a, 1}, r = {NXL_DRAM, &b, 1};
+    nxl_xfer_t *lx;
+    tl_fill(I.buf, 4096, seed);
+    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &r, "I", NULL, &lx) == NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
+    ck_assert(tl_check(I.buf + 8192, 4096, seed) < 0);
+    nxl_xfer_release(lx);
+}
+
 /* the target's buffer address, from the target itself */
 static void need_raddr(void)
 {
@@ -954,14 +968,7 @@ static void killed_midway(void)
     for (int i = 0; i < DEPTH; i++)
         nxl_xfer_release(x[i]);
     /* the agent still works: a loopback transfer */
-    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
-    nxl_dlist_t l = {NXL_DRAM, &a, 1}, r = {NXL_DRAM, &b, 1};
-    nxl_xfer_t *lx;
-    tl_fill(I.buf, 4096, 9);
-    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &r, "I", NULL, &lx) == NXL_SUCCESS);
-    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
-    ck_assert(tl_check(I.buf + 8192, 4096, 9) < 0);
-    nxl_xfer_release(lx);
+    loopback_works(9);
     fprintf(stderr, "check_xfer: %d transfers failed, last %llu ms after the kill\n", K.failed,
             (unsigned long long)took);
 }
@@ -1105,14 +1112,7 @@ static void killed_quiet(int invalidate)
     nxl_xfer_release(r);
     nxl_xfer_release(w2);
     /* the agent still works */
-    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
-    nxl_dlist_t l = {NXL_DRAM, &a, 1}, rl = {NXL_DRAM, &b, 1};
-    nxl_xfer_t *lx;
-    tl_fill(I.buf, 4096, 19);
-    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &rl, "I", NULL, &lx) == NXL_SUCCESS);
-    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
-    ck_assert(tl_check(I.buf + 8192, 4096, 19) < 0);
-    nxl_xfer_release(lx);
+    loopback_works(19);
 }
 
 START_TEST(t_killed_quiet)
