@@ -408,16 +408,24 @@ static void wait_gone(nxl_agent_t *a, const char *name, int ms, uint64_t *took, 
     *took = tl_now_ms() - t0;
 }
 
-START_TEST(t_killed_peer_lease_expires)
+/* An agent "A" (its slot 0 registered) that fetched the child agent K's
+ * metadata from etcd and moved bytes with K's slot 1 (pattern seed) */
+static nxl_agent_t *agent_to_k(unsigned seed)
 {
-    const unsigned ttl = 2;
-    pid_t k = child_agent("K", 1, ttl);
     nxl_agent_t *a = agent("A", NULL, 0, NULL);
     reg(a, buf_at(0), BUF_LEN);
     nxl_future_t *f;
     ck_assert(nxl_md_fetch_etcd(a, "K", NULL, 5000, NULL, NULL, &f) == NXL_SUCCESS);
     ck_assert_int_eq(wait_f(a, f, 8000), NXL_SUCCESS);
-    ck_assert_int_eq(write_read(a, "K", 1, 11), NXL_SUCCESS);
+    ck_assert_int_eq(write_read(a, "K", 1, seed), NXL_SUCCESS);
+    return a;
+}
+
+START_TEST(t_killed_peer_lease_expires)
+{
+    const unsigned ttl = 2;
+    pid_t k = child_agent("K", 1, ttl);
+    nxl_agent_t *a = agent_to_k(11);
     /* transfers in flight when the peer dies */
     nxl_desc_t l = {.addr = (uintptr_t)slot_addr(0), .len = 65536};
     nxl_desc_t r = {.addr = (uintptr_t)slot_addr(1), .len = 65536};
@@ -454,12 +462,7 @@ START_TEST(t_peer_restarts_same_name)
 {
     child_t c2 = child_fork("K", 2, 10); /* the restarted one, forked before UCX starts here */
     pid_t k1 = child_agent("K", 1, 10); /* long leases: a late keep-alive under load must not expire them */
-    nxl_agent_t *a = agent("A", NULL, 0, NULL);
-    reg(a, buf_at(0), BUF_LEN);
-    nxl_future_t *f;
-    ck_assert(nxl_md_fetch_etcd(a, "K", NULL, 5000, NULL, NULL, &f) == NXL_SUCCESS);
-    ck_assert_int_eq(wait_f(a, f, 8000), NXL_SUCCESS);
-    ck_assert_int_eq(write_read(a, "K", 1, 21), NXL_SUCCESS);
+    nxl_agent_t *a = agent_to_k(21);
     kill_reap(k1);
     /* a new process under the same name, its buffer elsewhere */
     child_go(&c2);
