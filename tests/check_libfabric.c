@@ -65,6 +65,15 @@ static int lf_pair(const char *test, const char *prov, int must, nxl_agent_t **a
     return 1;
 }
 
+/* the end of a test of agents a and b: both go, with their buffers */
+static void pair_end(nxl_agent_t *a, nxl_agent_t *b, void *pa, void *pb)
+{
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(b);
+    free(pa);
+    free(pb);
+}
+
 START_TEST(t_plugin_info)
 {
     nxl_plugin_info_t p[8];
@@ -263,10 +272,7 @@ START_TEST(t_two_agents)
         ck_assert(tl_check(pa, len, 11 + (unsigned)k) < 0);
         nxl_xfer_release(w);
         nxl_xfer_release(r);
-        nxl_agent_destroy(a);
-        nxl_agent_destroy(b);
-        free(pa);
-        free(pb);
+        pair_end(a, b, pa, pb);
     }
 }
 END_TEST
@@ -378,10 +384,7 @@ START_TEST(t_one_message_write_checked)
     ck_assert(run_pair_until(a, b, &ndone, 2, 10000));
     nxl_xfer_release(w0);
     nxl_xfer_release(w1);
-    nxl_agent_destroy(a);
-    nxl_agent_destroy(b);
-    free(pa);
-    free(pb);
+    pair_end(a, b, pa, pb);
 }
 END_TEST
 
@@ -450,10 +453,7 @@ START_TEST(t_revoke)
         ck_assert_int_eq(last_st, NXL_SUCCESS);
         nxl_xfer_release(w0);
         nxl_xfer_release(x);
-        nxl_agent_destroy(a);
-        nxl_agent_destroy(b);
-        free(pa);
-        free(pb);
+        pair_end(a, b, pa, pb);
     }
 }
 END_TEST
