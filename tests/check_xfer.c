@@ -139,6 +139,18 @@ static nxl_status_t make_backend(nxl_agent_t *a)
     return nxl_backend_create(a, C->transport, C->params, C->nparams, NULL);
 }
 
+/* a third agent, "U", with the case's transport */
+static nxl_agent_t *agent_u(void)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "U";
+    nxl_agent_t *u;
+    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
+    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    return u;
+}
+
 /* ------------------------------------------------------------ the target */
 
 static struct {
@@ -1262,12 +1274,7 @@ START_TEST(t_bounds)
     ck_assert_int_eq(prep_remote("T", I.raddr + TBUF - 8, 16), NXL_ERR_NOT_FOUND);
 
     /* a region of another agent, U, loaded too: not T's, and the other way round */
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "U";
-    nxl_agent_t *u;
-    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
-    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    nxl_agent_t *u = agent_u();
     unsigned char *ub[4];
     int k = 0;
     for (; k < 4; k++) { /* an address range the target does not also have */
@@ -1522,12 +1529,7 @@ START_TEST(t_dereg_untold)
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
     need_guard();
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "U";
-    nxl_agent_t *u;
-    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
-    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    nxl_agent_t *u = agent_u();
     unsigned char *ub = malloc(4096);
     nxl_desc_t ud = {.addr = (uintptr_t)ub, .len = 4096};
     ck_assert(nxl_mem_register(u, NXL_DRAM, &ud, 1, NULL) == NXL_SUCCESS);
