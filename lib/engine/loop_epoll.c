@@ -91,6 +91,11 @@ static int heap_insert(nxli_loop_t *l, nxlt_timer_t *t)
  * nxlt_now_us(): CLOCK_MONOTONIC) */
 static void tfd_sync(nxli_loop_t *l)
 {
+    /* inside a turn the turn itself bounds the next wait (ep_wait_ms):
+     * the timerfd is set once, when the turn ends, for whoever waits on
+     * the set next (the application's loop, the reactor thread) */
+    if (l->dispatching)
+        return;
     uint64_t due = l->nheap ? l->heap[0]->due_us : 0;
     if (due == l->tfd_due)
         return;
@@ -246,6 +251,7 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
     l->io_left = 0;
     run_timers(l);
     l->dispatching--;
+    tfd_sync(l);
     nxli_loop_reap(l);
     return 0;
 }
