@@ -237,6 +237,26 @@ const char *cli_size(const char *s, unsigned long long max, unsigned long long *
     return NULL;
 }
 
+const char *cli_count(const cli_opt_t *opt, const char *val, unsigned long long *out)
+{
+    unsigned long long v;
+    const char *why = cli_size(val, (unsigned long long)opt->max, &v);
+    if (!why && v < opt->min)
+        why = cli_why("must be at least %.0f", opt->min);
+    if (!why)
+        *out = v;
+    return why;
+}
+
+const char *cli_set_addr(const cli_opt_t *opt, const char *val)
+{
+    cli_addr_t *a = opt->field;
+    const char *why = cli_hostport(val, a->host, sizeof(a->host), &a->port);
+    if (!why)
+        a->set = true;
+    return why;
+}
+
 const char *cli_hostport(const char *s, char *host, size_t cap, uint16_t *port)
 {
     const char *colon = strrchr(s, ':');

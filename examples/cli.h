@@ -78,6 +78,19 @@ const char *cli_set_double(const cli_opt_t *opt, const char *val); /* double in 
 const char *cli_size(const char *s, unsigned long long max, unsigned long long *out);
 const char *cli_hostport(const char *s, char *host, size_t cap, uint16_t *port);
 
+/* cli_count: a count (cli_size) from opt->min to opt->max into *out.
+ * @return NULL (and *out stored), or why not (a phrase; nothing stored) */
+const char *cli_count(const cli_opt_t *opt, const char *val, unsigned long long *out);
+
+/* An address flag's field, for cli_set_addr: HOST:PORT or [HOST]:PORT
+ * (cli_hostport), and set when given. */
+typedef struct cli_addr {
+    char host[256];
+    uint16_t port;
+    bool set;
+} cli_addr_t;
+const char *cli_set_addr(const cli_opt_t *opt, const char *val); /* cli_addr_t */
+
 /* A phrase for a setter to return, formatted into one static buffer. */
 const char *cli_why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -222,7 +222,7 @@ int run_decode(const opts_t *o, int port_fd)
     int rc = 1;
     d.layer_bytes = o->blocks * o->block_size;
     d.total = o->layers * d.layer_bytes;
-    d.a = make_agent("decode", o->have_addr ? o->host : NULL, o->port, o);
+    d.a = make_agent("decode", o->addr.set ? o->addr.host : NULL, o->addr.port, o);
     if (!d.a)
         goto out;
     uint16_t port = nxl_agent_listen_port(d.a);
@@ -261,7 +261,7 @@ int run_decode(const opts_t *o, int port_fd)
         nxl_future_release(pf);
         printf("decode: metadata published to etcd at %s\n", o->etcd);
     }
-    printf("decode: listening on %s:%u for %lu layers x %lu blocks x %s = %s\n", o->host, port,
+    printf("decode: listening on %s:%u for %lu layers x %lu blocks x %s = %s\n", o->addr.host, port,
            o->layers, o->blocks, size_text(o->block_size).s, size_text(d.total).s);
     uint64_t start = now_us(), limit = (uint64_t)o->timeout_s * 1000000u;
     while (!d.finished && !d.fatal) {
@@ -272,7 +272,7 @@ int run_decode(const opts_t *o, int port_fd)
         uint64_t t = now_us();
         if (!d.hello && t - start > limit) {
             fprintf(stderr, "decode: no prefill connected within %u s (listening on %s:%u)\n",
-                    o->timeout_s, o->host, port);
+                    o->timeout_s, o->addr.host, port);
             goto out;
         }
         if (d.hello && !d.finished && t - d.t_activity > limit) {

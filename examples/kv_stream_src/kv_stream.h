@@ -20,12 +20,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../cli.h" /* cli_addr_t */
+
 
 typedef struct opts {
     const char *mode;
-    char host[256];
-    uint16_t port;
-    bool have_addr;
+    cli_addr_t addr;           /* --listen, --connect */
     unsigned long layers, blocks;
     size_t block_size;
     unsigned long compute_us;

@@ -216,17 +216,18 @@ static bool prefill_fetch(prefill_t *p)
     uint64_t deadline = now_us() + (uint64_t)o->timeout_s * 1000000u;
     bool said = false;
     for (;;) {
-        nxl_status_t st = step(p, nxl_md_fetch(p->a, "decode", o->host, o->port,
+        nxl_status_t st = step(p, nxl_md_fetch(p->a, "decode", o->addr.host, o->addr.port,
                                                prefill_step_cb, p, NULL));
         if (st == NXL_SUCCESS)
             return true;
         if (st != NXL_ERR_REMOTE_DISCONNECT || now_us() >= deadline) {
             fprintf(stderr, "prefill: cannot fetch the metadata of 'decode' at %s:%u: %s\n",
-                    o->host, o->port, p->step_err);
+                    o->addr.host, o->addr.port, p->step_err);
             return false;
         }
         if (!said)
-            printf("prefill: waiting for decode at %s:%u (%s)\n", o->host, o->port, p->step_err);
+            printf("prefill: waiting for decode at %s:%u (%s)\n", o->addr.host, o->addr.port,
+                   p->step_err);
         said = true;
         int never = 0;
         run_until(p->a, &never, now_us() + 200000);
@@ -267,10 +268,10 @@ int run_prefill(const opts_t *o)
     } else {
         if (!prefill_fetch(&p))
             goto out;
-        if (step(&p, nxl_md_send(p.a, o->host, o->port, prefill_step_cb, &p, NULL)) !=
+        if (step(&p, nxl_md_send(p.a, o->addr.host, o->addr.port, prefill_step_cb, &p, NULL)) !=
             NXL_SUCCESS) {
-            fprintf(stderr, "prefill: cannot send its metadata to %s:%u: %s\n", o->host,
-                    o->port, p.step_err);
+            fprintf(stderr, "prefill: cannot send its metadata to %s:%u: %s\n", o->addr.host,
+                    o->addr.port, p.step_err);
             goto out;
         }
     }
