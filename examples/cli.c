@@ -140,6 +140,18 @@ int cli_parse(const cli_t *cli, int argc, char **argv)
     return optind;
 }
 
+void cli_parse_mode(const cli_t *cli, int argc, char **argv, const char **mode)
+{
+    if (argc > 1 && argv[1][0] != '-') {
+        *mode = argv[1];
+        argc--;
+        argv++;
+    }
+    int first = cli_parse(cli, argc, argv);
+    if (first < argc)
+        cli_die(cli, "unexpected argument '%s' (see --help)", argv[first]);
+}
+
 const char *cli_set_true(const cli_opt_t *opt, const char *val)
 {
     (void)val;

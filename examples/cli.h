@@ -59,6 +59,11 @@ typedef struct cli {
  * (getopt_long moves them all to the end, in their order) */
 int cli_parse(const cli_t *cli, int argc, char **argv);
 
+/* For PROG MODE --flag ...: the mode first (an argv[1] that is not a flag)
+ * into *mode, then cli_parse() of the flags; any argument left after them
+ * is a mistake (exit 2). */
+void cli_parse_mode(const cli_t *cli, int argc, char **argv, const char **mode);
+
 /* One line "PROG: ..." on stderr, then exit(2). */
 void cli_die(const cli_t *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 

@@ -105,15 +105,7 @@ static void parse(int argc, char **argv, kvs_opts_t *o)
 #undef SW
     const cli_t cli = {.prog = "kv_server", .opts = opts, .usage = usage, .dash_aliases = true,
                        .help_h = true};
-    /* the mode comes first: kv_server store --listen ... */
-    if (argc > 1 && argv[1][0] != '-') {
-        o->mode = argv[1];
-        argc--;
-        argv++;
-    }
-    int first = cli_parse(&cli, argc, argv);
-    if (first < argc)
-        cli_die(&cli, "unexpected argument '%s' (see --help)", argv[first]);
+    cli_parse_mode(&cli, argc, argv, &o->mode); /* kv_server store --listen ... */
 }
 
 /* ----------------------------------------------------------------- both */
