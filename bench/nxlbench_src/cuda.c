@@ -127,8 +127,10 @@ static int peer_main(int wfd, size_t len)
     c.log_cb = log_cb;
     c.log_arg = (void *)"peer";
     nxl_agent_t *a;
+    loop_config(&c);
     if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
         die("peer: nxl_agent_create: %s", nxl_agent_last_error(NULL));
+    loop_attach(a);
     void *v = NULL;
     if (nxl_backend_create(a, "UCX", NULL, 0, NULL) != NXL_SUCCESS ||
         nxl_backend_create(a, "CUDA", NULL, 0, NULL) != NXL_SUCCESS ||
@@ -140,7 +142,8 @@ static int peer_main(int wfd, size_t len)
         die("peer: cannot tell the initiator its address");
     close(wfd);
     while (!peer_quit && getppid() != 1)
-        nxl_agent_run_once(a, 200);
+        loop_turn(a, 200);
+    loop_detach(a);
     nxl_agent_destroy(a);
     return 0;
 }
@@ -185,7 +188,7 @@ static void peer_stop(void)
 {
     nxl_notif_send(C.a, PEER_NAME, "quit", 4, NULL, NULL, NULL);
     for (int i = 0; i < 20; i++)
-        nxl_agent_run_once(C.a, 10);
+        loop_turn(C.a, 10);
     int status = 0;
     for (int i = 0; i < 100 && waitpid(C.peer, &status, WNOHANG) == 0; i++)
         usleep(50000);
@@ -341,6 +344,7 @@ int cuda_main(void)
            transports_desc);
     if (C.peer)
         peer_stop();
+    loop_detach(C.a);
     nxl_agent_destroy(C.a); /* frees what nxl_mem_alloc gave */
     if (!C.ivram && !O.mem_nxl)
         free(C.ibuf);

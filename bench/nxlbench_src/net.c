@@ -521,7 +521,7 @@ static void run_idle(void)
         if (O.threads)
             agent_turn(0);
         else
-            nxl_agent_run_once(RUN.a, left_ms > 1000000 ? 1000000 : (int)left_ms);
+            loop_turn(RUN.a, left_ms > 1000000 ? 1000000 : (int)left_ms);
     }
     usage_now(&c1, &nv1, &niv1);
     double sec = (now_ns() - t0) / 1e9;
@@ -606,6 +606,7 @@ int initiator_main(const char *host, uint16_t port)
            O.iseg, O.mem_nxl ? "nxl" : "malloc", O.depth, O.busy_poll_us,
            O.recreate ? ", recreate_xfer" : "", O.threads ? ", threaded initiator" : "");
     buf_free(RUN.a, &I.buf);
+    loop_detach(RUN.a);
     nxl_agent_destroy(RUN.a);
     return report_plot_after_run();
 }

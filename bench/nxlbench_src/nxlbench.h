@@ -13,7 +13,9 @@
  *   net.c      the initiator of a two-process run (UCX, LIBFABRIC): the
  *              bandwidth, latency, desc_rate and idle modes
  *   posix.c    --backend POSIX and GDS (the same walk over files, the ring in
- *              DRAM or VRAM), cuda.c --backend CUDA, obj.c --backend OBJ */
+ *              DRAM or VRAM), cuda.c --backend CUDA, obj.c --backend OBJ
+ *   loop.c     --loop: what turns the agents (libevent, a bare epoll loop on
+ *              the agent's backend fd, libuv) */
 #ifndef NXLBENCH_H
 #define NXLBENCH_H
 
@@ -34,6 +36,8 @@
 
 enum { M_BW, M_LAT, M_DESC, M_IDLE };
 extern const char *const mode_names[];
+enum { LOOP_LIBEVENT, LOOP_FD, LOOP_UV };
+extern const char *const loop_names[];
 
 /* ------------------------------------------------------------------ options
  * A new flag: a field here, a line in opts.c's table (and its help line in
@@ -54,6 +58,7 @@ typedef struct nb_opts {
     long depth;
     long busy_poll_us;
     long threads;           /* --threads: a threaded initiator, posting from N threads */
+    int loop;               /* --loop: LOOP_LIBEVENT, LOOP_FD, LOOP_UV */
     bool mem_nxl;
     int cuda_dev;
     bool cuda_peer;         /* --cuda_peer: the target VRAM in another process */
@@ -195,6 +200,23 @@ size_t need_fits(const char *head, const char *tail, const char *note);
 /* calls row(block size, batch) for every row of the sweep, with progress */
 void run_rows(void (*row)(size_t bs, size_t n));
 void progress(int i, int n, const char *what);
+
+/* ------------------------------------------------------------------ loop.c
+ * Every turn of an agent goes through loop_turn(). An agent is made with
+ * loop_config() on its configuration, loop_attach() after nxl_agent_create()
+ * and loop_detach() before nxl_agent_destroy(). */
+
+/* sets c->loop from --loop */
+void loop_config(nxl_agent_config_t *c);
+void loop_attach(nxl_agent_t *a);
+void loop_detach(nxl_agent_t *a);
+/* one turn: runs what is ready, waiting at most ms for something (0: no
+ * wait; -1: until something happens) */
+void loop_turn(nxl_agent_t *a, int ms);
+/* a line saying which loop runs, for the report */
+const char *loop_desc(void);
+/* --loop uv is available (configure found libuv) */
+bool loop_uv_built(void);
 
 /* ------------------------------------------------------------------ pipe.c
  * Transfers in flight: nslots slots, each posted again as it completes,

@@ -45,7 +45,7 @@ static double obj_run(nxl_xfer_t *x, const char *what)
     if (nxl_xfer_post(x, obj_done, &r, NULL) != NXL_SUCCESS)
         die("%s: nxl_xfer_post: %s", what, nxl_agent_last_error(B.a));
     while (!r.done)
-        nxl_agent_run_once(B.a, 100);
+        loop_turn(B.a, 100);
     if (r.st != NXL_SUCCESS)
         die("%s: %s", what, r.why);
     return (now_ns() - t0) / 1e9;
@@ -166,6 +166,7 @@ int obj_main(void)
            O.op == NXL_READ ? "READ" : "WRITE", d, transports_desc[0] ? ": " : "",
            transports_desc);
     buf_free(B.a, &B.ring);
+    loop_detach(B.a);
     nxl_agent_destroy(B.a);
     if (B.stats[0])
         printf("# %s\n", B.stats);

@@ -80,6 +80,10 @@ static void usage(FILE *f)
 "  --busy_poll_us N          agent busy polling after activity (default 0: sleep at once)\n"
 "  --threads N               the initiator's agent in threaded mode; desc_rate posts from\n"
 "                            N threads at once (default 0: the default mode, one thread)\n"
+"  --loop libevent|fd|uv     what turns the agents: their own libevent base (default);\n"
+"                            fd: NXL_LOOP_FD agents driven by an epoll_wait loop of\n"
+"                            nxlbench's on nxl_agent_backend_fd(); uv: NXL_LOOP_FD agents\n"
+"                            attached to a uv_loop_t (<nxl/uv.h>; when built with libuv)\n"
 "  --mem_source malloc|nxl   malloc'd memory registered (default), or nxl_mem_alloc\n"
 "  --latency_reply write|notif  latency pong: WRITE+notification (default) or a notification\n"
 "  --duration S              idle mode: seconds to stay idle (default 5)\n"
@@ -267,6 +271,20 @@ static const char *set_op(const cli_opt_t *opt, const char *val)
     return NULL;
 }
 
+static const char *set_loop(const cli_opt_t *opt, const char *val)
+{
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(val, loop_names[k])) {
+            *(int *)opt->field = k;
+            return NULL;
+        }
+    if (!strcmp(val, "libuv")) {
+        *(int *)opt->field = LOOP_UV;
+        return NULL;
+    }
+    return "libevent, fd or uv";
+}
+
 static const char *set_mode(const cli_opt_t *opt, const char *val)
 {
     int m = -1;
@@ -381,6 +399,7 @@ static const cli_opt_t opts[] = {
     SWITCH("check_consistency", &O.check),
     VALUE("busy_poll_us", cli_set_long, &O.busy_poll_us, .min = 0),
     VALUE("threads", cli_set_long, &O.threads, .min = 0, .max = 256),
+    VALUE("loop", set_loop, &O.loop),
     VALUE("mem_source", set_pair, &O.mem_nxl),
     VALUE("latency_reply", set_pair, &O.reply_notif),
     VALUE("duration", set_duration, &O.duration),
@@ -448,6 +467,12 @@ void parse_args(int argc, char **argv)
         if (!O.set_warmup)
             O.warmup_iter = 3;
     }
+    if (O.loop == LOOP_UV && !loop_uv_built())
+        die("--loop uv: this nxlbench was built without libuv (configure did not find "
+            "libuv >= 1.18; install libuv1-dev and configure again), use --loop fd or libevent");
+    if (O.loop != LOOP_LIBEVENT && O.threads)
+        die("--loop %s with --threads: a threaded agent runs on a reactor thread of its own, "
+            "not on the application's loop; drop one of them", loop_names[O.loop]);
     bool posix = !strcmp(O.backend, "POSIX");
     bool cuda = !strcmp(O.backend, "CUDA");
     bool gds = !strcmp(O.backend, "GDS");

@@ -511,6 +511,7 @@ static int storage_main(void)
                O.direct ? "O_DIRECT" : "buffered", O.depth, transports_desc, P.ring.len,
                posix_thp);
     buf_free(P.a, &P.ring);
+    loop_detach(P.a);
     nxl_agent_destroy(P.a);
     for (long i = 0; i < P.nf; i++) {
         if (P.f[i].rfd != P.f[i].fd)

@@ -196,6 +196,7 @@ static cJSON *json_flags(void)
     whole(f, "pipeline_depth", (double)O.depth);
     whole(f, "busy_poll_us", (double)O.busy_poll_us);
     whole(f, "threads", (double)O.threads);
+    cJSON_AddStringToObject(f, "loop", loop_names[O.loop]);
     cJSON_AddStringToObject(f, "mem_source", O.mem_nxl ? "nxl" : "malloc");
     cJSON_AddStringToObject(f, "latency_reply", O.reply_notif ? "notif" : "write");
     cJSON_AddBoolToObject(f, "pin", O.pin);
@@ -258,6 +259,7 @@ static void write_json(const char *path)
 {
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "mode", mode_names[O.mode]);
+    cJSON_AddStringToObject(doc, "loop", loop_names[O.loop]);
     cJSON *rows = cJSON_AddArrayToObject(doc, "rows");
     for (int i = 0; i < RUN.nrows; i++)
         cJSON_AddItemToArray(rows, json_row(&RUN.rows[i]));
@@ -291,6 +293,7 @@ void report(const char *fmt, ...)
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
+    printf("# loop: %s\n", loop_desc());
     print_table(stdout);
     fputs(RUN.notes, stdout);
     fflush(stdout);

@@ -195,15 +195,22 @@ int target_main(const char *host, uint16_t port, int port_fd)
         nxl_future_release(f);
         fprintf(stderr, "nxlbench target: found the initiator through etcd at %s\n", O.etcd);
     }
-    while (!T.quit)
-        if (nxl_agent_run(T.a) != NXL_SUCCESS)
+    /* libevent: nxl_agent_run() until "quit" stops it; another loop waits on
+     * nothing but the agent (no timeout of nxlbench's own: the idle mode
+     * counts the wake-ups) */
+    while (!T.quit) {
+        if (O.loop != LOOP_LIBEVENT)
+            loop_turn(T.a, -1);
+        else if (nxl_agent_run(T.a) != NXL_SUCCESS)
             break;
+    }
     /* let the last replies go out */
     if (T.pong)
         nxl_xfer_release(T.pong);
     for (int i = 0; i < 5; i++)
-        nxl_agent_run_once(T.a, 0);
+        loop_turn(T.a, 0);
     buf_free(T.a, &T.buf);
+    loop_detach(T.a);
     nxl_agent_destroy(T.a);
     return T.quit ? 0 : 1;
 }

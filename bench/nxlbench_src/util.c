@@ -131,9 +131,11 @@ nxl_agent_t *make_agent(const char *name, const char *host, uint16_t port, const
     c.log_level = NXL_LOG_INFO;
     c.log_cb = log_cb;
     c.log_arg = (void *)role;
+    loop_config(&c);
     nxl_agent_t *a;
     if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
         die("%s: nxl_agent_create: %s", role, nxl_agent_last_error(NULL));
+    loop_attach(a);
     if (nxl_backend_create(a, O.backend, O.bparams, O.nbparams, NULL) != NXL_SUCCESS)
         die("%s: nxl_backend_create(%s): %s", role, O.backend, nxl_agent_last_error(a));
     return a;
@@ -148,9 +150,11 @@ nxl_agent_t *make_local_agent(const char *name, nxl_log_cb log, const char *role
     c.log_level = NXL_LOG_INFO;
     c.log_cb = log;
     c.log_arg = (void *)role;
+    loop_config(&c);
     nxl_agent_t *a;
     if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
         die("nxl_agent_create: %s", nxl_agent_last_error(NULL));
+    loop_attach(a);
     return a;
 }
 
@@ -246,7 +250,7 @@ uint64_t next_seed(void)
 void agent_turn(int timeout_ms)
 {
     if (!O.threads) {
-        nxl_agent_run_once(RUN.a, timeout_ms);
+        loop_turn(RUN.a, timeout_ms);
         return;
     }
     struct timespec ts = {0, 1000000};
