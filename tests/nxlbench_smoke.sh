@@ -57,6 +57,45 @@ run batch_alone $BW -- --start_batch_size 8 --block_sizes 4K --num_iter 5 --warm
 grep -Eq '"batch_size":[[:space:]]*8' "$T/batch_alone.json" ||
     { echo "FAIL batch_alone: no row of batch 8"; fail=1; }
 run idle role wakeups_per_s cpu_s -- --mode idle --duration 0.3
+# --loop fd: NXL_LOOP_FD agents turned by nxlbench's own epoll_wait loop on
+# nxl_agent_backend_fd(); the report and the JSON say so; the idle mode counts
+# the same wake-ups
+if timeout 30 "$B" --spawn --quiet --loop fd --mode idle --duration 0.1 >"$T/fd_probe.out" 2>&1 ||
+    ! grep -q 'metadata listener: it runs on a libevent base' "$T/fd_probe.out"; then
+    run loop_fd $BW -- --loop fd --block_sizes 8,4K,64K --num_iter 20 --warmup_iter 2 --pipeline_depth 4
+    run loop_fd_read $BW -- --loop fd --op_type READ --block_sizes 4K --max_batch_size 2 \
+        --num_iter 10 --warmup_iter 1 --pipeline_depth 2 --mem_source nxl
+    run loop_fd_latency p50_us p99_us -- --loop fd --mode latency --block_sizes 8,1K --num_iter 20 \
+        --warmup_iter 2
+    run loop_fd_idle role wakeups_per_s cpu_s -- --loop fd --mode idle --duration 0.3
+    for name in loop_fd loop_fd_read loop_fd_latency loop_fd_idle; do
+        [ -f "$T/$name.json" ] || continue
+        grep -Eq '"loop":[[:space:]]*"fd"' "$T/$name.json" || { echo "FAIL $name: no \"loop\": \"fd\" in the JSON"; fail=1; }
+        grep -q '^# loop: fd' "$T/$name.out" || { echo "FAIL $name: the report does not say --loop fd"; fail=1; }
+    done
+    grep -Eq '"role":[[:space:]]*"target"' "$T/loop_fd_idle.json" 2>/dev/null ||
+        { echo "FAIL loop_fd_idle: no target row"; fail=1; }
+    # --loop uv: the same agents attached to a uv_loop_t, where nxlbench has libuv
+    if "$B" --loop uv --threads 1 2>&1 | grep -q 'without libuv'; then
+        echo "skip loop_uv: this nxlbench was built without libuv"
+    else
+        run loop_uv $BW -- --loop uv --block_sizes 8,64K --num_iter 20 --warmup_iter 2 --pipeline_depth 4
+        run loop_uv_latency p50_us -- --loop uv --mode latency --block_sizes 8 --num_iter 20 --warmup_iter 2
+        run loop_uv_idle role wakeups_per_s -- --loop uv --mode idle --duration 0.3
+        grep -Eq '"loop":[[:space:]]*"uv"' "$T/loop_uv.json" 2>/dev/null ||
+            { echo "FAIL loop_uv: no \"loop\": \"uv\" in the JSON"; fail=1; }
+    fi
+else
+    echo "skip loop_fd: this engine's metadata exchange does not run on NXL_LOOP_FD yet"
+fi
+grep -Eq '"loop":[[:space:]]*"libevent"' "$T/write.json" || { echo "FAIL write: no \"loop\": \"libevent\" in the JSON"; fail=1; }
+# refusals: --loop fd with a threaded initiator; an unknown loop
+if "$B" --spawn --loop fd --threads 2 >"$T/loop_thr.out" 2>&1 || ! grep -q 'threaded agent' "$T/loop_thr.out"; then
+    echo "FAIL loop_threads: expected a refusal of --loop fd --threads"; cat "$T/loop_thr.out"; fail=1
+fi
+if "$B" --spawn --loop qt >"$T/loop_bad.out" 2>&1 || ! grep -q 'libevent, fd or uv' "$T/loop_bad.out"; then
+    echo "FAIL loop_bad: expected a refusal of --loop qt"; cat "$T/loop_bad.out"; fail=1
+fi
 # the same bench over libfabric, where it is built
 if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; then
     run lf_write $BW -- --backend LIBFABRIC --block_sizes 8,4K,64K --num_iter 20 --warmup_iter 2
