@@ -277,22 +277,7 @@ static void ep_destroy(nxli_loop_t *l)
     l->tfd = l->epfd = -1;
 }
 
-const nxli_loop_ops_t nxli_loop_epoll = {
-    .name = "epoll",
-    .io_start = ep_io_start,
-    .io_free = ep_io_free,
-    .timer_new = ep_timer_new,
-    .timer_start = ep_timer_start,
-    .timer_activate = ep_timer_activate,
-    .timer_stop = ep_timer_stop,
-    .timer_pending = ep_timer_pending,
-    .timer_free = ep_timer_free,
-    .run_once = ep_run_once,
-    .stop = ep_stop,
-    .busy = ep_busy,
-    .timeout_ms = ep_timeout_ms,
-    .destroy = ep_destroy,
-};
+const nxli_loop_ops_t nxli_loop_epoll = NXLI_LOOP_OPS("epoll", ep);
 
 int nxli_loop_epoll_init(nxli_loop_t *l, char *why, size_t cap)
 {
