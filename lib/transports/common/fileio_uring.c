@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ typedef struct ur {
     unsigned inflight, cap;
     size_t sq_bytes;         /* bytes prepared in the SQ, not yet submitted */
     uint64_t busy_until_us;  /* busy polling: keep watching the CQ until then */
+    pthread_t reactor;       /* threaded agents: the thread our callbacks run on */
+    bool reactor_known;
 } ur_t;
 
 static void ur_pump(nxl_fio_t *u);
@@ -158,7 +161,27 @@ static void ur_submit(nxl_fio_t *u)
 }
 
 /* the end of a loop turn in which callbacks posted: one submission */
-static void ur_on_flush(nxlt_timer_t *t, void *arg) { ur_submit(arg); }
+static void ur_on_flush(nxlt_timer_t *t, void *arg)
+{
+    nxl_fio_t *u = arg;
+    ur_t *r = u->eng_state;
+    r->reactor = pthread_self();
+    r->reactor_known = true;
+    ur_submit(u);
+}
+
+/* In a threaded agent a posting thread runs our calls itself while the
+ * reactor sleeps (NXLT_CAP_ANY_THREAD). io_uring's task work belongs to
+ * the thread that submits (its completions wait for that thread to enter
+ * the kernel, and its exit cancels them), so only the reactor thread
+ * submits: another one fills the SQ and leaves the submission to the
+ * flush timer. */
+static bool ur_away(nxl_fio_t *u)
+{
+    ur_t *r = u->eng_state;
+    return nxlt_threaded(u->ctx) &&
+           !(r->reactor_known && pthread_equal(pthread_self(), r->reactor));
+}
 
 static void ur_pump(nxl_fio_t *u)
 {
@@ -183,7 +206,7 @@ static void ur_pump(nxl_fio_t *u)
     }
     if (!io_uring_sq_ready(&r->ring))
         return;
-    if (nxlt_in_callback(u->ctx) && r->sq_bytes < FIO_BATCH_BYTES) {
+    if (ur_away(u) || (nxlt_in_callback(u->ctx) && r->sq_bytes < FIO_BATCH_BYTES)) {
         /* runs after the callbacks of this turn, before the loop sleeps */
         nxlt_timer_activate(r->flush);
         return;
