@@ -146,6 +146,10 @@ prun posix_write_direct -- --storage_enable_direct --block_sizes 4K,64K --pipeli
 prun posix_read_direct -- --op_type READ --storage_enable_direct --block_sizes 4K,1M \
     --pipeline_depth 2 --num_files 4
 grep -Eq '"direct":[[:space:]]*true' "$T/posix_read_direct.json" || { echo "FAIL posix_read_direct: not direct"; fail=1; }
+# one process, no metadata exchange: the POSIX agent on NXL_LOOP_FD under --loop fd
+prun posix_loop_fd -- --loop fd --block_sizes 4K,64K --max_batch_size 2 --pipeline_depth 4
+grep -Eq '"loop":[[:space:]]*"fd"' "$T/posix_loop_fd.json" 2>/dev/null ||
+    { echo "FAIL posix_loop_fd: no \"loop\": \"fd\" in the JSON"; fail=1; }
 ls "$T"/nxlbench-* >/dev/null 2>&1 && { echo "FAIL posix: files left in $T"; fail=1; }
 if "$B" --backend POSIX --target_seg_type FILE --spawn >"$T/pspawn.out" 2>&1 ||
     ! grep -q "one process" "$T/pspawn.out"; then
