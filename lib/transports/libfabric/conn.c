@@ -84,7 +84,9 @@ static void hold_start(lf_t *u, lf_conn_t *failed)
         c->hold_until_us = until;
 }
 
-/* false while @p c is held; the retry timer then comes back at its end */
+/* false while @p c is held; the retry timer then comes back at its end
+ * (moved while pending from a post on another thread, NXLT_CAP_ANY_THREAD,
+ * it may fire up to 10 ms late: transport.h) */
 bool nxl_lf_hold_over(lf_conn_t *c)
 {
     uint64_t now = nxlt_now_us();

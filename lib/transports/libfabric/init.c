@@ -463,7 +463,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
     .name = "LIBFABRIC",
     .mem_mask = 1u << NXL_DRAM,
     .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
-            NXLT_CAP_PARAMS,
+            NXLT_CAP_PARAMS | NXLT_CAP_ANY_THREAD,
     .params = lf_params,
     .nparams = sizeof(lf_params) / sizeof(*lf_params),
     .probe = nxl_lf_probe,
