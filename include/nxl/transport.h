@@ -112,6 +112,22 @@ typedef struct nxlt_xfer {
     size_t notif_len;
 } nxlt_xfer_t;
 
+/**
+ * The head of a transport's table: the ABI version, @p name_, @p mem_mask_,
+ * @p caps_ with NXLT_CAP_PARAMS, and the parameter table @p params_ (an
+ * array of nxl_param_info_t, counted here):
+ * @code
+ * const nxlt_ops_t nxlt_x_ops = {
+ *     NXLT_OPS_HEAD("X", 1u << NXL_DRAM, NXLT_CAP_LOCAL, x_params),
+ *     .probe = probe, ...
+ * };
+ * @endcode
+ */
+#define NXLT_OPS_HEAD(name_, mem_mask_, caps_, params_)                                         \
+    .abi_version = NXLT_ABI_VERSION, .name = (name_), .mem_mask = (mem_mask_),                 \
+    .caps = (caps_) | NXLT_CAP_PARAMS, .params = (params_),                                    \
+    .nparams = sizeof(params_) / sizeof(*(params_))
+
 typedef struct nxlt_ops {
     uint32_t abi_version;    /**< NXLT_ABI_VERSION */
     const char *name;

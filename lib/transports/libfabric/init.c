@@ -459,13 +459,10 @@ static const nxl_param_info_t lf_params[] = {
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
-    .abi_version = NXLT_ABI_VERSION,
-    .name = "LIBFABRIC",
-    .mem_mask = 1u << NXL_DRAM,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
-            NXLT_CAP_PARAMS | NXLT_CAP_ANY_THREAD,
-    .params = lf_params,
-    .nparams = sizeof(lf_params) / sizeof(*lf_params),
+    NXLT_OPS_HEAD("LIBFABRIC", 1u << NXL_DRAM,
+                  NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+                      NXLT_CAP_ANY_THREAD,
+                  lf_params),
     .probe = nxl_lf_probe,
     .create = create,
     .destroy = destroy,
