@@ -175,7 +175,7 @@ void nxli_tls_why(const nxli_stream_t *s, char *buf, size_t cap)
 nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca)
 {
     nxli_err(a, "nxl_agent_create: TLS files were given, but this build has no TLS (configure "
-                "found no libevent_openssl or libssl: apt-get install libevent-dev libssl-dev)");
+                "found no libssl: apt-get install libssl-dev)");
     return NXL_ERR_NOT_SUPPORTED;
 }
 void nxli_tls_free(nxl_agent_t *a) {}
