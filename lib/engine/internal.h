@@ -405,10 +405,8 @@ void nxli_xfers_cleanup(nxl_agent_t *a);
 
 /* exchange.c */
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);
-struct bufferevent;
 struct sockaddr_storage;
-void nxli_exchange_serve(nxl_agent_t *a, struct bufferevent *bev,
-                         const struct sockaddr_storage *peer);
+void nxli_exchange_serve(nxl_agent_t *a, int fd, const struct sockaddr_storage *peer);
 void nxli_exchange_cleanup(nxl_agent_t *a);
 
 /* etcd.c */
@@ -488,18 +486,17 @@ int nxli_auth_check_stored(nxl_agent_t *a, const unsigned char *hdr, size_t hl, 
                            size_t bl, const unsigned char *trailer, uint64_t *ts, char *why,
                            size_t cap);
 
-/* tls.c: TLS for the metadata exchange (libevent's OpenSSL bufferevents) */
+/* tls.c: TLS for the metadata exchange (OpenSSL sessions on stream.c's
+ * connections) */
 nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca);
 void nxli_tls_free(nxl_agent_t *a);
-/* a bufferevent doing TLS on fd (-1: to connect later), server or client
- * side, the socket closed with it; NULL on failure (fd left open) */
-struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server);
-/* why a TLS bufferevent failed (OpenSSL's errors, the certificate check) */
-void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap);
-/* whether the handshake began (the TCP connection was made) */
-bool nxli_tls_started(struct bufferevent *bev);
-/* after bufferevent_socket_connect() on a TLS bufferevent; 0 or -1 */
-int nxli_tls_connecting(struct bufferevent *bev);
+struct ssl_st;
+struct nxli_stream;
+/* an OpenSSL session on fd, for nxli_stream_new(); NULL on failure (fd
+ * left open) */
+struct ssl_st *nxli_tls_ssl(nxl_agent_t *a, int fd);
+/* why a TLS connection failed (OpenSSL's errors, the certificate check) */
+void nxli_tls_why(const struct nxli_stream *s, char *buf, size_t cap);
 
 /* stats.c */
 void nxli_stats_settled(nxl_future_t *f);
