@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Threaded mode: the agent's reactor on a thread of its own.
  *
- * With nxl_agent_config_t.threaded the agent makes its own event_base and
- * a thread that runs it. Everything the agent owns (its tables, futures,
+ * With nxl_agent_config_t.threaded the agent makes a loop of its own (the
+ * epoll set of loop_epoll.c, the one NXL_LOOP_FD agents have) and a thread
+ * that runs it. Everything the agent owns (its tables, futures,
  * transports: UCX workers, io_uring rings, libfabric endpoints, CUDA
  * streams) is touched by one thread at a time; a public call made from any
  * other thread either runs there while the reactor sleeps (the direct
@@ -40,20 +41,19 @@
  * exactly once as in the default mode), stops its loop, joins it and frees
  * the rest.
  *
- * Marshal or lock: in the hand-over mode (no /proc to find the base's
- * epoll fd, or NXL_THREADED_DIRECT=0) what touches a transport is
+ * Marshal or lock: in the hand-over mode (NXL_THREADED_DIRECT=0) what
+ * touches a transport is
  * marshalled, and what touches only the engine's tables — nxl_prep(),
  * nxl_xfer_make() and the releases of prepared lists and idle transfers —
  * a foreign thread runs itself under the table lock (threads.h). In the
  * direct mode (the default) the reactor holds that lock for each whole
- * turn and sleeps outside libevent without it (reactor_direct), and a
+ * turn and sleeps without it (reactor_direct), and a
  * foreign thread that takes it meanwhile runs its call itself, as the
  * reactor would ("acting", below), when the agent's transports take calls
  * from any thread (NXLT_CAP_ANY_THREAD); the rest is marshalled as above.
  * doc/design.md (Threads) has the model, doc/perf/README.md (Threads) the numbers. */
 #include "internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -139,23 +139,17 @@ struct nxli_thr {
     bool exit;              /* reactor thread only: leave the loop (destroy asked) */
     bool torn;              /* the teardown ran on the reactor thread */
     int efd;
-    struct event *ev_wake;
+    nxlt_io_t *wake_io;
     nxli_waiter_t *wake;    /* reactor thread: waiters to post at the end of a delivery */
-    /* direct: the reactor sleeps outside libevent, without the table lock
-     * (poll() on the base's epoll fd), and a foreign thread that takes the
-     * lock meanwhile runs its call itself ("acting" for the reactor) */
+    /* direct: the reactor sleeps without the table lock (poll() on the
+     * loop's epoll set, its timers' timerfd inside), and a foreign thread
+     * that takes the lock meanwhile runs its call itself ("acting" for the
+     * reactor): a watch it starts, a timer it arms or moves earlier, or
+     * activates, changes that set or that timerfd, and so wakes the
+     * reactor by itself */
     bool direct;
-    int epfd;               /* the base's epoll fd (libevent's own) */
-    bool acted;             /* under tmu: a foreign thread acted since the reactor last slept */
-    bool deep;              /* under tmu: the reactor sleeps longer than ACT_CAP_MS, or without end */
-    int added0;             /* under tmu, acting: the base's event count when the call began */
-    struct event *probe;    /* reactor: a timer that reads libevent's clock (next_timeout_ms) */
+    int epfd;               /* the loop's epoll set (loop_epoll.c) */
 };
-
-/* While foreign threads act, the reactor sleeps at most this long: the
- * bound on how late a timer a call moved earlier (not one it added: that
- * wakes the reactor) can fire. */
-#define ACT_CAP_MS 10
 
 /* A thread's calls queued to reactors and not run yet: while any is, the
  * thread does not act (its calls run in the order it made them). Shared
@@ -364,7 +358,7 @@ static void refuse_call(nxli_call_t *c)
     sem_post(&c->done);
 }
 
-static void wake_cb(evutil_socket_t fd, short what, void *arg)
+static void wake_cb(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     nxl_agent_t *a = arg;
     struct nxli_thr *t = a->thr;
@@ -483,7 +477,6 @@ static bool act_begin(nxl_agent_t *a, bool wait)
     }
     a->acting = true;
     tls_act = a;
-    t->added0 = event_base_get_num_events(a->base, EVENT_BASE_COUNT_ADDED);
     /* the reactor thread's last sentence stays its own */
     memcpy(act_err, a->err, strnlen(a->err, sizeof(a->err) - 1) + 1);
     return true;
@@ -509,12 +502,6 @@ static void act_end(nxl_agent_t *a, bool failed)
     if (failed)
         nxli_thread_set_error(a, a->err);
     memcpy(a->err, act_err, strnlen(act_err, sizeof(act_err) - 1) + 1);
-    wake = wake || t->deep ||
-           event_base_get_num_events(a->base, EVENT_BASE_COUNT_ACTIVE) > 0 ||
-           event_base_get_num_events(a->base, EVENT_BASE_COUNT_ADDED) != t->added0;
-    t->acted = true;
-    if (wake)
-        t->deep = false; /* it comes back and sleeps ACT_CAP_MS at most */
     tmu_unlock(t);
     if (wake)
         kick(t);
@@ -620,46 +607,6 @@ bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line
 
 /* ---- the reactor thread */
 
-/* the earliest timeout of an event of the base, as poll() takes it (ms,
- * rounded up; -1: none). event_pending() gives a timeout on the wall
- * clock, as libevent's monotonic deadline plus its own offset between the
- * two clocks; "now" is taken the same way (a probe timer armed far ahead
- * and read back), so that a step of the wall clock cannot stretch or
- * shrink the sleep. */
-#define PROBE_S 1000000
-
-static int next_timeout_cb(const struct event_base *b, const struct event *ev, void *arg)
-{
-    NXLI_UNUSED(b);
-    struct timeval tv;
-    if (event_pending(ev, EV_TIMEOUT, &tv)) {
-        int64_t us = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec, *min = arg;
-        if (*min < 0 || us < *min)
-            *min = us;
-    }
-    return 0;
-}
-
-static int next_timeout_ms(struct nxli_thr *t, struct event_base *b)
-{
-    int64_t min = -1;
-    event_base_foreach_event(b, next_timeout_cb, &min);
-    if (min < 0)
-        return -1;
-    static const struct timeval ahead = {PROBE_S, 0};
-    struct timeval now;
-    if (event_add(t->probe, &ahead) < 0 || !event_pending(t->probe, EV_TIMEOUT, &now)) {
-        event_del(t->probe);
-        return 0; /* cannot tell: look again after a turn */
-    }
-    event_del(t->probe);
-    int64_t left = min - ((int64_t)(now.tv_sec - PROBE_S) * 1000000 + now.tv_usec);
-    if (left <= 0)
-        return 0;
-    left = (left + 999) / 1000;
-    return left > INT32_MAX ? INT32_MAX : (int)left;
-}
-
 /* Threads wait for the table lock while the reactor has more to do at
  * once (a transport polling from a zero-delay timer): calls that need it
  * (nxl_future_error(), nxl_prep(), a post that must wait...). A mutex let
@@ -684,20 +631,21 @@ static void hand_over(struct nxli_thr *t)
     tmu_lock(t);
 }
 
-/* The direct mode's loop: one libevent turn without sleeping, under the
- * table lock; the sleep itself without it, in poll() on the base's epoll
- * fd with the base's next timeout. Foreign threads that act meanwhile
- * wake it when they leave it something (act_end). A turn is one pass
- * (EVLOOP_ONCE): with EVLOOP_NONBLOCK alone libevent loops for as long as
- * callbacks re-arm zero-delay timers (a transport polling: UCX while
- * ucp_worker_arm answers BUSY), and the lock would never be let go. */
+/* The direct mode's loop: one turn of the agent's loop without sleeping,
+ * under the table lock; the sleep itself without it, in poll() on the
+ * loop's epoll set, which holds the timerfd of its timers: whatever a
+ * foreign thread acting meanwhile leaves for the reactor (a watch, a timer
+ * armed or moved earlier, one activated) makes the set readable. A turn is
+ * one pass: the lock is let go between turns even while transports poll
+ * from zero-delay timers. */
 static int reactor_direct(nxl_agent_t *a)
 {
     struct nxli_thr *t = a->thr;
+    nxli_loop_t *l = a->loop;
     int rc = 0;
     tmu_lock(t);
     while (!t->exit) {
-        if (event_base_loop(a->base, EVLOOP_ONCE | EVLOOP_NONBLOCK) < 0) {
+        if (l->ops->run_once(l, 0) < 0) {
             rc = -1;
             break;
         }
@@ -705,15 +653,9 @@ static int reactor_direct(nxl_agent_t *a)
             break;
         if (__atomic_load_n(&t->tmu_waiting, __ATOMIC_RELAXED) > 0)
             hand_over(t);
-        if (event_base_get_num_events(a->base, EVENT_BASE_COUNT_ACTIVE) > 0)
-            continue; /* activated by this turn's callbacks, or past max_dispatch */
-        int ms = next_timeout_ms(t, a->base);
+        int ms = l->ops->timeout_ms(l);
         if (ms == 0)
             continue; /* a timer due: the next turn at once (it polls the fds too) */
-        if (t->acted && (ms < 0 || ms > ACT_CAP_MS))
-            ms = ACT_CAP_MS;
-        t->deep = ms < 0 || ms > ACT_CAP_MS;
-        t->acted = false;
         tmu_unlock(t);
         struct pollfd p = {.fd = t->epfd, .events = POLLIN};
         if (poll(&p, 1, ms) < 0 && errno != EINTR) {
@@ -743,9 +685,9 @@ static void *reactor_main(void *arg)
                      "the thread ends and calls are refused", a->name, strerror(errno));
     } else {
         while (!t->exit)
-            if (event_base_loop(a->base, EVLOOP_ONCE) < 0) {
-                nxli_log(a, NXL_LOG_ERROR, "reactor thread of agent '%s': event_base_loop "
-                         "failed; the thread ends and calls are refused", a->name);
+            if (a->loop->ops->run_once(a->loop, -1) < 0) {
+                nxli_log(a, NXL_LOG_ERROR, "reactor thread of agent '%s': its loop failed "
+                         "(%s); the thread ends and calls are refused", a->name, a->err);
                 break;
             }
     }
@@ -779,10 +721,7 @@ static void thr_free(nxl_agent_t *a)
     struct nxli_thr *t = a->thr;
     if (!t)
         return;
-    if (t->ev_wake)
-        event_free(t->ev_wake);
-    if (t->probe)
-        event_free(t->probe);
+    nxlt_io_free(t->wake_io);
     if (t->efd >= 0)
         close(t->efd);
     pthread_mutex_destroy(&t->mu);
@@ -792,55 +731,6 @@ static void thr_free(nxl_agent_t *a)
     sem_destroy(&t->started);
     free(t);
     a->thr = NULL;
-}
-
-static void probe_cb(evutil_socket_t fd, short what, void *arg)
-{
-    NXLI_UNUSED(fd);
-    NXLI_UNUSED(what);
-    NXLI_UNUSED(arg);
-}
-
-/* The epoll fd of the base: the one eventpoll whose watch list
- * (/proc/self/fdinfo: "tfd: N") holds probe, an fd only this base
- * watches. -1 when there is no such one (no /proc): the agent then hands
- * every call to the reactor. */
-static int find_epoll_fd(int probe)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int found = -1, n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        long fd = strtol(e->d_name, &end, 10);
-        if (end == e->d_name || *end || fd == dirfd(d))
-            continue;
-        char link[64];
-        ssize_t k = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
-        if (k <= 0)
-            continue;
-        link[k] = 0;
-        if (strcmp(link, "anon_inode:[eventpoll]"))
-            continue;
-        char path[64], line[256];
-        snprintf(path, sizeof(path), "/proc/self/fdinfo/%ld", fd);
-        FILE *f = fopen(path, "re");
-        if (!f)
-            continue;
-        while (fgets(line, sizeof(line), f)) {
-            int tfd;
-            if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd == probe) {
-                found = (int)fd;
-                n++;
-                break;
-            }
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n == 1 ? found : -1;
 }
 
 nxl_status_t nxli_thread_start(nxl_agent_t *a)
@@ -863,19 +753,16 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
     sem_init(&t->started, 0, 0);
     a->thr = t;
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (t->efd < 0 || !(t->ev_wake = event_new(a->base, t->efd, EV_READ | EV_PERSIST, wake_cb, a)) ||
-        event_add(t->ev_wake, NULL) < 0) {
-        nxli_err(a, "nxl_agent_create: threaded mode: no eventfd or event for the reactor "
+    if (t->efd < 0 || !(t->wake_io = nxli_io_new(a, t->efd, wake_cb, a)) ||
+        nxlt_io_start(t->wake_io, NXLT_IO_READ) < 0) {
+        nxli_err(a, "nxl_agent_create: threaded mode: no eventfd or watch for the reactor "
                     "thread (%s)", strerror(errno));
         thr_free(a);
         return NXL_ERR_BACKEND;
     }
-    t->epfd = -1;
+    t->epfd = a->loop->epfd;
     const char *dm = getenv("NXL_THREADED_DIRECT");
-    if ((!dm || strcmp(dm, "0")) && !strcmp(event_base_get_method(a->base), "epoll") &&
-        (t->epfd = find_epoll_fd(t->efd)) >= 0 &&
-        (t->probe = evtimer_new(a->base, probe_cb, NULL)))
-        t->direct = true;
+    t->direct = !dm || strcmp(dm, "0");
     nxli_log(a, NXL_LOG_DEBUG, "threaded agent '%s': %s", a->name,
              t->direct ? "the reactor sleeps without the lock; calls may run on their threads"
                        : "every call is handed to the reactor thread");
@@ -898,7 +785,7 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
 static void t_teardown(nxli_call_t *c)
 {
     c->a->thr->exit = true; /* the loop ends after this turn */
-    event_base_loopbreak(c->a->base);
+    c->a->loop->ops->stop(c->a->loop);
 }
 
 void nxli_thread_destroy(nxl_agent_t *a)
