@@ -140,6 +140,18 @@ int cli_parse(const cli_t *cli, int argc, char **argv)
     return optind;
 }
 
+void cli_parse_mode(const cli_t *cli, int argc, char **argv, const char **mode)
+{
+    if (argc > 1 && argv[1][0] != '-') {
+        *mode = argv[1];
+        argc--;
+        argv++;
+    }
+    int first = cli_parse(cli, argc, argv);
+    if (first < argc)
+        cli_die(cli, "unexpected argument '%s' (see --help)", argv[first]);
+}
+
 const char *cli_set_true(const cli_opt_t *opt, const char *val)
 {
     (void)val;
@@ -235,6 +247,26 @@ const char *cli_size(const char *s, unsigned long long max, unsigned long long *
         return cli_why("more than %llu", max);
     *out = v << shift;
     return NULL;
+}
+
+const char *cli_count(const cli_opt_t *opt, const char *val, unsigned long long *out)
+{
+    unsigned long long v;
+    const char *why = cli_size(val, (unsigned long long)opt->max, &v);
+    if (!why && v < opt->min)
+        why = cli_why("must be at least %.0f", opt->min);
+    if (!why)
+        *out = v;
+    return why;
+}
+
+const char *cli_set_addr(const cli_opt_t *opt, const char *val)
+{
+    cli_addr_t *a = opt->field;
+    const char *why = cli_hostport(val, a->host, sizeof(a->host), &a->port);
+    if (!why)
+        a->set = true;
+    return why;
 }
 
 const char *cli_hostport(const char *s, char *host, size_t cap, uint16_t *port)

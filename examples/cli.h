@@ -59,6 +59,11 @@ typedef struct cli {
  * (getopt_long moves them all to the end, in their order) */
 int cli_parse(const cli_t *cli, int argc, char **argv);
 
+/* For PROG MODE --flag ...: the mode first (an argv[1] that is not a flag)
+ * into *mode, then cli_parse() of the flags; any argument left after them
+ * is a mistake (exit 2). */
+void cli_parse_mode(const cli_t *cli, int argc, char **argv, const char **mode);
+
 /* One line "PROG: ..." on stderr, then exit(2). */
 void cli_die(const cli_t *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
@@ -77,6 +82,19 @@ const char *cli_set_double(const cli_opt_t *opt, const char *val); /* double in 
  * @return NULL (and the values stored), or why not (a phrase; nothing stored) */
 const char *cli_size(const char *s, unsigned long long max, unsigned long long *out);
 const char *cli_hostport(const char *s, char *host, size_t cap, uint16_t *port);
+
+/* cli_count: a count (cli_size) from opt->min to opt->max into *out.
+ * @return NULL (and *out stored), or why not (a phrase; nothing stored) */
+const char *cli_count(const cli_opt_t *opt, const char *val, unsigned long long *out);
+
+/* An address flag's field, for cli_set_addr: HOST:PORT or [HOST]:PORT
+ * (cli_hostport), and set when given. */
+typedef struct cli_addr {
+    char host[256];
+    uint16_t port;
+    bool set;
+} cli_addr_t;
+const char *cli_set_addr(const cli_opt_t *opt, const char *val); /* cli_addr_t */
 
 /* A phrase for a setter to return, formatted into one static buffer. */
 const char *cli_why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

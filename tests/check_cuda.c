@@ -159,12 +159,8 @@ START_TEST(t_no_runtime)
     skip("built without CUDA (--enable-cuda=no or no CUDA headers)");
     return;
 #else
-    const char *fk = getenv("CK_FORK");
-    if (fk && !strcmp(fk, "no")) {
-        skip("needs a process of its own (CK_FORK=no)");
+    if (!own_process_env("NXL_CUDA_RUNTIME", "/nonexistent/libcudart.so.13"))
         return;
-    }
-    setenv("NXL_CUDA_RUNTIME", "/nonexistent/libcudart.so.13", 1);
     nxl_plugin_info_t info[16];
     const nxl_plugin_info_t *cu = tl_plugin("CUDA", info, 16);
     ck_assert_ptr_nonnull(cu);
@@ -459,6 +455,13 @@ static const nxl_cuda_rt_t *need_gpu(void)
     return rt;
 }
 
+/* need_gpu() for the test name (which a skip names) */
+static const nxl_cuda_rt_t *gpu_test(const char *name)
+{
+    cur_test = name;
+    return need_gpu();
+}
+
 static nxl_agent_t *gpu_agent(const char *name, int listen, int ucx)
 {
     nxl_agent_t *a = mk_agent(name, listen);
@@ -530,8 +533,7 @@ static size_t big(size_t len)
  * cudaMalloc registered by the application. */
 START_TEST(t_roundtrip)
 {
-    cur_test = "t_roundtrip";
-    if (!need_gpu())
+    if (!gpu_test("t_roundtrip"))
         return;
     size_t n = shapes[_i].n, blk = shapes[_i].blk;
     if (blk >= 64 * MiB)
@@ -593,8 +595,7 @@ END_TEST
  * unpinned, memory pinned already is left as it is. */
 START_TEST(t_registration)
 {
-    cur_test = "t_registration";
-    if (!need_gpu())
+    if (!gpu_test("t_registration"))
         return;
     nxl_agent_t *a = gpu_agent("r", 0, 0);
     size_t len = 1 * MiB;
@@ -737,16 +738,14 @@ static void inflight(int teardown)
 
 START_TEST(t_cancel_inflight)
 {
-    cur_test = "t_cancel_inflight";
-    if (need_gpu())
+    if (gpu_test("t_cancel_inflight"))
         inflight(0);
 }
 END_TEST
 
 START_TEST(t_teardown_inflight)
 {
-    cur_test = "t_teardown_inflight";
-    if (need_gpu())
+    if (gpu_test("t_teardown_inflight"))
         inflight(1);
 }
 END_TEST
@@ -779,8 +778,7 @@ static void on_layer_ready(nxl_future_t *f, nxl_status_t st, void *arg)
 
 START_TEST(t_event_post)
 {
-    cur_test = "t_event_post";
-    if (!need_gpu())
+    if (!gpu_test("t_event_post"))
         return;
     EV.a = gpu_agent("ev", 0, 0);
     size_t len = 16 * MiB;
@@ -867,8 +865,7 @@ END_TEST
  * few times a second and the process burns next to no CPU. */
 START_TEST(t_idle)
 {
-    cur_test = "t_idle";
-    if (!need_gpu())
+    if (!gpu_test("t_idle"))
         return;
     nxl_agent_t *a = gpu_agent("idle", 0, 0);
     struct rusage r0, r1;

@@ -114,10 +114,29 @@ static void write_check(nxl_agent_t *a, const char *bname, unsigned char *src, u
     nxl_xfer_release(x);
 }
 
-START_TEST(t_publish_fetch)
+/* agents A (with the etcd lease TTL a_ttl) and B on a new base, which it
+ * returns; the callbacks' count reset */
+static struct event_base *two_agents(unsigned a_ttl, nxl_agent_t **a, nxl_agent_t **b)
 {
     struct event_base *base = event_base_new();
-    nxl_agent_t *a = agent("A", base, 0, NULL), *b = agent("B", base, 0, NULL);
+    *a = agent("A", base, a_ttl, NULL);
+    *b = agent("B", base, 0, NULL);
+    ncb = 0;
+    return base;
+}
+
+/* the end of two_agents(): a, b and the base go */
+static void two_agents_end(struct event_base *base, nxl_agent_t *a, nxl_agent_t *b)
+{
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(b);
+    event_base_free(base);
+}
+
+START_TEST(t_publish_fetch)
+{
+    nxl_agent_t *a, *b;
+    struct event_base *base = two_agents(0, &a, &b);
     unsigned char *src = malloc(1 << 20), *dst = malloc(1 << 20);
     reg(a, src, 1 << 20);
     reg(b, dst, 1 << 20);
@@ -149,9 +168,8 @@ END_TEST
 
 START_TEST(t_fetch_waits_then_times_out)
 {
-    struct event_base *base = event_base_new();
-    nxl_agent_t *a = agent("A", base, 0, NULL), *b = agent("B", base, 0, NULL);
-    ncb = 0;
+    nxl_agent_t *a, *b;
+    struct event_base *base = two_agents(0, &a, &b);
     /* the fetch comes first; B publishes 300 ms later */
     ck_assert(nxl_md_fetch_etcd(a, "B", NULL, 8000, cb, NULL, NULL) == NXL_SUCCESS);
     int dummy = 0;
@@ -177,16 +195,14 @@ START_TEST(t_fetch_waits_then_times_out)
                      NXL_ERR_INVALID_PARAM);
     run_base(base, &dummy, 1, 100);
     ck_assert_int_eq(ncb, 2);
-    nxl_agent_destroy(a);
-    nxl_agent_destroy(b);
-    event_base_free(base);
+    two_agents_end(base, a, b);
 }
 END_TEST
 
 START_TEST(t_partial_label)
 {
-    struct event_base *base = event_base_new();
-    nxl_agent_t *a = agent("A", base, 0, NULL), *b = agent("B", base, 0, NULL);
+    nxl_agent_t *a, *b;
+    struct event_base *base = two_agents(0, &a, &b);
     unsigned char *r1 = malloc(65536), *r2 = malloc(65536);
     reg(b, r1, 65536);
     reg(b, r2, 65536);
@@ -203,9 +219,7 @@ START_TEST(t_partial_label)
     ck_assert_int_eq(nxl_prep(a, "B", NXL_DRAM, &d1, 1, &p), NXL_SUCCESS);
     nxl_prepped_release(p);
     ck_assert_int_eq(nxl_prep(a, "B", NXL_DRAM, &d2, 1, &p), NXL_ERR_NOT_FOUND);
-    nxl_agent_destroy(a);
-    nxl_agent_destroy(b);
-    event_base_free(base);
+    two_agents_end(base, a, b);
     free(r1);
     free(r2);
 }
@@ -213,9 +227,8 @@ END_TEST
 
 START_TEST(t_unpublish_invalidates)
 {
-    struct event_base *base = event_base_new();
-    nxl_agent_t *a = agent("A", base, 0, NULL), *b = agent("B", base, 0, NULL);
-    ncb = 0;
+    nxl_agent_t *a, *b;
+    struct event_base *base = two_agents(0, &a, &b);
     ck_assert(nxl_md_publish(b, cb, NULL, NULL) == NXL_SUCCESS);
     ck_assert(run_base(base, &ncb, 1, 8000));
     ck_assert(nxl_md_fetch_etcd(a, "B", NULL, 5000, cb, NULL, NULL) == NXL_SUCCESS);
@@ -229,9 +242,7 @@ START_TEST(t_unpublish_invalidates)
     while (nxl_md_check(a, "B") == NXL_SUCCESS && tl_now_ms() < end)
         run_base(base, &dummy, 1, 50);
     ck_assert_msg(nxl_md_check(a, "B") == NXL_ERR_NOT_FOUND, "A still knows B after unpublish");
-    nxl_agent_destroy(a);
-    nxl_agent_destroy(b);
-    event_base_free(base);
+    two_agents_end(base, a, b);
 }
 END_TEST
 
@@ -278,6 +289,29 @@ END_TEST
 
 /* ---- separate processes */
 
+/* fork() with a pipe to the child and one back: the parent's ends into
+ * *to and *from, the child's into *rd and *wr (each side closes the
+ * other's). Returns fork()'s pid. */
+static pid_t fork_piped(int *to, int *from, int *rd, int *wr)
+{
+    int down[2], up[2];
+    ck_assert(pipe(down) == 0 && pipe(up) == 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(down[1]);
+        close(up[0]);
+        *rd = down[0];
+        *wr = up[1];
+    } else {
+        close(down[0]);
+        close(up[1]);
+        *to = down[1];
+        *from = up[0];
+    }
+    return pid;
+}
+
 /* A child agent: forked before the test process touches UCX (UCX does not
  * survive fork), it waits for a byte on its pipe, then publishes with the
  * given TTL, its buffer at slot i, and runs until killed (or for 60 s). */
@@ -288,15 +322,12 @@ typedef struct {
 
 static child_t child_fork(const char *name, int slot, unsigned ttl)
 {
-    int go[2], ready[2];
-    ck_assert(pipe(go) == 0 && pipe(ready) == 0);
-    child_t c = {.pid = fork()};
-    ck_assert(c.pid >= 0);
+    child_t c;
+    int rd, wr;
+    c.pid = fork_piped(&c.go, &c.ready, &rd, &wr);
     if (c.pid == 0) {
-        close(go[1]);
-        close(ready[0]);
         char b;
-        if (read(go[0], &b, 1) != 1)
+        if (read(rd, &b, 1) != 1)
             _exit(2);
         nxl_agent_t *a = agent(name, NULL, ttl, NULL);
         reg(a, buf_at(slot), BUF_LEN);
@@ -304,17 +335,13 @@ static child_t child_fork(const char *name, int slot, unsigned ttl)
         if (nxl_md_publish(a, NULL, NULL, &f) != NXL_SUCCESS || wait_f(a, f, 10000) != NXL_SUCCESS)
             _exit(3);
         char ok = 1;
-        if (write(ready[1], &ok, 1) != 1)
+        if (write(wr, &ok, 1) != 1)
             _exit(4);
         uint64_t end = tl_now_ms() + 60000;
         while (tl_now_ms() < end && getppid() != 1)
             nxl_agent_run_once(a, 200);
         _exit(0);
     }
-    close(go[0]);
-    close(ready[1]);
-    c.go = go[1];
-    c.ready = ready[0];
     return c;
 }
 
@@ -381,16 +408,24 @@ static void wait_gone(nxl_agent_t *a, const char *name, int ms, uint64_t *took, 
     *took = tl_now_ms() - t0;
 }
 
-START_TEST(t_killed_peer_lease_expires)
+/* An agent "A" (its slot 0 registered) that fetched the child agent K's
+ * metadata from etcd and moved bytes with K's slot 1 (pattern seed) */
+static nxl_agent_t *agent_to_k(unsigned seed)
 {
-    const unsigned ttl = 2;
-    pid_t k = child_agent("K", 1, ttl);
     nxl_agent_t *a = agent("A", NULL, 0, NULL);
     reg(a, buf_at(0), BUF_LEN);
     nxl_future_t *f;
     ck_assert(nxl_md_fetch_etcd(a, "K", NULL, 5000, NULL, NULL, &f) == NXL_SUCCESS);
     ck_assert_int_eq(wait_f(a, f, 8000), NXL_SUCCESS);
-    ck_assert_int_eq(write_read(a, "K", 1, 11), NXL_SUCCESS);
+    ck_assert_int_eq(write_read(a, "K", 1, seed), NXL_SUCCESS);
+    return a;
+}
+
+START_TEST(t_killed_peer_lease_expires)
+{
+    const unsigned ttl = 2;
+    pid_t k = child_agent("K", 1, ttl);
+    nxl_agent_t *a = agent_to_k(11);
     /* transfers in flight when the peer dies */
     nxl_desc_t l = {.addr = (uintptr_t)slot_addr(0), .len = 65536};
     nxl_desc_t r = {.addr = (uintptr_t)slot_addr(1), .len = 65536};
@@ -427,12 +462,7 @@ START_TEST(t_peer_restarts_same_name)
 {
     child_t c2 = child_fork("K", 2, 10); /* the restarted one, forked before UCX starts here */
     pid_t k1 = child_agent("K", 1, 10); /* long leases: a late keep-alive under load must not expire them */
-    nxl_agent_t *a = agent("A", NULL, 0, NULL);
-    reg(a, buf_at(0), BUF_LEN);
-    nxl_future_t *f;
-    ck_assert(nxl_md_fetch_etcd(a, "K", NULL, 5000, NULL, NULL, &f) == NXL_SUCCESS);
-    ck_assert_int_eq(wait_f(a, f, 8000), NXL_SUCCESS);
-    ck_assert_int_eq(write_read(a, "K", 1, 21), NXL_SUCCESS);
+    nxl_agent_t *a = agent_to_k(21);
     kill_reap(k1);
     /* a new process under the same name, its buffer elsewhere */
     child_go(&c2);
@@ -458,8 +488,8 @@ END_TEST
 
 START_TEST(t_etcd_restarts)
 {
-    struct event_base *base = event_base_new();
-    nxl_agent_t *a = agent("A", base, 10, NULL), *b = agent("B", base, 0, NULL);
+    nxl_agent_t *a, *b;
+    struct event_base *base = two_agents(10, &a, &b);
     unsigned char *p = malloc(8192);
     reg(a, p, 8192);
     ncb = 0;
@@ -684,13 +714,10 @@ typedef struct {
 
 static pub_t pub_start(const char *name, const char *secret)
 {
-    int cmd[2], res[2];
-    ck_assert(pipe(cmd) == 0 && pipe(res) == 0);
-    pub_t p = {.pid = fork()};
-    ck_assert(p.pid >= 0);
+    pub_t p;
+    int rd, wr;
+    p.pid = fork_piped(&p.cmd, &p.res, &rd, &wr);
     if (p.pid == 0) {
-        close(cmd[1]);
-        close(res[0]);
         nxl_agent_config_t c;
         nxl_agent_config_init(&c);
         c.name = name;
@@ -701,21 +728,17 @@ static pub_t pub_start(const char *name, const char *secret)
             _exit(2);
         char b;
         /* 'q' ends it (EOF would not come: the other children hold the pipe) */
-        while (read(cmd[0], &b, 1) == 1 && b != 'q') {
+        while (read(rd, &b, 1) == 1 && b != 'q') {
             nxl_future_t *f;
             char st = nxl_md_publish(a, NULL, NULL, &f) == NXL_SUCCESS
                           ? (char)wait_f(a, f, 10000)
                           : (char)NXL_ERR_UNKNOWN;
-            if (write(res[1], &st, 1) != 1)
+            if (write(wr, &st, 1) != 1)
                 _exit(3);
         }
         nxl_agent_destroy(a);
         _exit(0);
     }
-    close(cmd[0]);
-    close(res[1]);
-    p.cmd = cmd[1];
-    p.res = res[0];
     return p;
 }
 

@@ -78,12 +78,8 @@ START_TEST(t_no_cufile)
 #ifndef NXL_TEST_GDS
     skip("built without GDS");
 #else
-    const char *fk = getenv("CK_FORK");
-    if (fk && !strcmp(fk, "no")) {
-        skip("needs a process of its own (CK_FORK=no)");
+    if (!own_process_env("NXL_CUFILE_LIB", "/nonexistent/libcufile.so.0"))
         return;
-    }
-    setenv("NXL_CUFILE_LIB", "/nonexistent/libcufile.so.0", 1);
     nxl_plugin_info_t info[16];
     const nxl_plugin_info_t *g = find_plugin("GDS", info, 16);
     ck_assert(g && !g->available);

@@ -46,6 +46,34 @@ static nxl_status_t lf(nxl_agent_t *a, const char *k1, const char *v1, const cha
     return nxl_backend_create(a, "LIBFABRIC", p, k2 ? 2 : k1 ? 1 : 0, NULL);
 }
 
+/* Agents *a and *b with the transport over provider prov: 1; or, when a
+ * cannot have it, 0 with both destroyed and a skip printed for test (a
+ * failure when must). */
+static int lf_pair(const char *test, const char *prov, int must, nxl_agent_t **a,
+                   nxl_agent_t **b)
+{
+    *a = agent("a");
+    *b = agent("b");
+    if (lf(*a, "provider", prov, NULL, NULL) != NXL_SUCCESS) {
+        ck_assert_msg(!must, "%s", nxl_agent_last_error(*a));
+        printf("SKIP: %s: %s: %s\n", test, prov, nxl_agent_last_error(*a));
+        nxl_agent_destroy(*a);
+        nxl_agent_destroy(*b);
+        return 0;
+    }
+    ck_assert_int_eq(lf(*b, "provider", prov, NULL, NULL), NXL_SUCCESS);
+    return 1;
+}
+
+/* the end of a test of agents a and b: both go, with their buffers */
+static void pair_end(nxl_agent_t *a, nxl_agent_t *b, void *pa, void *pb)
+{
+    nxl_agent_destroy(a);
+    nxl_agent_destroy(b);
+    free(pa);
+    free(pb);
+}
+
 START_TEST(t_plugin_info)
 {
     nxl_plugin_info_t p[8];
@@ -210,15 +238,9 @@ START_TEST(t_two_agents)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     for (size_t k = 0; k < 2; k++) {
-        nxl_agent_t *a = agent("a"), *b = agent("b");
-        if (lf(a, "provider", provs[k], NULL, NULL) != NXL_SUCCESS) {
-            ck_assert_msg(k > 0, "%s", nxl_agent_last_error(a));
-            printf("SKIP: two_agents: %s: %s\n", provs[k], nxl_agent_last_error(a));
-            nxl_agent_destroy(a);
-            nxl_agent_destroy(b);
+        nxl_agent_t *a, *b;
+        if (!lf_pair("two_agents", provs[k], k == 0, &a, &b))
             continue;
-        }
-        ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
         size_t len = 1 << 20;
         unsigned char *pa = malloc(len), *pb = calloc(1, len);
         nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len}, db = {.addr = (uintptr_t)pb, .len = len};
@@ -250,10 +272,7 @@ START_TEST(t_two_agents)
         ck_assert(tl_check(pa, len, 11 + (unsigned)k) < 0);
         nxl_xfer_release(w);
         nxl_xfer_release(r);
-        nxl_agent_destroy(a);
-        nxl_agent_destroy(b);
-        free(pa);
-        free(pb);
+        pair_end(a, b, pa, pb);
     }
 }
 END_TEST
@@ -267,15 +286,9 @@ START_TEST(t_short_names)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     for (size_t k = 0; k < 2; k++) {
-        nxl_agent_t *a = agent("a"), *b = agent("b");
-        if (lf(a, "provider", provs[k], NULL, NULL) != NXL_SUCCESS) {
-            ck_assert_msg(k > 0, "%s", nxl_agent_last_error(a));
-            printf("SKIP: short_names: %s: %s\n", provs[k], nxl_agent_last_error(a));
-            nxl_agent_destroy(a);
-            nxl_agent_destroy(b);
+        nxl_agent_t *a, *b;
+        if (!lf_pair("short_names", provs[k], k == 0, &a, &b))
             continue;
-        }
-        ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
         void *blob;
         size_t len;
         ck_assert_int_eq(nxl_md_local(a, &blob, &len), NXL_SUCCESS);
@@ -371,10 +384,7 @@ START_TEST(t_one_message_write_checked)
     ck_assert(run_pair_until(a, b, &ndone, 2, 10000));
     nxl_xfer_release(w0);
     nxl_xfer_release(w1);
-    nxl_agent_destroy(a);
-    nxl_agent_destroy(b);
-    free(pa);
-    free(pb);
+    pair_end(a, b, pa, pb);
 }
 END_TEST
 
@@ -388,15 +398,9 @@ START_TEST(t_revoke)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     for (size_t k = 0; k < 2; k++) {
-        nxl_agent_t *a = agent("a"), *b = agent("b");
-        if (lf(a, "provider", provs[k], NULL, NULL) != NXL_SUCCESS) {
-            ck_assert_msg(k > 0, "%s", nxl_agent_last_error(a));
-            printf("SKIP: revoke: %s: %s\n", provs[k], nxl_agent_last_error(a));
-            nxl_agent_destroy(a);
-            nxl_agent_destroy(b);
+        nxl_agent_t *a, *b;
+        if (!lf_pair("revoke", provs[k], k == 0, &a, &b))
             continue;
-        }
-        ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
         size_t len = 4096;
         unsigned char *pa = malloc(len), *pb = calloc(2, len);
         void *pf;
@@ -449,10 +453,7 @@ START_TEST(t_revoke)
         ck_assert_int_eq(last_st, NXL_SUCCESS);
         nxl_xfer_release(w0);
         nxl_xfer_release(x);
-        nxl_agent_destroy(a);
-        nxl_agent_destroy(b);
-        free(pa);
-        free(pb);
+        pair_end(a, b, pa, pb);
     }
 }
 END_TEST
@@ -519,15 +520,9 @@ START_TEST(t_orderly_close_quiet)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "tcp", "sockets"};
     for (size_t k = 0; k < 3; k++) {
-        nxl_agent_t *a = agent("a"), *b = agent("b");
-        if (lf(a, "provider", provs[k], NULL, NULL) != NXL_SUCCESS) {
-            ck_assert_msg(k > 0, "%s", nxl_agent_last_error(a));
-            printf("SKIP: orderly_close_quiet: %s: %s\n", provs[k], nxl_agent_last_error(a));
-            nxl_agent_destroy(a);
-            nxl_agent_destroy(b);
+        nxl_agent_t *a, *b;
+        if (!lf_pair("orderly_close_quiet", provs[k], k == 0, &a, &b))
             continue;
-        }
-        ck_assert_int_eq(lf(b, "provider", provs[k], NULL, NULL), NXL_SUCCESS);
         size_t len = 1 << 16;
         unsigned char *pa = malloc(2 * len), *pb = calloc(1, len);
         tl_fill(pa, len, 5);

@@ -38,6 +38,15 @@ static nxl_agent_t *agent(const char *name, int listen, void (*tune)(nxl_agent_c
     return a;
 }
 
+/* A (not listening, tuned by tune_a) and B (listening with b_listen,
+ * tuned by tune_b); either tune may be NULL */
+static void agents(void (*tune_a)(nxl_agent_config_t *), int b_listen,
+                   void (*tune_b)(nxl_agent_config_t *))
+{
+    A = agent("A", 0, tune_a);
+    B = agent("B", b_listen, tune_b);
+}
+
 static void teardown(void)
 {
     nxl_agent_destroy(A);
@@ -106,8 +115,7 @@ static void small_frames(nxl_agent_config_t *c) { c->max_frame_bytes = 2048; }
 
 START_TEST(t_frame_size)
 {
-    A = agent("A", 0, NULL);
-    B = agent("B", 1, small_frames);
+    agents(NULL, 1, small_frames);
     /* A's metadata with 64 regions is larger than 2 KiB */
     static char mem[64][256];
     nxl_desc_t d[64];
@@ -134,8 +142,7 @@ static void few_clients(nxl_agent_config_t *c)
 
 START_TEST(t_clients)
 {
-    A = agent("A", 0, NULL);
-    B = agent("B", 1, few_clients);
+    agents(NULL, 1, few_clients);
     int s1 = raw_client("127.0.0.2"), s2 = raw_client("127.0.0.2");
     int s3 = raw_client("127.0.0.2"); /* a third from one address */
     ck_assert_msg(closed_within(s3, 2000), "the third connection from one address stayed open");
@@ -159,8 +166,7 @@ static void short_timeout(nxl_agent_config_t *c) { c->io_timeout_ms = 1000; }
 
 START_TEST(t_trickle)
 {
-    A = agent("A", 0, NULL);
-    B = agent("B", 1, short_timeout);
+    agents(NULL, 1, short_timeout);
     int s = raw_client("127.0.0.2");
     /* a valid header announcing 1 KiB, then a byte every 100 ms */
     unsigned char h[16] = {'N', 'X', 'L', 'X', 1, 2, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0};
@@ -202,8 +208,7 @@ static void two_peers(nxl_agent_config_t *c) { c->max_peers = 2; }
 
 START_TEST(t_peers)
 {
-    A = agent("A", 0, two_peers);
-    B = agent("B", 0, NULL);
+    agents(two_peers, 0, NULL);
     nxl_agent_t *C = agent("C", 0, NULL), *D = agent("D", 0, NULL);
     nxl_agent_t *from[3] = {B, C, D};
     void *blob[3];
@@ -233,8 +238,7 @@ static void ten_notifs(nxl_agent_config_t *c) { c->max_queued_notifs = 10; }
 
 START_TEST(t_notif_queue)
 {
-    A = agent("A", 0, ten_notifs);
-    B = agent("B", 0, NULL);
+    agents(ten_notifs, 0, NULL);
     void *blob;
     size_t len;
     ck_assert_int_eq(nxl_md_local(A, &blob, &len), NXL_SUCCESS);

@@ -142,6 +142,42 @@ static void *xmalloc(size_t n)
     return p;
 }
 
+/* n objects ids[i] = keys[i] of lens[i] bytes, registered with a, with
+ * DRAM src[i] (filled with seed + i) and dst[i] (zeroed), both registered */
+static void objs(nxl_agent_t *a, size_t n, char **src, char **dst, const uint64_t *ids,
+                 const char *const *keys, const size_t *lens, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        src[i] = xmalloc(lens[i]);
+        dst[i] = xmalloc(lens[i]);
+        tl_fill(src[i], lens[i], seed + (uint32_t)i);
+        memset(dst[i], 0, lens[i]);
+        reg_dram(a, src[i], lens[i]);
+        reg_dram(a, dst[i], lens[i]);
+        reg_obj(a, ids[i], keys[i], lens[i]);
+    }
+}
+
+/* The objects of objs() written from src in one transfer (*w), read back
+ * into dst in another (*rd), ms each: both succeed (what names them) and
+ * bring the same bytes. */
+static void round_trip(nxl_agent_t *a, size_t n, char **src, char **dst, const uint64_t *ids,
+                       const char *const *keys, const size_t *lens, int ms, const char *what,
+                       nxl_xfer_t **w, nxl_xfer_t **rd)
+{
+    res_t r;
+    *w = make(a, NXL_WRITE, src, ids, NULL, lens, n);
+    post(*w, &r);
+    wait_res(a, &r, ms);
+    ck_assert_msg(r.st == NXL_SUCCESS, "%s write: %s", what, r.why);
+    *rd = make(a, NXL_READ, dst, ids, NULL, lens, n);
+    post(*rd, &r);
+    wait_res(a, &r, ms);
+    ck_assert_msg(r.st == NXL_SUCCESS, "%s read: %s", what, r.why);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(!memcmp(src[i], dst[i], lens[i]), "%s differs", keys[i]);
+}
+
 /* What the server holds of an object, read with curl --aws-sigv4 (another
  * client, with the same signing); -1 when curl failed. */
 static long s3_get_curl(const char *key, const char *file)
@@ -383,26 +419,10 @@ START_TEST(t_multipart)
     char *src[3], *dst[3];
     uint64_t ids[3] = {1, 2, 3};
     const char *keys[3] = {"mpu/ten", "mpu/three-and-a-half", "mpu/small"};
-    for (int i = 0; i < 3; i++) {
-        src[i] = xmalloc(lens[i]);
-        dst[i] = xmalloc(lens[i]);
-        tl_fill(src[i], lens[i], 20 + i);
-        memset(dst[i], 0, lens[i]);
-        reg_dram(a, src[i], lens[i]);
-        reg_dram(a, dst[i], lens[i]);
-        reg_obj(a, ids[i], keys[i], lens[i]);
-    }
-    nxl_xfer_t *w = make(a, NXL_WRITE, src, ids, NULL, lens, 3);
+    objs(a, 3, src, dst, ids, keys, lens, 20);
+    nxl_xfer_t *w, *rd;
+    round_trip(a, 3, src, dst, ids, keys, lens, 60000, "multipart", &w, &rd);
     res_t r;
-    post(w, &r);
-    wait_res(a, &r, 60000);
-    ck_assert_msg(r.st == NXL_SUCCESS, "multipart write: %s", r.why);
-    nxl_xfer_t *rd = make(a, NXL_READ, dst, ids, NULL, lens, 3);
-    post(rd, &r);
-    wait_res(a, &r, 60000);
-    ck_assert_msg(r.st == NXL_SUCCESS, "read: %s", r.why);
-    for (int i = 0; i < 3; i++)
-        ck_assert_msg(!memcmp(src[i], dst[i], lens[i]), "%s differs", keys[i]);
     /* another client agrees */
     char file[128];
     snprintf(file, sizeof(file), "%s/ten.out", s3.dir);
@@ -1063,25 +1083,9 @@ START_TEST(t_azure)
     char *src[2], *dst[2], why[1024];
     uint64_t ids[2] = {1, 2};
     const char *keys[2] = {"az/small", "az/dir/large"};
-    for (int i = 0; i < 2; i++) {
-        src[i] = xmalloc(lens[i]);
-        dst[i] = xmalloc(lens[i]);
-        tl_fill(src[i], lens[i], 60 + i);
-        reg_dram(a, src[i], lens[i]);
-        reg_dram(a, dst[i], lens[i]);
-        reg_obj(a, ids[i], keys[i], lens[i]);
-    }
-    nxl_xfer_t *w = make(a, NXL_WRITE, src, ids, NULL, lens, 2);
-    res_t r;
-    post(w, &r);
-    wait_res(a, &r, 30000);
-    ck_assert_msg(r.st == NXL_SUCCESS, "azure write: %s", r.why);
-    nxl_xfer_t *rd = make(a, NXL_READ, dst, ids, NULL, lens, 2);
-    post(rd, &r);
-    wait_res(a, &r, 30000);
-    ck_assert_msg(r.st == NXL_SUCCESS, "azure read: %s", r.why);
-    for (int i = 0; i < 2; i++)
-        ck_assert_msg(!memcmp(src[i], dst[i], lens[i]), "%s differs", keys[i]);
+    objs(a, 2, src, dst, ids, keys, lens, 60);
+    nxl_xfer_t *w, *rd;
+    round_trip(a, 2, src, dst, ids, keys, lens, 30000, "azure", &w, &rd);
     nxl_xfer_release(w);
     nxl_xfer_release(rd);
     /* ranged */

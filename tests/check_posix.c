@@ -65,6 +65,17 @@ static int uring_works(void)
     return 0;
 }
 
+/* The engine of a loop test's iteration i: "uring" (0), "threads" (1); or
+ * NULL, with test's skip printed, when io_uring does not work here. */
+static const char *engine_of(int i, const char *test)
+{
+    if (!i && !uring_works()) {
+        printf("check_posix: %s[uring] skipped: " NO_URING "\n", test);
+        return NULL;
+    }
+    return i ? "threads" : "uring";
+}
+
 static char engine_line[512];
 static char stats_line[512]; /* the POSIX statistics a backend logs when destroyed */
 static nxl_agent_t *g_agent; /* the last agent made, for error sentences */
@@ -318,11 +329,9 @@ END_TEST
  * transport goes buffered for those, and the data is right. */
 START_TEST(t_unaligned_direct)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_unaligned_direct[uring] skipped: " NO_URING "\n");
+    const char *engine = engine_of(_i, "t_unaligned_direct");
+    if (!engine)
         return;
-    }
     nxl_agent_t *a = px_agent("px", engine, "1");
     size_t bs = 1000, n = 37, total = bs * n + 1;
     char *src = xalloc(total + 1), *dst = xalloc(total + 1);
@@ -540,11 +549,9 @@ END_TEST
  * the offset where it ended; another read in flight is unaffected. */
 START_TEST(t_read_past_eof)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_read_past_eof[uring] skipped: " NO_URING "\n");
+    const char *engine = engine_of(_i, "t_read_past_eof");
+    if (!engine)
         return;
-    }
     nxl_agent_t *a = px_agent("px", engine, NULL);
     char path[300];
     snprintf(path, sizeof(path), "%s/short", tdir);
@@ -651,11 +658,9 @@ static int efbig_child(const void *arg, char *msg, size_t cap)
 
 START_TEST(t_efbig)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_efbig[uring] skipped: " NO_URING "\n");
+    const char *engine = engine_of(_i, "t_efbig");
+    if (!engine)
         return;
-    }
     in_child(efbig_child, engine);
 }
 END_TEST
@@ -671,11 +676,9 @@ END_TEST
  * byte for byte; the agent keeps working. */
 START_TEST(t_eio)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_eio[uring] skipped: " NO_URING "\n");
+    const char *engine = engine_of(_i, "t_eio");
+    if (!engine)
         return;
-    }
     int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         printf("check_posix: t_eio[%s] skipped: cannot open /proc/self/mem: %s\n", engine,
@@ -976,11 +979,9 @@ END_TEST
 
 START_TEST(t_full_fs)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_full_fs[uring] skipped: " NO_URING "\n");
+    const char *engine = engine_of(_i, "t_full_fs");
+    if (!engine)
         return;
-    }
     if (geteuid() != 0) {
         printf("check_posix: t_full_fs skipped: mounting a 1 MiB tmpfs needs root\n");
         return;
@@ -1379,11 +1380,9 @@ END_TEST
  * them. The canceled transfers can be posted again and move the data. */
 START_TEST(t_cancel_inflight)
 {
-    const char *engine = _i ? "threads" : "uring";
-    if (!_i && !uring_works()) {
-        printf("check_posix: t_cancel_inflight[uring] skipped: " NO_URING "\n");
+    const char *engine = engine_of(_i, "t_cancel_inflight");
+    if (!engine)
         return;
-    }
     nxl_agent_t *a = px_agent("px", engine, "1");
     enum { NX = 64 };
     size_t per = 1 * MiB, total = NX * per;

@@ -43,21 +43,15 @@ static const struct {
 
 START_TEST(t_status_values)
 {
-    /* NIXL's values, never renumbered */
-    ck_assert_int_eq(NXL_IN_PROG, 1);
-    ck_assert_int_eq(NXL_SUCCESS, 0);
-    ck_assert_int_eq(NXL_ERR_NOT_POSTED, -1);
-    ck_assert_int_eq(NXL_ERR_INVALID_PARAM, -2);
-    ck_assert_int_eq(NXL_ERR_BACKEND, -3);
-    ck_assert_int_eq(NXL_ERR_NOT_FOUND, -4);
-    ck_assert_int_eq(NXL_ERR_MISMATCH, -5);
-    ck_assert_int_eq(NXL_ERR_NOT_ALLOWED, -6);
-    ck_assert_int_eq(NXL_ERR_REPOST_ACTIVE, -7);
-    ck_assert_int_eq(NXL_ERR_UNKNOWN, -8);
-    ck_assert_int_eq(NXL_ERR_NOT_SUPPORTED, -9);
-    ck_assert_int_eq(NXL_ERR_REMOTE_DISCONNECT, -10);
-    ck_assert_int_eq(NXL_ERR_CANCELED, -11);
-    ck_assert_int_eq(NXL_ERR_NO_TELEMETRY, -12);
+    /* NIXL's values, never renumbered: 1, 0, -1, ... -12 in this order */
+    static const nxl_status_t nixl[] = {
+        NXL_IN_PROG, NXL_SUCCESS, NXL_ERR_NOT_POSTED, NXL_ERR_INVALID_PARAM,
+        NXL_ERR_BACKEND, NXL_ERR_NOT_FOUND, NXL_ERR_MISMATCH, NXL_ERR_NOT_ALLOWED,
+        NXL_ERR_REPOST_ACTIVE, NXL_ERR_UNKNOWN, NXL_ERR_NOT_SUPPORTED, NXL_ERR_REMOTE_DISCONNECT,
+        NXL_ERR_CANCELED, NXL_ERR_NO_TELEMETRY};
+    for (size_t i = 0; i < sizeof(nixl) / sizeof(nixl[0]); i++)
+        ck_assert_msg((int)nixl[i] == 1 - (int)i, "%s is %d, not %d", nxl_status_name(nixl[i]),
+                      (int)nixl[i], 1 - (int)i);
     ck_assert_uint_eq(NCODES, 14);
     /* the map is dense from 1 down to -12 */
     for (size_t i = 0; i < NCODES; i++)
@@ -341,17 +335,6 @@ END_TEST
 
 /* ------------------------------------------------------------ reactor */
 
-static int n_done;
-static nxl_status_t last_st;
-
-static void count_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    n_done++;
-    last_st = st;
-    if (arg)
-        ++*(int *)arg;
-}
-
 static void user_timer(evutil_socket_t fd, short what, void *arg) { ++*(int *)arg; }
 
 /* The agent lives in the application's base: the application's loop runs
@@ -376,19 +359,18 @@ START_TEST(t_embedded)
     struct event *tev = evtimer_new(base, user_timer, &mine);
     struct timeval tv = {0, 1000};
     evtimer_add(tev, &tv);
-    n_done = 0;
-    ck_assert_int_eq(nxl_future_all(a, NULL, 0, count_cb, &fired, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_all(a, NULL, 0, tl_count_int_cb, &fired, NULL), NXL_SUCCESS);
     ck_assert_int_eq(fired, 0); /* never inline */
     uint64_t end = tl_now_ms() + 5000;
     while ((fired < 1 || mine < 1) && tl_now_ms() < end)
         event_base_loop(base, EVLOOP_ONCE);
     ck_assert_int_eq(fired, 1);
     ck_assert_int_eq(mine, 1);
-    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    ck_assert_int_eq(tl_last, NXL_SUCCESS);
     /* a metadata fetch from itself, driven by the application's loop */
     nxl_future_t *f;
-    ck_assert_int_eq(nxl_md_fetch(a, NULL, "127.0.0.1", nxl_agent_listen_port(a), count_cb,
-                                  &fired, &f),
+    ck_assert_int_eq(nxl_md_fetch(a, NULL, "127.0.0.1", nxl_agent_listen_port(a),
+                                  tl_count_int_cb, &fired, &f),
                      NXL_SUCCESS);
     end = tl_now_ms() + 5000;
     while (fired < 2 && tl_now_ms() < end)
@@ -426,7 +408,7 @@ START_TEST(t_own_bases)
     ck_assert_ptr_ne(nxl_agent_base(a), nxl_agent_base(b));
     /* a future of A completes on A's base only */
     int fa = 0;
-    ck_assert_int_eq(nxl_future_all(a, NULL, 0, count_cb, &fa, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_all(a, NULL, 0, tl_count_int_cb, &fa, NULL), NXL_SUCCESS);
     for (int i = 0; i < 5; i++)
         nxl_agent_run_once(b, 0);
     ck_assert_int_eq(fa, 0);
@@ -518,8 +500,9 @@ START_TEST(t_idle)
     ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &ll, &rl, "A", NULL, &x), NXL_SUCCESS);
     int fired = 0;
     tl_fill(buf, 4096, 7);
-    ck_assert_int_eq(nxl_xfer_post(x, count_cb, &fired, NULL), NXL_SUCCESS);
-    ck_assert_int_eq(nxl_notif_send(a, "A", "hi", 2, count_cb, &fired, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, tl_count_int_cb, &fired, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_notif_send(a, "A", "hi", 2, tl_count_int_cb, &fired, NULL),
+                     NXL_SUCCESS);
     ck_assert(tl_run_until(a, &fired, 2, 5000));
     ck_assert_int_eq(nxl_xfer_status(x), NXL_SUCCESS);
     ck_assert(tl_check(buf + 8192, 4096, 7) < 0);

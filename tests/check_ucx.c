@@ -340,6 +340,34 @@ static nxl_agent_t *initiator(const nxl_param_t *p, size_t n)
     return a;
 }
 
+/* initiator(prm, n) that knows the target p, with len bytes at buf
+ * registered */
+static nxl_agent_t *initiator_to(peer_t *p, const nxl_param_t *prm, size_t n, void *buf,
+                                 size_t len)
+{
+    nxl_agent_t *a = initiator(prm, n);
+    peer_learn(a, p);
+    tl_reg_dram(a, buf, len);
+    return a;
+}
+
+/* the end of a test with initiator_to(): a, the target p and buf go */
+static void finish(nxl_agent_t *a, peer_t *p, void *buf)
+{
+    nxl_agent_destroy(a);
+    peer_stop(p);
+    free(buf);
+}
+
+/* a WRITE of len bytes from buf to the start of the target p's region */
+static nxl_xfer_t *write_to(nxl_agent_t *a, const peer_t *p, const void *buf, size_t len)
+{
+    nxl_xfer_t *x = NULL;
+    ck_assert_int_eq(tl_xfer1(a, NXL_WRITE, (uintptr_t)buf, p->addr, len, "T", NULL, &x),
+                     NXL_SUCCESS);
+    return x;
+}
+
 static nxl_status_t last_st;
 static char last_err[512];
 static void st_cb(nxl_future_t *f, nxl_status_t st, void *arg)
@@ -397,12 +425,9 @@ static void peek(const peer_t *p, size_t off, void *out, size_t len)
 START_TEST(t_cma_stopped)
 {
     peer_t p = peer_start(TLEN, 9);
-    nxl_agent_t *A = initiator(NULL, 0);
-    peer_learn(A, &p);
     unsigned char *buf = malloc(TLEN);
     tl_fill(buf, TLEN, 3);
-    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = TLEN};
-    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    nxl_agent_t *A = initiator_to(&p, NULL, 0, buf, TLEN);
     /* sizes, odd offsets: 1 B .. 17 MiB + 5 (more than a chunk), in one transfer */
     static const size_t len[] = {1, 7, 4096, 65539, 1 << 20, (17u << 20) + 5, 3};
     size_t n = sizeof(len) / sizeof(*len), loff[8], roff[8], at = 0;
@@ -496,17 +521,11 @@ START_TEST(t_cma_off)
 {
     peer_t p = peer_start(1 << 20, 9);
     nxl_param_t prm = _i == 0 ? (nxl_param_t){"cma", "off"} : (nxl_param_t){"cma_max", "65536"};
-    nxl_agent_t *A = initiator(&prm, 1);
-    peer_learn(A, &p);
-    unsigned char *buf = malloc(1 << 20);
-    tl_fill(buf, 1 << 20, 4);
-    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = 1 << 20};
-    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
     size_t len = 1 << 20;
-    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len}, rr = {.addr = p.addr, .len = len};
-    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &rr, 1};
-    nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x), NXL_SUCCESS);
+    unsigned char *buf = malloc(len);
+    tl_fill(buf, len, 4);
+    nxl_agent_t *A = initiator_to(&p, &prm, 1, buf, len);
+    nxl_xfer_t *x = write_to(A, &p, buf, len);
     kill(p.pid, SIGSTOP);
     if (_i == 1) {
         nxl_desc_t sl = {.addr = (uintptr_t)buf, .len = 65536}, sr = {.addr = p.addr, .len = 65536};
@@ -533,10 +552,8 @@ START_TEST(t_cma_off)
     peek(&p, 0, got, len);
     ck_assert(tl_check(got, len, 4) < 0);
     nxl_xfer_release(x);
-    nxl_agent_destroy(A);
-    peer_stop(&p);
+    finish(A, &p, buf);
     free(got);
-    free(buf);
 }
 END_TEST
 
@@ -547,15 +564,9 @@ START_TEST(t_cma_peer_killed)
     size_t len = 64u << 20;
     peer_t p = peer_start(len, 1);
     nxl_param_t prm = {"cma_chunk", "4096"};
-    nxl_agent_t *A = initiator(&prm, 1);
-    peer_learn(A, &p);
     unsigned char *buf = calloc(1, len);
-    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = len};
-    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
-    nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len}, rr = {.addr = p.addr, .len = len};
-    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &rr, 1};
-    nxl_xfer_t *x;
-    ck_assert_int_eq(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x), NXL_SUCCESS);
+    nxl_agent_t *A = initiator_to(&p, &prm, 1, buf, len);
+    nxl_xfer_t *x = write_to(A, &p, buf, len);
     ndone = 0;
     last_st = NXL_IN_PROG;
     ck_assert_int_eq(nxl_xfer_post(x, st_cb, NULL, NULL), NXL_SUCCESS);
@@ -615,12 +626,9 @@ START_TEST(t_cma_refused)
 {
     size_t len = 4u << 20;
     peer_t p = peer_start(len, 6);
-    nxl_agent_t *A = initiator(NULL, 0);
-    peer_learn(A, &p);
     unsigned char *buf = malloc(len);
     tl_fill(buf, len, 8);
-    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = len};
-    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    nxl_agent_t *A = initiator_to(&p, NULL, 0, buf, len);
     deny_cma();
     size_t lo[2] = {0, 2u << 20}, ro[2] = {0, 2u << 20}, ln[2] = {2u << 20, 2u << 20};
     ck_assert(xfer(A, NXL_WRITE, buf, p.addr, lo, ro, ln, 1, NULL, 10000));
@@ -646,10 +654,8 @@ START_TEST(t_cma_refused)
     unsigned char *want = malloc(len);
     tl_fill(want, len, 6);
     ck_assert(!memcmp(buf + (2u << 20), want + (2u << 20), 2u << 20));
-    nxl_agent_destroy(A);
-    peer_stop(&p);
+    finish(A, &p, buf);
     free(want);
-    free(buf);
 }
 END_TEST
 
@@ -659,11 +665,8 @@ START_TEST(t_cma_bounds_revoked)
 {
     size_t len = 1u << 20;
     peer_t p = peer_start(len, 2);
-    nxl_agent_t *A = initiator(NULL, 0);
-    peer_learn(A, &p);
     unsigned char *buf = calloc(1, 2 * len);
-    nxl_desc_t d = {.addr = (uintptr_t)buf, .len = 2 * len};
-    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+    nxl_agent_t *A = initiator_to(&p, NULL, 0, buf, 2 * len);
     peer_teach(A, &p); /* it tells those it knows of its deregistrations */
     nxl_desc_t l = {.addr = (uintptr_t)buf, .len = len + 1}, r = {.addr = p.addr, .len = len + 1};
     nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
@@ -692,9 +695,7 @@ START_TEST(t_cma_bounds_revoked)
     ck_assert_msg(st == NXL_ERR_NOT_FOUND, "a post into a deregistered region: %s",
                   nxl_status_name(st));
     nxl_xfer_release(x);
-    nxl_agent_destroy(A);
-    peer_stop(&p);
-    free(buf);
+    finish(A, &p, buf);
 }
 END_TEST
 

@@ -139,6 +139,18 @@ static nxl_status_t make_backend(nxl_agent_t *a)
     return nxl_backend_create(a, C->transport, C->params, C->nparams, NULL);
 }
 
+/* a third agent, "U", with the case's transport */
+static nxl_agent_t *agent_u(void)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "U";
+    nxl_agent_t *u;
+    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
+    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    return u;
+}
+
 /* ------------------------------------------------------------ the target */
 
 static struct {
@@ -469,6 +481,20 @@ static nxl_status_t post_wait(nxl_xfer_t *x, int timeout_ms)
     return I.last;
 }
 
+/* I's agent still works: a loopback WRITE of 4 KiB (pattern seed) within
+ * I's buffer moves every byte */
+static void loopback_works(uint32_t seed)
+{
+    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
+    nxl_dlist_t l = {NXL_DRAM, &a, 1}, r = {NXL_DRAM, &b, 1};
+    nxl_xfer_t *lx;
+    tl_fill(I.buf, 4096, seed);
+    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &r, "I", NULL, &lx) == NXL_SUCCESS);
+    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
+    ck_assert(tl_check(I.buf + 8192, 4096, seed) < 0);
+    nxl_xfer_release(lx);
+}
+
 /* the target's buffer address, from the target itself */
 static void need_raddr(void)
 {
@@ -648,13 +674,6 @@ END_TEST
  * be posted again and then moves every byte; a transfer released in flight
  * is canceled the same way. */
 static int c_calls;
-static nxl_status_t c_st;
-
-static void c_done(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    c_calls++;
-    c_st = st;
-}
 
 START_TEST(t_cancel)
 {
@@ -665,12 +684,12 @@ START_TEST(t_cancel)
         tl_fill(I.buf, 64 * 65536, 500 + k);
         c_calls = 0;
         nxl_future_t *f;
-        ck_assert(nxl_xfer_post(x, c_done, NULL, &f) == NXL_SUCCESS);
+        ck_assert(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS);
         nxl_future_cancel(f);
         ck_assert_int_eq(c_calls, 0); /* never inside the call */
         ck_assert_int_eq(nxl_future_wait(f, 20000), NXL_ERR_CANCELED);
         ck_assert_int_eq(c_calls, 1);
-        ck_assert_int_eq(c_st, NXL_ERR_CANCELED);
+        ck_assert_int_eq(tl_last, NXL_ERR_CANCELED);
         /* once its callback ran, the canceled transfer touches none of its
          * buffers: a WRITE reads no more of the source (the mark never
          * reaches the target), a READ writes no more into it */
@@ -701,10 +720,10 @@ START_TEST(t_cancel)
         }
         /* released in flight: canceled */
         c_calls = 0;
-        ck_assert(nxl_xfer_post(x, c_done, NULL, NULL) == NXL_SUCCESS);
+        ck_assert(nxl_xfer_post(x, tl_count_int_cb, &c_calls, NULL) == NXL_SUCCESS);
         nxl_xfer_release(x);
         ck_assert(tl_run_until(I.a, &c_calls, 1, 20000));
-        ck_assert_int_eq(c_st, NXL_ERR_CANCELED);
+        ck_assert_int_eq(tl_last, NXL_ERR_CANCELED);
         for (int i = 0; i < 5; i++)
             nxl_agent_run_once(I.a, 2);
         ck_assert_int_eq(c_calls, 1);
@@ -716,40 +735,44 @@ END_TEST
 
 /* Teardown with transfers and notifications in flight: every callback runs
  * once, inside nxl_agent_destroy(), with CANCELED. */
-static int td_calls[32];
-static nxl_status_t td_st[32];
+static int op_calls[32];
+static nxl_status_t op_st[32];
+static char op_err[32][512];
 
-static void td_done(nxl_future_t *f, nxl_status_t st, void *arg)
+/* counts the calls for operation arg (an index) and keeps its status and
+ * (on a failure) its error */
+static void op_done(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     int i = (int)(intptr_t)arg;
-    td_calls[i]++;
-    td_st[i] = st;
+    op_calls[i]++;
+    op_st[i] = st;
+    snprintf(op_err[i], sizeof(op_err[i]), "%s", st == NXL_SUCCESS ? "" : nxl_future_error(f));
 }
 
 START_TEST(t_teardown_inflight)
 {
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
-    memset(td_calls, 0, sizeof(td_calls));
+    memset(op_calls, 0, sizeof(op_calls));
     nxl_xfer_t *x[16];
     int n = 0;
     for (int i = 0; i < 16; i++) {
         x[i] = make(i % 3 == 1 ? NXL_READ : NXL_WRITE, 16, 65536, 65536, i % 4 ? NULL : "n");
-        ck_assert(nxl_xfer_post(x[i], td_done, (void *)(intptr_t)n++, NULL) == NXL_SUCCESS);
+        ck_assert(nxl_xfer_post(x[i], op_done, (void *)(intptr_t)n++, NULL) == NXL_SUCCESS);
     }
     for (int i = 0; i < 8; i++)
-        ck_assert(nxl_notif_send(I.a, "T", "x", 1, td_done, (void *)(intptr_t)n++, NULL) ==
+        ck_assert(nxl_notif_send(I.a, "T", "x", 1, op_done, (void *)(intptr_t)n++, NULL) ==
                   NXL_SUCCESS);
     nxl_agent_run_once(I.a, 0); /* some of it on the wire */
     int before = 0;
     for (int i = 0; i < n; i++)
-        before += td_calls[i];
+        before += op_calls[i];
     nxl_agent_destroy(I.a);
     I.a = NULL;
     for (int i = 0; i < n; i++) {
-        ck_assert_msg(td_calls[i] == 1, "operation %d: %d callbacks", i, td_calls[i]);
-        ck_assert_msg(td_st[i] == NXL_ERR_CANCELED || (td_st[i] == NXL_SUCCESS && before),
-                      "operation %d: %s", i, nxl_status_name(td_st[i]));
+        ck_assert_msg(op_calls[i] == 1, "operation %d: %d callbacks", i, op_calls[i]);
+        ck_assert_msg(op_st[i] == NXL_ERR_CANCELED || (op_st[i] == NXL_SUCCESS && before),
+                      "operation %d: %s", i, nxl_status_name(op_st[i]));
     }
     kill(I.pid, SIGKILL);
     waitpid(I.pid, NULL, 0);
@@ -763,18 +786,7 @@ END_TEST
  * in-process peer's mapping, which its close unmapped under B), B's
  * transfers to A fail with NXL_ERR_REMOTE_DISCONNECT and a sentence —
  * refused at the post, or through the callback well within the stall
- * timeout — and B keeps working. */
-static int ip_calls[8];
-static nxl_status_t ip_st[8];
-static char ip_err[8][512];
-
-static void ip_done(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    int i = (int)(intptr_t)arg;
-    ip_calls[i]++;
-    ip_st[i] = st;
-    snprintf(ip_err[i], sizeof(ip_err[i]), "%s", st == NXL_SUCCESS ? "" : nxl_future_error(f));
-}
+ * timeout — and B keeps working. op_done counts the callbacks. */
 
 static nxl_agent_t *ip_agent(const char *name, struct event_base *base)
 {
@@ -823,29 +835,29 @@ static void inproc_destroy(bool one_base)
     ck_assert_int_eq(nxl_mem_register(B, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
     tl_learn(A, B);
     tl_learn(B, A);
-    memset(ip_calls, 0, sizeof(ip_calls));
+    memset(op_calls, 0, sizeof(op_calls));
     /* both ways once: the connections are up */
     nxl_xfer_t *aw = ip_xfer(A, NXL_WRITE, pa, pb + 65536, 4096, "B", NULL);
     nxl_xfer_t *bw = ip_xfer(B, NXL_WRITE, pb, pa + 65536, 4096, "A", NULL);
-    ck_assert(nxl_xfer_post(aw, ip_done, (void *)0, NULL) == NXL_SUCCESS);
-    ck_assert(nxl_xfer_post(bw, ip_done, (void *)1, NULL) == NXL_SUCCESS);
-    ck_assert_msg(ip_run(A, one_base ? NULL : B, &ip_calls[0], 1, 10000), "A's WRITE");
-    ck_assert_msg(ip_run(A, one_base ? NULL : B, &ip_calls[1], 1, 10000), "B's WRITE");
-    ck_assert_msg(ip_st[0] == NXL_SUCCESS && ip_st[1] == NXL_SUCCESS, "%s / %s", ip_err[0],
-                  ip_err[1]);
+    ck_assert(nxl_xfer_post(aw, op_done, (void *)0, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_xfer_post(bw, op_done, (void *)1, NULL) == NXL_SUCCESS);
+    ck_assert_msg(ip_run(A, one_base ? NULL : B, &op_calls[0], 1, 10000), "A's WRITE");
+    ck_assert_msg(ip_run(A, one_base ? NULL : B, &op_calls[1], 1, 10000), "B's WRITE");
+    ck_assert_msg(op_st[0] == NXL_SUCCESS && op_st[1] == NXL_SUCCESS, "%s / %s", op_err[0],
+                  op_err[1]);
     ck_assert(tl_check(pb + 65536, 4096, 31) < 0);
     /* A's transfers in flight to B, and A destroyed */
     nxl_xfer_t *ar = ip_xfer(A, NXL_READ, pa + 131072, pb + 131072, 65536, "B", NULL);
     nxl_xfer_t *an = ip_xfer(A, NXL_WRITE, pa + 262144, pb + 262144, 4096, "B", "n");
-    ck_assert(nxl_xfer_post(aw, ip_done, (void *)2, NULL) == NXL_SUCCESS);
-    ck_assert(nxl_xfer_post(ar, ip_done, (void *)3, NULL) == NXL_SUCCESS);
-    ck_assert(nxl_xfer_post(an, ip_done, (void *)4, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_xfer_post(aw, op_done, (void *)2, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_xfer_post(ar, op_done, (void *)3, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_xfer_post(an, op_done, (void *)4, NULL) == NXL_SUCCESS);
     nxl_xfer_release(aw);
     nxl_xfer_release(ar);
     nxl_xfer_release(an);
     nxl_agent_destroy(A);
     for (int i = 2; i <= 4; i++)
-        ck_assert_msg(ip_calls[i] == 1, "A's transfer %d: %d callbacks", i, ip_calls[i]);
+        ck_assert_msg(op_calls[i] == 1, "A's transfer %d: %d callbacks", i, op_calls[i]);
     /* B's reactor goes on */
     uint64_t t0 = tl_now_ms();
     while (tl_now_ms() - t0 < 100)
@@ -854,14 +866,14 @@ static void inproc_destroy(bool one_base)
     for (int k = 0; k < 2; k++) {
         int slot = 5 + k;
         t0 = tl_now_ms();
-        nxl_status_t st = nxl_xfer_post(bw, ip_done, (void *)(intptr_t)slot, NULL);
+        nxl_status_t st = nxl_xfer_post(bw, op_done, (void *)(intptr_t)slot, NULL);
         if (st == NXL_SUCCESS) {
-            ck_assert_msg(ip_run(NULL, B, &ip_calls[slot], 1, 20000),
+            ck_assert_msg(ip_run(NULL, B, &op_calls[slot], 1, 20000),
                           "B's WRITE to the destroyed A never completed");
-            st = ip_st[slot];
+            st = op_st[slot];
             ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT, "B's WRITE to the destroyed A: %s: %s",
-                          nxl_status_name(st), ip_err[slot]);
-            ck_assert_msg(strlen(ip_err[slot]) > 10, "no sentence: '%s'", ip_err[slot]);
+                          nxl_status_name(st), op_err[slot]);
+            ck_assert_msg(strlen(op_err[slot]) > 10, "no sentence: '%s'", op_err[slot]);
         } else {
             ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT, "B's post to the destroyed A: %s: %s",
                           nxl_status_name(st), nxl_agent_last_error(B));
@@ -874,9 +886,9 @@ static void inproc_destroy(bool one_base)
     nxl_xfer_release(bw);
     /* B keeps working */
     nxl_xfer_t *lx = ip_xfer(B, NXL_WRITE, pb, pb + 524288, 4096, "B", NULL);
-    ck_assert(nxl_xfer_post(lx, ip_done, (void *)7, NULL) == NXL_SUCCESS);
-    ck_assert(ip_run(NULL, B, &ip_calls[7], 1, 5000));
-    ck_assert_msg(ip_st[7] == NXL_SUCCESS, "%s", ip_err[7]);
+    ck_assert(nxl_xfer_post(lx, op_done, (void *)7, NULL) == NXL_SUCCESS);
+    ck_assert(ip_run(NULL, B, &op_calls[7], 1, 5000));
+    ck_assert_msg(op_st[7] == NXL_SUCCESS, "%s", op_err[7]);
     ck_assert(tl_check(pb + 524288, 4096, 32) < 0);
     nxl_xfer_release(lx);
     nxl_agent_destroy(B);
@@ -968,14 +980,7 @@ static void killed_midway(void)
     for (int i = 0; i < DEPTH; i++)
         nxl_xfer_release(x[i]);
     /* the agent still works: a loopback transfer */
-    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
-    nxl_dlist_t l = {NXL_DRAM, &a, 1}, r = {NXL_DRAM, &b, 1};
-    nxl_xfer_t *lx;
-    tl_fill(I.buf, 4096, 9);
-    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &r, "I", NULL, &lx) == NXL_SUCCESS);
-    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
-    ck_assert(tl_check(I.buf + 8192, 4096, 9) < 0);
-    nxl_xfer_release(lx);
+    loopback_works(9);
     fprintf(stderr, "check_xfer: %d transfers failed, last %llu ms after the kill\n", K.failed,
             (unsigned long long)took);
 }
@@ -985,18 +990,7 @@ static void killed_midway(void)
  * agent (the connection still being set up) or in flight: the transfer
  * fails with NXL_ERR_REMOTE_DISCONNECT from the connection's failure, long
  * before the stall timeout (set to 30 s here so that it cannot be what
- * fails it), and so does the next one. */
-static int kl_calls[2];
-static nxl_status_t kl_st[2];
-static char kl_err[2][512];
-
-static void kl_done(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    int i = (int)(intptr_t)arg;
-    kl_calls[i]++;
-    kl_st[i] = st;
-    snprintf(kl_err[i], sizeof(kl_err[i]), "%s", st == NXL_SUCCESS ? "" : nxl_future_error(f));
-}
+ * fails it), and so does the next one. op_done counts the callbacks. */
 
 START_TEST(t_killed_large)
 {
@@ -1026,30 +1020,30 @@ START_TEST(t_killed_large)
     nxl_dlist_t ll = {NXL_DRAM, &d, 1}, rl = {NXL_DRAM, &r, 1};
     nxl_xfer_t *x;
     ck_assert(nxl_xfer_create(k, NXL_WRITE, &ll, &rl, "T", NULL, &x) == NXL_SUCCESS);
-    memset(kl_calls, 0, sizeof(kl_calls));
-    ck_assert_msg(nxl_xfer_post(x, kl_done, (void *)0, NULL) == NXL_SUCCESS, "%s",
+    memset(op_calls, 0, sizeof(op_calls));
+    ck_assert_msg(nxl_xfer_post(x, op_done, (void *)0, NULL) == NXL_SUCCESS, "%s",
                   nxl_agent_last_error(k));
     nxl_agent_run_once(k, 0);
     kill(I.pid, SIGKILL);
     waitpid(I.pid, NULL, 0);
     I.pid = 0;
     uint64_t t0 = tl_now_ms();
-    ck_assert_msg(tl_run_until(k, &kl_calls[0], 1, 40000), "the transfer never completed");
+    ck_assert_msg(tl_run_until(k, &op_calls[0], 1, 40000), "the transfer never completed");
     uint64_t took = tl_now_ms() - t0;
-    ck_assert_msg(kl_st[0] == NXL_ERR_REMOTE_DISCONNECT || kl_st[0] == NXL_SUCCESS, "%s: %s",
-                  nxl_status_name(kl_st[0]), kl_err[0]);
+    ck_assert_msg(op_st[0] == NXL_ERR_REMOTE_DISCONNECT || op_st[0] == NXL_SUCCESS, "%s: %s",
+                  nxl_status_name(op_st[0]), op_err[0]);
     ck_assert_msg(took < 5000, "the transfer to the killed peer ended after %llu ms: %s: %s",
-                  (unsigned long long)took, nxl_status_name(kl_st[0]), kl_err[0]);
+                  (unsigned long long)took, nxl_status_name(op_st[0]), op_err[0]);
     /* the next one, once the connection had time to go */
     for (int i = 0; i < 20; i++)
         nxl_agent_run_once(k, 10);
     t0 = tl_now_ms();
-    nxl_status_t st = nxl_xfer_post(x, kl_done, (void *)1, NULL);
+    nxl_status_t st = nxl_xfer_post(x, op_done, (void *)1, NULL);
     if (st == NXL_SUCCESS) {
-        ck_assert_msg(tl_run_until(k, &kl_calls[1], 1, 40000), "the next transfer never completed");
-        st = kl_st[1];
-        ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT && strlen(kl_err[1]) > 10, "next: %s: %s",
-                      nxl_status_name(st), kl_err[1]);
+        ck_assert_msg(tl_run_until(k, &op_calls[1], 1, 40000), "the next transfer never completed");
+        st = op_st[1];
+        ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT && strlen(op_err[1]) > 10, "next: %s: %s",
+                      nxl_status_name(st), op_err[1]);
     } else {
         ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT && strlen(nxl_agent_last_error(k)) > 10,
                       "next post: %s: %s", nxl_status_name(st), nxl_agent_last_error(k));
@@ -1058,7 +1052,7 @@ START_TEST(t_killed_large)
     ck_assert_msg(took < 5000, "the next transfer to the killed peer failed after %llu ms",
                   (unsigned long long)took);
     fprintf(stderr, "check_xfer: %s: killed with a large transfer just posted: %s\n", C->label,
-            kl_st[0] == NXL_SUCCESS ? "it had completed" : kl_err[0]);
+            op_st[0] == NXL_SUCCESS ? "it had completed" : op_err[0]);
     nxl_xfer_release(x);
     nxl_agent_destroy(k);
 }
@@ -1069,17 +1063,7 @@ END_TEST
  * ucp_put_nbx): each call either fails and starts nothing, or succeeds and
  * its callback runs exactly once, later. Posts, reads, notifications, an
  * invalidation (endpoint close) and teardown, in a row, without a loop
- * turn between them. */
-static int q_calls[16];
-static nxl_status_t q_st[16];
-
-static void q_done(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    int i = (int)(intptr_t)arg;
-    q_calls[i]++;
-    q_st[i] = st;
-}
-
+ * turn between them. op_done counts the callbacks. */
 static void killed_quiet(int invalidate)
 {
     need_raddr();
@@ -1092,36 +1076,36 @@ static void killed_quiet(int invalidate)
     waitpid(I.pid, NULL, 0);
     I.pid = 0;
     usleep(300000); /* the kernel closes its sockets; we do not look */
-    memset(q_calls, 0, sizeof(q_calls));
+    memset(op_calls, 0, sizeof(op_calls));
     int started[16] = {0}, n = 0;
     for (int round = 0; round < 3; round++) {
         nxl_xfer_t *xs[3] = {w, r, w2};
         for (int k = 0; k < 3; k++, n++) {
             if (nxl_xfer_status(xs[k]) == NXL_IN_PROG)
                 continue;
-            nxl_status_t st = nxl_xfer_post(xs[k], q_done, (void *)(intptr_t)n, NULL);
+            nxl_status_t st = nxl_xfer_post(xs[k], op_done, (void *)(intptr_t)n, NULL);
             started[n] = st == NXL_SUCCESS;
             if (st != NXL_SUCCESS)
                 ck_assert_msg(st == NXL_ERR_REMOTE_DISCONNECT || st == NXL_ERR_BACKEND,
                               "post: %s", nxl_status_name(st));
         }
-        nxl_status_t st = nxl_notif_send(I.a, "T", "x", 1, q_done, (void *)(intptr_t)n, NULL);
+        nxl_status_t st = nxl_notif_send(I.a, "T", "x", 1, op_done, (void *)(intptr_t)n, NULL);
         started[n++] = st == NXL_SUCCESS;
     }
     ck_assert_int_le(n, 16);
     for (int i = 0; i < n; i++)
-        ck_assert_int_eq(q_calls[i], 0); /* never inside the call */
+        ck_assert_int_eq(op_calls[i], 0); /* never inside the call */
     if (invalidate) {
         /* closing the endpoint with the transfers on it in flight */
         ck_assert_int_eq(nxl_md_invalidate(I.a, "T"), NXL_SUCCESS);
         for (int i = 0; i < n; i++)
-            ck_assert_int_eq(q_calls[i], 0);
+            ck_assert_int_eq(op_calls[i], 0);
     }
     uint64_t end = tl_now_ms() + 20000;
     for (;;) {
         int waiting = 0;
         for (int i = 0; i < n; i++)
-            waiting += started[i] && !q_calls[i];
+            waiting += started[i] && !op_calls[i];
         if (!waiting || tl_now_ms() > end)
             break;
         nxl_agent_run_once(I.a, 20);
@@ -1129,25 +1113,18 @@ static void killed_quiet(int invalidate)
     for (int i = 0; i < 10; i++)
         nxl_agent_run_once(I.a, 5);
     for (int i = 0; i < n; i++) {
-        ck_assert_msg(q_calls[i] == started[i], "call %d: started %d, callbacks %d", i,
-                      started[i], q_calls[i]);
-        if (started[i] && q_st[i] != NXL_SUCCESS)
-            ck_assert_msg(q_st[i] == NXL_ERR_REMOTE_DISCONNECT || q_st[i] == NXL_ERR_BACKEND ||
-                              q_st[i] == NXL_ERR_CANCELED,
-                          "call %d: %s", i, nxl_status_name(q_st[i]));
+        ck_assert_msg(op_calls[i] == started[i], "call %d: started %d, callbacks %d", i,
+                      started[i], op_calls[i]);
+        if (started[i] && op_st[i] != NXL_SUCCESS)
+            ck_assert_msg(op_st[i] == NXL_ERR_REMOTE_DISCONNECT || op_st[i] == NXL_ERR_BACKEND ||
+                              op_st[i] == NXL_ERR_CANCELED,
+                          "call %d: %s", i, nxl_status_name(op_st[i]));
     }
     nxl_xfer_release(w);
     nxl_xfer_release(r);
     nxl_xfer_release(w2);
     /* the agent still works */
-    nxl_desc_t a = {(uintptr_t)I.buf, 4096, 0, 0, 0}, b = {(uintptr_t)I.buf + 8192, 4096, 0, 0, 0};
-    nxl_dlist_t l = {NXL_DRAM, &a, 1}, rl = {NXL_DRAM, &b, 1};
-    nxl_xfer_t *lx;
-    tl_fill(I.buf, 4096, 19);
-    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &rl, "I", NULL, &lx) == NXL_SUCCESS);
-    ck_assert_int_eq(post_wait(lx, 5000), NXL_SUCCESS);
-    ck_assert(tl_check(I.buf + 8192, 4096, 19) < 0);
-    nxl_xfer_release(lx);
+    loopback_works(19);
 }
 
 START_TEST(t_killed_quiet)
@@ -1297,12 +1274,7 @@ START_TEST(t_bounds)
     ck_assert_int_eq(prep_remote("T", I.raddr + TBUF - 8, 16), NXL_ERR_NOT_FOUND);
 
     /* a region of another agent, U, loaded too: not T's, and the other way round */
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "U";
-    nxl_agent_t *u;
-    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
-    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    nxl_agent_t *u = agent_u();
     unsigned char *ub[4];
     int k = 0;
     for (; k < 4; k++) { /* an address range the target does not also have */
@@ -1557,12 +1529,7 @@ START_TEST(t_dereg_untold)
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
     need_guard();
-    nxl_agent_config_t c;
-    nxl_agent_config_init(&c);
-    c.name = "U";
-    nxl_agent_t *u;
-    ck_assert(nxl_agent_create(&c, &u) == NXL_SUCCESS);
-    ck_assert_msg(make_backend(u) == NXL_SUCCESS, "%s", nxl_agent_last_error(u));
+    nxl_agent_t *u = agent_u();
     unsigned char *ub = malloc(4096);
     nxl_desc_t ud = {.addr = (uintptr_t)ub, .len = 4096};
     ck_assert(nxl_mem_register(u, NXL_DRAM, &ud, 1, NULL) == NXL_SUCCESS);

@@ -27,6 +27,20 @@ static inline void skip(const char *why)
     fflush(stdout);
 }
 
+/* For a test that changes its environment: 1 when it runs in a process of
+ * its own (Check forks each test) after setting var to value; else 0, the
+ * test skipped (CK_FORK=no). */
+static inline int own_process_env(const char *var, const char *value)
+{
+    const char *fk = getenv("CK_FORK");
+    if (fk && !strcmp(fk, "no")) {
+        skip("needs a process of its own (CK_FORK=no)");
+        return 0;
+    }
+    setenv(var, value, 1);
+    return 1;
+}
+
 /* the suites' names for testlib's fixtures */
 typedef tl_res_t res_t;
 #define done_cb tl_done_cb

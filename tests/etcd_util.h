@@ -48,6 +48,39 @@ static inline int tl_port_open(int port)
     return ok;
 }
 
+/* Waits for the process *pid to listen on the loopback port, checking
+ * tries times every us microseconds: 0 when it does; -1 when the process
+ * exits first (reaped, *pid cleared) or the time runs out. */
+static inline int tl_proc_wait_port(pid_t *pid, int port, int tries, useconds_t us)
+{
+    for (int i = 0; i < tries; i++) {
+        if (tl_port_open(port))
+            return 0;
+        int st;
+        if (waitpid(*pid, &st, WNOHANG) == *pid) {
+            *pid = 0;
+            return -1;
+        }
+        usleep(us);
+    }
+    return -1;
+}
+
+/* Ends the process *pid (when > 0): sig, up to 5 s to exit, then SIGKILL;
+ * reaped, *pid cleared. */
+static inline void tl_proc_stop(pid_t *pid, int sig)
+{
+    if (*pid > 0) {
+        kill(*pid, sig);
+        int st;
+        for (int i = 0; i < 50 && waitpid(*pid, &st, WNOHANG) == 0; i++)
+            usleep(100000);
+        kill(*pid, SIGKILL);
+        waitpid(*pid, &st, 0);
+        *pid = 0;
+    }
+}
+
 /* NULL when the etcd binary is missing: the caller skips with the reason. */
 static inline const char *tl_etcd_binary(void)
 {
@@ -90,44 +123,34 @@ static inline int tl_etcd_start(tl_etcd_t *e)
               (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 150; i++) {
-        if (tl_port_open(e->client_port)) {
-            usleep(200000); /* serving the HTTP gateway follows the listener */
-            return 0;
-        }
-        int st;
-        if (waitpid(e->pid, &st, WNOHANG) == e->pid) {
-            e->pid = 0;
-            return -1;
-        }
-        usleep(100000);
-    }
-    return -1;
+    if (tl_proc_wait_port(&e->pid, e->client_port, 150, 100000))
+        return -1;
+    usleep(200000); /* serving the HTTP gateway follows the listener */
+    return 0;
 }
 
 static inline void tl_etcd_stop(tl_etcd_t *e)
 {
-    if (e->pid > 0) {
-        kill(e->pid, SIGTERM);
-        int st;
-        for (int i = 0; i < 50 && waitpid(e->pid, &st, WNOHANG) == 0; i++)
-            usleep(100000);
-        kill(e->pid, SIGKILL);
-        waitpid(e->pid, &st, 0);
-        e->pid = 0;
+    tl_proc_stop(&e->pid, SIGTERM);
+}
+
+/* Removes the directory dir (when named) and everything in it; clears the
+ * name. */
+static inline void tl_rm_dir(char *dir)
+{
+    if (dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir);
+        dir[0] = 0;
     }
 }
 
 static inline void tl_etcd_cleanup(tl_etcd_t *e)
 {
     tl_etcd_stop(e);
-    if (e->dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", e->dir);
-        e->dir[0] = 0;
-    }
+    tl_rm_dir(e->dir);
 }
 
 #endif

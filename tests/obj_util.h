@@ -91,29 +91,13 @@ static inline int tl_node_setup(char *why, size_t cap)
 
 static inline void tl_srv_kill(tl_srv_t *s, int sig)
 {
-    if (s->pid > 0) {
-        kill(s->pid, sig);
-        int st;
-        for (int i = 0; i < 50 && waitpid(s->pid, &st, WNOHANG) == 0; i++)
-            usleep(100000);
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, &st, 0);
-        s->pid = 0;
-    }
+    tl_proc_stop(&s->pid, sig);
 }
 
 static inline int tl_srv_wait(tl_srv_t *s)
 {
-    for (int i = 0; i < 200; i++) {
-        if (tl_port_open(s->port))
-            return 0;
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            return -1;
-        }
-        usleep(50000);
-    }
+    if (!tl_proc_wait_port(&s->pid, s->port, 200, 50000))
+        return 0;
     tl_srv_kill(s, SIGTERM); /* never listened: not left running after the test */
     return -1;
 }
@@ -201,13 +185,7 @@ static inline int tl_azurite_start(tl_srv_t *s)
 static inline void tl_srv_cleanup(tl_srv_t *s)
 {
     tl_srv_kill(s, SIGTERM);
-    if (s->dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", s->dir);
-        s->dir[0] = 0;
-    }
+    tl_rm_dir(s->dir);
 }
 
 #endif

@@ -94,6 +94,15 @@ static inline void tl_count_cb(nxl_future_t *f, nxl_status_t st, void *arg)
     snprintf(tl_last_err, sizeof(tl_last_err), "%s", nxl_future_error(f));
 }
 
+/* A completion callback that counts into the int at arg and keeps the
+ * status in tl_last. */
+static inline void tl_count_int_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)f;
+    ++*(int *)arg;
+    tl_last = st;
+}
+
 /* a fetches b's metadata from b's loopback listener; tl_count_cb counts
  * the outcome. */
 static inline void tl_md_fetch(nxl_agent_t *a, nxl_agent_t *b)

@@ -71,26 +71,17 @@ typedef struct prow {
     size_t nverified;
 } prow_t;
 
-/* GDS: [off, off + len) of the VRAM ring to and from P.host (untimed) */
-static void ring_get(size_t off, size_t len)
+/* GDS: [off, off + len) of the VRAM ring to (put) or from P.host (untimed) */
+static void ring_copy(size_t off, size_t len, bool put)
 {
 #ifdef NXLBENCH_CUDA
-    if (P.crt->cudaMemcpy(P.host + off, P.ring.p + off, len, cudaMemcpyDeviceToHost) !=
-        cudaSuccess)
-        die("consistency: cudaMemcpy of %zu bytes from the VRAM ring failed", len);
+    unsigned char *ring = (unsigned char *)P.ring.p + off, *host = P.host + off;
+    if (P.crt->cudaMemcpy(put ? ring : host, put ? host : ring, len,
+                          put ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) != cudaSuccess)
+        die("%scudaMemcpy of %zu bytes %s the VRAM ring failed", put ? "" : "consistency: ", len,
+            put ? "to" : "from");
 #else
-    (void)off, (void)len;
-#endif
-}
-
-static void ring_put(size_t off, size_t len)
-{
-#ifdef NXLBENCH_CUDA
-    if (P.crt->cudaMemcpy(P.ring.p + off, P.host + off, len, cudaMemcpyHostToDevice) !=
-        cudaSuccess)
-        die("cudaMemcpy of %zu bytes to the VRAM ring failed", len);
-#else
-    (void)off, (void)len;
+    (void)off, (void)len, (void)put;
 #endif
 }
 
@@ -102,7 +93,7 @@ static void ring_fill(size_t len, uint64_t seed)
         return;
     }
     pat_fill(P.host, 0, len, seed);
-    ring_put(0, len);
+    ring_copy(0, len, true);
 }
 
 static void p_cleanup(void)
@@ -293,7 +284,7 @@ static bool p_done(pipe_slot_t *s)
         size_t ring0 = s->i * r->n;
         const unsigned char *ring = P.ring.p;
         if (P.gds) {
-            ring_get(ring0 * r->bs, r->n * r->bs);
+            ring_copy(ring0 * r->bs, r->n * r->bs, false);
             ring = P.host;
         }
         for (size_t j = 0; j < r->n; j++) {
@@ -395,14 +386,14 @@ static void p_row(size_t bs, size_t n)
     if (O.check) {
         if (O.op == NXL_WRITE) {
             if (P.gds)
-                ring_get(0, nring * bs); /* what the VRAM held, as the files should */
+                ring_copy(0, nring * bs, false); /* what the VRAM held, as the files should */
             p_verify_write(&r, first, touched, P.gds ? P.host : P.ring.p);
         } else {
             /* GDS: the ring scribbled over first, so each byte checked came
              * from the file in this pass */
             if (P.gds) {
                 memset(P.host, 0xa5, nring * bs);
-                ring_put(0, nring * bs);
+                ring_copy(0, nring * bs, true);
             }
             /* read every touched block again, checking each buffer as it arrives */
             r.verify = true;

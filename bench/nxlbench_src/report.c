@@ -124,47 +124,53 @@ static void whole(cJSON *o, const char *key, double v)
     cJSON_AddNumberToObject(o, key, v);
 }
 
+/* a row's double fields, each a key of the same name with its decimals */
+typedef struct col {
+    const char *key;
+    int decimals;
+    size_t off;
+} col_t;
+#define COL(field, decimals) {#field, decimals, offsetof(row_t, field)}
+#define NCOLS(t) (sizeof(t) / sizeof(*(t)))
+
+static const col_t idle_cols[] = {COL(duration_s, 3), COL(wakeups_per_s, 3), COL(cpu_s, 6),
+                                  COL(nvcsw, 0),      COL(nivcsw, 0)};
+static const col_t xfer_cols[] = {COL(bw_gbps, 6),     COL(avg_lat_us, 3),  COL(avg_prep_us, 3),
+                                  COL(p99_prep_us, 3), COL(avg_post_us, 3), COL(p99_post_us, 3),
+                                  COL(avg_tx_us, 3),   COL(p99_tx_us, 3)};
+static const col_t lat_cols[] = {COL(p50_us, 3), COL(p99_us, 3)};
+static const col_t desc_cols[] = {COL(wall_s, 6), COL(mdesc_per_s, 6)};
+static const col_t phase_cols[] = {COL(prep_us, 3),       COL(post_us, 3),
+                                   COL(complete_us, 3),   COL(prep_local_us, 3),
+                                   COL(prep_remote_us, 3), COL(make_us, 3)};
+
+static void fixed_cols(cJSON *o, const row_t *r, const col_t *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fixed(o, c[i].key, c[i].decimals, *(const double *)((const char *)r + c[i].off));
+}
+
 static cJSON *json_row(const row_t *r)
 {
     cJSON *o = cJSON_CreateObject();
     if (O.mode == M_IDLE) {
         cJSON_AddStringToObject(o, "role", r->role);
-        fixed(o, "duration_s", 3, r->duration_s);
-        fixed(o, "wakeups_per_s", 3, r->wakeups_per_s);
-        fixed(o, "cpu_s", 6, r->cpu_s);
-        fixed(o, "nvcsw", 0, r->nvcsw);
-        fixed(o, "nivcsw", 0, r->nivcsw);
+        fixed_cols(o, r, idle_cols, NCOLS(idle_cols));
         return o;
     }
     whole(o, "block_size", (double)r->bs);
     whole(o, "batch_size", (double)r->batch);
     whole(o, "iters", (double)r->iters);
-    fixed(o, "bw_gbps", 6, r->bw_gbps);
-    fixed(o, "avg_lat_us", 3, r->avg_lat_us);
-    fixed(o, "avg_prep_us", 3, r->avg_prep_us);
-    fixed(o, "p99_prep_us", 3, r->p99_prep_us);
-    fixed(o, "avg_post_us", 3, r->avg_post_us);
-    fixed(o, "p99_post_us", 3, r->p99_post_us);
-    fixed(o, "avg_tx_us", 3, r->avg_tx_us);
-    fixed(o, "p99_tx_us", 3, r->p99_tx_us);
-    if (O.mode == M_LAT) {
-        fixed(o, "p50_us", 3, r->p50_us);
-        fixed(o, "p99_us", 3, r->p99_us);
-    }
+    fixed_cols(o, r, xfer_cols, NCOLS(xfer_cols));
+    if (O.mode == M_LAT)
+        fixed_cols(o, r, lat_cols, NCOLS(lat_cols));
     if (O.mode == M_DESC) {
         whole(o, "descs", (double)r->batch);
         whole(o, "threads", (double)r->threads);
-        fixed(o, "wall_s", 6, r->wall_s);
-        fixed(o, "mdesc_per_s", 6, r->mdesc_per_s);
+        fixed_cols(o, r, desc_cols, NCOLS(desc_cols));
     }
-    if (O.mode == M_DESC && r->phases) {
-        fixed(o, "prep_us", 3, r->prep_us);
-        fixed(o, "post_us", 3, r->post_us);
-        fixed(o, "complete_us", 3, r->complete_us);
-        fixed(o, "prep_local_us", 3, r->prep_local_us);
-        fixed(o, "prep_remote_us", 3, r->prep_remote_us);
-        fixed(o, "make_us", 3, r->make_us);
-    }
+    if (O.mode == M_DESC && r->phases)
+        fixed_cols(o, r, phase_cols, NCOLS(phase_cols));
     return o;
 }
 

@@ -18,13 +18,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../cli.h"     /* cli_addr_t */
 #include "../kv_util.h" /* kvu_size_text: "64 KiB" */
 
-typedef struct kvs_addr {
-    char host[256];
-    uint16_t port;
-    bool set;
-} kvs_addr_t;
+typedef cli_addr_t kvs_addr_t;
 
 typedef struct kvs_opts {
     const char *mode;          /* store | serve | client | both */

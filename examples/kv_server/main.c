@@ -52,7 +52,7 @@ static void usage(FILE *f)
     static const char *fn(const cli_opt_t *opt, const char *val)                                  \
     {                                                                                              \
         unsigned long long v;                                                                      \
-        if (cli_size(val, (unsigned long long)opt->max, &v) || v < opt->min)                      \
+        if (cli_count(opt, val, &v))                                                               \
             return cli_why("not a count from %.0f to %.0f (suffixes K, M, G)", opt->min,          \
                            opt->max);                                                              \
         *(type *)opt->field = (type)v;                                                             \
@@ -61,16 +61,6 @@ static void usage(FILE *f)
 COUNT_SETTER(set_ulong, unsigned long)
 COUNT_SETTER(set_unsigned, unsigned)
 COUNT_SETTER(set_sizet, size_t)
-
-/* HOST:PORT or [HOST]:PORT */
-static const char *set_addr(const cli_opt_t *opt, const char *s)
-{
-    kvs_addr_t *a = opt->field;
-    const char *why = cli_hostport(s, a->host, sizeof(a->host), &a->port);
-    if (!why)
-        a->set = true;
-    return why;
-}
 
 /* --cpus S,C */
 static const char *set_cpus(const cli_opt_t *opt, const char *val)
@@ -91,10 +81,10 @@ static void parse(int argc, char **argv, kvs_opts_t *o)
 #define V(n, s, f, ...) {.name = n, .arg = CLI_VALUE, .set = s, .field = f, __VA_ARGS__}
 #define SW(n, f) {.name = n, .arg = CLI_SWITCH, .set = cli_set_true, .field = f}
     const cli_opt_t opts[] = {
-        V("listen", set_addr, &o->listen),
-        V("store", set_addr, &o->store),
-        V("http", set_addr, &o->http),
-        V("connect", set_addr, &o->connect),
+        V("listen", cli_set_addr, &o->listen),
+        V("store", cli_set_addr, &o->store),
+        V("http", cli_set_addr, &o->http),
+        V("connect", cli_set_addr, &o->connect),
         V("blocks", set_ulong, &o->blocks, .min = 1, .max = 1ull << 26),
         V("block_size", set_sizet, &o->block_size, .min = 16, .max = 1ull << 32),
         V("staging", set_unsigned, &o->staging, .min = 1, .max = 1u << 16),
@@ -115,15 +105,7 @@ static void parse(int argc, char **argv, kvs_opts_t *o)
 #undef SW
     const cli_t cli = {.prog = "kv_server", .opts = opts, .usage = usage, .dash_aliases = true,
                        .help_h = true};
-    /* the mode comes first: kv_server store --listen ... */
-    if (argc > 1 && argv[1][0] != '-') {
-        o->mode = argv[1];
-        argc--;
-        argv++;
-    }
-    int first = cli_parse(&cli, argc, argv);
-    if (first < argc)
-        cli_die(&cli, "unexpected argument '%s' (see --help)", argv[first]);
+    cli_parse_mode(&cli, argc, argv, &o->mode); /* kv_server store --listen ... */
 }
 
 /* ----------------------------------------------------------------- both */

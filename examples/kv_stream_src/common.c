@@ -107,3 +107,11 @@ uint8_t *alloc_kv(nxl_agent_t *a, const char *who, size_t total, bool vram)
     memset(p, 0, total);
     return p;
 }
+
+void outcome_record(outcome_t *o, nxl_future_t *f, nxl_status_t st)
+{
+    o->st = st;
+    if (st != NXL_SUCCESS)
+        snprintf(o->err, sizeof(o->err), "%s", nxl_future_error(f));
+    o->done = 1;
+}

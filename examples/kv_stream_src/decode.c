@@ -24,9 +24,7 @@ typedef struct decode {
     bool hello;
     int finished, fatal;
     uint64_t t_hello, t_first, t_last, t_activity;
-    int done_sent;
-    nxl_status_t done_st;
-    char done_err[512];
+    outcome_t sent; /* the notification that all arrived */
     char pending[160];      /* etcd mode: the reply waiting for the peer's metadata */
     uint8_t *view;          /* --mem VRAM: a layer copied back to host memory */
 } decode_t;
@@ -59,10 +57,7 @@ static void decode_reply_cb(nxl_future_t *f, nxl_status_t st, void *arg)
 static void decode_done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     decode_t *d = arg;
-    d->done_st = st;
-    if (st != NXL_SUCCESS)
-        snprintf(d->done_err, sizeof(d->done_err), "%s", nxl_future_error(f));
-    d->done_sent = 1;
+    outcome_record(&d->sent, f, st);
 }
 
 static void decode_send(decode_t *d, const char *msg, nxl_done_cb cb)
@@ -71,8 +66,8 @@ static void decode_send(decode_t *d, const char *msg, nxl_done_cb cb)
         fprintf(stderr, "decode: cannot notify '%s': %s\n", d->peer, nxl_agent_last_error(d->a));
         d->fatal = 1;
         if (cb == decode_done_cb) {
-            d->done_sent = 1;
-            d->done_st = NXL_ERR_UNKNOWN;
+            d->sent.done = 1;
+            d->sent.st = NXL_ERR_UNKNOWN;
         }
     }
 }
@@ -222,7 +217,7 @@ int run_decode(const opts_t *o, int port_fd)
     int rc = 1;
     d.layer_bytes = o->blocks * o->block_size;
     d.total = o->layers * d.layer_bytes;
-    d.a = make_agent("decode", o->have_addr ? o->host : NULL, o->port, o);
+    d.a = make_agent("decode", o->addr.set ? o->addr.host : NULL, o->addr.port, o);
     if (!d.a)
         goto out;
     uint16_t port = nxl_agent_listen_port(d.a);
@@ -261,7 +256,7 @@ int run_decode(const opts_t *o, int port_fd)
         nxl_future_release(pf);
         printf("decode: metadata published to etcd at %s\n", o->etcd);
     }
-    printf("decode: listening on %s:%u for %lu layers x %lu blocks x %s = %s\n", o->host, port,
+    printf("decode: listening on %s:%u for %lu layers x %lu blocks x %s = %s\n", o->addr.host, port,
            o->layers, o->blocks, size_text(o->block_size).s, size_text(d.total).s);
     uint64_t start = now_us(), limit = (uint64_t)o->timeout_s * 1000000u;
     while (!d.finished && !d.fatal) {
@@ -272,7 +267,7 @@ int run_decode(const opts_t *o, int port_fd)
         uint64_t t = now_us();
         if (!d.hello && t - start > limit) {
             fprintf(stderr, "decode: no prefill connected within %u s (listening on %s:%u)\n",
-                    o->timeout_s, o->host, port);
+                    o->timeout_s, o->addr.host, port);
             goto out;
         }
         if (d.hello && !d.finished && t - d.t_activity > limit) {
@@ -286,13 +281,13 @@ int run_decode(const opts_t *o, int port_fd)
         nxl_agent_run_once(d.a, 100);
         goto out;
     }
-    if (!run_until(d.a, &d.done_sent, now_us() + limit)) {
+    if (!run_until(d.a, &d.sent.done, now_us() + limit)) {
         fprintf(stderr, "decode: telling '%s' that all arrived did not complete within %u s\n",
                 d.peer, o->timeout_s);
         goto out;
     }
-    if (d.done_st != NXL_SUCCESS) {
-        fprintf(stderr, "decode: telling '%s' that all arrived failed: %s\n", d.peer, d.done_err);
+    if (d.sent.st != NXL_SUCCESS) {
+        fprintf(stderr, "decode: telling '%s' that all arrived failed: %s\n", d.peer, d.sent.err);
         goto out;
     }
     rc = d.bad_bytes || d.fatal ? 1 : 0;

@@ -20,12 +20,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../cli.h" /* cli_addr_t */
+
 
 typedef struct opts {
     const char *mode;
-    char host[256];
-    uint16_t port;
-    bool have_addr;
+    cli_addr_t addr;           /* --listen, --connect */
     unsigned long layers, blocks;
     size_t block_size;
     unsigned long compute_us;
@@ -46,6 +46,15 @@ uint64_t now_us(void);
 text_t size_text(uint64_t b);              /* "8 B", "64 KiB", "1.5 MiB" */
 text_t rate_text(uint64_t bytes, uint64_t us); /* "3.21 GB/s", "45.6 MB/s" */
 bool run_until(nxl_agent_t *a, const int *flag, uint64_t deadline_us);
+
+/* What a future's callback learns: its status, its error text, and done
+ * (the flag run_until waits for) */
+typedef struct outcome {
+    int done;
+    nxl_status_t st;
+    char err[512];
+} outcome_t;
+void outcome_record(outcome_t *o, nxl_future_t *f, nxl_status_t st);
 nxl_agent_t *make_agent(const char *name, const char *listen, uint16_t port, const opts_t *o);
 uint8_t *alloc_kv(nxl_agent_t *a, const char *who, size_t total, bool vram);
 #ifdef KV_CUDA

@@ -64,9 +64,9 @@ static int run_both(opts_t *o)
     if (pid == 0) {
         /* the child is decode, on an ephemeral loopback port */
         close(fds[0]);
-        snprintf(o->host, sizeof(o->host), "127.0.0.1");
-        o->port = 0;
-        o->have_addr = true;
+        snprintf(o->addr.host, sizeof(o->addr.host), "127.0.0.1");
+        o->addr.port = 0;
+        o->addr.set = true;
         int rc = run_decode(o, fds[1]);
         fflush(stdout);
         fflush(stderr);
@@ -79,8 +79,8 @@ static int run_both(opts_t *o)
         fprintf(stderr, "kv_stream: decode did not start (no port from the child)\n");
         kill(pid, SIGTERM);
     } else {
-        snprintf(o->host, sizeof(o->host), "127.0.0.1");
-        o->port = port;
+        snprintf(o->addr.host, sizeof(o->addr.host), "127.0.0.1");
+        o->addr.port = port;
         prc = run_prefill(o);
         if (prc)
             kill(pid, SIGTERM); /* do not let decode wait for its timeout */
@@ -114,14 +114,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(o.mode, "decode")) {
-        if (!o.have_addr && !o.etcd[0]) {
+        if (!o.addr.set && !o.etcd[0]) {
             fprintf(stderr, "kv_stream decode: --listen HOST:PORT is required\n");
             return 2;
         }
         return run_decode(&o, -1);
     }
     if (!strcmp(o.mode, "prefill")) {
-        if ((!o.have_addr || !o.port) && !o.etcd[0]) {
+        if ((!o.addr.set || !o.addr.port) && !o.etcd[0]) {
             fprintf(stderr, "kv_stream prefill: --connect HOST:PORT is required\n");
             return 2;
         }

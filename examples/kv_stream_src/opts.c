@@ -36,9 +36,7 @@ void usage(FILE *f)
     static const char *fn(const cli_opt_t *opt, const char *val)                                  \
     {                                                                                              \
         unsigned long long v;                                                                      \
-        const char *why = cli_size(val, (unsigned long long)opt->max, &v);                         \
-        if (!why && v < opt->min)                                                                  \
-            why = "must be at least 1";                                                            \
+        const char *why = cli_count(opt, val, &v);                                                 \
         if (!why)                                                                                  \
             *(type *)opt->field = (type)v;                                                         \
         return why;                                                                                \
@@ -46,16 +44,6 @@ void usage(FILE *f)
 COUNT_SETTER(set_ulong, unsigned long)
 COUNT_SETTER(set_unsigned, unsigned)
 COUNT_SETTER(set_sizet, size_t)
-
-/* HOST:PORT or [HOST]:PORT */
-static const char *set_addr(const cli_opt_t *opt, const char *s)
-{
-    opts_t *o = opt->field;
-    const char *why = cli_hostport(s, o->host, sizeof(o->host), &o->port);
-    if (!why)
-        o->have_addr = true;
-    return why;
-}
 
 static const char *set_backend(const cli_opt_t *opt, const char *val)
 {
@@ -99,8 +87,8 @@ void parse_args(int argc, char **argv, opts_t *o)
 #define SW(n, s, f) {.name = n, .arg = CLI_SWITCH, .set = s, .field = f}
     const cli_opt_t opts[] = {
         SW("spawn", set_spawn, o),
-        V("listen", set_addr, o),
-        V("connect", set_addr, o),
+        V("listen", cli_set_addr, &o->addr),
+        V("connect", cli_set_addr, &o->addr),
         V("etcd_endpoints", set_etcd, o->etcd),
         V("backend", set_backend, o->backend),
         V("layers", set_ulong, &o->layers, .min = 1, .max = 1ull << 24),
@@ -118,13 +106,5 @@ void parse_args(int argc, char **argv, opts_t *o)
 #undef SW
     const cli_t cli = {.prog = "kv_stream", .opts = opts, .usage = usage, .dash_aliases = true,
                        .help_h = true};
-    /* the mode comes first: kv_stream decode --listen ... */
-    if (argc > 1 && argv[1][0] != '-') {
-        o->mode = argv[1];
-        argc--;
-        argv++;
-    }
-    int first = cli_parse(&cli, argc, argv);
-    if (first < argc)
-        cli_die(&cli, "unexpected argument '%s' (see --help)", argv[first]);
+    cli_parse_mode(&cli, argc, argv, &o->mode); /* kv_stream decode --listen ... */
 }

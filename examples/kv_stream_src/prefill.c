@@ -18,9 +18,7 @@ typedef struct prefill {
     uint8_t *kv;
     size_t layer_bytes, total;
     /* setup steps */
-    int step_done;
-    nxl_status_t step_st;
-    char step_err[512];
+    outcome_t step; /* the setup step under way (step) */
     /* decode's answers */
     int got_kv, got_done;
     uintptr_t raddr;
@@ -46,26 +44,23 @@ typedef struct prefill {
 static void prefill_step_cb(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     prefill_t *p = arg;
-    p->step_st = st;
-    if (st != NXL_SUCCESS)
-        snprintf(p->step_err, sizeof(p->step_err), "%s", nxl_future_error(f));
-    p->step_done = 1;
+    outcome_record(&p->step, f, st);
 }
 
 /* Waits for a setup step that @p started reports to prefill_step_cb. The
  * flag can be cleared after the call: its callback never runs inside it. */
 static nxl_status_t step(prefill_t *p, nxl_status_t started)
 {
-    p->step_done = 0;
+    p->step.done = 0;
     if (started != NXL_SUCCESS) {
-        snprintf(p->step_err, sizeof(p->step_err), "%s", nxl_agent_last_error(p->a));
+        snprintf(p->step.err, sizeof(p->step.err), "%s", nxl_agent_last_error(p->a));
         return started;
     }
-    if (!run_until(p->a, &p->step_done, now_us() + (uint64_t)p->o->timeout_s * 1000000u)) {
-        snprintf(p->step_err, sizeof(p->step_err), "no answer within %u s", p->o->timeout_s);
+    if (!run_until(p->a, &p->step.done, now_us() + (uint64_t)p->o->timeout_s * 1000000u)) {
+        snprintf(p->step.err, sizeof(p->step.err), "no answer within %u s", p->o->timeout_s);
         return NXL_IN_PROG;
     }
-    return p->step_st;
+    return p->step.st;
 }
 
 static void prefill_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len,
@@ -164,7 +159,7 @@ static bool prefill_warmup(prefill_t *p, nxl_xfer_t **xs)
                size_text(p->total).s, (now_us() - t) / 1e3);
     if (step(p, nxl_notif_send(p->a, "decode", "start", 5, prefill_step_cb, p, NULL)) !=
         NXL_SUCCESS) {
-        fprintf(stderr, "prefill: cannot notify 'decode': %s\n", p->step_err);
+        fprintf(stderr, "prefill: cannot notify 'decode': %s\n", p->step.err);
         return false;
     }
     return true;
@@ -216,17 +211,18 @@ static bool prefill_fetch(prefill_t *p)
     uint64_t deadline = now_us() + (uint64_t)o->timeout_s * 1000000u;
     bool said = false;
     for (;;) {
-        nxl_status_t st = step(p, nxl_md_fetch(p->a, "decode", o->host, o->port,
+        nxl_status_t st = step(p, nxl_md_fetch(p->a, "decode", o->addr.host, o->addr.port,
                                                prefill_step_cb, p, NULL));
         if (st == NXL_SUCCESS)
             return true;
         if (st != NXL_ERR_REMOTE_DISCONNECT || now_us() >= deadline) {
             fprintf(stderr, "prefill: cannot fetch the metadata of 'decode' at %s:%u: %s\n",
-                    o->host, o->port, p->step_err);
+                    o->addr.host, o->addr.port, p->step.err);
             return false;
         }
         if (!said)
-            printf("prefill: waiting for decode at %s:%u (%s)\n", o->host, o->port, p->step_err);
+            printf("prefill: waiting for decode at %s:%u (%s)\n", o->addr.host, o->addr.port,
+                   p->step.err);
         said = true;
         int never = 0;
         run_until(p->a, &never, now_us() + 200000);
@@ -254,23 +250,23 @@ int run_prefill(const opts_t *o)
     if (o->etcd[0]) {
         if (step(&p, nxl_md_publish(p.a, prefill_step_cb, &p, NULL)) != NXL_SUCCESS) {
             fprintf(stderr, "prefill: cannot publish its metadata to etcd at %s: %s\n", o->etcd,
-                    p.step_err);
+                    p.step.err);
             goto out;
         }
         if (step(&p, nxl_md_fetch_etcd(p.a, "decode", NULL, (int)o->timeout_s * 1000,
                                        prefill_step_cb, &p, NULL)) != NXL_SUCCESS) {
             fprintf(stderr, "prefill: cannot fetch 'decode' from etcd at %s: %s\n", o->etcd,
-                    p.step_err);
+                    p.step.err);
             goto out;
         }
         printf("prefill: found 'decode' through etcd at %s\n", o->etcd);
     } else {
         if (!prefill_fetch(&p))
             goto out;
-        if (step(&p, nxl_md_send(p.a, o->host, o->port, prefill_step_cb, &p, NULL)) !=
+        if (step(&p, nxl_md_send(p.a, o->addr.host, o->addr.port, prefill_step_cb, &p, NULL)) !=
             NXL_SUCCESS) {
-            fprintf(stderr, "prefill: cannot send its metadata to %s:%u: %s\n", o->host,
-                    o->port, p.step_err);
+            fprintf(stderr, "prefill: cannot send its metadata to %s:%u: %s\n", o->addr.host,
+                    o->addr.port, p.step.err);
             goto out;
         }
     }
@@ -279,7 +275,7 @@ int run_prefill(const opts_t *o)
     snprintf(hello, sizeof(hello), "hello %lu %lu %zu", o->layers, o->blocks, o->block_size);
     if (step(&p, nxl_notif_send(p.a, "decode", hello, strlen(hello), prefill_step_cb, &p,
                                 NULL)) != NXL_SUCCESS) {
-        fprintf(stderr, "prefill: cannot notify 'decode': %s\n", p.step_err);
+        fprintf(stderr, "prefill: cannot notify 'decode': %s\n", p.step.err);
         goto out;
     }
     if (!run_until(p.a, &p.got_kv, now_us() + (uint64_t)o->timeout_s * 1000000u)) {

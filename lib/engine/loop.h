@@ -68,6 +68,8 @@ struct nxli_loop {
     size_t nheap, heap_cap;
     uint64_t tfd_due;        /* epoll: what the timerfd is armed for (0: disarmed) */
     int dispatching;         /* >0 inside callbacks: frees are deferred */
+    unsigned io_left;        /* epoll: descriptors of this turn still to run */
+    unsigned timers_left;    /* epoll: due timers of this turn still to run */
     bool stop_req;
     unsigned nio, ntimers;   /* alive, for the agent's knowledge and leak checks */
     LIST_HEAD(, nxlt_io) dead_io;

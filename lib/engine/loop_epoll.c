@@ -91,6 +91,11 @@ static int heap_insert(nxli_loop_t *l, nxlt_timer_t *t)
  * nxlt_now_us(): CLOCK_MONOTONIC) */
 static void tfd_sync(nxli_loop_t *l)
 {
+    /* inside a turn the turn itself bounds the next wait (ep_wait_ms):
+     * the timerfd is set once, when the turn ends, for whoever waits on
+     * the set next (the application's loop, the reactor thread) */
+    if (l->dispatching)
+        return;
     uint64_t due = l->nheap ? l->heap[0]->due_us : 0;
     if (due == l->tfd_due)
         return;
@@ -205,8 +210,10 @@ static void run_timers(nxli_loop_t *l)
         if (t->dead || !t->batch)
             continue; /* freed, stopped or armed again by an earlier callback */
         t->batch = false;
+        l->timers_left = (unsigned)(n - i - 1);
         t->cb(t, t->arg);
     }
+    l->timers_left = 0;
 }
 
 static int ep_run_once(nxli_loop_t *l, int timeout_ms)
@@ -238,19 +245,25 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
             continue;
         if (io->events & NXLT_IO_ONCE)
             io->events = 0; /* EPOLLONESHOT disarmed it; still in the set */
+        l->io_left = (unsigned)(n - i - 1);
         io->cb(io, io->fd, ready, io->arg);
     }
+    l->io_left = 0;
     run_timers(l);
     l->dispatching--;
+    tfd_sync(l);
     nxli_loop_reap(l);
     return 0;
 }
 
 static void ep_stop(nxli_loop_t *l) { l->stop_req = true; }
 
+/* what libevent counts as active: descriptors and due timers of this turn
+ * not yet run, and timers activated (due at 1 us); a timer armed for 0 us
+ * is not (it runs next turn, as libevent's does) */
 static int ep_busy(const nxli_loop_t *l)
 {
-    return l->nheap && l->heap[0]->due_us <= nxli_now_us();
+    return l->io_left || l->timers_left || (l->nheap && l->heap[0]->due_us == 1);
 }
 
 static int ep_timeout_ms(const nxli_loop_t *l) { return ep_wait_ms(l, -1); }

@@ -118,10 +118,7 @@ static int rregion_revoke_locked(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, ui
 
 int nxli_rregion_revoke(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len)
 {
-    NXLI_TLOCK(r->agent);
-    int ret_ = rregion_revoke_locked(r, t, dev, addr, len);
-    NXLI_TUNLOCK(r->agent);
-    return ret_;
+    NXLI_LOCKED(int, r->agent, rregion_revoke_locked(r, t, dev, addr, len));
 }
 
 static int rregion_revoke_locked(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len)
@@ -170,10 +167,7 @@ static nxli_remote_t *remote_get_locked(nxl_agent_t *a, const char *name);
 
 nxli_remote_t *nxli_remote_get(nxl_agent_t *a, const char *name)
 {
-    NXLI_TLOCK(a);
-    nxli_remote_t * ret_ = remote_get_locked(a, name);
-    NXLI_TUNLOCK(a);
-    return ret_;
+    NXLI_LOCKED(nxli_remote_t *, a, remote_get_locked(a, name));
 }
 
 static nxli_remote_t *remote_get_locked(nxl_agent_t *a, const char *name)
@@ -489,10 +483,7 @@ static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t l
 nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool self,
                              nxli_remote_t **out, char *name_out, size_t cap)
 {
-    NXLI_TLOCK(a);
-    nxl_status_t ret_ = md_load_ex_locked(a, blob, len, self, out, name_out, cap);
-    NXLI_TUNLOCK(a);
-    return ret_;
+    NXLI_LOCKED(nxl_status_t, a, md_load_ex_locked(a, blob, len, self, out, name_out, cap));
 }
 
 /* One metadata blob on its way in: what md_load_ex_locked's steps read,

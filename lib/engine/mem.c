@@ -287,10 +287,7 @@ nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_register(a, type, descs, n, b);
-    NXLI_TLOCK(a);
-    nxl_status_t ret_ = mem_register_locked(a, type, descs, n, b);
-    NXLI_TUNLOCK(a);
-    return ret_;
+    NXLI_LOCKED(nxl_status_t, a, mem_register_locked(a, type, descs, n, b));
 }
 
 static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
@@ -376,10 +373,7 @@ nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_deregister(a, type, descs, n);
-    NXLI_TLOCK(a);
-    nxl_status_t ret_ = mem_deregister_locked(a, type, descs, n);
-    NXLI_TUNLOCK(a);
-    return ret_;
+    NXLI_LOCKED(nxl_status_t, a, mem_deregister_locked(a, type, descs, n));
 }
 
 static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n)
@@ -442,10 +436,7 @@ nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t 
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_alloc(a, type, len, dev_id, ptr);
-    NXLI_TLOCK(a);
-    nxl_status_t ret_ = mem_alloc_locked(a, type, len, dev_id, ptr);
-    NXLI_TUNLOCK(a);
-    return ret_;
+    NXLI_LOCKED(nxl_status_t, a, mem_alloc_locked(a, type, len, dev_id, ptr));
 }
 
 static nxl_status_t mem_alloc_locked(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id, void **ptr)
@@ -550,10 +541,7 @@ nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr)
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_mem_free(a, ptr);
-    NXLI_TLOCK(a);
-    nxl_status_t ret_ = mem_free_locked(a, ptr);
-    NXLI_TUNLOCK(a);
-    return ret_;
+    NXLI_LOCKED(nxl_status_t, a, mem_free_locked(a, ptr));
 }
 
 static nxl_status_t mem_free_locked(nxl_agent_t *a, void *ptr)

@@ -40,6 +40,15 @@ void nxli_tlock(nxl_agent_t *a);
 void nxli_tunlock(nxl_agent_t *a);
 #define NXLI_TLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tlock(a); } while (0)
 #define NXLI_TUNLOCK(a) do { if (__builtin_expect((a) && (a)->thr, 0)) nxli_tunlock(a); } while (0)
+/* The body of a function that returns what call returns, made under the
+ * table lock of agent a (the *_locked functions of mem.c and md.c) */
+#define NXLI_LOCKED(type, a, call)                                                                 \
+    do {                                                                                           \
+        NXLI_TLOCK(a);                                                                             \
+        type ret_ = (call);                                                                        \
+        NXLI_TUNLOCK(a);                                                                           \
+        return ret_;                                                                               \
+    } while (0)
 /* Lists longer than this are prepared and made on the reactor as before:
  * their work outweighs a hand-over, and eight threads holding the table
  * lock for 16,384 descriptors each kept one another (and the reactor)

@@ -61,6 +61,7 @@
 #define CU_MAX_WAIT 32       /* streams that wait for events; more waits share them */
 #include "wire.h" /* connection info and keys as they travel, and their checks */
 #include "../common/pstr.h"
+#include "../common/regspan.h"
 _Static_assert(CU_IPC_BYTES == CUDA_IPC_HANDLE_SIZE, "wire.h: the IPC handle's size");
 
 /* ------------------------------------------------------------ identity */
@@ -98,10 +99,8 @@ typedef struct cu cu_t;
 
 /* a local registration */
 typedef struct cu_reg {
-    nxl_mem_t type;
+    nxlt_regspan_t span;     /* first (nxlt_regspan_new) */
     int dev;
-    uintptr_t addr;
-    size_t len;
     uintptr_t base;          /* VRAM: the allocation */
     size_t size;
     bool pinned;             /* DRAM: cudaHostRegister'd by us */
@@ -469,14 +468,9 @@ static nxl_status_t reg_dram(cu_t *u, const nxl_desc_t *d, cu_reg_t *r)
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
 {
     cu_t *u = state;
-    cu_reg_t *r = calloc(1, sizeof(*r));
-    if (!r) {
-        nxlt_error(u->ctx, "CUDA: out of memory");
+    cu_reg_t *r = nxlt_regspan_new(u->ctx, "CUDA", sizeof(*r), type, d);
+    if (!r)
         return NXL_ERR_UNKNOWN;
-    }
-    r->type = type;
-    r->addr = d->addr;
-    r->len = d->len;
     nxl_status_t st = type == NXL_VRAM ? reg_vram(u, d, r) : reg_dram(u, d, r);
     if (st != NXL_SUCCESS) {
         free(r);
@@ -491,11 +485,11 @@ static void dereg(void *state, void *md)
     cu_t *u = state;
     cu_reg_t *r = md;
     if (r->pinned) {
-        cudaError_t e = u->rt->cudaHostUnregister((void *)r->addr);
+        cudaError_t e = u->rt->cudaHostUnregister((void *)r->span.addr);
         if (e != cudaSuccess) {
             char b[160];
             nxlt_log(u->ctx, NXL_LOG_WARN, "CUDA: cudaHostUnregister of 0x%lx failed: %s",
-                     (unsigned long)r->addr, cerr(u, e, b, sizeof(b)));
+                     (unsigned long)r->span.addr, cerr(u, e, b, sizeof(b)));
         }
     }
     free(r);
@@ -532,9 +526,9 @@ static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t 
         free(r);
         return NXL_ERR_BACKEND;
     }
-    r->type = type;
-    r->addr = (uintptr_t)p;
-    r->len = len;
+    r->span.type = type;
+    r->span.addr = (uintptr_t)p;
+    r->span.len = len;
     r->alloc = true;
     r->dev = type == NXL_VRAM ? (int)dev : 0;
     r->base = (uintptr_t)p;
@@ -551,11 +545,11 @@ static void mem_free(void *state, void *ptr, void *md)
 {
     cu_t *u = state;
     cu_reg_t *r = md;
-    cudaError_t e = r->type == NXL_VRAM ? u->rt->cudaFree(ptr) : u->rt->cudaFreeHost(ptr);
+    cudaError_t e = r->span.type == NXL_VRAM ? u->rt->cudaFree(ptr) : u->rt->cudaFreeHost(ptr);
     if (e != cudaSuccess) {
         char b[160];
         nxlt_log(u->ctx, NXL_LOG_WARN, "CUDA: freeing %s at %p failed: %s",
-                 nxl_mem_name(r->type), ptr, cerr(u, e, b, sizeof(b)));
+                 nxl_mem_name(r->span.type), ptr, cerr(u, e, b, sizeof(b)));
     }
     free(r);
 }
@@ -568,7 +562,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     cu_reg_t *r = md;
     *buf = NULL;
     *len = 0;
-    if (r->type != NXL_VRAM)
+    if (r->span.type != NXL_VRAM)
         return NXL_SUCCESS; /* the remote side is always VRAM */
     if (!r->ipc_tried) {
         r->ipc_tried = true;
@@ -578,7 +572,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
             char b[160];
             nxlt_log(u->ctx, NXL_LOG_INFO, "CUDA: VRAM 0x%lx+%zu cannot be shared with other "
                      "processes (cudaIpcGetMemHandle: %s): only this process reaches it",
-                     (unsigned long)r->addr, r->len, cerr(u, e, b, sizeof(b)));
+                     (unsigned long)r->span.addr, r->span.len, cerr(u, e, b, sizeof(b)));
         }
     }
     cu_wire_key_t *k = calloc(1, sizeof(*k));
@@ -590,8 +584,8 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     k->token = my_token;
     k->pid = (int32_t)getpid();
     k->dev = r->dev;
-    k->addr = r->addr;
-    k->len = r->len;
+    k->addr = r->span.addr;
+    k->len = r->span.len;
     k->base = r->base;
     k->size = r->size;
     memcpy(k->uuid, u->uuid[r->dev], sizeof(k->uuid));

@@ -40,6 +40,7 @@
 #include "../common/fileio.h"
 #include "cufile_abi.h"
 #include "../common/filemeta.h"
+#include "../common/regspan.h"
 
 #include <nxl/transport.h>
 
@@ -224,9 +225,7 @@ typedef struct gds_file {
 
 /* a registration: a VRAM region, or a FILE range */
 typedef struct gds_reg {
-    nxl_mem_t type;
-    uintptr_t addr;          /* VRAM: the region; FILE: the offset */
-    size_t len;
+    nxlt_regspan_t span;     /* first (nxlt_regspan_new); VRAM: the region, FILE: the offset */
     int dev;                 /* VRAM: the device */
     bool buf_reg;            /* VRAM: cuFileBufRegister'd */
     gds_file_t *file;        /* FILE */
@@ -259,7 +258,7 @@ static void chunk_io(nxl_fio_t *fio, nxl_fio_seg_t *s)
     const gds_lib_t *L = u->L;
     gds_reg_t *vr = s->lmd;
     gds_file_t *file = s->file;
-    char *base = (char *)vr->addr; /* what cuFile is given: the registered base and an offset */
+    char *base = (char *)vr->span.addr; /* what cuFile is given: the registered base and an offset */
     /* cuFile works in the context of the buffer's device */
     if (worker_dev != vr->dev && L->rt->cudaSetDevice(vr->dev) == cudaSuccess)
         worker_dev = vr->dev;
@@ -449,14 +448,9 @@ static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
 {
     gds_t *u = state;
-    gds_reg_t *r = calloc(1, sizeof(*r));
-    if (!r) {
-        nxlt_error(u->ctx, "GDS: out of memory");
+    gds_reg_t *r = nxlt_regspan_new(u->ctx, "GDS", sizeof(*r), type, d);
+    if (!r)
         return NXL_ERR_UNKNOWN;
-    }
-    r->type = type;
-    r->addr = d->addr;
-    r->len = d->len;
     nxl_status_t st = type == NXL_VRAM ? reg_vram(u, d, r) : reg_file(u, d, r);
     if (st != NXL_SUCCESS) {
         free(r);
@@ -473,13 +467,13 @@ static void dereg(void *state, void *md)
 {
     gds_t *u = state;
     gds_reg_t *r = md;
-    if (r->type == NXL_VRAM) {
+    if (r->span.type == NXL_VRAM) {
         if (r->buf_reg) {
-            nxl_cufile_status_t s = u->L->buf_deregister((const void *)r->addr);
+            nxl_cufile_status_t s = u->L->buf_deregister((const void *)r->span.addr);
             if (s.err != NXL_CUFILE_SUCCESS) {
                 char b[96];
                 nxlt_log(u->ctx, NXL_LOG_WARN, "GDS: cuFileBufDeregister of 0x%lx failed: %s",
-                         (unsigned long)r->addr, cstatus(s, b, sizeof(b)));
+                         (unsigned long)r->span.addr, cstatus(s, b, sizeof(b)));
             }
         }
         free(r);
@@ -495,7 +489,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     gds_reg_t *r = md;
     *buf = NULL;
     *len = 0;
-    if (r->type != NXL_FILE)
+    if (r->span.type != NXL_FILE)
         return NXL_SUCCESS; /* VRAM is only ever the local side */
     return nxl_fio_pack_key(&u->fio, r->reg.regid, buf, len);
 }

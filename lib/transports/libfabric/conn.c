@@ -9,8 +9,8 @@ void nxl_lf_conn_put(lf_conn_t *c)
         return;
     lf_addr_t *e = c->av_entry;
     if (e && --e->refs == 0) {
-        if (c->u->av && !c->u->ep_closed)
-            fi_av_remove(c->u->av, &e->fa, 1, 0);
+        if (c->u->fids.av && !c->u->ep_closed)
+            fi_av_remove(c->u->fids.av, &e->fa, 1, 0);
         LIST_REMOVE(e, link);
         free(e);
     }
@@ -188,7 +188,7 @@ static lf_addr_t *av_entry(lf_t *u, const char *agent, const unsigned char *name
     if (e->len == nl && !memcmp(e->name, name, nl))
         return e;
     e = calloc(1, sizeof(*e) + nl);
-    int r = e ? fi_av_insert(u->av, name, 1, &e->fa, 0, NULL) : -FI_ENOMEM;
+    int r = e ? fi_av_insert(u->fids.av, name, 1, &e->fa, 0, NULL) : -FI_ENOMEM;
     if (r != 1) {
         nxlt_error(u->ctx, "LIBFABRIC: fi_av_insert of agent '%s''s address failed: %s; the "
                    "address may belong to another fabric or domain (check 'provider', 'domain' "

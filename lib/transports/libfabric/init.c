@@ -106,11 +106,11 @@ static nxl_status_t domain_open(lf_t *u, struct fi_av_attr *aa, const char *fabr
 {
     struct fi_info *fi = u->info;
     int r;
-    if ((r = fi_fabric(fi->fabric_attr, &u->fabric, NULL)))
+    if ((r = fi_fabric(fi->fabric_attr, &u->fids.fabric, NULL)))
         return fail(u, "fi_fabric", r, fabric_try);
-    if ((r = fi_domain(u->fabric, fi, &u->domain, NULL)))
+    if ((r = fi_domain(u->fids.fabric, fi, &u->fids.domain, NULL)))
         return fail(u, "fi_domain", r, "try another 'domain' or 'iface'");
-    if ((r = fi_av_open(u->domain, aa, &u->av, NULL)))
+    if ((r = fi_av_open(u->fids.domain, aa, &u->fids.av, NULL)))
         return fail(u, "fi_av_open", r, "the provider refused an address vector");
     return NXL_SUCCESS;
 }
@@ -136,12 +136,12 @@ static nxl_status_t rma_event_repick(lf_t *u, struct fi_av_attr *aa)
             fi_freeinfo(ev);
         return NXL_SUCCESS;
     }
-    fi_close(&u->av->fid);
-    fi_close(&u->domain->fid);
-    fi_close(&u->fabric->fid);
-    u->av = NULL;
-    u->domain = NULL;
-    u->fabric = NULL;
+    fi_close(&u->fids.av->fid);
+    fi_close(&u->fids.domain->fid);
+    fi_close(&u->fids.fabric->fid);
+    u->fids.av = NULL;
+    u->fids.domain = NULL;
+    u->fids.fabric = NULL;
     fi_freeinfo(u->info);
     u->info = fi_dupinfo(ev);
     fi_freeinfo(ev);
@@ -162,15 +162,15 @@ static nxl_status_t cq_open(lf_t *u, struct fi_av_attr *aa, int pm)
     size_t cq_size = u->tx_cap + NRX + 64;
     struct fi_cq_attr ca = {.size = cq_size, .format = FI_CQ_FORMAT_MSG,
                             .wait_obj = want_timer ? FI_WAIT_NONE : FI_WAIT_FD};
-    int r = want_timer ? 1 : fi_cq_open(u->domain, &ca, &u->cq, NULL);
+    int r = want_timer ? 1 : fi_cq_open(u->fids.domain, &ca, &u->fids.cq, NULL);
     if (r == 0) {
         int fd = -1;
-        int cr = fi_control(&u->cq->fid, FI_GETWAIT, &fd);
+        int cr = fi_control(&u->fids.cq->fid, FI_GETWAIT, &fd);
         if (cr == 0 && fd >= 0) {
             u->wait_fd = fd;
         } else {
-            fi_close(&u->cq->fid);
-            u->cq = NULL;
+            fi_close(&u->fids.cq->fid);
+            u->fids.cq = NULL;
             r = cr ? cr : -FI_ENOSYS;
         }
     }
@@ -184,11 +184,11 @@ static nxl_status_t cq_open(lf_t *u, struct fi_av_attr *aa, int pm)
         if (st != NXL_SUCCESS)
             return st;
         ca.wait_obj = FI_WAIT_NONE;
-        r = fi_cq_open(u->domain, &ca, &u->cq, NULL);
+        r = fi_cq_open(u->fids.domain, &ca, &u->fids.cq, NULL);
         if (!r && (u->info->caps & FI_RMA_EVENT)) {
             struct fi_cntr_attr cta = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
-            if (fi_cntr_open(u->domain, &cta, &u->rma_cntr, NULL))
-                u->rma_cntr = NULL;
+            if (fi_cntr_open(u->fids.domain, &cta, &u->fids.rma_cntr, NULL))
+                u->fids.rma_cntr = NULL;
         }
     }
     if (r)
@@ -203,22 +203,22 @@ static nxl_status_t ep_open(lf_t *u)
     int r;
     /* writes ask for delivery completion one by one; sends need not */
     fi->tx_attr->op_flags = 0;
-    if ((r = fi_endpoint(u->domain, fi, &u->ep, NULL)))
+    if ((r = fi_endpoint(u->fids.domain, fi, &u->fids.ep, NULL)))
         return fail(u, "fi_endpoint", r, "the provider refused an RDM endpoint");
-    if ((r = fi_ep_bind(u->ep, &u->av->fid, 0)) ||
-        (r = fi_ep_bind(u->ep, &u->cq->fid, FI_TRANSMIT | FI_RECV)))
+    if ((r = fi_ep_bind(u->fids.ep, &u->fids.av->fid, 0)) ||
+        (r = fi_ep_bind(u->fids.ep, &u->fids.cq->fid, FI_TRANSMIT | FI_RECV)))
         return fail(u, "fi_ep_bind", r, "the provider refused to bind its endpoint");
-    if (u->rma_cntr &&
-        fi_ep_bind(u->ep, &u->rma_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ)) {
-        fi_close(&u->rma_cntr->fid);
-        u->rma_cntr = NULL;
+    if (u->fids.rma_cntr &&
+        fi_ep_bind(u->fids.ep, &u->fids.rma_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ)) {
+        fi_close(&u->fids.rma_cntr->fid);
+        u->fids.rma_cntr = NULL;
     }
     if (!strcmp(u->prov, "shm"))
         nxl_lf_shm_clear_stale(u);
-    if ((r = fi_enable(u->ep)))
+    if ((r = fi_enable(u->fids.ep)))
         return fail(u, "fi_enable", r, "the endpoint could not start (address in use?)");
     u->name_len = sizeof(u->name);
-    if ((r = fi_getname(&u->ep->fid, u->name, &u->name_len)))
+    if ((r = fi_getname(&u->fids.ep->fid, u->name, &u->name_len)))
         return fail(u, "fi_getname", r, "the endpoint has no address");
     if (!strcmp(u->prov, "shm") && !nxl_lf_shm_register(u)) {
         nxlt_error(u->ctx, "LIBFABRIC: out of memory");
@@ -346,7 +346,7 @@ static void quiesce(void *state)
 {
     lf_t *u = state;
     lf_op_t *o;
-    if (u->ep && !u->ep_closed) {
+    if (u->fids.ep && !u->ep_closed) {
         u->quiescing = true;
         LIST_FOREACH(o, &u->ops, link)
         o->stopped = true;
@@ -359,8 +359,8 @@ static void quiesce(void *state)
             bool more;
             if (nxl_lf_drain(u, &more))
                 continue;
-            struct fid *f = &u->cq->fid;
-            if (u->wait_fd >= 0 && fi_trywait(u->fabric, &f, 1) == 0) {
+            struct fid *f = &u->fids.cq->fid;
+            if (u->wait_fd >= 0 && fi_trywait(u->fids.fabric, &f, 1) == 0) {
                 struct pollfd pf = {.fd = u->wait_fd, .events = POLLIN};
                 poll(&pf, 1, 10);
             } else {
@@ -378,9 +378,9 @@ static void quiesce(void *state)
         nxl_lf_op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: the agent is being destroyed");
     }
     /* an shm endpoint is closed (or retired) in destroy: shm_unregister */
-    if (u->ep && !u->ep_closed && !u->shm_ep) {
-        fi_close(&u->ep->fid);
-        u->ep = NULL;
+    if (u->fids.ep && !u->ep_closed && !u->shm_ep) {
+        fi_close(&u->fids.ep->fid);
+        u->fids.ep = NULL;
     }
     u->ep_closed = true;
 }
@@ -390,9 +390,9 @@ static void destroy(void *state)
     lf_t *u = state;
     quiesce(u);
     lf_shm_list_t reap = LIST_HEAD_INITIALIZER(reap);
-    if (u->shm_ep && !nxl_lf_shm_unregister(u, &reap) && u->ep) {
-        fi_close(&u->ep->fid);
-        u->ep = NULL;
+    if (u->shm_ep && !nxl_lf_shm_unregister(u, &reap) && u->fids.ep) {
+        fi_close(&u->fids.ep->fid);
+        u->fids.ep = NULL;
     }
     NXL_EVENTS_FREE(u->ev_fd, u->ev_kick, u->ev_watch, u->ev_poll, u->ev_bell);
     if (u->bell_fd >= 0)
@@ -424,8 +424,8 @@ static void destroy(void *state)
         LIST_REMOVE(h, link);
         free(h);
     }
-    /* the endpoint is closed (or retired) above */
-    nxl_lf_close_fids(NULL, u->rx_mr, u->rma_cntr, u->cq, u->av, u->domain, u->fabric);
+    /* the endpoint is closed (or retired) above: fids.ep is NULL */
+    nxl_lf_close_fids(&u->fids);
     if (u->info)
         fi_freeinfo(u->info);
     free(u->rxmem);

@@ -251,16 +251,23 @@ typedef struct lf_rkey {
     bool virt;
 } lf_rkey_t;
 
-struct lf_state {
-    nxlt_ctx_t *ctx;
-    struct fi_info *info;
+/* An endpoint's objects (NULL: not open), as an agent holds them and as a
+ * retired shm endpoint keeps them (shm.c) */
+typedef struct lf_fids {
     struct fid_fabric *fabric;
     struct fid_domain *domain;
     struct fid_av *av;
     struct fid_cq *cq;
     struct fid_cntr *rma_cntr;  /* timer mode: peers' writes and reads into our memory */
-    uint64_t rma_seen;
     struct fid_ep *ep;
+    struct fid_mr *rx_mr;       /* the receive buffers' (rxmem) */
+} lf_fids_t;
+
+struct lf_state {
+    nxlt_ctx_t *ctx;
+    struct fi_info *info;
+    lf_fids_t fids;
+    uint64_t rma_seen;
     bool ep_closed;
     struct lf_shm_ep *shm_ep;   /* shm: this endpoint among the process's (shm_eps) */
     unsigned long shm_gen_seen; /* shm_gen when this agent last looked */
@@ -300,7 +307,6 @@ struct lf_state {
     /* receives */
     lf_rx_t rx[NRX];
     unsigned char *rxmem;
-    struct fid_mr *rx_mr;
     void *rx_desc;
     unsigned rx_unposted;
     unsigned long ctx_less_errors;
@@ -321,9 +327,7 @@ void nxl_lf_check_later(lf_op_t *o);
 void nxl_lf_mr_mode_str(uint64_t m, char *buf, size_t cap);
 /* closes those of an endpoint's objects that are open (NULL: not), the
  * endpoint first and the fabric last */
-void nxl_lf_close_fids(struct fid_ep *ep, struct fid_mr *rx_mr, struct fid_cntr *cntr,
-                       struct fid_cq *cq, struct fid_av *av, struct fid_domain *domain,
-                       struct fid_fabric *fabric);
+void nxl_lf_close_fids(const lf_fids_t *f);
 
 /* shm.c */
 bool nxl_lf_shm_name_closed(const unsigned char *name, size_t len);

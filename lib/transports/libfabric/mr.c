@@ -6,9 +6,9 @@ nxl_status_t nxl_lf_mr_reg(lf_t *u, void *addr, size_t len, uint64_t access, str
                            uint64_t *key, const char *what)
 {
     uint64_t want = u->mr_prov_key ? 0 : ++u->next_key;
-    int r = fi_mr_reg(u->domain, addr, len, access, 0, want, 0, mr, NULL);
+    int r = fi_mr_reg(u->fids.domain, addr, len, access, 0, want, 0, mr, NULL);
     if (!r && u->mr_endpoint) {
-        r = fi_mr_bind(*mr, &u->ep->fid, 0);
+        r = fi_mr_bind(*mr, &u->fids.ep->fid, 0);
         if (!r)
             r = fi_mr_enable(*mr);
         if (r) {

@@ -157,7 +157,7 @@ static nxl_status_t post_notif(lf_op_t *o, bool first)
         return NXL_SUCCESS;
     if (u->tx_inflight >= u->tx_cap || u->notif_inflight >= NOTIF_CAP)
         return NXL_IN_PROG;
-    ssize_t r = fi_send(u->ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
+    ssize_t r = fi_send(u->fids.ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
                         c->addr, o);
     if (r == -FI_EAGAIN) {
         nxl_lf_post_refused(c);
@@ -208,8 +208,9 @@ nxl_status_t nxl_lf_try_post(lf_op_t *o, bool first)
             .context = o,
         };
         bool w = o->dir == NXL_WRITE;
-        ssize_t r = w ? fi_writemsg(u->ep, &m, FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
-                      : fi_readmsg(u->ep, &m, FI_COMPLETION);
+        ssize_t r = w ? fi_writemsg(u->fids.ep, &m,
+                                    FI_COMPLETION | (u->dc ? FI_DELIVERY_COMPLETE : 0))
+                      : fi_readmsg(u->fids.ep, &m, FI_COMPLETION);
         if (r == -FI_EAGAIN) {
             nxl_lf_post_refused(c);
             return NXL_IN_PROG;

@@ -41,7 +41,7 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
 static void on_err_entry(lf_t *u, struct fi_cq_err_entry *e)
 {
     char text[256] = "";
-    const char *s = fi_cq_strerror(u->cq, e->prov_errno, e->err_data, text, sizeof(text));
+    const char *s = fi_cq_strerror(u->fids.cq, e->prov_errno, e->err_data, text, sizeof(text));
     if (s != text)
         snprintf(text, sizeof(text), "%s", s ? s : "");
     lf_ctx_t *c = e->op_context;
@@ -99,13 +99,13 @@ unsigned nxl_lf_drain(lf_t *u, bool *more)
     if (u->ep_closed)
         return 0;
     for (int b = 0; b < DRAIN_BATCHES; b++) {
-        ssize_t r = fi_cq_read(u->cq, e, CQ_BATCH);
+        ssize_t r = fi_cq_read(u->fids.cq, e, CQ_BATCH);
         if (r == -FI_EAGAIN)
             return n;
         if (r == -FI_EAVAIL) {
             struct fi_cq_err_entry err;
             memset(&err, 0, sizeof(err));
-            if (fi_cq_readerr(u->cq, &err, 0) == 1) {
+            if (fi_cq_readerr(u->fids.cq, &err, 0) == 1) {
                 on_err_entry(u, &err);
                 n++;
             }
@@ -200,8 +200,8 @@ static void poll_schedule(lf_t *u, bool active)
  * the RMA-event counter says; in fd mode, the wait fd being readable. */
 static bool remote_activity(lf_t *u)
 {
-    if (u->rma_cntr) {
-        uint64_t c = fi_cntr_read(u->rma_cntr);
+    if (u->fids.rma_cntr) {
+        uint64_t c = fi_cntr_read(u->fids.rma_cntr);
         bool changed = c != u->rma_seen;
         u->rma_seen = c;
         return changed;
@@ -239,11 +239,11 @@ static void fail_deferred(lf_t *u)
  * keeps refusing gets the next loop turn (kick) */
 static void sleep_or_kick(lf_t *u)
 {
-    struct fid *f = &u->cq->fid;
+    struct fid *f = &u->fids.cq->fid;
     bool more;
     int tries;
     for (tries = 0; tries < TRY_ROUNDS; tries++) {
-        int r = fi_trywait(u->fabric, &f, 1);
+        int r = fi_trywait(u->fids.fabric, &f, 1);
         if (r == 0 || r == -FI_ENOSYS)
             break; /* safe to sleep on the fd */
         if (nxl_lf_drain(u, &more)) {
@@ -276,7 +276,7 @@ void nxl_lf_progress(lf_t *u, bool woke)
      * from a timer (shm's one-sided writes) it only keeps the poll short —
      * spinning on shm's progress would take the region lock the peer's
      * posts need (a 4 KiB WRITE took 250 us instead of 9) */
-    bool remote = u->rma_cntr ? remote_activity(u) : woke;
+    bool remote = u->fids.rma_cntr ? remote_activity(u) : woke;
     if ((n || (remote && u->wait_fd >= 0)) && bp)
         u->busy_until_us = nxlt_now_us() + bp;
     if (more) {

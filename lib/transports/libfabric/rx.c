@@ -6,7 +6,7 @@ void nxl_lf_rx_post(lf_t *u, lf_rx_t *rx)
 {
     if (u->ep_closed)
         return;
-    ssize_t r = fi_recv(u->ep, rx->buf, RXSZ, u->rx_desc, FI_ADDR_UNSPEC, rx);
+    ssize_t r = fi_recv(u->fids.ep, rx->buf, RXSZ, u->rx_desc, FI_ADDR_UNSPEC, rx);
     if (r == 0) {
         rx->posted = true;
         return;
@@ -108,10 +108,10 @@ nxl_status_t nxl_lf_rx_start(lf_t *u)
         return NXL_ERR_UNKNOWN;
     }
     if (u->mr_local) {
-        if (nxl_lf_mr_reg(u, u->rxmem, (size_t)NRX * RXSZ, FI_RECV, &u->rx_mr, NULL,
+        if (nxl_lf_mr_reg(u, u->rxmem, (size_t)NRX * RXSZ, FI_RECV, &u->fids.rx_mr, NULL,
                           "the notification buffers") != NXL_SUCCESS)
             return NXL_ERR_BACKEND;
-        u->rx_desc = fi_mr_desc(u->rx_mr);
+        u->rx_desc = fi_mr_desc(u->fids.rx_mr);
     }
     for (unsigned i = 0; i < NRX; i++) {
         u->rx[i].c.kind = CTX_RX;

@@ -23,13 +23,7 @@ typedef struct lf_shm_ep {
     LIST_ENTRY(lf_shm_ep) link;
     bool live;
     /* retired: what stays open */
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_av *av;
-    struct fid_cq *cq;
-    struct fid_cntr *cntr;
-    struct fid_ep *ep;
-    struct fid_mr *rx_mr;
+    lf_fids_t fids;
     unsigned char *rxmem;
     size_t len;
     unsigned char name[256];
@@ -121,21 +115,9 @@ bool nxl_lf_shm_unregister(lf_t *u, lf_shm_list_t *reap)
     e->live = false;
     bool retire = --shm_live > 0;
     if (retire) {
-        e->fabric = u->fabric;
-        e->domain = u->domain;
-        e->av = u->av;
-        e->cq = u->cq;
-        e->cntr = u->rma_cntr;
-        e->ep = u->ep;
-        e->rx_mr = u->rx_mr;
+        e->fids = u->fids;
         e->rxmem = u->rxmem;
-        u->fabric = NULL;
-        u->domain = NULL;
-        u->av = NULL;
-        u->cq = NULL;
-        u->rma_cntr = NULL;
-        u->ep = NULL;
-        u->rx_mr = NULL;
+        u->fids = (lf_fids_t){0};
         u->rxmem = NULL;
         __atomic_add_fetch(&shm_gen, 1, __ATOMIC_RELEASE);
     } else {
@@ -156,7 +138,7 @@ void nxl_lf_shm_close_retired(lf_shm_list_t *reap)
     lf_shm_ep_t *r;
     while ((r = LIST_FIRST(reap))) {
         LIST_REMOVE(r, link);
-        nxl_lf_close_fids(r->ep, r->rx_mr, r->cntr, r->cq, r->av, r->domain, r->fabric);
+        nxl_lf_close_fids(&r->fids);
         free(r->rxmem);
         free(r);
     }
@@ -172,7 +154,7 @@ void nxl_lf_shm_clear_stale(lf_t *u)
 {
     char name[256], own[32], path[300];
     size_t len = sizeof(name) - 1;
-    if (fi_getname(&u->ep->fid, name, &len) || len >= sizeof(name))
+    if (fi_getname(&u->fids.ep->fid, name, &len) || len >= sizeof(name))
         return;
     name[len] = 0;
     const char *n = strncmp(name, "fi_shm://", 9) ? name : name + 9;

@@ -124,14 +124,12 @@ void nxl_lf_mr_mode_str(uint64_t m, char *buf, size_t cap)
              m & FI_MR_ALLOCATED ? ", allocated memory" : "", m & FI_MR_RAW ? ", raw keys" : "");
 }
 
-void nxl_lf_close_fids(struct fid_ep *ep, struct fid_mr *rx_mr, struct fid_cntr *cntr,
-                       struct fid_cq *cq, struct fid_av *av, struct fid_domain *domain,
-                       struct fid_fabric *fabric)
+void nxl_lf_close_fids(const lf_fids_t *o)
 {
-    struct fid *f[] = {ep ? &ep->fid : NULL,     rx_mr ? &rx_mr->fid : NULL,
-                       cntr ? &cntr->fid : NULL, cq ? &cq->fid : NULL,
-                       av ? &av->fid : NULL,     domain ? &domain->fid : NULL,
-                       fabric ? &fabric->fid : NULL};
+    struct fid *f[] = {o->ep ? &o->ep->fid : NULL,         o->rx_mr ? &o->rx_mr->fid : NULL,
+                       o->rma_cntr ? &o->rma_cntr->fid : NULL, o->cq ? &o->cq->fid : NULL,
+                       o->av ? &o->av->fid : NULL,         o->domain ? &o->domain->fid : NULL,
+                       o->fabric ? &o->fabric->fid : NULL};
     for (size_t i = 0; i < sizeof(f) / sizeof(*f); i++)
         if (f[i])
             fi_close(f[i]);

@@ -36,11 +36,10 @@
  * already on the wire finish, aborts the upload, and completes once the
  * abort answered. Teardown takes every
  * request out of curl at once and aborts open multipart uploads with short
- * blocking requests. No timer or event is armed while nothing is in
+ * blocking requests. No timer is armed while nothing is in
  * flight. */
 #include "obj.h"
 
-#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +131,8 @@ static void destroy(void *state)
     nxlt_http_free(o->http);
     if (o->sync)
         curl_easy_cleanup(o->sync);
-    NXL_EVENTS_FREE(o->tick, o->kick);
+    nxlt_timer_free(o->tick);
+    nxlt_timer_free(o->kick);
     if (o->regs.v) {
         for (nxlt_reg_t *r; (r = nxlt_regtab_pop(&o->regs));)
             nxl_obj_key_put(NXLT_REG_OF(r, obj_key_t, reg));
@@ -330,7 +330,7 @@ static int set_base(obj_t *o, const char *bucket, const nxl_param_t *params, siz
     return 0;
 }
 
-/* The instance's state: its token, registry, HTTP multi handle and events;
+/* The instance's state: its token, registry, HTTP multi handle and timers;
  * -1 when out of memory (or libcurl failed). */
 static int start(obj_t *o)
 {
@@ -339,8 +339,8 @@ static int start(obj_t *o)
         o->token_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)o;
     int regs = nxlt_regtab_init(&o->regs);
     o->http = nxlt_http_open(ctx, nxl_obj_req_done, o);
-    o->tick = event_new(nxlt_base(ctx), -1, EV_PERSIST, nxl_obj_on_tick, o);
-    o->kick = event_new(nxlt_base(ctx), -1, 0, nxl_obj_on_kick, o);
+    o->tick = nxlt_timer_new(ctx, nxl_obj_on_tick, o);
+    o->kick = nxlt_timer_new(ctx, nxl_obj_on_kick, o);
     if (regs < 0 || !o->http || !o->tick || !o->kick || !o->base || !o->bucket ||
         (o->api == OBJ_S3 && !o->sigv4))
         return -1;

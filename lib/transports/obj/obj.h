@@ -11,13 +11,11 @@
 #include <nxl/transport.h>
 
 #include "../../common/base64.h"
-#include "../../common/evfree.h"
 #include "../../common/growbuf.h"
 #include "../common/regtab.h"
 #include "../common/firstfail.h"
 
 #include <curl/curl.h>
-#include <event2/util.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -36,7 +34,6 @@
 
 typedef enum { OBJ_S3, OBJ_AZURE } obj_api_t;
 
-struct event;
 typedef struct obj obj_t;
 typedef struct obj_xop obj_xop_t;
 
@@ -98,7 +95,7 @@ typedef struct obj_req {
     uint64_t moved_us;       /* in flight: when it started or last moved a byte */
     int64_t moved_bytes;     /* bytes curl had sent and received then */
     bool stalled;            /* taken out of curl after moving nothing for its bound */
-    struct event *retry_ev;
+    nxlt_timer_t *retry_ev;
     TAILQ_ENTRY(obj_req) qlink;
     LIST_ENTRY(obj_req) xlink;
 } obj_req_t;
@@ -145,9 +142,9 @@ struct obj {
     struct obj_reqq queue;
     unsigned inflight;
     LIST_HEAD(, obj_xop) xops;
-    struct event *tick;      /* while transfers are in flight: polls for canceled ones and
+    nxlt_timer_t *tick;      /* while transfers are in flight: polls for canceled ones and
                                 requests that moved nothing for timeout_s */
-    struct event *kick;      /* completes empty transfers on the next turn */
+    nxlt_timer_t *kick;      /* completes empty transfers on the next turn */
     /* statistics */
     uint64_t n_req, n_retry, n_xfer, n_conn;
     char desc[512];          /* endpoint and bucket as given: a long URL must fit */
@@ -209,8 +206,8 @@ void nxl_obj_xop_release(obj_xop_t *x);
 void nxl_obj_xop_finish(obj_xop_t *x);
 void nxl_obj_xop_fail(obj_xop_t *x, nxl_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void nxl_obj_on_tick(evutil_socket_t fd, short what, void *arg);
-void nxl_obj_on_kick(evutil_socket_t fd, short what, void *arg);
+void nxl_obj_on_tick(nxlt_timer_t *t, void *arg);
+void nxl_obj_on_kick(nxlt_timer_t *t, void *arg);
 nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t);
 
 /* azure.c */

@@ -4,7 +4,6 @@
  * max_connections, and blocking requests on the instance's own handle. */
 #include "obj.h"
 
-#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,8 +386,7 @@ obj_req_t *nxl_obj_req_new(obj_xop_t *x, int kind, obj_key_t *k, size_t elem)
 /* Frees r and what it holds, its key reference included; r is in no list. */
 void nxl_obj_req_free(obj_req_t *r)
 {
-    if (r->retry_ev)
-        event_free(r->retry_ev);
+    nxlt_timer_free(r->retry_ev);
     curl_slist_free_all(r->hdr);
     free(r->body);
     free(r->resp);
@@ -504,7 +502,7 @@ static bool transient_code(const char *code)
            !strcmp(code, "ServerBusy") || !strcmp(code, "OperationTimedOut");
 }
 
-static void on_retry(evutil_socket_t fd, short what, void *arg)
+static void on_retry(nxlt_timer_t *t, void *arg)
 {
     obj_req_t *r = arg;
     obj_t *o = r->o;
@@ -621,13 +619,12 @@ static bool req_retry(obj_t *o, obj_req_t *r, const char *why)
     curl_slist_free_all(r->hdr);
     r->hdr = NULL;
     if (!r->retry_ev)
-        r->retry_ev = evtimer_new(nxlt_base(o->ctx), on_retry, r);
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    if (r->retry_ev && evtimer_add(r->retry_ev, &tv) == 0) {
-        r->state = RQ_RETRY;
-        return true;
-    }
-    return false;
+        r->retry_ev = nxlt_timer_new(o->ctx, on_retry, r);
+    if (!r->retry_ev)
+        return false;
+    nxlt_timer_start(r->retry_ev, (uint64_t)ms * 1000);
+    r->state = RQ_RETRY;
+    return true;
 }
 
 /* A request ended with curl's result: success, retry, or failure. */
@@ -745,7 +742,7 @@ bool nxl_obj_req_detach(obj_t *o, obj_req_t *r)
     } else if (r->state == RQ_QUEUED) {
         TAILQ_REMOVE(&o->queue, r, qlink);
     } else if (r->state == RQ_RETRY) {
-        evtimer_del(r->retry_ev);
+        nxlt_timer_stop(r->retry_ev);
     } else {
         return false; /* being handled by its caller */
     }

@@ -4,7 +4,6 @@
  * silent requests. */
 #include "obj.h"
 
-#include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,7 @@ void nxl_obj_xop_finish(obj_xop_t *x)
     }
     free(x);
     if (LIST_EMPTY(&o->xops) && o->tick)
-        evtimer_del(o->tick);
+        nxlt_timer_stop(o->tick);
 }
 
 /* The transfer fails (first failure wins): nothing more of it starts, its
@@ -92,9 +91,12 @@ static obj_req_t *stalled_req(obj_t *o, uint64_t now)
     return NULL;
 }
 
-void nxl_obj_on_tick(evutil_socket_t fd, short what, void *arg)
+void nxl_obj_on_tick(nxlt_timer_t *t, void *arg)
 {
     obj_t *o = arg;
+    /* periodic: armed again first, so that the last transfer finishing in
+     * this callback stops it (nxl_obj_xop_finish) */
+    nxlt_timer_start(t, OBJ_CANCEL_TICK_MS * 1000);
     obj_xop_t *x, *next;
     for (x = LIST_FIRST(&o->xops); x; x = next) {
         next = LIST_NEXT(x, link);
@@ -113,7 +115,7 @@ void nxl_obj_on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-void nxl_obj_on_kick(evutil_socket_t fd, short what, void *arg)
+void nxl_obj_on_kick(nxlt_timer_t *t, void *arg)
 {
     nxl_obj_pump(arg);
 }
@@ -241,13 +243,11 @@ nxl_status_t nxl_obj_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
         }
     }
     o->n_xfer++;
-    if (o->tick && !evtimer_pending(o->tick, NULL)) {
-        struct timeval tv = {0, OBJ_CANCEL_TICK_MS * 1000};
-        evtimer_add(o->tick, &tv);
-    }
+    if (o->tick && !nxlt_timer_pending(o->tick))
+        nxlt_timer_start(o->tick, OBJ_CANCEL_TICK_MS * 1000);
     /* start on the next turn: callbacks (and what they post) batch up, and
      * nothing can complete inside this call */
-    event_active(o->kick, EV_TIMEOUT, 0);
+    nxlt_timer_activate(o->kick);
     nxl_obj_xop_release(x); /* an empty transfer completes here, held until post returns */
     return NXL_SUCCESS;
 }

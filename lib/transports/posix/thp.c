@@ -100,6 +100,17 @@ static void thp_walk(px_thp_t *t, thp_range_t *r, bool *again)
     }
 }
 
+/* r at the back of the thread's queue (t->mu held) */
+static void thp_queue(px_thp_t *t, thp_range_t *r)
+{
+    r->next = NULL;
+    if (t->tail)
+        t->tail->next = r;
+    else
+        t->head = r;
+    t->tail = r;
+}
+
 static void *thp_main(void *arg)
 {
     px_thp_t *t = arg;
@@ -122,12 +133,7 @@ static void *thp_main(void *arg)
             /* pinned by I/O in flight, or busy: back of the queue, a little later */
             usleep(THP_RETRY_US);
             pthread_mutex_lock(&t->mu);
-            r->next = NULL;
-            if (t->tail)
-                t->tail->next = r;
-            else
-                t->head = r;
-            t->tail = r;
+            thp_queue(t, r);
             pthread_mutex_unlock(&t->mu);
         } else {
             free(r);
@@ -200,11 +206,7 @@ void px_thp_add(px_t *u, uint64_t addr, size_t len)
         }
         t->started = true;
     }
-    if (t->tail)
-        t->tail->next = r;
-    else
-        t->head = r;
-    t->tail = r;
+    thp_queue(t, r);
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }

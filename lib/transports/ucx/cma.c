@@ -10,8 +10,7 @@
 
 void nxl_ucx_cma_close(ucx_conn_t *c)
 {
-    if (c->ev_pid)
-        event_free(c->ev_pid);
+    nxlt_io_free(c->ev_pid);
     c->ev_pid = NULL;
     if (c->pidfd >= 0)
         close(c->pidfd);
@@ -146,7 +145,7 @@ static void cma_refused(ucx_t *u, ucx_conn_t *c, int err, const char *when)
     c->cma = CMA_REFUSED;
 }
 
-static void on_pid_exit(evutil_socket_t fd, short what, void *arg)
+static void on_pid_exit(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     ucx_conn_t *c = arg;
     nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: the process of agent '%s' (pid %d) exited",
@@ -194,8 +193,8 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
     }
     c->pidfd = fd;
     c->cma = CMA_READY;
-    c->ev_pid = event_new(nxlt_base(u->ctx), fd, EV_READ, on_pid_exit, c);
-    if (!c->ev_pid || event_add(c->ev_pid, NULL)) {
+    c->ev_pid = nxlt_io_new(u->ctx, fd, on_pid_exit, c);
+    if (!c->ev_pid || nxlt_io_start(c->ev_pid, NXLT_IO_READ | NXLT_IO_ONCE)) {
         nxl_ucx_cma_close(c); /* not watched: not used */
         return;
     }
@@ -215,10 +214,9 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
 
 static void cma_kick(ucx_t *u)
 {
-    static const struct timeval zero = {0, 0};
     u->cma_defer = true;
-    if (!evtimer_pending(u->ev_cma, NULL))
-        evtimer_add(u->ev_cma, &zero);
+    if (!nxlt_timer_pending(u->ev_cma))
+        nxlt_timer_start(u->ev_cma, 0);
 }
 
 /* Which transfers go this way: DRAM on both sides, to a peer reached by
@@ -454,7 +452,7 @@ static void cma_slice(ucx_t *u)
     nxl_ucx_deferred_failures(u);
 }
 
-void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg)
+void nxl_ucx_on_cma(nxlt_timer_t *t, void *arg)
 {
     ucx_t *u = arg;
     u->cma_defer = false;
@@ -463,7 +461,7 @@ void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg)
 }
 
 /* the copies posted by callbacks of this pass (ev_cma_now) */
-void nxl_ucx_on_cma_now(evutil_socket_t fd, short what, void *arg)
+void nxl_ucx_on_cma_now(nxlt_timer_t *t, void *arg)
 {
     ucx_t *u = arg;
     u->cma_now_on = false;
@@ -511,7 +509,7 @@ nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt
          * in the pass too, and what their callbacks post waits for the
          * next turn (ev_cma): a chain of re-posts gets two steps a pass */
         u->cma_now_on = u->cma_now_used = true;
-        event_active(u->ev_cma_now, EV_READ, 0);
+        nxlt_timer_activate(u->ev_cma_now);
     } else {
         cma_kick(u);
     }

@@ -264,7 +264,8 @@ static nxl_status_t worker_open(ucx_t *u)
     return NXL_SUCCESS;
 }
 
-/* The worker's messages and events in the reactor: the transport listens.
+/* The worker's messages, and its event fd watched by the agent's loop (with
+ * the transport's timers): the transport listens.
  * On failure the caller destroys u. */
 static nxl_status_t listen_open(ucx_t *u)
 {
@@ -288,15 +289,13 @@ static nxl_status_t listen_open(ucx_t *u)
         };
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
-    struct event_base *base = nxlt_base(u->ctx);
-    u->ev_efd = event_new(base, u->efd, EV_READ | EV_PERSIST, nxl_ucx_on_efd, u);
-    u->ev_kick = evtimer_new(base, nxl_ucx_on_kick, u);
-    u->ev_watch = evtimer_new(base, nxl_ucx_on_watch, u);
-    u->ev_cma = evtimer_new(base, nxl_ucx_on_cma, u);
-    u->ev_cma_now = event_new(base, -1, 0, nxl_ucx_on_cma_now, u);
+    u->ev_efd = nxlt_io_new(u->ctx, u->efd, nxl_ucx_on_efd, u);
+    u->ev_kick = nxlt_timer_new(u->ctx, nxl_ucx_on_kick, u);
+    u->ev_watch = nxlt_timer_new(u->ctx, nxl_ucx_on_watch, u);
+    u->ev_cma = nxlt_timer_new(u->ctx, nxl_ucx_on_cma, u);
+    u->ev_cma_now = nxlt_timer_new(u->ctx, nxl_ucx_on_cma_now, u);
     if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_watch || !u->ev_cma ||
-        !u->ev_cma_now ||
-        event_add(u->ev_efd, NULL)) {
+        !u->ev_cma_now || nxlt_io_start(u->ev_efd, NXLT_IO_READ)) {
         nxlt_error(u->ctx, "UCX: setting up the worker in the reactor failed (%s)",
                    ucs_status_string(st));
         return NXL_ERR_BACKEND;
@@ -460,7 +459,11 @@ static void destroy(void *state)
         }
     }
     free(u->closing);
-    NXL_EVENTS_FREE(u->ev_efd, u->ev_kick, u->ev_watch, u->ev_cma, u->ev_cma_now);
+    nxlt_io_free(u->ev_efd);
+    nxlt_timer_free(u->ev_kick);
+    nxlt_timer_free(u->ev_watch);
+    nxlt_timer_free(u->ev_cma);
+    nxlt_timer_free(u->ev_cma_now);
     free(u->cma_liov);
     if (u->w)
         ucp_worker_destroy(u->w);

@@ -2,7 +2,7 @@
 /* The UCX transport: DRAM to and from other agents and within the agent,
  * through one UCP worker driven by the reactor.
  *
- * Progress: the worker's event fd sits in the reactor. On wake-up the worker
+ * Progress: the worker's event fd is watched by the agent's loop. On wake-up the worker
  * is progressed until idle and re-armed; when arming answers UCS_ERR_BUSY
  * (shared-memory transports with queued sends) it is retried a bounded
  * number of times, then progress continues from a zero-delay timer on the
@@ -24,7 +24,7 @@
  * message) only after the last byte landed. The peer is held by a pidfd:
  * checked before every system call, so that a pid that died is never
  * written to again (a recycled pid is another process), and watched in
- * the reactor, so that its transfers fail as soon as it exits. A kernel
+ * the agent's loop, so that its transfers fail as soon as it exits. A kernel
  * that refuses (ptrace rules) sends the transfers back to UCX.
  *
  * The files, one concern each (as libfabric's prov/tcp/src):
@@ -43,7 +43,6 @@
 #include <nxl/transport.h>
 
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -65,7 +64,6 @@
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
-#include "../../common/evfree.h" /* NXL_EVENTS_FREE */
 #include "../../common/clock_us.h" /* nxl_clock_us */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
@@ -96,7 +94,8 @@ typedef struct ucx_state {
     void *addr;
     size_t addr_len;
     int efd;
-    struct event *ev_efd, *ev_kick, *ev_watch;
+    nxlt_io_t *ev_efd;          /* the worker's event fd, watched */
+    nxlt_timer_t *ev_kick, *ev_watch;
     bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
     nxl_netop_inst_t net;       /* ops in flight (not done yet), hit, stall_us (netop.h) */
     uint64_t busy_until_us;
@@ -127,8 +126,8 @@ typedef struct ucx_state {
     TAILQ_HEAD(, ucx_op) cma_q; /* transfers being copied, in order */
     struct ucx_op *spare_ops;   /* done, for reuse (OP_SPARES) */
     unsigned nspare_ops;
-    struct event *ev_cma;       /* continues the copies on the next turn */
-    struct event *ev_cma_now;   /* copies posted by callbacks, after them in the same pass */
+    nxlt_timer_t *ev_cma;       /* continues the copies on the next turn */
+    nxlt_timer_t *ev_cma_now;   /* copies posted by callbacks, after them in the same pass */
     bool cma_now_on;            /* ev_cma_now is active */
     bool cma_now_used;          /* ev_cma_now was activated since ev_cma last ran */
     uint64_t cma_burst_end;     /* copies inside calls stop here... */
@@ -164,7 +163,7 @@ struct ucx_conn {
     int pidfd;                  /* the peer's process, while cma is CMA_READY (or -1) */
     pid_t pid;
     uint64_t pid_seen_us;       /* when its pidfd last said the process is alive */
-    struct event *ev_pid;       /* the peer's process exited */
+    nxlt_io_t *ev_pid;          /* the peer's process exited (its pidfd, watched) */
     LIST_ENTRY(ucx_conn) link;
 };
 
@@ -236,9 +235,9 @@ uint64_t nxl_ucx_coarse_us(void);
 void nxl_ucx_kick(ucx_t *u);
 void nxl_ucx_local_gone(ucx_t *u);
 void nxl_ucx_deferred_failures(ucx_t *u);
-void nxl_ucx_on_efd(evutil_socket_t fd, short what, void *arg);
-void nxl_ucx_on_kick(evutil_socket_t fd, short what, void *arg);
-void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg);
+void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg);
+void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg);
+void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg);
 void nxl_ucx_watch_start(ucx_t *u);
 
 /* conn.c */
@@ -260,8 +259,8 @@ bool nxl_ucx_pidfd_exited(int fd);
 void nxl_ucx_cma_init(ucx_t *u);
 void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p);
 bool nxl_ucx_cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x);
-void nxl_ucx_on_cma(evutil_socket_t fd, short what, void *arg);
-void nxl_ucx_on_cma_now(evutil_socket_t fd, short what, void *arg);
+void nxl_ucx_on_cma(nxlt_timer_t *t, void *arg);
+void nxl_ucx_on_cma_now(nxlt_timer_t *t, void *arg);
 nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
 
 /* mr.c */

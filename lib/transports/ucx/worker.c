@@ -191,10 +191,9 @@ uint64_t nxl_ucx_coarse_us(void)
 /* progress on the next turn (one already set for later is brought forward) */
 void nxl_ucx_kick(ucx_t *u)
 {
-    static const struct timeval zero = {0, 0};
-    if (u->kick_later || !evtimer_pending(u->ev_kick, NULL)) {
+    if (u->kick_later || !nxlt_timer_pending(u->ev_kick)) {
         u->kick_later = false;
-        evtimer_add(u->ev_kick, &zero);
+        nxlt_timer_start(u->ev_kick, 0);
     }
 }
 
@@ -204,11 +203,10 @@ void nxl_ucx_kick(ucx_t *u)
  * completes or a notification arrives (UCX does not count every completion:
  * a flush completes with a count of 0), or anything else in the loop is
  * ready to run (a delivery the engine queued outside this call, another
- * transport's event): then the loop gets its turn. */
+ * transport's watch or timer): then the loop gets its turn. */
 static void spin(ucx_t *u, unsigned bp)
 {
-    struct event_base *base = nxlt_base(u->ctx);
-    if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
+    if (nxlt_loop_busy(u->ctx))
         return;
     uint64_t now = nxlt_now_us(), end = now + SPIN_SLICE_US;
     if (end > u->busy_until_us)
@@ -223,8 +221,7 @@ static void spin(ucx_t *u, unsigned bp)
             u->busy_until_us = now + bp;
             return;
         }
-        if (!(i & 15) && ((now = nxlt_now_us()) >= end ||
-                          event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+        if (!(i & 15) && ((now = nxlt_now_us()) >= end || nxlt_loop_busy(u->ctx)))
             return;
     }
 }
@@ -293,8 +290,7 @@ static void busy_kick(ucx_t *u, unsigned n)
     u->backoff_us = !u->backoff_us ? BUSY_BACKOFF_MIN_US
                     : u->backoff_us >= BUSY_BACKOFF_MAX_US / 2 ? BUSY_BACKOFF_MAX_US
                     : u->backoff_us * 2;
-    struct timeval tv = {0, (suseconds_t)u->backoff_us};
-    evtimer_add(u->ev_kick, &tv);
+    nxlt_timer_start(u->ev_kick, u->backoff_us);
     u->kick_later = true;
     if (u->backoff_us == BUSY_BACKOFF_MAX_US && !u->backoff_said) {
         u->backoff_said = true;
@@ -329,7 +325,7 @@ static void progress(ucx_t *u)
          * to deliver): let it run first. Arming costs several system calls
          * and right after traffic mostly answers BUSY; delivering first
          * took ~15 us off each one-way trip here. The next turn arms. */
-        if (u->net.hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+        if (u->net.hit || nxlt_loop_busy(u->ctx)) {
             u->net.hit = false;
             nxl_ucx_kick(u);
             return;
@@ -352,13 +348,13 @@ static void progress(ucx_t *u)
     busy_kick(u, n);
 }
 
-void nxl_ucx_on_efd(evutil_socket_t fd, short what, void *arg) { progress(arg); }
-void nxl_ucx_on_kick(evutil_socket_t fd, short what, void *arg) { progress(arg); }
+void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg) { progress(arg); }
+void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg) { progress(arg); }
 
 /* While ops are in flight: progress now and then (UCX's keepalive runs from
  * progress), and declare lost a peer whose ops stopped completing: over TCP
  * a cut link raises no error until the kernel gives up, minutes later. */
-void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg)
+void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg)
 {
     ucx_t *u = arg;
     progress(u);
@@ -372,10 +368,8 @@ void nxl_ucx_on_watch(evutil_socket_t fd, short what, void *arg)
      * re-arms it (an op started meanwhile keeps it going: no timer is
      * added and removed for each op of a one-at-a-time stream) */
     u->watch_on = u->net.inflight > 0;
-    if (u->watch_on) {
-        struct timeval tv = {0, WATCH_MS * 1000};
-        evtimer_add(u->ev_watch, &tv);
-    }
+    if (u->watch_on)
+        nxlt_timer_start(u->ev_watch, WATCH_MS * 1000);
 }
 
 /* the first op after an idle period (nxl_netop_start said so): the watch
@@ -384,7 +378,6 @@ void nxl_ucx_watch_start(ucx_t *u)
 {
     if (!u->watch_on) {
         u->watch_on = true;
-        struct timeval tv = {0, WATCH_MS * 1000};
-        evtimer_add(u->ev_watch, &tv);
+        nxlt_timer_start(u->ev_watch, WATCH_MS * 1000);
     }
 }
