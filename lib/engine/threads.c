@@ -13,7 +13,7 @@
  *   ------                                --------------
  *   fill a call record (on its stack)
  *   lock; append to the queue; unlock
- *   not signaled yet: write the eventfd ──▶ wake_cb: read the eventfd,
+ *   not signaled yet: write the eventfd ──▶ nxli_mt_wake_cb: read the eventfd,
  *   sem_wait(record)                       lock; take the whole queue; unlock
  *                                          run each record's thunk (the public
  *                                          function itself, now on its thread),
@@ -161,7 +161,7 @@ struct nxli_tstate {
 
 static pthread_key_t ts_key;
 static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
-static __thread struct nxli_tstate *ts_self;
+static __thread struct nxli_tstate *nxli_mt_ts_self;
 
 static void ts_drop(struct nxli_tstate *s)
 {
@@ -181,20 +181,20 @@ static void ts_init(void)
 
 static struct nxli_tstate *ts_get(void)
 {
-    if (!ts_self) {
+    if (!nxli_mt_ts_self) {
         pthread_once(&ts_once, ts_init);
         struct nxli_tstate *s = calloc(1, sizeof(*s));
         if (!s)
             return NULL;
         s->refs = 1;
         pthread_setspecific(ts_key, s);
-        ts_self = s;
+        nxli_mt_ts_self = s;
     }
-    return ts_self;
+    return nxli_mt_ts_self;
 }
 
 /* an async record of this thread: counted until the reactor ran it */
-static void ts_hold(nxli_call_t *c)
+static void nxli_mt_ts_hold(nxli_call_t *c)
 {
     if ((c->ts = ts_get())) {
         __atomic_add_fetch(&c->ts->refs, 1, __ATOMIC_RELAXED);
@@ -202,7 +202,7 @@ static void ts_hold(nxli_call_t *c)
     }
 }
 
-static void record_free(nxli_call_t *c)
+static void nxli_mt_record_free(nxli_call_t *c)
 {
     if (c->ts) {
         __atomic_sub_fetch(&c->ts->pending, 1, __ATOMIC_RELEASE);
@@ -260,7 +260,7 @@ static void tmu_block(struct nxli_thr *t)
     __atomic_sub_fetch(&t->tmu_waiting, 1, __ATOMIC_RELAXED);
 }
 
-static void tmu_lock(struct nxli_thr *t)
+static void nxli_mt_tmu_lock(struct nxli_thr *t)
 {
     if (tmu_mine(t)) {
         t->tmu_depth++;
@@ -270,7 +270,7 @@ static void tmu_lock(struct nxli_thr *t)
     tmu_took(t);
 }
 
-static void tmu_unlock(struct nxli_thr *t)
+static void nxli_mt_tmu_unlock(struct nxli_thr *t)
 {
     if (--t->tmu_depth > 0)
         return;
@@ -280,12 +280,12 @@ static void tmu_unlock(struct nxli_thr *t)
 
 void nxli_tlock(nxl_agent_t *a)
 {
-    tmu_lock(a->thr);
+    nxli_mt_tmu_lock(a->thr);
 }
 
 void nxli_tunlock(nxl_agent_t *a)
 {
-    tmu_unlock(a->thr);
+    nxli_mt_tmu_unlock(a->thr);
 }
 
 bool nxli_thread_alive(const nxl_agent_t *a)
@@ -295,9 +295,9 @@ bool nxli_thread_alive(const nxl_agent_t *a)
 
 bool nxli_foreign_begin(nxl_agent_t *a)
 {
-    tmu_lock(a->thr);
+    nxli_mt_tmu_lock(a->thr);
     if (a->thr->dead) {
-        tmu_unlock(a->thr);
+        nxli_mt_tmu_unlock(a->thr);
         return false;
     }
     nxli_quiet = true;
@@ -305,14 +305,14 @@ bool nxli_foreign_begin(nxl_agent_t *a)
 }
 
 /* the same without waiting: false when the lock is held */
-static bool foreign_try(nxl_agent_t *a)
+static bool nxli_mt_foreign_try(nxl_agent_t *a)
 {
     struct nxli_thr *t = a->thr;
     if (tmu_mine(t) || pthread_mutex_trylock(&t->tmu) != 0)
         return false;
     tmu_took(t);
     if (t->dead) {
-        tmu_unlock(t);
+        nxli_mt_tmu_unlock(t);
         return false;
     }
     nxli_quiet = true;
@@ -322,7 +322,7 @@ static bool foreign_try(nxl_agent_t *a)
 void nxli_foreign_end(nxl_agent_t *a)
 {
     nxli_quiet = false;
-    tmu_unlock(a->thr);
+    nxli_mt_tmu_unlock(a->thr);
 }
 
 bool nxli_thread_foreign_slow(const nxl_agent_t *a)
@@ -343,12 +343,12 @@ void nxli_thread_set_error(const nxl_agent_t *a, const char *s)
 
 /* ---- the queue */
 
-static void refuse_call(nxli_call_t *c)
+static void nxli_mt_refuse(nxli_call_t *c)
 {
     if (c->async) {
         if (c->refuse)
             c->refuse(c);
-        record_free(c);
+        nxli_mt_record_free(c);
         return;
     }
     c->r.st = NXL_ERR_NOT_ALLOWED;
@@ -358,7 +358,7 @@ static void refuse_call(nxli_call_t *c)
     sem_post(&c->done);
 }
 
-static void wake_cb(nxlt_io_t *io, int fd, unsigned ready, void *arg)
+static void nxli_mt_wake_cb(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     nxl_agent_t *a = arg;
     struct nxli_thr *t = a->thr;
@@ -376,11 +376,11 @@ static void wake_cb(nxlt_io_t *io, int fd, unsigned ready, void *arg)
     while (c) {
         nxli_call_t *next = c->next;
         if (t->exit) {
-            refuse_call(c); /* queued behind nxl_agent_destroy() */
+            nxli_mt_refuse(c); /* queued behind nxl_agent_destroy() */
         } else {
             c->fn(c);
             if (c->async) {
-                record_free(c);
+                nxli_mt_record_free(c);
             } else {
                 if (c->fail)
                     snprintf(c->err, sizeof(c->err), "%s", a->err);
@@ -413,7 +413,7 @@ static void efd_write(struct nxli_thr *t)
 /* Appends c; false when the loop has ended (c untouched). Without wake the
  * record waits for the reactor's next wake-up (a release nothing depends
  * on but the thread's later calls, which wake it and run after it). */
-static bool enqueue(nxl_agent_t *a, nxli_call_t *c, bool wake)
+static bool nxli_mt_enqueue(nxl_agent_t *a, nxli_call_t *c, bool wake)
 {
     struct nxli_thr *t = a->thr;
     c->next = NULL;
@@ -458,10 +458,11 @@ static bool any_thread(const nxl_agent_t *a)
 /* wait: take the lock even while the reactor holds it (a call that would
  * wait for the reactor anyway); otherwise false then, and the call is
  * queued */
-static bool act_begin(nxl_agent_t *a, bool wait)
+static bool nxli_mt_act_begin(nxl_agent_t *a, bool wait)
 {
     struct nxli_thr *t = a->thr;
-    if (!t->direct || (ts_self && __atomic_load_n(&ts_self->pending, __ATOMIC_ACQUIRE)) ||
+    if (!t->direct ||
+        (nxli_mt_ts_self && __atomic_load_n(&nxli_mt_ts_self->pending, __ATOMIC_ACQUIRE)) ||
         tmu_mine(t))
         return false;
     if (pthread_mutex_trylock(&t->tmu) != 0) {
@@ -472,7 +473,7 @@ static bool act_begin(nxl_agent_t *a, bool wait)
     }
     tmu_took(t);
     if (t->dead || !any_thread(a)) {
-        tmu_unlock(t);
+        nxli_mt_tmu_unlock(t);
         return false;
     }
     a->acting = true;
@@ -483,7 +484,7 @@ static bool act_begin(nxl_agent_t *a, bool wait)
 }
 
 /* wakes the reactor (once until it reads its eventfd) */
-static void kick(struct nxli_thr *t)
+static void nxli_mt_kick(struct nxli_thr *t)
 {
     pthread_mutex_lock(&t->mu);
     bool signal = !t->signaled;
@@ -493,7 +494,7 @@ static void kick(struct nxli_thr *t)
         efd_write(t);
 }
 
-static void act_end(nxl_agent_t *a, bool failed)
+static void nxli_mt_act_end(nxl_agent_t *a, bool failed)
 {
     struct nxli_thr *t = a->thr;
     bool wake = nxli_deliver_acted(a);
@@ -502,34 +503,34 @@ static void act_end(nxl_agent_t *a, bool failed)
     if (failed)
         nxli_thread_set_error(a, a->err);
     memcpy(a->err, act_err, strnlen(act_err, sizeof(act_err) - 1) + 1);
-    tmu_unlock(t);
+    nxli_mt_tmu_unlock(t);
     if (wake)
-        kick(t);
+        nxli_mt_kick(t);
 }
 
 /* c run on this thread, acting; false: it was not (the caller queues it) */
-static bool act_run(nxl_agent_t *a, nxli_call_t *c, bool wait)
+static bool nxli_mt_act_run(nxl_agent_t *a, nxli_call_t *c, bool wait)
 {
-    if (!act_begin(a, wait))
+    if (!nxli_mt_act_begin(a, wait))
         return false;
     c->a = a;
     c->fail = false;
     c->fn(c);
-    act_end(a, c->fail);
+    nxli_mt_act_end(a, c->fail);
     return true;
 }
 
 /* Runs c on the reactor thread (or acting) and waits for it. */
-static void call(nxl_agent_t *a, nxli_call_t *c)
+static void nxli_mt_call(nxl_agent_t *a, nxli_call_t *c)
 {
-    if (c->direct && act_run(a, c, true))
+    if (c->direct && nxli_mt_act_run(a, c, true))
         return;
     c->a = a;
     c->async = false;
     c->fail = false;
     sem_init(&c->done, 0, 0);
-    if (!enqueue(a, c, true)) {
-        refuse_call(c);
+    if (!nxli_mt_enqueue(a, c, true)) {
+        nxli_mt_refuse(c);
     }
     while (sem_wait(&c->done) < 0 && errno == EINTR)
         ;
@@ -540,13 +541,13 @@ static void call(nxl_agent_t *a, nxli_call_t *c)
 
 /* Queues a call nobody waits for (releases, cancels); direct: acting when
  * the reactor sleeps. */
-static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bool wake,
+static void nxli_mt_call_async(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bool wake,
                           bool direct)
 {
     if (direct) {
         nxli_call_t s = {.fn = fn};
         s.v[0].p = p;
-        if (act_run(a, &s, false))
+        if (nxli_mt_act_run(a, &s, false))
             return;
     }
     nxli_call_t *c = malloc(sizeof(*c));
@@ -554,7 +555,7 @@ static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bo
         /* no memory for a record: wait on one of our own instead */
         nxli_call_t s = {.fn = fn};
         s.v[0].p = p;
-        call(a, &s);
+        nxli_mt_call(a, &s);
         return;
     }
     c->fn = fn;
@@ -566,11 +567,11 @@ static void call_async_ex(nxl_agent_t *a, void (*fn)(nxli_call_t *), void *p, bo
     c->ts = NULL;
     c->v[0].p = p;
     if (a->thr->direct) {
-        ts_hold(c);
+        nxli_mt_ts_hold(c);
         wake = true; /* the thread acts again once it ran */
     }
-    if (!enqueue(a, c, wake))
-        record_free(c);
+    if (!nxli_mt_enqueue(a, c, wake))
+        nxli_mt_record_free(c);
 }
 
 /* a log line of a call acting for the reactor: the application's log
@@ -591,7 +592,7 @@ bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line
     *c = (nxli_call_t){.fn = t_log, .a = a, .async = true};
     c->v[0].i = (int)lvl;
     snprintf(c->err, sizeof(c->err), "%s", line);
-    if (!enqueue(a, c, true))
+    if (!nxli_mt_enqueue(a, c, true))
         free(c);
     return true;
 }
@@ -601,7 +602,7 @@ bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line
 #define CALL_DIRECT(agent, thunk) nxli_call_t c_ = {.fn = (thunk), .direct = true}; \
     nxl_agent_t *a_ = (agent)
 #define ARG(i) c_.v[i]
-#define RUN_ST() (call(a_, &c_), c_.r.st)
+#define RUN_ST() (nxli_mt_call(a_, &c_), c_.r.st)
 #define A(i) c->v[i]
 #define ST(expr) do { c->r.st = (expr); c->fail = c->r.st < 0; } while (0)
 
@@ -618,7 +619,7 @@ bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line
 
 static void hand_over(struct nxli_thr *t)
 {
-    tmu_unlock(t);
+    nxli_mt_tmu_unlock(t);
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (__atomic_load_n(&t->tmu_waiting, __ATOMIC_RELAXED) > 0 &&
@@ -628,7 +629,7 @@ static void hand_over(struct nxli_thr *t)
         if ((now.tv_sec - t0.tv_sec) * 1000000 + (now.tv_nsec - t0.tv_nsec) / 1000 >= HANDOVER_US)
             break;
     }
-    tmu_lock(t);
+    nxli_mt_tmu_lock(t);
 }
 
 /* The direct mode's loop: one turn of the agent's loop without sleeping,
@@ -643,7 +644,7 @@ static int reactor_direct(nxl_agent_t *a)
     struct nxli_thr *t = a->thr;
     nxli_loop_t *l = a->loop;
     int rc = 0;
-    tmu_lock(t);
+    nxli_mt_tmu_lock(t);
     while (!t->exit) {
         if (l->ops->run_once(l, 0) < 0) {
             rc = -1;
@@ -656,19 +657,19 @@ static int reactor_direct(nxl_agent_t *a)
         int ms = l->ops->timeout_ms(l);
         if (ms == 0)
             continue; /* a timer due: the next turn at once (it polls the fds too) */
-        tmu_unlock(t);
+        nxli_mt_tmu_unlock(t);
         struct pollfd p = {.fd = t->epfd, .events = POLLIN};
         if (poll(&p, 1, ms) < 0 && errno != EINTR) {
-            tmu_lock(t);
+            nxli_mt_tmu_lock(t);
             rc = -1;
             break;
         }
-        tmu_lock(t);
+        nxli_mt_tmu_lock(t);
     }
     /* foreign threads act no more: the teardown follows (or, the loop
      * failed, calls are refused: no reactor delivers what they start) */
     t->dead = true;
-    tmu_unlock(t);
+    nxli_mt_tmu_unlock(t);
     return rc;
 }
 
@@ -700,16 +701,16 @@ static void *reactor_main(void *arg)
     pthread_mutex_unlock(&t->mu);
     while (c) {
         nxli_call_t *next = c->next;
-        refuse_call(c);
+        nxli_mt_refuse(c);
         c = next;
     }
     if (t->exit) {
         /* nxl_agent_destroy(): the teardown runs here, on the reactor
          * thread, so that cancellation callbacks run where every callback
          * runs; the destroying thread joins and frees the rest */
-        tmu_lock(t);
+        nxli_mt_tmu_lock(t);
         t->dead = true;
-        tmu_unlock(t);
+        nxli_mt_tmu_unlock(t);
         nxli_agent_teardown(a);
         t->torn = true;
     }
@@ -753,7 +754,7 @@ nxl_status_t nxli_thread_start(nxl_agent_t *a)
     sem_init(&t->started, 0, 0);
     a->thr = t;
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (t->efd < 0 || !(t->wake_io = nxli_io_new(a, t->efd, wake_cb, a)) ||
+    if (t->efd < 0 || !(t->wake_io = nxli_io_new(a, t->efd, nxli_mt_wake_cb, a)) ||
         nxlt_io_start(t->wake_io, NXLT_IO_READ) < 0) {
         nxli_err(a, "nxl_agent_create: threaded mode: no eventfd or watch for the reactor "
                     "thread (%s)", strerror(errno));
@@ -798,7 +799,7 @@ void nxli_thread_destroy(nxl_agent_t *a)
         return;
     }
     CALL(a, t_teardown);
-    call(a_, &c_);
+    nxli_mt_call(a_, &c_);
     pthread_join(t->join, NULL);
     if (!t->torn) { /* the loop had failed before: tear down here, after the join */
         t->dead = true;
@@ -952,7 +953,7 @@ nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name)
 {
     CALL(a, t_backend_get);
     ARG(0).cp = name;
-    call(a_, &c_);
+    nxli_mt_call(a_, &c_);
     return c_.r.p;
 }
 
@@ -961,7 +962,7 @@ size_t nxli_rpc_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
 {
     CALL(a, t_notifs_drain);
     ARG(0).notif = cb, ARG(1).p = arg;
-    call(a_, &c_);
+    nxli_mt_call(a_, &c_);
     return c_.r.z;
 }
 
@@ -970,7 +971,7 @@ void nxli_rpc_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
 {
     CALL(a, t_agent_on_notif);
     ARG(0).notif = cb, ARG(1).p = arg;
-    call(a_, &c_);
+    nxli_mt_call(a_, &c_);
 }
 
 static void t_future_from_cuda_event(nxli_call_t *c)
@@ -1087,7 +1088,7 @@ const char *nxli_rpc_future_error(const nxl_future_t *f)
 {
     CALL_DIRECT(f->agent, t_future_error);
     ARG(0).cp = f;
-    call(a_, &c_);
+    nxli_mt_call(a_, &c_);
     return c_.r.s;
 }
 
@@ -1096,7 +1097,7 @@ const char *nxli_rpc_future_peer(const nxl_future_t *f)
 {
     CALL_DIRECT(f->agent, t_future_peer);
     ARG(0).cp = f;
-    call(a_, &c_);
+    nxli_mt_call(a_, &c_);
     return c_.r.s;
 }
 
@@ -1105,11 +1106,14 @@ static void t_future_release(nxli_call_t *c) { nxl_future_release(A(0).p); }
  * this thread's next marshalled call (which wakes it) */
 void nxli_rpc_future_release(nxl_future_t *f)
 {
-    call_async_ex(f->agent, t_future_release, f, false, true);
+    nxli_mt_call_async(f->agent, t_future_release, f, false, true);
 }
 
 static void t_future_cancel(nxli_call_t *c) { nxl_future_cancel(A(0).p); }
-void nxli_rpc_future_cancel(nxl_future_t *f) { call_async_ex(f->agent, t_future_cancel, f, true, true); }
+void nxli_rpc_future_cancel(nxl_future_t *f)
+{
+    nxli_mt_call_async(f->agent, t_future_cancel, f, true, true);
+}
 
 static void t_future_all(nxli_call_t *c)
 {
@@ -1247,7 +1251,7 @@ nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
 static void t_prepped_release(nxli_call_t *c) { nxl_prepped_release(A(0).p); }
 void nxli_rpc_prepped_release(nxl_prepped_t *p)
 {
-    call_async_ex(p->agent, t_prepped_release, p, true, true);
+    nxli_mt_call_async(p->agent, t_prepped_release, p, true, true);
 }
 
 static void t_xfer_make(nxli_call_t *c)
@@ -1308,9 +1312,9 @@ nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_fu
         *out = NULL;
     /* the reactor sleeps: posted here, as the reactor would (host memory
      * only: CUDA's contexts are per thread) */
-    if (x->ltype == NXL_DRAM && x->rtype == NXL_DRAM && act_begin(a, false)) {
+    if (x->ltype == NXL_DRAM && x->rtype == NXL_DRAM && nxli_mt_act_begin(a, false)) {
         nxl_status_t st = nxl_xfer_post(x, cb, arg, out);
-        act_end(a, st != NXL_SUCCESS);
+        nxli_mt_act_end(a, st != NXL_SUCCESS);
         return st;
     }
     const char *why = NULL;
@@ -1321,7 +1325,7 @@ nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_fu
             st = nxli_xfer_post_claim(x, cb, arg, &f, &why);
             nxli_foreign_end(a);
         }
-    } else if (foreign_try(a)) {
+    } else if (nxli_mt_foreign_try(a)) {
         /* not acting (a transport that takes calls on its thread only, or
          * calls of this thread still queued): checked here all the same */
         st = nxli_xfer_post_claim(x, cb, arg, &f, &why);
@@ -1343,13 +1347,13 @@ nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_fu
                                .async = true};
             q->v[0].p = x, q->v[1].p = f, q->v[2].i = out != NULL;
             if (t->direct)
-                ts_hold(q);
-            if (enqueue(a, q, true)) {
+                nxli_mt_ts_hold(q);
+            if (nxli_mt_enqueue(a, q, true)) {
                 if (out)
                     *out = f;
                 return NXL_SUCCESS;
             }
-            record_free(q);
+            nxli_mt_record_free(q);
         }
         nxli_tlock(a);
         nxli_xfer_post_unclaim(x, f);
@@ -1369,7 +1373,10 @@ nxl_status_t nxli_rpc_xfer_status(const nxl_xfer_t *x)
 }
 
 static void t_xfer_release(nxli_call_t *c) { nxl_xfer_release(A(0).p); }
-void nxli_rpc_xfer_release(nxl_xfer_t *x) { call_async_ex(x->agent, t_xfer_release, x, true, true); }
+void nxli_rpc_xfer_release(nxl_xfer_t *x)
+{
+    nxli_mt_call_async(x->agent, t_xfer_release, x, true, true);
+}
 
 static void t_notif_send(nxli_call_t *c)
 {
