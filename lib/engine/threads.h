@@ -85,7 +85,9 @@ const char *nxli_thread_last_error(const nxl_agent_t *a);
 bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line);
 void nxli_thread_set_error(const nxl_agent_t *a, const char *s);
 
-/* One marshalled entry per public function (threads.c). */
+/* One marshalled entry per public function: made by mt/rpc.c from the list
+ * in mt/calls.def (the compiler holds them to these declarations), but for
+ * nxli_rpc_xfer_post(), written by hand in mt/rpc.c. */
 nxl_status_t nxli_rpc_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
                                      size_t nparams, nxl_backend_t **out);
 nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name);

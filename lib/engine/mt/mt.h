@@ -65,27 +65,21 @@
 #include <pthread.h>
 #include <semaphore.h>
 
+/* an argument of a record made by hand (the releases, a queued post, a log
+ * line); the calls of calls.def keep theirs in a struct of their own */
 typedef union nxli_arg {
     void *p;
-    const void *cp;
-    size_t z;
     int i;
-    uint64_t u64;
     nxl_done_cb done;
-    nxl_notif_cb notif;
 } nxli_arg_t;
 
 typedef struct nxli_call nxli_call_t;
 struct nxli_call {
     void (*fn)(nxli_call_t *c);
     nxl_agent_t *a;
-    nxli_arg_t v[9];
-    union {
-        nxl_status_t st;
-        size_t z;
-        void *p;
-        const char *s;
-    } r;
+    nxli_arg_t v[4];
+    void *args;             /* a call of calls.def: its arguments and result (rpc.c) */
+    nxl_status_t st;        /* a record by hand: its status (ST); refused: NOT_ALLOWED */
     bool fail;              /* the call failed: its sentence is copied to err */
     bool async;             /* malloc'd, nobody waits: the reactor frees it */
     bool direct;            /* may run on the calling thread while the reactor sleeps */
@@ -166,14 +160,12 @@ bool nxli_mt_act_begin(nxl_agent_t *a, bool wait);
 void nxli_mt_act_end(nxl_agent_t *a, bool failed);
 bool nxli_mt_act_run(nxl_agent_t *a, nxli_call_t *c, bool wait);
 
-/* a call record on the caller's stack (CALL, ARG, RUN_ST) and its thunk (A, ST) */
+/* a call record by hand, on the caller's stack (CALL, ARG, RUN_ST), and its
+ * thunk (A, ST); the calls of calls.def are made by rpc.c */
 #define CALL(agent, thunk) nxli_call_t c_ = {.fn = (thunk)}; nxl_agent_t *a_ = (agent)
-/* a call that may run on the calling thread while the reactor sleeps */
-#define CALL_DIRECT(agent, thunk) nxli_call_t c_ = {.fn = (thunk), .direct = true}; \
-    nxl_agent_t *a_ = (agent)
 #define ARG(i) c_.v[i]
-#define RUN_ST() (nxli_mt_call(a_, &c_), c_.r.st)
+#define RUN_ST() (nxli_mt_call(a_, &c_), c_.st)
 #define A(i) c->v[i]
-#define ST(expr) do { c->r.st = (expr); c->fail = c->r.st < 0; } while (0)
+#define ST(expr) do { c->st = (expr); c->fail = c->st < 0; } while (0)
 
 #endif

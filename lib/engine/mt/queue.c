@@ -70,7 +70,7 @@ void nxli_mt_refuse(nxli_call_t *c)
         nxli_mt_record_free(c);
         return;
     }
-    c->r.st = NXL_ERR_NOT_ALLOWED;
+    c->st = NXL_ERR_NOT_ALLOWED;
     c->fail = true;
     snprintf(c->err, sizeof(c->err), "agent '%s' is being destroyed: its reactor thread no "
              "longer takes calls", c->a->name);

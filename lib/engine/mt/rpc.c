@@ -1,364 +1,85 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Threaded mode: the entries of the public functions from foreign threads
- * (threads.h) and their thunks, run on the reactor thread or acting (mt.h). */
+ * (threads.h) and their thunks, run on the reactor thread or acting (mt.h):
+ * made from the list in calls.def, but for nxli_rpc_xfer_post(). */
 #include "mt.h"
 
-/* ---- one thunk and one entry per public function */
+/* m(type, param) for each (type, param) of a call, sep() between two */
+#define NXLI_NARG(...) NXLI_NARG_(__VA_ARGS__, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define NXLI_NARG_(_1, _2, _3, _4, _5, _6, _7, _8, _9, n, ...) n
+#define NXLI_CAT(x, y) NXLI_CAT_(x, y)
+#define NXLI_CAT_(x, y) x##y
+#define NXLI_MAP(m, sep, ...) NXLI_CAT(NXLI_MAP_, NXLI_NARG(__VA_ARGS__))(m, sep, __VA_ARGS__)
+#define NXLI_MAP_1(m, sep, p) m p
+#define NXLI_MAP_2(m, sep, p, ...) m p sep() NXLI_MAP_1(m, sep, __VA_ARGS__)
+#define NXLI_MAP_3(m, sep, p, ...) m p sep() NXLI_MAP_2(m, sep, __VA_ARGS__)
+#define NXLI_MAP_4(m, sep, p, ...) m p sep() NXLI_MAP_3(m, sep, __VA_ARGS__)
+#define NXLI_MAP_5(m, sep, p, ...) m p sep() NXLI_MAP_4(m, sep, __VA_ARGS__)
+#define NXLI_MAP_6(m, sep, p, ...) m p sep() NXLI_MAP_5(m, sep, __VA_ARGS__)
+#define NXLI_MAP_7(m, sep, p, ...) m p sep() NXLI_MAP_6(m, sep, __VA_ARGS__)
+#define NXLI_MAP_8(m, sep, p, ...) m p sep() NXLI_MAP_7(m, sep, __VA_ARGS__)
+#define NXLI_MAP_9(m, sep, p, ...) m p sep() NXLI_MAP_8(m, sep, __VA_ARGS__)
+#define NXLI_COMMA() ,
+#define NXLI_NOSEP()
 
-static void t_backend_create(nxli_call_t *c)
-{
-    ST(nxl_backend_create(c->a, A(0).cp, A(1).cp, A(2).z, A(3).p));
-}
-nxl_status_t nxli_rpc_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
-                                     size_t nparams, nxl_backend_t **out)
-{
-    CALL(a, t_backend_create);
-    ARG(0).cp = name, ARG(1).cp = params, ARG(2).z = nparams, ARG(3).p = out;
-    return RUN_ST();
-}
+#define NXLI_PARAM(type, param) type param     /* the entry's parameter */
+#define NXLI_FIELD(type, param) type param;    /* its copy in the record's arguments */
+#define NXLI_NAME(type, param) param
+#define NXLI_ARGV(type, param) args_->param    /* the thunk's argument */
 
-static void t_backend_get(nxli_call_t *c) { c->r.p = nxl_backend_get(c->a, A(0).cp); }
-nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name)
-{
-    CALL(a, t_backend_get);
-    ARG(0).cp = name;
-    nxli_mt_call(a_, &c_);
-    return c_.r.p;
-}
+#define NXLI_DIRECT_QUEUED false
+#define NXLI_DIRECT_DIRECT true
+#define NXLI_FAILED_ST(ret) ((ret) < 0)
+#define NXLI_FAILED_VAL(ret) false
 
-static void t_notifs_drain(nxli_call_t *c) { c->r.z = nxl_notifs_drain(c->a, A(0).notif, A(1).p); }
-size_t nxli_rpc_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
-{
-    CALL(a, t_notifs_drain);
-    ARG(0).notif = cb, ARG(1).p = arg;
-    nxli_mt_call(a_, &c_);
-    return c_.r.z;
-}
+/* The arguments and the result live on the caller's stack, in a struct of
+ * the call's own (c->args): the caller waits until the thunk ran. */
+#define NXLI_CALL_(kind, how, type, refused, name, self, ...)                                      \
+    struct nxli_args_##name {                                                                      \
+        type ret_;                                                                                 \
+        NXLI_MAP(NXLI_FIELD, NXLI_NOSEP, __VA_ARGS__)                                              \
+    };                                                                                             \
+    static void t_##name(nxli_call_t *c)                                                           \
+    {                                                                                              \
+        struct nxli_args_##name *args_ = c->args;                                                  \
+        args_->ret_ = nxl_##name(NXLI_MAP(NXLI_ARGV, NXLI_COMMA, __VA_ARGS__));                    \
+        c->fail = NXLI_FAILED_##how(args_->ret_);                                                  \
+    }                                                                                              \
+    type nxli_rpc_##name(NXLI_MAP(NXLI_PARAM, NXLI_COMMA, __VA_ARGS__))                            \
+    {                                                                                              \
+        struct nxli_args_##name args_ = {refused, NXLI_MAP(NXLI_NAME, NXLI_COMMA, __VA_ARGS__)};   \
+        nxli_call_t c_ = {.fn = t_##name, .args = &args_, .direct = NXLI_DIRECT_##kind};           \
+        nxli_mt_call(self, &c_);                                                                   \
+        return args_.ret_;                                                                         \
+    }
+#define NXLI_CALL_ST(kind, name, self, ...)                                                        \
+    NXLI_CALL_(kind, ST, nxl_status_t, NXL_ERR_NOT_ALLOWED, name, self, __VA_ARGS__)
+#define NXLI_CALL_VAL(kind, type, refused, name, self, ...)                                        \
+    NXLI_CALL_(kind, VAL, type, refused, name, self, __VA_ARGS__)
+#define NXLI_CALL_VOID(kind, name, self, ...)                                                      \
+    struct nxli_args_##name {                                                                      \
+        NXLI_MAP(NXLI_FIELD, NXLI_NOSEP, __VA_ARGS__)                                              \
+    };                                                                                             \
+    static void t_##name(nxli_call_t *c)                                                           \
+    {                                                                                              \
+        struct nxli_args_##name *args_ = c->args;                                                  \
+        nxl_##name(NXLI_MAP(NXLI_ARGV, NXLI_COMMA, __VA_ARGS__));                                  \
+    }                                                                                              \
+    void nxli_rpc_##name(NXLI_MAP(NXLI_PARAM, NXLI_COMMA, __VA_ARGS__))                            \
+    {                                                                                              \
+        struct nxli_args_##name args_ = {NXLI_MAP(NXLI_NAME, NXLI_COMMA, __VA_ARGS__)};            \
+        nxli_call_t c_ = {.fn = t_##name, .args = &args_, .direct = NXLI_DIRECT_##kind};           \
+        nxli_mt_call(self, &c_);                                                                   \
+    }
+/* a malloc'd record: its one argument in v[0] */
+#define NXLI_CALL_ASYNC(wake, name, self, param)                                                   \
+    static void t_##name(nxli_call_t *c) { nxl_##name(c->v[0].p); }                                \
+    void nxli_rpc_##name(NXLI_PARAM param)                                                         \
+    {                                                                                              \
+        nxli_mt_call_async(self, t_##name, NXLI_NAME param, wake, true);                           \
+    }
 
-static void t_agent_on_notif(nxli_call_t *c) { nxl_agent_on_notif(c->a, A(0).notif, A(1).p); }
-void nxli_rpc_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg)
-{
-    CALL(a, t_agent_on_notif);
-    ARG(0).notif = cb, ARG(1).p = arg;
-    nxli_mt_call(a_, &c_);
-}
-
-static void t_future_from_cuda_event(nxli_call_t *c)
-{
-    ST(nxl_future_from_cuda_event(c->a, A(0).p, A(1).done, A(2).p, A(3).p));
-}
-nxl_status_t nxli_rpc_future_from_cuda_event(nxl_agent_t *a, void *ev, nxl_done_cb cb, void *arg,
-                                             nxl_future_t **out)
-{
-    CALL(a, t_future_from_cuda_event);
-    ARG(0).p = ev, ARG(1).done = cb, ARG(2).p = arg, ARG(3).p = out;
-    return RUN_ST();
-}
-
-static void t_md_publish(nxli_call_t *c) { ST(nxl_md_publish(c->a, A(0).done, A(1).p, A(2).p)); }
-nxl_status_t nxli_rpc_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_publish);
-    ARG(0).done = cb, ARG(1).p = arg, ARG(2).p = out;
-    return RUN_ST();
-}
-
-static void t_md_publish_partial(nxli_call_t *c)
-{
-    ST(nxl_md_publish_partial(c->a, A(0).cp, (nxl_mem_t)A(1).i, A(2).cp, A(3).z, A(4).done,
-                              A(5).p, A(6).p));
-}
-nxl_status_t nxli_rpc_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
-                                         const nxl_desc_t *descs, size_t n, nxl_done_cb cb,
-                                         void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_publish_partial);
-    ARG(0).cp = label, ARG(1).i = (int)type, ARG(2).cp = descs, ARG(3).z = n;
-    ARG(4).done = cb, ARG(5).p = arg, ARG(6).p = out;
-    return RUN_ST();
-}
-
-static void t_md_unpublish(nxli_call_t *c) { ST(nxl_md_unpublish(c->a, A(0).done, A(1).p, A(2).p)); }
-nxl_status_t nxli_rpc_md_unpublish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_unpublish);
-    ARG(0).done = cb, ARG(1).p = arg, ARG(2).p = out;
-    return RUN_ST();
-}
-
-static void t_md_fetch_etcd(nxli_call_t *c)
-{
-    ST(nxl_md_fetch_etcd(c->a, A(0).cp, A(1).cp, A(2).i, A(3).done, A(4).p, A(5).p));
-}
-nxl_status_t nxli_rpc_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *label,
-                                    int timeout_ms, nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_fetch_etcd);
-    ARG(0).cp = remote, ARG(1).cp = label, ARG(2).i = timeout_ms;
-    ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
-    return RUN_ST();
-}
-
-static void t_md_send(nxli_call_t *c)
-{
-    ST(nxl_md_send(c->a, A(0).cp, (uint16_t)A(1).i, A(2).done, A(3).p, A(4).p));
-}
-nxl_status_t nxli_rpc_md_send(nxl_agent_t *a, const char *host, uint16_t port, nxl_done_cb cb,
-                              void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_send);
-    ARG(0).cp = host, ARG(1).i = port, ARG(2).done = cb, ARG(3).p = arg, ARG(4).p = out;
-    return RUN_ST();
-}
-
-static void t_md_fetch(nxli_call_t *c)
-{
-    ST(nxl_md_fetch(c->a, A(0).cp, A(1).cp, (uint16_t)A(2).i, A(3).done, A(4).p, A(5).p));
-}
-nxl_status_t nxli_rpc_md_fetch(nxl_agent_t *a, const char *remote, const char *host,
-                               uint16_t port, nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_fetch);
-    ARG(0).cp = remote, ARG(1).cp = host, ARG(2).i = port;
-    ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
-    return RUN_ST();
-}
-
-static void t_md_send_invalidate(nxli_call_t *c)
-{
-    ST(nxl_md_send_invalidate(c->a, A(0).cp, (uint16_t)A(1).i, A(2).done, A(3).p, A(4).p));
-}
-nxl_status_t nxli_rpc_md_send_invalidate(nxl_agent_t *a, const char *host, uint16_t port,
-                                         nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL(a, t_md_send_invalidate);
-    ARG(0).cp = host, ARG(1).i = port, ARG(2).done = cb, ARG(3).p = arg, ARG(4).p = out;
-    return RUN_ST();
-}
-
-static void t_future_then(nxli_call_t *c) { ST(nxl_future_then(A(0).p, A(1).done, A(2).p)); }
-nxl_status_t nxli_rpc_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
-{
-    CALL_DIRECT(f->agent, t_future_then);
-    ARG(0).p = f, ARG(1).done = cb, ARG(2).p = arg;
-    return RUN_ST();
-}
-
-static void t_future_status(nxli_call_t *c) { c->r.st = nxl_future_status(A(0).cp); }
-nxl_status_t nxli_rpc_future_status(const nxl_future_t *f)
-{
-    CALL_DIRECT(f->agent, t_future_status);
-    ARG(0).cp = f;
-    return RUN_ST();
-}
-
-static void t_future_error(nxli_call_t *c) { c->r.s = nxl_future_error(A(0).cp); }
-const char *nxli_rpc_future_error(const nxl_future_t *f)
-{
-    CALL_DIRECT(f->agent, t_future_error);
-    ARG(0).cp = f;
-    nxli_mt_call(a_, &c_);
-    return c_.r.s;
-}
-
-static void t_future_peer(nxli_call_t *c) { c->r.s = nxl_future_peer(A(0).cp); }
-const char *nxli_rpc_future_peer(const nxl_future_t *f)
-{
-    CALL_DIRECT(f->agent, t_future_peer);
-    ARG(0).cp = f;
-    nxli_mt_call(a_, &c_);
-    return c_.r.s;
-}
-
-static void t_future_release(nxli_call_t *c) { nxl_future_release(A(0).p); }
-/* a release wakes nobody: it runs on the reactor's next wake-up, before
- * this thread's next marshalled call (which wakes it) */
-void nxli_rpc_future_release(nxl_future_t *f)
-{
-    nxli_mt_call_async(f->agent, t_future_release, f, false, true);
-}
-
-static void t_future_cancel(nxli_call_t *c) { nxl_future_cancel(A(0).p); }
-void nxli_rpc_future_cancel(nxl_future_t *f)
-{
-    nxli_mt_call_async(f->agent, t_future_cancel, f, true, true);
-}
-
-static void t_future_all(nxli_call_t *c)
-{
-    ST(nxl_future_all(c->a, A(0).p, A(1).z, A(2).done, A(3).p, A(4).p));
-}
-nxl_status_t nxli_rpc_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n,
-                                 nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL(a, t_future_all);
-    ARG(0).cp = fs, ARG(1).z = n, ARG(2).done = cb, ARG(3).p = arg, ARG(4).p = out;
-    return RUN_ST();
-}
-
-static void t_md_check(nxli_call_t *c) { ST(nxl_md_check(c->a, A(0).cp)); }
-nxl_status_t nxli_rpc_md_check(nxl_agent_t *a, const char *remote)
-{
-    CALL_DIRECT(a, t_md_check);
-    ARG(0).cp = remote;
-    return RUN_ST();
-}
-
-static void t_md_invalidate(nxli_call_t *c) { ST(nxl_md_invalidate(c->a, A(0).cp)); }
-nxl_status_t nxli_rpc_md_invalidate(nxl_agent_t *a, const char *remote)
-{
-    CALL(a, t_md_invalidate);
-    ARG(0).cp = remote;
-    return RUN_ST();
-}
-
-static void t_md_local(nxli_call_t *c) { ST(nxl_md_local(c->a, A(0).p, A(1).p)); }
-nxl_status_t nxli_rpc_md_local(nxl_agent_t *a, void **blob, size_t *len)
-{
-    CALL(a, t_md_local);
-    ARG(0).p = blob, ARG(1).p = len;
-    return RUN_ST();
-}
-
-static void t_md_local_partial(nxli_call_t *c)
-{
-    ST(nxl_md_local_partial(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z, A(3).p, A(4).p));
-}
-nxl_status_t nxli_rpc_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
-                                       size_t n, void **blob, size_t *len)
-{
-    CALL(a, t_md_local_partial);
-    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n, ARG(3).p = blob, ARG(4).p = len;
-    return RUN_ST();
-}
-
-static void t_md_load(nxli_call_t *c) { ST(nxl_md_load(c->a, A(0).cp, A(1).z, A(2).p, A(3).z)); }
-nxl_status_t nxli_rpc_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
-                              size_t cap)
-{
-    CALL(a, t_md_load);
-    ARG(0).cp = blob, ARG(1).z = len, ARG(2).p = name_out, ARG(3).z = cap;
-    return RUN_ST();
-}
-
-static void t_mem_register(nxli_call_t *c)
-{
-    ST(nxl_mem_register(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z, A(3).p));
-}
-nxl_status_t nxli_rpc_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
-                                   size_t n, nxl_backend_t *b)
-{
-    CALL(a, t_mem_register);
-    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n, ARG(3).p = b;
-    return RUN_ST();
-}
-
-static void t_mem_deregister(nxli_call_t *c)
-{
-    ST(nxl_mem_deregister(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z));
-}
-nxl_status_t nxli_rpc_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
-                                     size_t n)
-{
-    CALL(a, t_mem_deregister);
-    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n;
-    return RUN_ST();
-}
-
-static void t_mem_alloc(nxli_call_t *c)
-{
-    ST(nxl_mem_alloc(c->a, (nxl_mem_t)A(0).i, A(1).z, A(2).u64, A(3).p));
-}
-nxl_status_t nxli_rpc_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, uint64_t dev_id,
-                                void **ptr)
-{
-    CALL(a, t_mem_alloc);
-    ARG(0).i = (int)type, ARG(1).z = len, ARG(2).u64 = dev_id, ARG(3).p = ptr;
-    return RUN_ST();
-}
-
-static void t_mem_free(nxli_call_t *c) { ST(nxl_mem_free(c->a, A(0).p)); }
-nxl_status_t nxli_rpc_mem_free(nxl_agent_t *a, void *ptr)
-{
-    CALL(a, t_mem_free);
-    ARG(0).p = ptr;
-    return RUN_ST();
-}
-
-static void t_mem_query(nxli_call_t *c)
-{
-    ST(nxl_mem_query(c->a, (nxl_mem_t)A(0).i, A(1).cp, A(2).z, A(3).p, A(4).p));
-}
-nxl_status_t nxli_rpc_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
-                                size_t n, nxl_backend_t *b, nxl_query_t *results)
-{
-    CALL(a, t_mem_query);
-    ARG(0).i = (int)type, ARG(1).cp = descs, ARG(2).z = n, ARG(3).p = b, ARG(4).p = results;
-    return RUN_ST();
-}
-
-static void t_agent_stats(nxli_call_t *c) { ST(nxl_agent_stats(c->a, A(0).cp, A(1).p)); }
-nxl_status_t nxli_rpc_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out)
-{
-    CALL_DIRECT(a, t_agent_stats);
-    ARG(0).cp = transport, ARG(1).p = out;
-    return RUN_ST();
-}
-
-static void t_prep(nxli_call_t *c)
-{
-    ST(nxl_prep(c->a, A(0).cp, (nxl_mem_t)A(1).i, A(2).cp, A(3).z, A(4).p));
-}
-nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
-                           const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
-{
-    CALL_DIRECT(a, t_prep);
-    ARG(0).cp = agent, ARG(1).i = (int)type, ARG(2).cp = descs, ARG(3).z = n, ARG(4).p = out;
-    return RUN_ST();
-}
-
-static void t_prepped_release(nxli_call_t *c) { nxl_prepped_release(A(0).p); }
-void nxli_rpc_prepped_release(nxl_prepped_t *p)
-{
-    nxli_mt_call_async(p->agent, t_prepped_release, p, true, true);
-}
-
-static void t_xfer_make(nxli_call_t *c)
-{
-    ST(nxl_xfer_make(c->a, (nxl_op_t)A(0).i, A(1).p, A(2).cp, A(3).p, A(4).cp, A(5).z, A(6).cp,
-                     A(7).p));
-}
-nxl_status_t nxli_rpc_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
-                                nxl_prepped_t *rp, const size_t *ridx, size_t n,
-                                const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
-{
-    CALL_DIRECT(a, t_xfer_make);
-    ARG(0).i = (int)op, ARG(1).p = lp, ARG(2).cp = lidx, ARG(3).p = rp, ARG(4).cp = ridx;
-    ARG(5).z = n, ARG(6).cp = opts, ARG(7).p = out;
-    return RUN_ST();
-}
-
-static void t_xfer_create(nxli_call_t *c)
-{
-    ST(nxl_xfer_create(c->a, (nxl_op_t)A(0).i, A(1).cp, A(2).cp, A(3).cp, A(4).cp, A(5).p));
-}
-nxl_status_t nxli_rpc_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlist_t *local,
-                                  const nxl_dlist_t *remote, const char *remote_agent,
-                                  const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
-{
-    CALL(a, t_xfer_create);
-    ARG(0).i = (int)op, ARG(1).cp = local, ARG(2).cp = remote, ARG(3).cp = remote_agent;
-    ARG(4).cp = opts, ARG(5).p = out;
-    return RUN_ST();
-}
-
-static void t_xfer_set_notif(nxli_call_t *c) { ST(nxl_xfer_set_notif(A(0).p, A(1).cp, A(2).z)); }
-nxl_status_t nxli_rpc_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
-{
-    CALL_DIRECT(x->agent, t_xfer_set_notif);
-    ARG(0).p = x, ARG(1).cp = msg, ARG(2).z = len;
-    return RUN_ST();
-}
+#include "calls.def"
 
 static void t_xfer_post(nxli_call_t *c) { ST(nxl_xfer_post(A(0).p, A(1).done, A(2).p, A(3).p)); }
 static void t_xfer_post_queued(nxli_call_t *c) { nxli_xfer_post_queued(A(0).p, A(1).p, A(2).i); }
@@ -432,31 +153,3 @@ nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_fu
     ARG(0).p = x, ARG(1).done = cb, ARG(2).p = arg, ARG(3).p = out;
     return RUN_ST();
 }
-
-static void t_xfer_status(nxli_call_t *c) { c->r.st = nxl_xfer_status(A(0).cp); }
-nxl_status_t nxli_rpc_xfer_status(const nxl_xfer_t *x)
-{
-    CALL_DIRECT(x->agent, t_xfer_status);
-    ARG(0).cp = x;
-    return RUN_ST();
-}
-
-static void t_xfer_release(nxli_call_t *c) { nxl_xfer_release(A(0).p); }
-void nxli_rpc_xfer_release(nxl_xfer_t *x)
-{
-    nxli_mt_call_async(x->agent, t_xfer_release, x, true, true);
-}
-
-static void t_notif_send(nxli_call_t *c)
-{
-    ST(nxl_notif_send(c->a, A(0).cp, A(1).cp, A(2).z, A(3).done, A(4).p, A(5).p));
-}
-nxl_status_t nxli_rpc_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
-                                 nxl_done_cb cb, void *arg, nxl_future_t **out)
-{
-    CALL_DIRECT(a, t_notif_send);
-    ARG(0).cp = remote, ARG(1).cp = msg, ARG(2).z = len;
-    ARG(3).done = cb, ARG(4).p = arg, ARG(5).p = out;
-    return RUN_ST();
-}
-
