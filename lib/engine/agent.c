@@ -111,7 +111,7 @@ static nxl_status_t base_make(nxl_agent_t *a, const nxl_agent_config_t *cfg, boo
     char why[256];
     a->loop_kind = kind;
     /* a threaded agent's reactor sleeps in the loop's epoll set, whose
-     * timerfd and watches a foreign thread's call changes (threads.c) */
+     * timerfd and watches a foreign thread's call changes (mt/reactor.c) */
     if (!(a->loop = nxli_loop_new(a, threaded ? NXL_LOOP_FD : kind, cfg->base, why,
                                   sizeof(why)))) {
         nxli_set_create_error("nxl_agent_create: %s", why);
