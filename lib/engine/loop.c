@@ -17,8 +17,6 @@ nxli_loop_t *nxli_loop_new(nxl_agent_t *a, int kind, struct event_base *base, ch
     }
     l->agent = a;
     l->epfd = l->tfd = -1;
-    LIST_INIT(&l->dead_io);
-    LIST_INIT(&l->dead_timers);
     int rc = kind == NXL_LOOP_FD ? nxli_loop_epoll_init(l, why, cap)
                                  : nxli_loop_libevent_init(l, base, why, cap);
     if (rc < 0) {
@@ -42,16 +40,24 @@ void nxli_loop_reap(nxli_loop_t *l)
 {
     if (l->dispatching)
         return;
-    nxlt_io_t *io;
-    while ((io = LIST_FIRST(&l->dead_io))) {
-        LIST_REMOVE(io, link);
-        free(io);
+    while (l->graves) {
+        void *p = l->graves;
+        l->graves = *(void **)p;
+        free(p);
     }
-    nxlt_timer_t *t;
-    while ((t = LIST_FIRST(&l->dead_timers))) {
-        LIST_REMOVE(t, link);
-        free(t);
+}
+
+/* a watch or timer freed: at once, or after the callbacks of this turn
+ * (a later one of them may still be in the turn's list); @p p begins with
+ * its grave link */
+static void bury(nxli_loop_t *l, void *p)
+{
+    if (!l->dispatching) {
+        free(p);
+        return;
     }
+    *(void **)p = l->graves;
+    l->graves = p;
 }
 
 /* ---- watches */
@@ -102,11 +108,7 @@ void nxlt_io_free(nxlt_io_t *io)
     l->ops->io_free(l, io);
     l->nio--;
     io->dead = true;
-    if (l->dispatching) {
-        LIST_INSERT_HEAD(&l->dead_io, io, link);
-        return;
-    }
-    free(io);
+    bury(l, io);
 }
 
 /* ---- timers */
@@ -150,11 +152,7 @@ void nxlt_timer_free(nxlt_timer_t *t)
     l->ops->timer_free(l, t);
     l->ntimers--;
     t->dead = true;
-    if (l->dispatching) {
-        LIST_INSERT_HEAD(&l->dead_timers, t, link);
-        return;
-    }
-    free(t);
+    bury(l, t);
 }
 
 int nxlt_loop_busy(nxlt_ctx_t *ctx)

@@ -15,6 +15,7 @@ struct event_base;
 typedef struct nxli_loop nxli_loop_t;
 
 struct nxlt_io {
+    void *grave;      /* first: freed while the loop dispatches, the next one buried */
     nxli_loop_t *loop;
     int fd;
     unsigned events;  /* watched now, with NXLT_IO_ONCE */
@@ -23,10 +24,10 @@ struct nxlt_io {
     void *bk;         /* the backend's (libevent: struct event *) */
     bool in_set;      /* epoll: registered in the set */
     bool dead;        /* freed while the loop dispatches: freed after */
-    LIST_ENTRY(nxlt_io) link;
 };
 
 struct nxlt_timer {
+    void *grave;      /* first, as in nxlt_io */
     nxli_loop_t *loop;
     nxlt_timer_cb cb;
     void *arg;
@@ -35,7 +36,6 @@ struct nxlt_timer {
     size_t heap_i;    /* epoll: its index in the heap, +1 (0: not there) */
     bool batch;       /* epoll: due, in the batch being run */
     bool dead;
-    LIST_ENTRY(nxlt_timer) link;
 };
 
 typedef struct nxli_loop_ops {
@@ -57,6 +57,17 @@ typedef struct nxli_loop_ops {
     void (*destroy)(nxli_loop_t *l);
 } nxli_loop_ops_t;
 
+/* a backend's table, its functions named PREFIX_io_start, ... */
+#define NXLI_LOOP_OPS(nm, p)                                                                  \
+    {                                                                                         \
+        .name = nm, .io_start = p##_io_start, .io_free = p##_io_free,                         \
+        .timer_new = p##_timer_new, .timer_start = p##_timer_start,                           \
+        .timer_activate = p##_timer_activate, .timer_stop = p##_timer_stop,                   \
+        .timer_pending = p##_timer_pending, .timer_free = p##_timer_free,                     \
+        .run_once = p##_run_once, .stop = p##_stop, .busy = p##_busy,                         \
+        .timeout_ms = p##_timeout_ms, .destroy = p##_destroy,                                 \
+    }
+
 struct nxli_loop {
     const nxli_loop_ops_t *ops;
     struct nxl_agent *agent;
@@ -72,8 +83,7 @@ struct nxli_loop {
     unsigned timers_left;    /* epoll: due timers of this turn still to run */
     bool stop_req;
     unsigned nio, ntimers;   /* alive, for the agent's knowledge and leak checks */
-    LIST_HEAD(, nxlt_io) dead_io;
-    LIST_HEAD(, nxlt_timer) dead_timers;
+    void *graves;            /* watches and timers freed while dispatching (their grave links) */
 };
 
 /* makes the agent's loop: on @p base (NULL: one of its own) or, with kind

@@ -88,7 +88,11 @@ static int heap_insert(nxli_loop_t *l, nxlt_timer_t *t)
 }
 
 /* arms the timerfd for the soonest timer (absolute, on the clock of
- * nxlt_now_us(): CLOCK_MONOTONIC) */
+ * nxlt_now_us(): CLOCK_MONOTONIC). It is never read: timerfd_settime()
+ * clears its expirations, so one armed in the past stays readable (the set
+ * too) until it is set again for a later time or disarmed — a timer due
+ * at every turn (a transport polling from a zero timer) costs no system
+ * call of its own. */
 static void tfd_sync(nxli_loop_t *l)
 {
     /* inside a turn the turn itself bounds the next wait (ep_wait_ms):
@@ -99,6 +103,8 @@ static void tfd_sync(nxli_loop_t *l)
     uint64_t due = l->nheap ? l->heap[0]->due_us : 0;
     if (due == l->tfd_due)
         return;
+    if (due && l->tfd_due && l->tfd_due <= due && due <= nxli_now_us())
+        return; /* armed in the past already: readable until set again */
     struct itimerspec its = {{0, 0}, {0, 0}};
     if (due) {
         its.it_value.tv_sec = (time_t)(due / 1000000);
@@ -227,14 +233,8 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
     l->dispatching++;
     for (int i = 0; i < n; i++) {
         nxlt_io_t *io = evs[i].data.ptr;
-        if (!io) {
-            uint64_t ticks;
-            if (read(l->tfd, &ticks, sizeof(ticks)) < 0) {
-                /* EAGAIN: re-armed meanwhile */
-            }
-            l->tfd_due = (uint64_t)-1; /* fired: armed again in run_timers() */
-            continue;
-        }
+        if (!io)
+            continue; /* the timerfd: the due timers run below */
         if (io->dead || !io->events)
             continue; /* freed or stopped by an earlier callback of this turn */
         uint32_t e = evs[i].events;
@@ -277,22 +277,7 @@ static void ep_destroy(nxli_loop_t *l)
     l->tfd = l->epfd = -1;
 }
 
-const nxli_loop_ops_t nxli_loop_epoll = {
-    .name = "epoll",
-    .io_start = ep_io_start,
-    .io_free = ep_io_free,
-    .timer_new = ep_timer_new,
-    .timer_start = ep_timer_start,
-    .timer_activate = ep_timer_activate,
-    .timer_stop = ep_timer_stop,
-    .timer_pending = ep_timer_pending,
-    .timer_free = ep_timer_free,
-    .run_once = ep_run_once,
-    .stop = ep_stop,
-    .busy = ep_busy,
-    .timeout_ms = ep_timeout_ms,
-    .destroy = ep_destroy,
-};
+const nxli_loop_ops_t nxli_loop_epoll = NXLI_LOOP_OPS("epoll", ep);
 
 int nxli_loop_epoll_init(nxli_loop_t *l, char *why, size_t cap)
 {

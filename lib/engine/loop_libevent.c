@@ -125,22 +125,7 @@ static void le_destroy(nxli_loop_t *l)
     l->base = NULL;
 }
 
-const nxli_loop_ops_t nxli_loop_libevent = {
-    .name = "libevent",
-    .io_start = le_io_start,
-    .io_free = le_io_free,
-    .timer_new = le_timer_new,
-    .timer_start = le_timer_start,
-    .timer_activate = le_timer_activate,
-    .timer_stop = le_timer_stop,
-    .timer_pending = le_timer_pending,
-    .timer_free = le_timer_free,
-    .run_once = le_run_once,
-    .stop = le_stop,
-    .busy = le_busy,
-    .timeout_ms = le_timeout_ms,
-    .destroy = le_destroy,
-};
+const nxli_loop_ops_t nxli_loop_libevent = NXLI_LOOP_OPS("libevent", le);
 
 int nxli_loop_libevent_init(nxli_loop_t *l, struct event_base *base, char *why, size_t cap)
 {

@@ -101,8 +101,9 @@ nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_fu
     if (out)
         *out = NULL;
     /* the reactor sleeps: posted here, as the reactor would (host memory
-     * only: CUDA's contexts are per thread) */
-    if (x->ltype == NXL_DRAM && x->rtype == NXL_DRAM && nxli_mt_act_begin(a, false)) {
+     * on this side, anything but VRAM on the other: CUDA's contexts are
+     * per thread) */
+    if (x->ltype == NXL_DRAM && x->rtype != NXL_VRAM && nxli_mt_act_begin(a, false)) {
         nxl_status_t st = nxl_xfer_post(x, cb, arg, out);
         nxli_mt_act_end(a, st != NXL_SUCCESS);
         return st;

@@ -7,7 +7,6 @@
 #include "firstfail.h"
 
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -160,7 +159,7 @@ void nxl_fio_seg_result(nxl_fio_t *f, nxl_fio_seg_t *s, ssize_t res)
     nxl_fio_seg_done(f, s);
 }
 
-static void on_kick(evutil_socket_t fd, short what, void *arg)
+static void on_kick(nxlt_timer_t *t, void *arg)
 {
     nxl_fio_t *f = arg;
     nxl_fio_xop_t *x, *n;
@@ -181,7 +180,7 @@ int nxl_fio_init(nxl_fio_t *f, nxlt_ctx_t *ctx, const nxl_fio_ops_t *ops, void *
     LIST_INIT(&f->xops);
     if (getrandom(&f->token, sizeof(f->token), GRND_NONBLOCK) != sizeof(f->token))
         f->token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)owner;
-    f->kick = event_new(nxlt_base(ctx), -1, 0, on_kick, f);
+    f->kick = nxlt_timer_new(ctx, on_kick, f);
     return f->kick ? 0 : -1;
 }
 
@@ -250,7 +249,7 @@ nxl_status_t nxl_fio_post(nxl_fio_t *f, nxlt_op_t *op, const nxlt_xfer_t *t)
     LIST_INSERT_HEAD(&f->xops, x, link);
     f->n_xfers++;
     if (!nseg)
-        event_active(f->kick, EV_TIMEOUT, 0); /* nothing to move: done next turn */
+        nxlt_timer_activate(f->kick); /* nothing to move: done next turn */
     else
         f->eng->pump(f);
     return NXL_SUCCESS;
@@ -283,8 +282,7 @@ void nxl_fio_quiesce(nxl_fio_t *f)
 
 void nxl_fio_fini(nxl_fio_t *f)
 {
-    if (f->kick)
-        event_free(f->kick);
+    nxlt_timer_free(f->kick);
     f->kick = NULL;
 }
 

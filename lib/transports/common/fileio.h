@@ -36,7 +36,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-struct event;
 typedef struct nxl_fio nxl_fio_t;
 typedef struct nxl_fio_xop nxl_fio_xop_t;
 
@@ -120,7 +119,7 @@ struct nxl_fio {
     void *owner;             /* the transport's instance */
     const nxl_fio_engine_t *eng;
     void *eng_state;
-    struct event *kick;      /* completes empty transfers on the next turn */
+    nxlt_timer_t *kick;      /* completes empty transfers on the next turn */
     bool closing;
     size_t chunk;            /* elements larger than this run as chunks of it */
     unsigned depth;          /* io_uring entries */
@@ -137,7 +136,7 @@ struct nxl_fio {
 extern const nxl_fio_engine_t nxl_fio_engine_uring; /* .start fails when built without liburing */
 extern const nxl_fio_engine_t nxl_fio_engine_threads;
 
-/* sets up @p f (its token; the kick event in the context's reactor); -1:
+/* sets up @p f (its token; the kick timer on the agent's loop); -1:
  * out of memory */
 int nxl_fio_init(nxl_fio_t *f, nxlt_ctx_t *ctx, const nxl_fio_ops_t *ops, void *owner);
 /* the checks of a transfer every file transport makes: not shutting down,

@@ -9,7 +9,6 @@
 #include "fileio.h"
 
 #include <errno.h>
-#include <event2/event.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +26,7 @@ typedef struct tp {
     unsigned inflight;       /* reactor side: segments with the workers */
     bool stop;
     int efd;
-    struct event *ev;
+    nxlt_io_t *ev;
 } tp_t;
 
 static void *worker(void *arg)
@@ -115,7 +114,7 @@ static void tp_reap(nxl_fio_t *f)
     }
 }
 
-static void tp_on_efd(evutil_socket_t fd, short what, void *arg)
+static void tp_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     nxl_fio_t *f = arg;
     tp_t *t = f->eng_state;
@@ -126,8 +125,7 @@ static void tp_on_efd(evutil_socket_t fd, short what, void *arg)
 
 static void tp_free(tp_t *t)
 {
-    if (t->ev)
-        event_free(t->ev);
+    nxlt_io_free(t->ev);
     if (t->efd >= 0)
         close(t->efd);
     pthread_mutex_destroy(&t->mu);
@@ -166,9 +164,9 @@ static int tp_start(nxl_fio_t *f, char *why, size_t cap)
         tp_free(t);
         return -1;
     }
-    t->ev = event_new(nxlt_base(f->ctx), t->efd, EV_READ | EV_PERSIST, tp_on_efd, f);
-    if (!t->ev || event_add(t->ev, NULL) < 0) {
-        snprintf(why, cap, "libevent could not watch the thread pool's eventfd");
+    t->ev = nxlt_io_new(f->ctx, t->efd, tp_on_efd, f);
+    if (!t->ev || nxlt_io_start(t->ev, NXLT_IO_READ) < 0) {
+        snprintf(why, cap, "the loop could not watch the thread pool's eventfd");
         tp_free(t);
         return -1;
     }

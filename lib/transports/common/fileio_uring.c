@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The file-I/O core's io_uring engine (POSIX's): one ring whose eventfd sits in the
- * reactor (EV_READ | EV_PERSIST). Pending segments are turned into SQEs as
+ * reactor (a watch for reading). Pending segments are turned into SQEs as
  * long as the ring has room (at most its SQ size in flight, so the CQ,
  * twice as large, never overflows) and submitted as one batch; each
  * wake-up reaps every CQE, hands the results to the core and refills.
@@ -20,13 +20,12 @@
  * idle vCPU's timer) costs a few microseconds each time, which is what
  * separates a reactor from fio's tight loop once the storage is fast. */
 #include "fileio.h"
-#include "../../common/evfree.h"
 
 #ifdef NXL_HAVE_LIBURING
 
 #include <errno.h>
-#include <event2/event.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +38,13 @@
 typedef struct ur {
     struct io_uring ring;
     int efd;
-    struct event *ev, *retry, *kick, *flush;
+    nxlt_io_t *ev;
+    nxlt_timer_t *retry, *kick, *flush;
     unsigned inflight, cap;
     size_t sq_bytes;         /* bytes prepared in the SQ, not yet submitted */
     uint64_t busy_until_us;  /* busy polling: keep watching the CQ until then */
+    pthread_t reactor;       /* threaded agents: the thread our callbacks run on */
+    bool reactor_known;
 } ur_t;
 
 static void ur_pump(nxl_fio_t *u);
@@ -50,9 +52,8 @@ static void ur_pump(nxl_fio_t *u);
 /* runs ur_turn from the loop on its next pass (busy polling) */
 static void ur_kick(ur_t *r)
 {
-    static const struct timeval zero = {0, 0};
-    if (!evtimer_pending(r->kick, NULL))
-        evtimer_add(r->kick, &zero);
+    if (!nxlt_timer_pending(r->kick))
+        nxlt_timer_start(r->kick, 0);
 }
 
 
@@ -99,13 +100,11 @@ static void ur_busy(nxl_fio_t *u, unsigned got)
         r->busy_until_us = now + bp;
     if (now >= r->busy_until_us)
         return; /* the window closed: the eventfd wakes us */
-    struct event_base *base = nxlt_base(u->ctx);
-    if (!event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)) {
+    if (!nxlt_loop_busy(u->ctx)) {
         uint64_t end = now + SPIN_SLICE_US < r->busy_until_us ? now + SPIN_SLICE_US
                                                               : r->busy_until_us;
         for (unsigned i = 1; !io_uring_cq_ready(&r->ring) && !ur_taskrun(r); i++)
-            if (!(i & 63) && (nxlt_now_us() >= end ||
-                              event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+            if (!(i & 63) && (nxlt_now_us() >= end || nxlt_loop_busy(u->ctx)))
                 break;
     }
     ur_kick(r);
@@ -118,7 +117,7 @@ static void ur_turn(nxl_fio_t *u)
     ur_busy(u, got);
 }
 
-static void ur_on_efd(evutil_socket_t fd, short what, void *arg)
+static void ur_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     nxl_fio_t *u = arg;
     ur_t *r = u->eng_state;
@@ -126,9 +125,9 @@ static void ur_on_efd(evutil_socket_t fd, short what, void *arg)
     ur_turn(u);
 }
 
-static void ur_on_kick(evutil_socket_t fd, short what, void *arg) { ur_turn(arg); }
+static void ur_on_kick(nxlt_timer_t *t, void *arg) { ur_turn(arg); }
 
-static void ur_on_retry(evutil_socket_t fd, short what, void *arg)
+static void ur_on_retry(nxlt_timer_t *t, void *arg)
 {
     ur_pump(arg);
 }
@@ -157,13 +156,32 @@ static void ur_submit(nxl_fio_t *u)
     if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR)
         nxlt_log(u->ctx, NXL_LOG_WARN, "%s: io_uring_submit: %s; retrying", u->ops->name,
                  strerror(-rc));
-    struct timeval tv = {0, 1000};
-    if (!evtimer_pending(r->retry, NULL))
-        evtimer_add(r->retry, &tv);
+    if (!nxlt_timer_pending(r->retry))
+        nxlt_timer_start(r->retry, 1000);
 }
 
 /* the end of a loop turn in which callbacks posted: one submission */
-static void ur_on_flush(evutil_socket_t fd, short what, void *arg) { ur_submit(arg); }
+static void ur_on_flush(nxlt_timer_t *t, void *arg)
+{
+    nxl_fio_t *u = arg;
+    ur_t *r = u->eng_state;
+    r->reactor = pthread_self();
+    r->reactor_known = true;
+    ur_submit(u);
+}
+
+/* In a threaded agent a posting thread runs our calls itself while the
+ * reactor sleeps (NXLT_CAP_ANY_THREAD). io_uring's task work belongs to
+ * the thread that submits (its completions wait for that thread to enter
+ * the kernel, and its exit cancels them), so only the reactor thread
+ * submits: another one fills the SQ and leaves the submission to the
+ * flush timer. */
+static bool ur_away(nxl_fio_t *u)
+{
+    ur_t *r = u->eng_state;
+    return nxlt_threaded(u->ctx) &&
+           !(r->reactor_known && pthread_equal(pthread_self(), r->reactor));
+}
 
 static void ur_pump(nxl_fio_t *u)
 {
@@ -188,9 +206,9 @@ static void ur_pump(nxl_fio_t *u)
     }
     if (!io_uring_sq_ready(&r->ring))
         return;
-    if (nxlt_in_callback(u->ctx) && r->sq_bytes < FIO_BATCH_BYTES) {
+    if (ur_away(u) || (nxlt_in_callback(u->ctx) && r->sq_bytes < FIO_BATCH_BYTES)) {
         /* runs after the callbacks of this turn, before the loop sleeps */
-        event_active(r->flush, EV_TIMEOUT, 0);
+        nxlt_timer_activate(r->flush);
         return;
     }
     ur_submit(u);
@@ -237,12 +255,12 @@ static int ur_start(nxl_fio_t *u, char *why, size_t cap)
         snprintf(why, cap, "io_uring_register_eventfd failed: %s", strerror(-rc));
         goto fail;
     }
-    r->ev = event_new(nxlt_base(u->ctx), r->efd, EV_READ | EV_PERSIST, ur_on_efd, u);
-    r->retry = evtimer_new(nxlt_base(u->ctx), ur_on_retry, u);
-    r->kick = evtimer_new(nxlt_base(u->ctx), ur_on_kick, u);
-    r->flush = event_new(nxlt_base(u->ctx), -1, 0, ur_on_flush, u);
-    if (!r->ev || !r->retry || !r->kick || !r->flush || event_add(r->ev, NULL) < 0) {
-        snprintf(why, cap, "libevent could not watch the io_uring eventfd");
+    r->ev = nxlt_io_new(u->ctx, r->efd, ur_on_efd, u);
+    r->retry = nxlt_timer_new(u->ctx, ur_on_retry, u);
+    r->kick = nxlt_timer_new(u->ctx, ur_on_kick, u);
+    r->flush = nxlt_timer_new(u->ctx, ur_on_flush, u);
+    if (!r->ev || !r->retry || !r->kick || !r->flush || nxlt_io_start(r->ev, NXLT_IO_READ) < 0) {
+        snprintf(why, cap, "the loop could not watch the io_uring eventfd");
         goto fail;
     }
     r->cap = p.sq_entries;
@@ -252,7 +270,10 @@ static int ur_start(nxl_fio_t *u, char *why, size_t cap)
              nxlt_busy_poll_us(u->ctx) ? ", busy polling the CQ" : "");
     return 0;
 fail:
-    NXL_EVENTS_FREE(r->ev, r->retry, r->kick, r->flush);
+    nxlt_io_free(r->ev);
+    nxlt_timer_free(r->retry);
+    nxlt_timer_free(r->kick);
+    nxlt_timer_free(r->flush);
     if (r->efd >= 0)
         close(r->efd);
     io_uring_queue_exit(&r->ring);
@@ -285,10 +306,10 @@ static void ur_stop(nxl_fio_t *u)
         r->inflight--;
         nxl_fio_seg_result(u, s, res);
     }
-    event_free(r->ev);
-    event_free(r->retry);
-    event_free(r->kick);
-    event_free(r->flush);
+    nxlt_io_free(r->ev);
+    nxlt_timer_free(r->retry);
+    nxlt_timer_free(r->kick);
+    nxlt_timer_free(r->flush);
     io_uring_queue_exit(&r->ring);
     close(r->efd);
     free(r);

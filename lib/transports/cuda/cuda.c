@@ -38,7 +38,6 @@
 #include <nxl/transport.h>
 
 #include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -172,7 +171,7 @@ struct cu {
     cu_wstream_t ws[CU_MAX_WAIT];
     int nws;
     int efd;
-    struct event *ev;
+    nxlt_io_t *ev;
     _Atomic(cu_xop_t *) done;  /* pushed by host functions, taken by the reactor */
     TAILQ_HEAD(, cu_xop) inflight; /* in post order */
     uint64_t seq;
@@ -293,7 +292,7 @@ static void reap(cu_t *u)
     maps_close_due(u);
 }
 
-static void on_efd(evutil_socket_t fd, short what, void *arg)
+static void on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     reap(arg);
 }
@@ -1003,10 +1002,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
                  "; %u copy streams per device; CUDA IPC between processes", nstreams);
     u->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (u->efd < 0 ||
-        !(u->ev = event_new(nxlt_base(ctx), u->efd, EV_READ | EV_PERSIST, on_efd, u)) ||
-        event_add(u->ev, NULL) < 0) {
+        !(u->ev = nxlt_io_new(ctx, u->efd, on_efd, u)) ||
+        nxlt_io_start(u->ev, NXLT_IO_READ) < 0) {
         nxlt_error(ctx, "CUDA: could not put a completion eventfd into the reactor (%s)",
-                   u->efd < 0 ? strerror(errno) : "libevent refused it");
+                   u->efd < 0 ? strerror(errno) : "the loop refused it");
         destroy(u);
         return NXL_ERR_BACKEND;
     }
@@ -1074,8 +1073,7 @@ static void destroy(void *state)
         LIST_REMOVE(m, link);
         free(m);
     }
-    if (u->ev)
-        event_free(u->ev);
+    nxlt_io_free(u->ev);
     if (u->efd >= 0)
         close(u->efd);
     free(u);

@@ -26,7 +26,6 @@
 #define PX_DEF_DEPTH 256u            /* io_uring submission queue entries */
 #define PX_DEF_THREADS 4u
 
-struct event;
 typedef struct px px_t;
 typedef struct px_thp px_thp_t;
 
