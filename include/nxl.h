@@ -71,7 +71,7 @@
  *   the reactor would run it: posts of host memory, notification sends,
  *   nxl_prep(), nxl_xfer_make(), releases, cancels and the status calls —
  *   when every transport of the agent takes calls from any thread (UCX
- *   does; see doc/design.md, "Threads"). Other calls, and every call of
+ *   and LIBFABRIC do; see doc/design.md, "Threads"). Other calls, and every call of
  *   an agent with another transport, run on the reactor thread and the
  *   caller waits for the result. Releases and cancels
  *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),

@@ -26,7 +26,6 @@
 #define NXLI_UNUSED(x) ((void)(x))
 
 #include "../common/base64.h"
-#include "../common/evfree.h"
 #include "../common/clock_us.h"
 #include "../common/growbuf.h"
 #include "loop.h"
