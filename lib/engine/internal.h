@@ -140,7 +140,7 @@ struct nxl_future {
     /* nxl_future_all */
     nxl_future_t **children;
     size_t nchildren, nleft;
-    nxli_waiter_t *waiters; /* threads in nxl_future_wait() (threads.c) */
+    nxli_waiter_t *waiters; /* threads in nxl_future_wait() (mt/wait.c) */
     bool wdone;             /* under the queue's mutex: delivered, waiters return at once */
     bool mt;                /* its agent is threaded and alive: calls are marshalled */
     bool attached;          /* on the agent's pending list (or past it): not a queued post's */
@@ -319,7 +319,7 @@ struct nxl_agent {
     char *etcd_prefix;
     unsigned etcd_ttl_s;
     uint16_t listen_port;
-    struct nxli_thr *thr;       /* threaded mode: the reactor thread (threads.c); NULL by default */
+    struct nxli_thr *thr;       /* threaded mode: the reactor thread (mt/); NULL by default */
     bool acting;                /* threaded: a foreign thread runs a call for the sleeping reactor */
     struct nxli_fq acted;       /* ... and these futures completed in it (future.c) */
     LIST_HEAD(, nxl_future) tfutures; /* threaded mode: every live future (mt) */
@@ -353,7 +353,7 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
 void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks */
 void nxli_deliver(nxl_agent_t *a);
 void nxli_deliver_turn(nxl_agent_t *a);
-/* threaded, a foreign thread acting for the reactor (threads.c): settles
+/* threaded, a foreign thread acting for the reactor (mt/act.c): settles
  * what its call completed that has no callbacks; true when the rest is
  * left to the reactor's delivery */
 bool nxli_deliver_acted(nxl_agent_t *a);
@@ -393,7 +393,7 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
                              nxli_remote_t **out, char *name_out, size_t cap);
 
 /* xfer.c */
-/* a post from a foreign thread of a threaded agent, queued (threads.c) */
+/* a post from a foreign thread of a threaded agent, queued (mt/rpc.c) */
 nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out,
                                   const char **why);
 nxl_status_t nxli_xfer_post_claim_unlocked(nxl_xfer_t *x, nxl_done_cb cb, void *arg,
