@@ -8,9 +8,9 @@
 #include <nxl.h>
 #include <nxl/transport.h>
 
-#include <event2/event.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/queue.h>
 
