@@ -72,10 +72,9 @@ extern "C" {
  * notification send, a release — and so this transport's functions, on
  * its thread. Event callbacks still run on the reactor thread, and never
  * two calls at once. What such a call leaves for the reactor must be seen
- * by the engine: a timer activated, a watch started, or a timer armed
- * that was not pending (`if (!nxlt_timer_pending(t)) nxlt_timer_start(t,
- * us)`). A pending timer moved earlier from such a call fires up to 10 ms
- * late.
+ * by the engine, and is: a watch started, a timer armed, moved earlier or
+ * activated changes the epoll set (or its timerfd) a threaded agent's
+ * reactor sleeps on, and wakes it.
  * Without it, the agent hands every call to the reactor thread.
  */
 #define NXLT_CAP_ANY_THREAD (1u << 4)
@@ -287,10 +286,9 @@ NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
  * callback is allowed, touching it after that is not.
  *
  * With NXLT_CAP_ANY_THREAD, a call of the transport made on another thread
- * (while the reactor sleeps, holding the agent's lock) may start a watch,
- * start a timer that is not pending (nxlt_timer_pending()) or activate
- * one: the engine sees it. Moving a pending timer earlier from there may
- * be seen up to 10 ms late.
+ * (while the reactor sleeps, holding the agent's lock) may start, stop or
+ * move any watch or timer: a threaded agent's reactor sleeps on the epoll
+ * set and timerfd these change, and wakes.
  */
 
 /** A watched file descriptor. */
