@@ -57,9 +57,10 @@
  * Different agents may live on different threads. Callbacks always run on
  * the reactor thread.
  *
- * Threaded mode (nxl_agent_config_t.threaded = 1): the agent makes an event
- * base of its own and a thread that runs it, from nxl_agent_create() until
- * nxl_agent_destroy(). Then:
+ * Threaded mode (nxl_agent_config_t.threaded = 1): the agent makes a loop
+ * of its own (an epoll set, as NXL_LOOP_FD agents have; no libevent base:
+ * nxl_agent_base() is NULL) and a thread that runs it, from
+ * nxl_agent_create() until nxl_agent_destroy(). Then:
  *
  * - Every call on the agent, its backends, prepared lists, transfers and
  *   futures may be made from any thread, with the default mode's results,
@@ -70,7 +71,7 @@
  *   the reactor would run it: posts of host memory, notification sends,
  *   nxl_prep(), nxl_xfer_make(), releases, cancels and the status calls —
  *   when every transport of the agent takes calls from any thread (UCX
- *   does; see doc/design.md, "Threads"). Other calls, and every call of
+ *   and LIBFABRIC do; see doc/design.md, "Threads"). Other calls, and every call of
  *   an agent with another transport, run on the reactor thread and the
  *   caller waits for the result. Releases and cancels
  *   (nxl_future_release(), nxl_future_cancel(), nxl_xfer_release(),
@@ -112,8 +113,7 @@
  *   long as the future. As in the default mode, a future still held when
  *   its agent is destroyed stays valid (status, error, release) and is
  *   then its holder's alone. Arrays and strings passed in are read during the
- *   call only, as in the default mode. nxl_agent_base() is for the reactor
- *   thread only (from callbacks).
+ *   call only, as in the default mode.
  * - nxl_agent_destroy() may be called from any thread but the reactor
  *   thread (from a callback it logs an error and leaves the agent alone):
  *   pending futures complete with NXL_ERR_CANCELED, their callbacks run on
@@ -125,8 +125,8 @@
  * leaves the reactor work, an eventfd write); one handed over costs a
  * queue append under a mutex, an eventfd write per batch of calls and a
  * semaphore wake-up (doc/perf/README.md, "Threads", has the numbers).
- * Where the reactor's epoll descriptor cannot be found (no /proc), or with
- * NXL_THREADED_DIRECT=0 in the environment, every call is handed over.
+ * With NXL_THREADED_DIRECT=0 in the environment, every call is handed
+ * over.
  *
  * # Errors
  *

@@ -294,7 +294,7 @@ END_TEST
  * Eight threads each run, one descriptor at a time: nxl_prep() of a local
  * block and of a remote one, nxl_xfer_make(), nxl_xfer_post(),
  * nxl_future_wait(), the releases — the cycle a foreign thread mostly runs
- * itself under the table lock (threads.c) — while the main thread keeps
+ * itself under the table lock (lib/engine/mt/act.c) — while the main thread keeps
  * changing the tables those read: it allocates and frees a region of the
  * initiator (a new self view each time, the loopback preps go to the
  * reactor) and, with a target agent, one of the target's (a revocation

@@ -2,12 +2,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # What libnxl.so needs at run time: its core libraries (libevent, cJSON,
 # libcurl for etcd, libcrypto for authenticated metadata — which libcurl
-# needs anyway on Debian —, libevent_openssl and libssl for TLS on the
-# metadata exchange, libc) and those of the transports built into it, no
-# more. A transport built as a module (--enable-<name>=dl) brings its own
-# libraries in its module only: with every transport a module, libnxl.so
-# needs only the core. Also: each module in the build tree exports its
-# nxlt_<name>_ops and needs libnxl.so.
+# needs anyway on Debian —, libssl for TLS on the metadata exchange, libc)
+# and those of the transports built into it, no more. A transport built as
+# a module (--enable-<name>=dl) brings its own libraries in its module
+# only: with every transport a module, libnxl.so needs only the core.
+# Also: each module in the build tree exports its nxlt_<name>_ops and
+# needs libnxl.so.
 #
 # From make check: NXL_BUILTIN_LIBS holds the -l flags of the built-in
 # transports, NXL_PLUGIN_DIR the build tree's module folders.

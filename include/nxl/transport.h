@@ -72,10 +72,9 @@ extern "C" {
  * notification send, a release — and so this transport's functions, on
  * its thread. Event callbacks still run on the reactor thread, and never
  * two calls at once. What such a call leaves for the reactor must be seen
- * by the engine: a timer activated, a watch started, or a timer armed
- * that was not pending (`if (!nxlt_timer_pending(t)) nxlt_timer_start(t,
- * us)`). A pending timer moved earlier from such a call fires up to 10 ms
- * late.
+ * by the engine, and is: a watch started, a timer armed, moved earlier or
+ * activated changes the epoll set (or its timerfd) a threaded agent's
+ * reactor sleeps on, and wakes it.
  * Without it, the agent hands every call to the reactor thread.
  */
 #define NXLT_CAP_ANY_THREAD (1u << 4)
@@ -111,6 +110,22 @@ typedef struct nxlt_xfer {
     const void *notif;       /**< copy it if needed after post returns */
     size_t notif_len;
 } nxlt_xfer_t;
+
+/**
+ * The head of a transport's table: the ABI version, @p name_, @p mem_mask_,
+ * @p caps_ with NXLT_CAP_PARAMS, and the parameter table @p params_ (an
+ * array of nxl_param_info_t, counted here):
+ * @code
+ * const nxlt_ops_t nxlt_x_ops = {
+ *     NXLT_OPS_HEAD("X", 1u << NXL_DRAM, NXLT_CAP_LOCAL, x_params),
+ *     .probe = probe, ...
+ * };
+ * @endcode
+ */
+#define NXLT_OPS_HEAD(name_, mem_mask_, caps_, params_)                                         \
+    .abi_version = NXLT_ABI_VERSION, .name = (name_), .mem_mask = (mem_mask_),                 \
+    .caps = (caps_) | NXLT_CAP_PARAMS, .params = (params_),                                    \
+    .nparams = sizeof(params_) / sizeof(*(params_))
 
 typedef struct nxlt_ops {
     uint32_t abi_version;    /**< NXLT_ABI_VERSION */
@@ -271,10 +286,9 @@ NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
  * callback is allowed, touching it after that is not.
  *
  * With NXLT_CAP_ANY_THREAD, a call of the transport made on another thread
- * (while the reactor sleeps, holding the agent's lock) may start a watch,
- * start a timer that is not pending (nxlt_timer_pending()) or activate
- * one: the engine sees it. Moving a pending timer earlier from there may
- * be seen up to 10 ms late.
+ * (while the reactor sleeps, holding the agent's lock) may start, stop or
+ * move any watch or timer: a threaded agent's reactor sleeps on the epoll
+ * set and timerfd these change, and wakes.
  */
 
 /** A watched file descriptor. */

@@ -110,7 +110,10 @@ static nxl_status_t base_make(nxl_agent_t *a, const nxl_agent_config_t *cfg, boo
     }
     char why[256];
     a->loop_kind = kind;
-    if (!(a->loop = nxli_loop_new(a, kind, cfg->base, threaded, why, sizeof(why)))) {
+    /* a threaded agent's reactor sleeps in the loop's epoll set, whose
+     * timerfd and watches a foreign thread's call changes (mt/reactor.c) */
+    if (!(a->loop = nxli_loop_new(a, threaded ? NXL_LOOP_FD : kind, cfg->base, why,
+                                  sizeof(why)))) {
         nxli_set_create_error("nxl_agent_create: %s", why);
         return NXL_ERR_BACKEND;
     }
@@ -195,7 +198,8 @@ nxl_status_t nxl_agent_create(const nxl_agent_config_t *cfg, nxl_agent_t **out)
         return st;
     }
     nxli_log(a, NXL_LOG_INFO, "agent '%s' created (%s%s%s)", a->name,
-             a->loop_kind == NXL_LOOP_FD ? "its own epoll set, for another loop"
+             a->thr                      ? "its own epoll set, run by its reactor thread"
+             : a->loop_kind == NXL_LOOP_FD ? "its own epoll set, for another loop"
              : a->loop->own_base         ? "own event base"
                                          : "embedded event base", a->listen_port ? ", metadata listener up" : "",
              a->thr ? ", reactor on its own thread" : "");
@@ -362,7 +366,7 @@ void nxl_agent_stop(nxl_agent_t *a)
 /* what an NXL_LOOP_FD agent offers another loop; @p call for the sentence */
 static bool fd_loop(nxl_agent_t *a, const char *call)
 {
-    if (a->loop_kind == NXL_LOOP_FD)
+    if (a->loop_kind == NXL_LOOP_FD && !a->thr)
         return true;
     nxli_err(a, "%s: agent '%s' runs on %s, not on NXL_LOOP_FD: make it with "
                 "nxl_agent_config_t.loop = NXL_LOOP_FD to drive it from another loop", call,
@@ -377,7 +381,7 @@ int nxl_agent_backend_fd(nxl_agent_t *a)
 
 int nxl_agent_backend_timeout(nxl_agent_t *a)
 {
-    if (a->loop_kind != NXL_LOOP_FD)
+    if (a->loop_kind != NXL_LOOP_FD || a->thr)
         return -1;
     return a->loop->ops->timeout_ms(a->loop);
 }

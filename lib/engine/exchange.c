@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Metadata exchange over TCP, on the reactor: a libevent listener serves
- * requests; each client request is a future on a bufferevent.
+/* Metadata exchange over TCP, on the agent's loop: a listening socket's
+ * watch accepts connections, and each serves requests; each client request
+ * is a future on a connection (stream.c).
  *
  * Frame: "NXLX" | version u8 | type u8 | status i8 | 0 u8 | length u32 (big
  * endian) | 4 zero bytes | payload. A request gets exactly one reply frame
@@ -9,19 +10,17 @@
  *
  * Host names are resolved without blocking the reactor: glibc's
  * getaddrinfo_a() (the same resolver and nsswitch order as getaddrinfo(),
- * on glibc's own threads) signals an eventfd the reactor watches. Numeric
+ * on glibc's own threads) signals an eventfd the loop watches. Numeric
  * addresses are taken at once.
  *
- * With TLS configured (tls.c) the listener's and the client's sockets are
- * TLS bufferevents; everything above them is the same. */
+ * With TLS configured (tls.c) the listener's and the client's connections
+ * carry an OpenSSL session; everything above them is the same. */
 #include "internal.h"
+#include "stream.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/listener.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -36,15 +35,15 @@ enum { T_SEND_MD = 1, T_FETCH_MD = 2, T_INVALIDATE = 3, T_REPLY = 0x81 };
 
 typedef struct srv_conn {
     nxl_agent_t *a;
-    struct bufferevent *bev;
-    struct event *deadline;     /* a frame begun must be whole within the I/O timeout */
+    nxli_stream_t *s;
+    nxlt_timer_t *deadline;     /* a frame begun must be whole within the I/O timeout */
     struct sockaddr_storage peer;
     LIST_ENTRY(srv_conn) link;
 } srv_conn_t;
 
 struct client;
 
-/* One asynchronous name resolution. References: the reactor's, and
+/* One asynchronous name resolution. References: the loop's, and
  * glibc's notification (dropped by the notification, or by a cancel that
  * reached the request before it ran). Freed by the last one. */
 typedef struct resolve {
@@ -54,14 +53,14 @@ typedef struct resolve {
     char port[8];
     int efd;
     int refs;
-    struct event *ev;
+    nxlt_io_t *io;
     struct client *c;
 } resolve_t;
 
 typedef struct client {
     nxl_agent_t *a;
     nxl_future_t *f;
-    struct bufferevent *bev;
+    nxli_stream_t *s;
     int type;
     char *expect;           /* fetch: the name expected */
     char where[300];        /* "host:port" for sentences */
@@ -79,7 +78,9 @@ typedef struct client {
 } client_t;
 
 struct nxli_exchange {
-    struct evconnlistener *lis;
+    int lfd;                /* the listening socket (-1: none) */
+    nxlt_io_t *lis;         /* its watch */
+    uint64_t accept_errors;
     size_t nconns;
     LIST_HEAD(, srv_conn) conns;
     LIST_HEAD(, client) clients;
@@ -90,6 +91,7 @@ static struct nxli_exchange *ex_get(nxl_agent_t *a)
     if (!a->ex) {
         a->ex = calloc(1, sizeof(*a->ex));
         if (a->ex) {
+            a->ex->lfd = -1;
             LIST_INIT(&a->ex->conns);
             LIST_INIT(&a->ex->clients);
         }
@@ -138,13 +140,13 @@ static int build_frame(nxl_agent_t *a, int type, int status, const void *p, size
     return 0;
 }
 
-static void send_frame(nxl_agent_t *a, struct bufferevent *bev, int type, int status,
-                       const void *p, size_t len, const unsigned char *reply_to)
+static void send_frame(nxl_agent_t *a, nxli_stream_t *s, int type, int status, const void *p,
+                       size_t len, const unsigned char *reply_to)
 {
     void *f;
     size_t fl;
     if (build_frame(a, type, status, p, len, reply_to, NULL, &f, &fl) == 0) {
-        bufferevent_write(bev, f, fl);
+        nxli_stream_write(s, f, fl);
         free(f);
     }
 }
@@ -178,12 +180,14 @@ static int open_frame(nxl_agent_t *a, const unsigned char *h, const char *p, uin
 
 /* 1: a whole frame is there (header in h, payload pulled into *payload);
  * 0: need more; -1: garbage */
-static int take_frame(struct evbuffer *in, size_t max, unsigned char *h, char **payload,
+static int take_frame(nxli_stream_t *s, size_t max, unsigned char *h, char **payload,
                       uint32_t *plen)
 {
-    if (evbuffer_get_length(in) < HDR_LEN)
+    size_t have;
+    const unsigned char *in = nxli_stream_input(s, &have);
+    if (have < HDR_LEN)
         return 0;
-    evbuffer_copyout(in, h, HDR_LEN);
+    memcpy(h, in, HDR_LEN);
     if (memcmp(h, "NXLX", 4) || h[4] != 1)
         return -1;
     uint32_t len;
@@ -191,13 +195,13 @@ static int take_frame(struct evbuffer *in, size_t max, unsigned char *h, char **
     len = ntohl(len);
     if (len > max)
         return -1;
-    if (evbuffer_get_length(in) < HDR_LEN + (size_t)len)
+    if (have < HDR_LEN + (size_t)len)
         return 0;
-    evbuffer_drain(in, HDR_LEN);
     *payload = malloc(len + 1);
     if (!*payload)
         return -1;
-    evbuffer_remove(in, *payload, len);
+    memcpy(*payload, in + HDR_LEN, len);
+    nxli_stream_drain(s, HDR_LEN + (size_t)len);
     (*payload)[len] = 0;
     *plen = len;
     return 1;
@@ -209,9 +213,8 @@ static void srv_close(srv_conn_t *c)
 {
     LIST_REMOVE(c, link);
     c->a->ex->nconns--;
-    bufferevent_free(c->bev);
-    if (c->deadline)
-        event_free(c->deadline);
+    nxli_stream_free(c->s);
+    nxlt_timer_free(c->deadline);
     free(c);
 }
 
@@ -237,7 +240,7 @@ static void refused(nxl_agent_t *a, const struct sockaddr_storage *ss, const cha
     }
 }
 
-static void srv_deadline(evutil_socket_t fd, short what, void *arg)
+static void srv_deadline(nxlt_timer_t *t, void *arg)
 {
     srv_conn_t *c = arg;
     refused(c->a, &c->peer, "a request frame did not arrive whole within the I/O timeout");
@@ -246,16 +249,15 @@ static void srv_deadline(evutil_socket_t fd, short what, void *arg)
 
 static void arm_deadline(srv_conn_t *c)
 {
-    size_t pending = evbuffer_get_length(bufferevent_get_input(c->bev));
-    if (!pending) {
-        event_del(c->deadline);
-    } else if (!event_pending(c->deadline, EV_TIMEOUT, NULL)) {
-        struct timeval tv = {c->a->io_timeout_ms / 1000, (c->a->io_timeout_ms % 1000) * 1000};
-        event_add(c->deadline, &tv);
-    }
+    size_t pending;
+    nxli_stream_input(c->s, &pending);
+    if (!pending)
+        nxlt_timer_stop(c->deadline);
+    else if (!nxlt_timer_pending(c->deadline))
+        nxlt_timer_start(c->deadline, (uint64_t)c->a->io_timeout_ms * 1000);
 }
 
-static void srv_read(struct bufferevent *bev, void *arg)
+static void srv_read(nxli_stream_t *s, void *arg)
 {
     srv_conn_t *c = arg;
     nxl_agent_t *a = c->a;
@@ -263,7 +265,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
     char *p;
     uint32_t len;
     int r;
-    while ((r = take_frame(bufferevent_get_input(bev), a->max_frame, h, &p, &len)) == 1) {
+    while ((r = take_frame(s, a->max_frame, h, &p, &len)) == 1) {
         nxl_status_t st = NXL_SUCCESS;
         a->st.md_served++;
         unsigned char nonce[NXLI_AUTH_NONCE];
@@ -287,8 +289,8 @@ static void srv_read(struct bufferevent *bev, void *arg)
                               "same auth_secret)";
             unsigned char hh[HDR_LEN];
             put_hdr(hh, T_REPLY, NXL_ERR_NOT_ALLOWED, (uint32_t)strlen(msg));
-            bufferevent_write(bev, hh, HDR_LEN);
-            bufferevent_write(bev, msg, strlen(msg));
+            nxli_stream_write(s, hh, HDR_LEN);
+            nxli_stream_write(s, msg, strlen(msg));
             continue;
         }
         const unsigned char *reply_to = a->auth ? nonce : NULL;
@@ -305,7 +307,7 @@ static void srv_read(struct bufferevent *bev, void *arg)
             size_t bl;
             st = nxl_md_local(a, &blob, &bl);
             if (st == NXL_SUCCESS) {
-                send_frame(a, bev, T_REPLY, st, blob, bl, reply_to);
+                send_frame(a, s, T_REPLY, st, blob, bl, reply_to);
                 free(blob);
                 free(p);
                 continue;
@@ -321,12 +323,13 @@ static void srv_read(struct bufferevent *bev, void *arg)
         }
         free(p);
         const char *why = st == NXL_SUCCESS ? "" : a->err;
-        send_frame(a, bev, T_REPLY, st, why, strlen(why), reply_to);
+        send_frame(a, s, T_REPLY, st, why, strlen(why), reply_to);
     }
     if (r < 0) {
         /* a TLS handshake record (22) where a frame should be */
-        const unsigned char *b = evbuffer_pullup(bufferevent_get_input(bev), 1);
-        refused(a, &c->peer, b && b[0] == 22
+        size_t have;
+        const unsigned char *b = nxli_stream_input(s, &have);
+        refused(a, &c->peer, have && b[0] == 22
                                  ? "a TLS client, and this listener has no TLS configured "
                                    "(tls_cert_file, tls_key_file, tls_ca_file)"
                                  : "a malformed frame, or one larger than max_frame_bytes");
@@ -336,16 +339,14 @@ static void srv_read(struct bufferevent *bev, void *arg)
     arm_deadline(c);
 }
 
-static void srv_event(struct bufferevent *bev, short what, void *arg)
+static void srv_event(nxli_stream_t *s, unsigned what, int err, void *arg)
 {
     srv_conn_t *c = arg;
-    if (what & BEV_EVENT_CONNECTED)
-        return; /* TLS: the handshake is done */
-    if (what & BEV_EVENT_TIMEOUT) {
+    if (what & NXLI_STREAM_TIMEOUT) {
         refused(c->a, &c->peer, "idle for the I/O timeout");
-    } else if (c->a->tls && (what & BEV_EVENT_ERROR)) {
+    } else if (c->a->tls && (what & NXLI_STREAM_ERROR)) {
         char why[500], msg[600];
-        nxli_tls_why(bev, why, sizeof(why));
+        nxli_tls_why(s, why, sizeof(why));
         snprintf(msg, sizeof(msg), "TLS failed: %s (a client without TLS, or with a "
                  "certificate the CA did not sign?)", why);
         refused(c->a, &c->peer, msg);
@@ -353,62 +354,71 @@ static void srv_event(struct bufferevent *bev, short what, void *arg)
     srv_close(c);
 }
 
-static void srv_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int slen,
-                       void *arg)
-{
-    nxl_agent_t *a = arg;
-    struct sockaddr_storage peer = {0};
-    memcpy(&peer, sa, (size_t)slen < sizeof(peer) ? (size_t)slen : sizeof(peer));
-    /* bounds: connections at once, and from one address */
-    size_t same = 0;
-    srv_conn_t *o;
-    LIST_FOREACH(o, &a->ex->conns, link)
-    if (o->peer.ss_family == peer.ss_family &&
-        (peer.ss_family == AF_INET6
-             ? !memcmp(&((struct sockaddr_in6 *)&o->peer)->sin6_addr,
-                       &((struct sockaddr_in6 *)&peer)->sin6_addr, sizeof(struct in6_addr))
-             : ((struct sockaddr_in *)&o->peer)->sin_addr.s_addr ==
-                   ((struct sockaddr_in *)&peer)->sin_addr.s_addr))
-        same++;
-    if (a->ex->nconns >= a->max_clients || same >= a->max_clients_per_host) {
-        refused(a, &peer, a->ex->nconns >= a->max_clients
-                              ? "max_md_clients connections are open"
-                              : "max_md_clients_per_host connections from this address are open");
-        evutil_closesocket(fd);
-        return;
-    }
-    struct bufferevent *bev = a->tls ? nxli_tls_bev(a, fd, true)
-                                     : bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!bev) {
-        evutil_closesocket(fd);
-        return;
-    }
-    nxli_exchange_serve(a, bev, &peer);
-}
+static const nxli_stream_cbs_t srv_cbs = {.on_read = srv_read, .on_event = srv_event};
 
-/* Serves requests arriving on bev (a socket the listener accepted, or an
- * in-memory pair in the fuzzing harness); takes it over. */
-void nxli_exchange_serve(nxl_agent_t *a, struct bufferevent *bev,
-                         const struct sockaddr_storage *peer_addr)
+/* Serves requests arriving on fd (a socket the listener accepted, or one
+ * end of a socket pair in the fuzzing harness); takes it over. */
+void nxli_exchange_serve(nxl_agent_t *a, int fd, const struct sockaddr_storage *peer_addr)
 {
     struct sockaddr_storage peer = *peer_addr;
     srv_conn_t *c = ex_get(a) ? calloc(1, sizeof(*c)) : NULL;
-    struct event *dl = c ? evtimer_new(a->base, srv_deadline, c) : NULL;
-    if (!dl) {
-        bufferevent_free(bev);
+    nxlt_timer_t *dl = c ? nxli_timer_new(a, srv_deadline, c) : NULL;
+    struct ssl_st *ssl = dl && a->tls ? nxli_tls_ssl(a, fd) : NULL;
+    nxli_stream_t *s = dl && (ssl || !a->tls) ? nxli_stream_new(a, fd, ssl, true, &srv_cbs, c)
+                                              : NULL;
+    if (!s) {
+        if (!dl || (a->tls && !ssl))
+            close(fd);
+        nxlt_timer_free(dl);
         free(c);
         return;
     }
     c->a = a;
-    c->bev = bev;
+    c->s = s;
     c->deadline = dl;
     c->peer = peer;
     LIST_INSERT_HEAD(&a->ex->conns, c, link);
     a->ex->nconns++;
-    struct timeval tv = {a->io_timeout_ms / 1000, (a->io_timeout_ms % 1000) * 1000};
-    bufferevent_set_timeouts(bev, &tv, &tv);
-    bufferevent_setcb(bev, srv_read, NULL, srv_event, c);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    nxli_stream_set_timeout(s, a->io_timeout_ms);
+}
+
+static void srv_accept(nxlt_io_t *io, int lfd, unsigned ready, void *arg)
+{
+    nxl_agent_t *a = arg;
+    for (;;) {
+        struct sockaddr_storage peer = {0};
+        socklen_t slen = sizeof(peer);
+        int fd = accept4(lfd, (struct sockaddr *)&peer, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && a->ex->accept_errors++ % 64 == 0)
+                nxli_log(a, NXL_LOG_WARN, "metadata listener: cannot accept a connection: %s "
+                         "(%llu so far)", strerror(errno),
+                         (unsigned long long)a->ex->accept_errors);
+            return;
+        }
+        /* bounds: connections at once, and from one address */
+        size_t same = 0;
+        srv_conn_t *o;
+        LIST_FOREACH(o, &a->ex->conns, link)
+        if (o->peer.ss_family == peer.ss_family &&
+            (peer.ss_family == AF_INET6
+                 ? !memcmp(&((struct sockaddr_in6 *)&o->peer)->sin6_addr,
+                           &((struct sockaddr_in6 *)&peer)->sin6_addr, sizeof(struct in6_addr))
+                 : ((struct sockaddr_in *)&o->peer)->sin_addr.s_addr ==
+                       ((struct sockaddr_in *)&peer)->sin_addr.s_addr))
+            same++;
+        if (a->ex->nconns >= a->max_clients || same >= a->max_clients_per_host) {
+            refused(a, &peer, a->ex->nconns >= a->max_clients
+                                  ? "max_md_clients connections are open"
+                                  : "max_md_clients_per_host connections from this address are "
+                                    "open");
+            close(fd);
+            continue;
+        }
+        nxli_exchange_serve(a, fd, &peer);
+    }
 }
 
 static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *sl)
@@ -427,11 +437,6 @@ static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
 
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port)
 {
-    if (!a->base) {
-        nxli_err(a, "metadata listener: it runs on a libevent base, and agent '%s' runs on "
-                    "NXL_LOOP_FD", a->name);
-        return NXL_ERR_NOT_SUPPORTED;
-    }
     struct sockaddr_storage ss;
     socklen_t sl;
     int rc = resolve(addr, port, &ss, &sl);
@@ -442,18 +447,28 @@ nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t por
     }
     if (!ex_get(a))
         return NXL_ERR_UNKNOWN;
-    a->ex->lis = evconnlistener_new_bind(a->base, srv_accept, a,
-                                         LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
-                                             LEV_OPT_CLOSE_ON_EXEC,
-                                         64, (struct sockaddr *)&ss, (int)sl);
-    if (!a->ex->lis) {
+    int one = 1;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+        bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, 64)) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
         nxli_err(a, "metadata listener: cannot listen on %s:%u: %s (is the port taken? use port "
-                    "0 for any free one)", addr, port, strerror(errno));
+                    "0 for any free one)", addr, port, strerror(e));
         return NXL_ERR_BACKEND;
     }
+    nxlt_io_t *lis = nxli_io_new(a, fd, srv_accept, a);
+    if (!lis || nxlt_io_start(lis, NXLT_IO_READ)) {
+        nxlt_io_free(lis);
+        close(fd);
+        return NXL_ERR_BACKEND; /* the sentence is the loop's */
+    }
+    a->ex->lfd = fd;
+    a->ex->lis = lis;
     struct sockaddr_storage bound;
     socklen_t bl = sizeof(bound);
-    getsockname(evconnlistener_get_fd(a->ex->lis), (struct sockaddr *)&bound, &bl);
+    getsockname(fd, (struct sockaddr *)&bound, &bl);
     a->listen_port = ntohs(bound.ss_family == AF_INET6
                                ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                : ((struct sockaddr_in *)&bound)->sin_port);
@@ -487,8 +502,8 @@ static void resolve_notify(union sigval v)
 /* The client no longer wants the answer (canceled, torn down). */
 static void resolve_abandon(resolve_t *rq)
 {
-    event_free(rq->ev);
-    rq->ev = NULL;
+    nxlt_io_free(rq->io);
+    rq->io = NULL;
     rq->c = NULL;
     if (gai_cancel(&rq->gcb) == EAI_CANCELED)
         resolve_unref(rq); /* never started: glibc will not notify */
@@ -498,15 +513,15 @@ static void resolve_abandon(resolve_t *rq)
 static void connect_next(struct client *c);
 static void client_finish(struct client *c, nxl_status_t st, const char *why);
 
-static void on_resolved(evutil_socket_t fd, short what, void *arg)
+static void on_resolved(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     resolve_t *rq = arg;
     int rc = gai_error(&rq->gcb);
     if (rc == EAI_INPROGRESS)
         return; /* not ours to read yet */
     struct client *c = rq->c;
-    event_free(rq->ev);
-    rq->ev = NULL;
+    nxlt_io_free(rq->io);
+    rq->io = NULL;
     c->rq = NULL;
     if (rc == 0) {
         c->addrs = c->cur = rq->gcb.ar_result;
@@ -533,12 +548,10 @@ static int resolve_start(struct client *c, const char *host, uint16_t port)
         return -1;
     }
     rq->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    rq->ev = rq->efd >= 0 ? event_new(c->a->base, rq->efd, EV_READ | EV_PERSIST, on_resolved, rq)
-                          : NULL;
-    if (!rq->ev || event_add(rq->ev, NULL)) {
-        int e = errno;
-        if (rq->ev)
-            event_free(rq->ev);
+    rq->io = rq->efd >= 0 ? nxli_io_new(c->a, rq->efd, on_resolved, rq) : NULL;
+    if (!rq->io || nxlt_io_start(rq->io, NXLT_IO_READ)) {
+        int e = rq->io ? EINVAL : errno;
+        nxlt_io_free(rq->io);
         if (rq->efd >= 0)
             close(rq->efd);
         free(rq->host);
@@ -560,7 +573,7 @@ static int resolve_start(struct client *c, const char *host, uint16_t port)
     sev.sigev_notify_function = resolve_notify;
     int rc = getaddrinfo_a(GAI_NOWAIT, list, 1, &sev);
     if (rc) {
-        event_free(rq->ev);
+        nxlt_io_free(rq->io);
         close(rq->efd);
         free(rq->host);
         free(rq);
@@ -578,8 +591,7 @@ static void client_free(client_t *c)
     LIST_REMOVE(c, link);
     if (c->rq)
         resolve_abandon(c->rq);
-    if (c->bev)
-        bufferevent_free(c->bev);
+    nxli_stream_free(c->s);
     if (c->addrs)
         freeaddrinfo(c->addrs);
     free(c->frame);
@@ -596,14 +608,14 @@ static void client_finish(client_t *c, nxl_status_t st, const char *why)
     nxli_future_complete(f, st, why);
 }
 
-static void client_read(struct bufferevent *bev, void *arg)
+static void client_read(nxli_stream_t *s, void *arg)
 {
     client_t *c = arg;
     nxl_agent_t *a = c->a;
     unsigned char h[HDR_LEN];
     char *p;
     uint32_t len;
-    int r = take_frame(bufferevent_get_input(bev), a->max_frame, h, &p, &len);
+    int r = take_frame(s, a->max_frame, h, &p, &len);
     if (r == 0)
         return;
     if (r < 0 || h[5] != T_REPLY) {
@@ -692,8 +704,12 @@ static void note_failure(client_t *c, const char *what)
         snprintf(c->tried + o, sizeof(c->tried) - o, "%s%s (%s)", o ? ", " : "", host, what);
 }
 
-static void client_read(struct bufferevent *bev, void *arg);
-static void client_event(struct bufferevent *bev, short what, void *arg);
+static void client_read(nxli_stream_t *s, void *arg);
+static void client_connected(nxli_stream_t *s, void *arg);
+static void client_event(nxli_stream_t *s, unsigned what, int err, void *arg);
+
+static const nxli_stream_cbs_t client_cbs = {
+    .on_read = client_read, .on_connected = client_connected, .on_event = client_event};
 
 /* Connects to the current address, else to the next ones; when none is
  * left, completes the future with every address and why each failed. */
@@ -701,11 +717,18 @@ static void connect_next(client_t *c)
 {
     nxl_agent_t *a = c->a;
     for (; c->cur; c->cur = c->cur->ai_next) {
-        if (c->bev)
-            bufferevent_free(c->bev);
-        c->bev = a->tls ? nxli_tls_bev(a, -1, false)
-                        : bufferevent_socket_new(a->base, -1, BEV_OPT_CLOSE_ON_FREE);
-        if (!c->bev) {
+        nxli_stream_free(c->s);
+        c->s = NULL;
+        int fd = nxli_stream_socket(c->cur->ai_family);
+        if (fd < 0) {
+            note_failure(c, strerror(errno));
+            continue;
+        }
+        struct ssl_st *ssl = a->tls ? nxli_tls_ssl(a, fd) : NULL;
+        if (a->tls && !ssl)
+            close(fd);
+        c->s = ssl || !a->tls ? nxli_stream_new(a, fd, ssl, false, &client_cbs, c) : NULL;
+        if (!c->s) {
             note_failure(c, "out of memory");
             continue;
         }
@@ -717,13 +740,9 @@ static void connect_next(client_t *c)
             if (ms < 1000)
                 ms = a->io_timeout_ms < 1000 ? a->io_timeout_ms : 1000;
         }
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        bufferevent_set_timeouts(c->bev, &tv, &tv);
-        bufferevent_setcb(c->bev, client_read, NULL, client_event, c);
-        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-        bufferevent_write(c->bev, c->frame, c->frame_len);
-        if (bufferevent_socket_connect(c->bev, c->cur->ai_addr, (int)c->cur->ai_addrlen) == 0 &&
-            (!a->tls || nxli_tls_connecting(c->bev) == 0))
+        nxli_stream_set_timeout(c->s, ms);
+        if (nxli_stream_write(c->s, c->frame, c->frame_len) == 0 &&
+            nxli_stream_connect(c->s, c->cur->ai_addr, c->cur->ai_addrlen) == 0)
             return;
         note_failure(c, strerror(errno));
     }
@@ -734,20 +753,23 @@ static void connect_next(client_t *c)
     client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
 }
 
-static void client_event(struct bufferevent *bev, short what, void *arg)
+/* connected (with TLS: the handshake done): the whole timeout from now */
+static void client_connected(nxli_stream_t *s, void *arg)
 {
     client_t *c = arg;
-    char why[600];
-    if (what & BEV_EVENT_CONNECTED) {
-        c->connected = true;
-        struct timeval tv = {c->a->io_timeout_ms / 1000, (c->a->io_timeout_ms % 1000) * 1000};
-        bufferevent_set_timeouts(bev, &tv, &tv);
-        return;
-    }
-    if (!c->connected && c->a->tls && !(what & BEV_EVENT_TIMEOUT) && nxli_tls_started(bev)) {
+    c->connected = true;
+    nxli_stream_set_timeout(s, c->a->io_timeout_ms);
+}
+
+static void client_event(nxli_stream_t *s, unsigned what, int err, void *arg)
+{
+    client_t *c = arg;
+    char why[1000];
+    if (!c->connected && c->a->tls && !(what & NXLI_STREAM_TIMEOUT) &&
+        nxli_stream_tls_started(s)) {
         /* connected, and the TLS handshake failed */
         char tw[500], msg[700];
-        nxli_tls_why(bev, tw, sizeof(tw));
+        nxli_tls_why(s, tw, sizeof(tw));
         snprintf(msg, sizeof(msg), "TLS handshake failed: %s; does its listener use TLS, with a "
                  "certificate this agent's CA signed?", tw);
         note_failure(c, msg);
@@ -756,24 +778,29 @@ static void client_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (!c->connected) {
-        note_failure(c, what & BEV_EVENT_TIMEOUT
-                            ? "no answer"
-                            : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        note_failure(c, what & NXLI_STREAM_TIMEOUT ? "no answer" : strerror(err));
         c->cur = c->cur->ai_next;
         connect_next(c);
         return;
     }
-    if (what & BEV_EVENT_TIMEOUT)
+    if (what & NXLI_STREAM_TIMEOUT)
         snprintf(why, sizeof(why), "metadata exchange with %s: no answer within %u ms",
                  c->where, c->a->io_timeout_ms);
-    else if (what & BEV_EVENT_EOF)
+    else if (what & NXLI_STREAM_EOF)
         snprintf(why, sizeof(why), "metadata exchange with %s: the peer closed the connection "
                  "before answering%s", c->where,
                  c->a->tls ? "" : " (a listener with TLS closes a client without it: does it "
                                   "use TLS?)");
-    else
+    else if (c->a->tls && !err) {
+        /* TLS 1.3: the listener checks this agent's certificate after the
+         * client's handshake is done, and refuses it with an alert */
+        char tw[500];
+        nxli_tls_why(s, tw, sizeof(tw));
+        snprintf(why, sizeof(why), "metadata exchange with %s: TLS failed: %s (did the peer's "
+                 "CA sign this agent's certificate?)", c->where, tw);
+    } else
         snprintf(why, sizeof(why), "metadata exchange with %s: %s (is the peer's listener "
-                 "running?%s)", c->where, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()),
+                 "running?%s)", c->where, strerror(err),
                  c->a->tls ? "" : " a listener with TLS resets a client without it");
     client_finish(c, NXL_ERR_REMOTE_DISCONNECT, why);
 }
@@ -797,11 +824,6 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     if (!host || !port) {
         nxli_err(a, "%s: a host and a port are required", call);
         return NXL_ERR_INVALID_PARAM;
-    }
-    if (!a->base) {
-        nxli_err(a, "%s: the metadata exchange runs on a libevent base, and agent '%s' runs on "
-                    "NXL_LOOP_FD", call, a->name);
-        return NXL_ERR_NOT_SUPPORTED;
     }
     /* a numeric address is taken at once; a name is resolved on glibc's
      * threads, and the connection starts when the answer is in */
@@ -901,8 +923,9 @@ void nxli_exchange_cleanup(nxl_agent_t *a)
         client_free(LIST_FIRST(&a->ex->clients));
     while (!LIST_EMPTY(&a->ex->conns))
         srv_close(LIST_FIRST(&a->ex->conns));
-    if (a->ex->lis)
-        evconnlistener_free(a->ex->lis);
+    nxlt_io_free(a->ex->lis);
+    if (a->ex->lfd >= 0)
+        close(a->ex->lfd);
     free(a->ex);
     a->ex = NULL;
 }

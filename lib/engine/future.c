@@ -106,7 +106,7 @@ static nxl_status_t add_cb(nxl_future_t *f, nxl_done_cb cb, void *arg)
 }
 
 /* A future known to nothing yet: a foreign thread makes it for the post it
- * queues (threads.c, under the table lock), and the reactor attaches it
+ * queues (mt/rpc.c, under the table lock), and the reactor attaches it
  * when it runs the post. Its callback and its threaded flag are set. */
 nxl_future_t *nxli_future_alloc(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
 {

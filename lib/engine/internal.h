@@ -8,9 +8,9 @@
 #include <nxl.h>
 #include <nxl/transport.h>
 
-#include <event2/event.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/queue.h>
 
@@ -26,7 +26,6 @@
 #define NXLI_UNUSED(x) ((void)(x))
 
 #include "../common/base64.h"
-#include "../common/evfree.h"
 #include "../common/clock_us.h"
 #include "../common/growbuf.h"
 #include "loop.h"
@@ -141,7 +140,7 @@ struct nxl_future {
     /* nxl_future_all */
     nxl_future_t **children;
     size_t nchildren, nleft;
-    nxli_waiter_t *waiters; /* threads in nxl_future_wait() (threads.c) */
+    nxli_waiter_t *waiters; /* threads in nxl_future_wait() (mt/wait.c) */
     bool wdone;             /* under the queue's mutex: delivered, waiters return at once */
     bool mt;                /* its agent is threaded and alive: calls are marshalled */
     bool attached;          /* on the agent's pending list (or past it): not a queued post's */
@@ -320,7 +319,7 @@ struct nxl_agent {
     char *etcd_prefix;
     unsigned etcd_ttl_s;
     uint16_t listen_port;
-    struct nxli_thr *thr;       /* threaded mode: the reactor thread (threads.c); NULL by default */
+    struct nxli_thr *thr;       /* threaded mode: the reactor thread (mt/); NULL by default */
     bool acting;                /* threaded: a foreign thread runs a call for the sleeping reactor */
     struct nxli_fq acted;       /* ... and these futures completed in it (future.c) */
     LIST_HEAD(, nxl_future) tfutures; /* threaded mode: every live future (mt) */
@@ -354,7 +353,7 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
 void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks */
 void nxli_deliver(nxl_agent_t *a);
 void nxli_deliver_turn(nxl_agent_t *a);
-/* threaded, a foreign thread acting for the reactor (threads.c): settles
+/* threaded, a foreign thread acting for the reactor (mt/act.c): settles
  * what its call completed that has no callbacks; true when the rest is
  * left to the reactor's delivery */
 bool nxli_deliver_acted(nxl_agent_t *a);
@@ -394,7 +393,7 @@ nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool 
                              nxli_remote_t **out, char *name_out, size_t cap);
 
 /* xfer.c */
-/* a post from a foreign thread of a threaded agent, queued (threads.c) */
+/* a post from a foreign thread of a threaded agent, queued (mt/rpc.c) */
 nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out,
                                   const char **why);
 nxl_status_t nxli_xfer_post_claim_unlocked(nxl_xfer_t *x, nxl_done_cb cb, void *arg,
@@ -406,10 +405,8 @@ void nxli_xfers_cleanup(nxl_agent_t *a);
 
 /* exchange.c */
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);
-struct bufferevent;
 struct sockaddr_storage;
-void nxli_exchange_serve(nxl_agent_t *a, struct bufferevent *bev,
-                         const struct sockaddr_storage *peer);
+void nxli_exchange_serve(nxl_agent_t *a, int fd, const struct sockaddr_storage *peer);
 void nxli_exchange_cleanup(nxl_agent_t *a);
 
 /* etcd.c */
@@ -489,18 +486,17 @@ int nxli_auth_check_stored(nxl_agent_t *a, const unsigned char *hdr, size_t hl, 
                            size_t bl, const unsigned char *trailer, uint64_t *ts, char *why,
                            size_t cap);
 
-/* tls.c: TLS for the metadata exchange (libevent's OpenSSL bufferevents) */
+/* tls.c: TLS for the metadata exchange (OpenSSL sessions on stream.c's
+ * connections) */
 nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca);
 void nxli_tls_free(nxl_agent_t *a);
-/* a bufferevent doing TLS on fd (-1: to connect later), server or client
- * side, the socket closed with it; NULL on failure (fd left open) */
-struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server);
-/* why a TLS bufferevent failed (OpenSSL's errors, the certificate check) */
-void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap);
-/* whether the handshake began (the TCP connection was made) */
-bool nxli_tls_started(struct bufferevent *bev);
-/* after bufferevent_socket_connect() on a TLS bufferevent; 0 or -1 */
-int nxli_tls_connecting(struct bufferevent *bev);
+struct ssl_st;
+struct nxli_stream;
+/* an OpenSSL session on fd, for nxli_stream_new(); NULL on failure (fd
+ * left open) */
+struct ssl_st *nxli_tls_ssl(nxl_agent_t *a, int fd);
+/* why a TLS connection failed (OpenSSL's errors, the certificate check) */
+void nxli_tls_why(const struct nxli_stream *s, char *buf, size_t cap);
 
 /* stats.c */
 void nxli_stats_settled(nxl_future_t *f);

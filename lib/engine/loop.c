@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-nxli_loop_t *nxli_loop_new(nxl_agent_t *a, int kind, struct event_base *base, bool threaded,
-                           char *why, size_t cap)
+nxli_loop_t *nxli_loop_new(nxl_agent_t *a, int kind, struct event_base *base, char *why,
+                           size_t cap)
 {
     nxli_loop_t *l = calloc(1, sizeof(*l));
     if (!l) {
@@ -18,7 +18,7 @@ nxli_loop_t *nxli_loop_new(nxl_agent_t *a, int kind, struct event_base *base, bo
     l->agent = a;
     l->epfd = l->tfd = -1;
     int rc = kind == NXL_LOOP_FD ? nxli_loop_epoll_init(l, why, cap)
-                                 : nxli_loop_libevent_init(l, base, threaded, why, cap);
+                                 : nxli_loop_libevent_init(l, base, why, cap);
     if (rc < 0) {
         free(l);
         return NULL;

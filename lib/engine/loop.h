@@ -86,11 +86,10 @@ struct nxli_loop {
     void *graves;            /* watches and timers freed while dispatching (their grave links) */
 };
 
-/* makes the agent's loop: on @p base (NULL: one of its own, @p threaded: set
- * up for the reactor thread) or, with kind NXL_LOOP_FD, an epoll set; a
- * sentence for nxl_agent_create() in @p why */
-nxli_loop_t *nxli_loop_new(struct nxl_agent *a, int kind, struct event_base *base, bool threaded,
-                           char *why, size_t cap);
+/* makes the agent's loop: on @p base (NULL: one of its own) or, with kind
+ * NXL_LOOP_FD, an epoll set; a sentence for nxl_agent_create() in @p why */
+nxli_loop_t *nxli_loop_new(struct nxl_agent *a, int kind, struct event_base *base, char *why,
+                           size_t cap);
 void nxli_loop_free(nxli_loop_t *l);
 nxlt_io_t *nxli_io_new(struct nxl_agent *a, int fd, nxlt_io_cb cb, void *arg);
 nxlt_timer_t *nxli_timer_new(struct nxl_agent *a, nxlt_timer_cb cb, void *arg);
@@ -101,7 +100,6 @@ void nxli_loop_reap(nxli_loop_t *l);
 extern const nxli_loop_ops_t nxli_loop_libevent;
 extern const nxli_loop_ops_t nxli_loop_epoll;
 int nxli_loop_epoll_init(nxli_loop_t *l, char *why, size_t cap);
-int nxli_loop_libevent_init(nxli_loop_t *l, struct event_base *base, bool threaded, char *why,
-                            size_t cap);
+int nxli_loop_libevent_init(nxli_loop_t *l, struct event_base *base, char *why, size_t cap);
 
 #endif

@@ -127,35 +127,14 @@ static void le_destroy(nxli_loop_t *l)
 
 const nxli_loop_ops_t nxli_loop_libevent = NXLI_LOOP_OPS("libevent", le);
 
-int nxli_loop_libevent_init(nxli_loop_t *l, struct event_base *base, bool threaded, char *why,
-                            size_t cap)
+int nxli_loop_libevent_init(nxli_loop_t *l, struct event_base *base, char *why, size_t cap)
 {
     l->ops = &nxli_loop_libevent;
     if (base) {
         l->base = base;
         return 0;
     }
-    if (threaded) {
-        /* libevent runs callbacks activated by callbacks before it polls
-         * again: a callback that re-posts a transfer the transport finishes
-         * at once would keep the reactor from the other threads' calls
-         * (its eventfd) for ever. Poll again after every 8 callbacks. */
-        /* Its reactor sleeps outside libevent (threads.c): timers on
-         * CLOCK_MONOTONIC (the coarse clock would leave a timer due that
-         * poll() already waited for), and epoll applying every change at
-         * once (no changelist from the environment) so that a descriptor
-         * another thread adds is watched while the reactor sleeps. */
-        struct event_config *ec = event_config_new();
-        if (ec && event_config_set_max_dispatch_interval(ec, NULL, 8, 0) == 0 &&
-            event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER |
-                                          EVENT_BASE_FLAG_IGNORE_ENV) == 0)
-            l->base = event_base_new_with_config(ec);
-        if (ec)
-            event_config_free(ec);
-    } else {
-        l->base = event_base_new();
-    }
-    if (!l->base) {
+    if (!(l->base = event_base_new())) {
         snprintf(why, cap, "libevent could not make an event base");
         return -1;
     }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Threaded mode (nxl_agent_config_t.threaded): the agent runs its reactor
  * on a thread of its own, and a public call made from any other thread is
- * handed to that thread (threads.c). Each public function that touches the
+ * handed to that thread (mt/). Each public function that touches the
  * agent's state begins with one line of dispatch:
  *
  *     if (nxli_thread_foreign(a)) return nxli_rpc_xfer_post(x, cb, arg, out);
@@ -34,7 +34,7 @@ bool nxli_thread_foreign_slow(const nxl_agent_t *a);
  * changes what those read (region tables, loaded agents, backends) or
  * takes and drops the references they take (regions, agents), the agent's
  * lists of prepared lists and transfers, and its spare arrays. In the
- * direct mode (threads.c) the reactor holds it for each whole turn, and
+ * direct mode (mt/reactor.c) the reactor holds it for each whole turn, and
  * these take it recursively. */
 void nxli_tlock(nxl_agent_t *a);
 void nxli_tunlock(nxl_agent_t *a);
@@ -85,7 +85,9 @@ const char *nxli_thread_last_error(const nxl_agent_t *a);
 bool nxli_thread_log_later(nxl_agent_t *a, nxl_log_level_t lvl, const char *line);
 void nxli_thread_set_error(const nxl_agent_t *a, const char *s);
 
-/* One marshalled entry per public function (threads.c). */
+/* One marshalled entry per public function: made by mt/rpc.c from the list
+ * in mt/calls.def (the compiler holds them to these declarations), but for
+ * nxli_rpc_xfer_post(), written by hand in mt/rpc.c. */
 nxl_status_t nxli_rpc_backend_create(nxl_agent_t *a, const char *name, const nxl_param_t *params,
                                      size_t nparams, nxl_backend_t **out);
 nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name);

@@ -1,18 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* TLS for the metadata exchange: the listener and the client wrap their
- * sockets in libevent's OpenSSL bufferevents; the framing, limits and
- * authentication above them are the same. Both sides present a certificate
+/* TLS for the metadata exchange: the listener's and the client's
+ * connections (stream.c) carry an OpenSSL session made here; the framing,
+ * limits and authentication above them are the same. Both sides present a certificate
  * and check the other's against the configured CA (mutual TLS); any
  * certificate the CA signed is a peer (names are not checked: agents are
  * often reached by address). TLS 1.2 at least. */
 #include "internal.h"
+#include "stream.h"
 
 #include <errno.h>
 #include <string.h>
 
 #ifdef NXL_HAVE_TLS
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -28,8 +27,8 @@ struct nxli_tls {
 
 /* OpenSSL's socket BIO writes with write(): a peer gone raises SIGPIPE,
  * which kills a process that did not ignore it (the plain exchange writes
- * with libevent, which hits it far less: TLS writes after the request too,
- * alerts and session tickets). This BIO is the socket BIO writing with
+ * with send(MSG_NOSIGNAL); TLS writes after the request too, alerts and
+ * session tickets). This BIO is the socket BIO writing with
  * send(MSG_NOSIGNAL). */
 static BIO_METHOD *nosig_method;
 static pthread_once_t nosig_once = PTHREAD_ONCE_INIT;
@@ -142,59 +141,33 @@ void nxli_tls_free(nxl_agent_t *a)
     a->tls = NULL;
 }
 
-struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server)
+struct ssl_st *nxli_tls_ssl(nxl_agent_t *a, int fd)
 {
     SSL *ssl = SSL_new(a->tls->ctx);
-    if (!ssl || (fd >= 0 && nosig_attach(ssl, fd) != 0)) {
+    if (!ssl || nosig_attach(ssl, fd) != 0) {
         SSL_free(ssl);
         return NULL;
     }
-    struct bufferevent *bev = bufferevent_openssl_socket_new(
-        a->base, fd, ssl, server ? BUFFEREVENT_SSL_ACCEPTING : BUFFEREVENT_SSL_CONNECTING,
-        BEV_OPT_CLOSE_ON_FREE);
-    if (!bev) {
-        SSL_free(ssl);
-        return NULL;
-    }
-    /* a peer closing without close_notify is an end of stream, as without TLS */
-    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-    return bev;
+    return ssl;
 }
 
-void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap)
+void nxli_tls_why(const nxli_stream_t *s, char *buf, size_t cap)
 {
-    size_t o = 0;
-    unsigned long e;
+    size_t o = 0, n;
     buf[0] = 0;
-    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    SSL *ssl = nxli_stream_ssl(s);
     long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
     if (v != X509_V_OK)
         o += (size_t)snprintf(buf, cap, "the peer's certificate: %s",
                               X509_verify_cert_error_string(v));
-    while ((e = bufferevent_get_openssl_error(bev)) && o + 3 < cap) {
-        if (!ERR_GET_LIB(e))
-            continue; /* libevent's note of a system error, no reason of OpenSSL's */
-        char s[256];
-        ERR_error_string_n(e, s, sizeof(s));
-        o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? "; " : "", s);
+    const unsigned long *e = nxli_stream_tls_errors(s, &n);
+    for (size_t i = 0; i < n && o + 3 < cap; i++) {
+        char t[256];
+        ERR_error_string_n(e[i], t, sizeof(t));
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? "; " : "", t);
     }
     if (!buf[0])
         snprintf(buf, cap, "the connection closed during the handshake");
-}
-
-int nxli_tls_connecting(struct bufferevent *bev)
-{
-    /* bufferevent_socket_connect() gave the SSL a socket BIO of OpenSSL's:
-     * ours instead, before the handshake writes anything */
-    SSL *ssl = bufferevent_openssl_get_ssl(bev);
-    int fd = (int)bufferevent_getfd(bev);
-    return ssl && fd >= 0 ? nosig_attach(ssl, fd) : -1;
-}
-
-bool nxli_tls_started(struct bufferevent *bev)
-{
-    SSL *ssl = bufferevent_openssl_get_ssl(bev);
-    return ssl && !SSL_in_before(ssl);
 }
 
 #else /* no TLS */
@@ -202,24 +175,16 @@ bool nxli_tls_started(struct bufferevent *bev)
 nxl_status_t nxli_tls_init(nxl_agent_t *a, const char *cert, const char *key, const char *ca)
 {
     nxli_err(a, "nxl_agent_create: TLS files were given, but this build has no TLS (configure "
-                "found no libevent_openssl or libssl: apt-get install libevent-dev libssl-dev)");
+                "found no libssl: apt-get install libssl-dev)");
     return NXL_ERR_NOT_SUPPORTED;
 }
 void nxli_tls_free(nxl_agent_t *a) {}
-struct bufferevent *nxli_tls_bev(nxl_agent_t *a, int fd, bool server)
+struct ssl_st *nxli_tls_ssl(nxl_agent_t *a, int fd)
 {
     return NULL;
 }
-void nxli_tls_why(struct bufferevent *bev, char *buf, size_t cap)
+void nxli_tls_why(const nxli_stream_t *s, char *buf, size_t cap)
 {
     snprintf(buf, cap, "no TLS in this build");
-}
-bool nxli_tls_started(struct bufferevent *bev)
-{
-    return false;
-}
-int nxli_tls_connecting(struct bufferevent *bev)
-{
-    return -1;
 }
 #endif

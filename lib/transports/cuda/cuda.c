@@ -1090,12 +1090,8 @@ static const nxl_param_info_t cu_params[] = {
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_cuda_ops = {
-    .abi_version = NXLT_ABI_VERSION,
-    .name = "CUDA",
-    .mem_mask = (1u << NXL_DRAM) | (1u << NXL_VRAM),
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_PARAMS,
-    .params = cu_params,
-    .nparams = sizeof(cu_params) / sizeof(*cu_params),
+    NXLT_OPS_HEAD("CUDA", (1u << NXL_DRAM) | (1u << NXL_VRAM),
+                  NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS, cu_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

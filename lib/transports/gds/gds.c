@@ -774,12 +774,8 @@ static const nxl_param_info_t gds_params[] = {
 _Static_assert(offsetof(gds_t, fio) == 0, "the nxl_fio_* table functions take gds_t as its nxl_fio_t");
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
-    .abi_version = NXLT_ABI_VERSION,
-    .name = "GDS",
-    .mem_mask = (1u << NXL_VRAM) | (1u << NXL_FILE),
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_PARAMS,
-    .params = gds_params,
-    .nparams = sizeof(gds_params) / sizeof(*gds_params),
+    NXLT_OPS_HEAD("GDS", (1u << NXL_VRAM) | (1u << NXL_FILE),
+                  NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS, gds_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

@@ -84,7 +84,9 @@ static void hold_start(lf_t *u, lf_conn_t *failed)
         c->hold_until_us = until;
 }
 
-/* false while @p c is held; the retry timer then comes back at its end */
+/* false while @p c is held; the retry timer then comes back at its end
+ * (moved while pending from a post on another thread, NXLT_CAP_ANY_THREAD,
+ * it may fire up to 10 ms late: transport.h) */
 bool nxl_lf_hold_over(lf_conn_t *c)
 {
     uint64_t now = nxlt_now_us();
@@ -92,10 +94,8 @@ bool nxl_lf_hold_over(lf_conn_t *c)
         c->hold_until_us = 0;
         return true;
     }
-    uint64_t left = c->hold_until_us - now;
-    struct timeval tv = {(time_t)(left / 1000000), (suseconds_t)(left % 1000000)};
-    evtimer_del(c->u->ev_retry);
-    evtimer_add(c->u->ev_retry, &tv);
+    nxlt_timer_stop(c->u->tm_retry);
+    nxlt_timer_start(c->u->tm_retry, c->hold_until_us - now);
     return false;
 }
 
@@ -313,34 +313,39 @@ static void probe_refused(lf_conn_t *c, const struct sockaddr_storage *ss)
 
 void nxl_lf_probe_end(lf_conn_t *c)
 {
-    if (!c->ev_probe)
+    if (!c->probe_io)
         return;
-    close(event_get_fd(c->ev_probe));
-    event_free(c->ev_probe);
-    c->ev_probe = NULL;
+    nxlt_io_free(c->probe_io);
+    nxlt_timer_free(c->probe_tm);
+    close(c->probe_fd);
+    c->probe_io = NULL;
+    c->probe_tm = NULL;
 }
 
-static void on_probe(evutil_socket_t fd, short what, void *arg)
+/* the connect answered (@p timed_out false) or PROBE_WAIT_S passed */
+static void probe_done(lf_conn_t *c, bool timed_out)
 {
-    lf_conn_t *c = arg;
     int err = 0;
     socklen_t el = sizeof(err);
-    if (!(what & EV_TIMEOUT) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+    if (!timed_out && getsockopt(c->probe_fd, SOL_SOCKET, SO_ERROR, &err, &el))
         err = errno;
     struct sockaddr_storage ss;
     socklen_t sl = probe_addr(c, &ss);
     nxl_lf_probe_end(c);
-    if (!(what & EV_TIMEOUT) && err == ECONNREFUSED && sl && !c->tx_out)
+    if (!timed_out && err == ECONNREFUSED && sl && !c->tx_out)
         probe_refused(c, &ss);
     nxl_lf_conn_put(c);
 }
+
+static void on_probe(nxlt_io_t *io, int fd, unsigned ready, void *arg) { probe_done(arg, false); }
+static void on_probe_wait(nxlt_timer_t *t, void *arg) { probe_done(arg, true); }
 
 void nxl_lf_probe_start(lf_conn_t *c)
 {
     lf_t *u = c->u;
     struct sockaddr_storage ss;
     socklen_t sl = probe_addr(c, &ss);
-    if (!sl || c->ev_probe)
+    if (!sl || c->probe_io)
         return;
     c->probed_us = nxlt_now_us();
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -355,17 +360,19 @@ void nxl_lf_probe_start(lf_conn_t *c)
         probe_refused(c, &ss);
         return;
     }
-    struct timeval tv = {PROBE_WAIT_S, 0};
-    if (errno != EINPROGRESS ||
-        !(c->ev_probe = event_new(nxlt_base(u->ctx), fd, EV_WRITE, on_probe, c)) ||
-        event_add(c->ev_probe, &tv)) {
-        if (c->ev_probe)
-            event_free(c->ev_probe);
-        c->ev_probe = NULL;
+    if (errno != EINPROGRESS || !(c->probe_io = nxlt_io_new(u->ctx, fd, on_probe, c)) ||
+        !(c->probe_tm = nxlt_timer_new(u->ctx, on_probe_wait, c)) ||
+        nxlt_io_start(c->probe_io, NXLT_IO_WRITE | NXLT_IO_ONCE)) {
+        nxlt_io_free(c->probe_io);
+        nxlt_timer_free(c->probe_tm);
+        c->probe_io = NULL;
+        c->probe_tm = NULL;
         close(fd);
         return;
     }
-    c->refs++; /* until on_probe */
+    c->probe_fd = fd;
+    nxlt_timer_start(c->probe_tm, (uint64_t)PROBE_WAIT_S * 1000000);
+    c->refs++; /* until probe_done */
 }
 
 void nxl_lf_conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)

@@ -228,18 +228,17 @@ static nxl_status_t ep_open(lf_t *u)
     return NXL_SUCCESS;
 }
 
-/* the reactor's events: the CQ's fd or the doorbell, the timers */
+/* the loop's watches and timers: the CQ's fd or the doorbell, the timers */
 static nxl_status_t events_start(lf_t *u, bool poll_max_given)
 {
-    struct event_base *base = nxlt_base(u->ctx);
-    u->ev_kick = evtimer_new(base, nxl_lf_on_kick, u);
-    u->ev_watch = evtimer_new(base, nxl_lf_on_watch, u);
-    u->ev_poll = evtimer_new(base, nxl_lf_on_poll, u);
-    u->ev_retry = evtimer_new(base, nxl_lf_on_retry, u);
+    u->tm_kick = nxlt_timer_new(u->ctx, nxl_lf_on_kick, u);
+    u->tm_watch = nxlt_timer_new(u->ctx, nxl_lf_on_watch, u);
+    u->tm_poll = nxlt_timer_new(u->ctx, nxl_lf_on_poll, u);
+    u->tm_retry = nxlt_timer_new(u->ctx, nxl_lf_on_retry, u);
     if (u->wait_fd >= 0)
-        u->ev_fd = event_new(base, u->wait_fd, EV_READ | EV_PERSIST, nxl_lf_on_fd, u);
-    if (!u->ev_kick || !u->ev_watch || !u->ev_poll || !u->ev_retry ||
-        (u->wait_fd >= 0 && (!u->ev_fd || event_add(u->ev_fd, NULL)))) {
+        u->io_fd = nxlt_io_new(u->ctx, u->wait_fd, nxl_lf_on_fd, u);
+    if (!u->tm_kick || !u->tm_watch || !u->tm_poll || !u->tm_retry ||
+        (u->wait_fd >= 0 && (!u->io_fd || nxlt_io_start(u->io_fd, NXLT_IO_READ)))) {
         nxlt_error(u->ctx, "LIBFABRIC: setting up the completion queue in the reactor failed");
         destroy(u);
         return NXL_ERR_BACKEND;
@@ -394,11 +393,14 @@ static void destroy(void *state)
         fi_close(&u->fids.ep->fid);
         u->fids.ep = NULL;
     }
-    NXL_EVENTS_FREE(u->ev_fd, u->ev_kick, u->ev_watch, u->ev_poll, u->ev_bell);
+    nxlt_io_free(u->io_fd);
+    nxlt_timer_free(u->tm_kick);
+    nxlt_timer_free(u->tm_watch);
+    nxlt_timer_free(u->tm_poll);
+    nxlt_io_free(u->io_bell);
     if (u->bell_fd >= 0)
         close(u->bell_fd);
-    if (u->ev_retry)
-        event_free(u->ev_retry);
+    nxlt_timer_free(u->tm_retry);
     while (!LIST_EMPTY(&u->ops)) {
         lf_op_t *o = LIST_FIRST(&u->ops);
         o->completed = o->posted;
@@ -457,13 +459,10 @@ static const nxl_param_info_t lf_params[] = {
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {
-    .abi_version = NXLT_ABI_VERSION,
-    .name = "LIBFABRIC",
-    .mem_mask = 1u << NXL_DRAM,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
-            NXLT_CAP_PARAMS,
-    .params = lf_params,
-    .nparams = sizeof(lf_params) / sizeof(*lf_params),
+    NXLT_OPS_HEAD("LIBFABRIC", 1u << NXL_DRAM,
+                  NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+                      NXLT_CAP_ANY_THREAD,
+                  lf_params),
     .probe = nxl_lf_probe,
     .create = create,
     .destroy = destroy,

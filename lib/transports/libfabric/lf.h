@@ -45,7 +45,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <event2/event.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <stddef.h>
@@ -72,7 +71,6 @@
 
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
-#include "../../common/evfree.h" /* NXL_EVENTS_FREE */
 #include "wire.h" /* conn info and keys as they travel */
 
 /* libfabric, as loaded (util.c: nxl_lf_loaded) */
@@ -223,7 +221,9 @@ struct lf_conn {
     unsigned tx_out;            /* provider operations to it in flight */
     uint64_t refused_us;        /* posts to it refused (-FI_EAGAIN) with none in flight since */
     uint64_t probed_us;         /* its address last probed (probe_start) */
-    struct event *ev_probe;     /* a probe under way: a connect to its address */
+    nxlt_io_t *probe_io;        /* a probe under way: a connect to its address ... */
+    nxlt_timer_t *probe_tm;     /* ... given PROBE_WAIT_S to answer */
+    int probe_fd;               /* its socket */
     bool am_write;              /* it takes a WRITE with its notification as one message */
     bool revokes;               /* it tells this agent of the regions it deregisters */
     LIST_ENTRY(lf_conn) link;
@@ -285,7 +285,8 @@ struct lf_state {
     /* progress */
     int wait_fd;                /* -1: timer mode */
     const char *mode_why;
-    struct event *ev_fd, *ev_kick, *ev_watch, *ev_poll, *ev_retry, *ev_bell;
+    nxlt_io_t *io_fd, *io_bell;
+    nxlt_timer_t *tm_kick, *tm_watch, *tm_poll, *tm_retry;
     int bell_fd;                /* timer mode: our doorbell, a datagram socket; -1: none */
     char bell_name[48];         /* its abstract address (bell_name[0] == 0) */
     size_t bell_name_len;
@@ -391,11 +392,11 @@ nxl_status_t nxl_lf_rx_start(lf_t *u);
 /* progress.c */
 unsigned nxl_lf_drain(lf_t *u, bool *more);
 void nxl_lf_progress(lf_t *u, bool woke);
-void nxl_lf_on_fd(evutil_socket_t fd, short what, void *arg);
-void nxl_lf_on_kick(evutil_socket_t fd, short what, void *arg);
-void nxl_lf_on_poll(evutil_socket_t fd, short what, void *arg);
-void nxl_lf_on_retry(evutil_socket_t fd, short what, void *arg);
-void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg);
+void nxl_lf_on_fd(nxlt_io_t *io, int fd, unsigned ready, void *arg);
+void nxl_lf_on_kick(nxlt_timer_t *t, void *arg);
+void nxl_lf_on_poll(nxlt_timer_t *t, void *arg);
+void nxl_lf_on_retry(nxlt_timer_t *t, void *arg);
+void nxl_lf_on_watch(nxlt_timer_t *t, void *arg);
 
 /* info.c */
 int nxl_lf_probe(char *why, size_t cap);

@@ -278,11 +278,10 @@ void nxl_lf_resume(lf_t *u)
         o->queued = false;
         nxl_lf_op_check(o);
     }
-    if (!TAILQ_EMPTY(&u->waitq) && u->tx_inflight == 0 && !evtimer_pending(u->ev_retry, NULL)) {
+    if (!TAILQ_EMPTY(&u->waitq) && u->tx_inflight == 0 && !nxlt_timer_pending(u->tm_retry)) {
         /* refused with nothing of ours in flight (a connection being set
          * up): look again shortly, not in a spin */
-        struct timeval tv = {0, RETRY_US};
-        evtimer_add(u->ev_retry, &tv);
+        nxlt_timer_start(u->tm_retry, RETRY_US);
     }
 }
 

@@ -157,8 +157,7 @@ static bool remote_activity(lf_t *u);
  * completes or anything else in the loop is ready to run. */
 static void spin(lf_t *u, unsigned bp)
 {
-    struct event_base *base = nxlt_base(u->ctx);
-    if (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE))
+    if (nxlt_loop_busy(u->ctx))
         return;
     uint64_t end = nxlt_now_us() + SPIN_SLICE_US;
     if (end > u->busy_until_us)
@@ -176,7 +175,7 @@ static void spin(lf_t *u, unsigned bp)
         if (remote)
             u->busy_until_us = nxlt_now_us() + bp;
         if (!(i & 15) &&
-            (nxlt_now_us() >= end || event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE)))
+            (nxlt_now_us() >= end || nxlt_loop_busy(u->ctx)))
             return;
     }
 }
@@ -190,9 +189,8 @@ static void poll_schedule(lf_t *u, bool active)
         u->poll_us = u->poll_us * 2 > u->poll_max_us ? u->poll_max_us : u->poll_us * 2;
     if (busy && u->poll_us > POLL_ACTIVE_MAX_US)
         u->poll_us = POLL_ACTIVE_MAX_US;
-    struct timeval tv = {(time_t)(u->poll_us / 1000000), (suseconds_t)(u->poll_us % 1000000)};
-    evtimer_del(u->ev_poll);
-    evtimer_add(u->ev_poll, &tv);
+    nxlt_timer_stop(u->tm_poll);
+    nxlt_timer_start(u->tm_poll, u->poll_us);
 }
 
 /* Did a peer touch our memory since we last looked? (Serving a peer's
@@ -289,7 +287,7 @@ void nxl_lf_progress(lf_t *u, bool woke)
     } else if (u->wait_fd < 0) {
         poll_schedule(u, n > 0 || u->net.hit || remote);
         u->net.hit = false;
-    } else if (u->net.hit || event_base_get_num_events(nxlt_base(u->ctx), EVENT_BASE_COUNT_ACTIVE)) {
+    } else if (u->net.hit || nxlt_loop_busy(u->ctx)) {
         /* something is ready for the loop (a delivery): let it run first;
          * the next turn reads the CQ again and then decides to sleep */
         u->net.hit = false;
@@ -300,14 +298,14 @@ void nxl_lf_progress(lf_t *u, bool woke)
     u->in_progress = false;
 }
 
-void nxl_lf_on_fd(evutil_socket_t fd, short what, void *arg) { nxl_lf_progress(arg, true); }
-void nxl_lf_on_kick(evutil_socket_t fd, short what, void *arg) { nxl_lf_progress(arg, false); }
-void nxl_lf_on_poll(evutil_socket_t fd, short what, void *arg) { nxl_lf_progress(arg, false); }
-void nxl_lf_on_retry(evutil_socket_t fd, short what, void *arg) { nxl_lf_progress(arg, false); }
+void nxl_lf_on_fd(nxlt_io_t *io, int fd, unsigned ready, void *arg) { nxl_lf_progress(arg, true); }
+void nxl_lf_on_kick(nxlt_timer_t *t, void *arg) { nxl_lf_progress(arg, false); }
+void nxl_lf_on_poll(nxlt_timer_t *t, void *arg) { nxl_lf_progress(arg, false); }
+void nxl_lf_on_retry(nxlt_timer_t *t, void *arg) { nxl_lf_progress(arg, false); }
 
 /* While ops are in flight: progress now and then, and declare lost a peer
  * whose operations stopped completing. */
-void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg)
+void nxl_lf_on_watch(nxlt_timer_t *t, void *arg)
 {
     lf_t *u = arg;
     nxl_lf_progress(u, false);
@@ -321,7 +319,7 @@ void nxl_lf_on_watch(evutil_socket_t fd, short what, void *arg)
             next = LIST_NEXT(c, link);
             nxl_lf_conn_put(c);
         } else if (c->net.inflight && !c->failed && !c->tx_out && c->refused_us &&
-                   now - c->refused_us >= PROBE_AFTER_US && !c->ev_probe &&
+                   now - c->refused_us >= PROBE_AFTER_US && !c->probe_io &&
                    now - c->probed_us >= PROBE_EVERY_US) {
             c->refs++;
             nxl_lf_probe_start(c);

@@ -41,7 +41,7 @@ void nxl_lf_ring(lf_conn_t *c)
     }
 }
 
-static void on_bell(evutil_socket_t fd, short what, void *arg)
+static void on_bell(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 {
     lf_t *u = arg;
     char b[64];
@@ -65,13 +65,12 @@ void nxl_lf_bell_open(lf_t *u)
                      __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), rnd);
     socklen_t al = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     if (bind(fd, (struct sockaddr *)&a, al) ||
-        !(u->ev_bell = event_new(nxlt_base(u->ctx), fd, EV_READ | EV_PERSIST, on_bell, u)) ||
-        event_add(u->ev_bell, NULL)) {
+        !(u->io_bell = nxlt_io_new(u->ctx, fd, on_bell, u)) ||
+        nxlt_io_start(u->io_bell, NXLT_IO_READ)) {
         nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: no doorbell (%s): peers' operations are "
                  "noticed by polling only", strerror(errno));
-        if (u->ev_bell)
-            event_free(u->ev_bell);
-        u->ev_bell = NULL;
+        nxlt_io_free(u->io_bell);
+        u->io_bell = NULL;
         close(fd);
         return;
     }

@@ -93,17 +93,14 @@ void nxl_lf_err_text(int err, const char *detail, char *out, size_t cap)
 
 void nxl_lf_kick(lf_t *u)
 {
-    static const struct timeval zero = {0, 0};
-    if (!evtimer_pending(u->ev_kick, NULL))
-        evtimer_add(u->ev_kick, &zero);
+    if (!nxlt_timer_pending(u->tm_kick))
+        nxlt_timer_start(u->tm_kick, 0);
 }
 
 void nxl_lf_watch_start(lf_t *u)
 {
-    if (!evtimer_pending(u->ev_watch, NULL)) {
-        struct timeval tv = {0, WATCH_MS * 1000};
-        evtimer_add(u->ev_watch, &tv);
-    }
+    if (!nxlt_timer_pending(u->tm_watch))
+        nxlt_timer_start(u->tm_watch, (uint64_t)WATCH_MS * 1000);
 }
 
 void nxl_lf_check_later(lf_op_t *o)

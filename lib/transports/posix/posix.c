@@ -486,12 +486,8 @@ static const nxl_param_info_t px_params[] = {
 _Static_assert(offsetof(px_t, fio) == 0, "the nxl_fio_* table functions take px_t as its nxl_fio_t");
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_posix_ops = {
-    .abi_version = NXLT_ABI_VERSION,
-    .name = "POSIX",
-    .mem_mask = (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK),
-    .caps = NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_ANY_THREAD | NXLT_CAP_PARAMS,
-    .params = px_params,
-    .nparams = sizeof(px_params) / sizeof(*px_params),
+    NXLT_OPS_HEAD("POSIX", (1u << NXL_DRAM) | (1u << NXL_FILE) | (1u << NXL_BLK),
+                  NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_ANY_THREAD, px_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,

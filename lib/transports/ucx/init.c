@@ -522,13 +522,10 @@ static const nxl_param_info_t ucx_params[] = {
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {
-    .abi_version = NXLT_ABI_VERSION,
-    .name = "UCX",
-    .mem_mask = UCX_MEM_MASK,
-    .caps = NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
-            NXLT_CAP_ANY_THREAD | NXLT_CAP_PARAMS,
-    .params = ucx_params,
-    .nparams = sizeof(ucx_params) / sizeof(*ucx_params),
+    NXLT_OPS_HEAD("UCX", UCX_MEM_MASK,
+                  NXLT_CAP_REMOTE | NXLT_CAP_LOCAL | NXLT_CAP_NOTIF | NXLT_CAP_CANCEL_WAITS |
+                      NXLT_CAP_ANY_THREAD,
+                  ucx_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,
