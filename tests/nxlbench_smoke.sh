@@ -60,33 +60,28 @@ run idle role wakeups_per_s cpu_s -- --mode idle --duration 0.3
 # --loop fd: NXL_LOOP_FD agents turned by nxlbench's own epoll_wait loop on
 # nxl_agent_backend_fd(); the report and the JSON say so; the idle mode counts
 # the same wake-ups
-if timeout 30 "$B" --spawn --quiet --loop fd --mode idle --duration 0.1 >"$T/fd_probe.out" 2>&1 ||
-    ! grep -q 'metadata listener: it runs on a libevent base' "$T/fd_probe.out"; then
-    run loop_fd $BW -- --loop fd --block_sizes 8,4K,64K --num_iter 20 --warmup_iter 2 --pipeline_depth 4
-    run loop_fd_read $BW -- --loop fd --op_type READ --block_sizes 4K --max_batch_size 2 \
-        --num_iter 10 --warmup_iter 1 --pipeline_depth 2 --mem_source nxl
-    run loop_fd_latency p50_us p99_us -- --loop fd --mode latency --block_sizes 8,1K --num_iter 20 \
-        --warmup_iter 2
-    run loop_fd_idle role wakeups_per_s cpu_s -- --loop fd --mode idle --duration 0.3
-    for name in loop_fd loop_fd_read loop_fd_latency loop_fd_idle; do
-        [ -f "$T/$name.json" ] || continue
-        grep -Eq '"loop":[[:space:]]*"fd"' "$T/$name.json" || { echo "FAIL $name: no \"loop\": \"fd\" in the JSON"; fail=1; }
-        grep -q '^# loop: fd' "$T/$name.out" || { echo "FAIL $name: the report does not say --loop fd"; fail=1; }
-    done
-    grep -Eq '"role":[[:space:]]*"target"' "$T/loop_fd_idle.json" 2>/dev/null ||
-        { echo "FAIL loop_fd_idle: no target row"; fail=1; }
-    # --loop uv: the same agents attached to a uv_loop_t, where nxlbench has libuv
-    if "$B" --loop uv --threads 1 2>&1 | grep -q 'without libuv'; then
-        echo "skip loop_uv: this nxlbench was built without libuv"
-    else
-        run loop_uv $BW -- --loop uv --block_sizes 8,64K --num_iter 20 --warmup_iter 2 --pipeline_depth 4
-        run loop_uv_latency p50_us -- --loop uv --mode latency --block_sizes 8 --num_iter 20 --warmup_iter 2
-        run loop_uv_idle role wakeups_per_s -- --loop uv --mode idle --duration 0.3
-        grep -Eq '"loop":[[:space:]]*"uv"' "$T/loop_uv.json" 2>/dev/null ||
-            { echo "FAIL loop_uv: no \"loop\": \"uv\" in the JSON"; fail=1; }
-    fi
+run loop_fd $BW -- --loop fd --block_sizes 8,4K,64K --num_iter 20 --warmup_iter 2 --pipeline_depth 4
+run loop_fd_read $BW -- --loop fd --op_type READ --block_sizes 4K --max_batch_size 2 \
+    --num_iter 10 --warmup_iter 1 --pipeline_depth 2 --mem_source nxl
+run loop_fd_latency p50_us p99_us -- --loop fd --mode latency --block_sizes 8,1K --num_iter 20 \
+    --warmup_iter 2
+run loop_fd_idle role wakeups_per_s cpu_s -- --loop fd --mode idle --duration 0.3
+for name in loop_fd loop_fd_read loop_fd_latency loop_fd_idle; do
+    [ -f "$T/$name.json" ] || continue
+    grep -Eq '"loop":[[:space:]]*"fd"' "$T/$name.json" || { echo "FAIL $name: no \"loop\": \"fd\" in the JSON"; fail=1; }
+    grep -q '^# loop: fd' "$T/$name.out" || { echo "FAIL $name: the report does not say --loop fd"; fail=1; }
+done
+grep -Eq '"role":[[:space:]]*"target"' "$T/loop_fd_idle.json" 2>/dev/null ||
+    { echo "FAIL loop_fd_idle: no target row"; fail=1; }
+# --loop uv: the same agents attached to a uv_loop_t, where nxlbench has libuv
+if "$B" --loop uv --threads 1 2>&1 | grep -q 'without libuv'; then
+    echo "skip loop_uv: this nxlbench was built without libuv"
 else
-    echo "skip loop_fd: this engine's metadata exchange does not run on NXL_LOOP_FD yet"
+    run loop_uv $BW -- --loop uv --block_sizes 8,64K --num_iter 20 --warmup_iter 2 --pipeline_depth 4
+    run loop_uv_latency p50_us -- --loop uv --mode latency --block_sizes 8 --num_iter 20 --warmup_iter 2
+    run loop_uv_idle role wakeups_per_s -- --loop uv --mode idle --duration 0.3
+    grep -Eq '"loop":[[:space:]]*"uv"' "$T/loop_uv.json" 2>/dev/null ||
+        { echo "FAIL loop_uv: no \"loop\": \"uv\" in the JSON"; fail=1; }
 fi
 grep -Eq '"loop":[[:space:]]*"libevent"' "$T/write.json" || { echo "FAIL write: no \"loop\": \"libevent\" in the JSON"; fail=1; }
 # refusals: --loop fd with a threaded initiator; an unknown loop
@@ -103,6 +98,8 @@ if grep -q 'define NXL_HAVE_LIBFABRIC 1' "${builddir:-.}/config.h" 2>/dev/null; 
         --block_sizes 4K,64K --max_batch_size 2 --num_iter 10 --warmup_iter 1 --pipeline_depth 2
     run lf_latency p50_us p99_us -- --backend LIBFABRIC --mode latency --block_sizes 8 \
         --num_iter 20 --warmup_iter 2
+    run lf_loop_fd $BW -- --backend LIBFABRIC --backend_params provider=shm --loop fd \
+        --block_sizes 4K,64K --num_iter 10 --warmup_iter 1 --pipeline_depth 4
     # the title names what the transport runs on: libfabric's provider
     for name in lf_write lf_read_shm; do
         grep -q '^# nxlbench .*LIBFABRIC (.*provider ' "$T/$name.out" ||
