@@ -93,6 +93,18 @@ static nxl_status_t base_make(nxl_agent_t *a, const nxl_agent_config_t *cfg, boo
 {
     int kind = CFG_HAS(loop) ? cfg->loop : NXL_LOOP_LIBEVENT;
     const char *refuse = NULL;
+    /* $NXL_LOOP chooses where the configuration leaves the choice open:
+     * the default loop, no base of the application's, not threaded */
+    const char *env = getenv("NXL_LOOP");
+    if (kind == NXL_LOOP_LIBEVENT && !cfg->base && !threaded && env && *env) {
+        if (strcmp(env, "fd") == 0) {
+            kind = NXL_LOOP_FD;
+        } else if (strcmp(env, "libevent") != 0) {
+            nxli_set_create_error("nxl_agent_create: NXL_LOOP is \"%.32s\"; it is \"libevent\" "
+                                  "(the default) or \"fd\" (NXL_LOOP_FD)", env);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
     if (kind != NXL_LOOP_LIBEVENT && kind != NXL_LOOP_FD)
         refuse = "loop is NXL_LOOP_LIBEVENT or NXL_LOOP_FD";
     else if (threaded && cfg->base)
