@@ -380,9 +380,14 @@ static bool fd_loop(nxl_agent_t *a, const char *call)
 {
     if (a->loop_kind == NXL_LOOP_FD && !a->thr)
         return true;
-    nxli_err(a, "%s: agent '%s' runs on %s, not on NXL_LOOP_FD: make it with "
-                "nxl_agent_config_t.loop = NXL_LOOP_FD to drive it from another loop", call,
+    char why[NXLI_ERR_MAX];
+    snprintf(why, sizeof(why), "%s: agent '%s' runs on %s, not on NXL_LOOP_FD: make it with "
+             "nxl_agent_config_t.loop = NXL_LOOP_FD to drive it from another loop", call,
              a->name, a->thr ? "a reactor thread of its own (threaded mode)" : "a libevent base");
+    if (nxli_thread_foreign(a)) /* the caller's sentence, not the reactor's */
+        nxli_thread_set_error(a, why);
+    else
+        nxli_err(a, "%s", why);
     return false;
 }
 
