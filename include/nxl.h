@@ -305,7 +305,11 @@ typedef struct nxl_agent_config {
     /** The loop the agent runs on (nxl_loop_kind_t): NXL_LOOP_LIBEVENT
      * (default: @c base, or a base of its own), or NXL_LOOP_FD: no libevent
      * base; another loop watches nxl_agent_backend_fd() (see "Embedding in
-     * any event loop" below). */
+     * any event loop" below). Left at NXL_LOOP_LIBEVENT with @c base NULL
+     * and not @c threaded, the environment variable NXL_LOOP chooses:
+     * "fd" is NXL_LOOP_FD, "libevent" (or unset, or empty) the default,
+     * anything else makes nxl_agent_create() fail with
+     * NXL_ERR_INVALID_PARAM. */
     int loop;
 } nxl_agent_config_t;
 

@@ -30,6 +30,174 @@
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 
+/* ---- the application's loop: NXL_TEST_LOOP in the environment
+ *
+ * unset: agents run their own loops (nxl_agent_run_once as it is);
+ * "fd": agents are made on NXL_LOOP_FD (NXL_LOOP=fd is set for them) and
+ * every nxl_agent_run_once(a, ms) of a test waits in a poll() of the
+ * test's own on nxl_agent_backend_fd() for min(ms, backend timeout), then
+ * calls nxl_agent_run_once(a, 0);
+ * "uv": the same agents, each attached with nxl_uv_attach() to a uv_loop_t
+ * of its own that nxl_agent_run_once(a, ms) runs once (UV_RUN_ONCE, a
+ * timer bounding it to ms; UV_RUN_NOWAIT for 0). Built without libuv, a
+ * suite skips (77) in this mode. Agents that are not on NXL_LOOP_FD (an
+ * application's base, threaded mode) run their own loops in every mode. */
+#include <errno.h>
+#include <poll.h>
+#ifdef NXL_TEST_HAVE_UV
+#include <nxl/uv.h>
+#endif
+
+enum { TL_LOOP_OWN, TL_LOOP_FD, TL_LOOP_UV };
+
+static inline int tl_loop_mode(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *v = getenv("NXL_TEST_LOOP");
+        mode = !v || !*v ? TL_LOOP_OWN : !strcmp(v, "fd") ? TL_LOOP_FD : TL_LOOP_UV;
+    }
+    return mode;
+}
+
+/* before main: the mode checked, and NXL_LOOP=fd for the agents made */
+__attribute__((constructor)) static void tl_loop_init(void)
+{
+    const char *v = getenv("NXL_TEST_LOOP");
+    if (!v || !*v)
+        return;
+    if (strcmp(v, "fd") != 0 && strcmp(v, "uv") != 0) {
+        fprintf(stderr, "NXL_TEST_LOOP=%s: it is fd or uv (or unset)\n", v);
+        exit(99);
+    }
+#ifndef NXL_TEST_HAVE_UV
+    if (!strcmp(v, "uv")) {
+        fprintf(stderr, "NXL_TEST_LOOP=uv: this suite was built without libuv "
+                        "(configure found no libuv; apt-get install libuv1-dev)\n");
+        exit(77);
+    }
+#endif
+    setenv("NXL_LOOP", "fd", 1);
+}
+
+/* fd: poll() on the backend descriptor, then one turn that does not wait */
+static inline nxl_status_t tl_fd_run_once(nxl_agent_t *a, int fd, int ms)
+{
+    int t = nxl_agent_backend_timeout(a);
+    if (ms >= 0 && (t < 0 || ms < t))
+        t = ms;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, t) < 0 && errno == EINTR)
+        ;
+    return (nxl_agent_run_once)(a, 0);
+}
+
+#ifdef NXL_TEST_HAVE_UV
+/* uv: one loop per agent (and per process: a child that forked leaves its
+ * parent's loops alone) */
+typedef struct {
+    nxl_agent_t *a;
+    pid_t pid;
+    int running; /* inside its uv_run(): a callback calling run_once */
+    uv_loop_t loop;
+    uv_timer_t bound;
+} tl_uv_t;
+static tl_uv_t *tl_uvs[64];
+
+static inline void tl_uv_bound_cb(uv_timer_t *t) { (void)t; }
+
+/* the loop agent a is attached to, NULL when a cannot be attached (the
+ * test attached it itself, or too many agents) */
+static inline tl_uv_t *tl_uv_of(nxl_agent_t *a)
+{
+    size_t i, free_i = sizeof(tl_uvs) / sizeof(tl_uvs[0]);
+    for (i = 0; i < sizeof(tl_uvs) / sizeof(tl_uvs[0]); i++) {
+        if (tl_uvs[i] && tl_uvs[i]->a == a && tl_uvs[i]->pid == getpid())
+            return tl_uvs[i];
+        if (!tl_uvs[i] && free_i == sizeof(tl_uvs) / sizeof(tl_uvs[0]))
+            free_i = i;
+    }
+    if (free_i == sizeof(tl_uvs) / sizeof(tl_uvs[0]))
+        return NULL;
+    tl_uv_t *e = calloc(1, sizeof(*e));
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(uv_loop_init(&e->loop), 0);
+    uv_timer_init(&e->loop, &e->bound);
+    if (nxl_uv_attach(a, &e->loop) != NXL_SUCCESS) {
+        uv_close((uv_handle_t *)&e->bound, NULL);
+        uv_run(&e->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&e->loop);
+        free(e);
+        return NULL;
+    }
+    e->a = a;
+    e->pid = getpid();
+    tl_uvs[free_i] = e;
+    return e;
+}
+
+static inline nxl_status_t tl_uv_run_once(nxl_agent_t *a, int ms)
+{
+    tl_uv_t *e = tl_uv_of(a);
+    if (!e || e->running)
+        return (nxl_agent_run_once)(a, ms); /* from a callback: refused, as it should be */
+    nxl_uv_t *s = nxl_uv_get(a, &e->loop);
+    s->last = NXL_SUCCESS;
+    e->running = 1;
+    if (ms == 0) {
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    } else {
+        /* from now: the loop's clock stopped when it last ran, and a bound
+         * already past would leave UV_RUN_ONCE waiting without one */
+        uv_update_time(&e->loop);
+        if (ms > 0)
+            uv_timer_start(&e->bound, tl_uv_bound_cb, (uint64_t)ms, 0);
+        uv_run(&e->loop, UV_RUN_ONCE);
+        uv_timer_stop(&e->bound);
+    }
+    e->running = 0;
+    return s->last;
+}
+#endif
+
+/* nxl_agent_run_once() as the test's NXL_TEST_LOOP drives it */
+static inline nxl_status_t tl_run_once(nxl_agent_t *a, int ms)
+{
+    int mode = tl_loop_mode(), fd;
+    /* not an NXL_LOOP_FD agent (a base of the test's, threaded): its own loop */
+    if (mode == TL_LOOP_OWN || !a || nxl_agent_base(a) || (fd = nxl_agent_backend_fd(a)) < 0)
+        return (nxl_agent_run_once)(a, ms);
+#ifdef NXL_TEST_HAVE_UV
+    if (mode == TL_LOOP_UV)
+        return tl_uv_run_once(a, ms);
+#endif
+    return tl_fd_run_once(a, fd, ms);
+}
+
+/* nxl_agent_destroy() after its loop (uv) is closed */
+static inline void tl_agent_destroy(nxl_agent_t *a)
+{
+#ifdef NXL_TEST_HAVE_UV
+    for (size_t i = 0; a && i < sizeof(tl_uvs) / sizeof(tl_uvs[0]); i++) {
+        tl_uv_t *e = tl_uvs[i];
+        if (!e || e->a != a)
+            continue;
+        tl_uvs[i] = NULL;
+        if (e->pid != getpid())
+            continue; /* the parent's: left to it */
+        nxl_uv_detach(a, &e->loop);
+        uv_close((uv_handle_t *)&e->bound, NULL);
+        uv_run(&e->loop, UV_RUN_DEFAULT);
+        ck_assert_int_eq(uv_loop_close(&e->loop), 0);
+        free(e);
+    }
+#endif
+    (nxl_agent_destroy)(a);
+}
+
+#define nxl_agent_run_once(a, ms) tl_run_once(a, ms)
+#define nxl_agent_destroy(a) tl_agent_destroy(a)
+
 /* c: the defaults, named name, with an I/O timeout of io_timeout_ms (0:
  * the default) */
 static inline void tl_config(nxl_agent_config_t *c, const char *name, unsigned io_timeout_ms)

@@ -93,6 +93,18 @@ static nxl_status_t base_make(nxl_agent_t *a, const nxl_agent_config_t *cfg, boo
 {
     int kind = CFG_HAS(loop) ? cfg->loop : NXL_LOOP_LIBEVENT;
     const char *refuse = NULL;
+    /* $NXL_LOOP chooses where the configuration leaves the choice open:
+     * the default loop, no base of the application's, not threaded */
+    const char *env = getenv("NXL_LOOP");
+    if (kind == NXL_LOOP_LIBEVENT && !cfg->base && !threaded && env && *env) {
+        if (strcmp(env, "fd") == 0) {
+            kind = NXL_LOOP_FD;
+        } else if (strcmp(env, "libevent") != 0) {
+            nxli_set_create_error("nxl_agent_create: NXL_LOOP is \"%.32s\"; it is \"libevent\" "
+                                  "(the default) or \"fd\" (NXL_LOOP_FD)", env);
+            return NXL_ERR_INVALID_PARAM;
+        }
+    }
     if (kind != NXL_LOOP_LIBEVENT && kind != NXL_LOOP_FD)
         refuse = "loop is NXL_LOOP_LIBEVENT or NXL_LOOP_FD";
     else if (threaded && cfg->base)
@@ -368,9 +380,14 @@ static bool fd_loop(nxl_agent_t *a, const char *call)
 {
     if (a->loop_kind == NXL_LOOP_FD && !a->thr)
         return true;
-    nxli_err(a, "%s: agent '%s' runs on %s, not on NXL_LOOP_FD: make it with "
-                "nxl_agent_config_t.loop = NXL_LOOP_FD to drive it from another loop", call,
+    char why[NXLI_ERR_MAX];
+    snprintf(why, sizeof(why), "%s: agent '%s' runs on %s, not on NXL_LOOP_FD: make it with "
+             "nxl_agent_config_t.loop = NXL_LOOP_FD to drive it from another loop", call,
              a->name, a->thr ? "a reactor thread of its own (threaded mode)" : "a libevent base");
+    if (nxli_thread_foreign(a)) /* the caller's sentence, not the reactor's */
+        nxli_thread_set_error(a, why);
+    else
+        nxli_err(a, "%s", why);
     return false;
 }
 
