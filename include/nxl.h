@@ -392,10 +392,12 @@ NXL_API void nxl_agent_stop(nxl_agent_t *a);
  *   and returns without waiting.
  * - Ask nxl_agent_backend_timeout() again after every run_once and after
  *   every call on the agent (a post may arm a timer): it is the time until
- *   the next timer (0: work is ready now; -1: no timer). A due timer also
- *   makes the descriptor readable, so a loop that only watches the
- *   descriptor is late by at most the timerfd's wake-up; one that only
- *   uses the timeout misses I/O.
+ *   the next timer (0: work is ready now; -1: no timer). It must be
+ *   honoured, as libuv's: work that a turn leaves ready at once (a
+ *   transport polling, a delivery) is reported by a timeout of 0, not by
+ *   the descriptor (setting the timerfd for it would cost more than the
+ *   turn). A timer that comes due later, and work that a call made outside
+ *   a turn leaves, make the descriptor readable too.
  * - Callbacks run inside nxl_agent_run_once(), on the thread that calls it,
  *   which must be the agent's thread (as in the default mode). From a
  *   callback, run_once (and nxl_agent_run()) return NXL_ERR_NOT_ALLOWED:

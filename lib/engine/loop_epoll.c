@@ -87,24 +87,20 @@ static int heap_insert(nxli_loop_t *l, nxlt_timer_t *t)
     return 0;
 }
 
-/* arms the timerfd for the soonest timer (absolute, on the clock of
- * nxlt_now_us(): CLOCK_MONOTONIC). It is never read: timerfd_settime()
- * clears its expirations, so one armed in the past stays readable (the set
- * too) until it is set again for a later time or disarmed — a timer due
- * at every turn (a transport polling from a zero timer) costs no system
- * call of its own. */
-static void tfd_sync(nxli_loop_t *l)
+/* Arms the timerfd for the soonest timer (absolute, on the clock of
+ * nxlt_now_us(): CLOCK_MONOTONIC), so that the set is readable when it is
+ * due. Called outside a turn (a call of the application, or of another
+ * thread while a threaded reactor sleeps) and at the end of each turn.
+ *
+ * A timer due already at the end of a turn (a transport polling from a
+ * zero timer, a delivery activated) is left off the timerfd: whoever ran
+ * the turn asks nxl_agent_backend_timeout() next (0), as libuv's contract
+ * and the reactor thread do, and setting a timerfd for a time past costs
+ * more than the turn (arming an hrtimer that is due at once). From outside
+ * a turn such a timer does go on the timerfd: nobody may be about to ask.
+ * The timerfd is never read: setting it clears it. */
+static void tfd_set(nxli_loop_t *l, uint64_t due)
 {
-    /* inside a turn the turn itself bounds the next wait (ep_wait_ms):
-     * the timerfd is set once, when the turn ends, for whoever waits on
-     * the set next (the application's loop, the reactor thread) */
-    if (l->dispatching)
-        return;
-    uint64_t due = l->nheap ? l->heap[0]->due_us : 0;
-    if (due == l->tfd_due)
-        return;
-    if (due && l->tfd_due && l->tfd_due <= due && due <= nxli_now_us())
-        return; /* armed in the past already: readable until set again */
     struct itimerspec its = {{0, 0}, {0, 0}};
     if (due) {
         its.it_value.tv_sec = (time_t)(due / 1000000);
@@ -113,6 +109,28 @@ static void tfd_sync(nxli_loop_t *l)
     if (timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
         l->tfd_due = due;
 }
+
+static void tfd_sync_at(nxli_loop_t *l, bool turn_end)
+{
+    if (l->dispatching)
+        return; /* inside a turn: its end sets it */
+    uint64_t due = l->nheap ? l->heap[0]->due_us : 0;
+    if (due == l->tfd_due)
+        return;
+    uint64_t now = nxli_now_us();
+    if (!due) {
+        if (l->tfd_due > now)
+            return; /* armed for a timer stopped since: one wake-up, then disarmed */
+    } else if (due <= now) {
+        if (turn_end || (l->tfd_due && l->tfd_due <= due))
+            return; /* asked for at once, or the timerfd is readable already */
+    } else if (due && l->tfd_due > now && l->tfd_due <= due) {
+        return; /* fires first anyway; the turn then sets it again */
+    }
+    tfd_set(l, due);
+}
+
+static void tfd_sync(nxli_loop_t *l) { tfd_sync_at(l, false); }
 
 /* ---- watches */
 
@@ -198,9 +216,20 @@ static int ep_wait_ms(const nxli_loop_t *l, int timeout_ms)
 
 /* the timers due now, each once: one armed again (or for 0 us) by a
  * callback of this batch runs in the next turn */
+static void run_batch(nxli_loop_t *l, uint64_t now);
+
+/* the timers due now, then those their callbacks activated (a few rounds:
+ * libevent runs what a callback activates in the same turn, and a
+ * delivery activated by a completion should not wait for another poll) */
 static void run_timers(nxli_loop_t *l)
 {
-    uint64_t now = nxli_now_us();
+    run_batch(l, nxli_now_us());
+    for (int round = 0; round < 4 && l->nheap && l->heap[0]->due_us == 1; round++)
+        run_batch(l, 1);
+}
+
+static void run_batch(nxli_loop_t *l, uint64_t now)
+{
     nxlt_timer_t *batch[EP_BATCH];
     size_t n = 0;
     while (l->nheap && l->heap[0]->due_us <= now && n < EP_BATCH) {
@@ -210,7 +239,6 @@ static void run_timers(nxli_loop_t *l)
         t->batch = true;
         batch[n++] = t;
     }
-    tfd_sync(l);
     for (size_t i = 0; i < n; i++) {
         nxlt_timer_t *t = batch[i];
         if (t->dead || !t->batch)
@@ -251,7 +279,7 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
     l->io_left = 0;
     run_timers(l);
     l->dispatching--;
-    tfd_sync(l);
+    tfd_sync_at(l, true);
     nxli_loop_reap(l);
     return 0;
 }
