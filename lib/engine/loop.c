@@ -16,7 +16,7 @@ nxli_loop_t *nxli_loop_new(nxl_agent_t *a, int kind, struct event_base *base, ch
         return NULL;
     }
     l->agent = a;
-    l->epfd = l->tfd = -1;
+    l->epfd = l->tfd = l->wfd = -1;
     int rc = kind == NXL_LOOP_FD ? nxli_loop_epoll_init(l, why, cap)
                                  : nxli_loop_libevent_init(l, base, why, cap);
     if (rc < 0) {

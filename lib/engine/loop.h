@@ -75,6 +75,8 @@ struct nxli_loop {
     void *bound;             /* libevent: the timer that bounds run_once's wait */
     bool own_base;
     int epfd, tfd;           /* epoll: the set and its timerfd */
+    int wfd;                 /* epoll: an eventfd in the set: work due at once, from outside a turn */
+    bool woken;              /* epoll: wfd written and not read yet */
     nxlt_timer_t **heap;     /* epoll: pending timers, soonest first */
     size_t nheap, heap_cap;
     uint64_t tfd_due;        /* epoll: what the timerfd is armed for (0: disarmed) */

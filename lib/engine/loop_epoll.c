@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,6 +125,18 @@ static void tfd_sync_at(nxli_loop_t *l, bool turn_end)
     } else if (due <= now) {
         if (turn_end || (l->tfd_due && l->tfd_due <= due))
             return; /* asked for at once, or the timerfd is readable already */
+        /* due at once, from outside a turn (a post of another thread while
+         * a threaded reactor sleeps): the eventfd wakes whoever waits, for
+         * less than arming the timerfd in the past and then disarming it */
+        if (!l->woken) {
+            uint64_t one = 1;
+            if (write(l->wfd, &one, sizeof(one)) == sizeof(one)) {
+                l->woken = true;
+                return;
+            }
+        } else {
+            return;
+        }
     } else if (due && l->tfd_due > now && l->tfd_due <= due) {
         return; /* fires first anyway; the turn then sets it again */
     }
@@ -263,6 +276,14 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
         nxlt_io_t *io = evs[i].data.ptr;
         if (!io)
             continue; /* the timerfd: the due timers run below */
+        if (io == (void *)&l->wfd) {
+            uint64_t v;
+            if (read(l->wfd, &v, sizeof(v)) < 0) {
+                /* EAGAIN: read already */
+            }
+            l->woken = false;
+            continue;
+        }
         if (io->dead || !io->events)
             continue; /* freed or stopped by an earlier callback of this turn */
         uint32_t e = evs[i].events;
@@ -300,9 +321,11 @@ static void ep_destroy(nxli_loop_t *l)
 {
     if (l->tfd >= 0)
         close(l->tfd);
+    if (l->wfd >= 0)
+        close(l->wfd);
     if (l->epfd >= 0)
         close(l->epfd);
-    l->tfd = l->epfd = -1;
+    l->tfd = l->wfd = l->epfd = -1;
 }
 
 const nxli_loop_ops_t nxli_loop_epoll = NXLI_LOOP_OPS("epoll", ep);
@@ -312,8 +335,12 @@ int nxli_loop_epoll_init(nxli_loop_t *l, char *why, size_t cap)
     l->ops = &nxli_loop_epoll;
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL};
-    if (l->epfd < 0 || l->tfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->tfd, &ee) < 0) {
+    l->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event ee = {.events = EPOLLIN, .data.ptr = NULL},
+                       we = {.events = EPOLLIN, .data.ptr = &l->wfd};
+    if (l->epfd < 0 || l->tfd < 0 || l->wfd < 0 ||
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->tfd, &ee) < 0 ||
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wfd, &we) < 0) {
         snprintf(why, cap, "the agent's epoll set or timerfd could not be made: %s",
                  strerror(errno));
         ep_destroy(l);
