@@ -150,8 +150,11 @@ static inline nxl_status_t tl_uv_run_once(nxl_agent_t *a, int ms)
         /* from now: the loop's clock stopped when it last ran, and a bound
          * already past would leave UV_RUN_ONCE waiting without one */
         uv_update_time(&e->loop);
+        /* repeating: a bound that falls due before the poll (the process
+         * descheduled between here and uv_run's timers) is armed again,
+         * or UV_RUN_ONCE would poll without one, for ever on an idle agent */
         if (ms > 0)
-            uv_timer_start(&e->bound, tl_uv_bound_cb, (uint64_t)ms, 0);
+            uv_timer_start(&e->bound, tl_uv_bound_cb, (uint64_t)ms, (uint64_t)ms);
         uv_run(&e->loop, UV_RUN_ONCE);
         uv_timer_stop(&e->bound);
     }

@@ -153,7 +153,7 @@ void loop_turn(nxl_agent_t *a, int ms)
         return;
     }
     if (ms > 0)
-        uv_timer_start(&bound, bound_cb, (uint64_t)ms, 0);
+        uv_timer_start(&bound, bound_cb, (uint64_t)ms, (uint64_t)ms); /* repeating: see testlib.h */
     uv_run(&uvl, UV_RUN_ONCE);
     if (ms > 0)
         uv_timer_stop(&bound);
