@@ -15,7 +15,7 @@
  *
  * One request at a time per connection, one line per read, blocking
  * writes of the replies: an example. */
-#include <nxl.h>
+#include "kv_blocks.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,12 +26,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define NBLK 64
-#define BLK 4096
-
-static nxl_agent_t *agent;
-static nxl_prepped_t *slots, *blocks; /* DRAM slots (one per connection), file blocks */
-static char *pool;
 static int ep, lsn;
 static int conn_fd[NBLK];       /* the connection using slot i, 0: free */
 static nxl_xfer_t *xfer[NBLK];  /* its READ */
@@ -90,46 +84,11 @@ static void on_connection(void)
         close(fd); /* no slot free */
 }
 
-/* exits with the agent's sentence when a call failed */
-static void must(nxl_status_t st)
-{
-    if (st == NXL_SUCCESS)
-        return;
-    fprintf(stderr, "kv_epoll_server: %s\n", nxl_agent_last_error(agent));
-    exit(1);
-}
-
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 7000;
     const char *transport = argc > 2 ? argv[2] : "POSIX";
-    /* the blocks: a file, block i holding "i" */
-    char path[64], meta[96];
-    snprintf(path, sizeof(path), "/tmp/kv_epoll_server.%d", (int)getpid());
-    FILE *f = fopen(path, "w");
-    for (int i = 0; f && i < NBLK; i++)
-        fprintf(f, "%-*d\n", BLK - 1, i);
-    if (!f || fclose(f) != 0)
-        return perror(path), 1;
-    snprintf(meta, sizeof(meta), "path=%s;mode=r", path);
-
-    nxl_agent_config_t cfg;
-    nxl_agent_config_init(&cfg);
-    cfg.name = "kv_epoll_server";
-    cfg.loop = NXL_LOOP_FD; /* no libevent base: this program's epoll drives the agent */
-    must(nxl_agent_create(&cfg, &agent));
-    must(nxl_backend_create(agent, transport, NULL, 0, NULL));
-    must(nxl_mem_alloc(agent, NXL_DRAM, NBLK * BLK, 0, (void **)&pool));
-    nxl_desc_t file = {.len = NBLK * BLK, .dev_id = 1, .meta = meta, .meta_len = strlen(meta)};
-    must(nxl_mem_register(agent, NXL_FILE, &file, 1, NULL));
-    unlink(path); /* the transport holds it open */
-    nxl_desc_t sd[NBLK], bd[NBLK];
-    for (size_t i = 0; i < NBLK; i++) {
-        sd[i] = (nxl_desc_t){.addr = (uintptr_t)pool + i * BLK, .len = BLK};
-        bd[i] = (nxl_desc_t){.addr = i * BLK, .len = BLK, .dev_id = 1};
-    }
-    must(nxl_prep(agent, NULL, NXL_DRAM, sd, NBLK, &slots));
-    must(nxl_prep(agent, "kv_epoll_server", NXL_FILE, bd, NBLK, &blocks));
+    kv_blocks_open("kv_epoll_server", transport); /* the blocks, the agent, its lists */
 
     /* the loop: the listener, the connections and the agent's descriptor */
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),

@@ -12,7 +12,7 @@
  *   printf 'GET 3\n' | nc -q1 127.0.0.1 7000
  *
  * One request at a time per connection, one line per read: an example. */
-#include <nxl.h>
+#include "kv_blocks.h"
 #include <nxl/uv.h>
 
 #include <stdio.h>
@@ -20,12 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NBLK 64
-#define BLK 4096
-
-static nxl_agent_t *agent;
-static nxl_prepped_t *slots, *blocks; /* DRAM slots (one per connection), file blocks */
-static char *pool;
 static int slot_used[NBLK];
 
 typedef struct {
@@ -118,46 +112,11 @@ static void on_connection(uv_stream_t *server, int status)
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
-/* exits with the agent's sentence when a call failed */
-static void must(nxl_status_t st)
-{
-    if (st == NXL_SUCCESS)
-        return;
-    fprintf(stderr, "kv_uv_server: %s\n", nxl_agent_last_error(agent));
-    exit(1);
-}
-
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 7000;
     const char *transport = argc > 2 ? argv[2] : "POSIX";
-    /* the blocks: a file, block i holding "i" */
-    char path[64], meta[96];
-    snprintf(path, sizeof(path), "/tmp/kv_uv_server.%d", (int)getpid());
-    FILE *f = fopen(path, "w");
-    for (int i = 0; f && i < NBLK; i++)
-        fprintf(f, "%-*d\n", BLK - 1, i);
-    if (!f || fclose(f) != 0)
-        return perror(path), 1;
-    snprintf(meta, sizeof(meta), "path=%s;mode=r", path);
-
-    nxl_agent_config_t cfg;
-    nxl_agent_config_init(&cfg);
-    cfg.name = "kv_uv_server";
-    cfg.loop = NXL_LOOP_FD; /* no libevent base: libuv drives the agent */
-    must(nxl_agent_create(&cfg, &agent));
-    must(nxl_backend_create(agent, transport, NULL, 0, NULL));
-    must(nxl_mem_alloc(agent, NXL_DRAM, NBLK * BLK, 0, (void **)&pool));
-    nxl_desc_t file = {.len = NBLK * BLK, .dev_id = 1, .meta = meta, .meta_len = strlen(meta)};
-    must(nxl_mem_register(agent, NXL_FILE, &file, 1, NULL));
-    unlink(path); /* the transport holds it open */
-    nxl_desc_t sd[NBLK], bd[NBLK];
-    for (size_t i = 0; i < NBLK; i++) {
-        sd[i] = (nxl_desc_t){.addr = (uintptr_t)pool + i * BLK, .len = BLK};
-        bd[i] = (nxl_desc_t){.addr = i * BLK, .len = BLK, .dev_id = 1};
-    }
-    must(nxl_prep(agent, NULL, NXL_DRAM, sd, NBLK, &slots));
-    must(nxl_prep(agent, "kv_uv_server", NXL_FILE, bd, NBLK, &blocks));
+    kv_blocks_open("kv_uv_server", transport); /* the blocks, the agent, its lists */
 
     uv_loop_t *loop = uv_default_loop();
     must(nxl_uv_attach(agent, loop)); /* the agent's descriptor and timer in the loop */
