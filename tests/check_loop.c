@@ -343,6 +343,7 @@ START_TEST(t_uv_attach)
 }
 END_TEST
 
+/* on_done, then the default uv loop stops */
 static void on_done_stop(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     on_done(f, st, arg);
@@ -386,12 +387,6 @@ START_TEST(t_uv_future)
 }
 END_TEST
 
-static void on_fetch_stop(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    on_done(f, st, arg);
-    uv_stop(uv_default_loop());
-}
-
 START_TEST(t_uv_timer)
 {
     uv_loop_t *loop = uv_default_loop();
@@ -404,7 +399,7 @@ START_TEST(t_uv_timer)
     uv_timer_start(&bound, uv_stop_cb, 5000, 0);
     cb_t c = {0};
     nxl_future_t *f = NULL;
-    nxl_status_t st = nxl_md_fetch_etcd(a, "nobody", NULL, FETCH_MS, on_fetch_stop, &c, &f);
+    nxl_status_t st = nxl_md_fetch_etcd(a, "nobody", NULL, FETCH_MS, on_done_stop, &c, &f);
     if (st == NXL_ERR_NOT_SUPPORTED) {
         printf("SKIP: %s: %s\n", tcase_name(), nxl_agent_last_error(a));
     } else {
