@@ -71,6 +71,18 @@ START_TEST(t_fd_refused)
     c.loop = NXL_LOOP_FD;
     ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
     ck_sentence(nxl_agent_last_error(NULL), "threaded");
+    /* nor one with a libevent base, nor a loop that does not exist */
+    base = event_base_new();
+    tl_config(&c, "BF", 0);
+    c.base = base;
+    c.loop = NXL_LOOP_FD;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(NULL), "base");
+    event_base_free(base);
+    tl_config(&c, "X", 0);
+    c.loop = 7;
+    ck_assert_int_eq(nxl_agent_create(&c, &a), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(NULL), "NXL_LOOP_LIBEVENT or NXL_LOOP_FD");
 }
 END_TEST
 
