@@ -126,7 +126,7 @@ public:
         return descs.emplace_back(std::forward<Args>(args)...);
     }
 
-    /* Removes the descriptor at index (out of range: nothing changes, a log line). */
+    /* Removes the descriptor at index; throws std::out_of_range outside the list, as NIXL. */
     void remDesc(const int &index);
     /* The same ranges without per-descriptor extras. */
     nixlDescList<nixlBasicDesc> trim() const;
