@@ -66,6 +66,7 @@ public:
     chrono_period_us_t postDuration{0};
     chrono_period_us_t xferDuration{0};
     bool timed = false;        /* xferDuration taken for the last post */
+    bool reported = false;     /* the last post's failure was logged */
 };
 
 class nixlAgentData {

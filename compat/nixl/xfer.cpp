@@ -256,6 +256,7 @@ nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
         r->startTime = std::chrono::steady_clock::now();
         r->timed = false;
     }
+    r->reported = false;
     nxl_status_t st;
     if (r->cb) {
         int exp = NXLC_REQ_IDLE;
@@ -294,9 +295,12 @@ nixl_status_t nixlAgent::getXferStatus(nixlXferReqH *req_hndl) const {
         nxl_agent_run_once(data->a, 0);
         st = nxl_xfer_status(req_hndl->x);
     }
-    if (st < NXL_SUCCESS && st != NXL_ERR_NOT_POSTED)
-        nxlc_log(NXLC_DEBUG, "getXferStatus: transfer to agent '" + req_hndl->remote +
-                                 "' failed: " + nixlEnumStrings::statusStr(nxlc_st(st)));
+    if (st < NXL_SUCCESS && st != NXL_ERR_NOT_POSTED && !req_hndl->reported) {
+        req_hndl->reported = true;
+        nxlc_fail(nxlc_st(st), "getXferStatus",
+                  "transfer to agent '" + req_hndl->remote + "' failed",
+                  data->threaded ? nullptr : data->a);
+    }
     return nxlc_st(st);
 }
 
