@@ -206,6 +206,46 @@ static void run(bool prog_thread) {
     CHECK_ST(a2.deregisterMem(r2, &x2), NIXL_SUCCESS);
 }
 
+/* Waits until checkRemoteMD(remote) gives want. */
+static bool wait_md(nixlAgent &a, const std::string &remote, nixl_status_t want) {
+    nixl_xfer_dlist_t none(DRAM_SEG);
+    auto end = clk::now() + std::chrono::seconds(10);
+    while (clk::now() < end) {
+        if (a.checkRemoteMD(remote, none) == want)
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+}
+
+/* Metadata over the listener: sendLocalMD, fetchRemoteMD, invalidateLocalMD
+ * to a peer's address, each side with a listener (useListenThread). */
+static void listener() {
+    std::fprintf(stderr, "-- listener exchange\n");
+    nixlAgentConfig cfg(false, true, 0); /* port 0: an ephemeral one */
+    nixlAgent l1("L1", cfg), l2("L2", cfg);
+    nixl_b_params_t p;
+    nixl_mem_list_t m;
+    nixlBackendH *b = nullptr;
+    CHECK_ST(l1.getPluginParams("UCX", m, p), NIXL_SUCCESS);
+    CHECK_ST(l1.createBackend("UCX", p, b), NIXL_SUCCESS);
+    CHECK_ST(l2.createBackend("UCX", p, b), NIXL_SUCCESS);
+    uint16_t port2 = nxl_agent_listen_port(nixlNxlAgent(l2));
+    CHECK(port2 != 0);
+    nixl_opt_args_t to2;
+    to2.ipAddr = "127.0.0.1";
+    to2.port = port2;
+    CHECK_ST(l1.sendLocalMD(&to2), NIXL_SUCCESS);
+    CHECK(wait_md(l2, "L1", NIXL_SUCCESS));
+    CHECK_ST(l1.fetchRemoteMD("L2", &to2), NIXL_SUCCESS);
+    CHECK(wait_md(l1, "L2", NIXL_SUCCESS));
+    CHECK_ST(l1.invalidateLocalMD(&to2), NIXL_SUCCESS);
+    CHECK(wait_md(l2, "L1", NIXL_ERR_NOT_FOUND));
+    nixl_opt_args_t bad = to2;
+    bad.port = 70000;
+    CHECK_ST(l1.sendLocalMD(&bad), NIXL_ERR_INVALID_PARAM);
+}
+
 static void serdes() {
     nixl_xfer_dlist_t l(VRAM_SEG);
     l.addDesc(nixlBasicDesc(0x1000, 64, 3));
@@ -237,6 +277,7 @@ int main() {
     }
     run(false);
     run(true);
+    listener();
     std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }
