@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <unistd.h>
 
 #include "nixl.h"
 #include "nixl_nxl.h"
@@ -246,6 +247,35 @@ static void listener() {
     CHECK_ST(l1.sendLocalMD(&bad), NIXL_ERR_INVALID_PARAM);
 }
 
+/* queryMem over POSIX: NIXL names files by path in metaInfo. */
+static void query() {
+    std::fprintf(stderr, "-- queryMem\n");
+    nixlAgent q("Q", nixlAgentConfig());
+    nixl_b_params_t p;
+    nixl_mem_list_t m;
+    nixlBackendH *b = nullptr;
+    if (q.getPluginParams("POSIX", m, p) != NIXL_SUCCESS) {
+        std::fprintf(stderr, "no POSIX transport: queryMem not tested\n");
+        return;
+    }
+    CHECK_ST(q.createBackend("POSIX", p, b), NIXL_SUCCESS);
+    char path[] = "/tmp/nixl_smoke_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "12345", 5) == 5);
+    nixl_reg_dlist_t files(FILE_SEG);
+    files.addDesc(nixlBlobDesc(0, 0, 0, path));
+    files.addDesc(nixlBlobDesc(0, 0, 0, "/nonexistent/nixl_smoke"));
+    files.addDesc(nixlBlobDesc(0, 0, 0, ""));
+    std::vector<nixl_query_resp_t> resp;
+    CHECK_ST(q.queryMem(files, resp, nullptr), NIXL_SUCCESS);
+    CHECK(resp.size() == 3);
+    CHECK(resp.size() == 3 && resp[0] && resp[0]->at("size") == "5" && resp[0]->count("mode"));
+    CHECK(resp.size() == 3 && !resp[1] && !resp[2]);
+    close(fd);
+    unlink(path);
+}
+
 static void serdes() {
     nixl_xfer_dlist_t l(VRAM_SEG);
     l.addDesc(nixlBasicDesc(0x1000, 64, 3));
@@ -278,6 +308,7 @@ int main() {
     run(false);
     run(true);
     listener();
+    query();
     std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }
