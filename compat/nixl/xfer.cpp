@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* libnxl-nixl: prepared lists, transfer requests, notifications. */
 #include <chrono>
+#include <thread>
 
 #include "internal.h"
 
@@ -220,7 +221,8 @@ static void xfer_done(nxl_future_t *f, nxl_status_t st, void *arg) {
     auto *r = static_cast<nixlXferReqH *>(arg);
     int exp = NXLC_REQ_PENDING;
     if (!r->state.compare_exchange_strong(exp, NXLC_REQ_IDLE)) {
-        delete r; /* released while in flight: the callback was the last to hold it */
+        if (exp == NXLC_REQ_ZOMBIE)
+            delete r; /* released while in flight: the callback was the last to hold it */
         return;
     }
     if (r->owner->telemetry && !r->timed) {
@@ -230,6 +232,25 @@ static void xfer_done(nxl_future_t *f, nxl_status_t st, void *arg) {
     }
     if (r->cb)
         r->cb(r, nxlc_st(st), r->cbArg);
+}
+
+/*
+ * Marks a request with a completion callback as posted. With a progress
+ * thread, the previous post's completion can be visible (getXferStatus) a
+ * moment before its callback has run on the agent's thread: wait for that
+ * moment rather than refuse a re-post NIXL would take.
+ */
+static bool claim(const nixlAgentData *d, nixlXferReqH *r) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+        int exp = NXLC_REQ_IDLE;
+        if (r->state.compare_exchange_strong(exp, NXLC_REQ_PENDING))
+            return true;
+        if (!d->threaded || nxl_xfer_status(r->x) == NXL_IN_PROG ||
+            std::chrono::steady_clock::now() > until)
+            return false;
+        std::this_thread::yield();
+    }
 }
 
 nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
@@ -264,18 +285,16 @@ nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
     }
     r->reported = false;
     nxl_status_t st;
-    if (r->cb) {
-        int exp = NXLC_REQ_IDLE;
-        if (!r->state.compare_exchange_strong(exp, NXLC_REQ_PENDING))
+    if (r->cb || data->telemetry) {
+        /* the completion callback owns the request's state until it ran */
+        if (!claim(data.get(), r))
             return nxlc_fail(NIXL_ERR_REPOST_ACTIVE, call,
                              "transfer request is still in progress and cannot be reposted");
         st = nxl_xfer_post(r->x, xfer_done, r, nullptr);
         if (st != NXL_SUCCESS)
             r->state.store(NXLC_REQ_IDLE);
     } else {
-        st = nxl_xfer_post(r->x, data->telemetry ? xfer_done : nullptr, r, nullptr);
-        if (st == NXL_SUCCESS && data->telemetry)
-            r->state.store(NXLC_REQ_PENDING);
+        st = nxl_xfer_post(r->x, nullptr, nullptr, nullptr);
     }
     if (st != NXL_SUCCESS) {
         return nxlc_fail(nxlc_st(st), call, "transfer to agent '" + r->remote + "' not posted",
