@@ -210,6 +210,23 @@ static void run(bool prog_thread) {
     CHECK_ST(a1.getXferStatus(nullptr), NIXL_ERR_INVALID_PARAM);
     CHECK_ST(a1.releaseXferReq(nullptr), NIXL_ERR_INVALID_PARAM);
     CHECK_ST(a1.sendLocalMD(), NIXL_ERR_INVALID_PARAM); /* no address, no etcd */
+    nixlXferReqH *bad = nullptr;
+    CHECK_ST(a1.createXferReq(NIXL_WRITE, local, remote, "nobody", bad), NIXL_ERR_NOT_FOUND);
+    nixl_xfer_dlist_t one(DRAM_SEG);
+    one.addDesc(nixlBasicDesc((uintptr_t)src.data(), len - 1, 0));
+    CHECK_ST(a1.createXferReq(NIXL_WRITE, one, remote, n2, bad), NIXL_ERR_INVALID_PARAM);
+    nixl_xfer_dlist_t stray(DRAM_SEG);
+    stray.addDesc(nixlBasicDesc((uintptr_t)&len, sizeof len, 0));
+    nixlDlistH *sh = nullptr;
+    CHECK_ST(a1.prepXferDlist(NIXL_INIT_AGENT, stray, sh), NIXL_ERR_NOT_FOUND);
+    CHECK_ST(a1.prepXferDlist("nobody", remote, sh), NIXL_ERR_NOT_FOUND);
+    CHECK_ST(a1.genNotif("nobody", "x"), NIXL_ERR_NOT_FOUND);
+    nixl_reg_dlist_t vram(VRAM_SEG);
+    vram.addDesc(nixlBlobDesc(0x1000, 64, 0, ""));
+    CHECK_ST(a1.registerMem(vram), NIXL_ERR_NOT_FOUND); /* no backend serves VRAM here */
+    nixl_reg_dlist_t never(DRAM_SEG);
+    never.addDesc(nixlBlobDesc((uintptr_t)&len, sizeof len, 0, ""));
+    CHECK(a1.deregisterMem(never) < 0);
 
     /* Invalidation: the peer is gone, posting to it is refused */
     nixlXferReqH *w2 = nullptr;

@@ -18,8 +18,8 @@ static nixl_status_t prep(const nixlAgentData *d, const std::string &agent,
     nxl_prepped_t *p = nullptr;
     nxl_status_t st = nxl_prep(d->a, agent.empty() ? nullptr : agent.c_str(),
                                static_cast<nxl_mem_t>(descs.getType()), v.data(), v.size(), &p);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), "prepXferDlist",
+    if (st != NXL_SUCCESS) /* NIXL: unknown agent, no backend, a descriptor in no region */
+        return nxlc_fail(NIXL_ERR_NOT_FOUND, "prepXferDlist",
                          agent.empty() ? std::string("local descriptors not prepared")
                                        : "descriptors of agent '" + agent + "' not prepared",
                          d->a);
@@ -153,8 +153,11 @@ nixl_status_t nixlAgent::makeXferReq(const nixl_xfer_op_t &operation, const nixl
     nxl_status_t st =
         nxl_xfer_make(data->a, static_cast<nxl_op_t>(operation), local_side->p, li.data(),
                       remote_side->p, ri.data(), n, &o, &x);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), call, "request not made", data->a);
+    if (st != NXL_SUCCESS) /* NIXL: no common backend is a bad pair of lists */
+        return nxlc_fail(st == NXL_ERR_NOT_SUPPORTED || st == NXL_ERR_MISMATCH
+                             ? NIXL_ERR_INVALID_PARAM
+                             : nxlc_st(st),
+                         call, "request not made", data->a);
     nixlXferReqH *r = new_req(data.get(), x, remote_side->agent.empty() ? data->name
                                                                         : remote_side->agent,
                               operation, has_notif, msg);
@@ -206,9 +209,11 @@ nixl_status_t nixlAgent::createXferReq(const nixl_xfer_op_t &operation,
     nxl_xfer_t *x = nullptr;
     nxl_status_t st = nxl_xfer_create(data->a, static_cast<nxl_op_t>(operation), &l, &r,
                                       remote_agent.c_str(), &o, &x);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), call, "request to agent '" + remote_agent + "' not made",
-                         data->a);
+    if (st != NXL_SUCCESS) /* NIXL: unknown agent, no backend holding both sides */
+        return nxlc_fail(st == NXL_ERR_NOT_SUPPORTED || st == NXL_ERR_MISMATCH
+                             ? NIXL_ERR_NOT_FOUND
+                             : nxlc_st(st),
+                         call, "request to agent '" + remote_agent + "' not made", data->a);
     nixlXferReqH *q = new_req(data.get(), x, remote_agent, operation, has_notif, msg);
     q->totalBytes = bytes;
     q->descCount = lv.size();
@@ -426,8 +431,8 @@ nixl_status_t nixlAgent::genNotif(const std::string &remote_agent, const nixl_bl
     (void)extra_params;
     nxl_status_t st = nxl_notif_send(data->a, remote_agent.c_str(), msg.data(), msg.size(),
                                      nxlc_md_done, const_cast<char *>("genNotif"), nullptr);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), "genNotif",
+    if (st != NXL_SUCCESS) /* NIXL: no backend with notifications is a backend error */
+        return nxlc_fail(st == NXL_ERR_NOT_SUPPORTED ? NIXL_ERR_BACKEND : nxlc_st(st), "genNotif",
                          "notification to agent '" + remote_agent + "' not sent", data->a);
     data->drive();
     return NIXL_SUCCESS;
