@@ -66,6 +66,7 @@ public:
     chrono_period_us_t postDuration{0};
     chrono_period_us_t xferDuration{0};
     bool timed = false;        /* xferDuration taken for the last post */
+    bool reported = false;     /* the last post's failure was logged */
 };
 
 class nixlAgentData {
@@ -79,6 +80,22 @@ public:
     mutable std::mutex mu;     /* guards backends and invalidated */
     std::vector<nixlBackendH *> backends;
     std::set<std::string> invalidated; /* peers the program invalidated (post: NOT_FOUND) */
+    std::atomic<size_t> ninvalidated{0}; /* its size, read without the lock */
+
+    bool isInvalidated(const std::string &peer) const {
+        if (ninvalidated.load(std::memory_order_relaxed) == 0)
+            return false;
+        std::lock_guard<std::mutex> g(mu);
+        return invalidated.count(peer) != 0;
+    }
+    /* Under mu: the program invalidated (true) or reloaded (false) a peer. */
+    void markInvalidated(const std::string &peer, bool gone) {
+        if (gone)
+            invalidated.insert(peer);
+        else
+            invalidated.erase(peer);
+        ninvalidated.store(invalidated.size(), std::memory_order_relaxed);
+    }
 
     /* Default mode: one turn without waiting, so that polling programs progress. */
     void drive() const {

@@ -59,7 +59,7 @@ nixl_status_t nixlAgent::loadRemoteMD(const nixl_blob_t &remote_metadata,
                          data->a);
     agent_name = name;
     std::lock_guard<std::mutex> g(data->mu);
-    data->invalidated.erase(agent_name);
+    data->markInvalidated(agent_name, false);
     return NIXL_SUCCESS;
 }
 
@@ -69,7 +69,7 @@ nixl_status_t nixlAgent::invalidateRemoteMD(const std::string &remote_agent) {
         return nxlc_fail(nxlc_st(st), "invalidateRemoteMD",
                          "agent '" + remote_agent + "' not invalidated", data->a);
     std::lock_guard<std::mutex> g(data->mu);
-    data->invalidated.insert(remote_agent);
+    data->markInvalidated(remote_agent, true);
     return NIXL_SUCCESS;
 }
 
@@ -173,7 +173,7 @@ nixl_status_t nixlAgent::fetchRemoteMD(const std::string remote_name,
         return err;
     {
         std::lock_guard<std::mutex> g(data->mu);
-        data->invalidated.erase(remote_name);
+        data->markInvalidated(remote_name, false);
     }
     if (r == MD_PEER)
         return started(data.get(),

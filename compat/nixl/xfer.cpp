@@ -238,6 +238,12 @@ nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
     if (!req_hndl || req_hndl->owner != data.get())
         return nxlc_fail(NIXL_ERR_INVALID_PARAM, call, "NULL or another agent's request handle");
     nixlXferReqH *r = req_hndl;
+    /* NIXL refuses at once a post to a peer the program invalidated (nxl's
+     * threaded mode may only find out once the post is queued). */
+    if (data->isInvalidated(r->remote))
+        return nxlc_fail(NIXL_ERR_NOT_FOUND, call,
+                         "remote agent '" + r->remote +
+                             "' was invalidated after the request was made");
     if (extra_params) {
         /* NIXL: optional arguments at post replace the request's notification */
         nixl_blob_t msg;
@@ -256,6 +262,7 @@ nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
         r->startTime = std::chrono::steady_clock::now();
         r->timed = false;
     }
+    r->reported = false;
     nxl_status_t st;
     if (r->cb) {
         int exp = NXLC_REQ_IDLE;
@@ -271,13 +278,8 @@ nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
             r->state.store(NXLC_REQ_PENDING);
     }
     if (st != NXL_SUCCESS) {
-        nixl_status_t ns = nxlc_st(st);
-        if (st == NXL_ERR_REMOTE_DISCONNECT) {
-            std::lock_guard<std::mutex> g(data->mu);
-            if (data->invalidated.count(r->remote))
-                ns = NIXL_ERR_NOT_FOUND; /* NIXL: the program invalidated the peer */
-        }
-        return nxlc_fail(ns, call, "transfer to agent '" + r->remote + "' not posted", data->a);
+        return nxlc_fail(nxlc_st(st), call, "transfer to agent '" + r->remote + "' not posted",
+                         data->a);
     }
     if (data->telemetry)
         r->postDuration = std::chrono::duration_cast<chrono_period_us_t>(
@@ -294,9 +296,12 @@ nixl_status_t nixlAgent::getXferStatus(nixlXferReqH *req_hndl) const {
         nxl_agent_run_once(data->a, 0);
         st = nxl_xfer_status(req_hndl->x);
     }
-    if (st < NXL_SUCCESS && st != NXL_ERR_NOT_POSTED)
-        nxlc_log(NXLC_DEBUG, "getXferStatus: transfer to agent '" + req_hndl->remote +
-                                 "' failed: " + nixlEnumStrings::statusStr(nxlc_st(st)));
+    if (st < NXL_SUCCESS && st != NXL_ERR_NOT_POSTED && !req_hndl->reported) {
+        req_hndl->reported = true;
+        nxlc_fail(nxlc_st(st), "getXferStatus",
+                  "transfer to agent '" + req_hndl->remote + "' failed",
+                  data->threaded ? nullptr : data->a);
+    }
     return nxlc_st(st);
 }
 
