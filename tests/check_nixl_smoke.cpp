@@ -5,6 +5,7 @@
  * the agents without a progress thread (every poll drives them) and then
  * with one. Exit 77 (skip) when this nxl has no usable UCX.
  */
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <unistd.h>
 
 #include "nixl.h"
 #include "nixl_nxl.h"
@@ -64,9 +66,9 @@ static nixl_status_t wait_xfer(nixlAgent &init, nixlXferReqH *req, nixlAgent &ta
     return NIXL_ERR_UNKNOWN;
 }
 
-struct cb_ctx {
-    int calls = 0;
-    nixl_status_t last = NIXL_IN_PROG;
+struct cb_ctx { /* written on the agent's thread when it has one */
+    std::atomic<int> calls{0};
+    std::atomic<nixl_status_t> last{NIXL_IN_PROG};
 };
 
 static void on_done(nixlXferReqH *req, nixl_status_t st, void *arg) {
@@ -174,6 +176,21 @@ static void run(bool prog_thread) {
     }
     CHECK(cc.calls == 1 && cc.last == NIXL_SUCCESS);
     CHECK(std::memcmp(src.data(), back.data(), len) == 0);
+    /* Re-post as soon as getXferStatus says done: the callback of the
+     * previous post may not have run yet (progress thread), NIXL takes it */
+    for (int i = 0; i < 100; i++) {
+        st = a1.postXferReq(rd);
+        CHECK(st == NIXL_SUCCESS || st == NIXL_IN_PROG);
+        CHECK_ST(wait_xfer(a1, rd, a2, notifs, 0), NIXL_SUCCESS);
+    }
+    end = clk::now() + std::chrono::seconds(5);
+    while (cc.calls < 101 && clk::now() < end) {
+        if (prog_thread)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        else
+            nixlNxlRunOnce(a1, 1);
+    }
+    CHECK(cc.calls == 101);
     CHECK_ST(a1.releaseXferReq(rd), NIXL_SUCCESS);
     CHECK_ST(a1.releasedDlistH(lh), NIXL_SUCCESS);
     CHECK_ST(a1.releasedDlistH(rh), NIXL_SUCCESS);
@@ -193,6 +210,23 @@ static void run(bool prog_thread) {
     CHECK_ST(a1.getXferStatus(nullptr), NIXL_ERR_INVALID_PARAM);
     CHECK_ST(a1.releaseXferReq(nullptr), NIXL_ERR_INVALID_PARAM);
     CHECK_ST(a1.sendLocalMD(), NIXL_ERR_INVALID_PARAM); /* no address, no etcd */
+    nixlXferReqH *bad = nullptr;
+    CHECK_ST(a1.createXferReq(NIXL_WRITE, local, remote, "nobody", bad), NIXL_ERR_NOT_FOUND);
+    nixl_xfer_dlist_t one(DRAM_SEG);
+    one.addDesc(nixlBasicDesc((uintptr_t)src.data(), len - 1, 0));
+    CHECK_ST(a1.createXferReq(NIXL_WRITE, one, remote, n2, bad), NIXL_ERR_INVALID_PARAM);
+    nixl_xfer_dlist_t stray(DRAM_SEG);
+    stray.addDesc(nixlBasicDesc((uintptr_t)&len, sizeof len, 0));
+    nixlDlistH *sh = nullptr;
+    CHECK_ST(a1.prepXferDlist(NIXL_INIT_AGENT, stray, sh), NIXL_ERR_NOT_FOUND);
+    CHECK_ST(a1.prepXferDlist("nobody", remote, sh), NIXL_ERR_NOT_FOUND);
+    CHECK_ST(a1.genNotif("nobody", "x"), NIXL_ERR_NOT_FOUND);
+    nixl_reg_dlist_t vram(VRAM_SEG);
+    vram.addDesc(nixlBlobDesc(0x1000, 64, 0, ""));
+    CHECK_ST(a1.registerMem(vram), NIXL_ERR_NOT_FOUND); /* no backend serves VRAM here */
+    nixl_reg_dlist_t never(DRAM_SEG);
+    never.addDesc(nixlBlobDesc((uintptr_t)&len, sizeof len, 0, ""));
+    CHECK(a1.deregisterMem(never) < 0);
 
     /* Invalidation: the peer is gone, posting to it is refused */
     nixlXferReqH *w2 = nullptr;
@@ -246,6 +280,35 @@ static void listener() {
     CHECK_ST(l1.sendLocalMD(&bad), NIXL_ERR_INVALID_PARAM);
 }
 
+/* queryMem over POSIX: NIXL names files by path in metaInfo. */
+static void query() {
+    std::fprintf(stderr, "-- queryMem\n");
+    nixlAgent q("Q", nixlAgentConfig());
+    nixl_b_params_t p;
+    nixl_mem_list_t m;
+    nixlBackendH *b = nullptr;
+    if (q.getPluginParams("POSIX", m, p) != NIXL_SUCCESS) {
+        std::fprintf(stderr, "no POSIX transport: queryMem not tested\n");
+        return;
+    }
+    CHECK_ST(q.createBackend("POSIX", p, b), NIXL_SUCCESS);
+    char path[] = "/tmp/nixl_smoke_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "12345", 5) == 5);
+    nixl_reg_dlist_t files(FILE_SEG);
+    files.addDesc(nixlBlobDesc(0, 0, 0, path));
+    files.addDesc(nixlBlobDesc(0, 0, 0, "/nonexistent/nixl_smoke"));
+    files.addDesc(nixlBlobDesc(0, 0, 0, ""));
+    std::vector<nixl_query_resp_t> resp;
+    CHECK_ST(q.queryMem(files, resp, nullptr), NIXL_SUCCESS);
+    CHECK(resp.size() == 3);
+    CHECK(resp.size() == 3 && resp[0] && resp[0]->at("size") == "5" && resp[0]->count("mode"));
+    CHECK(resp.size() == 3 && !resp[1] && !resp[2]);
+    close(fd);
+    unlink(path);
+}
+
 static void serdes() {
     nixl_xfer_dlist_t l(VRAM_SEG);
     l.addDesc(nixlBasicDesc(0x1000, 64, 3));
@@ -278,6 +341,7 @@ int main() {
     run(false);
     run(true);
     listener();
+    query();
     std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }

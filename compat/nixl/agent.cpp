@@ -5,6 +5,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <strings.h>
+#include <sys/stat.h>
 #include <type_traits>
 
 #include "internal.h"
@@ -370,17 +371,49 @@ nixl_status_t nixlAgent::queryMem(const nixl_reg_dlist_t &descs,
     }
     std::vector<nxl_desc_t> d;
     nxlc_descs(descs, d);
-    std::vector<nxl_query_t> r(d.size());
-    nxl_status_t st = nxl_mem_query(data->a, static_cast<nxl_mem_t>(descs.getType()), d.data(),
-                                    d.size(), b, r.data());
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), "queryMem", "query failed", data->a);
-    resp.reserve(r.size());
-    for (const nxl_query_t &q : r) {
-        if (q.exists)
-            resp.emplace_back(nixl_b_params_t{{"size", std::to_string(q.size)}});
-        else
-            resp.emplace_back(std::nullopt);
+    /* NIXL names a file by its path in metaInfo (no path: no answer);
+     * nxl's POSIX transport takes "path=..." */
+    bool files = descs.getType() == FILE_SEG || descs.getType() == BLK_SEG;
+    std::vector<std::string> paths(d.size()), metas(d.size());
+    std::vector<nxl_desc_t> ask;
+    std::vector<size_t> where;
+    for (size_t i = 0; i < d.size(); i++) {
+        if (files) {
+            const std::string &m = descs[static_cast<int>(i)].metaInfo;
+            if (m.empty())
+                continue;
+            if (m.compare(0, 5, "path=") == 0) {
+                metas[i] = m;
+                paths[i] = m.substr(5, m.find(';') == std::string::npos ? std::string::npos
+                                                                       : m.find(';') - 5);
+            } else {
+                metas[i] = "path=" + m;
+                paths[i] = m;
+            }
+            d[i].meta = metas[i].c_str();
+            d[i].meta_len = metas[i].size();
+        }
+        ask.push_back(d[i]);
+        where.push_back(i);
+    }
+    std::vector<nxl_query_t> r(ask.size());
+    if (!ask.empty()) {
+        nxl_status_t st = nxl_mem_query(data->a, static_cast<nxl_mem_t>(descs.getType()),
+                                        ask.data(), ask.size(), b, r.data());
+        if (st != NXL_SUCCESS)
+            return nxlc_fail(nxlc_st(st), "queryMem", "query failed", data->a);
+    }
+    resp.assign(d.size(), std::nullopt);
+    for (size_t k = 0; k < r.size(); k++) {
+        if (!r[k].exists)
+            continue;
+        nixl_b_params_t info{{"size", std::to_string(r[k].size)}};
+        struct stat sb;
+        if (files && !paths[where[k]].empty() && stat(paths[where[k]].c_str(), &sb) == 0) {
+            info["mode"] = std::to_string(sb.st_mode);
+            info["mtime"] = std::to_string(sb.st_mtime);
+        }
+        resp[where[k]] = std::move(info);
     }
     return NIXL_SUCCESS;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* libnxl-nixl: prepared lists, transfer requests, notifications. */
 #include <chrono>
+#include <thread>
 
 #include "internal.h"
 
@@ -17,8 +18,8 @@ static nixl_status_t prep(const nixlAgentData *d, const std::string &agent,
     nxl_prepped_t *p = nullptr;
     nxl_status_t st = nxl_prep(d->a, agent.empty() ? nullptr : agent.c_str(),
                                static_cast<nxl_mem_t>(descs.getType()), v.data(), v.size(), &p);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), "prepXferDlist",
+    if (st != NXL_SUCCESS) /* NIXL: unknown agent, no backend, a descriptor in no region */
+        return nxlc_fail(NIXL_ERR_NOT_FOUND, "prepXferDlist",
                          agent.empty() ? std::string("local descriptors not prepared")
                                        : "descriptors of agent '" + agent + "' not prepared",
                          d->a);
@@ -152,8 +153,11 @@ nixl_status_t nixlAgent::makeXferReq(const nixl_xfer_op_t &operation, const nixl
     nxl_status_t st =
         nxl_xfer_make(data->a, static_cast<nxl_op_t>(operation), local_side->p, li.data(),
                       remote_side->p, ri.data(), n, &o, &x);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), call, "request not made", data->a);
+    if (st != NXL_SUCCESS) /* NIXL: no common backend is a bad pair of lists */
+        return nxlc_fail(st == NXL_ERR_NOT_SUPPORTED || st == NXL_ERR_MISMATCH
+                             ? NIXL_ERR_INVALID_PARAM
+                             : nxlc_st(st),
+                         call, "request not made", data->a);
     nixlXferReqH *r = new_req(data.get(), x, remote_side->agent.empty() ? data->name
                                                                         : remote_side->agent,
                               operation, has_notif, msg);
@@ -205,9 +209,11 @@ nixl_status_t nixlAgent::createXferReq(const nixl_xfer_op_t &operation,
     nxl_xfer_t *x = nullptr;
     nxl_status_t st = nxl_xfer_create(data->a, static_cast<nxl_op_t>(operation), &l, &r,
                                       remote_agent.c_str(), &o, &x);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), call, "request to agent '" + remote_agent + "' not made",
-                         data->a);
+    if (st != NXL_SUCCESS) /* NIXL: unknown agent, no backend holding both sides */
+        return nxlc_fail(st == NXL_ERR_NOT_SUPPORTED || st == NXL_ERR_MISMATCH
+                             ? NIXL_ERR_NOT_FOUND
+                             : nxlc_st(st),
+                         call, "request to agent '" + remote_agent + "' not made", data->a);
     nixlXferReqH *q = new_req(data.get(), x, remote_agent, operation, has_notif, msg);
     q->totalBytes = bytes;
     q->descCount = lv.size();
@@ -220,7 +226,8 @@ static void xfer_done(nxl_future_t *f, nxl_status_t st, void *arg) {
     auto *r = static_cast<nixlXferReqH *>(arg);
     int exp = NXLC_REQ_PENDING;
     if (!r->state.compare_exchange_strong(exp, NXLC_REQ_IDLE)) {
-        delete r; /* released while in flight: the callback was the last to hold it */
+        if (exp == NXLC_REQ_ZOMBIE)
+            delete r; /* released while in flight: the callback was the last to hold it */
         return;
     }
     if (r->owner->telemetry && !r->timed) {
@@ -230,6 +237,25 @@ static void xfer_done(nxl_future_t *f, nxl_status_t st, void *arg) {
     }
     if (r->cb)
         r->cb(r, nxlc_st(st), r->cbArg);
+}
+
+/*
+ * Marks a request with a completion callback as posted. With a progress
+ * thread, the previous post's completion can be visible (getXferStatus) a
+ * moment before its callback has run on the agent's thread: wait for that
+ * moment rather than refuse a re-post NIXL would take.
+ */
+static bool claim(const nixlAgentData *d, nixlXferReqH *r) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+        int exp = NXLC_REQ_IDLE;
+        if (r->state.compare_exchange_strong(exp, NXLC_REQ_PENDING))
+            return true;
+        if (!d->threaded || nxl_xfer_status(r->x) == NXL_IN_PROG ||
+            std::chrono::steady_clock::now() > until)
+            return false;
+        std::this_thread::yield();
+    }
 }
 
 nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
@@ -264,18 +290,16 @@ nixl_status_t nixlAgent::postXferReq(nixlXferReqH *req_hndl,
     }
     r->reported = false;
     nxl_status_t st;
-    if (r->cb) {
-        int exp = NXLC_REQ_IDLE;
-        if (!r->state.compare_exchange_strong(exp, NXLC_REQ_PENDING))
+    if (r->cb || data->telemetry) {
+        /* the completion callback owns the request's state until it ran */
+        if (!claim(data.get(), r))
             return nxlc_fail(NIXL_ERR_REPOST_ACTIVE, call,
                              "transfer request is still in progress and cannot be reposted");
         st = nxl_xfer_post(r->x, xfer_done, r, nullptr);
         if (st != NXL_SUCCESS)
             r->state.store(NXLC_REQ_IDLE);
     } else {
-        st = nxl_xfer_post(r->x, data->telemetry ? xfer_done : nullptr, r, nullptr);
-        if (st == NXL_SUCCESS && data->telemetry)
-            r->state.store(NXLC_REQ_PENDING);
+        st = nxl_xfer_post(r->x, nullptr, nullptr, nullptr);
     }
     if (st != NXL_SUCCESS) {
         return nxlc_fail(nxlc_st(st), call, "transfer to agent '" + r->remote + "' not posted",
@@ -407,8 +431,8 @@ nixl_status_t nixlAgent::genNotif(const std::string &remote_agent, const nixl_bl
     (void)extra_params;
     nxl_status_t st = nxl_notif_send(data->a, remote_agent.c_str(), msg.data(), msg.size(),
                                      nxlc_md_done, const_cast<char *>("genNotif"), nullptr);
-    if (st != NXL_SUCCESS)
-        return nxlc_fail(nxlc_st(st), "genNotif",
+    if (st != NXL_SUCCESS) /* NIXL: no backend with notifications is a backend error */
+        return nxlc_fail(st == NXL_ERR_NOT_SUPPORTED ? NIXL_ERR_BACKEND : nxlc_st(st), "genNotif",
                          "notification to agent '" + remote_agent + "' not sent", data->a);
     data->drive();
     return NIXL_SUCCESS;
