@@ -1,0 +1,38 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# The Python bindings' suite (bindings/python/tests, pytest) against the
+# package `make python` built in bindings/python/build/lib and the build
+# tree's libnxl (LD_LIBRARY_PATH) and transport modules (NXL_PLUGIN_DIR, from
+# make check's environment). Arguments go to pytest (-k EXPR, -x, a test's
+# path). Skips (77) with the reason when configure left the bindings out or
+# the interpreter has no pytest.
+#
+# By hand, from the build tree:  make python && tests/python.sh -k notif
+set -u
+srcdir=${srcdir:-.}
+builddir=$(pwd)
+lib=$builddir/bindings/python/build/lib
+if [ -z "${NXL_PYTHON:-}" ]; then
+    # run by hand: the configuration's PYTHON, from the Makefile
+    NXL_PYTHON=$(sed -n 's/^PYTHON = //p' Makefile 2>/dev/null)
+    grep -q '^install-nxl-python:' Makefile 2>/dev/null || NXL_PYTHON=
+fi
+[ -n "$NXL_PYTHON" ] ||
+    { echo "SKIP: nxl was configured without the Python bindings (configure --enable-python; its summary says why)"; exit 77; }
+[ -f "$lib/nxl/__init__.py" ] && ls "$lib"/nxl/_nxl*.so >/dev/null 2>&1 ||
+    { echo "FAIL: no built package in $lib: run make python"; exit 99; }
+"$NXL_PYTHON" -c 'import pytest' 2>/dev/null ||
+    { echo "SKIP: $NXL_PYTHON has no pytest (apt-get install python3-pytest python3-pytest-asyncio)"; exit 77; }
+"$NXL_PYTHON" -c 'import pytest_asyncio' 2>/dev/null ||
+    echo "note: $NXL_PYTHON has no pytest_asyncio (apt-get install python3-pytest-asyncio): its tests skip"
+PYTHONPATH=$lib${PYTHONPATH:+:$PYTHONPATH}
+LD_LIBRARY_PATH=$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# nothing written into the source tree (make distcheck's is read-only)
+PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH LD_LIBRARY_PATH PYTHONDONTWRITEBYTECODE
+echo "$NXL_PYTHON -m pytest $srcdir/bindings/python/tests (PYTHONPATH=$lib)"
+"$NXL_PYTHON" -m pytest -q -rs -p no:cacheprovider "$srcdir/bindings/python/tests" "$@"
+rc=$?
+# 5: pytest collected no test
+[ $rc -eq 5 ] && { echo "FAIL: pytest found no test in $srcdir/bindings/python/tests"; exit 1; }
+exit $rc
