@@ -12,11 +12,8 @@ set -u
 srcdir=${srcdir:-.}
 builddir=$(pwd)
 lib=$builddir/bindings/python/build/lib
-if [ -z "${NXL_PYTHON:-}" ]; then
-    # run by hand: the configuration's PYTHON, from the Makefile
-    NXL_PYTHON=$(sed -n 's/^PYTHON = //p' Makefile 2>/dev/null)
-    grep -q '^install-nxl-python:' Makefile 2>/dev/null || NXL_PYTHON=
-fi
+# run by hand: the interpreter of the configuration, from the Makefile
+[ -n "${NXL_PYTHON+set}" ] || NXL_PYTHON=$(sed -n 's/^nxl_python_for_tests = //p' Makefile 2>/dev/null)
 [ -n "$NXL_PYTHON" ] ||
     { echo "SKIP: nxl was configured without the Python bindings (configure --enable-python; its summary says why)"; exit 77; }
 [ -f "$lib/nxl/__init__.py" ] && ls "$lib"/nxl/_nxl*.so >/dev/null 2>&1 ||
