@@ -22,6 +22,15 @@ lib=$builddir/bindings/python/build/lib
     { echo "SKIP: $NXL_PYTHON has no pytest (apt-get install python3-pytest python3-pytest-asyncio)"; exit 77; }
 "$NXL_PYTHON" -c 'import pytest_asyncio' 2>/dev/null ||
     echo "note: $NXL_PYTHON has no pytest_asyncio (apt-get install python3-pytest-asyncio): its tests skip"
+# a sanitizer build (tests/sanitize): the interpreter is not built with
+# ASan, so its runtime is preloaded, and Python's own leaks not reported
+asan=$(ldd "$lib"/nxl/_nxl*.so 2>/dev/null | sed -n 's/.*libasan[^ ]* => \([^ ]*\) .*/\1/p' | head -n 1)
+if [ -n "$asan" ]; then
+    LD_PRELOAD=$asan${LD_PRELOAD:+:$LD_PRELOAD}
+    ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+    export LD_PRELOAD ASAN_OPTIONS
+    echo "note: the extension is built with ASan: LD_PRELOAD=$asan, detect_leaks=0"
+fi
 PYTHONPATH=$lib${PYTHONPATH:+:$PYTHONPATH}
 LD_LIBRARY_PATH=$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # nothing written into the source tree (make distcheck's is read-only)
