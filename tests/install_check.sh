@@ -95,5 +95,22 @@ if [ -n "${pythondir:-}" ] && [ -n "${python:-}" ]; then
             fail "examples/python/first.py against the installed package exited $rc"
     fi
     echo "install_check: the Python package nxl in $D$pythondir"
+    # a wheel built against the installed nxl (pkg-config, the nxl.pc above),
+    # as `python3 -m build --wheel --no-isolation` in bindings/python makes it
+    if "$python" -m build --version >/dev/null 2>&1; then
+        mkdir "$tmp/wheel" "$tmp/site"
+        cp -R "$srcdir/bindings/python/." "$tmp/wheel/"
+        rm -rf "$tmp/wheel/build" "$tmp/wheel/dist"
+        chmod -R u+w "$tmp/wheel"
+        (cd "$tmp/wheel" && "$python" -m build --wheel --no-isolation) > "$tmp/wheel.log" 2>&1 ||
+            { tail -n 20 "$tmp/wheel.log"; fail "python3 -m build --wheel against the installed nxl"; }
+        whl=$(ls "$tmp"/wheel/dist/nxl-*.whl) || fail "no wheel in $tmp/wheel/dist"
+        (cd "$tmp/site" && "$python" -m zipfile -e "$whl" .) || fail "unpacking $whl"
+        out=$(cd "$tmp" && PYTHONPATH="$tmp/site" PYTHONDONTWRITEBYTECODE=1 timeout 60 "$python" "$first_py" 2>&1) ||
+            { printf '%s\n' "$out"; fail "examples/python/first.py with the wheel"; }
+        echo "install_check: the wheel $(basename "$whl") runs first.py"
+    else
+        echo "install_check: no wheel built: $python has no build module (apt-get install python3-build)"
+    fi
 fi
 echo "install_check: OK"
