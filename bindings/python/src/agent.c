@@ -922,10 +922,12 @@ static void drain_cb(nxl_agent_t *a, const char *from, const void *msg, size_t l
 {
     (void)a;
     PyObject *list = (PyObject *)arg;
+    PyGILState_STATE g = PyGILState_Ensure();
     PyObject *t = Py_BuildValue("(sy#)", from, (const char *)msg, (Py_ssize_t)len);
     if (!t || PyList_Append(list, t) < 0)
         PyErr_Clear(); /* out of memory: lost, as nxl's own bound would */
     Py_XDECREF(t);
+    PyGILState_Release(g);
 }
 
 static PyObject *agent_drain(npy_agent_t *self, PyObject *noargs)
@@ -935,9 +937,10 @@ static PyObject *agent_drain(npy_agent_t *self, PyObject *noargs)
     PyObject *list = PyList_New(0);
     if (!list)
         return NULL;
-    /* the callback runs on this thread (drain does not run the reactor):
-     * the GIL is ours throughout */
-    nxl_notifs_drain(self->core->a, drain_cb, list);
+    /* the callback runs on this thread (drain does not run the reactor) */
+    size_t n;
+    NPY_CALL(self->core, n, nxl_notifs_drain(self->core->a, drain_cb, list));
+    (void)n;
     return list;
 }
 
@@ -1084,7 +1087,9 @@ static PyObject *agent_get_port(npy_agent_t *self, void *x)
     (void)x;
     if (!self->core || !self->core->a)
         return PyLong_FromLong(0);
-    return PyLong_FromLong(nxl_agent_listen_port(self->core->a));
+    uint16_t port;
+    NPY_CALL(self->core, port, nxl_agent_listen_port(self->core->a));
+    return PyLong_FromLong(port);
 }
 
 static PyObject *agent_get_closed(npy_agent_t *self, void *x)

@@ -94,8 +94,14 @@ static void c_dealloc(npy_completion_t *c)
     /* nxl holds a reference while in flight, so here it has reported (or
      * its agent is gone, which completes everything): the future is ours
      * alone, valid after its agent's destruction too */
-    if (c->f)
-        nxl_future_release(c->f);
+    if (c->f) {
+        if (c->core->threaded) { /* it takes the agent's lock, which a callback may hold */
+            Py_BEGIN_ALLOW_THREADS nxl_future_release(c->f);
+            Py_END_ALLOW_THREADS
+        } else {
+            nxl_future_release(c->f);
+        }
+    }
     c_clear(c);
     Py_CLEAR(c->error);
     npy_core_decref(c->core);

@@ -504,7 +504,9 @@ static PyObject *xfer_get_status(npy_xfer_t *x, void *arg)
     (void)arg;
     if (!xfer_usable(x))
         return NULL;
-    return PyLong_FromLong(nxl_xfer_status(x->x));
+    nxl_status_t st;
+    NPY_CALL(x->core, st, nxl_xfer_status(x->x));
+    return PyLong_FromLong(st);
 }
 
 static PyObject *xfer_get_backend(npy_xfer_t *x, void *arg)
@@ -512,7 +514,8 @@ static PyObject *xfer_get_backend(npy_xfer_t *x, void *arg)
     (void)arg;
     if (!xfer_usable(x))
         return NULL;
-    nxl_backend_t *b = nxl_xfer_backend(x->x);
+    nxl_backend_t *b;
+    NPY_CALL(x->core, b, nxl_xfer_backend(x->x));
     return PyUnicode_FromString(b ? nxl_backend_name(b) : "");
 }
 
