@@ -5,11 +5,12 @@
 # temporary DESTDIR, and by make distcheck. It compiles
 # examples/first_xfer.c against the installed nxl with
 #   cc first_xfer.c $(pkg-config --cflags --libs nxl)
-# runs it over the installed UCX transport (built in or module), and checks
-# the installed man pages render (man -l) and their .so pages resolve.
+# runs it over the installed UCX transport (built in or module), checks
+# the installed man pages render (man -l) and their .so pages resolve, and
+# runs examples/python/first.py with the installed Python package.
 #
 # make passes: DESTDIR (may be empty), libdir, includedir, mandir,
-# moduledir, srcdir, CC.
+# moduledir, srcdir, CC; pythondir and python with the Python bindings.
 set -u
 fail() { echo "install_check: FAIL: $*" >&2; exit 1; }
 : "${libdir:?}" "${includedir:?}" "${mandir:?}" "${moduledir:?}" "${srcdir:=.}"
@@ -75,5 +76,41 @@ if [ -f "$D$mandir/man7/nxl.7" ]; then
     echo "install_check: $n man pages installed and resolved"
 else
     echo "install_check: no man pages installed (configure: man pages no)"
+fi
+# the Python package (configure --enable-python): imported from the
+# installed folder by the interpreter it was built for, against the
+# installed libnxl, and examples/python/first.py run with it
+if [ -n "${pythondir:-}" ] && [ -n "${python:-}" ]; then
+    first_py=$(cd "$srcdir" && pwd)/examples/python/first.py
+    [ -f "$D$pythondir/nxl/__init__.py" ] || fail "$D$pythondir/nxl/__init__.py is not installed"
+    got=$(cd "$tmp" && PYTHONPATH="$D$pythondir" PYTHONDONTWRITEBYTECODE=1 "$python" -c \
+        'import nxl, nxl._nxl; print(nxl.__file__); print(nxl._nxl.__file__)' 2>&1) ||
+        fail "import nxl from $D$pythondir: $got"
+    case $got in "$D$pythondir/nxl/"*) ;; *) fail "import nxl took another copy: $got" ;; esac
+    out=$(cd "$tmp" && PYTHONPATH="$D$pythondir" PYTHONDONTWRITEBYTECODE=1 timeout 60 "$python" \
+        "$first_py" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    if [ $rc -ne 0 ]; then
+        grep -Eq '^  UCX +no: not built' "$tmp/out" && echo "install_check: UCX not built, first.py not run" ||
+            fail "examples/python/first.py against the installed package exited $rc"
+    fi
+    echo "install_check: the Python package nxl in $D$pythondir"
+    # a wheel built against the installed nxl (pkg-config, the nxl.pc above),
+    # as `python3 -m build --wheel --no-isolation` in bindings/python makes it
+    if "$python" -m build --version >/dev/null 2>&1; then
+        mkdir "$tmp/wheel" "$tmp/site"
+        cp -R "$srcdir/bindings/python/." "$tmp/wheel/"
+        rm -rf "$tmp/wheel/build" "$tmp/wheel/dist"
+        chmod -R u+w "$tmp/wheel"
+        (cd "$tmp/wheel" && "$python" -m build --wheel --no-isolation) > "$tmp/wheel.log" 2>&1 ||
+            { tail -n 20 "$tmp/wheel.log"; fail "python3 -m build --wheel against the installed nxl"; }
+        whl=$(ls "$tmp"/wheel/dist/nxl-*.whl) || fail "no wheel in $tmp/wheel/dist"
+        (cd "$tmp/site" && "$python" -m zipfile -e "$whl" .) || fail "unpacking $whl"
+        out=$(cd "$tmp" && PYTHONPATH="$tmp/site" PYTHONDONTWRITEBYTECODE=1 timeout 60 "$python" "$first_py" 2>&1) ||
+            { printf '%s\n' "$out"; fail "examples/python/first.py with the wheel"; }
+        echo "install_check: the wheel $(basename "$whl") runs first.py"
+    else
+        echo "install_check: no wheel built: $python has no build module (apt-get install python3-build)"
+    fi
 fi
 echo "install_check: OK"
