@@ -64,6 +64,10 @@ nixl_status_t nixlAgent::loadRemoteMD(const nixl_blob_t &remote_metadata,
 }
 
 nixl_status_t nixlAgent::invalidateRemoteMD(const std::string &remote_agent) {
+    if (remote_agent == nxl_agent_name(data->a))
+        return nxlc_fail(NIXL_ERR_INVALID_PARAM, "invalidateRemoteMD",
+                         "agent '" + remote_agent + "' is this agent: its own metadata is not "
+                         "a remote agent's to invalidate", data->a);
     nxl_status_t st = nxl_md_invalidate(data->a, remote_agent.c_str());
     if (st != NXL_SUCCESS)
         return nxlc_fail(nxlc_st(st), "invalidateRemoteMD",
