@@ -84,6 +84,7 @@ class Desc(NamedTuple):
     len: int
     dev: int = 0
     meta: bytes = b""
+    kind: object = None  # MemType, or None: the list's kind
 
 
 class Notification(NamedTuple):
@@ -122,6 +123,14 @@ def _on_timer(wref):
     agent = wref()
     if agent is not None:
         agent._timer = None
+        if not agent.closed:
+            agent.run(0)
+
+
+def _on_soon(wref):
+    agent = wref()
+    if agent is not None:
+        agent._soon = False
         if not agent.closed:
             agent.run(0)
 
@@ -183,7 +192,7 @@ class _Settled:
         return self._c.done()
 
 
-_nxl._set_hooks(lambda c: _await_gen(c), _Settled)
+_nxl._set_hooks(lambda c: _await_gen(c), _Settled, lambda *t: Desc(*t[:4], MemType(t[4])))
 
 _live_agents = weakref.WeakSet()
 
@@ -225,6 +234,7 @@ class Agent(_nxl.Agent):
         super().__init__(name, log_level=-1 if log_level is None else int(log_level), **config)
         self._loop = None
         self._timer = None
+        self._soon = False
         self._wref = weakref.ref(self)
         self._pending = []  # notifications taken from nxl but not handed out
         self._notif_owner = None
@@ -278,6 +288,7 @@ class Agent(_nxl.Agent):
             if not self._loop.is_closed() and self._loop.is_running():
                 raise NotAllowed(f"agent {self.name!r} is driven by another running loop")
             self._detach_loop()
+        self._soon = False
         self._attach("asyncio")
         try:
             loop.add_reader(self.fileno(), _drive, self._wref)
@@ -314,6 +325,11 @@ class Agent(_nxl.Agent):
             self._detach_loop()
             return
         ms = self.backend_timeout()
+        if ms == 0:  # work ready now: a turn on the loop's next iteration
+            if not self._soon:
+                self._soon = True
+                loop.call_soon(_on_soon, self._wref)
+            return
         h = self._timer
         if ms < 0:
             if h is not None:

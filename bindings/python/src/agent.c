@@ -791,11 +791,14 @@ static npy_xfer_t *xfer_create(npy_agent_t *self, int op, PyObject *args, PyObje
         goto out;
     }
     /* the Regions of both sides (loopback and FILE/OBJ targets are ours) */
-    if (PyList_GET_SIZE(rd.keep) && _PyList_Extend((PyListObject *)ld.keep, rd.keep) == NULL) {
-        nxl_xfer_release(x);
-        goto out;
+    if (PyList_GET_SIZE(rd.keep)) {
+        PyObject *none = _PyList_Extend((PyListObject *)ld.keep, rd.keep);
+        if (!none) {
+            nxl_xfer_release(x);
+            goto out;
+        }
+        Py_DECREF(none);
     }
-    Py_DECREF(Py_None); /* _PyList_Extend returns None, new reference */
     res = xfer_wrap(self, x, PyList_GET_SIZE(ld.keep) ? ld.keep : NULL);
 out:
     npy_dlist_free(&ld);
@@ -1254,9 +1257,11 @@ static PyObject *mod_error_class(PyObject *m, PyObject *arg)
 static PyObject *mod_set_hooks(PyObject *m, PyObject *args)
 {
     (void)m;
-    PyObject *aw, *se;
-    if (!PyArg_ParseTuple(args, "OO:_set_hooks", &aw, &se))
+    PyObject *aw, *se, *desc;
+    if (!PyArg_ParseTuple(args, "OOO:_set_hooks", &aw, &se, &desc))
         return NULL;
+    Py_INCREF(desc);
+    Py_XSETREF(npy_desc_type, desc);
     Py_INCREF(aw);
     Py_XSETREF(npy_await_hook, aw);
     Py_INCREF(se);

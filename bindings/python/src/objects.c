@@ -7,7 +7,9 @@
 
 /* ------------------------------------------------------------- descriptors */
 
-static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep)
+PyObject *npy_desc_type; /* nxl.Desc, set by the package */
+
+static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep, int *kind)
 {
     PyObject *seq = PySequence_Fast(item, "a descriptor is a Region or (addr, len[, dev[, meta]])");
     if (!seq)
@@ -16,8 +18,8 @@ static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep)
     PyObject **it = PySequence_Fast_ITEMS(seq);
     int rc = -1;
     memset(d, 0, sizeof(*d));
-    if (n < 2 || n > 4) {
-        PyErr_SetString(PyExc_ValueError, "a descriptor is (addr, len[, dev[, meta]])");
+    if (n < 2 || n > 5) {
+        PyErr_SetString(PyExc_ValueError, "a descriptor is (addr, len[, dev[, meta[, kind]]])");
         goto out;
     }
     d->addr = (uintptr_t)PyLong_AsUnsignedLongLong(it[0]);
@@ -31,7 +33,14 @@ static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep)
         if (PyErr_Occurred())
             goto out;
     }
-    if (n == 4 && it[3] != Py_None) {
+    if (n == 5 && it[4] != Py_None) {
+        long k = PyLong_AsLong(it[4]);
+        if (k == -1 && PyErr_Occurred())
+            goto out;
+        if (*kind < 0)
+            *kind = (int)k;
+    }
+    if (n >= 4 && it[3] != Py_None) {
         const char *m;
         Py_ssize_t ml;
         if (PyBytes_Check(it[3])) {
@@ -72,7 +81,7 @@ static int desc_item(npy_core_t *core, PyObject *item, npy_dlist_t *dl, nxl_desc
             dl->kind = (int)r->kind;
         return PyList_Append(dl->keep, item);
     }
-    return desc_from_seq(item, d, dl->keep);
+    return desc_from_seq(item, d, dl->keep, &dl->kind);
 }
 
 static int is_single(PyObject *spec)
@@ -226,8 +235,14 @@ static PyObject *region_desc(npy_region_t *r, PyObject *args, PyObject *kw)
             return NULL;
         }
     }
-    return Py_BuildValue("(KKKy)", (unsigned long long)r->d.addr + off, len,
-                         (unsigned long long)r->d.dev_id, "");
+    PyObject *t = Py_BuildValue("(KKKyi)", (unsigned long long)r->d.addr + off, len,
+                                (unsigned long long)r->d.dev_id, "", (int)r->kind);
+    if (t && npy_desc_type) {
+        PyObject *d = PyObject_Call(npy_desc_type, t, NULL);
+        Py_DECREF(t);
+        return d;
+    }
+    return t;
 }
 
 static PyObject *region_enter(PyObject *r, PyObject *noargs)

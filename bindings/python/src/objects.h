@@ -66,6 +66,7 @@ int npy_dlist_parse(npy_core_t *core, PyObject *spec, npy_dlist_t *dl, int kind)
 void npy_dlist_free(npy_dlist_t *dl);
 
 PyObject *npy_xfer_post(npy_xfer_t *x);
+extern PyObject *npy_desc_type;
 
 extern PyTypeObject npy_agent_type, npy_backend_type, npy_region_type, npy_prepped_type,
     npy_xfer_type;
