@@ -3,9 +3,11 @@
 errors, cancel, reference counting, threads, idle wake-ups."""
 
 import asyncio
+import contextlib
 import gc
 import mmap
 import os
+import socket
 import sys
 import threading
 import time
@@ -23,6 +25,18 @@ from conftest import pattern, task_count, skip_unless
 def _ucx(monkeypatch):
     skip_unless("UCX")
     monkeypatch.delenv("UCX_TLS", raising=False)  # loopback within the agent needs the default
+
+
+@contextlib.contextmanager
+def silent_listener():
+    """A port that accepts connections and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
 
 
 def agent(name="loc", **kw):
@@ -172,13 +186,14 @@ def test_close_and_collect_with_transfers_in_flight():
 
     async def main():
         b = agent("collected-async")
-        rs, rd = b.register(src), b.register(dst)
-        c = b.write(rs, rd, b.name)
-        t = asyncio.ensure_future(c)
-        await asyncio.sleep(0)
-        b.close()
-        with pytest.raises(nxl.Canceled):
-            await t
+        with silent_listener() as port:  # an operation that stays in flight
+            c = b.fetch_metadata("127.0.0.1", port)
+            t = asyncio.ensure_future(c)
+            await asyncio.sleep(0.05)
+            assert not t.done()
+            b.close()
+            with pytest.raises(nxl.Canceled):
+                await t
     asyncio.run(main())
 
 
@@ -214,10 +229,18 @@ def test_cancel():
         async def main():
             c = a.write(rs, rd, a.name)
             assert await c.cancel() == nxl.Canceled.status
-            # cancelling the awaiting task cancels the transfer
+            # cancelling the awaiting task cancels the operation
+            with silent_listener() as port:  # it stays in flight until then
+                c = a.fetch_metadata("127.0.0.1", port)
+                t = asyncio.ensure_future(c)
+                await asyncio.sleep(0.05)
+                t.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+                st = await c.cancel()  # settled
+                assert st == nxl.Canceled.status and c.done()
             c = a.write(rs, rd, a.name)
             t = asyncio.ensure_future(c)
-            await asyncio.sleep(0)
             t.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await t
@@ -230,6 +253,7 @@ def test_cancel():
             assert await c.cancel() == nxl.SUCCESS
         asyncio.run(main())
         assert a.stats()["xfers_canceled"] in (2, 3)
+        assert a.stats()["md_requests_failed"] == 1
 
 
 def test_close_from_callback_refused():
