@@ -386,17 +386,15 @@ class Agent(_nxl.Agent):
 
     # -- transfers
     def make_xfer(self, op, local, remote, peer=None, *, lidx=None, ridx=None, notif=None,
-                  kind=-1, remote_kind=-1, backend=None):
+                  kind=None, remote_kind=None, backend=None):
         """A re-postable transfer: from two Prepped lists and index lists, or
         from two descriptor lists and the peer's name."""
         if isinstance(local, Prepped):
             return self._make_prepped(int(op), local, lidx, remote, ridx, notif, backend)
         if peer is None:
             raise InvalidParam("make_xfer() from descriptor lists needs the peer's name")
-        return self._make_create(int(op), local, remote, peer, notif=notif,
-                                 kind=-1 if kind is None else int(kind),
-                                 remote_kind=-1 if remote_kind is None else int(remote_kind),
-                                 backend=backend)
+        return self._make_create(int(op), local, remote, peer, notif=notif, kind=kind,
+                                 remote_kind=remote_kind, backend=backend)
 
     def prep(self, descs, peer=None, *, kind=None):
         return super().prep(descs, peer, kind=-1 if kind is None else int(kind))

@@ -747,13 +747,16 @@ static npy_xfer_t *xfer_create(npy_agent_t *self, int op, PyObject *args, PyObje
 {
     static char *kwl[] = {"local", "remote", "peer", "notif", "kind", "remote_kind", "backend",
                           NULL};
-    PyObject *local, *remote, *notif = Py_None, *bo = Py_None;
+    PyObject *local, *remote, *notif = Py_None, *bo = Py_None, *ko = Py_None, *rko = Py_None;
     const char *peer;
     int kind = -1, rkind = -1;
     char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OOs|$OiiO:%s", fname);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &local, &remote, &peer, &notif, &kind,
-                                     &rkind, &bo))
+    snprintf(fmt, sizeof(fmt), "OOs|$OOOO:%s", fname);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &local, &remote, &peer, &notif, &ko,
+                                     &rko, &bo))
+        return NULL;
+    if ((ko != Py_None && (kind = (int)PyLong_AsLong(ko)) == -1 && PyErr_Occurred()) ||
+        (rko != Py_None && (rkind = (int)PyLong_AsLong(rko)) == -1 && PyErr_Occurred()))
         return NULL;
     if (!agent_open(self))
         return NULL;

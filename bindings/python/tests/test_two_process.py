@@ -10,8 +10,6 @@ import signal
 import threading
 import time
 
-import pytest
-
 import nxl
 from conftest import next_notif, pattern, task_count
 
