@@ -130,3 +130,59 @@ def test_obj_against_s3rver(s3rver):
             a.read(rd.desc(0, 4096), rm, a.name).wait(20)
         assert str(e.value)
         print(f"\nOBJ missing key: {type(e.value).__name__}: {e.value}")
+
+
+@pytest.fixture
+def etcd():
+    """A real etcd on free loopback ports, as tests/etcd_util.h starts it."""
+    binary = shutil.which("etcd")
+    if not binary:
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    d = tempfile.mkdtemp(prefix="nxl-py-etcd-")
+    cport, pport = free_port(), free_port()
+    curl, purl = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
+    with open(os.path.join(d, "etcd.log"), "w") as log:
+        proc = subprocess.Popen([binary, "--data-dir", os.path.join(d, "data"),
+                                 "--listen-client-urls", curl, "--advertise-client-urls", curl,
+                                 "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+                                 "--initial-cluster", f"default={purl}"],
+                                stdout=log, stderr=subprocess.STDOUT)
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", cport), 0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.skip(f"etcd exited at once ({proc.returncode})")
+            time.sleep(0.1)
+    time.sleep(0.2)  # its HTTP gateway follows the listener
+    yield curl
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_etcd_publish_fetch(etcd):
+    """Two agents of one process meet through etcd; a transfer between them."""
+    skip_unless("UCX")
+    pid = os.getpid()
+
+    async def main():
+        with nxl.Agent(f"et-a-{pid}", backends={"UCX": {}}, etcd_endpoints=etcd) as a, \
+                nxl.Agent(f"et-b-{pid}", backends={"UCX": {}}, etcd_endpoints=etcd) as b:
+            dst = bytearray(4096)
+            rb = b.register(dst)
+            await b.publish()
+            assert await a.fetch_etcd(b.name, timeout=10) == b.name
+            src = bytearray(pattern(4096, 19))
+            ra = a.register(src)
+            await a.write(ra, rb.desc(), b.name)
+            assert dst == src
+            with pytest.raises(nxl.NotFound):
+                await a.fetch_etcd(f"nobody-{pid}", timeout=0.5)
+            await b.unpublish()
+    asyncio.run(main())

@@ -179,7 +179,14 @@ def test_threaded_mode(transport, peer_factory):
             return bytes(dst)
         assert asyncio.run(aw()) == src[4096:8192]
         assert a.stats()["xfers_succeeded"] == 201
+        # what the threads wrote, checked at the target
         a.send_metadata("127.0.0.1", peer.port).wait(20)
+        a.notify(peer.name, f"check:0:65536:{hashlib.sha256(src).hexdigest()}").wait(20)
+        got, end = [], time.monotonic() + 20
+        while not got and time.monotonic() < end:
+            time.sleep(0.01)
+            got = a.drain_notifications()
+        assert [n.msg for n in got] == [b"ok:0"]
         a.notify(peer.name, "exit").wait(20)
     assert peer.proc.wait(20) == 0
 
