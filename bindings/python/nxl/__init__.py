@@ -132,7 +132,12 @@ def _on_soon(wref):
     if agent is not None:
         agent._soon = False
         if not agent.closed:
-            agent.run(0)
+            agent._turns(_TURNS)
+
+
+# turns per loop callback while work is ready at once: a transfer's progress
+# and its completion's delivery (rule 3: a later turn) in one loop iteration
+_TURNS = 2
 
 
 def _await_gen(c):

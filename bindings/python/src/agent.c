@@ -1053,6 +1053,41 @@ static PyObject *agent_run(npy_agent_t *self, PyObject *args, PyObject *kw)
     return r;
 }
 
+/* _turns(n): up to n turns without waiting, while the agent says work is
+ * ready now (backend timeout 0), then one re-arm: what a transfer needs
+ * (progress, then the completion's delivery) in one loop iteration */
+static PyObject *agent_turns(npy_agent_t *self, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    OPEN_OR_NULL(self);
+    npy_core_t *core = self->core;
+    if (core->in_run)
+        return npy_raise(NXL_ERR_NOT_ALLOWED,
+                         "a turn from inside an nxl callback: the loop cannot be re-entered");
+    Py_INCREF(self);
+    nxl_status_t st = NXL_SUCCESS;
+    for (long i = 0; i < n && core->a; i++) {
+        if (i > 0 && nxl_agent_backend_timeout(core->a) != 0)
+            break;
+        core->in_run++;
+        st = nxl_agent_run_once(core->a, 0);
+        core->in_run--;
+        if (st != NXL_SUCCESS)
+            break;
+    }
+    PyObject *r = NULL;
+    if (st != NXL_SUCCESS)
+        npy_raise_agent(core, st);
+    else
+        r = Py_NewRef(Py_None);
+    if (core->a)
+        npy_rearm(core);
+    Py_DECREF(self);
+    return r;
+}
+
 static PyObject *agent_fileno(npy_agent_t *self, PyObject *noargs)
 {
     (void)noargs;
@@ -1172,6 +1207,7 @@ static PyMethodDef agent_methods[] = {
     {"stats", F(agent_stats), KW, "stats(transport=None) -> dict of counters."},
     {"run", F(agent_run), KW,
      "run(timeout=None): one turn of the agent, waiting at most timeout s (GIL released)."},
+    {"_turns", (PyCFunction)agent_turns, METH_O, NULL},
     {"fileno", (PyCFunction)agent_fileno, METH_NOARGS, "the NXL_LOOP_FD descriptor"},
     {"backend_timeout", (PyCFunction)agent_backend_timeout, METH_NOARGS,
      "ms until the next timer, 0 now, -1 none"},
