@@ -145,21 +145,18 @@ def _await_gen(c):
     nxl's callback; cancelling the awaiting task cancels the operation."""
     if not c.done():
         agent = c.agent
-        loop = asyncio.get_running_loop()
+        loop = _get_running_loop()
         fut = loop.create_future()
         if agent is not None and agent.threaded:
             def cb(_c, fut=fut, loop=loop):
                 loop.call_soon_threadsafe(_wake, fut)
+            c.add_done_callback(cb)
         else:
-            if agent is not None:
+            if agent is not None and agent._loop is not loop:
                 agent._attach_loop(loop)
-
-            def cb(_c, fut=fut):
-                if not fut.done():
-                    fut.set_result(None)
-        c.add_done_callback(cb)
+            c._set_future(fut)  # set from nxl's callback, after the done callbacks
         try:
-            yield from fut.__await__()
+            yield from fut
         except asyncio.CancelledError:
             c._cancel()
             raise
@@ -197,7 +194,8 @@ class _Settled:
         return self._c.done()
 
 
-_nxl._set_hooks(lambda c: _await_gen(c), _Settled, lambda *t: Desc(*t[:4], MemType(t[4])))
+_get_running_loop = asyncio.get_running_loop
+_nxl._set_hooks(_await_gen, _Settled, lambda *t: Desc(*t[:4], MemType(t[4])))
 
 _live_agents = weakref.WeakSet()
 

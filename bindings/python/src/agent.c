@@ -1329,6 +1329,8 @@ PyMODINIT_FUNC PyInit__nxl(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
+    if (!npy_str_set_result && !(npy_str_set_result = PyUnicode_InternFromString("set_result")))
+        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m)
         return NULL;
