@@ -633,6 +633,7 @@ static npy_xfer_t *xfer_wrap(npy_agent_t *self, nxl_xfer_t *x, PyObject *keep)
     o->x = x;
     Py_XINCREF(keep);
     o->keep = keep;
+    o->last = NULL;
     PyObject_GC_Track(o);
     return o;
 }

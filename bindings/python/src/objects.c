@@ -196,11 +196,16 @@ static void region_dealloc(npy_region_t *r)
     PyObject_GC_Del(r);
 }
 
+/* The registered object and the buffer export are not visited: to the
+ * cycle collector they are referenced from outside, so it never clears them
+ * (a memoryview cleared while exported, then released by us, crashes the
+ * interpreter). A Region in a cycle is still collected; a cycle that runs
+ * through the registered object itself is not (it leaks, it cannot crash). */
 static int region_traverse(npy_region_t *r, visitproc visit, void *arg)
 {
-    Py_VISIT(r->obj);
-    if (r->has_view)
-        Py_VISIT(r->view.obj);
+    (void)r;
+    (void)visit;
+    (void)arg;
     return 0;
 }
 
@@ -441,6 +446,7 @@ static void xfer_dealloc(npy_xfer_t *x)
     PyObject_GC_UnTrack(x);
     xfer_do_release(x);
     Py_CLEAR(x->keep);
+    Py_CLEAR(x->last);
     npy_core_decref(x->core);
     PyObject_GC_Del(x);
 }
@@ -448,6 +454,13 @@ static void xfer_dealloc(npy_xfer_t *x)
 static int xfer_traverse(npy_xfer_t *x, visitproc visit, void *arg)
 {
     Py_VISIT(x->keep);
+    Py_VISIT(x->last);
+    return 0;
+}
+
+static int xfer_clear(npy_xfer_t *x)
+{
+    Py_CLEAR(x->last);
     return 0;
 }
 
@@ -474,7 +487,19 @@ PyObject *npy_xfer_post(npy_xfer_t *x)
         return NULL;
     nxl_status_t st;
     NPY_START(core, c, st, nxl_xfer_post(x->x, npy_done_cb, c, &c->f));
+    if (c) {
+        Py_INCREF(c);
+        Py_XSETREF(x->last, (PyObject *)c);
+    }
     return (PyObject *)c;
+}
+
+static PyObject *xfer_cancel(npy_xfer_t *x, PyObject *noargs)
+{
+    (void)noargs;
+    if (!x->last)
+        return npy_raise(NXL_ERR_NOT_POSTED, "cancel(): the transfer was never posted");
+    return PyObject_CallMethod(x->last, "cancel", NULL);
 }
 
 static PyObject *xfer_post(npy_xfer_t *x, PyObject *noargs)
@@ -539,6 +564,9 @@ static PyMethodDef xfer_methods[] = {
      "Posts the transfer: a Completion (nxl.RepostActive while the last post is in flight)."},
     {"release", (PyCFunction)xfer_release, METH_NOARGS,
      "Releases the transfer; one in flight is canceled (its Completion: nxl.Canceled)."},
+    {"cancel", (PyCFunction)xfer_cancel, METH_NOARGS,
+     "Cancels the last post: its Completion's cancel() (await it: the buffers are free "
+     "then); nxl.NotPosted when never posted."},
     {"set_notif", (PyCFunction)xfer_set_notif, METH_O,
      "The notification the next post sends (bytes, str, or None)."},
     {NULL, NULL, 0, NULL},
@@ -558,6 +586,7 @@ PyTypeObject npy_xfer_type = {
     .tp_doc = "A re-postable READ or WRITE (Agent.make_xfer()).",
     .tp_dealloc = (destructor)xfer_dealloc,
     .tp_traverse = (traverseproc)xfer_traverse,
+    .tp_clear = (inquiry)xfer_clear,
     .tp_methods = xfer_methods,
     .tp_getset = xfer_getset,
 };

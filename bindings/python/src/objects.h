@@ -49,6 +49,7 @@ typedef struct npy_xfer {
     npy_core_t *core;
     nxl_xfer_t *x;      /* NULL once released */
     PyObject *keep;     /* Regions, Prepped lists it uses */
+    PyObject *last;     /* the Completion of the last post, or NULL */
 } npy_xfer_t;
 
 /* A descriptor list parsed from Python: a Region, a (addr, len[, dev[, meta]])

@@ -80,6 +80,11 @@ def test_write_read_async(transport, peer_factory):
             assert st["xfers_failed"] == 0 and st["xfers_succeeded"] == 27
             await it.aclose()
             assert a.drain_notifications() == []
+            # the peer forgets us when told: its notifications to us fail then
+            await a.send_invalidate("127.0.0.1", peer.port)
+            await a.notify(peer.name, "spam:1")
+            await asyncio.sleep(0.2)
+            assert a.drain_notifications() == []
             await a.notify(peer.name, "exit")
             # the binding started no thread in the asyncio mode
             assert threading.active_count() == threads0
