@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <poll.h>
 #include <unistd.h>
 
 #include "nixl.h"
@@ -168,12 +169,22 @@ static void run(bool prog_thread) {
     notifs.clear();
     CHECK_ST(wait_xfer(a1, rd, a2, notifs, 0), NIXL_SUCCESS);
     auto end = clk::now() + std::chrono::seconds(5);
+    /* <nixl_nxl.h>'s loop: a descriptor to poll without a progress thread */
+    int lfd = nixlNxlLoopFd(a1);
+    CHECK(prog_thread ? lfd == -1 : lfd >= 0);
     while (cc.calls == 0 && clk::now() < end) {
-        if (prog_thread)
+        if (prog_thread) {
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        else
-            nixlNxlRunOnce(a1, 1);
+        } else {
+            struct pollfd pfd = {lfd, POLLIN, 0};
+            int t = nixlNxlLoopTimeout(a1);
+            poll(&pfd, 1, t < 0 || t > 10 ? 10 : t);
+            CHECK_ST(nixlNxlRunOnce(a1, 0), NIXL_SUCCESS);
+            nixlNxlRunOnce(a2, 0);
+        }
     }
+    if (prog_thread)
+        CHECK_ST(nixlNxlRunOnce(a1, 0), NIXL_ERR_NOT_ALLOWED);
     CHECK(cc.calls == 1 && cc.last == NIXL_SUCCESS);
     CHECK(std::memcmp(src.data(), back.data(), len) == 0);
     /* Re-post as soon as getXferStatus says done: the callback of the
