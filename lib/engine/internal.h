@@ -68,6 +68,12 @@ struct nxli_region {
     void *md[NXLI_MAX_BACKENDS];
     void *key[NXLI_MAX_BACKENDS];   /* packed public key, cached */
     size_t key_len[NXLI_MAX_BACKENDS];
+    /* the registration cache (mem.c): a region registered inside another
+     * is a slice of it, kept out of the sorted table (a->slices) */
+    struct nxli_region *parent; /* the region a slice lies in (one ref held) */
+    bool borrowed;          /* a slice's md[] are its parent's, not its own */
+    bool app;               /* the application holds this exact range */
+    int nslices;            /* slices registered inside it */
 };
 
 /* A sorted array of regions of one kind, searched by address. */
@@ -265,6 +271,8 @@ struct nxl_agent {
     int nbackends;
 
     nxli_rtab_t regions[NXL_MEM_TYPES];
+    nxli_rtab_t slices[NXL_MEM_TYPES]; /* the cache's slices, by (dev, addr, len) */
+    bool reg_cache;         /* NXL_REG_CACHE, on unless "0" */
     uint64_t mem_gen;       /* bumped on every (de)registration */
 
     LIST_HEAD(, nxli_remote) remotes;
