@@ -221,8 +221,8 @@ static nxl_status_t check_type(nxl_agent_t *a, const char *call, nxl_mem_t type)
  * A range registered inside a region already registered (same memory type
  * and device, DRAM and VRAM) is a slice of it: it takes the region's
  * registrations (md) instead of making its own, holds a reference on it,
- * and lives outside the sorted table, in a->slices, found by its exact
- * (device, address, length) to be deregistered. Descriptors resolve to the
+ * and lives outside the sorted table, in a->slices, a hash table of exact
+ * (type, device, address, length) where it is found to be deregistered. Descriptors resolve to the
  * region, metadata lists the region: peers see nothing of the slices, and
  * deregistering a slice revokes nothing at them. A region deregistered by
  * the application while slices of it remain stays (app false, published)
@@ -233,31 +233,74 @@ static nxl_status_t check_type(nxl_agent_t *a, const char *call, nxl_mem_t type)
  * Only live registrations are reused (the application still holds the
  * region or a slice of it), so memory freed and mapped again is never
  * served by a registration of what was there before. */
-static int slice_cmp(uint64_t dev, uintptr_t addr, size_t len, const nxli_region_t *r)
+static size_t slice_hash(const nxli_stab_t *h, nxl_mem_t t, uint64_t dev, uintptr_t addr,
+                         size_t len)
 {
-    int c = cmp_key(dev, addr, r);
-    if (c)
-        return c;
-    return len == r->len ? 0 : len < r->len ? -1 : 1;
+    uint64_t x = (uint64_t)addr * 0x9E3779B97F4A7C15u ^ (uint64_t)len * 0xC2B2AE3D27D4EB4Fu ^
+                 dev * 0x165667B19E3779F9u ^ (uint64_t)t;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9u;
+    x ^= x >> 29;
+    return (size_t)x & (h->nb - 1);
 }
 
 static nxli_region_t *slice_find(nxl_agent_t *a, nxl_mem_t t, uint64_t dev, uintptr_t addr,
-                                 size_t len, size_t *pos)
+                                 size_t len)
 {
-    nxli_rtab_t *tab = &a->slices[t];
-    size_t lo = 0, hi = tab->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (slice_cmp(dev, addr, len, tab->v[mid]) > 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (pos)
-        *pos = lo;
-    if (lo < tab->n && !slice_cmp(dev, addr, len, tab->v[lo]))
-        return tab->v[lo];
+    nxli_stab_t *h = &a->slices;
+    if (!h->n)
+        return NULL;
+    for (nxli_region_t *r = h->b[slice_hash(h, t, dev, addr, len)]; r; r = r->hnext)
+        if (r->type == t && r->dev == dev && r->addr == addr && r->len == len)
+            return r;
     return NULL;
+}
+
+/* room for @p n slices without growing again */
+static nxl_status_t slice_reserve(nxl_agent_t *a, size_t n)
+{
+    nxli_stab_t *h = &a->slices;
+    if (h->nb && n <= 2 * h->nb)
+        return NXL_SUCCESS;
+    size_t nb = h->nb ? h->nb : 64;
+    while (n > 2 * nb)
+        nb *= 4;
+    nxli_region_t **v = calloc(nb, sizeof(*v));
+    if (!v)
+        return NXL_ERR_UNKNOWN;
+    nxli_stab_t g = {.b = v, .nb = nb, .n = h->n};
+    for (size_t i = 0; i < h->nb; i++)
+        for (nxli_region_t *r = h->b[i], *next; r; r = next) {
+            next = r->hnext;
+            size_t k = slice_hash(&g, r->type, r->dev, r->addr, r->len);
+            r->hnext = v[k];
+            v[k] = r;
+        }
+    free(h->b);
+    *h = g;
+    return NXL_SUCCESS;
+}
+
+/* after slice_reserve(a, a->slices.n + 1) */
+static void slice_insert(nxl_agent_t *a, nxli_region_t *r)
+{
+    nxli_stab_t *h = &a->slices;
+    size_t k = slice_hash(h, r->type, r->dev, r->addr, r->len);
+    r->hnext = h->b[k];
+    h->b[k] = r;
+    h->n++;
+}
+
+static void slice_remove(nxl_agent_t *a, nxli_region_t *r)
+{
+    nxli_stab_t *h = &a->slices;
+    for (nxli_region_t **pp = &h->b[slice_hash(h, r->type, r->dev, r->addr, r->len)]; *pp;
+         pp = &(*pp)->hnext)
+        if (*pp == r) {
+            *pp = r->hnext;
+            h->n--;
+            return;
+        }
 }
 
 /* @p r lost a holder (the application, or a slice): once it has none it
@@ -270,8 +313,7 @@ static void region_unhold(nxl_agent_t *a, nxli_region_t *r)
     size_t pos;
     nxli_region_t *p = r->parent;
     if (p) {
-        if (slice_find(a, r->type, r->dev, r->addr, r->len, &pos) == r)
-            tab_remove(&a->slices[r->type], pos);
+        slice_remove(a, r);
     } else {
         nxl_desc_t d = {.addr = r->addr, .len = r->len, .dev_id = r->dev};
         if (find_exact(a, r->type, &d, &pos) == r)
@@ -292,10 +334,8 @@ static void region_unhold(nxl_agent_t *a, nxli_region_t *r)
 static nxl_status_t slice_add(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
                               nxli_region_t *p, nxli_region_t **out)
 {
-    size_t pos;
-    slice_find(a, type, d->dev_id, d->addr, d->len, &pos);
     nxli_region_t *s = calloc(1, sizeof(*s));
-    if (!s || tab_insert(&a->slices[type], pos, s) != NXL_SUCCESS) {
+    if (!s || slice_reserve(a, a->slices.n + 1) != NXL_SUCCESS) {
         free(s);
         nxli_err(a, "nxl_mem_register: out of memory");
         return NXL_ERR_UNKNOWN;
@@ -309,6 +349,7 @@ static nxl_status_t slice_add(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *
     s->borrowed = true;
     s->parent = p;
     memcpy(s->md, p->md, sizeof(s->md));
+    slice_insert(a, s);
     p->refs++;
     p->nslices++;
     *out = s;
@@ -384,27 +425,18 @@ static int union_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
     u->len = ud.len;
     u->refs = 1;
     /* the covered regions become its slices, with their own registrations */
-    nxli_rtab_t *st_ = &a->slices[type];
-    if (st_->cap < st_->n + (hi - lo)) {
-        size_t cap = st_->n + (hi - lo) + 16;
-        nxli_region_t **v = realloc(st_->v, cap * sizeof(*v));
-        if (!v) {
-            for (int b = 0; b < a->nbackends; b++)
-                if (u->md[b])
-                    a->backends[b]->ops->dereg(a->backends[b]->state, u->md[b]);
-            free(u);
-            nxli_err(a, "nxl_mem_register: out of memory");
-            *st = NXL_ERR_UNKNOWN;
-            return -1;
-        }
-        st_->v = v;
-        st_->cap = cap;
+    if (slice_reserve(a, a->slices.n + (hi - lo) + 1) != NXL_SUCCESS) {
+        for (int b = 0; b < a->nbackends; b++)
+            if (u->md[b])
+                a->backends[b]->ops->dereg(a->backends[b]->state, u->md[b]);
+        free(u);
+        nxli_err(a, "nxl_mem_register: out of memory");
+        *st = NXL_ERR_UNKNOWN;
+        return -1;
     }
     for (size_t j = lo; j < hi; j++) {
         nxli_region_t *r = tab->v[j];
-        size_t pos;
-        slice_find(a, type, r->dev, r->addr, r->len, &pos);
-        tab_insert(st_, pos, r); /* room was made above */
+        slice_insert(a, r);
         r->parent = u;
         u->refs++;
         u->nslices++;
@@ -431,7 +463,7 @@ static int cache_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
     *adopted = false;
     if (!a->reg_cache || type > NXL_VRAM)
         return 0;
-    if (slice_find(a, type, d->dev_id, d->addr, d->len, NULL)) {
+    if (slice_find(a, type, d->dev_id, d->addr, d->len)) {
         nxli_err(a, "nxl_mem_register: %s region 0x%lx+%zu (dev %llu) is already registered",
                  nxl_mem_name(type), (unsigned long)d->addr, d->len,
                  (unsigned long long)d->dev_id);
@@ -645,7 +677,7 @@ static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const 
         if (r && !r->app)
             r = NULL; /* kept only for its slices */
         if (!r)
-            r = slice_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len, NULL);
+            r = slice_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
         if (!r || r->alloc) {
             nxli_err(a, "nxl_mem_deregister: %s region 0x%lx+%zu (dev %llu) %s; nothing was "
                         "deregistered", nxl_mem_name(type), (unsigned long)descs[i].addr,
@@ -664,7 +696,7 @@ static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const 
     for (size_t i = 0; i < n; i++) {
         nxli_region_t *r = find_exact(a, type, &descs[i], NULL);
         if (!r || !r->app)
-            r = slice_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len, NULL);
+            r = slice_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
         r->app = false;
         region_unhold(a, r);
     }
@@ -875,18 +907,18 @@ nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *des
 void nxli_mem_cleanup(nxl_agent_t *a)
 {
     NXLI_TLOCK(a);
-    for (int t = 0; t < NXL_MEM_TYPES; t++) {
-        nxli_rtab_t *tab = &a->slices[t];
-        for (size_t i = 0; i < tab->n; i++) {
-            nxli_region_t *s = tab->v[i], *p = s->parent;
+    nxli_stab_t *h = &a->slices;
+    for (size_t i = 0; i < h->nb; i++)
+        for (nxli_region_t *s = h->b[i], *next; s; s = next) {
+            nxli_region_t *p = s->parent;
+            next = s->hnext;
             if (s->borrowed)
                 memset(s->md, 0, sizeof(s->md));
             nxli_region_put(a, s);
             nxli_region_put(a, p);
         }
-        free(tab->v);
-        memset(tab, 0, sizeof(*tab));
-    }
+    free(h->b);
+    memset(h, 0, sizeof(*h));
     for (int t = 0; t < NXL_MEM_TYPES; t++) {
         nxli_rtab_t *tab = &a->regions[t];
         for (size_t i = 0; i < tab->n; i++)
