@@ -128,7 +128,7 @@ int main(int argc, char **argv)
         printf(" %s=%s", params[i].key, params[i].value);
     printf(": %zu slices of %zu MiB of a %.1f GiB region (MAP_NORESERVE, untouched), median of "
            "%d runs\n", nsl, slen >> 20, (double)len / (1u << 30), runs);
-    printf("%-26s %12s %12s %12s %14s\n", "row", "reg ms", "dereg ms", "total ms", "us/slice");
+    printf("%-26s %12s %12s %12s %14s\n", "row", "reg ms", "dereg ms", "total ms", "us a range");
     for (int row = 0; row < 3; row++) {
         double reg[100], dereg[100], tot[100];
         for (int k = 0; k < runs; k++) {
