@@ -554,19 +554,41 @@ NXL_API nxl_backend_t *nxl_backend_get(nxl_agent_t *a, const char *name);
  * Registers regions with one backend, or with every backend that serves
  * @p type when @p b is NULL. Registering an already registered region with
  * another backend adds that backend to it.
+ *
+ * The registration cache (DRAM and VRAM; off with NXL_REG_CACHE=0): a
+ * range inside a region already registered (same type and device, with
+ * those backends) is a slice of it: it reuses the region's registration
+ * instead of making one (10,000 slices of one registered region cost
+ * about one registration), and is deregistered exactly as registered,
+ * like any region. Slices are not in the metadata: peers reach their
+ * bytes through the region, and deregistering a slice revokes nothing at
+ * them. A region deregistered while slices of it remain stays registered
+ * (and reachable by peers) until the last one is deregistered. A range
+ * that overlaps registered regions without lying inside one registers
+ * their union once: the regions keep their own registrations (descriptors
+ * and keys already handed out stay valid) and the metadata lists the
+ * union instead. A registration is reused only while the application
+ * still holds a registration covering it: memory must stay valid until it
+ * is deregistered, so memory freed and mapped again at the same address
+ * is never served by a registration of what was there before.
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (zero length, NULL address);
  *         NXL_ERR_NOT_SUPPORTED (no backend serves @p type);
- *         NXL_ERR_NOT_ALLOWED (already registered with that backend, or
- *         overlapping another region partly); NXL_ERR_BACKEND. All or nothing.
+ *         NXL_ERR_NOT_ALLOWED (already registered with that backend; with
+ *         the cache off, or for other memory types, or regions of
+ *         different backends or from nxl_mem_alloc(): overlapping another
+ *         region without matching it); NXL_ERR_BACKEND. All or nothing.
  */
 NXL_API nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                       size_t n, nxl_backend_t *b);
 /**
- * Deregisters regions exactly as registered.
+ * Deregisters regions exactly as registered (a slice of the registration
+ * cache too: see nxl_mem_register()).
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (a region that was never registered:
  *         nothing changes). Prepared lists and transfers of this agent
  *         that use a region keep its registration alive until they are
- *         released; remote agents are refused it from now on: those this
+ *         released; remote agents are refused it from now on (a region
+ *         with slices of the registration cache inside it: once the last
+ *         of them is deregistered): those this
  *         agent is connected to through a transport whose target does not
  *         check accesses itself (UCX) are told at once (doc/security.md,
  *         "Remote access").
@@ -593,7 +615,9 @@ NXL_API nxl_status_t nxl_mem_alloc(nxl_agent_t *a, nxl_mem_t type, size_t len, u
 /**
  * Deregisters and frees memory from nxl_mem_alloc() (DRAM or VRAM). Memory
  * still used by prepared lists or transfers is freed when they are released.
- * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND if unknown.
+ * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND if unknown; NXL_ERR_NOT_ALLOWED
+ *         while ranges registered inside it (slices) remain: deregister
+ *         them first.
  */
 NXL_API nxl_status_t nxl_mem_free(nxl_agent_t *a, void *ptr);
 

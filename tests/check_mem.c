@@ -3,7 +3,9 @@
  * nothing, exact deregistration, overlaps, bad descriptors), resolving
  * descriptors against them with nxl_prep (inside, before, after,
  * straddling), regions kept alive by prepared lists and transfers,
- * nxl_mem_alloc / nxl_mem_free, and agents without a transport. */
+ * nxl_mem_alloc / nxl_mem_free, and agents without a transport; the
+ * registration cache (slices of registered regions, unions of overlapping
+ * ones) and, with it off, overlaps refused. */
 #include "testlib.h"
 
 #include <stdint.h>
@@ -20,6 +22,15 @@ static void setup(void)
     buf = malloc(BUF);
     ck_assert_ptr_nonnull(buf);
     memset(buf, 0, BUF);
+}
+
+/* the same with the registration cache off (NXL_REG_CACHE=0): overlaps
+ * are refused as before the cache */
+static void setup_nocache(void)
+{
+    setenv("NXL_REG_CACHE", "0", 1);
+    setup();
+    unsetenv("NXL_REG_CACHE");
 }
 
 static void teardown(void)
@@ -460,11 +471,141 @@ START_TEST(t_no_backend)
 }
 END_TEST
 
+/* ---- the registration cache */
+
+/* 10,000 slices of a registered region, registered and deregistered one by
+ * one in random order: each resolves, moves data (loopback, through the
+ * region's key), and outlives the region it lies in */
+START_TEST(t_cache_slices)
+{
+    enum { N = 10000, SL = 96 };
+    static unsigned idx[N];
+    ck_assert_int_eq(reg(0, BUF), NXL_SUCCESS);
+    for (unsigned i = 0; i < N; i++)
+        idx[i] = i;
+    srand(30);
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)rand() % (i + 1), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    for (unsigned i = 0; i < N; i++)
+        ck_assert_int_eq(reg(idx[i] * SL, SL), NXL_SUCCESS);
+    ck_assert_int_eq(reg(5 * SL, SL), NXL_ERR_NOT_ALLOWED);
+    ck_sentence(nxl_agent_last_error(A), "already registered");
+    /* the region goes; its slices keep it */
+    ck_assert_int_eq(dereg(0, BUF), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(0, BUF), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep1(7 * SL, SL), NXL_SUCCESS);
+    for (unsigned i = N - 1; i > 0; i--) {
+        unsigned j = (unsigned)rand() % (i + 1), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    for (unsigned i = 0; i < N - 2; i++)
+        ck_assert_int_eq(dereg(idx[i] * SL, SL), NXL_SUCCESS);
+    /* the last two: data still moves between them */
+    uintptr_t s0 = (uintptr_t)buf + idx[N - 2] * SL, s1 = (uintptr_t)buf + idx[N - 1] * SL;
+    tl_fill((void *)s0, SL, 9);
+    ck_assert_int_eq(loopback(s0, s1, SL), NXL_SUCCESS);
+    ck_assert(tl_check((void *)s1, SL, 9) < 0);
+    ck_assert_int_eq(dereg(idx[N - 2] * SL, SL), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(idx[N - 1] * SL, SL), NXL_SUCCESS);
+    ck_assert_int_eq(prep1(idx[N - 1] * SL, SL), NXL_ERR_NOT_FOUND);
+    check_nothing_left(0, BUF);
+}
+END_TEST
+
+/* a range overlapping regions without lying inside one registers their
+ * union; each keeps being deregistered exactly as registered */
+START_TEST(t_cache_union)
+{
+    ck_assert_int_eq(reg(65536, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(reg(131072, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(reg(65536 - 4096, 131072), NXL_SUCCESS);
+    ck_assert_int_eq(prep1(61440, 131072 + 8192 - 61440 + 4096), NXL_SUCCESS);
+    tl_fill(buf + 61440, 4096, 3);
+    ck_assert_int_eq(loopback((uintptr_t)buf + 61440, (uintptr_t)buf + 135168, 4096),
+                     NXL_SUCCESS);
+    ck_assert(tl_check(buf + 135168, 4096, 3) < 0);
+    ck_assert_int_eq(dereg(65536 - 4096, 131072), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(65536 - 4096, 131072), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep1(61440, 4096), NXL_SUCCESS); /* the union stays for the two */
+    ck_assert_int_eq(dereg(65536, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(prep1(131072, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(131072, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(prep1(61440, 4096), NXL_ERR_NOT_FOUND);
+    /* a partial overlap, from below: the union is wider than either */
+    ck_assert_int_eq(reg(65536, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(reg(65536 - 4096, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(prep1(61440, 12288), NXL_SUCCESS);
+    ck_assert_int_eq(reg(61440, 12288), NXL_SUCCESS); /* the union itself, by the application */
+    ck_assert_int_eq(dereg(65536, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(61440, 8192), NXL_SUCCESS);
+    ck_assert_int_eq(prep1(61440, 12288), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(61440, 12288), NXL_SUCCESS);
+    check_nothing_left(0, BUF);
+}
+END_TEST
+
+/* a region deregistered while slices remain is registered again: taken back */
+START_TEST(t_cache_parent_first)
+{
+    ck_assert_int_eq(reg(0, 65536), NXL_SUCCESS);
+    ck_assert_int_eq(reg(4096, 4096), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(0, 65536), NXL_SUCCESS);
+    ck_assert_int_eq(reg(0, 65536), NXL_SUCCESS);
+    ck_assert_int_eq(reg(0, 65536), NXL_ERR_NOT_ALLOWED);
+    ck_assert_int_eq(dereg(4096, 4096), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(4096, 4096), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(prep1(0, 65536), NXL_SUCCESS);
+    ck_assert_int_eq(dereg(0, 65536), NXL_SUCCESS);
+    check_nothing_left(0, 65536);
+}
+END_TEST
+
+/* all or nothing holds for slices */
+START_TEST(t_cache_all_or_nothing)
+{
+    ck_assert_int_eq(reg(0, 65536), NXL_SUCCESS);
+    nxl_desc_t b1[3] = {D(4096, 4096), D(8192, 4096), D(8192, 0)};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, b1, 3, NULL), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(dereg(4096, 4096), NXL_ERR_NOT_FOUND);
+    nxl_desc_t b2[3] = {D(4096, 4096), D(8192, 4096), D(4096, 4096)};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, b2, 3, NULL), NXL_ERR_NOT_ALLOWED);
+    ck_sentence(nxl_agent_last_error(A), "already registered");
+    ck_assert_int_eq(dereg(4096, 4096), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(dereg(8192, 4096), NXL_ERR_NOT_FOUND);
+    /* a batch deregistering the region and its slice together */
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, b2, 2, NULL), NXL_SUCCESS);
+    nxl_desc_t b3[3] = {D(4096, 4096), D(0, 65536), D(8192, 4096)};
+    ck_assert_int_eq(nxl_mem_deregister(A, NXL_DRAM, b3, 3), NXL_SUCCESS);
+    check_nothing_left(0, 65536);
+}
+END_TEST
+
+/* slices of nxl_mem_alloc() memory: it is not freed under them */
+START_TEST(t_cache_alloc)
+{
+    void *p;
+    ck_assert_int_eq(nxl_mem_alloc(A, NXL_DRAM, 65536, 0, &p), NXL_SUCCESS);
+    nxl_desc_t part = {.addr = (uintptr_t)p + 4096, .len = 4096};
+    ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &part, 1, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_free(A, p), NXL_ERR_NOT_ALLOWED);
+    ck_sentence(nxl_agent_last_error(A), "deregister");
+    ck_assert_int_eq(nxl_mem_deregister(A, NXL_DRAM, &part, 1), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_free(A, p), NXL_SUCCESS);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mem");
     TL_TCASE(s, "mem", 30, setup, teardown, t_register_deregister, t_deregister_unknown,
-             t_all_or_nothing, t_bad_descriptors, t_overlap, t_prep_outside, t_region_kept_alive,
-             t_mem_alloc, t_alloc_left_to_destroy, t_no_backend);
+             t_bad_descriptors, t_prep_outside, t_region_kept_alive, t_alloc_left_to_destroy,
+             t_no_backend, t_cache_slices, t_cache_union, t_cache_parent_first,
+             t_cache_all_or_nothing, t_cache_alloc);
+    TL_TCASE(s, "nocache", 30, setup_nocache, teardown, t_all_or_nothing, t_overlap,
+             t_mem_alloc);
     return tl_run(s);
 }

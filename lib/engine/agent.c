@@ -54,6 +54,9 @@ static const char *cfg_str(const char *given, bool has, const char *env)
 static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
 {
     a->name = strdup(cfg->name);
+    /* the registration cache (mem.c): on unless NXL_REG_CACHE is "0" */
+    const char *rc = getenv("NXL_REG_CACHE");
+    a->reg_cache = !(rc && strcmp(rc, "0") == 0);
     a->log_level = cfg->log_level < 0 ? nxli_log_level_env() : (nxl_log_level_t)cfg->log_level;
     a->log_cb = cfg->log_cb;
     a->log_arg = cfg->log_arg;

@@ -68,6 +68,13 @@ struct nxli_region {
     void *md[NXLI_MAX_BACKENDS];
     void *key[NXLI_MAX_BACKENDS];   /* packed public key, cached */
     size_t key_len[NXLI_MAX_BACKENDS];
+    /* the registration cache (mem.c): a region registered inside another
+     * is a slice of it, kept out of the sorted table (a->slices) */
+    struct nxli_region *parent; /* the region a slice lies in (one ref held) */
+    struct nxli_region *hnext;  /* a slice: next in its bucket of a->slices */
+    bool borrowed;          /* a slice's md[] are its parent's, not its own */
+    bool app;               /* the application holds this exact range */
+    int nslices;            /* slices registered inside it */
 };
 
 /* A sorted array of regions of one kind, searched by address. */
@@ -75,6 +82,12 @@ typedef struct nxli_rtab {
     nxli_region_t **v;
     size_t n, cap;
 } nxli_rtab_t;
+
+/* The slices of the registration cache, hashed by (type, dev, addr, len). */
+typedef struct nxli_stab {
+    nxli_region_t **b;
+    size_t nb, n;           /* buckets (a power of two), slices */
+} nxli_stab_t;
 
 /* ---- remote agents */
 typedef struct nxli_rregion {
@@ -270,6 +283,8 @@ struct nxl_agent {
     int nbackends;
 
     nxli_rtab_t regions[NXL_MEM_TYPES];
+    nxli_stab_t slices;     /* the registration cache's slices (mem.c) */
+    bool reg_cache;         /* NXL_REG_CACHE, on unless "0" */
     uint64_t mem_gen;       /* bumped on every (de)registration */
 
     LIST_HEAD(, nxli_remote) remotes;

@@ -216,6 +216,277 @@ static nxl_status_t check_type(nxl_agent_t *a, const char *call, nxl_mem_t type)
     return NXL_SUCCESS;
 }
 
+/* ---- the registration cache
+ *
+ * A range registered inside a region already registered (same memory type
+ * and device, DRAM and VRAM) is a slice of it: it takes the region's
+ * registrations (md) instead of making its own, holds a reference on it,
+ * and lives outside the sorted table, in a->slices, a hash table of exact
+ * (type, device, address, length) where it is found to be deregistered. Descriptors resolve to the
+ * region, metadata lists the region: peers see nothing of the slices, and
+ * deregistering a slice revokes nothing at them. A region deregistered by
+ * the application while slices of it remain stays (app false, published)
+ * until the last one goes. A range that overlaps registered regions without
+ * lying inside one registers the union once: the regions it covers become
+ * its slices, keeping their own registrations for the descriptors and keys
+ * already handed out, and the new range is a slice of the union.
+ * Only live registrations are reused (the application still holds the
+ * region or a slice of it), so memory freed and mapped again is never
+ * served by a registration of what was there before. */
+static size_t slice_hash(const nxli_stab_t *h, nxl_mem_t t, uint64_t dev, uintptr_t addr,
+                         size_t len)
+{
+    uint64_t x = (uint64_t)addr * 0x9E3779B97F4A7C15u ^ (uint64_t)len * 0xC2B2AE3D27D4EB4Fu ^
+                 dev * 0x165667B19E3779F9u ^ (uint64_t)t;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9u;
+    x ^= x >> 29;
+    return (size_t)x & (h->nb - 1);
+}
+
+static nxli_region_t *slice_find(nxl_agent_t *a, nxl_mem_t t, uint64_t dev, uintptr_t addr,
+                                 size_t len)
+{
+    nxli_stab_t *h = &a->slices;
+    if (!h->n)
+        return NULL;
+    for (nxli_region_t *r = h->b[slice_hash(h, t, dev, addr, len)]; r; r = r->hnext)
+        if (r->type == t && r->dev == dev && r->addr == addr && r->len == len)
+            return r;
+    return NULL;
+}
+
+/* room for @p n slices without growing again */
+static nxl_status_t slice_reserve(nxl_agent_t *a, size_t n)
+{
+    nxli_stab_t *h = &a->slices;
+    if (h->nb && n <= 2 * h->nb)
+        return NXL_SUCCESS;
+    size_t nb = h->nb ? h->nb : 64;
+    while (n > 2 * nb)
+        nb *= 4;
+    nxli_region_t **v = calloc(nb, sizeof(*v));
+    if (!v)
+        return NXL_ERR_UNKNOWN;
+    nxli_stab_t g = {.b = v, .nb = nb, .n = h->n};
+    for (size_t i = 0; i < h->nb; i++)
+        for (nxli_region_t *r = h->b[i], *next; r; r = next) {
+            next = r->hnext;
+            size_t k = slice_hash(&g, r->type, r->dev, r->addr, r->len);
+            r->hnext = v[k];
+            v[k] = r;
+        }
+    free(h->b);
+    *h = g;
+    return NXL_SUCCESS;
+}
+
+/* after slice_reserve(a, a->slices.n + 1) */
+static void slice_insert(nxl_agent_t *a, nxli_region_t *r)
+{
+    nxli_stab_t *h = &a->slices;
+    size_t k = slice_hash(h, r->type, r->dev, r->addr, r->len);
+    r->hnext = h->b[k];
+    h->b[k] = r;
+    h->n++;
+}
+
+static void slice_remove(nxl_agent_t *a, nxli_region_t *r)
+{
+    nxli_stab_t *h = &a->slices;
+    for (nxli_region_t **pp = &h->b[slice_hash(h, r->type, r->dev, r->addr, r->len)]; *pp;
+         pp = &(*pp)->hnext)
+        if (*pp == r) {
+            *pp = r->hnext;
+            h->n--;
+            return;
+        }
+}
+
+/* @p r lost a holder (the application, or a slice): once it has none it
+ * leaves its table, is revoked at the peers unless its registrations were
+ * borrowed, and its parent loses a holder in turn. */
+static void region_unhold(nxl_agent_t *a, nxli_region_t *r)
+{
+    if (r->app || r->nslices)
+        return;
+    size_t pos;
+    nxli_region_t *p = r->parent;
+    if (p) {
+        slice_remove(a, r);
+    } else {
+        nxl_desc_t d = {.addr = r->addr, .len = r->len, .dev_id = r->dev};
+        if (find_exact(a, r->type, &d, &pos) == r)
+            tab_remove(&a->regions[r->type], pos);
+    }
+    if (r->borrowed)
+        memset(r->md, 0, sizeof(r->md));
+    else
+        region_revoke(a, r);
+    nxli_region_put(a, r);
+    if (p) {
+        p->nslices--;
+        region_unhold(a, p);
+        nxli_region_put(a, p);
+    }
+}
+
+static nxl_status_t slice_add(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
+                              nxli_region_t *p, nxli_region_t **out)
+{
+    nxli_region_t *s = calloc(1, sizeof(*s));
+    if (!s || slice_reserve(a, a->slices.n + 1) != NXL_SUCCESS) {
+        free(s);
+        nxli_err(a, "nxl_mem_register: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    s->type = type;
+    s->dev = d->dev_id;
+    s->addr = d->addr;
+    s->len = d->len;
+    s->refs = 1;
+    s->app = true;
+    s->borrowed = true;
+    s->parent = p;
+    memcpy(s->md, p->md, sizeof(s->md));
+    slice_insert(a, s);
+    p->refs++;
+    p->nslices++;
+    *out = s;
+    return NXL_SUCCESS;
+}
+
+static bool has_backends(const nxli_region_t *r, nxl_backend_t *const *use, int nuse, bool named)
+{
+    int have = 0;
+    for (int k = 0; k < nuse; k++)
+        have += r->md[use[k]->index] != NULL;
+    return named ? have == nuse : have > 0;
+}
+
+/* The overlapped regions [lo, hi) of the table and @p d, registered as
+ * one: the union, with the backends of the first region (all must have the
+ * same); 0 when they differ or one came from nxl_mem_alloc() (the caller
+ * refuses the overlap as without the cache). */
+static int union_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
+                          nxl_backend_t *const *use, int nuse, bool named, nxli_region_t **out,
+                          nxl_status_t *st)
+{
+    nxli_rtab_t *tab = &a->regions[type];
+    size_t i = upper(tab, d->dev_id, d->addr), lo = i, hi = i;
+    if (i && tab->v[i - 1]->dev == d->dev_id && tab->v[i - 1]->addr + tab->v[i - 1]->len > d->addr)
+        lo = i - 1;
+    while (hi < tab->n && tab->v[hi]->dev == d->dev_id && tab->v[hi]->addr < d->addr + d->len)
+        hi++;
+    if (lo == hi)
+        return 0;
+    nxli_region_t *f = tab->v[lo];
+    if (!has_backends(f, use, nuse, named))
+        return 0;
+    for (size_t j = lo; j < hi; j++) {
+        if (tab->v[j]->alloc)
+            return 0;
+        for (int b = 0; b < a->nbackends; b++)
+            if (!tab->v[j]->md[b] != !f->md[b])
+                return 0;
+    }
+    uintptr_t ua = d->addr < f->addr ? d->addr : f->addr;
+    uintptr_t ue = d->addr + d->len, le = tab->v[hi - 1]->addr + tab->v[hi - 1]->len;
+    if (le > ue)
+        ue = le;
+    nxl_desc_t ud = {.addr = ua, .len = ue - ua, .dev_id = d->dev_id};
+    nxli_region_t *u = calloc(1, sizeof(*u));
+    if (!u) {
+        nxli_err(a, "nxl_mem_register: out of memory");
+        *st = NXL_ERR_UNKNOWN;
+        return -1;
+    }
+    for (int b = 0; b < a->nbackends; b++) {
+        if (!f->md[b])
+            continue;
+        nxl_backend_t *be = a->backends[b];
+        a->err[0] = 0;
+        *st = be->ops->reg(be->state, type, &ud, &u->md[b]);
+        if (*st != NXL_SUCCESS) {
+            if (!a->err[0])
+                nxli_err(a, "nxl_mem_register: %s could not register %s region 0x%lx+%zu (the "
+                            "union of the regions it overlaps)", be->ops->name,
+                         nxl_mem_name(type), (unsigned long)ud.addr, ud.len);
+            for (int c = 0; c < b; c++)
+                if (u->md[c])
+                    a->backends[c]->ops->dereg(a->backends[c]->state, u->md[c]);
+            free(u);
+            return -1;
+        }
+    }
+    u->type = type;
+    u->dev = d->dev_id;
+    u->addr = ua;
+    u->len = ud.len;
+    u->refs = 1;
+    /* the covered regions become its slices, with their own registrations */
+    if (slice_reserve(a, a->slices.n + (hi - lo) + 1) != NXL_SUCCESS) {
+        for (int b = 0; b < a->nbackends; b++)
+            if (u->md[b])
+                a->backends[b]->ops->dereg(a->backends[b]->state, u->md[b]);
+        free(u);
+        nxli_err(a, "nxl_mem_register: out of memory");
+        *st = NXL_ERR_UNKNOWN;
+        return -1;
+    }
+    for (size_t j = lo; j < hi; j++) {
+        nxli_region_t *r = tab->v[j];
+        slice_insert(a, r);
+        r->parent = u;
+        u->refs++;
+        u->nslices++;
+    }
+    memmove(&tab->v[lo + 1], &tab->v[hi], (tab->n - hi) * sizeof(*tab->v));
+    tab->v[lo] = u;
+    tab->n -= hi - lo - 1;
+    *st = slice_add(a, type, d, u, out);
+    if (*st != NXL_SUCCESS) {
+        region_unhold(a, u); /* keeps it: its slices hold it */
+        return -1;
+    }
+    return 1;
+}
+
+/* The cache's answer for @p d: 1 with *out a new slice (or *adopted the
+ * region taken back by the application), 0 to register it as without the
+ * cache, -1 with *st on an error. */
+static int cache_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
+                          nxl_backend_t *const *use, int nuse, bool named, nxli_region_t **out,
+                          bool *adopted, nxl_status_t *st)
+{
+    *out = NULL;
+    *adopted = false;
+    if (!a->reg_cache || type > NXL_VRAM)
+        return 0;
+    if (slice_find(a, type, d->dev_id, d->addr, d->len)) {
+        nxli_err(a, "nxl_mem_register: %s region 0x%lx+%zu (dev %llu) is already registered",
+                 nxl_mem_name(type), (unsigned long)d->addr, d->len,
+                 (unsigned long long)d->dev_id);
+        *st = NXL_ERR_NOT_ALLOWED;
+        return -1;
+    }
+    nxli_region_t *c = nxli_region_find(a, type, d->dev_id, d->addr, d->len);
+    if (!c)
+        return find_exact(a, type, d, NULL) ? 0 : union_register(a, type, d, use, nuse, named, out, st);
+    if (!has_backends(c, use, nuse, named))
+        return 0;
+    if (c->addr == d->addr && c->len == d->len) {
+        if (c->app)
+            return 0; /* registered: refused as without the cache */
+        c->app = true; /* kept for its slices: the application takes it back */
+        *out = c;
+        *adopted = true;
+        return 1;
+    }
+    *st = slice_add(a, type, d, c, out);
+    return *st == NXL_SUCCESS ? 1 : -1;
+}
+
 /* registers one descriptor with backend i; *added tells whether it was new */
 static nxl_status_t reg_one(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d, nxl_backend_t *b,
                             nxli_region_t **created)
@@ -259,6 +530,7 @@ static nxl_status_t reg_one(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *d,
         r->addr = d->addr;
         r->len = d->len;
         r->refs = 1;
+        r->app = true;
         *created = r;
     }
     r->md[b->index] = md;
@@ -281,6 +553,14 @@ static void unreg_one(nxl_agent_t *a, nxl_mem_t type, nxli_region_t *r, nxl_back
 
 static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
                               nxl_backend_t *b);
+
+/* a slice made, or a region taken back, by this call, undone */
+static void undo_cached(nxl_agent_t *a, nxli_region_t *r, bool adopted)
+{
+    r->app = false;
+    if (!adopted)
+        region_unhold(a, r);
+}
 
 nxl_status_t nxl_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs, size_t n,
                               nxl_backend_t *b)
@@ -330,7 +610,7 @@ static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nx
             return NXL_ERR_INVALID_PARAM;
         }
     /* all or nothing: remember what was done to undo it */
-    struct undo { nxli_region_t *r; nxl_backend_t *b; bool created; } *u =
+    struct undo { nxli_region_t *r; nxl_backend_t *b; bool created, cached, adopted; } *u =
         calloc(n * (size_t)nuse + 1, sizeof(*u));
     if (!u) {
         nxli_err(a, "nxl_mem_register: out of memory");
@@ -342,6 +622,14 @@ static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nx
     size_t nu = 0;
     for (size_t i = 0; i < n && st == NXL_SUCCESS; i++) {
         int took = 0;
+        nxli_region_t *cr;
+        bool adopted;
+        int c = cache_register(a, type, &descs[i], use, nuse, b != NULL, &cr, &adopted, &st);
+        if (c) {
+            if (c > 0)
+                u[nu++] = (struct undo){.r = cr, .cached = true, .adopted = adopted};
+            continue;
+        }
         for (int k = 0; k < nuse && st == NXL_SUCCESS; k++) {
             nxli_region_t *created;
             st = reg_one(a, type, &descs[i], use[k], &created);
@@ -360,7 +648,10 @@ static nxl_status_t mem_register_locked(nxl_agent_t *a, nxl_mem_t type, const nx
     }
     if (st != NXL_SUCCESS)
         while (nu--)
-            unreg_one(a, type, u[nu].r, u[nu].b, u[nu].created);
+            if (u[nu].cached)
+                undo_cached(a, u[nu].r, u[nu].adopted);
+            else
+                unreg_one(a, type, u[nu].r, u[nu].b, u[nu].created);
     else
         a->mem_gen++;
     free(u);
@@ -383,6 +674,10 @@ static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const 
         return st;
     for (size_t i = 0; i < n; i++) {
         nxli_region_t *r = find_exact(a, type, &descs[i], NULL);
+        if (r && !r->app)
+            r = NULL; /* kept only for its slices */
+        if (!r)
+            r = slice_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
         if (!r || r->alloc) {
             nxli_err(a, "nxl_mem_deregister: %s region 0x%lx+%zu (dev %llu) %s; nothing was "
                         "deregistered", nxl_mem_name(type), (unsigned long)descs[i].addr,
@@ -392,17 +687,18 @@ static nxl_status_t mem_deregister_locked(nxl_agent_t *a, nxl_mem_t type, const 
             return NXL_ERR_NOT_FOUND;
         }
         for (size_t j = 0; j < i; j++)
-            if (descs[j].addr == descs[i].addr && descs[j].dev_id == descs[i].dev_id) {
+            if (descs[j].addr == descs[i].addr && descs[j].dev_id == descs[i].dev_id &&
+                descs[j].len == descs[i].len) {
                 nxli_err(a, "nxl_mem_deregister: descriptor %zu repeats descriptor %zu", i, j);
                 return NXL_ERR_INVALID_PARAM;
             }
     }
     for (size_t i = 0; i < n; i++) {
-        size_t pos;
-        nxli_region_t *r = find_exact(a, type, &descs[i], &pos);
-        tab_remove(&a->regions[type], pos);
-        region_revoke(a, r);
-        nxli_region_put(a, r);
+        nxli_region_t *r = find_exact(a, type, &descs[i], NULL);
+        if (!r || !r->app)
+            r = slice_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
+        r->app = false;
+        region_unhold(a, r);
     }
     a->mem_gen++;
     return NXL_SUCCESS;
@@ -504,6 +800,7 @@ static nxl_status_t mem_alloc_locked(nxl_agent_t *a, nxl_mem_t type, size_t len,
     r->addr = d.addr;
     r->len = len;
     r->refs = 1;
+    r->app = true;
     r->alloc = true;
     r->alloc_backend = ab;
     if (ab)
@@ -551,6 +848,11 @@ static nxl_status_t mem_free_locked(nxl_agent_t *a, void *ptr)
         for (size_t i = 0; i < t->n; i++)
             if (t->v[i]->alloc && t->v[i]->addr == (uintptr_t)ptr) {
                 nxli_region_t *r = t->v[i];
+                if (r->nslices) {
+                    nxli_err(a, "nxl_mem_free: %p has %d regions registered inside it: "
+                                "deregister them first", ptr, r->nslices);
+                    return NXL_ERR_NOT_ALLOWED;
+                }
                 tab_remove(t, i);
                 region_revoke(a, r);
                 nxli_region_put(a, r);
@@ -605,6 +907,18 @@ nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *des
 void nxli_mem_cleanup(nxl_agent_t *a)
 {
     NXLI_TLOCK(a);
+    nxli_stab_t *h = &a->slices;
+    for (size_t i = 0; i < h->nb; i++)
+        for (nxli_region_t *s = h->b[i], *next; s; s = next) {
+            nxli_region_t *p = s->parent;
+            next = s->hnext;
+            if (s->borrowed)
+                memset(s->md, 0, sizeof(s->md));
+            nxli_region_put(a, s);
+            nxli_region_put(a, p);
+        }
+    free(h->b);
+    memset(h, 0, sizeof(*h));
     for (int t = 0; t < NXL_MEM_TYPES; t++) {
         nxli_rtab_t *tab = &a->regions[t];
         for (size_t i = 0; i < tab->n; i++)
