@@ -699,6 +699,76 @@ START_TEST(t_cma_bounds_revoked)
 }
 END_TEST
 
+/* n WRITEs of len bytes at base, base + stride, ... (the same offsets on
+ * both sides), posted in a row outside the loop, then each polled with
+ * nxl_xfer_status() and a turn of the loop until done, as a NIXL program
+ * polls getXferStatus(); want gets what the target should hold */
+static void window(nxl_agent_t *A, const peer_t *p, unsigned char *buf, unsigned char *want,
+                   size_t n, size_t len, size_t stride, size_t base)
+{
+    nxl_xfer_t **x = calloc(n, sizeof(*x));
+    for (size_t i = 0; i < n; i++) {
+        size_t off = base + i * stride;
+        ck_assert_int_eq(tl_xfer1(A, NXL_WRITE, (uintptr_t)buf + off, p->addr + off, len, "T",
+                                  NULL, &x[i]),
+                         NXL_SUCCESS);
+        memcpy(want + off, buf + off, len);
+    }
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(nxl_xfer_post(x[i], NULL, NULL, NULL) == NXL_SUCCESS, "%s",
+                      nxl_agent_last_error(A));
+    for (size_t i = 0; i < n; i++) {
+        nxl_status_t st = nxl_xfer_status(x[i]);
+        for (int k = 0; k < 5000 && st == NXL_IN_PROG; k++) {
+            nxl_agent_run_once(A, 1);
+            st = nxl_xfer_status(x[i]);
+        }
+        ck_assert_msg(st == NXL_SUCCESS, "WRITE %zu of a window of %zu x %zu B: %s; log:\n%s", i,
+                      n, len, nxl_status_name(st), logbuf);
+    }
+    for (size_t i = 0; i < n; i++)
+        nxl_xfer_release(x[i]);
+    free(x);
+}
+
+/* Windows posted between loop turns (copied together on the next turn, or
+ * inside the posts once IOV_MAX pieces or cma_chunk bytes wait), to a
+ * stopped target: every one completes and every byte is in place; a post
+ * canceled before any turn completes canceled */
+START_TEST(t_cma_window)
+{
+    peer_t p = peer_start(TLEN, 5);
+    unsigned char *buf = malloc(TLEN), *want = malloc(TLEN), *got = malloc(TLEN);
+    tl_fill(buf, TLEN, 31);
+    tl_fill(want, TLEN, 5);
+    nxl_agent_t *A = initiator_to(&p, NULL, 0, buf, TLEN);
+    kill(p.pid, SIGSTOP);
+    window(A, &p, buf, want, 16, 4096, 4096, 0);           /* one call on the next turn */
+    window(A, &p, buf, want, 1100, 64, 128, 1u << 20);     /* past IOV_MAX pieces */
+    window(A, &p, buf, want, 300, 4096, 8192, 2u << 20);   /* past cma_chunk bytes */
+    peek(&p, 0, got, TLEN);
+    if (memcmp(got, want, TLEN)) {
+        size_t i = 0;
+        while (got[i] == want[i])
+            i++;
+        ck_abort_msg("target byte %zu wrong after the windows", i);
+    }
+    nxl_xfer_t *x;
+    nxl_future_t *f;
+    ck_assert_int_eq(tl_xfer1(A, NXL_WRITE, (uintptr_t)buf, p.addr + (8u << 20), 4096, "T",
+                              NULL, &x),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    nxl_future_cancel(f);
+    ck_assert_int_eq(nxl_future_wait(f, 5000), NXL_ERR_CANCELED);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    kill(p.pid, SIGCONT);
+    finish(A, &p, buf);
+    free(want), free(got);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -710,7 +780,7 @@ int main(void)
     TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed);
     TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed);
     TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_peer_killed,
-             t_cma_refused, t_cma_bounds_revoked);
+             t_cma_refused, t_cma_bounds_revoked, t_cma_window);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
     return tl_run(s);
 }

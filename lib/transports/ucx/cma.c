@@ -206,11 +206,14 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
  *
  * A transfer to a peer reached by cross-memory attach is queued and copied
  * with process_vm_writev / process_vm_readv, up to IOV_MAX elements and
- * cma_chunk bytes a call. Copies run inside post() (the transfer starts
- * at once) and then from a zero-delay timer, each run at most
- * CMA_SLICE_US long, so that a 16 MiB transfer does not hold the loop for
- * its whole copy. When the last byte has landed, the notification goes
- * out as a UCX message, as after a flush. */
+ * cma_chunk bytes a call. Transfers posted between turns of the loop wait
+ * for the next turn (or for a call's worth of them), so that a window
+ * posted in a row goes in one call; those posted from callbacks are
+ * copied once this pass's callbacks have run. Copies then run from a
+ * zero-delay timer, each run at most CMA_SLICE_US long, so that a 16 MiB
+ * transfer does not hold the loop for its whole copy. When the last byte
+ * has landed, the notification goes out as a UCX message, as after a
+ * flush. */
 
 static void cma_kick(ucx_t *u)
 {
@@ -411,6 +414,7 @@ static void cma_step(ucx_t *u, uint64_t now)
 static void cma_pump(ucx_t *u, uint64_t now, uint64_t end)
 {
     ucx_op_t *o;
+    u->cma_wait_bytes = u->cma_wait_pieces = 0;
     while ((o = TAILQ_FIRST(&u->cma_q))) {
         if (!o->op) { /* reported already: its connection failed */
             nxl_ucx_op_free(o);
@@ -445,10 +449,17 @@ static void cma_pump(ucx_t *u, uint64_t now, uint64_t end)
 /* one slice of copies from the loop */
 static void cma_slice(ucx_t *u)
 {
+    /* the copies' completions are not the worker's: their deliveries are
+     * activated on the loop already, and progress() that took them for
+     * its own (net.hit) would put off arming the worker, turn after turn
+     * while transfers keep coming, its fd left readable (each turn then
+     * polls it and progresses the worker: ~0.2 us a transfer) */
+    bool hit = u->net.hit;
     u->in_ucx++;
     uint64_t now = nxlt_now_us();
     cma_pump(u, now, now + CMA_SLICE_US);
     u->in_ucx--;
+    u->net.hit = hit;
     nxl_ucx_deferred_failures(u);
 }
 
@@ -491,9 +502,29 @@ nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt
     o->queued = true;
     TAILQ_INSERT_TAIL(&u->cma_q, o, cq);
     u->cma_xfers++;
+    bool in_cb = nxlt_in_callback(u->ctx);
+    if (!in_cb && !nxlt_threaded(u->ctx)) {
+        /* posted by the application between turns of the loop (a NIXL
+         * program posts a window of transfers, then polls their status,
+         * each poll a turn): copied on the next turn, with the others
+         * posted until then, in one call, as callbacks' posts are; at once
+         * when a call's worth is waiting. A single post awaited with
+         * nxl_future_wait() or run_once loses nothing: its completion
+         * waited for that turn anyway. (Threaded agents' posts from other
+         * threads copy at once: settled when the call returns.) */
+        for (size_t i = 0; i < x->n; i++)
+            u->cma_wait_bytes += x->iov[i].len;
+        u->cma_wait_pieces += x->n;
+        if (u->cma_wait_bytes < u->cma_chunk && u->cma_wait_pieces < IOV_MAX) {
+            if (!nxlt_timer_pending(u->ev_cma))
+                nxlt_timer_start(u->ev_cma, 0); /* not activated: progress() would
+                                                   take it for work of this turn */
+            return NXL_SUCCESS;
+        }
+    }
     /* start now, unless this turn's slice is spent, or this is posted from
      * a callback: then with the others posted in this turn, in one call */
-    if (!u->cma_defer && !nxlt_in_callback(u->ctx)) {
+    if (!u->cma_defer && !in_cb) {
         uint64_t now = nxlt_now_us();
         if (now >= u->cma_burst_end)
             u->cma_burst_end = now + CMA_SLICE_US;

@@ -132,6 +132,7 @@ typedef struct ucx_state {
     bool cma_now_used;          /* ev_cma_now was activated since ev_cma last ran */
     uint64_t cma_burst_end;     /* copies inside calls stop here... */
     bool cma_defer;             /* ... and then wait for the loop's turn */
+    size_t cma_wait_bytes, cma_wait_pieces; /* posted between turns since the last copies */
     bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
     struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
     uint64_t cma_xfers, cma_bytes; /* statistics */
