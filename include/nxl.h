@@ -20,7 +20,8 @@
  *
  * 1. A call that returns an error starts nothing: no future, no callback.
  * 2. Otherwise each callback attached to the future runs exactly once: on
- *    success, on failure, on cancel (@ref NXL_ERR_CANCELED), on peer loss
+ *    success, on failure, on cancel (@ref NXL_ERR_CANCELED), at a
+ *    transfer's deadline (@ref NXL_ERR_TIMEOUT), on peer loss
  *    (@ref NXL_ERR_REMOTE_DISCONNECT) and on agent teardown (pending futures
  *    complete with @ref NXL_ERR_CANCELED inside nxl_agent_destroy()).
  * 3. Callbacks run on the reactor thread, and never inside the call that
@@ -159,6 +160,8 @@ struct event_base;
 /**
  * The status codes: NIXL's names and values. X(name, value, sentence).
  * Values are never renumbered; retired codes stay as NXL_ERR_OBSOLETEnn.
+ * NXL_ERR_TIMEOUT (-13) is nxl's own, after NIXL's last: a transfer whose
+ * deadline passed (nxl_xfer_opts_t.deadline_ms).
  */
 #define NXL_STATUS_MAP(X)                                                      \
     X(IN_PROG, 1, "operation in progress")                                     \
@@ -174,7 +177,8 @@ struct event_base;
     X(ERR_NOT_SUPPORTED, -9, "not supported")                                  \
     X(ERR_REMOTE_DISCONNECT, -10, "remote agent disconnected")                 \
     X(ERR_CANCELED, -11, "operation canceled")                                 \
-    X(ERR_NO_TELEMETRY, -12, "telemetry not enabled")
+    X(ERR_NO_TELEMETRY, -12, "telemetry not enabled")                         \
+    X(ERR_TIMEOUT, -13, "deadline passed before the operation completed")
 
 /** Status of every call and every completed operation. */
 typedef enum nxl_status {
@@ -708,7 +712,9 @@ NXL_API nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port
  * Fetches the metadata of the agent listening at @p host : @p port and
  * loads it. @p remote, when not NULL, is the name expected there (a
  * different name completes with NXL_ERR_MISMATCH). The loaded name is then
- * available from nxl_future_peer().
+ * available from nxl_future_peer(). Its wait is bounded by
+ * nxl_agent_config_t.io_timeout_ms; it takes no deadline of its own (no
+ * options to carry one).
  */
 NXL_API nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char *host,
                                   uint16_t port, nxl_done_cb cb, void *arg, nxl_future_t **out);
@@ -833,6 +839,20 @@ typedef struct nxl_xfer_opts {
     const void *notif;
     size_t notif_len;
     nxl_backend_t *backend; /**< force a backend (NULL: first that holds both sides) */
+    /**
+     * Deadline of each post, in milliseconds from nxl_xfer_post() (0: none;
+     * nxl_xfer_set_deadline() changes it between posts). A post not
+     * complete by then is canceled as nxl_future_cancel() says and completes
+     * with NXL_ERR_TIMEOUT and a sentence naming the peer, the transport and
+     * the bytes it waited for, once its buffers are free (where the
+     * transport waits for a cancel, when it reports the transfer ended: the
+     * callback may come later than the deadline by that much). The data may
+     * have moved in part. The transports' own stall timeouts stay as the
+     * backstop. The agent keeps one timer for all the deadlines of its
+     * transfers, armed only while one is pending. Added after the first
+     * fields: an older caller's smaller @c size reads as no deadline.
+     */
+    unsigned deadline_ms;
 } nxl_xfer_opts_t;
 
 NXL_API void nxl_xfer_opts_init(nxl_xfer_opts_t *o);
@@ -867,6 +887,13 @@ NXL_API nxl_status_t nxl_xfer_create(nxl_agent_t *a, nxl_op_t op, const nxl_dlis
  *         can carry it to the remote agent, see nxl_xfer_opts_t.notif).
  */
 NXL_API nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len);
+/**
+ * Sets the deadline of the posts that start after this call, in
+ * milliseconds from each nxl_xfer_post() (0: none), replacing
+ * nxl_xfer_opts_t.deadline_ms; a post already in flight keeps its own.
+ * Threaded mode: from any thread, without waiting for the reactor.
+ */
+NXL_API void nxl_xfer_set_deadline(nxl_xfer_t *x, unsigned ms);
 /**
  * Posts a transfer.
  * @param [in]  cb   completion callback (may be NULL)
@@ -920,7 +947,9 @@ NXL_API const char *nxl_future_peer(const nxl_future_t *f);
  * data may have moved in part) on the next turn; with transports whose I/O
  * runs on its own (POSIX: the kernel or worker threads), once the reads and
  * writes already started have ended, so that the buffers are free when the
- * callback runs. No effect on a complete future.
+ * callback runs. No effect on a complete future. A transfer's deadline
+ * (nxl_xfer_opts_t.deadline_ms) cancels it the same way, with
+ * NXL_ERR_TIMEOUT instead.
  */
 NXL_API void nxl_future_cancel(nxl_future_t *f);
 /**
@@ -983,7 +1012,9 @@ typedef void (*nxl_notif_cb)(nxl_agent_t *a, const char *from, const void *msg, 
  */
 NXL_API void nxl_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
 /**
- * Sends a standalone notification to a loaded remote agent.
+ * Sends a standalone notification to a loaded remote agent. It takes no
+ * deadline (no options to carry one): bound the wait with
+ * nxl_future_wait()'s timeout and nxl_future_cancel().
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (unknown agent);
  *         NXL_ERR_INVALID_PARAM (too long); NXL_ERR_NOT_SUPPORTED (no
  *         backend with notifications reaches it); NXL_ERR_REMOTE_DISCONNECT.

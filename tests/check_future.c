@@ -1122,6 +1122,68 @@ START_TEST(t_notif_with_write)
 }
 END_TEST
 
+/* Deadlines: one timer per agent, armed only while a post with a deadline
+ * is pending, and none on an agent whose transfers have none, as an
+ * NXL_LOOP_FD agent's nxl_agent_backend_timeout() shows; a deadline that
+ * does not expire changes nothing. (check_xfer t_deadline: deadlines that
+ * expire, over every network transport.) */
+static int fd_idle_timeout(nxl_agent_t *d)
+{
+    /* the transport's own timers (UCX's progress back-off) run out first */
+    uint64_t end = tl_now_ms() + 3000;
+    int t;
+    while ((t = nxl_agent_backend_timeout(d)) != -1 && tl_now_ms() < end)
+        nxl_agent_run_once(d, t < 50 ? t : 50);
+    return t;
+}
+
+START_TEST(t_deadline_timer)
+{
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "D";
+    c.loop = NXL_LOOP_FD;
+    nxl_agent_t *d;
+    ck_assert_int_eq(nxl_agent_create(&c, &d), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_backend_create(d, "UCX", NULL, 0, NULL), NXL_SUCCESS);
+    nxl_desc_t r = {.addr = (uintptr_t)src, .len = BUF};
+    ck_assert_int_eq(nxl_mem_register(d, NXL_DRAM, &r, 1, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(fd_idle_timeout(d), -1);
+    /* transfers without deadlines: nothing armed, before or after */
+    nxl_xfer_t *x = NULL;
+    ck_assert_int_eq(tl_xfer1(d, NXL_WRITE, (uintptr_t)src, (uintptr_t)src + BUF / 2, BUF / 2,
+                              "D", NULL, &x), NXL_SUCCESS);
+    for (int k = 0; k < 3; k++) {
+        ctr_t ct = {0};
+        ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &ct, NULL), NXL_SUCCESS);
+        ck_assert(tl_run_until(d, &ct.n, 1, 5000));
+        ck_assert_int_eq(ct.st, NXL_SUCCESS);
+        ck_assert_int_eq(fd_idle_timeout(d), -1);
+    }
+    /* a deadline that does not expire: armed while the post is pending,
+     * no effect on it, nothing armed once it completed */
+    nxl_xfer_set_deadline(x, 60000);
+    for (int k = 0; k < 3; k++) {
+        ctr_t ct = {0};
+        memset(src, 40 + k, BUF / 2);
+        ck_assert_int_eq(nxl_xfer_post(x, ctr_cb, &ct, NULL), NXL_SUCCESS);
+        int t = nxl_agent_backend_timeout(d);
+        ck_assert_msg(t >= 0 && t <= 60000, "timeout %d with a deadline pending", t);
+        ck_assert(tl_run_until(d, &ct.n, 1, 5000));
+        ck_assert_int_eq(ct.st, NXL_SUCCESS);
+        ck_assert_int_eq(src[BUF / 2 + 100], 40 + k);
+        ck_assert_int_eq(fd_idle_timeout(d), -1);
+        ck_assert_int_eq(ct.n, 1);
+    }
+    /* released while pending with a deadline: canceled, the timer gone */
+    nxl_xfer_set_deadline(x, 60000);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, NULL), NXL_SUCCESS);
+    nxl_xfer_release(x);
+    ck_assert_int_eq(fd_idle_timeout(d), -1);
+    nxl_agent_destroy(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("future");
@@ -1129,7 +1191,7 @@ int main(void)
              t_wait, t_wait_in_callback, t_release_in_callback, t_all_success, t_all_failure,
              t_cancel, t_release_inflight, t_repost_active, t_repost, t_destroy_pending,
              t_status_follows_callbacks, t_chain_one_per_turn, t_failed_calls, t_recycled_clean,
-             t_recycled_outlive_agent);
+             t_recycled_outlive_agent, t_deadline_timer);
     TL_TCASE(s, "notif", 30, setup, teardown, t_notif_callback, t_notif_drain, t_notif_with_write);
     return tl_run(s);
 }

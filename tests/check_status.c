@@ -43,17 +43,21 @@ static const struct {
 
 START_TEST(t_status_values)
 {
-    /* NIXL's values, never renumbered: 1, 0, -1, ... -12 in this order */
+    /* NIXL's values, never renumbered: 1, 0, -1, ... -12 in this order; then
+     * nxl's own from -13 */
     static const nxl_status_t nixl[] = {
         NXL_IN_PROG, NXL_SUCCESS, NXL_ERR_NOT_POSTED, NXL_ERR_INVALID_PARAM,
         NXL_ERR_BACKEND, NXL_ERR_NOT_FOUND, NXL_ERR_MISMATCH, NXL_ERR_NOT_ALLOWED,
         NXL_ERR_REPOST_ACTIVE, NXL_ERR_UNKNOWN, NXL_ERR_NOT_SUPPORTED, NXL_ERR_REMOTE_DISCONNECT,
-        NXL_ERR_CANCELED, NXL_ERR_NO_TELEMETRY};
+        NXL_ERR_CANCELED, NXL_ERR_NO_TELEMETRY,
+        /* nxl's own, after NIXL's */
+        NXL_ERR_TIMEOUT};
     for (size_t i = 0; i < sizeof(nixl) / sizeof(nixl[0]); i++)
         ck_assert_msg((int)nixl[i] == 1 - (int)i, "%s is %d, not %d", nxl_status_name(nixl[i]),
                       (int)nixl[i], 1 - (int)i);
-    ck_assert_uint_eq(NCODES, 14);
-    /* the map is dense from 1 down to -12 */
+    ck_assert_uint_eq(NCODES, 15);
+    ck_assert_int_eq(NXL_ERR_TIMEOUT, -13);
+    /* the map is dense from 1 down to -13 */
     for (size_t i = 0; i < NCODES; i++)
         ck_assert_int_eq(codes[i].value, 1 - (int)i);
 }
@@ -83,7 +87,7 @@ END_TEST
 
 START_TEST(t_status_unknown)
 {
-    static const int bad[] = {2, 3, 100, -13, -14, -100, 127, -128, 0x7fffffff, -0x7fffffff - 1};
+    static const int bad[] = {2, 3, 100, -14, -15, -100, 127, -128, 0x7fffffff, -0x7fffffff - 1};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         nxl_status_t st = (nxl_status_t)bad[i];
         ck_assert_str_eq(nxl_strerror(st), "unknown status");

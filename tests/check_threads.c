@@ -1211,6 +1211,61 @@ END_TEST
 START_TEST(killed_peer_tcp) { killed_peer("tcp"); }
 END_TEST
 
+/* A deadline set and posted from a thread other than the reactor's, the
+ * target stopped (SIGSTOP): the post completes with NXL_ERR_TIMEOUT, its
+ * deadline fired on time (its sentence says when), once the transport let
+ * go of the buffers (UCX over TCP: when the target resumed); the peer works
+ * again afterwards. */
+START_TEST(deadline_foreign)
+{
+    memset(&KP, 0, sizeof(KP));
+    setenv("UCX_TLS", "tcp", 1);
+    kp_proc_t tg = kp_fork();
+    nxl_agent_t *I = threaded_agent("I");
+    uintptr_t raddr = kp_introduce(I, &tg);
+    ck_assert(raddr != 0);
+    size_t len = (size_t)K_THREADS * K_BLK;
+    unsigned char *ib = mem(I, len);
+    nxl_xfer_t *x;
+    ck_assert_int_eq(write_xfer(I, "T", (uintptr_t)ib, raddr, len, &x), NXL_SUCCESS);
+    nxl_future_t *f;
+    /* a deadline that does not expire */
+    nxl_xfer_set_deadline(x, 10000);
+    tl_fill(ib, len, 5);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    nxl_future_release(f);
+    /* one that does */
+    nxl_xfer_set_deadline(x, 300);
+    ck_assert_int_eq(kill(tg.pid, SIGSTOP), 0);
+    uint64_t t0 = tl_now_ms();
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    nxl_status_t st = nxl_future_wait(f, 1500);
+    kill(tg.pid, SIGCONT);
+    if (st == NXL_IN_PROG)
+        st = nxl_future_wait(f, 20000);
+    uint64_t t = tl_now_ms() - t0;
+    const char *why = nxl_future_error(f);
+    ck_assert_msg(st == NXL_ERR_TIMEOUT, "%s: %s", nxl_status_name(st), why);
+    const char *at = strstr(why, "passed (");
+    double fired = at ? strtod(at + 8, NULL) : -1;
+    printf("deadline_foreign: deadline 300 ms, fired at %.1f ms, callback at %llu ms\n", fired,
+           (unsigned long long)t);
+    ck_assert_msg(fired >= 300 && fired <= 800, "%s", why);
+    ck_assert_msg(strstr(why, "'T'") && strstr(why, "UCX"), "%s", why);
+    nxl_future_release(f);
+    /* the peer works again */
+    nxl_xfer_set_deadline(x, 0);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 10000), NXL_SUCCESS);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    kp_end(&tg, false);
+    nxl_agent_destroy(I);
+    unsetenv("UCX_TLS");
+}
+END_TEST
+
 /* ---------------------------------------- the peer process killed under WRITEs with notifications
  *
  * Four threads keep a window of WRITEs with notifications each in flight
@@ -1736,10 +1791,10 @@ Suite *threads_suite(void)
              foreign_wait, queued_post, sleeping_reactor, timer_fires, killed_peer_shm,
              killed_peer_tcp, killed_peer_notif, killed_peer_notif_lf_tcp,
              killed_peer_notif_lf_shm, busy_reactor, destroy_foreign, api_in_callback,
-             default_mode);
+             default_mode, deadline_foreign);
     TL_TCASE(s, "handover", 600, handover_on, handover_off, many_threads, cycle_ucx, queued_post,
              sleeping_reactor, timer_fires, killed_peer_shm, killed_peer_notif, busy_reactor,
-             destroy_foreign);
+             destroy_foreign, deadline_foreign);
     return s;
 }
 

@@ -75,23 +75,33 @@ typedef struct conf {
     "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
     "drop path: check_libfabric t_one_message_write_checked)"
 
+#define DEADLINE_HELD                                                                          \
+    "the transport's cancel waits for the peer to acknowledge what was sent "                  \
+    "(NXLT_CAP_CANCEL_WAITS): a stopped peer holds the TIMEOUT until it resumes or the "        \
+    "stall timeout gives it up"
+
+/* "deadline_held" is not a skip: t_deadline still runs, and accepts a
+ * TIMEOUT delivered when the peer resumes (the deadline itself on time) */
 static const conf_t confs[] = {
     {"ucx_shm", "UCX", {{0}}, 0, true, {{"dereg_untold", UNCHECKED}, {0}}},
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
+      {"deadline_held", DEADLINE_HELD},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
+      {"deadline_held", DEADLINE_HELD},
       {"killed_large", "without cross-memory attach (no pidfd on the peer), UCX 1.13 over shared "
                        "memory let a transfer to a peer killed during wire-up wait for the stall "
                        "timeout in 2 of 5 runs here: not fixed yet"},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
+      {"deadline_held", DEADLINE_HELD},
       {0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
@@ -99,6 +109,7 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
+      {"deadline_held", DEADLINE_HELD},
       {0}}},
 };
 #define NCONFS (sizeof(confs) / sizeof(confs[0]))
@@ -445,8 +456,10 @@ static const char *ask(const char *msg, int timeout_ms)
     return I.reply;
 }
 
-/* n blocks of blk bytes: local contiguous at offset 0, remote at i*stride */
-static nxl_xfer_t *make(nxl_op_t op, size_t n, size_t blk, size_t stride, const char *notif)
+/* n blocks of blk bytes: local contiguous at offset 0, remote at i*stride;
+ * each post with a deadline of deadline_ms (0: none) */
+static nxl_xfer_t *make_dl(nxl_op_t op, size_t n, size_t blk, size_t stride, const char *notif,
+                           unsigned deadline_ms)
 {
     nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
     for (size_t i = 0; i < n; i++) {
@@ -462,12 +475,18 @@ static nxl_xfer_t *make(nxl_op_t op, size_t n, size_t blk, size_t stride, const 
         o.notif = notif;
         o.notif_len = strlen(notif);
     }
+    o.deadline_ms = deadline_ms;
     nxl_xfer_t *x = NULL;
     nxl_status_t st = nxl_xfer_create(I.a, op, &l, &r, "T", &o, &x);
     ck_assert_msg(st == NXL_SUCCESS, "xfer_create: %s", nxl_agent_last_error(I.a));
     free(ld);
     free(rd);
     return x;
+}
+
+static nxl_xfer_t *make(nxl_op_t op, size_t n, size_t blk, size_t stride, const char *notif)
+{
+    return make_dl(op, n, blk, stride, notif, 0);
 }
 
 static nxl_status_t post_wait(nxl_xfer_t *x, int timeout_ms)
@@ -730,6 +749,122 @@ START_TEST(t_cancel)
     }
     /* the peer is still served */
     ck_assert(!strncmp(ask("addr", 10000), "addr ", 5));
+}
+END_TEST
+
+/* Deadlines (nxl_xfer_opts_t.deadline_ms, nxl_xfer_set_deadline): one that
+ * does not expire changes nothing; with the target stopped (SIGSTOP, not
+ * killed) a 32 MiB WRITE fails with NXL_ERR_TIMEOUT at its deadline, its
+ * callback once, its sentence naming the peer, the transport and the bytes;
+ * the source is not read after the callback (the mark written then never
+ * reaches the target, resumed with SIGCONT); the next post to the peer
+ * moves every byte. The lateness is printed ("DEADLINE: ..."). A transport
+ * that moves the data without the target (cross-memory attach) completes
+ * it instead: said and passed. */
+#define DL_MS 300
+#define DL_SLACK_MS 500 /* a loaded 2-core machine; the aim is 50 */
+
+static uint64_t dl_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* the target resumed before a failure ends the test */
+#define DL_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            kill(I.pid, SIGCONT);                                                                  \
+            ck_abort_msg(__VA_ARGS__);                                                             \
+        }                                                                                          \
+    } while (0)
+
+START_TEST(t_deadline)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    const size_t n = 32, blk = 1u << 20;
+    /* a deadline that does not expire: no effect */
+    nxl_xfer_t *x = make_dl(NXL_WRITE, n, blk, blk, NULL, 10000);
+    tl_fill(I.buf, n * blk, 700);
+    ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
+    ck_assert_str_eq(ask("chk 700 32 1048576 1048576", 10000), "ok");
+
+    /* the target stopped: the post fails at its deadline */
+    nxl_xfer_set_deadline(x, DL_MS);
+    tl_fill(I.buf, n * blk, 701);
+    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+    c_calls = 0;
+    nxl_future_t *f;
+    uint64_t t0 = dl_now_us();
+    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    while (!c_calls && dl_now_us() - t0 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
+        nxl_agent_run_once(I.a, 5);
+    uint64_t t = dl_now_us() - t0;
+    if (c_calls && tl_last == NXL_SUCCESS) {
+        printf("DEADLINE: %s: the WRITE completed in %.1f ms with the target stopped "
+               "(one-sided): no deadline to reach\n", C->label, t / 1000.0);
+        kill(I.pid, SIGCONT);
+        nxl_future_release(f);
+        nxl_xfer_release(x);
+        return;
+    }
+    const char *held = NULL;
+    for (const skip_t *k = C->skips; k->test; k++)
+        if (!strcmp(k->test, "deadline_held"))
+            held = k->reason;
+    if (!c_calls) {
+        /* the transport holds the source until the peer acknowledges what
+         * it sent (the cancel rule): the TIMEOUT comes when it lets go */
+        DL_CHECK(held, "%s: no callback %d ms after a deadline of %d ms with the target "
+                       "stopped", C->label, DL_SLACK_MS, DL_MS);
+        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+        uint64_t tc = dl_now_us() - t0;
+        while (!c_calls && dl_now_us() - t0 < 30000000u)
+            nxl_agent_run_once(I.a, 5);
+        t = dl_now_us() - t0;
+        ck_assert_msg(c_calls == 1, "%s: no callback after SIGCONT", C->label);
+        printf("DEADLINE: %s: callback %.1f ms after the target resumed (%.1f ms after the "
+               "post): %s\n", C->label, (t - tc) / 1000.0, t / 1000.0, held);
+    }
+    ck_assert_msg(tl_last == NXL_ERR_TIMEOUT, "%s: %s (%s)", C->label, nxl_status_name(tl_last),
+                  nxl_future_error(f));
+    /* the deadline fired on time (the sentence says when) */
+    const char *why = nxl_future_error(f);
+    const char *at = strstr(why, "passed (");
+    double fired = at ? strtod(at + 8, NULL) : -1;
+    printf("DEADLINE: %s: deadline %d ms, fired at %.1f ms (%.1f ms late), callback at %.1f ms\n",
+           C->label, DL_MS, fired, fired - DL_MS, t / 1000.0);
+    fflush(stdout);
+    DL_CHECK(fired >= DL_MS && fired <= DL_MS + DL_SLACK_MS, "%s: fired at %.1f ms: %s", C->label,
+             fired, why);
+    DL_CHECK(held || (t >= DL_MS * 1000u && t <= (DL_MS + DL_SLACK_MS) * 1000u),
+             "%s: callback at %.1f ms for a deadline of %d ms", C->label, t / 1000.0, DL_MS);
+    DL_CHECK(nxl_future_status(f) == NXL_ERR_TIMEOUT, "status");
+    DL_CHECK(nxl_xfer_status(x) == NXL_ERR_TIMEOUT, "transfer status");
+    DL_CHECK(strstr(why, "'T'") && strstr(why, C->transport) && strstr(why, "33554432") &&
+                 strstr(why, "300 ms"),
+             "sentence: %s", why);
+    /* the buffers are the application's again: the mark never leaves */
+    memset(I.buf, 0xEE, n * blk);
+    for (int i = 0; i < 20; i++)
+        nxl_agent_run_once(I.a, 5);
+    kill(I.pid, SIGCONT);
+    for (int i = 0; i < 40; i++)
+        nxl_agent_run_once(I.a, 5);
+    ck_assert_int_eq(c_calls, 1);
+    nxl_future_cancel(f); /* no effect on a complete future */
+    nxl_future_release(f);
+    ck_assert_str_eq(ask("nomark 33554432", 20000), "ok");
+    ck_assert_int_eq(c_calls, 1);
+    /* the peer and the transfer work again, no deadline now */
+    nxl_xfer_set_deadline(x, 0);
+    tl_fill(I.buf, n * blk, 702);
+    ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
+    ck_assert_str_eq(ask("chk 702 32 1048576 1048576", 10000), "ok");
+    nxl_xfer_release(x);
 }
 END_TEST
 
@@ -1952,6 +2087,7 @@ int main(void)
         tcase_add_test(tc, t_standalone_notifs);
         tcase_add_test(tc, t_repost);
         tcase_add_test(tc, t_cancel);
+        tcase_add_test(tc, t_deadline);
         tcase_add_test(tc, t_teardown_inflight);
         tcase_add_loop_test(tc, t_inproc_destroy, 0, 2);
         tcase_add_test(tc, t_peer_killed);

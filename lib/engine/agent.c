@@ -85,6 +85,7 @@ static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
     LIST_INIT(&a->tfutures);
     TAILQ_INIT(&a->pending);
     TAILQ_INIT(&a->deliver);
+    TAILQ_INIT(&a->deadlines);
     TAILQ_INIT(&a->acted);
     STAILQ_INIT(&a->notifs);
     STAILQ_INIT(&a->notif_spares);
@@ -289,6 +290,8 @@ void nxli_agent_free(nxl_agent_t *a)
     if (a->loop) {
         nxlt_timer_free(a->ev_deliver);
         nxlt_timer_free(a->ev_deliver_next);
+        if (a->ev_deadline)
+            nxlt_timer_free(a->ev_deadline);
         nxli_loop_free(a->loop);
     }
     free(a->adapter);

@@ -54,8 +54,12 @@ static void spares_free(nxli_spares_t *s)
     s->n = 0;
 }
 
+static void deadline_remove(nxl_future_t *f);
+
 static void future_free(nxl_future_t *f)
 {
+    deadline_remove(f);
+    free(f->timeout_why);
     if (f->mt) {
         nxli_thread_settled(f); /* a waiter of a future released meanwhile */
         LIST_REMOVE(f, alink);
@@ -211,6 +215,7 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why)
     nxl_agent_t *a = f->agent;
     f->done = true;
     f->status = st;
+    deadline_remove(f);
     if (f->st_backend)
         f->st_done_us = nxli_now_us();
     if (st != NXL_SUCCESS && why) {
@@ -406,7 +411,7 @@ void nxlt_op_done(nxlt_op_t *op, nxl_status_t st, const char *why)
         f->op = NULL;
         op->future = NULL;
         if (f->cancel_wait)
-            nxli_future_complete(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+            nxli_future_complete_canceled(f);
         else
             nxli_future_complete(f, st, why);
     }
@@ -567,6 +572,122 @@ nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
     nxl_status_t res = st != NXL_SUCCESS ? st : f->settled && !f->queued ? f->status : NXL_IN_PROG;
     future_unref(f);
     return res;
+}
+
+/* ---- deadlines
+ *
+ * The agent's transfers with a deadline, soonest first, and one timer for
+ * them all, armed for the first while the list is not empty (an agent
+ * whose transfers have none arms nothing). Deadlines are mostly posted in
+ * the order they fall due: the insertion looks from the end. A future
+ * leaves the list when it completes. When one falls due it is canceled as
+ * nxl_future_cancel() does, its status to be NXL_ERR_TIMEOUT: at once on a
+ * transport whose ops finish on their own, when the transport reports the
+ * op ended on one that waits for a cancel (NXLT_CAP_CANCEL_WAITS). */
+
+void nxli_future_complete_canceled(nxl_future_t *f)
+{
+    if (f->timeout_why)
+        nxli_future_complete(f, NXL_ERR_TIMEOUT, f->timeout_why);
+    else
+        nxli_future_complete(f, NXL_ERR_CANCELED, "operation canceled before it completed");
+}
+
+static void deadline_arm(nxl_agent_t *a)
+{
+    nxl_future_t *first = TAILQ_FIRST(&a->deadlines);
+    if (!first) {
+        nxlt_timer_stop(a->ev_deadline);
+        return;
+    }
+    uint64_t now = nxli_now_us();
+    nxlt_timer_start(a->ev_deadline, first->deadline_us > now ? first->deadline_us - now : 0);
+}
+
+static void deadline_remove(nxl_future_t *f)
+{
+    if (!f->in_deadlines)
+        return;
+    nxl_agent_t *a = f->agent;
+    bool first = TAILQ_FIRST(&a->deadlines) == f;
+    TAILQ_REMOVE(&a->deadlines, f, tlink);
+    f->in_deadlines = false;
+    if (first && a->ev_deadline)
+        deadline_arm(a);
+}
+
+/* what the transfer waited for, in f->timeout_why */
+static void deadline_sentence(nxl_future_t *f, uint64_t now)
+{
+    const nxl_xfer_t *x = f->owner;
+    char buf[NXLI_ERR_MAX];
+    unsigned ms = f->st_post_us && f->deadline_us > f->st_post_us
+                      ? (unsigned)((f->deadline_us - f->st_post_us + 500) / 1000)
+                      : 0;
+    snprintf(buf, sizeof(buf),
+             "nxl_xfer_post: deadline of %u ms passed (%.1f ms after the post): a %s of %llu "
+             "bytes%s%s%s over %s was still in flight; canceled%s",
+             ms, f->st_post_us ? (now - f->st_post_us) / 1000.0 : 0.0,
+             f->st_op == NXL_READ ? "READ" : "WRITE", (unsigned long long)f->st_bytes,
+             x ? (f->st_op == NXL_READ ? " from agent '" : " to agent '") : "",
+             x ? x->remote->name : "", x ? "'" : "",
+             f->st_backend ? f->st_backend->ops->name : "its transport",
+             f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)
+                 ? ", completed once the transport let go of its buffers"
+                 : "");
+    free(f->timeout_why);
+    f->timeout_why = nxli_strdup(buf);
+}
+
+static void deadline_cb(nxlt_timer_t *t, void *arg)
+{
+    NXLI_UNUSED(t);
+    nxl_agent_t *a = arg;
+    uint64_t now = nxli_now_us();
+    nxl_future_t *f;
+    while ((f = TAILQ_FIRST(&a->deadlines)) && f->deadline_us <= now) {
+        TAILQ_REMOVE(&a->deadlines, f, tlink);
+        f->in_deadlines = false;
+        if (f->done || f->settled || f->cancel_wait)
+            continue; /* completed, or canceled already: its status stays */
+        deadline_sentence(f, now);
+        f->refs++;
+        if (f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {
+            f->cancel_wait = true; /* nxlt_op_done completes it, its buffers free */
+        } else {
+            char *why = nxli_strdup(f->timeout_why);
+            nxli_future_abort(f, NXL_ERR_TIMEOUT, why ? why : "deadline passed");
+            free(why);
+        }
+        nxli_log(a, NXL_LOG_DEBUG, "%s", f->timeout_why ? f->timeout_why : "deadline passed");
+        future_unref(f);
+    }
+    deadline_arm(a);
+}
+
+nxl_status_t nxli_deadline_timer(nxl_agent_t *a)
+{
+    if (!a->ev_deadline && !(a->ev_deadline = nxli_timer_new(a, deadline_cb, a))) {
+        nxli_err(a, "nxl_xfer_post: the agent's loop could not make the deadline timer");
+        return NXL_ERR_BACKEND;
+    }
+    return NXL_SUCCESS;
+}
+
+void nxli_deadline_add(nxl_future_t *f, uint64_t due_us)
+{
+    nxl_agent_t *a = f->agent;
+    f->deadline_us = due_us;
+    nxl_future_t *p = TAILQ_LAST(&a->deadlines, nxli_fq);
+    while (p && p->deadline_us > due_us)
+        p = TAILQ_PREV(p, nxli_fq, tlink);
+    if (p)
+        TAILQ_INSERT_AFTER(&a->deadlines, p, f, tlink);
+    else
+        TAILQ_INSERT_HEAD(&a->deadlines, f, tlink);
+    f->in_deadlines = true;
+    if (TAILQ_FIRST(&a->deadlines) == f)
+        deadline_arm(a);
 }
 
 /* ---- nxl_future_all */

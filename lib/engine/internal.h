@@ -160,6 +160,11 @@ struct nxl_future {
     LIST_ENTRY(nxl_future) alink; /* the threaded agent's futures (tfutures) */
     TAILQ_ENTRY(nxl_future) plink;  /* pending list */
     TAILQ_ENTRY(nxl_future) dlink;  /* delivery queue */
+    /* a transfer's deadline (nxl_xfer_opts_t.deadline_ms) */
+    uint64_t deadline_us;   /* when (nxli_now_us), 0: none */
+    bool in_deadlines;      /* on the agent's deadlines list */
+    char *timeout_why;      /* its deadline canceled it: completes with NXL_ERR_TIMEOUT */
+    TAILQ_ENTRY(nxl_future) tlink;  /* the agent's deadlines, soonest first */
 };
 TAILQ_HEAD(nxli_fq, nxl_future);
 
@@ -237,6 +242,7 @@ struct nxl_xfer {
     nxl_status_t last;
     bool posted;
     size_t gone_seen;       /* remote->ngone when its elements were last checked */
+    unsigned deadline_ms;   /* of each post (0: none); atomic: set from any thread */
     LIST_ENTRY(nxl_xfer) link;
 };
 
@@ -296,6 +302,8 @@ struct nxl_agent {
     LIST_HEAD(, nxlt_op) ops;
     struct nxli_fq pending;
     struct nxli_fq deliver;
+    struct nxli_fq deadlines;      /* transfers with a deadline, soonest first (tlink) */
+    nxlt_timer_t *ev_deadline;     /* one timer for them all: made at the first, armed while any */
     nxlt_timer_t *ev_deliver;      /* activated: this turn's deliveries */
     nxlt_timer_t *ev_deliver_next; /* a zero timer: the next turn's deliveries */
     bool delivering;               /* inside a turn's deliveries */
@@ -373,6 +381,14 @@ void nxli_deliver_turn(nxl_agent_t *a);
  * left to the reactor's delivery */
 bool nxli_deliver_acted(nxl_agent_t *a);
 void nxli_futures_cancel_all(nxl_agent_t *a);
+/* a transfer's deadline: f (pending, on the reactor) is canceled with
+ * NXL_ERR_TIMEOUT at @p due_us unless it completed before; the agent's
+ * deadline timer made first by nxli_deadline_timer() (NXL_ERR_BACKEND and
+ * a sentence when the loop could not make it) */
+nxl_status_t nxli_deadline_timer(nxl_agent_t *a);
+void nxli_deadline_add(nxl_future_t *f, uint64_t due_us);
+/* a canceled future's completion: NXL_ERR_TIMEOUT when its deadline canceled it */
+void nxli_future_complete_canceled(nxl_future_t *f);
 /* at the end of teardown: spares freed, futures still held freed alone later */
 void nxli_pool_close(nxl_agent_t *a);
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f);

@@ -98,8 +98,10 @@ static void finish(nxlt_op_t *op, nxl_status_t st, const char *why)
     nxl_future_t *f = op->future;
     f->op = NULL;
     op->future = NULL;
-    nxli_future_complete(f, f->cancel_wait ? NXL_ERR_CANCELED : st,
-                         f->cancel_wait ? "operation canceled before it completed" : why);
+    if (f->cancel_wait)
+        nxli_future_complete_canceled(f);
+    else
+        nxli_future_complete(f, st, why);
     nxli_op_free(op);
 }
 

@@ -326,7 +326,10 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
                     "again", fn, rp->remote->name);
         return NXL_ERR_NOT_FOUND;
     }
-    if (opts && opts->size != sizeof(*opts)) {
+    /* deadline_ms was appended: a caller built before it passes the size
+     * that ends at it */
+    if (opts && opts->size != sizeof(*opts) &&
+        opts->size != offsetof(nxl_xfer_opts_t, deadline_ms)) {
         nxli_err(a, "%s: options size %zu unknown; use nxl_xfer_opts_init()", fn,
                  opts->size);
         return NXL_ERR_INVALID_PARAM;
@@ -391,6 +394,8 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
     x->backend = b;
     x->n = n;
     x->last = NXL_ERR_NOT_POSTED;
+    if (opts && opts->size >= offsetof(nxl_xfer_opts_t, deadline_ms) + sizeof(opts->deadline_ms))
+        x->deadline_ms = opts->deadline_ms;
     if (opts && opts->notif) {
         nxl_status_t st = set_notif(x, opts->notif, opts->notif_len);
         if (st != NXL_SUCCESS) {
@@ -480,6 +485,14 @@ nxl_status_t nxl_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
     return set_notif(x, msg, len);
 }
 
+/* A plain store: the next post reads it (from the reactor's thread, or the
+ * thread acting for it, in threaded mode), one in flight has its own. */
+void nxl_xfer_set_deadline(nxl_xfer_t *x, unsigned ms)
+{
+    if (x)
+        __atomic_store_n(&x->deadline_ms, ms, __ATOMIC_RELEASE);
+}
+
 static nxl_status_t check_peer(nxl_agent_t *a, nxli_remote_t *r, const char *call)
 {
     if (r->invalid) {
@@ -536,6 +549,13 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
         return NXL_ERR_UNKNOWN;
     }
     nxl_status_t st;
+    /* read once (another thread may set it meanwhile); the deadline timer
+     * exists before anything starts */
+    unsigned deadline_ms = __atomic_load_n(&x->deadline_ms, __ATOMIC_ACQUIRE);
+    if (deadline_ms && (st = nxli_deadline_timer(a)) != NXL_SUCCESS) {
+        nxli_op_free(op);
+        return st;
+    }
     /* a transport without notifications: the engine sends it afterwards */
     bool relay = x->notif && !(x->backend->ops->caps & NXLT_CAP_NOTIF);
     if (relay && (st = nxli_relay_attach(op, x->remote, x->notif, x->notif_len)) != NXL_SUCCESS) {
@@ -577,6 +597,10 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
         f->st_op = x->op;
         f->st_mem = x->ltype;
         f->st_post_us = nxli_now_us();
+        /* armed before a report held from inside post completes it (which
+         * takes it off the list again) */
+        if (deadline_ms)
+            nxli_deadline_add(f, f->st_post_us + (uint64_t)deadline_ms * 1000u);
     }
     return nxli_op_call_end(op, st);
 }
