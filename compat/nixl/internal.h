@@ -25,7 +25,12 @@ void nxlc_log(int level, const std::string &msg);
 nixl_status_t nxlc_fail(nixl_status_t st, const char *call, const std::string &what,
                         nxl_agent_t *a = nullptr);
 
-inline nixl_status_t nxlc_st(nxl_status_t s) { return static_cast<nixl_status_t>(s); }
+/* nxl's statuses are NIXL's, plus NXL_ERR_TIMEOUT (a deadline, which only a
+ * program reaching nxl through nixl_nxl.h can set): NIXL's nearest, CANCELED */
+inline nixl_status_t nxlc_st(nxl_status_t s)
+{
+    return s == NXL_ERR_TIMEOUT ? NIXL_ERR_CANCELED : static_cast<nixl_status_t>(s);
+}
 
 class nixlBackendH {
 public:

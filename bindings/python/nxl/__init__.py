@@ -33,6 +33,7 @@ from ._nxl import (  # noqa: F401  (re-exported)
     InvalidParam,
     Mismatch,
     NoTelemetry,
+    Timeout,
     NotAllowed,
     NotFound,
     NotPosted,
@@ -53,7 +54,7 @@ __all__ = [
     "IN_PROG", "SUCCESS", "NOTIF_MAX", "version", "plugins_available", "error_class", "Error",
     "NotPosted", "InvalidParam", "BackendError", "NotFound", "Mismatch", "NotAllowed",
     "RepostActive", "UnknownError", "NotSupported", "RemoteDisconnect", "Canceled",
-    "NoTelemetry", "Closed",
+    "NoTelemetry", "Timeout", "Closed",
 ]
 
 
@@ -450,8 +451,8 @@ class Agent(_nxl.Agent):
             left = None if end is None else max(0.0, end - time.monotonic())
             try:
                 c.wait(left)
+            except Error:  # the operation's own failure (nxl.Timeout too: its deadline)
+                pass
             except TimeoutError:
                 return False
-            except Error:
-                pass
         return True

@@ -4,7 +4,7 @@
 #include "nxlmod.h"
 
 static PyObject *err_base, *err_closed;
-static PyObject *err_by_status[16]; /* index: -status, for ERR_NOT_POSTED .. ERR_NO_TELEMETRY */
+static PyObject *err_by_status[16]; /* index: -status, for ERR_NOT_POSTED .. ERR_TIMEOUT */
 
 static const struct {
     int status;
@@ -23,6 +23,7 @@ static const struct {
     {NXL_ERR_REMOTE_DISCONNECT, "RemoteDisconnect", &PyExc_ConnectionError},
     {NXL_ERR_CANCELED, "Canceled", NULL},
     {NXL_ERR_NO_TELEMETRY, "NoTelemetry", NULL},
+    {NXL_ERR_TIMEOUT, "Timeout", &PyExc_TimeoutError},
 };
 
 static int set_status(PyObject *cls, int status)

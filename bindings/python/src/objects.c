@@ -539,6 +539,21 @@ static PyObject *xfer_set_notif(npy_xfer_t *x, PyObject *msg)
     Py_RETURN_NONE;
 }
 
+/* set_deadline(seconds): the deadline of later posts (None or 0: none) */
+static PyObject *xfer_set_deadline(npy_xfer_t *x, PyObject *sec)
+{
+    if (!xfer_usable(x))
+        return NULL;
+    double d = 0;
+    if (sec != Py_None && (d = PyFloat_AsDouble(sec)) == -1 && PyErr_Occurred())
+        return NULL;
+    if (d < 0 || d * 1000 > 4294967295.0)
+        return npy_raise(NXL_ERR_INVALID_PARAM, "a deadline is 0 (none) to 4294967 seconds");
+    unsigned ms = d > 0 && d * 1000 < 1 ? 1 : (unsigned)(d * 1000);
+    nxl_xfer_set_deadline(x->x, ms); /* any thread, no reactor: the GIL may stay */
+    Py_RETURN_NONE;
+}
+
 static PyObject *xfer_get_status(npy_xfer_t *x, void *arg)
 {
     (void)arg;
@@ -569,6 +584,9 @@ static PyMethodDef xfer_methods[] = {
      "then); nxl.NotPosted when never posted."},
     {"set_notif", (PyCFunction)xfer_set_notif, METH_O,
      "The notification the next post sends (bytes, str, or None)."},
+    {"set_deadline", (PyCFunction)xfer_set_deadline, METH_O,
+     "The deadline of the next posts, in seconds from each post (None or 0: none); a post "
+     "not complete by then is canceled and raises nxl.Timeout once its buffers are free."},
     {NULL, NULL, 0, NULL},
 };
 

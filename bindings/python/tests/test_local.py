@@ -54,7 +54,8 @@ def test_module():
     assert issubclass(nxl.NotFound, LookupError)
     assert issubclass(nxl.RemoteDisconnect, ConnectionError)
     assert issubclass(nxl.Closed, nxl.NotAllowed)
-    for st in range(-12, 0):
+    assert nxl.error_class(-13) is nxl.Timeout and issubclass(nxl.Timeout, TimeoutError)
+    for st in range(-13, 0):
         assert nxl.error_class(st).status == st
 
 
@@ -405,3 +406,19 @@ def test_cycles_collected_without_crash():
                 del r, x, src, loop
                 gc.collect()
         assert gc.collect() == 0
+
+
+def test_deadline_set():
+    """Xfer.set_deadline: a deadline that does not expire changes nothing
+    (the TIMEOUT itself: check_xfer t_deadline, with a stopped target)"""
+    with agent("dl") as a:
+        src, dst = bytearray(b"d" * 4096), bytearray(4096)
+        ls, ld = a.register(src), a.register(dst)
+        x = a.make_xfer(nxl.WRITE, [ls], [ld], a.name)
+        x.set_deadline(30)
+        a.wait(x.post(), timeout=10)
+        assert x.status == 0 and dst == src
+        x.set_deadline(None)
+        with pytest.raises(nxl.InvalidParam):
+            x.set_deadline(-1)
+        x.release()
