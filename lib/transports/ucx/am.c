@@ -177,6 +177,56 @@ drop:
     return UCS_OK;
 }
 
+/* ---- loopback messages
+ *
+ * UCX's self transport (the endpoint to this agent itself) runs the
+ * receiver's handler inside the send: a message the agent sends itself
+ * would be delivered inside the engine's call that sent it (a notification
+ * inside nxl_notif_send, a revocation inside the deregistration). One that
+ * arrives inside one of our UCX calls is copied and handled from the loop,
+ * as a message from a peer is. */
+bool nxl_ucx_later(ucx_t *u, ucp_am_recv_callback_t cb, const void *data, size_t len,
+                   const ucp_am_recv_param_t *param)
+{
+    if (!u->in_ucx || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+        return false;
+    ucx_later_t *l = malloc(sizeof(*l) + len);
+    if (!l)
+        return false; /* handled at once */
+    l->next = NULL;
+    l->cb = cb;
+    l->len = len;
+    if (len)
+        memcpy(l->buf, data, len);
+    if (!u->later)
+        u->later_tail = &u->later;
+    *u->later_tail = l;
+    u->later_tail = &l->next;
+    nxl_ucx_kick(u);
+    return true;
+}
+
+/* from the loop (progress) */
+void nxl_ucx_later_run(ucx_t *u)
+{
+    ucx_later_t *l;
+    while (!u->in_ucx && (l = u->later)) {
+        u->later = l->next;
+        ucp_am_recv_param_t p = {.recv_attr = 0};
+        l->cb(u, NULL, 0, l->buf, l->len, &p);
+        free(l);
+    }
+}
+
+void nxl_ucx_later_free(ucx_t *u)
+{
+    ucx_later_t *l;
+    while ((l = u->later)) {
+        u->later = l->next;
+        free(l);
+    }
+}
+
 /* ---- notifications: one message after the data is in place */
 
 static void am_done(void *req, ucs_status_t st, void *arg)
@@ -221,6 +271,8 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
                              const ucp_am_recv_param_t *param)
 {
     ucx_t *u = arg;
+    if (nxl_ucx_later(u, nxl_ucx_am_recv, data, len, param))
+        return UCS_OK;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a notification arrived by rendezvous; dropped");
         return UCS_OK;

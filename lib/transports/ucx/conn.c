@@ -157,10 +157,11 @@ void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     if (o->conn == c)
         nxl_ucx_op_report(o, status);
     if (stalled && c->ep) {
-        /* stop UCX retrying: its requests on the endpoint end as canceled */
-        nxl_ucx_ep_close(c->u, c->ep, true);
+        /* stop UCX retrying: its requests on the endpoint end as canceled
+         * (loopback's closes flushing: see nxl_ucx_load_conn) */
+        c->forced = !c->self;
+        nxl_ucx_ep_close(c->u, c->ep, c->forced);
         c->ep = NULL;
-        c->forced = true;
     }
     /* AM_WRITEs sent, their acknowledgement not come: UCX is done with them
      * (c itself stays: the caller goes on using it; one left is freed with
@@ -203,9 +204,26 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     c->u = u;
     c->refs = 1;
     c->pidfd = -1;
+    /* Loopback (this agent's own address): an endpoint without peer error
+     * handling, so that UCX gives it its self transport, which copies at
+     * once in this process. With peer error handling UCX leaves self out
+     * (it detects no peer failure) and loops back through shared memory:
+     * software puts written into this worker's own receive FIFO, and their
+     * completions read back from it, as for a peer. That FIFO is written
+     * by every peer on this host too, and one killed between claiming a
+     * slot and publishing it leaves a hole that UCX's reader never passes:
+     * nothing behind it is read again, and loopback hung there (doc/man/
+     * nxl-ucx.7, LIMITATIONS). An endpoint to itself has no peer to lose.
+     * It closes flushing: UCX closes by force only endpoints with peer
+     * error handling. */
+    c->self = len == u->addr_len && !memcmp(info, u->addr, len);
+    if (c->self)
+        c->am_write = false; /* puts are copies there: no one-message WRITE to itself */
     ucp_ep_params_t ep = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      (c->self ? 0
+                               : UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                     UCP_EP_PARAM_FIELD_ERR_HANDLER),
         .address = (const ucp_address_t *)addr,
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
@@ -246,7 +264,7 @@ void nxl_ucx_unload_conn(void *state, void *conn)
      * progressed while this one tears down), would never answer a flushing
      * close: those are closed at once */
     if (c->ep) {
-        c->forced = c->failed || c->fail_deferred || c->local;
+        c->forced = (c->failed || c->fail_deferred || c->local) && !c->self;
         nxl_ucx_ep_close(c->u, c->ep, c->forced);
     }
     c->ep = NULL;

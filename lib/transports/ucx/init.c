@@ -419,9 +419,9 @@ static void destroy(void *state)
         next = LIST_NEXT(c, link);
         nxl_ucx_cma_close(c);
         if (c->ep) {
-            nxl_ucx_ep_close(u, c->ep, true);
+            c->forced = !c->self;
+            nxl_ucx_ep_close(u, c->ep, c->forced);
             c->ep = NULL;
-            c->forced = true;
         }
     }
     if (u->w) {
@@ -458,6 +458,7 @@ static void destroy(void *state)
             free(m);
         }
     }
+    nxl_ucx_later_free(u);
     free(u->closing);
     nxlt_io_free(u->ev_efd);
     nxlt_timer_free(u->ev_kick);

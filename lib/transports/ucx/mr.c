@@ -88,6 +88,8 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
                                     size_t len, const ucp_am_recv_param_t *param)
 {
     ucx_t *u = arg;
+    if (nxl_ucx_later(u, nxl_ucx_am_recv_revoke, data, len, param))
+        return UCS_OK;
     const unsigned char *b = data;
     char from[256];
     size_t nk = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? 0

@@ -87,6 +87,15 @@ typedef struct ucx_side {
     unsigned char buf[];
 } ucx_side_t;
 
+/* a message UCX's self transport delivered inside one of our calls, kept
+ * for the loop (nxl_ucx_later) */
+typedef struct ucx_later {
+    struct ucx_later *next;
+    ucp_am_recv_callback_t cb;
+    size_t len;
+    unsigned char buf[];
+} ucx_later_t;
+
 typedef struct ucx_state {
     nxlt_ctx_t *ctx;
     ucp_context_h ucp;
@@ -102,6 +111,7 @@ typedef struct ucx_state {
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
     LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */
+    ucx_later_t *later, **later_tail; /* loopback messages for the loop, in order */
     void **closing;             /* endpoint close requests in flight */
     unsigned nclosing, capclosing;
     char desc[256];
@@ -149,7 +159,9 @@ struct ucx_conn {
     bool failed;
     bool unloaded;
     bool stalled;               /* failed by our stall timeout, not by UCX */
-    bool local;                 /* the peer is another agent of this process */
+    bool local;                 /* the peer is another agent of this process (or itself) */
+    bool self;                  /* the peer is this agent: a loopback endpoint, without peer
+                                 * error handling (conn.c, nxl_ucx_load_conn) */
     void *peer_addr;            /* local: its worker address (finds it on live_list) */
     bool peer_destroyed;        /* local: that agent was destroyed (local_gone) */
     size_t peer_addr_len;
@@ -291,6 +303,10 @@ ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_
 nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x);
 
 /* am.c */
+bool nxl_ucx_later(ucx_t *u, ucp_am_recv_callback_t cb, const void *data, size_t len,
+                   const ucp_am_recv_param_t *param);
+void nxl_ucx_later_run(ucx_t *u);
+void nxl_ucx_later_free(ucx_t *u);
 ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, void *data,
                                  size_t len, const ucp_am_recv_param_t *param);
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);

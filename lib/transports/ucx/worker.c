@@ -307,6 +307,7 @@ static void progress(ucx_t *u)
     unsigned n = 0;
     log_drain(u);
     nxl_ucx_deferred_failures(u);
+    nxl_ucx_later_run(u);
     /* backing off (busy_kick): one look, not ARM_TRIES */
     for (int tries = 0, max = u->backoff_us ? 1 : ARM_TRIES; tries < max; tries++) {
         unsigned k;
