@@ -84,6 +84,7 @@ class Desc(NamedTuple):
     len: int
     dev: int = 0
     meta: bytes = b""
+    kind: object = None  # MemType, or None: the list's kind
 
 
 class Notification(NamedTuple):
@@ -126,26 +127,36 @@ def _on_timer(wref):
             agent.run(0)
 
 
+def _on_soon(wref):
+    agent = wref()
+    if agent is not None:
+        agent._soon = False
+        if not agent.closed:
+            agent._turns(_TURNS)
+
+
+# turns per loop callback while work is ready at once: a transfer's progress
+# and its completion's delivery (rule 3: a later turn) in one loop iteration
+_TURNS = 2
+
+
 def _await_gen(c):
     """Completion.__await__: a future on the running loop, completed from
     nxl's callback; cancelling the awaiting task cancels the operation."""
     if not c.done():
         agent = c.agent
-        loop = asyncio.get_running_loop()
+        loop = _get_running_loop()
         fut = loop.create_future()
         if agent is not None and agent.threaded:
             def cb(_c, fut=fut, loop=loop):
                 loop.call_soon_threadsafe(_wake, fut)
+            c.add_done_callback(cb)
         else:
-            if agent is not None:
+            if agent is not None and agent._loop is not loop:
                 agent._attach_loop(loop)
-
-            def cb(_c, fut=fut):
-                if not fut.done():
-                    fut.set_result(None)
-        c.add_done_callback(cb)
+            c._set_future(fut)  # set from nxl's callback, after the done callbacks
         try:
-            yield from fut.__await__()
+            yield from fut
         except asyncio.CancelledError:
             c._cancel()
             raise
@@ -183,7 +194,8 @@ class _Settled:
         return self._c.done()
 
 
-_nxl._set_hooks(lambda c: _await_gen(c), _Settled)
+_get_running_loop = asyncio.get_running_loop
+_nxl._set_hooks(_await_gen, _Settled, lambda *t: Desc(*t[:4], MemType(t[4])))
 
 _live_agents = weakref.WeakSet()
 
@@ -225,6 +237,7 @@ class Agent(_nxl.Agent):
         super().__init__(name, log_level=-1 if log_level is None else int(log_level), **config)
         self._loop = None
         self._timer = None
+        self._soon = False
         self._wref = weakref.ref(self)
         self._pending = []  # notifications taken from nxl but not handed out
         self._notif_owner = None
@@ -278,6 +291,7 @@ class Agent(_nxl.Agent):
             if not self._loop.is_closed() and self._loop.is_running():
                 raise NotAllowed(f"agent {self.name!r} is driven by another running loop")
             self._detach_loop()
+        self._soon = False
         self._attach("asyncio")
         try:
             loop.add_reader(self.fileno(), _drive, self._wref)
@@ -314,6 +328,11 @@ class Agent(_nxl.Agent):
             self._detach_loop()
             return
         ms = self.backend_timeout()
+        if ms == 0:  # work ready now: a turn on the loop's next iteration
+            if not self._soon:
+                self._soon = True
+                loop.call_soon(_on_soon, self._wref)
+            return
         h = self._timer
         if ms < 0:
             if h is not None:
@@ -370,17 +389,15 @@ class Agent(_nxl.Agent):
 
     # -- transfers
     def make_xfer(self, op, local, remote, peer=None, *, lidx=None, ridx=None, notif=None,
-                  kind=-1, remote_kind=-1, backend=None):
+                  kind=None, remote_kind=None, backend=None):
         """A re-postable transfer: from two Prepped lists and index lists, or
         from two descriptor lists and the peer's name."""
         if isinstance(local, Prepped):
             return self._make_prepped(int(op), local, lidx, remote, ridx, notif, backend)
         if peer is None:
             raise InvalidParam("make_xfer() from descriptor lists needs the peer's name")
-        return self._make_create(int(op), local, remote, peer, notif=notif,
-                                 kind=-1 if kind is None else int(kind),
-                                 remote_kind=-1 if remote_kind is None else int(remote_kind),
-                                 backend=backend)
+        return self._make_create(int(op), local, remote, peer, notif=notif, kind=kind,
+                                 remote_kind=remote_kind, backend=backend)
 
     def prep(self, descs, peer=None, *, kind=None):
         return super().prep(descs, peer, kind=-1 if kind is None else int(kind))

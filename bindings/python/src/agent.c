@@ -633,6 +633,7 @@ static npy_xfer_t *xfer_wrap(npy_agent_t *self, nxl_xfer_t *x, PyObject *keep)
     o->x = x;
     Py_XINCREF(keep);
     o->keep = keep;
+    o->last = NULL;
     PyObject_GC_Track(o);
     return o;
 }
@@ -747,13 +748,16 @@ static npy_xfer_t *xfer_create(npy_agent_t *self, int op, PyObject *args, PyObje
 {
     static char *kwl[] = {"local", "remote", "peer", "notif", "kind", "remote_kind", "backend",
                           NULL};
-    PyObject *local, *remote, *notif = Py_None, *bo = Py_None;
+    PyObject *local, *remote, *notif = Py_None, *bo = Py_None, *ko = Py_None, *rko = Py_None;
     const char *peer;
     int kind = -1, rkind = -1;
     char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OOs|$OiiO:%s", fname);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &local, &remote, &peer, &notif, &kind,
-                                     &rkind, &bo))
+    snprintf(fmt, sizeof(fmt), "OOs|$OOOO:%s", fname);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &local, &remote, &peer, &notif, &ko,
+                                     &rko, &bo))
+        return NULL;
+    if ((ko != Py_None && (kind = (int)PyLong_AsLong(ko)) == -1 && PyErr_Occurred()) ||
+        (rko != Py_None && (rkind = (int)PyLong_AsLong(rko)) == -1 && PyErr_Occurred()))
         return NULL;
     if (!agent_open(self))
         return NULL;
@@ -791,11 +795,14 @@ static npy_xfer_t *xfer_create(npy_agent_t *self, int op, PyObject *args, PyObje
         goto out;
     }
     /* the Regions of both sides (loopback and FILE/OBJ targets are ours) */
-    if (PyList_GET_SIZE(rd.keep) && _PyList_Extend((PyListObject *)ld.keep, rd.keep) == NULL) {
-        nxl_xfer_release(x);
-        goto out;
+    if (PyList_GET_SIZE(rd.keep)) {
+        PyObject *none = _PyList_Extend((PyListObject *)ld.keep, rd.keep);
+        if (!none) {
+            nxl_xfer_release(x);
+            goto out;
+        }
+        Py_DECREF(none);
     }
-    Py_DECREF(Py_None); /* _PyList_Extend returns None, new reference */
     res = xfer_wrap(self, x, PyList_GET_SIZE(ld.keep) ? ld.keep : NULL);
 out:
     npy_dlist_free(&ld);
@@ -1047,6 +1054,41 @@ static PyObject *agent_run(npy_agent_t *self, PyObject *args, PyObject *kw)
     return r;
 }
 
+/* _turns(n): up to n turns without waiting, while the agent says work is
+ * ready now (backend timeout 0), then one re-arm: what a transfer needs
+ * (progress, then the completion's delivery) in one loop iteration */
+static PyObject *agent_turns(npy_agent_t *self, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    OPEN_OR_NULL(self);
+    npy_core_t *core = self->core;
+    if (core->in_run)
+        return npy_raise(NXL_ERR_NOT_ALLOWED,
+                         "a turn from inside an nxl callback: the loop cannot be re-entered");
+    Py_INCREF(self);
+    nxl_status_t st = NXL_SUCCESS;
+    for (long i = 0; i < n && core->a; i++) {
+        if (i > 0 && nxl_agent_backend_timeout(core->a) != 0)
+            break;
+        core->in_run++;
+        st = nxl_agent_run_once(core->a, 0);
+        core->in_run--;
+        if (st != NXL_SUCCESS)
+            break;
+    }
+    PyObject *r = NULL;
+    if (st != NXL_SUCCESS)
+        npy_raise_agent(core, st);
+    else
+        r = Py_NewRef(Py_None);
+    if (core->a)
+        npy_rearm(core);
+    Py_DECREF(self);
+    return r;
+}
+
 static PyObject *agent_fileno(npy_agent_t *self, PyObject *noargs)
 {
     (void)noargs;
@@ -1166,6 +1208,7 @@ static PyMethodDef agent_methods[] = {
     {"stats", F(agent_stats), KW, "stats(transport=None) -> dict of counters."},
     {"run", F(agent_run), KW,
      "run(timeout=None): one turn of the agent, waiting at most timeout s (GIL released)."},
+    {"_turns", (PyCFunction)agent_turns, METH_O, NULL},
     {"fileno", (PyCFunction)agent_fileno, METH_NOARGS, "the NXL_LOOP_FD descriptor"},
     {"backend_timeout", (PyCFunction)agent_backend_timeout, METH_NOARGS,
      "ms until the next timer, 0 now, -1 none"},
@@ -1254,9 +1297,11 @@ static PyObject *mod_error_class(PyObject *m, PyObject *arg)
 static PyObject *mod_set_hooks(PyObject *m, PyObject *args)
 {
     (void)m;
-    PyObject *aw, *se;
-    if (!PyArg_ParseTuple(args, "OO:_set_hooks", &aw, &se))
+    PyObject *aw, *se, *desc;
+    if (!PyArg_ParseTuple(args, "OOO:_set_hooks", &aw, &se, &desc))
         return NULL;
+    Py_INCREF(desc);
+    Py_XSETREF(npy_desc_type, desc);
     Py_INCREF(aw);
     Py_XSETREF(npy_await_hook, aw);
     Py_INCREF(se);
@@ -1285,6 +1330,8 @@ PyMODINIT_FUNC PyInit__nxl(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
+    if (!npy_str_set_result && !(npy_str_set_result = PyUnicode_InternFromString("set_result")))
+        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m)
         return NULL;

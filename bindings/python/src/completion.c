@@ -9,6 +9,7 @@
 
 PyObject *npy_await_hook;   /* set by nxl/__init__.py: hook(c) -> iterator */
 PyObject *npy_settled_hook; /* hook(c) -> an awaitable of the final status */
+PyObject *npy_str_set_result;
 
 static void run_callbacks(npy_completion_t *c)
 {
@@ -48,6 +49,17 @@ void npy_done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
         }
     }
     run_callbacks(c);
+    if (c->fut) {
+        /* the awaiting coroutine's future, on this loop (not threaded): it
+         * may have been cancelled with its task, then set_result refuses */
+        PyObject *fut = c->fut;
+        c->fut = NULL;
+        PyObject *r = PyObject_CallMethodOneArg(fut, npy_str_set_result, Py_None);
+        if (!r)
+            PyErr_Clear();
+        Py_XDECREF(r);
+        Py_DECREF(fut);
+    }
     PyErr_Restore(et, ev, tb);
     Py_DECREF(c); /* nxl's reference */
     PyGILState_Release(g);
@@ -66,6 +78,7 @@ npy_completion_t *npy_completion_new(npy_core_t *core, PyObject *keep)
     c->error = NULL;
     c->result = NULL;
     c->callbacks = NULL;
+    c->fut = NULL;
     Py_XINCREF(keep);
     c->keep = keep;
     PyObject_GC_Track(c);
@@ -77,6 +90,7 @@ static int c_traverse(npy_completion_t *c, visitproc visit, void *arg)
     Py_VISIT(c->keep);
     Py_VISIT(c->callbacks);
     Py_VISIT(c->result);
+    Py_VISIT(c->fut);
     return 0;
 }
 
@@ -85,6 +99,7 @@ static int c_clear(npy_completion_t *c)
     Py_CLEAR(c->keep);
     Py_CLEAR(c->callbacks);
     Py_CLEAR(c->result);
+    Py_CLEAR(c->fut);
     return 0;
 }
 
@@ -164,6 +179,22 @@ static PyObject *c_add_done_callback(npy_completion_t *c, PyObject *fn)
         return NULL;
     if (PyList_Append(c->callbacks, fn) < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _set_future(fut): fut.set_result(None) from the callback (after the done
+ * callbacks); at once when done already */
+static PyObject *c_set_future(npy_completion_t *c, PyObject *fut)
+{
+    if (c->done) {
+        PyObject *r = PyObject_CallMethodOneArg(fut, npy_str_set_result, Py_None);
+        if (!r)
+            return NULL;
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(fut);
+    Py_XSETREF(c->fut, fut);
     Py_RETURN_NONE;
 }
 
@@ -336,6 +367,7 @@ static PyMethodDef c_methods[] = {
     {"add_done_callback", (PyCFunction)c_add_done_callback, METH_O,
      "fn(completion) once done, on the agent's loop (at once when done already)."},
     {"_cancel", (PyCFunction)c_cancel_native, METH_NOARGS, "nxl_future_cancel()."},
+    {"_set_future", (PyCFunction)c_set_future, METH_O, NULL},
     {"cancel", (PyCFunction)c_cancel, METH_NOARGS,
      "Asks nxl to cancel; returns an awaitable (also .wait()-able) of the final status, "
      "complete once nxl reported: the buffers are safe to reuse then."},

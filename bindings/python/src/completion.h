@@ -16,10 +16,11 @@ typedef struct npy_completion {
     PyObject *result;
     PyObject *keep;      /* what the operation uses (an Xfer, Regions) */
     PyObject *callbacks; /* list or NULL */
+    PyObject *fut;       /* an asyncio future to set_result(None) when done, or NULL */
 } npy_completion_t;
 
 extern PyTypeObject npy_completion_type;
-extern PyObject *npy_await_hook, *npy_settled_hook;
+extern PyObject *npy_await_hook, *npy_settled_hook, *npy_str_set_result;
 
 npy_completion_t *npy_completion_new(npy_core_t *core, PyObject *keep);
 /* The nxl_done_cb of every operation: arg is the Completion, holding one

@@ -7,7 +7,9 @@
 
 /* ------------------------------------------------------------- descriptors */
 
-static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep)
+PyObject *npy_desc_type; /* nxl.Desc, set by the package */
+
+static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep, int *kind)
 {
     PyObject *seq = PySequence_Fast(item, "a descriptor is a Region or (addr, len[, dev[, meta]])");
     if (!seq)
@@ -16,8 +18,8 @@ static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep)
     PyObject **it = PySequence_Fast_ITEMS(seq);
     int rc = -1;
     memset(d, 0, sizeof(*d));
-    if (n < 2 || n > 4) {
-        PyErr_SetString(PyExc_ValueError, "a descriptor is (addr, len[, dev[, meta]])");
+    if (n < 2 || n > 5) {
+        PyErr_SetString(PyExc_ValueError, "a descriptor is (addr, len[, dev[, meta[, kind]]])");
         goto out;
     }
     d->addr = (uintptr_t)PyLong_AsUnsignedLongLong(it[0]);
@@ -31,7 +33,14 @@ static int desc_from_seq(PyObject *item, nxl_desc_t *d, PyObject *keep)
         if (PyErr_Occurred())
             goto out;
     }
-    if (n == 4 && it[3] != Py_None) {
+    if (n == 5 && it[4] != Py_None) {
+        long k = PyLong_AsLong(it[4]);
+        if (k == -1 && PyErr_Occurred())
+            goto out;
+        if (*kind < 0)
+            *kind = (int)k;
+    }
+    if (n >= 4 && it[3] != Py_None) {
         const char *m;
         Py_ssize_t ml;
         if (PyBytes_Check(it[3])) {
@@ -72,7 +81,7 @@ static int desc_item(npy_core_t *core, PyObject *item, npy_dlist_t *dl, nxl_desc
             dl->kind = (int)r->kind;
         return PyList_Append(dl->keep, item);
     }
-    return desc_from_seq(item, d, dl->keep);
+    return desc_from_seq(item, d, dl->keep, &dl->kind);
 }
 
 static int is_single(PyObject *spec)
@@ -187,11 +196,16 @@ static void region_dealloc(npy_region_t *r)
     PyObject_GC_Del(r);
 }
 
+/* The registered object and the buffer export are not visited: to the
+ * cycle collector they are referenced from outside, so it never clears them
+ * (a memoryview cleared while exported, then released by us, crashes the
+ * interpreter). A Region in a cycle is still collected; a cycle that runs
+ * through the registered object itself is not (it leaks, it cannot crash). */
 static int region_traverse(npy_region_t *r, visitproc visit, void *arg)
 {
-    Py_VISIT(r->obj);
-    if (r->has_view)
-        Py_VISIT(r->view.obj);
+    (void)r;
+    (void)visit;
+    (void)arg;
     return 0;
 }
 
@@ -226,8 +240,14 @@ static PyObject *region_desc(npy_region_t *r, PyObject *args, PyObject *kw)
             return NULL;
         }
     }
-    return Py_BuildValue("(KKKy)", (unsigned long long)r->d.addr + off, len,
-                         (unsigned long long)r->d.dev_id, "");
+    PyObject *t = Py_BuildValue("(KKKyi)", (unsigned long long)r->d.addr + off, len,
+                                (unsigned long long)r->d.dev_id, "", (int)r->kind);
+    if (t && npy_desc_type) {
+        PyObject *d = PyObject_Call(npy_desc_type, t, NULL);
+        Py_DECREF(t);
+        return d;
+    }
+    return t;
 }
 
 static PyObject *region_enter(PyObject *r, PyObject *noargs)
@@ -426,6 +446,7 @@ static void xfer_dealloc(npy_xfer_t *x)
     PyObject_GC_UnTrack(x);
     xfer_do_release(x);
     Py_CLEAR(x->keep);
+    Py_CLEAR(x->last);
     npy_core_decref(x->core);
     PyObject_GC_Del(x);
 }
@@ -433,6 +454,13 @@ static void xfer_dealloc(npy_xfer_t *x)
 static int xfer_traverse(npy_xfer_t *x, visitproc visit, void *arg)
 {
     Py_VISIT(x->keep);
+    Py_VISIT(x->last);
+    return 0;
+}
+
+static int xfer_clear(npy_xfer_t *x)
+{
+    Py_CLEAR(x->last);
     return 0;
 }
 
@@ -459,7 +487,19 @@ PyObject *npy_xfer_post(npy_xfer_t *x)
         return NULL;
     nxl_status_t st;
     NPY_START(core, c, st, nxl_xfer_post(x->x, npy_done_cb, c, &c->f));
+    if (c) {
+        Py_INCREF(c);
+        Py_XSETREF(x->last, (PyObject *)c);
+    }
     return (PyObject *)c;
+}
+
+static PyObject *xfer_cancel(npy_xfer_t *x, PyObject *noargs)
+{
+    (void)noargs;
+    if (!x->last)
+        return npy_raise(NXL_ERR_NOT_POSTED, "cancel(): the transfer was never posted");
+    return PyObject_CallMethod(x->last, "cancel", NULL);
 }
 
 static PyObject *xfer_post(npy_xfer_t *x, PyObject *noargs)
@@ -524,6 +564,9 @@ static PyMethodDef xfer_methods[] = {
      "Posts the transfer: a Completion (nxl.RepostActive while the last post is in flight)."},
     {"release", (PyCFunction)xfer_release, METH_NOARGS,
      "Releases the transfer; one in flight is canceled (its Completion: nxl.Canceled)."},
+    {"cancel", (PyCFunction)xfer_cancel, METH_NOARGS,
+     "Cancels the last post: its Completion's cancel() (await it: the buffers are free "
+     "then); nxl.NotPosted when never posted."},
     {"set_notif", (PyCFunction)xfer_set_notif, METH_O,
      "The notification the next post sends (bytes, str, or None)."},
     {NULL, NULL, 0, NULL},
@@ -543,6 +586,7 @@ PyTypeObject npy_xfer_type = {
     .tp_doc = "A re-postable READ or WRITE (Agent.make_xfer()).",
     .tp_dealloc = (destructor)xfer_dealloc,
     .tp_traverse = (traverseproc)xfer_traverse,
+    .tp_clear = (inquiry)xfer_clear,
     .tp_methods = xfer_methods,
     .tp_getset = xfer_getset,
 };

@@ -49,6 +49,7 @@ typedef struct npy_xfer {
     npy_core_t *core;
     nxl_xfer_t *x;      /* NULL once released */
     PyObject *keep;     /* Regions, Prepped lists it uses */
+    PyObject *last;     /* the Completion of the last post, or NULL */
 } npy_xfer_t;
 
 /* A descriptor list parsed from Python: a Region, a (addr, len[, dev[, meta]])
@@ -66,6 +67,7 @@ int npy_dlist_parse(npy_core_t *core, PyObject *spec, npy_dlist_t *dl, int kind)
 void npy_dlist_free(npy_dlist_t *dl);
 
 PyObject *npy_xfer_post(npy_xfer_t *x);
+extern PyObject *npy_desc_type;
 
 extern PyTypeObject npy_agent_type, npy_backend_type, npy_region_type, npy_prepped_type,
     npy_xfer_type;

@@ -64,6 +64,7 @@ class Peer:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
+        self.proc.stdout.close()
 
 
 @pytest.fixture(params=list(TRANSPORTS))

@@ -40,8 +40,11 @@ async def main(name, backends, nbytes):
                 reply = "filled"
             elif msg.startswith("spam:"):
                 k = int(msg[5:])
-                for i in range(k):
-                    a.notify(n.peer, f"n:{i}")
+                try:
+                    for i in range(k):
+                        a.notify(n.peer, f"n:{i}")
+                except nxl.Error as e:  # the initiator told us to forget it
+                    print(f"peer: {type(e).__name__}: {e}", file=sys.stderr)
                 continue
             elif msg == "exit":
                 break

@@ -10,8 +10,6 @@ import signal
 import threading
 import time
 
-import pytest
-
 import nxl
 from conftest import next_notif, pattern, task_count
 
@@ -81,6 +79,11 @@ def test_write_read_async(transport, peer_factory):
             st = a.stats()
             assert st["xfers_failed"] == 0 and st["xfers_succeeded"] == 27
             await it.aclose()
+            assert a.drain_notifications() == []
+            # the peer forgets us when told: its notifications to us fail then
+            await a.send_invalidate("127.0.0.1", peer.port)
+            await a.notify(peer.name, "spam:1")
+            await asyncio.sleep(0.2)
             assert a.drain_notifications() == []
             await a.notify(peer.name, "exit")
             # the binding started no thread in the asyncio mode
@@ -181,7 +184,14 @@ def test_threaded_mode(transport, peer_factory):
             return bytes(dst)
         assert asyncio.run(aw()) == src[4096:8192]
         assert a.stats()["xfers_succeeded"] == 201
+        # what the threads wrote, checked at the target
         a.send_metadata("127.0.0.1", peer.port).wait(20)
+        a.notify(peer.name, f"check:0:65536:{hashlib.sha256(src).hexdigest()}").wait(20)
+        got, end = [], time.monotonic() + 20
+        while not got and time.monotonic() < end:
+            time.sleep(0.01)
+            got = a.drain_notifications()
+        assert [n.msg for n in got] == [b"ok:0"]
         a.notify(peer.name, "exit").wait(20)
     assert peer.proc.wait(20) == 0
 
