@@ -12,12 +12,12 @@ if [ -d "$srcdir/debian" ]; then
     grep -q "^License: BSD-3-Clause" "$srcdir/debian/copyright" 2>/dev/null ||
         { echo "FAIL: debian/copyright does not state BSD-3-Clause"; fail=1; }
 fi
-files=$(cd "$srcdir" && find configure.ac Makefile.am nxl.pc.in quickstart include lib m4 tests bench examples tools bindings \
+files=$(cd "$srcdir" && find configure.ac Makefile.am nxl.pc.in quickstart include lib m4 tests bench examples tools compat bindings \
     \( -name node_modules -o -name corpus -o -name .libs -o -name .deps -o -name 'build-*' \
     -o -path '*/bindings/python/build' -o -name '*.egg-info' -o -name __pycache__ \) -prune -o \
     \( -name libtool.m4 -o -name 'lt*.m4' \) -prune -o \
     -type f \( -name '*.c' -o -name '*.h' -o -name '*.am' -o -name '*.ac' -o -name '*.m4' -o -name '*.in' \
-    -o -name '*.include' -o -name '*.sh' -o -name '*.js' -o -name '*.pl' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.cc' \) -print)
+    -o -name '*.include' -o -name '*.sh' -o -name '*.js' -o -name '*.pl' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.cc' -o -name '*.cpp' \) -print)
 n=0
 for f in $files; do
     n=$((n + 1))

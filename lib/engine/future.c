@@ -18,6 +18,42 @@
 
 static void future_unref(nxl_future_t *f);
 
+/* The pool's spares of one kind (futures, ops): an object of size bytes,
+ * zeroed, from s (NULL: no pool), else from calloc() */
+static void *spare_take(nxli_spares_t *s, size_t size)
+{
+    nxli_spare_t *x = s ? s->first : NULL;
+    if (!x)
+        return calloc(1, size);
+    s->first = x->next;
+    s->n--;
+    memset(x, 0, size);
+    return x;
+}
+
+/* x kept among p's spares (true), or for the caller to free (false: the
+ * agent is gone, or s is full) */
+static bool spare_put(nxli_pool_t *p, nxli_spares_t *s, void *x)
+{
+    if (!p->open || s->n >= NXLI_POOL_MAX)
+        return false;
+    nxli_spare_t *e = x;
+    e->next = s->first;
+    s->first = e;
+    s->n++;
+    return true;
+}
+
+static void spares_free(nxli_spares_t *s)
+{
+    nxli_spare_t *x;
+    while ((x = s->first)) {
+        s->first = x->next;
+        free(x);
+    }
+    s->n = 0;
+}
+
 static void future_free(nxl_future_t *f)
 {
     if (f->mt) {
@@ -42,12 +78,8 @@ static void future_free(nxl_future_t *f)
         return;
     }
     p->live--;
-    if (p->open && p->nfutures < NXLI_POOL_MAX) {
-        f->next_free = p->futures;
-        p->futures = f;
-        p->nfutures++;
+    if (spare_put(p, &p->futures, f))
         return;
-    }
     free(f);
     if (!p->open && !p->live)
         free(p); /* the last future that outlived its agent */
@@ -79,15 +111,9 @@ static nxl_status_t add_cb(nxl_future_t *f, nxl_done_cb cb, void *arg)
 nxl_future_t *nxli_future_alloc(nxl_agent_t *a, nxli_fkind_t kind, nxl_done_cb cb, void *arg)
 {
     nxli_pool_t *p = a->pool;
-    nxl_future_t *f;
-    if (p && p->futures) {
-        f = p->futures;
-        p->futures = f->next_free;
-        p->nfutures--;
-        memset(f, 0, sizeof(*f));
-    } else if (!(f = calloc(1, sizeof(*f)))) {
+    nxl_future_t *f = spare_take(p ? &p->futures : NULL, sizeof(*f));
+    if (!f)
         return NULL;
-    }
     if (p) {
         f->pool = p;
         p->live++;
@@ -313,15 +339,9 @@ void nxli_futures_cancel_all(nxl_agent_t *a)
 nxlt_op_t *nxli_op_new(nxl_agent_t *a, nxl_backend_t *b, nxl_future_t *f)
 {
     nxli_pool_t *p = a->pool;
-    nxlt_op_t *op;
-    if (p && p->ops) {
-        op = p->ops;
-        p->ops = op->next_free;
-        p->nops--;
-        memset(op, 0, sizeof(*op));
-    } else if (!(op = calloc(1, sizeof(*op)))) {
+    nxlt_op_t *op = spare_take(p ? &p->ops : NULL, sizeof(*op));
+    if (!op)
         return NULL;
-    }
     op->agent = a;
     op->backend = b;
     op->future = f;
@@ -349,12 +369,8 @@ void nxli_op_free(nxlt_op_t *op)
     LIST_REMOVE(op, link);
     free(op->early_why);
     nxli_pool_t *p = op->agent->pool;
-    if (p && p->open && p->nops < NXLI_POOL_MAX) {
-        op->next_free = p->ops;
-        p->ops = op;
-        p->nops++;
+    if (p && spare_put(p, &p->ops, op))
         return;
-    }
     free(op);
 }
 
@@ -365,16 +381,8 @@ void nxli_pool_close(nxl_agent_t *a)
         return;
     a->pool = NULL;
     p->open = false;
-    while (p->futures) {
-        nxl_future_t *f = p->futures;
-        p->futures = f->next_free;
-        free(f);
-    }
-    while (p->ops) {
-        nxlt_op_t *op = p->ops;
-        p->ops = op->next_free;
-        free(op);
-    }
+    spares_free(&p->futures);
+    spares_free(&p->ops);
     if (!p->live)
         free(p);
 }

@@ -116,7 +116,6 @@ struct nxli_pool;
 struct nxl_future {
     nxl_agent_t *agent;
     struct nxli_pool *pool; /* where it goes when freed (NULL: free()) */
-    nxl_future_t *next_free; /* on the pool's list */
     nxli_fkind_t kind;
     nxl_status_t status;
     int refs;               /* user's + library's */
@@ -166,7 +165,6 @@ struct nxlt_op {
     char *early_why;
     struct nxli_relay *relay; /* the notification the engine sends after it (relay.c) */
     LIST_ENTRY(nxlt_op) link;
-    nxlt_op_t *next_free;   /* on the agent's pool */
 };
 
 /* Futures and ops of an agent in the default mode, recycled: the steady
@@ -176,12 +174,19 @@ struct nxlt_op {
  * freeing the pool. A threaded agent has none (its futures and ops may be
  * made and dropped on several threads): plain calloc() and free(). */
 #define NXLI_POOL_MAX 512 /* entries of each list kept for reuse */
+/* a spare (freed) future or op: its memory holds the link to the next */
+typedef struct nxli_spare {
+    struct nxli_spare *next;
+} nxli_spare_t;
+typedef struct nxli_spares {
+    nxli_spare_t *first;
+    unsigned n;
+} nxli_spares_t;
 typedef struct nxli_pool {
     bool open;              /* its agent is alive */
     size_t live;            /* futures taken from it, not freed yet */
-    nxl_future_t *futures;
-    nxlt_op_t *ops;
-    unsigned nfutures, nops;
+    nxli_spares_t futures;
+    nxli_spares_t ops;
 } nxli_pool_t;
 
 /* ---- prepared lists and transfers */
