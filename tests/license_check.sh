@@ -14,7 +14,7 @@ if [ -d "$srcdir/debian" ]; then
 fi
 files=$(cd "$srcdir" && find configure.ac Makefile.am nxl.pc.in quickstart include lib m4 tests bench examples tools compat bindings \
     \( -name node_modules -o -name corpus -o -name .libs -o -name .deps -o -name 'build-*' \
-    -o -path '*/bindings/python/build' -o -name '*.egg-info' -o -name __pycache__ \) -prune -o \
+    -o -path '*/bindings/python/build' -o -path '*/bindings/python-check' -o -name '*.egg-info' -o -name __pycache__ \) -prune -o \
     \( -name libtool.m4 -o -name 'lt*.m4' \) -prune -o \
     -type f \( -name '*.c' -o -name '*.h' -o -name '*.am' -o -name '*.ac' -o -name '*.m4' -o -name '*.in' \
     -o -name '*.include' -o -name '*.sh' -o -name '*.js' -o -name '*.pl' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.cc' -o -name '*.cpp' \) -print)

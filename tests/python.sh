@@ -36,20 +36,24 @@ LD_LIBRARY_PATH=$builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # nothing written into the source tree (make distcheck's is read-only)
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH LD_LIBRARY_PATH PYTHONDONTWRITEBYTECODE
-# The suite runs from a copy next to the built package (build/lib/tests):
+# The suite runs from a copy, bindings/python-check/tests of the build
+# tree, next to a link to the built package (bindings/python-check/nxl):
 # its conftest.py puts the folder above it first on sys.path (and on its
-# peer processes' PYTHONPATH), which is then the built package, not the
-# source tree's (which has no extension in a VPATH build). NXL_TOP_SRCDIR
-# and NXL_TOP_BUILDDIR name the trees for tests that need their files.
+# peer processes' PYTHONPATH), which then holds the built package, not the
+# source tree's (without the extension in a VPATH build); and the folder
+# three levels up, which its tests take for the tree with tests/*.js, is
+# the build tree (the source tree too, unless VPATH). NXL_TOP_SRCDIR and
+# NXL_TOP_BUILDDIR name the trees for tests that look for them there.
 [ -d "$srcdir/bindings/python/tests" ] || { echo "FAIL: no $srcdir/bindings/python/tests"; exit 99; }
-rm -rf "$lib/tests"
-cp -R "$srcdir/bindings/python/tests" "$lib/tests" && chmod -R u+w "$lib/tests" || exit 99
-find "$lib/tests" \( -name __pycache__ -o -name .pytest_cache \) -prune -exec rm -rf {} +
+run=$builddir/bindings/python-check
+rm -rf "$run" && mkdir -p "$run" && ln -s ../python/build/lib/nxl "$run/nxl" || exit 99
+cp -R "$srcdir/bindings/python/tests" "$run/tests" && chmod -R u+w "$run/tests" || exit 99
+find "$run/tests" \( -name __pycache__ -o -name .pytest_cache \) -prune -exec rm -rf {} +
 NXL_TOP_SRCDIR=$(cd "$srcdir" && pwd)
 NXL_TOP_BUILDDIR=$builddir
 export NXL_TOP_SRCDIR NXL_TOP_BUILDDIR
-echo "$NXL_PYTHON -m pytest $srcdir/bindings/python/tests, copied to $lib/tests (PYTHONPATH=$lib)"
-"$NXL_PYTHON" -m pytest -q -rs -p no:cacheprovider "$lib/tests" "$@"
+echo "$NXL_PYTHON -m pytest $srcdir/bindings/python/tests, copied to $run/tests (PYTHONPATH=$lib)"
+"$NXL_PYTHON" -m pytest -q -rs -p no:cacheprovider "$run/tests" "$@"
 rc=$?
 # 5: pytest collected no test
 [ $rc -eq 5 ] && { echo "FAIL: pytest found no test in $srcdir/bindings/python/tests"; exit 1; }
