@@ -21,10 +21,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 
-#define TL_S3RVER_PKG "s3rver@3.7.1"
-#define TL_AZURITE_PKG "azurite@3.35.0"
-#define TL_AZSDK_PKG "@azure/storage-blob@12.28.0"
-
 #ifndef SRCDIR
 #define SRCDIR "."
 #endif
@@ -74,14 +70,13 @@ static inline int tl_node_setup(char *why, size_t cap)
     if (tl_file("s3rver/package.json") && tl_file("azurite/package.json") &&
         tl_file("@azure/storage-blob/package.json"))
         return 0;
-    char cmd[PATH_MAX * 2 + 256];
-    snprintf(cmd, sizeof(cmd),
-             "cd '%s' && npm install --no-audit --no-fund --no-save --loglevel=error --prefix '%s' "
-             TL_S3RVER_PKG " " TL_AZURITE_PKG " " TL_AZSDK_PKG " > '%s/npm-install.log' 2>&1",
-             tl_node_root, tl_node_root, tl_node_root);
-    fprintf(stderr, "check_obj: installing %s %s %s into %s (once)\n", TL_S3RVER_PKG,
-            TL_AZURITE_PKG, TL_AZSDK_PKG, tl_node_root);
-    if (system(cmd) != 0 || !tl_file("s3rver/package.json") || !tl_file("azurite/package.json")) {
+    /* tests/node-setup.sh: the versions, and a lock shared with the Python
+     * suite, which may install them at the same time */
+    char cmd[PATH_MAX * 2 + 64];
+    snprintf(cmd, sizeof(cmd), "'%s/tests/node-setup.sh' '%s'", SRCDIR, tl_node_root);
+    int rc = system(cmd);
+    if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0 || !tl_file("s3rver/package.json") ||
+        !tl_file("azurite/package.json")) {
         snprintf(why, cap, "npm install into %s failed: see %s/npm-install.log", tl_node_root,
                  tl_node_root);
         return -1;

@@ -52,6 +52,9 @@ find "$run/tests" \( -name __pycache__ -o -name .pytest_cache \) -prune -exec rm
 NXL_TOP_SRCDIR=$(cd "$srcdir" && pwd)
 NXL_TOP_BUILDDIR=$builddir
 export NXL_TOP_SRCDIR NXL_TOP_BUILDDIR
+# the OBJ test's s3rver: installed here if check_obj has not yet (the
+# script's lock makes the two share one install; without node it skips)
+"$srcdir/tests/node-setup.sh" "${NXL_TEST_NODE_DIR:-$builddir/tests/node}" >/dev/null 2>&1
 echo "$NXL_PYTHON -m pytest $srcdir/bindings/python/tests, copied to $run/tests (PYTHONPATH=$lib)"
 "$NXL_PYTHON" -m pytest -q -rs -p no:cacheprovider "$run/tests" "$@"
 rc=$?
