@@ -14,18 +14,20 @@
  * nxl_uv_detach(a, uv_default_loop());     // before nxl_agent_destroy(a)
  * @endcode
  *
- * Three handles per agent: a uv_poll_t on nxl_agent_backend_fd(), whose
+ * Four handles per agent: a uv_poll_t on nxl_agent_backend_fd(), whose
  * readiness runs nxl_agent_run_once(a, 0); a uv_timer_t armed from
- * nxl_agent_backend_timeout() for the agent's next timer; and a
- * uv_prepare_t that re-arms that timer once per loop iteration. The
+ * nxl_agent_backend_timeout() for the agent's next timer, or a uv_idle_t
+ * when that timer is due at once (a turn per loop iteration, the loop's
+ * other handles served in between); and a uv_prepare_t that re-arms them
+ * once per loop iteration. The
  * prepare phase is the right one: it runs after the iteration's timer
  * callbacks and the previous iteration's check and close callbacks, just
  * before libuv computes how long to block, so a timer that an application
  * call armed from any callback (a post, a metadata fetch) is seen before
  * the loop sleeps; a uv_check_t runs after the poll and would miss calls
  * made from timer callbacks. Its cost is one nxl_agent_backend_timeout()
- * (a look at the agent's soonest timer) per iteration. The timer and the
- * prepare handle are unreferenced: the poll handle alone keeps uv_run()
+ * (a look at the agent's soonest timer) per iteration. The timer, the idle
+ * and the prepare handle are unreferenced: the poll handle alone keeps uv_run()
  * going while the agent is attached, as a watched socket would.
  *
  * Callbacks of the agent run inside uv_run(), on the loop's thread, which
@@ -47,11 +49,13 @@ typedef struct nxl_uv {
     uv_poll_t poll;       /**< on nxl_agent_backend_fd(), readable */
     uv_timer_t timer;     /**< the agent's next timer */
     uv_prepare_t prepare; /**< re-arms timer before every wait */
+    uv_idle_t idle;       /**< work due at once: one turn per loop iteration */
     nxl_status_t last;    /**< what the last nxl_agent_run_once() returned */
     int open;             /**< handles not closed yet */
 } nxl_uv_t;
 
 static inline void nxl_uv__timer_cb(uv_timer_t *t);
+static inline void nxl_uv__idle_cb(uv_idle_t *i);
 
 /* the timer from the agent's next one: -1 none, 0 now; counted from now,
  * not from the loop's clock of this iteration's start (after a poll that
@@ -59,10 +63,20 @@ static inline void nxl_uv__timer_cb(uv_timer_t *t);
 static inline void nxl_uv__arm(nxl_uv_t *s)
 {
     int ms = nxl_agent_backend_timeout(s->agent);
-    if (ms < 0) {
+    if (ms <= 0) {
         uv_timer_stop(&s->timer);
+        /* due now: an idle handle, run once per iteration (the poll then
+         * does not block). A timer of 0 started from a timer callback is
+         * due again within the same uv__run_timers() pass in libuv up to
+         * 1.44: an agent with work due on every turn (a transport
+         * progressing a busy peer) would keep the loop in there for good */
+        if (ms == 0)
+            uv_idle_start(&s->idle, nxl_uv__idle_cb);
+        else
+            uv_idle_stop(&s->idle);
         return;
     }
+    uv_idle_stop(&s->idle);
     uv_update_time(s->loop);
     uv_timer_start(&s->timer, nxl_uv__timer_cb, (uint64_t)ms, 0);
 }
@@ -81,6 +95,8 @@ static inline void nxl_uv__poll_cb(uv_poll_t *p, int status, int events)
 }
 
 static inline void nxl_uv__timer_cb(uv_timer_t *t) { nxl_uv__run((nxl_uv_t *)t->data); }
+
+static inline void nxl_uv__idle_cb(uv_idle_t *i) { nxl_uv__run((nxl_uv_t *)i->data); }
 
 static inline void nxl_uv__prepare_cb(uv_prepare_t *p) { nxl_uv__arm((nxl_uv_t *)p->data); }
 
@@ -117,10 +133,12 @@ static inline nxl_status_t nxl_uv_attach(nxl_agent_t *a, uv_loop_t *loop)
     }
     uv_timer_init(loop, &s->timer);
     uv_prepare_init(loop, &s->prepare);
-    s->poll.data = s->timer.data = s->prepare.data = s;
-    s->open = 3;
+    uv_idle_init(loop, &s->idle);
+    s->poll.data = s->timer.data = s->prepare.data = s->idle.data = s;
+    s->open = 4;
     uv_unref((uv_handle_t *)&s->timer);
     uv_unref((uv_handle_t *)&s->prepare);
+    uv_unref((uv_handle_t *)&s->idle);
     uv_poll_start(&s->poll, UV_READABLE, nxl_uv__poll_cb);
     uv_prepare_start(&s->prepare, nxl_uv__prepare_cb);
     nxl_uv__arm(s);
@@ -161,6 +179,7 @@ static inline nxl_status_t nxl_uv_detach(nxl_agent_t *a, uv_loop_t *loop)
     uv_close((uv_handle_t *)&s->poll, nxl_uv__close_cb);
     uv_close((uv_handle_t *)&s->timer, nxl_uv__close_cb);
     uv_close((uv_handle_t *)&s->prepare, nxl_uv__close_cb);
+    uv_close((uv_handle_t *)&s->idle, nxl_uv__close_cb);
     nxl_agent_attach(a, NULL);
     return NXL_SUCCESS;
 }

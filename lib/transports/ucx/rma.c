@@ -14,7 +14,8 @@ static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
     if (st == UCS_OK)
         return NXL_SUCCESS;
     if (c->failed || c->unloaded || st == UCS_ERR_CONNECTION_RESET ||
-        st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_CANCELED)
+        st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_CANCELED ||
+        st == UCS_ERR_NOT_CONNECTED)
         return NXL_ERR_REMOTE_DISCONNECT;
     return NXL_ERR_BACKEND;
 }
