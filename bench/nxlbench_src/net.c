@@ -120,16 +120,22 @@ static bool bw_make(pipe_slot_t *s)
     bwrow_t *r = s->p->user;
     nxl_desc_t *ld = r->ld + s->i * r->n, *rd = r->rd + s->i * r->n;
     nxl_status_t st;
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    if (O.xfer_notif) {
+        o.notif = XFER_NOTIF;
+        o.notif_len = strlen(XFER_NOTIF);
+    }
     if (O.recreate) {
         nxl_dlist_t l = {NXL_DRAM, ld, r->n}, rm = {NXL_DRAM, rd, r->n};
-        st = nxl_xfer_create(RUN.a, O.op, &l, &rm, T_NAME, NULL, &s->x);
+        st = nxl_xfer_create(RUN.a, O.op, &l, &rm, T_NAME, &o, &s->x);
     } else {
         nxl_prepped_t *lp = NULL, *rp = NULL;
         st = nxl_prep(RUN.a, NULL, NXL_DRAM, ld, r->n, &lp);
         if (st == NXL_SUCCESS)
             st = nxl_prep(RUN.a, T_NAME, NXL_DRAM, rd, r->n, &rp);
         if (st == NXL_SUCCESS)
-            st = nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, r->n, NULL, &s->x);
+            st = nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, r->n, &o, &s->x);
         nxl_prepped_release(lp);
         nxl_prepped_release(rp);
     }

@@ -30,6 +30,8 @@
 
 #define T_NAME "nxlb-target"
 #define I_NAME "nxlb-init"
+/* --xfer_notif: what each bandwidth transfer carries (nixlbench's text) */
+#define XFER_NOTIF "0xBEEF"
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -55,6 +57,7 @@ typedef struct nb_opts {
     long num_iter, warmup_iter;
     size_t total_buf, row_bytes;
     bool check, recreate, spawn, pin, quiet;
+    bool xfer_notif;        /* --xfer_notif: bandwidth transfers carry XFER_NOTIF */
     long depth;
     long busy_poll_us;
     long threads;           /* --threads: a threaded initiator, posting from N threads */

@@ -193,6 +193,7 @@ static cJSON *json_flags(void)
     whole(f, "total_buffer_size", (double)O.total_buf);
     cJSON_AddBoolToObject(f, "check_consistency", O.check);
     cJSON_AddBoolToObject(f, "recreate_xfer", O.recreate);
+    cJSON_AddBoolToObject(f, "xfer_notif", O.xfer_notif);
     whole(f, "pipeline_depth", (double)O.depth);
     whole(f, "busy_poll_us", (double)O.busy_poll_us);
     whole(f, "threads", (double)O.threads);

@@ -70,6 +70,8 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
         t_pong();
         return;
     }
+    if (len == strlen(XFER_NOTIF) && !memcmp(msg, XFER_NOTIF, len))
+        return; /* --xfer_notif: a bandwidth transfer's */
     char m[256], out[256];
     snprintf(m, sizeof(m), "%.*s", (int)(len < 255 ? len : 255), (const char *)msg);
     unsigned long long seed, off, n, addr;

@@ -446,6 +446,7 @@ nixl_status_t nixlNxlRunOnce(nixlAgent &agent, int timeout_ms) {
         return nxlc_fail(NIXL_ERR_NOT_ALLOWED, "nixlNxlRunOnce",
                          "the agent has a progress thread, which runs it");
     nxl_status_t st = nxl_agent_run_once(d->a, timeout_ms);
+    d->turns++;
     if (st != NXL_SUCCESS)
         return nxlc_fail(nxlc_st(st), "nixlNxlRunOnce", "the turn did not run", d->a);
     return NIXL_SUCCESS;

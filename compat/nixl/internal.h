@@ -71,6 +71,7 @@ public:
     chrono_period_us_t postDuration{0};
     chrono_period_us_t xferDuration{0};
     bool timed = false;        /* xferDuration taken for the last post */
+    uint64_t polledAt = ~0ull; /* default mode: the agent's turns when getXferStatus last found it in progress */
     bool reported = false;     /* the last post's failure was logged */
 };
 
@@ -102,10 +103,14 @@ public:
         ninvalidated.store(invalidated.size(), std::memory_order_relaxed);
     }
 
+    /* Default mode: the loop's turns taken by the calls (drive()) */
+    mutable uint64_t turns = 0;
     /* Default mode: one turn without waiting, so that polling programs progress. */
     void drive() const {
-        if (!threaded)
+        if (!threaded) {
             nxl_agent_run_once(a, 0);
+            turns++;
+        }
     }
     const char *err() const { return nxl_agent_last_error(a); }
     nixlBackendH *findBackend(const nxl_backend_t *b) const;

@@ -317,8 +317,16 @@ nixl_status_t nixlAgent::getXferStatus(nixlXferReqH *req_hndl) const {
                          "NULL or another agent's request handle");
     nxl_status_t st = nxl_xfer_status(req_hndl->x);
     if (st == NXL_IN_PROG && !data->threaded) {
-        nxl_agent_run_once(data->a, 0);
-        st = nxl_xfer_status(req_hndl->x);
+        /* A turn of the loop (a system call or more) once per round of
+         * polls: a program polling N requests in flight turns it when it
+         * comes back to one it found in progress since the last turn, not
+         * N times a round. One polling a single request turns it on each
+         * call but its first. */
+        if (req_hndl->polledAt == data->turns) {
+            data->drive();
+            st = nxl_xfer_status(req_hndl->x);
+        }
+        req_hndl->polledAt = data->turns;
     }
     if (st < NXL_SUCCESS && st != NXL_ERR_NOT_POSTED && !req_hndl->reported) {
         req_hndl->reported = true;
