@@ -261,11 +261,16 @@ void nxl_ucx_deferred_failures(ucx_t *u)
 
 /* Arming answered BUSY ARM_TRIES times: sends are queued for room in a
  * peer's shared-memory FIFO, and progress continues on the next turn until
- * the peer made room. A peer that died with its FIFO full never does, and
- * UCX 1.13 never gives up on those sends, nor on the flush that
- * discarding the endpoint needs (it ignores UCT_FLUSH_FLAG_CANCEL): arming
- * then answers BUSY for the life of the worker, and a kick each turn is a
- * reactor spinning at 100% for good. So when nothing moved (n: what
+ * the peer made room. Two things make that last for good, and a kick each
+ * turn then is a reactor spinning at 100% for good:
+ *  - a peer that died with its FIFO full never makes room, and UCX 1.13
+ *    never gives up on those sends, nor on the flush that discarding the
+ *    endpoint needs (it ignores UCT_FLUSH_FLAG_CANCEL);
+ *  - a peer on this host killed between claiming a slot of this worker's
+ *    receive FIFO and publishing it leaves a hole that UCX's reader waits
+ *    on and never passes: nothing behind it is read, and arming answers
+ *    BUSY from then on (doc/man/nxl-ucx.md, LIMITATIONS).
+ * Only a new worker recovers from either. So when nothing moved (n: what
  * progress did) and no op of ours is in flight for BUSY_SPIN_US, the
  * worker is progressed from a timer instead, its delay doubling from
  * BUSY_BACKOFF_MIN_US to BUSY_BACKOFF_MAX_US; anything that moves, an op
