@@ -105,6 +105,8 @@ typedef struct ucx_state {
     int efd;
     nxlt_io_t *ev_efd;          /* the worker's event fd, watched */
     nxlt_timer_t *ev_kick, *ev_watch;
+    nxlt_timer_t *ev_arm;       /* progress again, then arm, behind the loop's ready work */
+    unsigned arm_defers;        /* arming put off behind it, in a row (ARM_DEFERS) */
     bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
     nxl_netop_inst_t net;       /* ops in flight (not done yet), hit, stall_us (netop.h) */
     uint64_t busy_until_us;
@@ -250,6 +252,7 @@ void nxl_ucx_local_gone(ucx_t *u);
 void nxl_ucx_deferred_failures(ucx_t *u);
 void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg);
 void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg);
+void nxl_ucx_on_arm(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg);
 void nxl_ucx_watch_start(ucx_t *u);
 

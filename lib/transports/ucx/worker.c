@@ -3,6 +3,8 @@
 #include "ucx.h"
 
 #define ARM_TRIES 16
+#define ARM_DEFERS 4 /* arming waits behind the loop's other work of a turn (ev_arm) at most
+                      * this often in a row, then for the next turn */
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
 #define BUSY_SPIN_US 2000 /* arm answering BUSY, nothing moving: progressed at once this long */
@@ -261,11 +263,16 @@ void nxl_ucx_deferred_failures(ucx_t *u)
 
 /* Arming answered BUSY ARM_TRIES times: sends are queued for room in a
  * peer's shared-memory FIFO, and progress continues on the next turn until
- * the peer made room. A peer that died with its FIFO full never does, and
- * UCX 1.13 never gives up on those sends, nor on the flush that
- * discarding the endpoint needs (it ignores UCT_FLUSH_FLAG_CANCEL): arming
- * then answers BUSY for the life of the worker, and a kick each turn is a
- * reactor spinning at 100% for good. So when nothing moved (n: what
+ * the peer made room. Two things make that last for good, and a kick each
+ * turn then is a reactor spinning at 100% for good:
+ *  - a peer that died with its FIFO full never makes room, and UCX 1.13
+ *    never gives up on those sends, nor on the flush that discarding the
+ *    endpoint needs (it ignores UCT_FLUSH_FLAG_CANCEL);
+ *  - a peer on this host killed between claiming a slot of this worker's
+ *    receive FIFO and publishing it leaves a hole that UCX's reader waits
+ *    on and never passes: nothing behind it is read, and arming answers
+ *    BUSY from then on (doc/man/nxl-ucx.md, LIMITATIONS).
+ * Only a new worker recovers from either. So when nothing moved (n: what
  * progress did) and no op of ours is in flight for BUSY_SPIN_US, the
  * worker is progressed from a timer instead, its delay doubling from
  * BUSY_BACKOFF_MIN_US to BUSY_BACKOFF_MAX_US; anything that moves, an op
@@ -302,7 +309,7 @@ static void busy_kick(ucx_t *u, unsigned n)
     }
 }
 
-static void progress(ucx_t *u)
+static void progress(ucx_t *u, bool chained)
 {
     unsigned n = 0;
     log_drain(u);
@@ -325,10 +332,24 @@ static void progress(ucx_t *u)
         /* Something is ready for the loop (a completion or a notification
          * to deliver): let it run first. Arming costs several system calls
          * and right after traffic mostly answers BUSY; delivering first
-         * took ~15 us off each one-way trip here. The next turn arms. */
+         * took ~15 us off each one-way trip here. The next turn arms.
+         * When the worker brought nothing new and only the loop is busy
+         * (the deliveries of cross-memory copies, another transport's
+         * work, this worker's fd and kick both due in one libevent turn),
+         * arming waits behind that work in this same turn instead (ev_arm,
+         * activated after it; ARM_DEFERS times in a row at most): waiting
+         * for a turn without such work, a worker under steady traffic
+         * never armed, its fd left readable (each turn then woke on it and
+         * progressed the worker once more). */
         if (u->net.hit || nxlt_loop_busy(u->ctx)) {
+            bool quiet = !u->net.hit && !n;
             u->net.hit = false;
-            nxl_ucx_kick(u);
+            if (!chained)
+                u->arm_defers = 0;
+            if (quiet && u->arm_defers++ < ARM_DEFERS)
+                nxlt_timer_activate(u->ev_arm);
+            else
+                nxl_ucx_kick(u);
             return;
         }
         ucs_status_t st = ucp_worker_arm(u->w);
@@ -349,8 +370,9 @@ static void progress(ucx_t *u)
     busy_kick(u, n);
 }
 
-void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg) { progress(arg); }
-void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg) { progress(arg); }
+void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg) { progress(arg, false); }
+void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg) { progress(arg, false); }
+void nxl_ucx_on_arm(nxlt_timer_t *t, void *arg) { progress(arg, true); }
 
 /* While ops are in flight: progress now and then (UCX's keepalive runs from
  * progress), and declare lost a peer whose ops stopped completing: over TCP
@@ -358,7 +380,7 @@ void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg) { progress(arg); }
 void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg)
 {
     ucx_t *u = arg;
-    progress(u);
+    progress(u, false);
     uint64_t now = nxl_ucx_coarse_us();
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
