@@ -256,17 +256,7 @@ static void setup_conf(const conf_t *c)
     nxl_agent_destroy(pa);
     if (C_missing[0])
         return;
-    int p[2];
-    ck_assert(pipe(p) == 0);
-    I.pid = fork();
-    ck_assert(I.pid >= 0);
-    if (I.pid == 0) {
-        close(p[0]);
-        target_main(p[1]);
-    }
-    close(p[1]);
-    ck_assert_msg(read(p[0], &I.port, sizeof(I.port)) == sizeof(I.port), "target did not start");
-    close(p[0]);
+    I.pid = tl_fork_target(target_main, &I.port);
     cfg.name = "I";
     ck_assert(nxl_agent_create(&cfg, &I.a) == NXL_SUCCESS);
     ck_assert_msg(make_backend(I.a) == NXL_SUCCESS, "%s", nxl_agent_last_error(I.a));

@@ -409,6 +409,26 @@ static inline void tl_learn(nxl_agent_t *a, nxl_agent_t *b)
     nxl_free(blob);
 }
 
+/* A target process: forks, the child runs target(wfd) (it does not return)
+ * and writes its listener's port (a uint16_t) to wfd once it listens; the
+ * parent reads that port into *port. The child's pid. */
+static inline pid_t tl_fork_target(void (*target)(int wfd), uint16_t *port)
+{
+    int p[2];
+    ck_assert(pipe(p) == 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        target(p[1]);
+        _exit(0);
+    }
+    close(p[1]);
+    ck_assert_msg(read(p[0], port, sizeof(*port)) == sizeof(*port), "target did not start");
+    close(p[0]);
+    return pid;
+}
+
 static inline uint64_t tl_now_ms(void)
 {
     struct timespec ts;
