@@ -93,6 +93,20 @@ static bool backend_opt(const nixlAgentData *d, const nixl_opt_args_t *x, nxl_xf
     return true;
 }
 
+/* The nxl options of a request made from extra: its notification (the bytes
+ * held in msg, has_notif set) and its backend. False, with err, when the
+ * backend handle is not this agent's. */
+static bool req_opts(const nixlAgentData *d, const nixl_opt_args_t *x, const char *call,
+                     nxl_xfer_opts_t &o, nixl_blob_t &msg, bool &has_notif, nixl_status_t &err) {
+    nxl_xfer_opts_init(&o);
+    has_notif = wanted_notif(x, msg);
+    if (has_notif) {
+        o.notif = msg.data();
+        o.notif_len = msg.size();
+    }
+    return backend_opt(d, x, o, call, err);
+}
+
 static nixlXferReqH *new_req(nixlAgentData *d, nxl_xfer_t *x, const std::string &remote,
                              nixl_xfer_op_t op, bool has_notif, const nixl_blob_t &msg) {
     auto *r = new nixlXferReqH();
@@ -139,15 +153,10 @@ nixl_status_t nixlAgent::makeXferReq(const nixl_xfer_op_t &operation, const nixl
         bytes += local_side->lens[li[i]];
     }
     nxl_xfer_opts_t o;
-    nxl_xfer_opts_init(&o);
     nixl_blob_t msg;
-    bool has_notif = wanted_notif(extra_params, msg);
-    if (has_notif) {
-        o.notif = msg.data();
-        o.notif_len = msg.size();
-    }
+    bool has_notif;
     nixl_status_t err = NIXL_SUCCESS;
-    if (!backend_opt(data.get(), extra_params, o, call, err))
+    if (!req_opts(data.get(), extra_params, call, o, msg, has_notif, err))
         return err;
     nxl_xfer_t *x = nullptr;
     nxl_status_t st =
@@ -196,15 +205,10 @@ nixl_status_t nixlAgent::createXferReq(const nixl_xfer_op_t &operation,
     nxl_dlist_t l = {static_cast<nxl_mem_t>(local_descs.getType()), lv.data(), lv.size()};
     nxl_dlist_t r = {static_cast<nxl_mem_t>(remote_descs.getType()), rv.data(), rv.size()};
     nxl_xfer_opts_t o;
-    nxl_xfer_opts_init(&o);
     nixl_blob_t msg;
-    bool has_notif = wanted_notif(extra_params, msg);
-    if (has_notif) {
-        o.notif = msg.data();
-        o.notif_len = msg.size();
-    }
+    bool has_notif;
     nixl_status_t err = NIXL_SUCCESS;
-    if (!backend_opt(data.get(), extra_params, o, call, err))
+    if (!req_opts(data.get(), extra_params, call, o, msg, has_notif, err))
         return err;
     nxl_xfer_t *x = nullptr;
     nxl_status_t st = nxl_xfer_create(data->a, static_cast<nxl_op_t>(operation), &l, &r,
