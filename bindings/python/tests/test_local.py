@@ -245,6 +245,7 @@ def test_cancel():
                 t.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await t
+                assert c.done()  # the task saw its cancel once nxl had settled it
                 st = await c.cancel()  # settled
                 assert st == nxl.Canceled.status and c.done()
             c = a.write(rs, rd, a.name)
@@ -262,6 +263,38 @@ def test_cancel():
         asyncio.run(main())
         assert a.stats()["xfers_canceled"] in (3, 4)
         assert a.stats()["md_requests_failed"] == 1
+
+
+def test_awaiting_task_runs_outside_callbacks():
+    """A Task woken by a completion runs after nxl's turn returned (not in
+    its callback): it may run(), wait() and close() the agent; two Tasks
+    awaiting one completion both see it; the wake-up is not an asyncio
+    Future but keeps its protocol (add_done_callback, context)."""
+    import contextvars
+    var = contextvars.ContextVar("var", default="unset")
+
+    async def one(c, tag):
+        var.set(tag)
+        await c
+        return var.get()
+
+    async def main():
+        a = agent("wake")
+        src, dst = bytearray(pattern(1 << 16, 7)), bytearray(1 << 16)
+        rs, rd = a.register(src), a.register(dst)
+        c = a.write(rs, rd, a.name)
+        assert await asyncio.gather(one(c, "first"), one(c, "second")) == ["first", "second"]
+        assert dst == src and c.done()
+        await a.write(rs, rd, a.name)
+        a.run(0)                             # refused inside a callback
+        a.write(rs, rd, a.name).wait(10)     # likewise
+        c = a.write(rs, rd, a.name)
+        await c
+        a.close()                            # likewise
+        assert c.done() and a.closed
+        with pytest.raises(nxl.Closed):
+            a.write(rs, rd, a.name)
+    asyncio.run(main())
 
 
 def test_close_from_callback_refused():
