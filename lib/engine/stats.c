@@ -170,7 +170,10 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
             nxli_err(a, "nxl_agent_stats: an output struct is required");
         return NXL_ERR_INVALID_PARAM;
     }
-    if (out->size != sizeof(*out)) {
+    /* the lazy registration's counters were appended: a caller built
+     * before them passes the size that ends before them */
+    size_t size = out->size;
+    if (size != sizeof(*out) && size != offsetof(nxl_stats_t, autoreg_registered)) {
         nxli_err(a, "nxl_agent_stats: stats size %zu is not one this library knows (%zu); set "
                     "size = sizeof(nxl_stats_t)", out->size, sizeof(*out));
         return NXL_ERR_INVALID_PARAM;
@@ -180,8 +183,11 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
         nxli_err(a, "nxl_agent_stats: agent '%s' has no transport '%s'", a->name, transport);
         return NXL_ERR_NOT_FOUND;
     }
+    nxl_stats_t all;
+    nxl_stats_t *caller = out;
+    out = &all;
     memset(out, 0, sizeof(*out));
-    out->size = sizeof(*out);
+    out->size = size;
     for (int i = 0; i < a->nbackends; i++)
         if (!only || a->backends[i] == only)
             add_xstats(out, &a->backends[i]->xs);
@@ -197,6 +203,8 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
     out->notifs_dropped = a->st.notifs_dropped;
     out->md_clients_refused = a->st.md_refused;
     out->md_auth_refused = a->st.md_auth_refused;
+    nxli_lazy_stats(a, out);
+    memcpy(caller, out, size);
     return NXL_SUCCESS;
 }
 
