@@ -323,6 +323,20 @@ static void render(nxl_agent_t *a, text_t *b)
     sample(b, a, "nxl_peers", NULL, NULL, peers_known(a));
     head(b, "nxl_peers_lost_total", "counter", "Remote agents forgotten: invalidated or lost.");
     sample(b, a, "nxl_peers_lost_total", NULL, NULL, a->st.peers_lost);
+    nxl_stats_t z = {.size = sizeof(z)};
+    nxli_lazy_stats(a, &z);
+    head(b, "nxl_autoreg_ranges_total", "counter",
+         "Host memory ranges registered on first use (NXL_DESC_AUTO_REGISTER), and dropped: "
+         "evicted for the size limit, invalidated (unmapped, or idle without memory events).");
+    sample(b, a, "nxl_autoreg_ranges_total", NULL, "event=\"registered\"", z.autoreg_registered);
+    sample(b, a, "nxl_autoreg_ranges_total", NULL, "event=\"evicted\"", z.autoreg_evicted);
+    sample(b, a, "nxl_autoreg_ranges_total", NULL, "event=\"invalidated\"",
+           z.autoreg_invalidated);
+    head(b, "nxl_autoreg_lists_reused_total", "counter",
+         "Lazy local lists prepared without registering anything.");
+    sample(b, a, "nxl_autoreg_lists_reused_total", NULL, NULL, z.autoreg_reused);
+    head(b, "nxl_autoreg_bytes", "gauge", "Bytes of host memory the lazy registrations hold.");
+    sample(b, a, "nxl_autoreg_bytes", NULL, NULL, z.autoreg_bytes);
 }
 
 static void mconn_close(mconn_t *c)
