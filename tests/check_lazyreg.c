@@ -446,7 +446,9 @@ static void remap_cases(int events)
     free(h);
     unsigned char *h2 = malloc(4 * BL);
     tl_fill(h2, 4 * BL, 44);
+    inv = stats().autoreg_invalidated;
     xfer(NXL_WRITE, LAZY, h2, 0, 4 * BL, 8);
+    ck_assert_uint_gt(stats().autoreg_invalidated, inv); /* the old entry, dropped */
     xfer(NXL_READ, NXL_DRAM, q, 3 * BL, BL, 1);
     unsigned char *want = malloc(4 * BL);
     tl_fill(want, 4 * BL, 44);
