@@ -246,6 +246,15 @@ START_TEST(t_moves)
     ck_assert_uint_eq(s2.autoreg_registered, 4);
     ck_assert_uint_ge(s2.autoreg_reused, s.autoreg_reused + 2);
     ck_assert_uint_ge(s2.autoreg_bytes, 2 * (4 * BL + 37));
+    /* a caller built before the counters: its size, nothing written past it */
+    nxl_stats_t old;
+    memset(&old, 0xab, sizeof(old));
+    old.size = offsetof(nxl_stats_t, autoreg_registered);
+    ck_assert_int_eq(nxl_agent_stats(I.a, NULL, &old), NXL_SUCCESS);
+    ck_assert_uint_eq(old.size, offsetof(nxl_stats_t, autoreg_registered));
+    ck_assert_uint_eq(old.autoreg_registered, 0xababababababababull);
+    ck_assert_uint_eq(old.autoreg_bytes, 0xababababababababull);
+    ck_assert_uint_eq(old.xfers_posted, s2.xfers_posted);
     /* nxl_prep with the flag, then nxl_xfer_make */
     nxl_desc_t ld = {.addr = (uintptr_t)p + 5, .len = BL}, rd = {.addr = (uintptr_t)R, .len = BL};
     nxl_prepped_t *lp, *rp;
