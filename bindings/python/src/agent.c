@@ -973,7 +973,8 @@ static PyObject *agent_stats(npy_agent_t *self, PyObject *args, PyObject *kw)
     U(xfers_posted) U(xfers_succeeded) U(xfers_failed) U(xfers_canceled) U(latency_count)
     U(latency_sum_us) U(notifs_sent) U(notifs_failed) U(notifs_received) U(md_requests)
     U(md_requests_failed) U(md_served) U(md_loaded) U(peers_known) U(peers_lost)
-    U(notifs_dropped) U(md_clients_refused) U(md_auth_refused)
+    U(notifs_dropped) U(md_clients_refused) U(md_auth_refused) U(autoreg_registered)
+    U(autoreg_reused) U(autoreg_evicted) U(autoreg_invalidated) U(autoreg_bytes)
 #undef U
     for (int t = 0; t < NXL_MEM_TYPES; t++)
         if (put_u64(rb, nxl_mem_name((nxl_mem_t)t), s.read_bytes[t]) < 0 ||
