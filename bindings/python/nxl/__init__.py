@@ -196,7 +196,7 @@ class Agent(_nxl.Agent):
     Agent(name, *, listen=None, port=0, threads=False, log_level=None,
           io_timeout_ms=0, busy_poll_us=0, etcd_endpoints=None,
           etcd_prefix=None, auth_secret=None, max_queued_notifs=0,
-          backends=None)
+          auto_register=False, auto_register_limit=0, backends=None)
 
     Without threads it runs on nxl's NXL_LOOP_FD: inside a running asyncio
     loop it attaches to it (loop.add_reader on its descriptor, call_at for

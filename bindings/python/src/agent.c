@@ -60,17 +60,20 @@ static int agent_init(npy_agent_t *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"name",          "listen",       "port",           "threads",
                           "log_level",     "io_timeout_ms", "busy_poll_us",  "etcd_endpoints",
-                          "etcd_prefix",   "auth_secret",   "max_queued_notifs", NULL};
+                          "etcd_prefix",   "auth_secret",   "max_queued_notifs", "auto_register",
+                          "auto_register_limit", NULL};
     PyObject *name, *listen = Py_None, *etcd = Py_None, *prefix = Py_None, *secret = Py_None;
     int port = 0, threads = 0, log_level = -1;
     unsigned io_timeout = 0, busy = 0, maxq = 0;
+    int autoreg = 0;
+    unsigned long long autoreg_limit = 0;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "Agent.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "U|$OipiIIOOOI:Agent", kwl, &name, &listen, &port,
-                                     &threads, &log_level, &io_timeout, &busy, &etcd, &prefix,
-                                     &secret, &maxq))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "U|$OipiIIOOOIpK:Agent", kwl, &name, &listen,
+                                     &port, &threads, &log_level, &io_timeout, &busy, &etcd,
+                                     &prefix, &secret, &maxq, &autoreg, &autoreg_limit))
         return -1;
     if (port < 0 || port > 65535) {
         PyErr_SetString(PyExc_ValueError, "port: 0 .. 65535");
@@ -100,6 +103,9 @@ static int agent_init(npy_agent_t *self, PyObject *args, PyObject *kw)
     cfg.etcd_prefix = keep_str(core, 3, prefix, &err);
     cfg.auth_secret = keep_str(core, 4, secret, &err);
     cfg.max_queued_notifs = maxq;
+    if (autoreg)
+        cfg.auto_register = 1;
+    cfg.auto_register_limit = (size_t)autoreg_limit;
     if (err)
         return -1;
     if (threads)

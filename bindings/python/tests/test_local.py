@@ -455,3 +455,25 @@ def test_deadline_set():
         with pytest.raises(nxl.InvalidParam):
             x.set_deadline(-1)
         x.release()
+
+
+def test_auto_register():
+    """auto_register=True: a WRITE from memory never registered registers it
+    on first use (nxl's lazy registration), the next reuses the entry."""
+    with agent("autoreg", auto_register=True) as a:
+        n = 1 << 16
+        src = numpy.frombuffer(pattern(n, 3), dtype=numpy.uint8).copy()  # not registered
+        dst = bytearray(n)
+        rd = a.register(dst)
+        for _ in range(2):
+            a.write([nxl.Desc(src.ctypes.data, n)], rd, a.name).wait(10)
+            assert bytes(dst) == src.tobytes()
+            dst[:] = bytes(n)
+        st = a.stats()
+        assert st["autoreg_registered"] == 1 and st["autoreg_reused"] >= 1, st
+    with agent("noautoreg", auto_register=False) as a:
+        rd = a.register(bytearray(64))
+        buf = numpy.zeros(64, dtype=numpy.uint8)
+        if os.environ.get("NXL_AUTO_REGISTER") != "1":
+            with pytest.raises(nxl.NotFound):
+                a.write([nxl.Desc(buf.ctypes.data, 64)], rd, a.name)
