@@ -624,6 +624,7 @@ START_TEST(t_deadline)
     nxl_agent_t *a = hf_agent("d", p, 2);
     const size_t len = 64 * KiB;
     char *v = hmalloc(len);
+    memset(v, 0x3c, len);
     reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
     int fd = file_in(root, len, O_RDWR);
     reg(a, NXL_FILE, 0, len, (uint64_t)fd);
@@ -674,6 +675,7 @@ START_TEST(t_idle)
     ck_assert_int_eq(nxl_agent_backend_timeout(a), -1);
     const size_t len = 64 * KiB;
     char *v = hmalloc(len);
+    memset(v, 0x3c, len);
     reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
     int fd = file_in(root, len, O_RDWR);
     reg(a, NXL_FILE, 0, len, (uint64_t)fd);
