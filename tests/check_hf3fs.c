@@ -481,7 +481,9 @@ START_TEST(t_errors)
 END_TEST
 
 /* A ring that fills up (3FS shares it with nobody here, the stand-in says
- * it is full at 2 slots): the I/O waits for completions, nothing is lost. */
+ * it is full at 2 slots): the I/O waits for completions, nothing is lost.
+ * A ring full with nothing of ours in it, and hf3fs_prep_io refusing an
+ * I/O, fail the transfer, never inside its post. */
 START_TEST(t_ring_full)
 {
     cur_test = "t_ring_full";
@@ -508,7 +510,25 @@ START_TEST(t_ring_full)
     ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
     run(a, r, &res);
     ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
+    ck_assert(tl_check(dst, len, 11) < 0);
+    /* full with none of ours in it: nothing would free a slot; failed,
+     * on a later turn than the post's */
+    setenv("MOCK_HF3FS_RING_FULL", "-1", 1);
+    run(a, w, &res);
+    ck_assert_int_eq(res.st, NXL_ERR_BACKEND);
+    ck_sentence(res.why, "ring full with none of this transport's I/O in it");
     unsetenv("MOCK_HF3FS_RING_FULL");
+    /* hf3fs_prep_io refusing an I/O: the same, with its errno */
+    setenv("MOCK_HF3FS_PREP_FAIL", "22", 1);
+    run(a, r, &res);
+    unsetenv("MOCK_HF3FS_PREP_FAIL");
+    ck_assert_int_eq(res.st, NXL_ERR_BACKEND);
+    ck_sentence(res.why, "hf3fs_prep_io");
+    ck_sentence(res.why, "errno 22");
+    /* and the next post works */
+    memset(dst, 0, len);
+    run(a, r, &res);
+    ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
     ck_assert(tl_check(dst, len, 11) < 0);
     nxl_xfer_release(w);
     nxl_xfer_release(r);

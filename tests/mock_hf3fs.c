@@ -27,7 +27,8 @@
  * Knobs (read at each call): MOCK_HF3FS_DELAY_MS=N sleeps N ms before each
  * I/O; MOCK_HF3FS_MAX_IO=N moves at most N bytes an I/O (short results);
  * MOCK_HF3FS_FAIL_OFFSET=N fails the I/O at file offset N with -EIO;
- * MOCK_HF3FS_RING_FULL=N makes a ring full at N slots taken. */
+ * MOCK_HF3FS_RING_FULL=N makes a ring full at N slots taken (-1: always);
+ * MOCK_HF3FS_PREP_FAIL=E fails hf3fs_prep_io with -E. */
 #define _GNU_SOURCE
 #include "../lib/transports/hf3fs/usrbio_abi.h"
 
@@ -425,12 +426,15 @@ EXPORT int hf3fs_prep_io(const struct nxl_hf3fs_ior *ior, const struct nxl_hf3fs
     pthread_mutex_unlock(&mu);
     if (acc < 0)
         return -EBADF;
+    long refuse = knob("MOCK_HF3FS_PREP_FAIL");
+    if (refuse > 0)
+        return -(int)refuse;
     if ((read && acc == O_WRONLY) || (!read && acc == O_RDONLY))
         return -EACCES;
     mring_t *r = ior->iorh;
     long full = knob("MOCK_HF3FS_RING_FULL");
     pthread_mutex_lock(&r->mu);
-    if (r->used >= r->entries || (full > 0 && r->used >= full)) {
+    if (r->used >= r->entries || (full && r->used >= (full < 0 ? 0 : full))) {
         pthread_mutex_unlock(&r->mu);
         return -EAGAIN;
     }

@@ -243,6 +243,14 @@ struct hf3fs {
     uint64_t wait_ms;
     int efd;
     nxlt_io_t *ev;
+    /* a segment a usrbio call refused while being prepared: failed on the
+     * next turn (never inside post()); nothing is prepared meanwhile */
+    struct {
+        nxl_fio_seg_t *s;
+        const char *call;    /* NULL: the ring was full with none of ours in it */
+        int e;
+    } refused;
+    nxlt_timer_t *refuse_t;
     bool stuck;              /* teardown gave up on I/O still with 3FS: leak its buffers */
     uint64_t n_bytes, n_copied, n_zero_copy, n_full; /* statistics */
     char desc[400];
@@ -368,10 +376,41 @@ static void seg_fail_call(hf3fs_t *u, nxl_fio_seg_t *s, const char *call, int e)
                  (unsigned long long)s->off, s->elem, errtext(e, b, sizeof(b)));
 }
 
+/* segment @p s (taken from the queue) refused by @p call: failed on the
+ * next turn */
+static void refuse(hf3fs_t *u, nxl_fio_seg_t *s, const char *call, int e)
+{
+    u->refused.s = s;
+    u->refused.call = call;
+    u->refused.e = e;
+    nxlt_timer_activate(u->refuse_t);
+}
+
+static void hf_pump(nxl_fio_t *f);
+
+static void on_refused(nxlt_timer_t *t, void *arg)
+{
+    hf3fs_t *u = arg;
+    nxl_fio_seg_t *s = u->refused.s;
+    u->refused.s = NULL;
+    if (!s || u->fio.closing)
+        return;
+    if (u->refused.call) {
+        seg_fail_call(u, s, u->refused.call, u->refused.e);
+    } else {
+        bool write = s->xop->write;
+        nxl_fio_fail(&u->fio, s, NXL_ERR_BACKEND, "HF3FS: hf3fs_prep_io (%s %s at offset %llu, "
+                     "element %zu) found the %s ring full with none of this transport's I/O in "
+                     "it", write ? "write to" : "read from", s->fname, (unsigned long long)s->off,
+                     s->elem, write ? "write" : "read");
+    }
+    hf_pump(&u->fio);
+}
+
 static void hf_pump(nxl_fio_t *f)
 {
     hf3fs_t *u = f->owner;
-    if (!u->ready || f->closing)
+    if (!u->ready || f->closing || u->refused.s)
         return;
     nxl_fio_seg_t *s;
     while (u->nfree && (s = nxl_fio_seg_next(f))) {
@@ -379,8 +418,8 @@ static void hf_pump(nxl_fio_t *f)
         int ri = write ? 0 : 1;
         hf_ring_t *r = &u->ring[ri];
         if (r->failed) {
-            seg_fail_call(u, s, "hf3fs_wait_for_ios", -r->failed);
-            continue;
+            refuse(u, s, "hf3fs_wait_for_ios", -r->failed);
+            break;
         }
         hf_io_t *io = &u->io[u->free_io[--u->nfree]];
         hf_reg_t *lr = s->lmd;
@@ -410,19 +449,16 @@ static void hf_pump(nxl_fio_t *f)
             u->free_io[u->nfree++] = (unsigned)(io - u->io);
             u->n_full++;
             if (!r->inflight) {
-                nxl_fio_fail(f, s, NXL_ERR_BACKEND, "HF3FS: hf3fs_prep_io (%s %s at offset %llu, "
-                             "element %zu) found the %s ring full with none of this transport's "
-                             "I/O in it", write ? "write to" : "read from", s->fname,
-                             (unsigned long long)s->off, s->elem, write ? "write" : "read");
-                continue;
+                refuse(u, s, NULL, 0);
+                break;
             }
             nxl_fio_seg_requeue(f, s);
             break;
         }
         if (rc < 0) {
             io_put(u, io);
-            seg_fail_call(u, s, "hf3fs_prep_io", -rc);
-            continue;
+            refuse(u, s, "hf3fs_prep_io", -rc);
+            break;
         }
         io->seg = s;
         if (!io->bounce)
@@ -519,6 +555,10 @@ static int hf_start(nxl_fio_t *f, char *why, size_t cap)
         snprintf(why, cap, "the loop could not watch the workers' eventfd");
         return -1;
     }
+    if (!(u->refuse_t = nxlt_timer_new(u->ctx, on_refused, u))) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
     snprintf(f->desc, sizeof(f->desc), "usrbio rings, a worker per ring in hf3fs_wait_for_ios, "
              "eventfd in the reactor");
     return 0;
@@ -546,6 +586,7 @@ static void hf_stop(nxl_fio_t *f)
             u->stuck = u->stuck || r->outstanding;
         }
     }
+    u->refused.s = NULL; /* its transfer is reported CANCELED with the rest */
     hf_reap(u);
 }
 
@@ -1067,6 +1108,7 @@ static void destroy(void *state)
     if (u->bounce_made && !u->stuck)
         u->L->iovdestroy(&u->bounce);
     nxlt_io_free(u->ev);
+    nxlt_timer_free(u->refuse_t);
     if (u->efd >= 0)
         close(u->efd);
     free(u->io);
