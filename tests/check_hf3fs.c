@@ -662,7 +662,8 @@ START_TEST(t_deadline)
     long w = c1.waits - c0.waits;
     printf("check_hf3fs: one 300 ms I/O with wait=50ms: %ld hf3fs_wait_for_ios calls, %ld with "
            "the deadline past, %llu ms\n", w, c1.past - c0.past, (unsigned long long)took);
-    ck_assert_msg(took >= 290, "done in %llu ms, before the I/O could be", (unsigned long long)took);
+    ck_assert_msg(took >= 290, "done in %llu ms, before the I/O could be",
+                  (unsigned long long)took);
     ck_assert_msg(w >= 2 && w <= 20, "%ld hf3fs_wait_for_ios calls for one I/O of 300 ms", w);
     ck_assert_int_eq(c1.past, 0);
     nxl_xfer_release(x);

@@ -617,10 +617,14 @@ static nxl_status_t make_ready(hf3fs_t *u)
         r->read = i == 1;
         if (r->th_on)
             continue;
-        rc = r->made ? 0 : L->iorcreate4 ? L->iorcreate4(&r->ior, u->mount, (int)u->entries, r->read,
-                                           (int)u->io_depth, 0, u->numa, 0)
-                           : L->iorcreate(&r->ior, u->mount, (int)u->entries, r->read,
-                                          (int)u->io_depth, u->numa);
+        if (r->made)
+            rc = 0;
+        else if (L->iorcreate4)
+            rc = L->iorcreate4(&r->ior, u->mount, (int)u->entries, r->read, (int)u->io_depth, 0,
+                               u->numa, 0);
+        else
+            rc = L->iorcreate(&r->ior, u->mount, (int)u->entries, r->read, (int)u->io_depth,
+                              u->numa);
         if (rc < 0) {
             nxlt_error(u->ctx, "HF3FS: %s of the %s ring (%u entries) on %s failed: %s",
                        L->iorcreate4 ? "hf3fs_iorcreate4" : "hf3fs_iorcreate",
