@@ -690,8 +690,8 @@ START_TEST(t_idle)
         return;
     char mnt[300];
     snprintf(mnt, sizeof(mnt), "%s", root);
-    nxl_param_t p = {"mount", mnt};
-    nxl_agent_t *a = hf_agent("i", &p, 1);
+    nxl_param_t p[2] = {{"mount", mnt}, {"entries", "4"}}; /* refilled while in flight */
+    nxl_agent_t *a = hf_agent("i", p, 2);
     ck_assert_msg(quiet(a, 300), "a new agent with HF3FS woke up");
     ck_assert_int_eq(nxl_agent_backend_timeout(a), -1);
     const size_t len = 64 * KiB;
@@ -703,8 +703,17 @@ START_TEST(t_idle)
     nxl_xfer_t *x = NULL;
     ck_assert(mk_xfer(a, NXL_WRITE, v, fd, 0, 4096, 16, 0, &x) == NXL_SUCCESS);
     res_t r;
-    run(a, x, &r);
-    ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
+    /* with I/O completing as it is prepared too (3FS's daemon may take it
+     * before hf3fs_submit_ios), while a worker waits for the earlier ones */
+    for (int eager = 0; eager < 2; eager++) {
+        if (eager)
+            setenv("MOCK_HF3FS_EAGER", "1", 1);
+        for (int i = 0; i < 50; i++) {
+            run(a, x, &r);
+            ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
+        }
+    }
+    unsetenv("MOCK_HF3FS_EAGER");
     counts_t c0 = counts();
     for (int i = 0; i < 3; i++)
         ck_assert_msg(quiet(a, 300), "woke up %d after traffic", i);

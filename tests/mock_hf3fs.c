@@ -28,7 +28,9 @@
  * I/O; MOCK_HF3FS_MAX_IO=N moves at most N bytes an I/O (short results);
  * MOCK_HF3FS_FAIL_OFFSET=N fails the I/O at file offset N with -EIO;
  * MOCK_HF3FS_RING_FULL=N makes a ring full at N slots taken (-1: always);
- * MOCK_HF3FS_PREP_FAIL=E fails hf3fs_prep_io with -E. */
+ * MOCK_HF3FS_PREP_FAIL=E fails hf3fs_prep_io with -E; MOCK_HF3FS_EAGER=1
+ * completes each I/O inside hf3fs_prep_io (3FS's daemon may take prepared
+ * I/O before hf3fs_submit_ios: here at once). */
 #define _GNU_SOURCE
 #include "../lib/transports/hf3fs/usrbio_abi.h"
 
@@ -221,6 +223,48 @@ EXPORT void hf3fs_iovdestroy(struct nxl_hf3fs_iov *iov)
     iov->iovh = NULL;
 }
 
+/* moves one I/O and posts its completion */
+static void do_io(mring_t *r, msqe_t q)
+{
+    long delay = knob("MOCK_HF3FS_DELAY_MS");
+    if (delay > 0)
+        usleep((useconds_t)delay * 1000);
+    int64_t res;
+    uint8_t *base = NULL;
+    size_t size = 0;
+    pthread_mutex_lock(&mu);
+    for (miov_t *v = iovs; v; v = v->next)
+        if (!memcmp(v->id, q.buf_id, sizeof(v->id))) {
+            base = v->base;
+            size = v->size;
+        }
+    ios++;
+    pthread_mutex_unlock(&mu);
+    uint64_t len = q.len;
+    long max = knob("MOCK_HF3FS_MAX_IO");
+    if (max > 0 && (uint64_t)max < len)
+        len = (uint64_t)max;
+    const char *fail = getenv("MOCK_HF3FS_FAIL_OFFSET");
+    if (!base || q.buf_off > size || len > size - q.buf_off) {
+        res = -ENOENT; /* no iov of that id: not linked into 3fs-virt/iovs/ */
+    } else if (fail && *fail && (size_t)atoll(fail) == q.off) {
+        res = -EIO;
+    } else {
+        ssize_t n = r->for_read ? pread(q.fd, base + q.buf_off, len, (off_t)q.off)
+                                : pwrite(q.fd, base + q.buf_off, len, (off_t)q.off);
+        res = n < 0 ? -errno : n;
+    }
+
+    pthread_mutex_lock(&r->mu);
+    struct nxl_hf3fs_cqe *c = &r->cqes[r->ncqes++];
+    c->index = q.index;
+    c->reserved = 0;
+    c->result = res;
+    c->userdata = q.userdata;
+    sem_post(&r->sem);
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* the daemon of one ring: moves what was submitted */
 static void *daemon_main(void *arg)
 {
@@ -234,43 +278,8 @@ static void *daemon_main(void *arg)
         msqe_t q = r->queue[0];
         memmove(r->queue, r->queue + 1, (size_t)--r->nqueue * sizeof(*r->queue));
         pthread_mutex_unlock(&r->mu);
-
-        long delay = knob("MOCK_HF3FS_DELAY_MS");
-        if (delay > 0)
-            usleep((useconds_t)delay * 1000);
-        int64_t res;
-        uint8_t *base = NULL;
-        size_t size = 0;
-        pthread_mutex_lock(&mu);
-        for (miov_t *v = iovs; v; v = v->next)
-            if (!memcmp(v->id, q.buf_id, sizeof(v->id))) {
-                base = v->base;
-                size = v->size;
-            }
-        ios++;
-        pthread_mutex_unlock(&mu);
-        uint64_t len = q.len;
-        long max = knob("MOCK_HF3FS_MAX_IO");
-        if (max > 0 && (uint64_t)max < len)
-            len = (uint64_t)max;
-        const char *fail = getenv("MOCK_HF3FS_FAIL_OFFSET");
-        if (!base || q.buf_off > size || len > size - q.buf_off) {
-            res = -ENOENT; /* no iov of that id: not linked into 3fs-virt/iovs/ */
-        } else if (fail && *fail && (size_t)atoll(fail) == q.off) {
-            res = -EIO;
-        } else {
-            ssize_t n = r->for_read ? pread(q.fd, base + q.buf_off, len, (off_t)q.off)
-                                    : pwrite(q.fd, base + q.buf_off, len, (off_t)q.off);
-            res = n < 0 ? -errno : n;
-        }
-
+        do_io(r, q);
         pthread_mutex_lock(&r->mu);
-        struct nxl_hf3fs_cqe *c = &r->cqes[r->ncqes++];
-        c->index = q.index;
-        c->reserved = 0;
-        c->result = res;
-        c->userdata = q.userdata;
-        sem_post(&r->sem);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -443,7 +452,9 @@ EXPORT int hf3fs_prep_io(const struct nxl_hf3fs_ior *ior, const struct nxl_hf3fs
         idx++;
     r->slot_busy[idx] = 1;
     r->used++;
-    msqe_t *q = &r->prepped[r->nprepped++];
+    /* 3FS's daemon may take prepared I/O before it is submitted */
+    bool eager = knob("MOCK_HF3FS_EAGER") > 0;
+    msqe_t now, *q = eager ? &now : &r->prepped[r->nprepped++];
     q->index = idx;
     memcpy(q->buf_id, iov->id, sizeof(q->buf_id));
     q->buf_off = at - base;
@@ -452,6 +463,8 @@ EXPORT int hf3fs_prep_io(const struct nxl_hf3fs_ior *ior, const struct nxl_hf3fs
     q->len = len;
     q->userdata = userdata;
     pthread_mutex_unlock(&r->mu);
+    if (eager)
+        do_io(r, now); /* done before hf3fs_prep_io returns */
     return idx;
 }
 

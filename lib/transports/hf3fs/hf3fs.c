@@ -211,7 +211,7 @@ typedef struct hf_ring {
     /* shared with the worker, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    unsigned outstanding;    /* submitted, completion not yet taken */
+    unsigned outstanding;    /* being prepared or prepared, completion not yet taken */
     bool stop;
     bool gave_up;            /* stopped with I/O still with 3FS */
     int err;                 /* hf3fs_wait_for_ios failed: -errno */
@@ -328,6 +328,7 @@ static void *ring_worker(void *arg)
         }
         memcpy(r->done + r->ndone, cqes, (size_t)n * sizeof(*cqes));
         r->ndone += (unsigned)n;
+        /* never more than counted (each is counted before hf3fs_prep_io) */
         r->outstanding -= (unsigned)n > r->outstanding ? r->outstanding : (unsigned)n;
         pthread_mutex_unlock(&r->mu);
         ring_notify(u);
@@ -442,7 +443,17 @@ static void hf_pump(nxl_fio_t *f)
         io->ring = ri;
         s->iofd = file->fd;
         s->ion = n;
+        /* counted before it exists: 3FS may complete a prepared I/O before
+         * it is submitted, and the worker may take that completion at once */
+        pthread_mutex_lock(&r->mu);
+        r->outstanding++;
+        pthread_mutex_unlock(&r->mu);
         int rc = u->L->prep_io(&r->ior, iov, !write, io->ptr, file->fd, (size_t)s->off, n, io);
+        if (rc < 0) {
+            pthread_mutex_lock(&r->mu);
+            r->outstanding--;
+            pthread_mutex_unlock(&r->mu);
+        }
         if (rc == -EAGAIN) {
             /* the ring is full: again when a completion frees a slot */
             io->seg = NULL;
@@ -477,7 +488,6 @@ static void hf_pump(nxl_fio_t *f)
                      r->read ? "read" : "write", strerror(-rc));
         f->n_submits++;
         pthread_mutex_lock(&r->mu);
-        r->outstanding += r->prepped;
         pthread_cond_signal(&r->cv);
         pthread_mutex_unlock(&r->mu);
         r->prepped = 0;
