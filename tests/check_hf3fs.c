@@ -15,7 +15,8 @@
  * read past the end, a write-only file, an I/O error, parameters); a ring
  * full; cancel and teardown with I/O in flight (each callback once, no
  * byte written after it); the wait's REALTIME deadline (hf3fs_wait_for_ios
- * sleeps, it is never called with a deadline already past); an idle agent
+ * sleeps, it is never called with a deadline already past) and a transfer
+ * deadline passing while 3FS holds the I/O; an idle agent
  * waking for nothing; every registration undone. None of it has run
  * against a real 3FS. */
 #include "config.h"
@@ -632,7 +633,9 @@ END_TEST
 /* The worker's deadline is REALTIME: with each I/O taking 300 ms and
  * wait=50ms, hf3fs_wait_for_ios sleeps in slices of 50 ms (a handful of
  * calls), never called with its deadline already past (a deadline taken
- * from CLOCK_MONOTONIC would be, and the worker would spin). */
+ * from CLOCK_MONOTONIC would be, and the worker would spin). A transfer
+ * deadline passing meanwhile completes it with NXL_ERR_TIMEOUT once the
+ * I/O is back. */
 START_TEST(t_deadline)
 {
     cur_test = "t_deadline";
@@ -666,6 +669,20 @@ START_TEST(t_deadline)
                   (unsigned long long)took);
     ck_assert_msg(w >= 2 && w <= 20, "%ld hf3fs_wait_for_ios calls for one I/O of 300 ms", w);
     ck_assert_int_eq(c1.past, 0);
+    /* a transfer deadline (50 ms) passing while 3FS holds the I/O: TIMEOUT,
+     * once the I/O came back (its buffer is free then) */
+    nxl_xfer_set_deadline(x, 50);
+    setenv("MOCK_HF3FS_DELAY_MS", "300", 1);
+    t0 = tl_now_ms();
+    run(a, x, &r);
+    took = tl_now_ms() - t0;
+    unsetenv("MOCK_HF3FS_DELAY_MS");
+    ck_assert_int_eq(r.st, NXL_ERR_TIMEOUT);
+    ck_assert_msg(took >= 290, "TIMEOUT after %llu ms, before 3FS gave the I/O back",
+                  (unsigned long long)took);
+    nxl_xfer_set_deadline(x, 0);
+    run(a, x, &r);
+    ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
     nxl_xfer_release(x);
     nxl_agent_destroy(a);
     check_counts_zero();
