@@ -148,12 +148,15 @@ typedef enum nxl_kv_mode {
 
 /**
  * The mean piece length from which NXL_KV_AUTO moves pieces zero copy.
- * Measured (tests/check_kvlayout, NXL_KV_BENCH=1; UCX over shared memory
- * between two agents of one process, 8 MiB of pieces): pieces of 1 KiB
- * move zero copy at 0.46 of the staged path's speed, 4 KiB at 0.86,
- * 8 KiB at 1.1, 16 KiB at 1.4 (the staged READ then pays its extra copy
- * for nothing). Overridden by nxl_kv_opts_t.zcopy_min and
- * $NXL_KV_ZCOPY_MIN.
+ * Measured (check_kvlayout with NXL_KV_BENCH=1: UCX over shared memory
+ * between two agents of one process, 8 MiB of rows of one head, heads
+ * outer from tokens outer, where staging reads no byte more than zero
+ * copy; 2 shared cores): zero copy ran at 0.11 of the staged path's rate
+ * with pieces of 256 B, 0.37 at 1 KiB, 0.64 at 2 KiB, 0.88 at 4 KiB, 1.12
+ * at 8 KiB, 1.26 at 16 KiB (staged: 13.5 GB/s; zero copy 15.2 at 8 KiB,
+ * 17.0 at 16 KiB). Over a network, where each descriptor costs a work
+ * request, the crossing lies elsewhere: measure, and set
+ * nxl_kv_opts_t.zcopy_min or $NXL_KV_ZCOPY_MIN.
  */
 #define NXL_KV_ZCOPY_MIN_DEFAULT 8192
 
@@ -199,9 +202,12 @@ NXL_API nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer,
  * Posts it. The future completes once every byte is in its place in the
  * decode region: after the READ (zero copy), or after the READ and the
  * re-layout, which runs on the reactor in slices of @c slice_bytes, one a
- * turn (staged). A cancel cancels the READ and completes the future at
- * once; the data may have moved in part (wait for nothing else to land:
- * do not reuse the staging area until the transfer is released).
+ * turn (staged). A cancel (nxl_future_cancel(), nxl_kv_xfer_release())
+ * cancels the READ and completes the future with NXL_ERR_CANCELED once
+ * the READ ended, or at once between the READ and the end of the
+ * re-layout; the data may have moved in part. At the agent's teardown the
+ * future completes with NXL_ERR_CANCELED as every pending one does;
+ * release KV transfers before nxl_agent_destroy().
  * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);
  *         what nxl_xfer_post() returns. On error nothing started.
  */
