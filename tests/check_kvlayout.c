@@ -2,9 +2,10 @@
 /* KV layouts (nxl/kv.h): layouts refused with the number that is wrong;
  * the planner against a byte-by-byte reference for every pairing of TP
  * 1/2/4/8 on each side, 16 and 32 tokens per block and both orders; the
- * CPU re-layout's bandwidth against memcpy(); KV transfers over UCX
- * between two agents of this process (prefill TP 4 -> decode TP 2, zero
- * copy and staged), every byte of the decode regions checked. The
+ * CPU re-layout's bandwidth against memcpy(); KV transfers over UCX and
+ * LIBFABRIC between two agents of this process (prefill TP 4 -> decode TP
+ * 2, both block sizes, both orders, zero copy and staged; a few other TP
+ * pairings; threaded agents), every byte of the decode regions checked. The
  * planner's time and the copy's rate are printed; with NXL_KV_BENCH=1 the
  * zero copy / staged comparison behind NXL_KV_ZCOPY_MIN_DEFAULT too. */
 #include "testlib.h"
@@ -449,6 +450,15 @@ static void setup_ucx(void)
     P = tl_agent("P", 0);
 }
 
+/* LIBFABRIC instead (its default provider) */
+static void setup_lf(void)
+{
+    D = tl_agent_bare("D", 0);
+    P = tl_agent_bare("P", 0);
+    tl_backend(D, "LIBFABRIC");
+    tl_backend(P, "LIBFABRIC");
+}
+
 /* both agents threaded, UCX */
 static nxl_agent_t *thr_agent(const char *name)
 {
@@ -812,6 +822,12 @@ int main(void)
              t_plan_time, t_copy_rate);
     TL_TCASE(s, "ucx", 120, setup_ucx, teardown_ucx, t_xfer_zcopy, t_xfer_staged,
              t_xfer_other_tp, t_xfer_refused);
+    nxl_plugin_info_t info[16];
+    const nxl_plugin_info_t *lf = tl_plugin("LIBFABRIC", info, 16);
+    if (lf && lf->available)
+        TL_TCASE(s, "libfabric", 120, setup_lf, teardown_ucx, t_xfer_zcopy, t_xfer_staged);
+    else
+        printf("check_kvlayout: LIBFABRIC not available here, its case skipped\n");
     TL_TCASE(s, "threaded", 120, setup_threaded, teardown_ucx, t_xfer_threaded);
     TL_TCASE(s, "bench", 600, setup_ucx, teardown_ucx, t_threshold_bench);
     return tl_run(s);
