@@ -815,6 +815,102 @@ START_TEST(t_threshold_bench)
 }
 END_TEST
 
+/* NXL_KV_BENCH=1: decode rank 0 of TP 2 assembling a sequence (16 planes,
+ * 64 blocks of 32 tokens, heads outer; 8 heads of 128 x 2 B) from the
+ * prefill ranks of TP 4 and 8 (16-token blocks, tokens outer; AUTO mode),
+ * against the same bytes from one prefill rank of the decode's own layout */
+static double assemble(uint32_t tpp, nxl_kv_order_t op, uint32_t btp, nxl_kv_mode_t m,
+                       size_t *bytes_out)
+{
+    const uint32_t planes = 16, pblocks = 128, dblocks = 64;
+    const size_t tokens = 64 * 32;
+    nxl_kv_layout_t dl = mk(planes, dblocks, 32, 8, 128, 2, 2, 0, NXL_KV_HEADS_OUTER, 0);
+    unsigned char *dm = tl_xalloc(dl.len);
+    memset(dm, 0, dl.len);
+    dl.base = (uintptr_t)dm;
+    tl_reg_dram(D, dm, dl.len);
+    nxl_kv_layout_t pl[8];
+    unsigned char *pm[8];
+    uint32_t di[64], pi[128];
+    for (uint32_t i = 0; i < 64; i++)
+        di[i] = (i * 7 + 1) % 64;
+    for (uint32_t i = 0; i < 128; i++)
+        pi[i] = (i * 5 + 3) % 128;
+    nxl_kv_seq_t s = {di, 64, btp == 32 ? di : pi, tokens / btp, tokens};
+    for (uint32_t r = 0; r < tpp; r++) {
+        pl[r] = mk(planes, btp == 32 ? dblocks : pblocks, btp, 8, 128, 2, tpp, r, op, 0);
+        pm[r] = tl_xalloc(pl[r].len);
+        memset(pm[r], (int)r + 1, pl[r].len);
+        pl[r].base = (uintptr_t)pm[r];
+        tl_reg_dram(P, pm[r], pl[r].len);
+    }
+    tl_learn(D, P);
+    nxl_kv_opts_t o;
+    nxl_kv_opts_init(&o);
+    o.mode = m;
+    nxl_kv_xfer_t *kx[8];
+    size_t bytes = 0;
+    for (uint32_t r = 0; r < tpp; r++) {
+        ck_assert_msg(nxl_kv_xfer_make(D, "P", &dl, &pl[r], &s, NULL, &o, &kx[r]) == NXL_SUCCESS,
+                      "%s", nxl_agent_last_error(D));
+        size_t b;
+        nxl_kv_xfer_mode(kx[r], NULL, &b);
+        bytes += b;
+    }
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        ndone = 0;
+        double t0 = now_s();
+        for (uint32_t r = 0; r < tpp; r++)
+            ck_assert_int_eq(nxl_kv_xfer_post(kx[r], kv_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert(wait_done((int)tpp));
+        double dt = now_s() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    for (uint32_t r = 0; r < tpp; r++)
+        nxl_kv_xfer_release(kx[r]);
+    ck_assert_int_eq(nxl_md_invalidate(D, "P"), NXL_SUCCESS);
+    for (uint32_t r = 0; r < tpp; r++) {
+        nxl_desc_t d = {.addr = pl[r].base, .len = pl[r].len};
+        nxl_mem_deregister(P, NXL_DRAM, &d, 1);
+        free(pm[r]);
+    }
+    nxl_desc_t d = {.addr = dl.base, .len = dl.len};
+    nxl_mem_deregister(D, NXL_DRAM, &d, 1);
+    free(dm);
+    *bytes_out = bytes;
+    return best;
+}
+
+START_TEST(t_assemble_bench)
+{
+    if (!getenv("NXL_KV_BENCH")) {
+        printf("check_kvlayout: assembly bench skipped (NXL_KV_BENCH=1 runs it)\n");
+        return;
+    }
+    size_t b0, b;
+    double t0 = assemble(2, NXL_KV_HEADS_OUTER, 32, NXL_KV_AUTO, &b0);
+    printf("check_kvlayout: decode TP 2 rank 0 from prefill TP 2 of the same layout: %.1f MiB in "
+           "%.2f ms, %.2f GB/s\n", b0 / 1048576.0, t0 * 1e3, b0 / t0 / 1e9);
+    static const struct {
+        uint32_t tp;
+        nxl_kv_mode_t m;
+        const char *name;
+    } cases[] = {
+        {4, NXL_KV_AUTO, "auto"}, {4, NXL_KV_ZCOPY, "zero copy"}, {4, NXL_KV_STAGED, "staged"},
+        {8, NXL_KV_AUTO, "auto"}, {8, NXL_KV_ZCOPY, "zero copy"}, {8, NXL_KV_STAGED, "staged"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        double t = assemble(cases[c].tp, NXL_KV_TOKENS_OUTER, 16, cases[c].m, &b);
+        ck_assert_uint_eq(b, b0);
+        printf("check_kvlayout: decode TP 2 rank 0 (32-token blocks, HO) from %u prefill ranks of "
+               "TP %u (16-token blocks, TO), %s: %.2f ms, %.2f GB/s, %.2f of the same layout\n",
+               cases[c].tp / 2, cases[c].tp, cases[c].name, t * 1e3, b / t / 1e9, t0 / t);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kvlayout");
@@ -829,6 +925,6 @@ int main(void)
     else
         printf("check_kvlayout: LIBFABRIC not available here, its case skipped\n");
     TL_TCASE(s, "threaded", 120, setup_threaded, teardown_ucx, t_xfer_threaded);
-    TL_TCASE(s, "bench", 600, setup_ucx, teardown_ucx, t_threshold_bench);
+    TL_TCASE(s, "bench", 600, setup_ucx, teardown_ucx, t_threshold_bench, t_assemble_bench);
     return tl_run(s);
 }
