@@ -251,8 +251,10 @@ static nxl_status_t kv_plan(const nxl_kv_layout_t *d, const nxl_kv_layout_t *p,
         return NXL_SUCCESS; /* nothing shared */
     /* one plane's pieces, then every plane's from them: the planes differ
      * by their strides only */
-    size_t per = s->tokens * (g1 - g0), total;
-    if (__builtin_mul_overflow(per, (size_t)d->layers, &total) ||
+    size_t per, total;
+    if (__builtin_mul_overflow(s->tokens, (size_t)(g1 - g0), &per) ||
+        __builtin_mul_overflow(per, (size_t)d->layers, &total) ||
+        total > SIZE_MAX / sizeof(*o->p) ||
         !(o->p = malloc(total * sizeof(*o->p))))
         return NXL_ERR_UNKNOWN;
     o->cap = total;
