@@ -134,8 +134,12 @@ NXL_API nxl_status_t nxl_kv_plan(const nxl_kv_layout_t *decode, const nxl_kv_lay
                                  char *why, size_t why_len);
 /**
  * The CPU re-layout: copies every piece, @c src to @c dst, both addresses
- * of this process (pieces must not overlap). Written for bandwidth: runs
- * of one length (the common case) copy with a fixed-size inner loop.
+ * of this process (pieces must not overlap). Written for bandwidth:
+ * pieces whose destination does not continue the previous piece's are
+ * written with non-temporal stores (x86-64: the destination's lines are
+ * not read first), the others with memcpy(); rows of 256 B scattered over
+ * the destination copy at about the rate of one memcpy() of the same
+ * bytes (lib/engine/kvlayout.c has the measurements).
  */
 NXL_API void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n);
 
