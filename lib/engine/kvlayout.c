@@ -397,7 +397,6 @@ struct nxl_kv_xfer {
     nxlt_timer_t *timer;     /* staged: the next slice on the next turn */
     void *own;               /* staging this transfer allocated and registered */
     size_t own_len;
-    bool released;
 };
 
 void nxl_kv_opts_init(nxl_kv_opts_t *o)
@@ -794,7 +793,6 @@ void nxl_kv_xfer_release(nxl_kv_xfer_t *kx)
         nxli_rpc_kv_xfer_release(kx);
         return;
     }
-    kx->released = true;
     if (kx->outer)
         nxl_future_cancel(kx->outer); /* completed once the READ let go (kv_read_done) */
     kv_unref(kx);
