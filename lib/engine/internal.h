@@ -148,6 +148,10 @@ struct nxl_future {
     /* what to do on cancel (xfer, exchange, all), and the owner */
     void (*on_cancel)(nxl_future_t *f);
     void *owner;
+    /* a future over other operations (a KV transfer, kvlayout.c): a cancel
+     * calls this instead, with cancel_wait set, and the owner completes it
+     * once those operations let go of their buffers */
+    void (*cancel_hook)(nxl_future_t *f);
     nxlt_op_t *op;          /* transport op behind it, if any */
     /* telemetry of a transfer: what it moves, through which backend, when */
     nxl_backend_t *st_backend;
