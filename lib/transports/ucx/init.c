@@ -342,7 +342,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
              strstr(u->desc, "rc") || strstr(u->desc, "ud") || strstr(u->desc, "dc")
                  ? "with RDMA"
                  : "shared memory and TCP, no RDMA",
-             !u->cma_here ? "off" : u->cma_mode == CMA_ON ? "on" : "auto");
+             !u->cma_here || !u->cma_liov ? "off" : u->cma_mode == CMA_ON ? "on" : "auto");
     *out = u;
     return NXL_SUCCESS;
 }
