@@ -19,7 +19,7 @@ AC_DEFUN([NXL_MOONCAKE_CONFIGURE], [
     [], [with_mooncake=])
   MOONCAKE_CFLAGS=""
   MOONCAKE_LIBS=""
-  nxl_mooncake_hint="libtransfer_engine.so (Mooncake; tests/mooncake/build)"
+  nxl_mooncake_hint="libtransfer_engine.so (Mooncake)"
   mooncake_ok=yes
   AS_IF([test "x$with_mooncake" != x && test "x$with_mooncake" != xyes && test "x$with_mooncake" != xno], [
     mooncake_inc=""
