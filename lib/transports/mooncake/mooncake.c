@@ -1247,9 +1247,11 @@ static void quiesce(void *state)
     TAILQ_FOREACH(o, &m->ops, q)
         op_give_up(m, o, NXL_ERR_CANCELED, "MOONCAKE: the agent is going (its transfer is still "
                    "in the engine)");
-    nxlt_timer_stop(m->tm);
+    if (m->tm)
+        nxlt_timer_stop(m->tm);
     struct itimerspec off = {{0, 0}, {0, 0}};
-    timerfd_settime(m->tfd, 0, &off, NULL);
+    if (m->tfd >= 0)
+        timerfd_settime(m->tfd, 0, &off, NULL);
     m->armed = false;
 }
 
