@@ -51,7 +51,7 @@ static void usage(FILE *f)
 "\n"
 "What to measure (flags named as nixlbench's)\n"
 "  --mode MODE               bandwidth (default) | latency | desc_rate | idle\n"
-"  --backend NAME            transport: UCX, LIBFABRIC, POSIX (files, block devices),\n"
+"  --backend NAME            transport: UCX, LIBFABRIC, MOONCAKE, POSIX (files, block devices),\n"
 "                            CUDA (GPU), GDS (GPU memory to and from files), OBJ (S3,\n"
 "                            Azure Blob)\n"
 "  --backend_params K=V,...  parameters of the transport, e.g. provider=shm for LIBFABRIC,\n"
@@ -235,10 +235,11 @@ static const char *one_of(const char *val, const char *const *names, size_t n, c
 
 static const char *set_backend(const cli_opt_t *opt, const char *val)
 {
-    static const char *const known[] = {"UCX", "LIBFABRIC", "POSIX", "CUDA", "GDS", "OBJ"};
-    if (one_of(val, known, 6, opt->field))
-        return "not supported yet (UCX, LIBFABRIC, POSIX for files and block devices, CUDA "
-               "for GPU memory, GDS for GPU memory to and from files, OBJ for S3)";
+    static const char *const known[] = {"UCX", "LIBFABRIC", "POSIX", "CUDA", "GDS", "OBJ",
+                                        "MOONCAKE"};
+    if (one_of(val, known, 7, opt->field))
+        return "not supported yet (UCX, LIBFABRIC, MOONCAKE, POSIX for files and block devices, "
+               "CUDA for GPU memory, GDS for GPU memory to and from files, OBJ for S3)";
     return NULL;
 }
 
