@@ -295,6 +295,29 @@ typedef struct nxl_dlist {
 } nxl_dlist_t;
 
 /**
+ * A strided descriptor list (KV blocks of one size at a fixed distance,
+ * and layers of them): @c count elements of @c len bytes, element i at
+ * @c base + i * @c stride, repeated @c outer_count times (0 reads as 1),
+ * run j starting at @c base + j * @c outer_stride. Its element k is
+ * element k % count of run k / count: run 0's elements first. For FILE,
+ * @c base is an offset. See nxl_prep_strided().
+ *
+ * A stride smaller than @c len (0 included: every element the same
+ * range) makes elements overlap, as overlapping descriptors given to
+ * nxl_prep() do: allowed, and a transfer that writes two overlapping
+ * elements leaves the bytes of one of them, unspecified which.
+ */
+typedef struct nxl_strided {
+    uintptr_t base;      /**< address (or offset) of element 0 */
+    size_t len;          /**< bytes of each element (not 0 for DRAM and VRAM) */
+    size_t stride;       /**< bytes from one element to the next */
+    size_t count;        /**< elements of a run (at least 1) */
+    size_t outer_count;  /**< runs (0 or 1: one) */
+    size_t outer_stride; /**< bytes from one run to the next */
+    uint64_t dev_id;     /**< as nxl_desc_t's */
+} nxl_strided_t;
+
+/**
  * Agent configuration. Initialise with nxl_agent_config_init(), then set
  * fields: the leading @c size lets later versions add fields.
  */
@@ -877,6 +900,31 @@ NXL_API void nxl_free(void *p);
  */
 NXL_API nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
+/**
+ * nxl_prep() of strided lists, without making their elements: the
+ * prepared list holds the @p n lists as given (tens of bytes each,
+ * whatever their counts) and is indexed as any prepared list, list k's
+ * elements following list k-1's (nxl_prepped_count() is the sum of their
+ * counts times outer counts). Each list is checked once: the range from
+ * its first byte to its last must lie inside one registered region
+ * (a list spanning two adjacent regions is refused), and that last byte
+ * must be addressable (base + strides * counts + len within 2^64).
+ * nxl_xfer_make() with two strided lists and no index lists keeps them
+ * so too: the transfer's elements are made at each post, for the
+ * transport's call only; with index lists, or a list of descriptors on
+ * the other side, it holds one entry per element, as with nxl_prep().
+ * @param [in]  agent  NULL: this agent's regions; else a loaded agent's
+ * @param [in]  s      @p n strided lists (see nxl_strided_t)
+ * @param [out] out    the prepared list
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL pointers, a count of
+ *         0, a DRAM or VRAM length of 0, a list whose last byte is past
+ *         the end of the address space, more elements than a size_t
+ *         counts: the sentence names the list and the number);
+ *         NXL_ERR_NOT_FOUND (unknown agent, or a list not inside one
+ *         registered region). Nothing is created on error.
+ */
+NXL_API nxl_status_t nxl_prep_strided(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                                      const nxl_strided_t *s, size_t n, nxl_prepped_t **out);
 /** Releases a prepared list; transfers made from it keep what they need. */
 NXL_API void nxl_prepped_release(nxl_prepped_t *p);
 /** @return the number of descriptors of a prepared list. */

@@ -222,12 +222,24 @@ typedef struct nxli_pent {
     void *region;           /* nxli_region_t* (local) or nxli_rregion_t* (remote) */
 } nxli_pent_t;
 
+/* One strided list of nxl_prep_strided(), checked: element k of it (k <
+ * n) lies at base + (k / count) * ostride + (k % count) * stride. */
+typedef struct nxli_srun {
+    uintptr_t base;
+    size_t len, stride, count, ostride, ocount;
+    size_t first;           /* index of its element 0 in the prepared list */
+    size_t n;               /* its elements: count * ocount */
+    void *region;           /* as nxli_pent_t's: the region holding all of it */
+} nxli_srun_t;
+
 struct nxl_prepped {
     nxl_agent_t *agent;
     nxli_remote_t *remote;  /* NULL: local */
     nxl_mem_t type;
     size_t n;
-    nxli_pent_t *e;
+    nxli_pent_t *e;         /* every element; NULL for a strided list: */
+    nxli_srun_t *runs;      /* its runs, the elements made from them when used */
+    size_t nruns;
     nxli_region_t **lregs;  /* local regions referenced (deduplicated) */
     size_t nlregs;
     LIST_ENTRY(nxl_prepped) link;
@@ -241,7 +253,9 @@ struct nxl_xfer {
     nxli_remote_t *remote;
     nxli_region_t **lregs;  /* local regions kept alive while the transfer lives */
     size_t nlregs;
-    nxlt_iov_t *iov;
+    nxlt_iov_t *iov;        /* NULL for a strided transfer: */
+    nxli_srun_t *lruns, *rruns; /* the elements made from these at each post */
+    size_t nlruns, nrruns;
     size_t n;
     uint64_t bytes;         /* sum of the elements' lengths */
     void *notif;
