@@ -732,6 +732,33 @@ NXL_API nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len);
 NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                           size_t n, void **blob, size_t *len);
 /**
+ * Partial metadata for strided lists (see nxl_prep_strided()): connection
+ * info, the regions that hold the @p n lists, and the lists themselves,
+ * four numbers each (base, length, stride, count; and the outer count and
+ * stride of a nested one). An agent that loads it keeps the lists for
+ * nxl_md_remote_strided(), so that a peer learns where the blocks are
+ * without a descriptor per block. Libraries that predate the field
+ * ignore it, and metadata without it loads as before.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL pointers, more than
+ *         1,048,576 lists, a list nxl_prep_strided() refuses: the
+ *         sentence says which number); NXL_ERR_NOT_FOUND (a list not
+ *         inside one registered region).
+ */
+NXL_API nxl_status_t nxl_md_local_partial_strided(nxl_agent_t *a, nxl_mem_t type,
+                                                  const nxl_strided_t *s, size_t n, void **blob,
+                                                  size_t *len);
+/**
+ * The strided lists that the metadata of @p remote last loaded with them
+ * carried (nxl_md_local_partial_strided()): how many into @p *n, the
+ * first @p cap of them into @p out, their memory type into @p *type (may
+ * be NULL). Give them to nxl_prep_strided() against @p remote.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL name or count
+ *         pointer, @p out NULL with @p cap > 0); NXL_ERR_NOT_FOUND
+ *         (@p remote not loaded, or its metadata carried no strided lists).
+ */
+NXL_API nxl_status_t nxl_md_remote_strided(nxl_agent_t *a, const char *remote, nxl_mem_t *type,
+                                           nxl_strided_t *out, size_t cap, size_t *n);
+/**
  * Loads a remote agent's metadata (untrusted input: every field is
  * checked). Loading an agent already known replaces what was known of it
  * when the blob carries every region, and adds the regions when it is

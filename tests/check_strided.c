@@ -363,6 +363,98 @@ START_TEST(t_million)
 }
 END_TEST
 
+/* ---- metadata */
+
+/* blob with the first occurrence of from replaced by to (malloc'd) */
+static char *blob_edit(const char *blob, size_t len, const char *from, const char *to,
+                       size_t *out_len)
+{
+    const char *at = memmem(blob, len, from, strlen(from));
+    ck_assert_msg(at, "'%s' not in the metadata", from);
+    size_t pre = (size_t)(at - blob), fl = strlen(from), tl = strlen(to);
+    char *b = malloc(len - fl + tl + 1);
+    memcpy(b, blob, pre);
+    memcpy(b + pre, to, tl);
+    memcpy(b + pre + tl, at + fl, len - pre - fl);
+    *out_len = len - fl + tl;
+    b[*out_len] = 0;
+    return b;
+}
+
+/* B publishes where its blocks are as strided lists in partial metadata;
+ * A learns them from it and reads the blocks */
+START_TEST(t_md)
+{
+    nxl_strided_t bs[2] = {
+        {.base = (uintptr_t)bbuf + BS, .len = BS, .stride = 2 * BS, .count = NB / 2,
+         .outer_count = LAYERS, .outer_stride = LAYER},
+        {.base = (uintptr_t)bbuf, .len = BS, .stride = 0, .count = 1000000}, /* a million */
+    };
+    void *blob = NULL;
+    size_t len = 0;
+    ck_assert_msg(nxl_md_local_partial_strided(B, NXL_DRAM, bs, 2, &blob, &len) == NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(B));
+    ck_assert_ptr_nonnull(memmem(blob, len, "\"strided\"", 9));
+    ck_assert_ptr_nonnull(memmem(blob, len, "\"count\":\"1000000\"", 17));
+    ck_assert_msg(len < 4096, "%zu bytes of metadata for two strided lists", len);
+    /* malformed lists are refused, with a sentence; nothing changes */
+    size_t bl;
+    char *bad = blob_edit(blob, len, "\"count\":\"1000000\"", "\"count\":\"0\"", &bl);
+    ck_assert_int_eq(nxl_md_load(A, bad, bl, NULL, 0), NXL_ERR_MISMATCH);
+    ck_sentence(nxl_agent_last_error(A), "count 0");
+    free(bad);
+    char num[64];
+    snprintf(num, sizeof(num), "\"base\":\"%llu\"", (unsigned long long)(uintptr_t)bbuf);
+    char to[64];
+    snprintf(to, sizeof(to), "\"base\":\"%llu\"", (unsigned long long)(uintptr_t)bbuf + ALEN);
+    bad = blob_edit(blob, len, num, to, &bl);
+    ck_assert_int_eq(nxl_md_load(A, bad, bl, NULL, 0), NXL_ERR_MISMATCH);
+    ck_sentence(nxl_agent_last_error(A), "none of the regions");
+    free(bad);
+    bad = blob_edit(blob, len, "\"stride\":\"0\"", "\"stride\":\"18446744073709551615\"", &bl);
+    ck_assert_int_eq(nxl_md_load(A, bad, bl, NULL, 0), NXL_ERR_MISMATCH);
+    ck_sentence(nxl_agent_last_error(A), "address space");
+    free(bad);
+    nxl_strided_t got[3];
+    size_t n = 99;
+    ck_assert_int_eq(nxl_md_remote_strided(A, "B", NULL, got, 3, &n), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(A), "no strided lists");
+    /* loaded: the lists as B gave them */
+    ck_assert_msg(nxl_md_load(A, blob, len, NULL, 0) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(A));
+    nxl_free(blob);
+    nxl_mem_t t = NXL_FILE;
+    ck_assert_int_eq(nxl_md_remote_strided(A, "B", &t, got, 1, &n), NXL_SUCCESS);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(t, NXL_DRAM);
+    ck_assert_int_eq(nxl_md_remote_strided(A, "B", &t, got, 3, &n), NXL_SUCCESS);
+    ck_assert_int_eq(memcmp(got, bs, sizeof(bs)), 0);
+    ck_assert_int_eq(nxl_md_remote_strided(A, "nobody", &t, got, 3, &n), NXL_ERR_NOT_FOUND);
+    /* and used */
+    nxl_prepped_t *rp = prep_s(A, "B", t, got, 1);
+    nxl_strided_t cs = {.base = (uintptr_t)cbuf, .len = BS, .stride = BS, .count = LAYERS * NB / 2};
+    nxl_prepped_t *cp = prep_s(A, NULL, NXL_DRAM, &cs, 1);
+    nxl_xfer_t *r = NULL;
+    ck_assert_int_eq(nxl_xfer_make(A, NXL_READ, cp, NULL, rp, NULL, LAYERS * NB / 2, NULL, &r),
+                     NXL_SUCCESS);
+    tl_res_t res;
+    tl_post(A, r, &res);
+    wait2(A, B, &res);
+    for (size_t k = 0; k < LAYERS * NB / 2; k++) {
+        long diff = tl_first_diff(cbuf + k * BS, (void *)elem_addr(bs, 1, k), BS);
+        ck_assert_msg(diff < 0, "element %zu: byte %ld differs", k, diff);
+    }
+    nxl_xfer_release(r);
+    nxl_prepped_release(rp);
+    nxl_prepped_release(cp);
+    /* a list outside B's regions is not published */
+    bs[0].count = NB;
+    ck_assert_int_eq(nxl_md_local_partial_strided(B, NXL_DRAM, bs, 1, &blob, &len),
+                     NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(B), "list 0");
+}
+END_TEST
+
 /* ---- POSIX: DRAM <-> a file, loopback */
 
 START_TEST(t_posix)
@@ -457,7 +549,7 @@ int main(void)
 {
     Suite *s = suite_create("strided");
     TL_TCASE(s, "ucx", 60, ucx_setup, ucx_teardown, t_ucx_simple, t_ucx_nested, t_ucx_index,
-             t_ucx_zero_stride, t_bad, t_million);
+             t_ucx_zero_stride, t_bad, t_million, t_md);
     TL_TCASE(s, "posix", 60, NULL, NULL, t_posix);
     return tl_run(s);
 }

@@ -114,6 +114,9 @@ struct nxli_remote {
     size_t nregs, cap;
     nxli_rregion_t **gone;  /* revoked regions, out of regs; kept for the lists using them */
     size_t ngone;
+    nxl_strided_t *strided; /* the strided lists of its last metadata that carried any */
+    size_t nstrided;
+    nxl_mem_t strided_type;
     void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
     size_t conn_info_len[NXLI_MAX_BACKENDS];
     LIST_ENTRY(nxli_remote) link;
@@ -465,6 +468,12 @@ void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f);
 void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfer_post_refused(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfers_cleanup(nxl_agent_t *a);
+
+/* Checks one strided list (nxl_prep_strided): its span, first byte to
+ * last, into *span and its elements into *nelem; false with the reason in
+ * why (a phrase that follows "list N") */
+bool nxli_strided_check(const nxl_strided_t *d, nxl_mem_t type, size_t *span, size_t *nelem,
+                        char *why, size_t cap);
 
 /* exchange.c */
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);

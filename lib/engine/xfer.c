@@ -315,6 +315,42 @@ static bool lreg_add(nxl_prepped_t *p, nxli_region_t *g)
     return true;
 }
 
+/* Checks one strided list: its span (first byte to last) into *span, its
+ * elements into *nelem; false with the reason in why ("" when only the
+ * caller's sum can overflow, never here) */
+bool nxli_strided_check(const nxl_strided_t *d, nxl_mem_t type, size_t *span, size_t *nelem,
+                        char *why, size_t cap)
+{
+    why[0] = 0;
+    size_t oc = d->outer_count ? d->outer_count : 1;
+    if (!d->count) {
+        snprintf(why, cap, "has count 0; a strided list has at least one element");
+        return false;
+    }
+    if (!d->len && type <= NXL_VRAM) {
+        snprintf(why, cap, "(%s 0x%lx) has length 0", nxl_mem_name(type), (unsigned long)d->base);
+        return false;
+    }
+    /* its last byte: base + (oc-1)*outer_stride + (count-1)*stride + len - 1 */
+    size_t outer, inner;
+    uintptr_t end;
+    if (__builtin_mul_overflow(oc - 1, d->outer_stride, &outer) ||
+        __builtin_mul_overflow(d->count - 1, d->stride, &inner) ||
+        __builtin_add_overflow(outer, inner, span) || __builtin_add_overflow(*span, d->len, span) ||
+        __builtin_add_overflow(d->base, *span ? *span - 1 : 0, &end)) {
+        snprintf(why, cap, "(base 0x%lx, stride %zu, count %zu, outer stride %zu, outer count "
+                           "%zu, length %zu) ends past the end of the address space",
+                 (unsigned long)d->base, d->stride, d->count, d->outer_stride, oc, d->len);
+        return false;
+    }
+    if (__builtin_mul_overflow(d->count, oc, nelem)) {
+        snprintf(why, cap, "(count %zu, outer count %zu) has more than %zu elements", d->count,
+                 oc, (size_t)SIZE_MAX);
+        return false;
+    }
+    return true;
+}
+
 static nxl_status_t prep_strided_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                                       const nxl_strided_t *s, size_t n, nxl_prepped_t **out)
 {
@@ -345,38 +381,20 @@ static nxl_status_t prep_strided_impl(nxl_agent_t *a, const char *agent, nxl_mem
     for (size_t k = 0; k < n; k++) {
         const nxl_strided_t *d = &s[k];
         nxli_srun_t *u = &p->runs[k];
-        size_t oc = d->outer_count ? d->outer_count : 1;
-        if (!d->count) {
-            nxli_err(a, "%s: list %zu has count 0; a strided list has at least one element; "
-                        "nothing was prepared", fn, k);
-            goto fail;
-        }
-        if (!d->len && type <= NXL_VRAM) {
-            nxli_err(a, "%s: list %zu (%s 0x%lx) has length 0; nothing was prepared", fn, k,
-                     nxl_mem_name(type), (unsigned long)d->base);
-            goto fail;
-        }
-        /* its last byte: base + (oc-1)*outer_stride + (count-1)*stride + len - 1 */
-        size_t outer, inner, span, ne;
-        uintptr_t end;
-        if (__builtin_mul_overflow(oc - 1, d->outer_stride, &outer) ||
-            __builtin_mul_overflow(d->count - 1, d->stride, &inner) ||
-            __builtin_add_overflow(outer, inner, &span) ||
-            __builtin_add_overflow(span, d->len, &span) ||
-            __builtin_add_overflow(d->base, span ? span - 1 : 0, &end)) {
-            nxli_err(a, "%s: list %zu (base 0x%lx, stride %zu, count %zu, outer stride %zu, "
-                        "outer count %zu, length %zu) ends past the end of the address space; "
-                        "nothing was prepared", fn, k, (unsigned long)d->base, d->stride,
-                     d->count, d->outer_stride, oc, d->len);
-            goto fail;
-        }
-        if (__builtin_mul_overflow(d->count, oc, &ne) || __builtin_add_overflow(total, ne, &total)) {
-            nxli_err(a, "%s: list %zu (count %zu, outer count %zu) brings the list past %zu "
-                        "elements; nothing was prepared", fn, k, d->count, oc, (size_t)SIZE_MAX);
+        size_t span, ne;
+        char why[200];
+        if (!nxli_strided_check(d, type, &span, &ne, why, sizeof(why)) ||
+            __builtin_add_overflow(total, ne, &total)) {
+            if (why[0])
+                nxli_err(a, "%s: list %zu %s; nothing was prepared", fn, k, why);
+            else
+                nxli_err(a, "%s: list %zu brings the list past %zu elements; nothing was "
+                            "prepared", fn, k, (size_t)SIZE_MAX);
             goto fail;
         }
         *u = (nxli_srun_t){.base = d->base, .len = d->len, .stride = d->stride,
-                           .count = d->count, .ostride = d->outer_stride, .ocount = oc,
+                           .count = d->count, .ostride = d->outer_stride,
+                           .ocount = d->outer_count ? d->outer_count : 1,
                            .first = total - ne, .n = ne};
         /* the whole run, once: one region holds its first byte to its last */
         size_t whole = span ? span : 1;
