@@ -455,6 +455,66 @@ START_TEST(t_md)
 }
 END_TEST
 
+/* ---- threaded agents: the calls from another thread than the reactor's */
+
+static nxl_agent_t *threaded(const char *name)
+{
+    nxl_agent_config_t c;
+    tl_config(&c, name, 0);
+    c.threaded = 1;
+    nxl_agent_t *a = tl_agent_cfg(&c, 0);
+    tl_backend(a, "UCX");
+    return a;
+}
+
+START_TEST(t_threaded)
+{
+    nxl_agent_t *ta = threaded("TA"), *tb = threaded("TB");
+    unsigned char *x = tl_xalloc(ALEN), *y = tl_xalloc(ALEN);
+    tl_fill(x, ALEN, 11);
+    memset(y, 0, ALEN);
+    tl_reg_dram(ta, x, ALEN);
+    tl_reg_dram(tb, y, ALEN);
+    tl_learn(ta, tb);
+    tl_learn(tb, ta);
+    nxl_strided_t ys = {.base = (uintptr_t)y, .len = BS, .stride = 3 * BS, .count = NB / 2,
+                        .outer_count = 2, .outer_stride = LAYER};
+    void *blob;
+    size_t len, n = 0;
+    ck_assert_int_eq(nxl_md_local_partial_strided(tb, NXL_DRAM, &ys, 1, &blob, &len),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_load(ta, blob, len, NULL, 0), NXL_SUCCESS);
+    nxl_free(blob);
+    nxl_strided_t got;
+    ck_assert_int_eq(nxl_md_remote_strided(ta, "TB", NULL, &got, 1, &n), NXL_SUCCESS);
+    ck_assert_uint_eq(n, 1);
+    nxl_strided_t xs = {.base = (uintptr_t)x + 1, .len = BS, .stride = BS, .count = NB};
+    nxl_prepped_t *lp = prep_s(ta, NULL, NXL_DRAM, &xs, 1), *rp = prep_s(ta, "TB", NXL_DRAM, &got, 1);
+    nxl_xfer_t *w = NULL;
+    ck_assert_int_eq(nxl_xfer_make(ta, NXL_WRITE, lp, NULL, rp, NULL, NB, NULL, &w), NXL_SUCCESS);
+    nxl_future_t *f = NULL;
+    ck_assert_int_eq(nxl_xfer_post(w, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 20000), NXL_SUCCESS);
+    nxl_future_release(f);
+    unsigned char *before = calloc(1, ALEN);
+    check_moved(x, y, before, ALEN, (uintptr_t)x, (uintptr_t)y, &xs, 1, &ys, 1, NULL, NULL, NB,
+                BS);
+    free(before);
+    /* a refusal from another thread leaves its sentence to that thread */
+    xs.count = 0;
+    nxl_prepped_t *bad = NULL;
+    ck_assert_int_eq(nxl_prep_strided(ta, NULL, NXL_DRAM, &xs, 1, &bad), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(ta), "count 0");
+    nxl_xfer_release(w);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(rp);
+    nxl_agent_destroy(ta);
+    nxl_agent_destroy(tb);
+    free(x);
+    free(y);
+}
+END_TEST
+
 /* ---- POSIX: DRAM <-> a file, loopback */
 
 START_TEST(t_posix)
@@ -550,6 +610,7 @@ int main(void)
     Suite *s = suite_create("strided");
     TL_TCASE(s, "ucx", 60, ucx_setup, ucx_teardown, t_ucx_simple, t_ucx_nested, t_ucx_index,
              t_ucx_zero_stride, t_bad, t_million, t_md);
+    TL_TCASE(s, "threaded", 60, NULL, NULL, t_threaded);
     TL_TCASE(s, "posix", 60, NULL, NULL, t_posix);
     return tl_run(s);
 }
