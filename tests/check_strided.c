@@ -255,6 +255,44 @@ START_TEST(t_ucx_zero_stride)
 }
 END_TEST
 
+/* B deregisters its region: a strided transfer into it made before is
+ * refused at its next post, and one made now from a list prepared before
+ * at once, each with its sentence */
+START_TEST(t_ucx_revoked)
+{
+    nxl_strided_t ls = {.base = (uintptr_t)abuf, .len = BS, .stride = BS, .count = 8};
+    nxl_strided_t rs = {.base = (uintptr_t)bbuf + LAYER, .len = BS, .stride = 2 * BS, .count = 8,
+                        .outer_count = 2, .outer_stride = LAYER};
+    nxl_prepped_t *lp = prep_s(A, NULL, NXL_DRAM, &ls, 1), *rp = prep_s(A, "B", NXL_DRAM, &rs, 1);
+    nxl_xfer_t *w = NULL, *x = NULL;
+    ck_assert_int_eq(nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 8, NULL, &w), NXL_SUCCESS);
+    tl_res_t res;
+    tl_post(A, w, &res);
+    wait2(A, B, &res);
+    nxl_desc_t d = {.addr = (uintptr_t)bbuf, .len = ALEN};
+    ck_assert_int_eq(nxl_mem_deregister(B, NXL_DRAM, &d, 1), NXL_SUCCESS);
+    nxl_status_t st = NXL_SUCCESS;
+    for (int i = 0; i < 500 && st == NXL_SUCCESS; i++) {
+        nxl_agent_run_once(B, 0);
+        nxl_agent_run_once(A, 10);
+        st = nxl_xfer_make(A, NXL_WRITE, lp, NULL, rp, NULL, 8, NULL, &x);
+        if (st == NXL_SUCCESS)
+            nxl_xfer_release(x);
+    }
+    ck_assert_int_eq(st, NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(A), "deregistered");
+    ck_assert_int_eq(nxl_xfer_post(w, NULL, NULL, NULL), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(A), "deregistered");
+    nxl_prepped_t *again = NULL;
+    ck_assert_int_eq(nxl_prep_strided(A, "B", NXL_DRAM, &rs, 1, &again), NXL_ERR_NOT_FOUND);
+    ck_assert_ptr_null(again);
+    nxl_xfer_release(w);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(rp);
+    tl_reg_dram(B, bbuf, ALEN); /* for the teardown */
+}
+END_TEST
+
 /* ---- what is refused */
 
 static nxl_status_t try_prep(nxl_agent_t *a, const char *agent, nxl_strided_t s)
@@ -609,7 +647,7 @@ int main(void)
 {
     Suite *s = suite_create("strided");
     TL_TCASE(s, "ucx", 60, ucx_setup, ucx_teardown, t_ucx_simple, t_ucx_nested, t_ucx_index,
-             t_ucx_zero_stride, t_bad, t_million, t_md);
+             t_ucx_zero_stride, t_ucx_revoked, t_bad, t_million, t_md);
     TL_TCASE(s, "threaded", 60, NULL, NULL, t_threaded);
     TL_TCASE(s, "posix", 60, NULL, NULL, t_posix);
     return tl_run(s);
