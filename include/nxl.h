@@ -70,7 +70,7 @@
  *   of its turns and lets it go while it sleeps. A call made from another
  *   thread while the reactor sleeps runs on the calling thread itself, as
  *   the reactor would run it: posts of host memory, notification sends,
- *   nxl_prep(), nxl_xfer_make(), releases, cancels and the status calls —
+ *   nxl_prep(), nxl_prep_strided(), nxl_xfer_make(), releases, cancels and the status calls —
  *   when every transport of the agent takes calls from any thread (UCX
  *   and LIBFABRIC do; see doc/design.md, "Threads"). Other calls, and every call of
  *   an agent with another transport, run on the reactor thread and the

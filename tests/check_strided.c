@@ -538,6 +538,22 @@ START_TEST(t_threaded)
     check_moved(x, y, before, ALEN, (uintptr_t)x, (uintptr_t)y, &xs, 1, &ys, 1, NULL, NULL, NB,
                 BS);
     free(before);
+    /* more elements than a foreign thread makes itself from descriptors:
+     * strided, the work is per list */
+    nxl_strided_t small_l = {.base = (uintptr_t)x, .len = 8, .stride = 8, .count = 4096};
+    nxl_strided_t small_r = {.base = (uintptr_t)y + 8, .len = 8, .stride = 8, .count = 4096};
+    nxl_prepped_t *sl = prep_s(ta, NULL, NXL_DRAM, &small_l, 1);
+    nxl_prepped_t *sr = prep_s(ta, "TB", NXL_DRAM, &small_r, 1);
+    nxl_xfer_t *sw = NULL;
+    ck_assert_int_eq(nxl_xfer_make(ta, NXL_WRITE, sl, NULL, sr, NULL, 4096, NULL, &sw),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(sw, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 20000), NXL_SUCCESS);
+    nxl_future_release(f);
+    ck_assert_int_eq(memcmp(y + 8, x, 4096 * 8), 0);
+    nxl_xfer_release(sw);
+    nxl_prepped_release(sl);
+    nxl_prepped_release(sr);
     /* a refusal from another thread leaves its sentence to that thread */
     xs.count = 0;
     nxl_prepped_t *bad = NULL;

@@ -442,8 +442,20 @@ fail:
 nxl_status_t nxl_prep_strided(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                               const nxl_strided_t *s, size_t n, nxl_prepped_t **out)
 {
-    if (a && nxli_thread_foreign(a))
+    if (a && nxli_thread_foreign(a)) {
+        /* as prep_foreign(): the caller's thread under the table lock, its
+         * work a lookup per list whatever the lists' counts */
+        if (n <= NXLI_FOREIGN_MAX && nxli_foreign_begin(a)) {
+            bool stale = agent && !strcmp(agent, a->name) &&
+                         (!a->self || a->self_gen != a->mem_gen);
+            nxl_status_t st = stale ? NXL_ERR_NOT_FOUND
+                                    : prep_strided_impl(a, agent, type, s, n, out);
+            nxli_foreign_end(a);
+            if (st == NXL_SUCCESS)
+                return st;
+        }
         return nxli_rpc_prep_strided(a, agent, type, s, n, out);
+    }
     NXLI_TLOCK(a);
     nxl_status_t st = prep_strided_impl(a, agent, type, s, n, out);
     NXLI_TUNLOCK(a);
@@ -590,7 +602,10 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
     if (a && nxli_thread_foreign(a)) {
         /* on the caller's thread as nxl_prep() (a notification asks the
          * relay's transports: the reactor's) */
-        if (n <= NXLI_FOREIGN_MAX && (!opts || !opts->notif) && nxli_foreign_begin(a)) {
+        bool strided = lp && rp && !lidx && !ridx && lp->runs && rp->runs &&
+                       lp->nruns + rp->nruns <= NXLI_FOREIGN_MAX; /* work per run, not per element */
+        if ((n <= NXLI_FOREIGN_MAX || strided) && (!opts || !opts->notif) &&
+            nxli_foreign_begin(a)) {
             st = make_impl(a, "nxl_xfer_make", op, lp, lidx, rp, ridx, n, opts, out);
             nxli_foreign_end(a);
             if (st == NXL_SUCCESS)
