@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Strided descriptor lists (nxl_prep_strided): transfers over UCX (shared
- * memory, two agents in this process) and POSIX (DRAM <-> a file), every
+ * memory, two agents in this process), LIBFABRIC (tcp;ofi_rxm, the same)
+ * and POSIX (DRAM <-> a file), every
  * byte checked against offsets computed here; index lists into strided
  * lists; nested lists; the lists refused, each with its sentence. */
 #define _GNU_SOURCE
@@ -64,7 +65,7 @@ static void check_moved(const unsigned char *src, const unsigned char *dst,
     free(want);
 }
 
-/* ---- UCX, two agents */
+/* ---- UCX or LIBFABRIC, two agents */
 
 static nxl_agent_t *A, *B;
 static unsigned char *abuf, *bbuf, *cbuf;
@@ -73,10 +74,14 @@ static unsigned char *abuf, *bbuf, *cbuf;
 #define LAYER (NB * BS)
 #define ALEN (LAYERS * LAYER)
 
-static void ucx_setup(void)
+static void two_setup(const char *transport, const nxl_param_t *p, size_t np)
 {
-    A = tl_agent("A", 0);
-    B = tl_agent("B", 0);
+    A = tl_agent_bare("A", 0);
+    B = tl_agent_bare("B", 0);
+    nxl_status_t st = nxl_backend_create(A, transport, p, np, NULL);
+    ck_assert_msg(st == NXL_SUCCESS, "%s: %s", transport, nxl_agent_last_error(A));
+    st = nxl_backend_create(B, transport, p, np, NULL);
+    ck_assert_msg(st == NXL_SUCCESS, "%s: %s", transport, nxl_agent_last_error(B));
     abuf = tl_xalloc(ALEN);
     bbuf = tl_xalloc(ALEN);
     cbuf = tl_xalloc(ALEN);
@@ -90,7 +95,18 @@ static void ucx_setup(void)
     tl_learn(B, A);
 }
 
-static void ucx_teardown(void)
+static void ucx_setup(void)
+{
+    two_setup("UCX", NULL, 0);
+}
+
+static void lf_setup(void)
+{
+    nxl_param_t p = {"provider", "tcp;ofi_rxm"};
+    two_setup("LIBFABRIC", &p, 1);
+}
+
+static void two_teardown(void)
 {
     nxl_agent_destroy(A);
     nxl_agent_destroy(B);
@@ -137,7 +153,7 @@ static void ucx_round(const nxl_strided_t *ls, size_t nl, const nxl_strided_t *r
 }
 
 /* one level each side, different strides */
-START_TEST(t_ucx_simple)
+START_TEST(t_simple)
 {
     nxl_strided_t ls = {.base = (uintptr_t)abuf, .len = BS, .stride = 2 * BS, .count = 90};
     nxl_strided_t rs = {.base = (uintptr_t)bbuf + 3 * BS, .len = BS, .stride = BS, .count = 90};
@@ -149,7 +165,7 @@ END_TEST
 /* layers x blocks on A (every other block of each layer) against one run
  * of contiguous blocks on B, and two lists of A meeting one of B in the
  * middle of a run */
-START_TEST(t_ucx_nested)
+START_TEST(t_nested)
 {
     nxl_strided_t ls = {.base = (uintptr_t)abuf, .len = BS, .stride = 2 * BS, .count = NB / 2,
                         .outer_count = LAYERS, .outer_stride = LAYER};
@@ -177,7 +193,7 @@ START_TEST(t_ucx_nested)
 END_TEST
 
 /* index lists into strided lists, and a strided list against a plain one */
-START_TEST(t_ucx_index)
+START_TEST(t_index)
 {
     nxl_strided_t ls = {.base = (uintptr_t)abuf, .len = BS, .stride = BS, .count = NB,
                         .outer_count = LAYERS, .outer_stride = LAYER};
@@ -233,7 +249,7 @@ END_TEST
 
 /* A zero stride: every element the same block (a WRITE of one block to
  * many places), and lengths that do not pair */
-START_TEST(t_ucx_zero_stride)
+START_TEST(t_zero_stride)
 {
     nxl_strided_t ls = {.base = (uintptr_t)abuf + 5 * BS, .len = BS, .stride = 0, .count = 20};
     nxl_strided_t rs = {.base = (uintptr_t)bbuf, .len = BS, .stride = 4 * BS, .count = 20};
@@ -662,8 +678,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("strided");
-    TL_TCASE(s, "ucx", 60, ucx_setup, ucx_teardown, t_ucx_simple, t_ucx_nested, t_ucx_index,
-             t_ucx_zero_stride, t_ucx_revoked, t_bad, t_million, t_md);
+    TL_TCASE(s, "ucx", 60, ucx_setup, two_teardown, t_simple, t_nested, t_index, t_zero_stride,
+             t_ucx_revoked, t_bad, t_million, t_md);
+    TL_TCASE(s, "libfabric", 60, lf_setup, two_teardown, t_simple, t_nested, t_index,
+             t_zero_stride, t_million, t_md);
     TL_TCASE(s, "threaded", 60, NULL, NULL, t_threaded);
     TL_TCASE(s, "posix", 60, NULL, NULL, t_posix);
     return tl_run(s);
