@@ -70,7 +70,7 @@
  *   of its turns and lets it go while it sleeps. A call made from another
  *   thread while the reactor sleeps runs on the calling thread itself, as
  *   the reactor would run it: posts of host memory, notification sends,
- *   nxl_prep(), nxl_xfer_make(), releases, cancels and the status calls —
+ *   nxl_prep(), nxl_prep_strided(), nxl_xfer_make(), releases, cancels and the status calls —
  *   when every transport of the agent takes calls from any thread (UCX
  *   and LIBFABRIC do; see doc/design.md, "Threads"). Other calls, and every call of
  *   an agent with another transport, run on the reactor thread and the
@@ -293,6 +293,29 @@ typedef struct nxl_dlist {
     const nxl_desc_t *descs;
     size_t n;
 } nxl_dlist_t;
+
+/**
+ * A strided descriptor list (KV blocks of one size at a fixed distance,
+ * and layers of them): @c count elements of @c len bytes, element i at
+ * @c base + i * @c stride, repeated @c outer_count times (0 reads as 1),
+ * run j starting at @c base + j * @c outer_stride. Its element k is
+ * element k % count of run k / count: run 0's elements first. For FILE,
+ * @c base is an offset. See nxl_prep_strided().
+ *
+ * A stride smaller than @c len (0 included: every element the same
+ * range) makes elements overlap, as overlapping descriptors given to
+ * nxl_prep() do: allowed, and a transfer that writes two overlapping
+ * elements leaves the bytes of one of them, unspecified which.
+ */
+typedef struct nxl_strided {
+    uintptr_t base;      /**< address (or offset) of element 0 */
+    size_t len;          /**< bytes of each element (not 0 for DRAM and VRAM) */
+    size_t stride;       /**< bytes from one element to the next */
+    size_t count;        /**< elements of a run (at least 1) */
+    size_t outer_count;  /**< runs (0 or 1: one) */
+    size_t outer_stride; /**< bytes from one run to the next */
+    uint64_t dev_id;     /**< as nxl_desc_t's */
+} nxl_strided_t;
 
 /**
  * Agent configuration. Initialise with nxl_agent_config_init(), then set
@@ -709,6 +732,33 @@ NXL_API nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len);
 NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                           size_t n, void **blob, size_t *len);
 /**
+ * Partial metadata for strided lists (see nxl_prep_strided()): connection
+ * info, the regions that hold the @p n lists, and the lists themselves,
+ * four numbers each (base, length, stride, count; and the outer count and
+ * stride of a nested one). An agent that loads it keeps the lists for
+ * nxl_md_remote_strided(), so that a peer learns where the blocks are
+ * without a descriptor per block. Libraries that predate the field
+ * ignore it, and metadata without it loads as before.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL pointers, more than
+ *         1,048,576 lists, a list nxl_prep_strided() refuses: the
+ *         sentence says which number); NXL_ERR_NOT_FOUND (a list not
+ *         inside one registered region).
+ */
+NXL_API nxl_status_t nxl_md_local_partial_strided(nxl_agent_t *a, nxl_mem_t type,
+                                                  const nxl_strided_t *s, size_t n, void **blob,
+                                                  size_t *len);
+/**
+ * The strided lists that the metadata of @p remote last loaded with them
+ * carried (nxl_md_local_partial_strided()): how many into @p *n, the
+ * first @p cap of them into @p out, their memory type into @p *type (may
+ * be NULL). Give them to nxl_prep_strided() against @p remote.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL name or count
+ *         pointer, @p out NULL with @p cap > 0); NXL_ERR_NOT_FOUND
+ *         (@p remote not loaded, or its metadata carried no strided lists).
+ */
+NXL_API nxl_status_t nxl_md_remote_strided(nxl_agent_t *a, const char *remote, nxl_mem_t *type,
+                                           nxl_strided_t *out, size_t cap, size_t *n);
+/**
  * Loads a remote agent's metadata (untrusted input: every field is
  * checked). Loading an agent already known replaces what was known of it
  * when the blob carries every region, and adds the regions when it is
@@ -877,6 +927,31 @@ NXL_API void nxl_free(void *p);
  */
 NXL_API nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
+/**
+ * nxl_prep() of strided lists, without making their elements: the
+ * prepared list holds the @p n lists as given (tens of bytes each,
+ * whatever their counts) and is indexed as any prepared list, list k's
+ * elements following list k-1's (nxl_prepped_count() is the sum of their
+ * counts times outer counts). Each list is checked once: the range from
+ * its first byte to its last must lie inside one registered region
+ * (a list spanning two adjacent regions is refused), and that last byte
+ * must be addressable (base + strides * counts + len within 2^64).
+ * nxl_xfer_make() with two strided lists and no index lists keeps them
+ * so too: the transfer's elements are made at each post, for the
+ * transport's call only; with index lists, or a list of descriptors on
+ * the other side, it holds one entry per element, as with nxl_prep().
+ * @param [in]  agent  NULL: this agent's regions; else a loaded agent's
+ * @param [in]  s      @p n strided lists (see nxl_strided_t)
+ * @param [out] out    the prepared list
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (NULL pointers, a count of
+ *         0, a DRAM or VRAM length of 0, a list whose last byte is past
+ *         the end of the address space, more elements than a size_t
+ *         counts: the sentence names the list and the number);
+ *         NXL_ERR_NOT_FOUND (unknown agent, or a list not inside one
+ *         registered region). Nothing is created on error.
+ */
+NXL_API nxl_status_t nxl_prep_strided(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                                      const nxl_strided_t *s, size_t n, nxl_prepped_t **out);
 /** Releases a prepared list; transfers made from it keep what they need. */
 NXL_API void nxl_prepped_release(nxl_prepped_t *p);
 /** @return the number of descriptors of a prepared list. */

@@ -37,6 +37,12 @@ run desc_rate descs prep_us post_us complete_us mdesc_per_s -- --mode desc_rate 
     --num_iter 3 --warmup_iter 1
 run desc_rate_threads descs threads mdesc_per_s block_size -- --mode desc_rate --threads 4 \
     --start_batch_size 16 --num_iter 3 --warmup_iter 1
+run desc_rate_strided descs prep_us mdesc_per_s held_bytes strided -- --mode desc_rate --strided \
+    --start_batch_size 64 --num_iter 3 --warmup_iter 1
+run desc_rate_strided_threads descs threads mdesc_per_s -- --mode desc_rate --strided --threads 2 \
+    --start_batch_size 16 --num_iter 3 --warmup_iter 1
+grep -Eq '"strided":[[:space:]]*true' "$T/desc_rate_strided.json" ||
+    { echo "FAIL desc_rate_strided: no strided row in the JSON"; fail=1; }
 # one title, then one table with its rows, then the summary lines
 for name in desc_rate desc_rate_threads; do
     o=$T/$name.out

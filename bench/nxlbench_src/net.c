@@ -4,6 +4,7 @@
  * (target.c) answers its control notifications. */
 #include "nxlbench.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -308,10 +309,40 @@ static void d_done(nxl_future_t *f, nxl_status_t st, void *arg)
  * D each thread keeps D transfers in flight: a cycle waits for the one
  * posted D cycles before and releases it (the default mode runs the same
  * loop on its one thread when D > 1). */
+/* desc_rate's two lists: n descriptors a side, or with --strided one
+ * strided list a side (s[0] local, s[1] remote) */
+static void desc_prep_local(const nxl_desc_t *ld, const nxl_strided_t *s, size_t n,
+                            nxl_prepped_t **lp)
+{
+    nxl_status_t st = s ? nxl_prep_strided(RUN.a, NULL, NXL_DRAM, &s[0], 1, lp)
+                        : nxl_prep(RUN.a, NULL, NXL_DRAM, ld, n, lp);
+    if (st != NXL_SUCCESS)
+        die("initiator: %s (local): %s", s ? "nxl_prep_strided" : "nxl_prep",
+            nxl_agent_last_error(RUN.a));
+}
+
+static void desc_prep_remote(const nxl_desc_t *rd, const nxl_strided_t *s, size_t n,
+                             nxl_prepped_t **rp)
+{
+    nxl_status_t st = s ? nxl_prep_strided(RUN.a, T_NAME, NXL_DRAM, &s[1], 1, rp)
+                        : nxl_prep(RUN.a, T_NAME, NXL_DRAM, rd, n, rp);
+    if (st != NXL_SUCCESS)
+        die("initiator: %s (remote): %s", s ? "nxl_prep_strided" : "nxl_prep",
+            nxl_agent_last_error(RUN.a));
+}
+
+/* heap bytes in use (glibc's count: arenas and mmapped blocks) */
+static double heap_bytes(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return (double)mi.uordblks + (double)mi.hblkhd;
+}
+
 typedef struct {
     size_t n;
     long warm, it;
     const nxl_desc_t *ld, *rd;
+    const nxl_strided_t *s;   /* --strided: the two lists instead */
     pthread_barrier_t *bar;
     uint64_t t0, t1;
 } dthr_t;
@@ -350,9 +381,9 @@ static void *desc_thread(void *arg)
         dslot_t *q = &s[(size_t)t % depth];
         if (q->f)
             dslot_finish(q);
-        if (nxl_prep(RUN.a, NULL, NXL_DRAM, d->ld, d->n, &q->lp) != NXL_SUCCESS ||
-            nxl_prep(RUN.a, T_NAME, NXL_DRAM, d->rd, d->n, &q->rp) != NXL_SUCCESS ||
-            nxl_xfer_make(RUN.a, O.op, q->lp, NULL, q->rp, NULL, d->n, NULL, &q->x) != NXL_SUCCESS ||
+        desc_prep_local(d->ld, d->s, d->n, &q->lp);
+        desc_prep_remote(d->rd, d->s, d->n, &q->rp);
+        if (nxl_xfer_make(RUN.a, O.op, q->lp, NULL, q->rp, NULL, d->n, NULL, &q->x) != NXL_SUCCESS ||
             nxl_xfer_post(q->x, NULL, NULL, &q->f) != NXL_SUCCESS)
             die("initiator: desc_rate thread: %s", nxl_agent_last_error(RUN.a));
     }
@@ -382,7 +413,14 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
             ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + k * per + j * bs, .len = bs};
             rd[j] = (nxl_desc_t){.addr = I.raddr + k * per + j * bs, .len = bs};
         }
-        d[k] = (dthr_t){.n = n, .warm = warm, .it = it, .ld = ld, .rd = rd, .bar = &bar};
+        nxl_strided_t *s = NULL;
+        if (O.strided) {
+            s = calloc(2, sizeof(*s));
+            s[0] = (nxl_strided_t){.base = (uintptr_t)I.buf.p + k * per, .len = bs, .stride = bs,
+                                   .count = n};
+            s[1] = (nxl_strided_t){.base = I.raddr + k * per, .len = bs, .stride = bs, .count = n};
+        }
+        d[k] = (dthr_t){.n = n, .warm = warm, .it = it, .ld = ld, .rd = rd, .s = s, .bar = &bar};
         if (O.threads)
             pthread_create(&th[k], NULL, desc_thread, &d[k]);
         else
@@ -396,6 +434,7 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
         t1 = d[k].t1 > t1 ? d[k].t1 : t1;
         free((void *)d[k].ld);
         free((void *)d[k].rd);
+        free((void *)d[k].s);
     }
     pthread_barrier_destroy(&bar);
     /* a row of the wall clock only: the threads' phases overlap */
@@ -405,6 +444,7 @@ static void run_desc_threads(size_t n, size_t bs, long warm, long it)
     w->batch = n;
     w->iters = it;
     w->threads = nt;
+    w->held_bytes = -1;
     w->wall_s = sec;
     w->mdesc_per_s = (double)n * (double)it * nt / sec / 1e6;
     w->bw_gbps = (double)n * bs * (double)it * nt / sec / 1e9;
@@ -424,10 +464,15 @@ static void run_desc(void)
             char what[96];
             snprintf(what, sizeof(what), "desc_rate, %zu x %zu B", n, bs);
             progress(k, nrows, what);
-            nxl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd));
-            for (size_t j = 0; j < n; j++) {
-                ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + j * bs, .len = bs};
-                rd[j] = (nxl_desc_t){.addr = I.raddr + j * bs, .len = bs};
+            nxl_desc_t *ld = NULL, *rd = NULL;
+            nxl_strided_t s[2] = {{.base = (uintptr_t)I.buf.p, .len = bs, .stride = bs, .count = n},
+                                  {.base = I.raddr, .len = bs, .stride = bs, .count = n}};
+            if (!O.strided || O.threads || O.depth > 1) {
+                ld = calloc(n, sizeof(*ld)), rd = calloc(n, sizeof(*rd));
+                for (size_t j = 0; j < n; j++) {
+                    ld[j] = (nxl_desc_t){.addr = (uintptr_t)I.buf.p + j * bs, .len = bs};
+                    rd[j] = (nxl_desc_t){.addr = I.raddr + j * bs, .len = bs};
+                }
             }
             /* every thread's part of the buffers (desc_rate --threads N: N parts) */
             size_t span = n * bs * (size_t)(O.threads > 1 ? O.threads : 1);
@@ -444,24 +489,29 @@ static void run_desc(void)
                 continue;
             }
             uint64_t w0 = 0;
+            double held = -1;
             double *pl = calloc((size_t)it, sizeof(double)), *pr = calloc((size_t)it, sizeof(double)),
                    *mk = calloc((size_t)it, sizeof(double)), *pp = calloc((size_t)it, sizeof(double)),
                    *po = calloc((size_t)it, sizeof(double)), *cp = calloc((size_t)it, sizeof(double));
             for (long t = 0; t < warm + it; t++) {
                 nxl_prepped_t *lp, *rp;
                 nxl_xfer_t *x;
+                /* the first cycle's heap growth: what the lists and the
+                 * transfer hold (later cycles reuse the agent's spare
+                 * arrays, which the heap count no longer sees) */
+                double h0 = t == 0 ? heap_bytes() : 0;
                 uint64_t t0 = now_ns();
                 if (t == warm)
                     w0 = t0;
-                if (nxl_prep(RUN.a, NULL, NXL_DRAM, ld, n, &lp) != NXL_SUCCESS)
-                    die("initiator: nxl_prep (local): %s", nxl_agent_last_error(RUN.a));
+                desc_prep_local(ld, O.strided ? s : NULL, n, &lp);
                 uint64_t t1 = now_ns();
-                if (nxl_prep(RUN.a, T_NAME, NXL_DRAM, rd, n, &rp) != NXL_SUCCESS)
-                    die("initiator: nxl_prep (remote): %s", nxl_agent_last_error(RUN.a));
+                desc_prep_remote(rd, O.strided ? s : NULL, n, &rp);
                 uint64_t t2 = now_ns();
                 if (nxl_xfer_make(RUN.a, O.op, lp, NULL, rp, NULL, n, NULL, &x) != NXL_SUCCESS)
                     die("initiator: nxl_xfer_make: %s", nxl_agent_last_error(RUN.a));
                 uint64_t t3 = now_ns();
+                if (t == 0)
+                    held = heap_bytes() - h0;
                 long before = d_done_count;
                 if (nxl_xfer_post(x, d_done, NULL, NULL) != NXL_SUCCESS)
                     die("initiator: nxl_xfer_post: %s", nxl_agent_last_error(RUN.a));
@@ -488,11 +538,13 @@ static void run_desc(void)
             row_t *w = report_row();
             w->threads = 1;
             w->phases = true;
+            w->held_bytes = held;
             w->wall_s = wsec;
             w->mdesc_per_s = (double)n * (double)it / wsec / 1e6;
-            report_note("# desc_rate %zu x %zu B, 1 thread x %ld iterations: %.3f s, %.3f "
-                        "Mdesc/s (prep + make + post + completion + release, wall clock)\n", n,
-                        bs, it, wsec, w->mdesc_per_s);
+            report_note("# desc_rate %zu x %zu B%s, 1 thread x %ld iterations: %.3f s, %.3f "
+                        "Mdesc/s (prep + make + post + completion + release, wall clock); "
+                        "the first cycle's lists and transfer held %.0f heap bytes\n", n, bs,
+                        O.strided ? " (strided)" : "", it, wsec, w->mdesc_per_s, held);
             double p50, d;
             w->bs = bs;
             w->batch = n;

@@ -58,6 +58,7 @@ typedef struct nb_opts {
     size_t total_buf, row_bytes;
     bool check, recreate, spawn, pin, quiet;
     bool xfer_notif;        /* --xfer_notif: bandwidth transfers carry XFER_NOTIF */
+    bool strided;           /* --strided: desc_rate lists as one strided list a side */
     long depth;
     long busy_poll_us;
     long threads;           /* --threads: a threaded initiator, posting from N threads */
@@ -108,6 +109,8 @@ typedef struct row {
     double mdesc_per_s, wall_s; /* desc_rate: descriptors per second over the wall clock */
     long threads;               /* desc_rate: posting threads */
     bool phases;                /* desc_rate: the phase columns were measured (one thread) */
+    double held_bytes;          /* desc_rate: heap bytes the first cycle's prepared lists and
+                                   transfer held (mallinfo2), -1: not measured */
     const char *role; /* idle */
     double duration_s, wakeups_per_s, cpu_s, nvcsw, nivcsw;
 } row_t;

@@ -77,6 +77,8 @@ static void usage(FILE *f)
 "  --pipeline_depth N        transfers in flight (default 1)\n"
 "  --recreate_xfer           make a new transfer each iteration (default: prepared once)\n"
 "  --check_consistency       verify every byte after the timed part\n"
+"  --strided                 desc_rate: each side one strided list (nxl_prep_strided: base,\n"
+"                            block size, stride, count) instead of a descriptor per block\n"
 "  --xfer_notif              bandwidth: each transfer carries a notification, as\n"
 "                            nixlbench's do (default: none)\n"
 "  --busy_poll_us N          agent busy polling after activity (default 0: sleep at once)\n"
@@ -401,6 +403,7 @@ static const cli_opt_t opts[] = {
     SWITCH("recreate_xfer", &O.recreate),
     SWITCH("check_consistency", &O.check),
     SWITCH("xfer_notif", &O.xfer_notif),
+    SWITCH("strided", &O.strided),
     VALUE("busy_poll_us", cli_set_long, &O.busy_poll_us, .min = 0),
     VALUE("threads", cli_set_long, &O.threads, .min = 0, .max = 256),
     VALUE("loop", set_loop, &O.loop),

@@ -75,9 +75,10 @@ static void print_table(FILE *f)
     if (O.mode == M_DESC) {
         /* phases: medians of one thread's cycles; with several threads only
          * the wall clock means something (their phases overlap): "-" */
-        fprintf(f, "%-10s %-8s %12s %12s %12s %12s %12s %12s %12s %10s %7s %10s\n", "Block Size",
-                "Descs", "Prep (us)", "Local (us)", "Remote (us)", "Make (us)", "Post (us)",
-                "Compl. (us)", "Prep/desc ns", "B/W (GB/s)", "Threads", "Mdesc/s");
+        fprintf(f, "%-10s %-8s %12s %12s %12s %12s %12s %12s %12s %10s %7s %10s %12s\n",
+                "Block Size", "Descs", "Prep (us)", "Local (us)", "Remote (us)", "Make (us)",
+                "Post (us)", "Compl. (us)", "Prep/desc ns", "B/W (GB/s)", "Threads", "Mdesc/s",
+                O.strided ? "Held (B) str" : "Held (B)");
         for (int i = 0; i < RUN.nrows; i++) {
             row_t *r = &RUN.rows[i];
             fprintf(f, "%-10zu %-8zu ", r->bs, r->batch);
@@ -88,7 +89,11 @@ static void print_table(FILE *f)
             else
                 fprintf(f, "%12s %12s %12s %12s %12s %12s %12s", "-", "-", "-", "-", "-", "-",
                         "-");
-            fprintf(f, " %10.3f %7ld %10.3f\n", r->bw_gbps, r->threads, r->mdesc_per_s);
+            fprintf(f, " %10.3f %7ld %10.3f", r->bw_gbps, r->threads, r->mdesc_per_s);
+            if (r->held_bytes >= 0)
+                fprintf(f, " %12.0f\n", r->held_bytes);
+            else
+                fprintf(f, " %12s\n", "-");
         }
         return;
     }
@@ -139,7 +144,7 @@ static const col_t xfer_cols[] = {COL(bw_gbps, 6),     COL(avg_lat_us, 3),  COL(
                                   COL(p99_prep_us, 3), COL(avg_post_us, 3), COL(p99_post_us, 3),
                                   COL(avg_tx_us, 3),   COL(p99_tx_us, 3)};
 static const col_t lat_cols[] = {COL(p50_us, 3), COL(p99_us, 3)};
-static const col_t desc_cols[] = {COL(wall_s, 6), COL(mdesc_per_s, 6)};
+static const col_t desc_cols[] = {COL(wall_s, 6), COL(mdesc_per_s, 6), COL(held_bytes, 0)};
 static const col_t phase_cols[] = {COL(prep_us, 3),       COL(post_us, 3),
                                    COL(complete_us, 3),   COL(prep_local_us, 3),
                                    COL(prep_remote_us, 3), COL(make_us, 3)};
@@ -166,6 +171,7 @@ static cJSON *json_row(const row_t *r)
         fixed_cols(o, r, lat_cols, NCOLS(lat_cols));
     if (O.mode == M_DESC) {
         whole(o, "descs", (double)r->batch);
+        cJSON_AddBoolToObject(o, "strided", O.strided);
         whole(o, "threads", (double)r->threads);
         fixed_cols(o, r, desc_cols, NCOLS(desc_cols));
     }

@@ -114,6 +114,9 @@ struct nxli_remote {
     size_t nregs, cap;
     nxli_rregion_t **gone;  /* revoked regions, out of regs; kept for the lists using them */
     size_t ngone;
+    nxl_strided_t *strided; /* the strided lists of its last metadata that carried any */
+    size_t nstrided;
+    nxl_mem_t strided_type;
     void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
     size_t conn_info_len[NXLI_MAX_BACKENDS];
     LIST_ENTRY(nxli_remote) link;
@@ -222,12 +225,24 @@ typedef struct nxli_pent {
     void *region;           /* nxli_region_t* (local) or nxli_rregion_t* (remote) */
 } nxli_pent_t;
 
+/* One strided list of nxl_prep_strided(), checked: element k of it (k <
+ * n) lies at base + (k / count) * ostride + (k % count) * stride. */
+typedef struct nxli_srun {
+    uintptr_t base;
+    size_t len, stride, count, ostride, ocount;
+    size_t first;           /* index of its element 0 in the prepared list */
+    size_t n;               /* its elements: count * ocount */
+    void *region;           /* as nxli_pent_t's: the region holding all of it */
+} nxli_srun_t;
+
 struct nxl_prepped {
     nxl_agent_t *agent;
     nxli_remote_t *remote;  /* NULL: local */
     nxl_mem_t type;
     size_t n;
-    nxli_pent_t *e;
+    nxli_pent_t *e;         /* every element; NULL for a strided list: */
+    nxli_srun_t *runs;      /* its runs, the elements made from them when used */
+    size_t nruns;
     nxli_region_t **lregs;  /* local regions referenced (deduplicated) */
     size_t nlregs;
     LIST_ENTRY(nxl_prepped) link;
@@ -241,7 +256,9 @@ struct nxl_xfer {
     nxli_remote_t *remote;
     nxli_region_t **lregs;  /* local regions kept alive while the transfer lives */
     size_t nlregs;
-    nxlt_iov_t *iov;
+    nxlt_iov_t *iov;        /* NULL for a strided transfer: */
+    nxli_srun_t *lruns, *rruns; /* the elements made from these at each post */
+    size_t nlruns, nrruns;
     size_t n;
     uint64_t bytes;         /* sum of the elements' lengths */
     void *notif;
@@ -451,6 +468,12 @@ void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f);
 void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfer_post_refused(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfers_cleanup(nxl_agent_t *a);
+
+/* Checks one strided list (nxl_prep_strided): its span, first byte to
+ * last, into *span and its elements into *nelem; false with the reason in
+ * why (a phrase that follows "list N") */
+bool nxli_strided_check(const nxl_strided_t *d, nxl_mem_t type, size_t *span, size_t *nelem,
+                        char *why, size_t cap);
 
 /* exchange.c */
 nxl_status_t nxli_exchange_listen(nxl_agent_t *a, const char *addr, uint16_t port);

@@ -8,7 +8,15 @@
  *     "regions": [ { "type": "DRAM", "dev": "0", "addr": "140211...",
  *                    "len": "4096", "keys": { "UCX": "<base64 rkey>" } } ] }
  *
- * 64-bit numbers travel as decimal strings (JSON numbers are doubles). */
+ * 64-bit numbers travel as decimal strings (JSON numbers are doubles).
+ * Partial metadata of strided lists (nxl_md_local_partial_strided) adds
+ * them, four numbers each (two more when nested), which a loading agent
+ * keeps for nxl_md_remote_strided(); metadata without them loads as
+ * before, and a library that predates them ignores the field:
+ *
+ *     "strided": { "type": "VRAM", "lists": [ { "dev": "0", "base": "...",
+ *                  "len": "4096", "stride": "8192", "count": "512",
+ *                  "outer_count": "32", "outer_stride": "4194304" } ] } */
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -39,6 +47,7 @@ static void remote_free(nxli_remote_t *r)
         free(r->conn_info[b]);
     }
     free(r->regs);
+    free(r->strided);
     free(r->name);
     free(r);
 }
@@ -284,8 +293,35 @@ static nxl_status_t add_region(nxl_agent_t *a, cJSON *arr, nxli_region_t *r)
     return NXL_SUCCESS;
 }
 
+/* the strided lists of nxl_md_local_partial_strided() */
+typedef struct md_strided {
+    nxl_mem_t type;
+    const nxl_strided_t *s;
+    size_t n;
+} md_strided_t;
+
+static bool add_strided(cJSON *root, const md_strided_t *ms)
+{
+    cJSON *o = cJSON_AddObjectToObject(root, "strided"), *arr;
+    if (!o || !cJSON_AddStringToObject(o, "type", nxl_mem_name(ms->type)) ||
+        !(arr = cJSON_AddArrayToObject(o, "lists")))
+        return false;
+    for (size_t i = 0; i < ms->n; i++) {
+        const nxl_strided_t *d = &ms->s[i];
+        cJSON *l = cJSON_CreateObject();
+        if (!l || !cJSON_AddItemToArray(arr, l) || !add_u64(l, "dev", d->dev_id) ||
+            !add_u64(l, "base", d->base) || !add_u64(l, "len", d->len) ||
+            !add_u64(l, "stride", d->stride) || !add_u64(l, "count", d->count))
+            return false;
+        if (d->outer_count > 1 && (!add_u64(l, "outer_count", d->outer_count) ||
+                                   !add_u64(l, "outer_stride", d->outer_stride)))
+            return false;
+    }
+    return true;
+}
+
 static nxl_status_t md_build(nxl_agent_t *a, bool partial, nxli_region_t **regs, size_t nregs,
-                             bool all, void **blob, size_t *len)
+                             bool all, const md_strided_t *ms, void **blob, size_t *len)
 {
     nxl_status_t st = NXL_ERR_UNKNOWN;
     cJSON *root = cJSON_CreateObject(), *conn, *arr;
@@ -320,6 +356,10 @@ static nxl_status_t md_build(nxl_agent_t *a, bool partial, nxli_region_t **regs,
             if ((st = add_region(a, arr, regs[i])) != NXL_SUCCESS)
                 goto out;
     }
+    if (ms && !add_strided(root, ms)) {
+        st = NXL_ERR_UNKNOWN;
+        goto out;
+    }
     char *s = cJSON_PrintUnformatted(root);
     if (!s) {
         st = NXL_ERR_UNKNOWN;
@@ -344,7 +384,7 @@ nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len)
         return NXL_ERR_INVALID_PARAM;
     }
     a->err[0] = 0;
-    return md_build(a, false, NULL, 0, true, blob, len);
+    return md_build(a, false, NULL, 0, true, NULL, blob, len);
 }
 
 nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
@@ -377,8 +417,86 @@ nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc
             regs[nr++] = r;
     }
     a->err[0] = 0;
-    nxl_status_t st = md_build(a, true, regs, nr, false, blob, len);
+    nxl_status_t st = md_build(a, true, regs, nr, false, NULL, blob, len);
     free(regs);
+    return st;
+}
+
+nxl_status_t nxl_md_local_partial_strided(nxl_agent_t *a, nxl_mem_t type, const nxl_strided_t *s,
+                                          size_t n, void **blob, size_t *len)
+{
+    static const char fn[] = "nxl_md_local_partial_strided";
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_local_partial_strided(a, type, s, n, blob, len);
+    if (!blob || !len || (n && !s) || (unsigned)type >= NXL_MEM_TYPES ||
+        n > NXLI_MD_MAX_REGIONS) {
+        nxli_err(a, "%s: invalid arguments (blob and len pointers, at most %u strided lists, "
+                    "memory type)", fn, NXLI_MD_MAX_REGIONS);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxli_region_t **regs = calloc(n + 1, sizeof(*regs));
+    size_t nr = 0;
+    if (!regs)
+        return NXL_ERR_UNKNOWN;
+    nxl_status_t st = NXL_ERR_INVALID_PARAM;
+    for (size_t i = 0; i < n; i++) {
+        size_t span, ne;
+        char why[200];
+        if (!nxli_strided_check(&s[i], type, &span, &ne, why, sizeof(why))) {
+            nxli_err(a, "%s: list %zu %s", fn, i, why);
+            goto out;
+        }
+        nxli_region_t *r = nxli_region_find(a, type, s[i].dev_id, s[i].base, span ? span : 1);
+        if (!r) {
+            nxli_err(a, "%s: list %zu (%s 0x%lx, %zu bytes from its first element to its last, "
+                        "dev %llu) does not lie inside one registered region", fn, i,
+                     nxl_mem_name(type), (unsigned long)s[i].base, span,
+                     (unsigned long long)s[i].dev_id);
+            st = NXL_ERR_NOT_FOUND;
+            goto out;
+        }
+        bool seen = false;
+        for (size_t j = 0; j < nr && !seen; j++)
+            seen = regs[j] == r;
+        if (!seen)
+            regs[nr++] = r;
+    }
+    a->err[0] = 0;
+    md_strided_t ms = {.type = type, .s = s, .n = n};
+    st = md_build(a, true, regs, nr, false, &ms, blob, len);
+out:
+    free(regs);
+    return st;
+}
+
+nxl_status_t nxl_md_remote_strided(nxl_agent_t *a, const char *remote, nxl_mem_t *type,
+                                   nxl_strided_t *out, size_t cap, size_t *n)
+{
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_remote_strided(a, remote, type, out, cap, n);
+    if (!remote || !n || (cap && !out)) {
+        nxli_err(a, "nxl_md_remote_strided: needs the remote agent's name, a count pointer and "
+                    "room for cap lists");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    NXLI_TLOCK(a);
+    nxl_status_t st = NXL_SUCCESS;
+    const nxli_remote_t *r = nxli_remote_find(a, remote);
+    if (!r || !r->strided) {
+        if (!r)
+            nxli_err(a, "nxl_md_remote_strided: agent '%s' is not loaded", remote);
+        else
+            nxli_err(a, "nxl_md_remote_strided: the metadata of agent '%s' carried no strided "
+                        "lists (see nxl_md_local_partial_strided)", remote);
+        st = NXL_ERR_NOT_FOUND;
+    } else {
+        *n = r->nstrided;
+        if (type)
+            *type = r->strided_type;
+        if (cap)
+            memcpy(out, r->strided, (cap < r->nstrided ? cap : r->nstrided) * sizeof(*out));
+    }
+    NXLI_TUNLOCK(a);
     return st;
 }
 
@@ -502,6 +620,10 @@ typedef struct md_in {
     bool merge;                            /* partial metadata of a peer already known */
     nxli_rregion_t **add;                  /* the blob's regions, not yet the remote's */
     size_t nadd;
+    nxl_strided_t *strided;                /* its strided lists (has_strided), not yet the remote's */
+    size_t nstrided;
+    nxl_mem_t strided_type;
+    bool has_strided;
 } md_in_t;
 
 /* refuses the blob with a sentence (from a step of md_load_ex_locked) */
@@ -716,6 +838,75 @@ static nxl_status_t md_regions(md_in_t *m)
     return NXL_SUCCESS;
 }
 
+/* the blob's strided lists, if it carries any: each checked as
+ * nxl_prep_strided() checks one, and inside one of the blob's regions */
+static nxl_status_t md_strided(md_in_t *m)
+{
+    const char *name = m->name;
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(m->root, "strided");
+    if (!js)
+        return NXL_SUCCESS;
+    if (!cJSON_IsObject(js) || dup_key(js))
+        REFUSE("metadata \"strided\" of '%s' is not an object with \"type\" and \"lists\"",
+               name);
+    const cJSON *jt = cJSON_GetObjectItemCaseSensitive(js, "type");
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(js, "lists");
+    int t = cJSON_IsString(jt) ? mem_from_name(jt->valuestring) : -1;
+    if (t < 0)
+        REFUSE("strided lists of '%s' have no valid \"type\" (DRAM, VRAM, BLK, OBJ, FILE)", name);
+    if (!cJSON_IsArray(jl))
+        REFUSE("strided lists of '%s' have no \"lists\" array", name);
+    size_t n = (size_t)cJSON_GetArraySize(jl);
+    if (n > NXLI_MD_MAX_REGIONS)
+        REFUSE("metadata of '%s' carries %zu strided lists, more than the limit of %u", name, n,
+               NXLI_MD_MAX_REGIONS);
+    m->strided = calloc(n + 1, sizeof(*m->strided));
+    if (!m->strided)
+        REFUSE("out of memory");
+    m->nstrided = n;
+    m->strided_type = (nxl_mem_t)t;
+    m->has_strided = true;
+    size_t idx = 0, total = 0;
+    for (const cJSON *l = jl->child; l; l = l->next, idx++) {
+        nxl_strided_t *d = &m->strided[idx];
+        uint64_t dev, base, len, stride, count, oc = 0, os = 0;
+        if (!cJSON_IsObject(l) || dup_key(l))
+            REFUSE("strided list %zu of '%s' is not an object (or repeats a field)", idx, name);
+        if (!get_u64(l, "dev", &dev) || !get_u64(l, "base", &base) || !get_u64(l, "len", &len) ||
+            !get_u64(l, "stride", &stride) || !get_u64(l, "count", &count))
+            REFUSE("strided list %zu of '%s' needs \"dev\", \"base\", \"len\", \"stride\" "
+                   "and \"count\" as decimal strings", idx, name);
+        bool has_oc = cJSON_GetObjectItemCaseSensitive(l, "outer_count") != NULL;
+        if (has_oc && (!get_u64(l, "outer_count", &oc) || !get_u64(l, "outer_stride", &os)))
+            REFUSE("strided list %zu of '%s' needs \"outer_count\" and \"outer_stride\" "
+                   "together, as decimal strings", idx, name);
+        if (base > UINTPTR_MAX || len > SIZE_MAX || stride > SIZE_MAX || count > SIZE_MAX ||
+            oc > SIZE_MAX || os > SIZE_MAX)
+            REFUSE("strided list %zu of '%s' holds a number this machine cannot address", idx,
+                   name);
+        *d = (nxl_strided_t){.base = (uintptr_t)base, .len = (size_t)len, .stride = (size_t)stride,
+                             .count = (size_t)count, .outer_count = (size_t)oc,
+                             .outer_stride = (size_t)os, .dev_id = dev};
+        size_t span, ne;
+        char why[200];
+        if (!nxli_strided_check(d, (nxl_mem_t)t, &span, &ne, why, sizeof(why)))
+            REFUSE("strided list %zu of '%s' %s", idx, name, why);
+        if (__builtin_add_overflow(total, ne, &total))
+            REFUSE("strided lists of '%s' hold more than %zu elements", name, (size_t)SIZE_MAX);
+        bool in = false;
+        for (size_t i = 0; i < m->nadd && !in; i++) {
+            const nxli_rregion_t *g = m->add[i];
+            in = g->type == (nxl_mem_t)t && g->dev == dev && d->base >= g->addr &&
+                 (span ? span : 1) <= g->len && d->base - g->addr <= g->len - (span ? span : 1);
+        }
+        if (!in)
+            REFUSE("strided list %zu of '%s' (%s 0x%lx, %zu bytes) lies in none of the regions "
+                   "its metadata carries", idx, name, nxl_mem_name((nxl_mem_t)t),
+                   (unsigned long)d->base, span);
+    }
+    return NXL_SUCCESS;
+}
+
 /* the regions become the agent's (those a merge already knows stay as
  * they are: prepared lists point at them), the agent joins the known ones */
 static nxl_status_t md_commit(md_in_t *m)
@@ -742,6 +933,13 @@ static nxl_status_t md_commit(md_in_t *m)
         r->regs[r->nregs++] = g;
     }
     m->nadd = 0;
+    if (m->has_strided) {
+        free(r->strided);
+        r->strided = m->strided;
+        r->nstrided = m->nstrided;
+        r->strided_type = m->strided_type;
+        m->strided = NULL;
+    }
     if (r->nregs)
         qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
     if (!m->merge && !m->self) {
@@ -768,6 +966,8 @@ static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t l
     if (st == NXL_SUCCESS)
         st = md_regions(&m);
     if (st == NXL_SUCCESS)
+        st = md_strided(&m);
+    if (st == NXL_SUCCESS)
         st = md_commit(&m);
     if (st == NXL_SUCCESS) {
         if (out)
@@ -783,6 +983,7 @@ static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t l
         free(m.add[i]);
     }
     free(m.add);
+    free(m.strided);
     if (m.r && !m.merge)
         remote_free(m.r);
     for (int b = 0; b < NXLI_MAX_BACKENDS; b++)

@@ -122,6 +122,11 @@ nxl_status_t nxli_rpc_md_invalidate(nxl_agent_t *a, const char *remote);
 nxl_status_t nxli_rpc_md_local(nxl_agent_t *a, void **blob, size_t *len);
 nxl_status_t nxli_rpc_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                        size_t n, void **blob, size_t *len);
+nxl_status_t nxli_rpc_md_local_partial_strided(nxl_agent_t *a, nxl_mem_t type,
+                                               const nxl_strided_t *s, size_t n, void **blob,
+                                               size_t *len);
+nxl_status_t nxli_rpc_md_remote_strided(nxl_agent_t *a, const char *remote, nxl_mem_t *type,
+                                        nxl_strided_t *out, size_t cap, size_t *n);
 nxl_status_t nxli_rpc_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                               size_t cap);
 nxl_status_t nxli_rpc_mem_register(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
@@ -136,6 +141,8 @@ nxl_status_t nxli_rpc_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t
 nxl_status_t nxli_rpc_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t *out);
 nxl_status_t nxli_rpc_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                            const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);
+nxl_status_t nxli_rpc_prep_strided(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                                   const nxl_strided_t *s, size_t n, nxl_prepped_t **out);
 void nxli_rpc_prepped_release(nxl_prepped_t *p);
 nxl_status_t nxli_rpc_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
                                 nxl_prepped_t *rp, const size_t *ridx, size_t n,

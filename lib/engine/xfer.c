@@ -69,6 +69,7 @@ static void prepped_free(nxl_prepped_t *p)
     nxli_remote_put(p->remote);
     free(p->lregs);
     big_free(a, p->e);
+    free(p->runs);
     LIST_REMOVE(p, link);
     free(p);
     NXLI_TUNLOCK(a);
@@ -220,6 +221,247 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *fn, const char *agent,
     return NXL_SUCCESS;
 }
 
+/* ---- strided lists: the runs, and their elements made when used */
+
+/* the run that holds element i of a strided list */
+static const nxli_srun_t *run_of(const nxl_prepped_t *p, size_t i)
+{
+    size_t lo = 0, hi = p->nruns;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->runs[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return &p->runs[lo];
+}
+
+/* element i of a prepared list, strided or not */
+static nxli_pent_t pent_at(const nxl_prepped_t *p, size_t i)
+{
+    if (!p->runs)
+        return p->e[i];
+    const nxli_srun_t *r = run_of(p, i);
+    size_t k = i - r->first;
+    return (nxli_pent_t){.addr = r->base + (k / r->count) * r->ostride + (k % r->count) * r->stride,
+                         .len = r->len,
+                         .region = r->region};
+}
+
+/* Walks the elements of runs in order, without a division */
+typedef struct srun_it {
+    const nxli_srun_t *r;
+    size_t m, j;            /* element of the run's row, row */
+    uintptr_t row, at;      /* the row's first address, the element's */
+} srun_it_t;
+
+static void it_init(srun_it_t *it, const nxli_srun_t *r)
+{
+    it->r = r;
+    it->m = it->j = 0;
+    it->row = it->at = r->base;
+}
+
+/* the element's address; moves to the next (past the last run: reads
+ * one run past, which the caller never asks for) */
+static inline uintptr_t it_next(srun_it_t *it, const nxli_srun_t **run)
+{
+    uintptr_t at = it->at;
+    *run = it->r;
+    if (++it->m < it->r->count) {
+        it->at += it->r->stride;
+    } else if (it->m = 0, ++it->j < it->r->ocount) {
+        it->row += it->r->ostride;
+        it->at = it->row;
+    } else {
+        it->j = 0;
+        it->r++;
+        it->row = it->at = it->r->base;
+    }
+    return at;
+}
+
+/* The n elements of a strided transfer into iov, for one post (the runs
+ * end with a sentinel entry, so that the walk may look one run past) */
+static void runs_expand(const nxl_xfer_t *x, nxlt_iov_t *iov)
+{
+    int bi = x->backend->index;
+    srun_it_t l, r;
+    it_init(&l, x->lruns);
+    it_init(&r, x->rruns);
+    for (size_t i = 0; i < x->n; i++) {
+        const nxli_srun_t *lr, *rr;
+        iov[i].laddr = (void *)it_next(&l, &lr);
+        iov[i].raddr = it_next(&r, &rr);
+        iov[i].lmd = ((const nxli_region_t *)lr->region)->md[bi];
+        iov[i].rkey = ((const nxli_rregion_t *)rr->region)->rkey[bi];
+        iov[i].len = lr->len;
+    }
+}
+
+/* a local region the list uses, counted once */
+static bool lreg_add(nxl_prepped_t *p, nxli_region_t *g)
+{
+    for (size_t j = 0; j < p->nlregs; j++)
+        if (p->lregs[j] == g)
+            return true;
+    nxli_region_t **v = realloc(p->lregs, (p->nlregs + 1) * sizeof(*v));
+    if (!v)
+        return false;
+    p->lregs = v;
+    p->lregs[p->nlregs++] = g;
+    g->refs++;
+    return true;
+}
+
+/* Checks one strided list: its span (first byte to last) into *span, its
+ * elements into *nelem; false with the reason in why ("" when only the
+ * caller's sum can overflow, never here) */
+bool nxli_strided_check(const nxl_strided_t *d, nxl_mem_t type, size_t *span, size_t *nelem,
+                        char *why, size_t cap)
+{
+    why[0] = 0;
+    size_t oc = d->outer_count ? d->outer_count : 1;
+    if (!d->count) {
+        snprintf(why, cap, "has count 0; a strided list has at least one element");
+        return false;
+    }
+    if (!d->len && type <= NXL_VRAM) {
+        snprintf(why, cap, "(%s 0x%lx) has length 0", nxl_mem_name(type), (unsigned long)d->base);
+        return false;
+    }
+    /* its last byte: base + (oc-1)*outer_stride + (count-1)*stride + len - 1 */
+    size_t outer, inner;
+    uintptr_t end;
+    if (__builtin_mul_overflow(oc - 1, d->outer_stride, &outer) ||
+        __builtin_mul_overflow(d->count - 1, d->stride, &inner) ||
+        __builtin_add_overflow(outer, inner, span) || __builtin_add_overflow(*span, d->len, span) ||
+        __builtin_add_overflow(d->base, *span ? *span - 1 : 0, &end)) {
+        snprintf(why, cap, "(base 0x%lx, stride %zu, count %zu, outer stride %zu, outer count "
+                           "%zu, length %zu) ends past the end of the address space",
+                 (unsigned long)d->base, d->stride, d->count, d->outer_stride, oc, d->len);
+        return false;
+    }
+    if (__builtin_mul_overflow(d->count, oc, nelem)) {
+        snprintf(why, cap, "(count %zu, outer count %zu) has more than %zu elements", d->count,
+                 oc, (size_t)SIZE_MAX);
+        return false;
+    }
+    return true;
+}
+
+static nxl_status_t prep_strided_impl(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                                      const nxl_strided_t *s, size_t n, nxl_prepped_t **out)
+{
+    static const char fn[] = "nxl_prep_strided";
+    if (!out || (n && !s) || (unsigned)type >= NXL_MEM_TYPES) {
+        nxli_err(a, "%s: invalid arguments (out pointer, strided lists, memory type)", fn);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *out = NULL;
+    nxli_remote_t *r = NULL;
+    if (agent && !(r = nxli_remote_get(a, agent)))
+        return NXL_ERR_NOT_FOUND; /* sentence left by nxli_remote_get */
+    nxl_prepped_t *p = calloc(1, sizeof(*p));
+    /* one more: the sentinel it_next() may read */
+    if (!p || n >= SIZE_MAX / sizeof(*p->runs) || !(p->runs = calloc(n + 1, sizeof(*p->runs)))) {
+        free(p);
+        nxli_remote_put(r);
+        nxli_err(a, "%s: out of memory for %zu strided lists", fn, n);
+        return NXL_ERR_UNKNOWN;
+    }
+    p->agent = a;
+    p->remote = r;
+    p->type = type;
+    p->nruns = n;
+    LIST_INSERT_HEAD(&a->prepped, p, link);
+    nxl_status_t st = NXL_ERR_INVALID_PARAM;
+    size_t total = 0;
+    for (size_t k = 0; k < n; k++) {
+        const nxl_strided_t *d = &s[k];
+        nxli_srun_t *u = &p->runs[k];
+        size_t span, ne;
+        char why[200];
+        if (!nxli_strided_check(d, type, &span, &ne, why, sizeof(why)) ||
+            __builtin_add_overflow(total, ne, &total)) {
+            if (why[0])
+                nxli_err(a, "%s: list %zu %s; nothing was prepared", fn, k, why);
+            else
+                nxli_err(a, "%s: list %zu brings the list past %zu elements; nothing was "
+                            "prepared", fn, k, (size_t)SIZE_MAX);
+            goto fail;
+        }
+        *u = (nxli_srun_t){.base = d->base, .len = d->len, .stride = d->stride,
+                           .count = d->count, .ostride = d->outer_stride,
+                           .ocount = d->outer_count ? d->outer_count : 1,
+                           .first = total - ne, .n = ne};
+        /* the whole run, once: one region holds its first byte to its last */
+        size_t whole = span ? span : 1;
+        if (r) {
+            const nxli_rregion_t *g = nxli_rregion_find(r, type, d->dev_id, d->base, whole);
+            if (!g) {
+                nxli_err(a, "%s: list %zu (%s 0x%lx, %zu bytes from its first element to its "
+                            "last, dev %llu) does not lie inside one %s region agent '%s' "
+                            "registered; nothing was prepared", fn, k, nxl_mem_name(type),
+                         (unsigned long)d->base, span, (unsigned long long)d->dev_id,
+                         nxl_mem_name(type), r->name);
+                st = NXL_ERR_NOT_FOUND;
+                goto fail;
+            }
+            u->region = (void *)g;
+        } else {
+            nxli_region_t *g = nxli_region_find(a, type, d->dev_id, d->base, whole);
+            if (!g) {
+                nxli_err(a, "%s: list %zu (%s 0x%lx, %zu bytes from its first element to its "
+                            "last, dev %llu) does not lie inside one %s region registered with "
+                            "agent '%s'; nothing was prepared", fn, k, nxl_mem_name(type),
+                         (unsigned long)d->base, span, (unsigned long long)d->dev_id,
+                         nxl_mem_name(type), a->name);
+                st = NXL_ERR_NOT_FOUND;
+                goto fail;
+            }
+            u->region = g;
+            if (!lreg_add(p, g)) {
+                nxli_err(a, "%s: out of memory", fn);
+                st = NXL_ERR_UNKNOWN;
+                goto fail;
+            }
+        }
+    }
+    p->n = total;
+    if (n)
+        p->runs[n] = p->runs[n - 1]; /* the sentinel */
+    *out = p;
+    return NXL_SUCCESS;
+fail:
+    prepped_free(p);
+    return st;
+}
+
+nxl_status_t nxl_prep_strided(nxl_agent_t *a, const char *agent, nxl_mem_t type,
+                              const nxl_strided_t *s, size_t n, nxl_prepped_t **out)
+{
+    if (a && nxli_thread_foreign(a)) {
+        /* as prep_foreign(): the caller's thread under the table lock, its
+         * work a lookup per list whatever the lists' counts */
+        if (n <= NXLI_FOREIGN_MAX && nxli_foreign_begin(a)) {
+            bool stale = agent && !strcmp(agent, a->name) &&
+                         (!a->self || a->self_gen != a->mem_gen);
+            nxl_status_t st = stale ? NXL_ERR_NOT_FOUND
+                                    : prep_strided_impl(a, agent, type, s, n, out);
+            nxli_foreign_end(a);
+            if (st == NXL_SUCCESS)
+                return st;
+        }
+        return nxli_rpc_prep_strided(a, agent, type, s, n, out);
+    }
+    NXLI_TLOCK(a);
+    nxl_status_t st = prep_strided_impl(a, agent, type, s, n, out);
+    NXLI_TUNLOCK(a);
+    return st;
+}
+
 void nxl_prepped_release(nxl_prepped_t *p)
 {
     if (p && nxli_thread_foreign(p->agent)) {
@@ -269,8 +511,14 @@ static bool backend_holds(nxl_backend_t *b, const nxl_prepped_t *lp, const nxl_p
             return false;
     /* remote regions: only the distinct ones need checking, entries repeat them */
     const nxli_rregion_t *last = NULL;
+    if (rp->runs && !ridx) {
+        for (size_t k = 0; k < rp->nruns && rp->runs[k].first < n; k++)
+            if (!((const nxli_rregion_t *)rp->runs[k].region)->rkey[i])
+                return false;
+        return true;
+    }
     for (size_t k = 0; k < n; k++) {
-        const nxli_rregion_t *g = rp->e[ridx ? ridx[k] : k].region;
+        const nxli_rregion_t *g = pent_at(rp, ridx ? ridx[k] : k).region;
         if (g != last && !g->rkey[i])
             return false;
         last = g;
@@ -302,6 +550,50 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
                               const size_t *lidx, nxl_prepped_t *rp, const size_t *ridx, size_t n,
                               const nxl_xfer_opts_t *opts, nxl_xfer_t **out);
 
+/* A transfer of elements 0 .. n-1 of two strided lists, checked run by
+ * run: the runs of both sides walked together, each stretch where one
+ * local run meets one remote run checked once (lengths, revoked remote
+ * regions); its bytes into *bytes */
+static nxl_status_t strided_check(nxl_agent_t *a, const char *fn, const nxl_prepped_t *lp,
+                                  const nxl_prepped_t *rp, size_t n, uint64_t *bytes)
+{
+    size_t i = 0, li = 0, ri = 0;
+    *bytes = 0;
+    while (i < n) {
+        const nxli_srun_t *l = &lp->runs[li], *r = &rp->runs[ri];
+        const nxli_rregion_t *rg = r->region;
+        if (rg->revoked) {
+            nxli_err(a, "%s: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
+                        "deregistered after the list was prepared", fn, i, nxl_mem_name(rg->type),
+                     (unsigned long)rg->addr, rg->len, rp->remote->name);
+            return NXL_ERR_NOT_FOUND;
+        }
+        if (l->len != r->len) {
+            nxli_err(a, "%s: element %zu pairs %zu local bytes with %zu remote bytes "
+                        "(strided lists %zu and %zu)", fn, i, l->len, r->len, li, ri);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        size_t lend = l->first + l->n, rend = r->first + r->n;
+        size_t next = lend < rend ? lend : rend;
+        if (next > n)
+            next = n;
+        *bytes += (uint64_t)(next - i) * l->len;
+        i = next;
+        li += i == lend;
+        ri += i == rend;
+    }
+    return NXL_SUCCESS;
+}
+
+/* a strided list's runs for a transfer, with the sentinel */
+static nxli_srun_t *runs_copy(const nxl_prepped_t *p)
+{
+    nxli_srun_t *v = malloc((p->nruns + 1) * sizeof(*v));
+    if (v)
+        memcpy(v, p->runs, (p->nruns + 1) * sizeof(*v));
+    return v;
+}
+
 nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const size_t *lidx,
                            nxl_prepped_t *rp, const size_t *ridx, size_t n,
                            const nxl_xfer_opts_t *opts, nxl_xfer_t **out)
@@ -310,7 +602,10 @@ nxl_status_t nxl_xfer_make(nxl_agent_t *a, nxl_op_t op, nxl_prepped_t *lp, const
     if (a && nxli_thread_foreign(a)) {
         /* on the caller's thread as nxl_prep() (a notification asks the
          * relay's transports: the reactor's) */
-        if (n <= NXLI_FOREIGN_MAX && (!opts || !opts->notif) && nxli_foreign_begin(a)) {
+        bool strided = lp && rp && !lidx && !ridx && lp->runs && rp->runs &&
+                       lp->nruns + rp->nruns <= NXLI_FOREIGN_MAX; /* work per run, not per element */
+        if ((n <= NXLI_FOREIGN_MAX || strided) && (!opts || !opts->notif) &&
+            nxli_foreign_begin(a)) {
             st = make_impl(a, "nxl_xfer_make", op, lp, lidx, rp, ridx, n, opts, out);
             nxli_foreign_end(a);
             if (st == NXL_SUCCESS)
@@ -352,25 +647,38 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
                  opts->size);
         return NXL_ERR_INVALID_PARAM;
     }
-    for (size_t i = 0; i < n; i++) {
+    bool strided = !lidx && !ridx && lp->runs && rp->runs;
+    if (strided && (n > lp->n || n > rp->n)) {
+        nxli_err(a, "%s: element %zu names index %zu of a list of %zu", fn, n - 1, n - 1,
+                 n > lp->n ? lp->n : rp->n);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    for (size_t i = 0; i < n && !strided; i++) {
         size_t li = lidx ? lidx[i] : i, ri = ridx ? ridx[i] : i;
         if (li >= lp->n || ri >= rp->n) {
             nxli_err(a, "%s: element %zu names index %zu of a list of %zu", fn, i,
                      li >= lp->n ? li : ri, li >= lp->n ? lp->n : rp->n);
             return NXL_ERR_INVALID_PARAM;
         }
-        const nxli_rregion_t *rg = rp->e[ri].region;
+        nxli_pent_t le = pent_at(lp, li), re = pent_at(rp, ri);
+        const nxli_rregion_t *rg = re.region;
         if (rg->revoked) {
             nxli_err(a, "%s: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
                         "deregistered after the list was prepared", fn, i, nxl_mem_name(rg->type),
                      (unsigned long)rg->addr, rg->len, rp->remote->name);
             return NXL_ERR_NOT_FOUND;
         }
-        if (lp->e[li].len != rp->e[ri].len) {
+        if (le.len != re.len) {
             nxli_err(a, "%s: element %zu pairs %zu local bytes with %zu remote bytes", fn,
-                     i, lp->e[li].len, rp->e[ri].len);
+                     i, le.len, re.len);
             return NXL_ERR_INVALID_PARAM;
         }
+    }
+    uint64_t bytes = 0;
+    if (strided) {
+        nxl_status_t st = strided_check(a, fn, lp, rp, n, &bytes);
+        if (st != NXL_SUCCESS)
+            return st;
     }
     nxl_backend_t *b = opts ? opts->backend : NULL;
     if (b) {
@@ -397,10 +705,14 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
             return st;
     }
     nxl_xfer_t *x = calloc(1, sizeof(*x));
-    if (!x || !(x->iov = big_alloc(a, n + 1, sizeof(*x->iov))) ||
+    if (!x || (strided ? !(x->lruns = runs_copy(lp)) || !(x->rruns = runs_copy(rp))
+                       : !(x->iov = big_alloc(a, n + 1, sizeof(*x->iov)))) ||
         !(x->lregs = calloc(lp->nlregs + 1, sizeof(*x->lregs)))) {
-        if (x)
+        if (x) {
             big_free(a, x->iov);
+            free(x->lruns);
+            free(x->rruns);
+        }
         free(x);
         nxli_err(a, "%s: out of memory for %zu elements", fn, n);
         return NXL_ERR_UNKNOWN;
@@ -419,21 +731,40 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
         if (st != NXL_SUCCESS) {
             free(x->lregs);
             big_free(a, x->iov);
+            free(x->lruns);
+            free(x->rruns);
             free(x);
             return st;
         }
     }
     int bi = b->index;
-    for (size_t i = 0; i < n; i++) {
-        const nxli_pent_t *le = &lp->e[lidx ? lidx[i] : i], *re = &rp->e[ridx ? ridx[i] : i];
-        const nxli_region_t *lg = le->region;
-        const nxli_rregion_t *rg = re->region;
-        x->iov[i].laddr = (void *)le->addr;
-        x->iov[i].lmd = lg->md[bi];
-        x->iov[i].raddr = re->addr;
-        x->iov[i].rkey = rg->rkey[bi];
-        x->iov[i].len = le->len;
-        x->bytes += le->len;
+    if (strided) {
+        x->nlruns = lp->nruns;
+        x->nrruns = rp->nruns;
+        x->bytes = bytes;
+    } else if (!lp->runs && !rp->runs) {
+        for (size_t i = 0; i < n; i++) {
+            const nxli_pent_t *le = &lp->e[lidx ? lidx[i] : i], *re = &rp->e[ridx ? ridx[i] : i];
+            const nxli_region_t *lg = le->region;
+            const nxli_rregion_t *rg = re->region;
+            x->iov[i].laddr = (void *)le->addr;
+            x->iov[i].lmd = lg->md[bi];
+            x->iov[i].raddr = re->addr;
+            x->iov[i].rkey = rg->rkey[bi];
+            x->iov[i].len = le->len;
+            x->bytes += le->len;
+        }
+    } else {
+        /* index lists into a strided list, or one with descriptors */
+        for (size_t i = 0; i < n; i++) {
+            nxli_pent_t le = pent_at(lp, lidx ? lidx[i] : i), re = pent_at(rp, ridx ? ridx[i] : i);
+            x->iov[i].laddr = (void *)le.addr;
+            x->iov[i].lmd = ((const nxli_region_t *)le.region)->md[bi];
+            x->iov[i].raddr = re.addr;
+            x->iov[i].rkey = ((const nxli_rregion_t *)re.region)->rkey[bi];
+            x->iov[i].len = le.len;
+            x->bytes += le.len;
+        }
     }
     /* the regions and the remote agent stay alive as long as the transfer */
     for (size_t k = 0; k < lp->nlregs; k++) {
@@ -535,7 +866,16 @@ static nxl_status_t check_revoked(nxl_xfer_t *x, const char *call)
         const nxli_rregion_t *g = r->gone[k];
         if (!g->rkey[bi])
             continue;
-        for (size_t i = 0; i < x->n; i++)
+        for (size_t k = 0; k < x->nrruns && x->rruns[k].first < x->n; k++)
+            if (((const nxli_rregion_t *)x->rruns[k].region)->rkey[bi] == g->rkey[bi]) {
+                nxli_err(x->agent, "%s: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
+                                   "deregistered; nothing was posted (prepare and make the "
+                                   "transfer again from regions it still has)", call,
+                         x->rruns[k].first, nxl_mem_name(g->type), (unsigned long)g->addr, g->len,
+                         r->name);
+                return NXL_ERR_NOT_FOUND;
+            }
+        for (size_t i = 0; x->iov && i < x->n; i++)
             if (x->iov[i].rkey == g->rkey[bi]) {
                 nxli_err(x->agent, "%s: element %zu uses %s region 0x%lx+%zu, which agent '%s' "
                                    "deregistered; nothing was posted (prepare and make the "
@@ -580,12 +920,25 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
         nxli_op_free(op);
         return st;
     }
+    /* a strided transfer's elements, for this call only (transports keep
+     * nothing of the array after post returns) */
+    nxlt_iov_t *iov = x->iov;
+    if (x->lruns) {
+        iov = a->thr ? malloc((x->n + 1) * sizeof(*iov)) : big_alloc(a, x->n + 1, sizeof(*iov));
+        if (!iov) {
+            nxli_op_free(op);
+            nxli_err(a, "nxl_xfer_post: out of memory for the %zu elements of a strided transfer",
+                     x->n);
+            return NXL_ERR_UNKNOWN;
+        }
+        runs_expand(x, iov);
+    }
     nxlt_xfer_t tx = {
         .op = x->op,
         .ltype = x->ltype,
         .rtype = x->rtype,
         .conn = x->remote->conn[x->backend->index],
-        .iov = x->iov,
+        .iov = iov,
         .n = x->n,
         .notif = relay ? NULL : x->notif,
         .notif_len = relay ? 0 : x->notif_len,
@@ -598,6 +951,12 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
     a->err[0] = 0;
     op->in_call = true;
     st = x->backend->ops->post(x->backend->state, op, &tx);
+    if (iov != x->iov) {
+        if (a->thr)
+            free(iov);
+        else
+            big_free(a, iov);
+    }
     if (st != NXL_SUCCESS) {
         if (!a->err[0])
             nxli_err(a, "nxl_xfer_post: %s could not post the transfer to '%s' (%s)",
@@ -800,6 +1159,8 @@ static void xfer_free(nxl_xfer_t *x)
     free(x->lregs);
     free(x->notif);
     big_free(x->agent, x->iov);
+    free(x->lruns);
+    free(x->rruns);
     free(x);
     NXLI_TUNLOCK(a);
 }
