@@ -322,9 +322,11 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
         return NXL_ERR_MISMATCH;
     }
     if (rp->remote->invalid) {
-        nxli_err(a, "%s: agent '%s' was invalidated; reload its metadata and prepare "
-                    "again", fn, rp->remote->name);
-        return NXL_ERR_NOT_FOUND;
+        /* an earlier incarnation of the agent: re-bound to the current one
+         * when every region is still there (peer.c) */
+        nxl_status_t st = nxli_prepped_rebind(rp, fn);
+        if (st != NXL_SUCCESS)
+            return st;
     }
     /* deadline_ms was appended: a caller built before it passes the size
      * that ends at it */
@@ -493,14 +495,12 @@ void nxl_xfer_set_deadline(nxl_xfer_t *x, unsigned ms)
         __atomic_store_n(&x->deadline_ms, ms, __ATOMIC_RELEASE);
 }
 
-static nxl_status_t check_peer(nxl_agent_t *a, nxli_remote_t *r, const char *call)
+/* The transfer's peer: still the one it was made against, or re-bound to
+ * its current incarnation (peer.c); NXL_ERR_REMOTE_DISCONNECT while it is
+ * down, NXL_ERR_NOT_FOUND when its regions are gone */
+static nxl_status_t check_peer(nxl_xfer_t *x, const char *call)
 {
-    if (r->invalid) {
-        nxli_err(a, "%s: agent '%s' was invalidated (it left, or its metadata was replaced); "
-                    "reload its metadata and make the transfer again", call, r->name);
-        return NXL_ERR_REMOTE_DISCONNECT;
-    }
-    return NXL_SUCCESS;
+    return x->remote->invalid ? nxli_xfer_rebind(x, call) : NXL_SUCCESS;
 }
 
 /* Regions the remote agent deregistered since the transfer was last
@@ -632,7 +632,7 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         *out = NULL;
     if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE))
         return refuse_repost(a);
-    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    nxl_status_t st = check_peer(x, "nxl_xfer_post");
     if (st == NXL_SUCCESS)
         st = check_revoked(x, "nxl_xfer_post");
     if (st != NXL_SUCCESS)
@@ -697,7 +697,7 @@ nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_
         *why = REPOST_SENTENCE;
         return NXL_ERR_REPOST_ACTIVE;
     }
-    if (check_peer(a, x->remote, "nxl_xfer_post") != NXL_SUCCESS ||
+    if (check_peer(x, "nxl_xfer_post") != NXL_SUCCESS ||
         check_revoked(x, "nxl_xfer_post") != NXL_SUCCESS)
         return NXL_ERR_UNKNOWN;
     return claim_new(x, cb, arg, out, why);
@@ -729,7 +729,7 @@ void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep)
 {
     nxl_agent_t *a = x->agent;
     nxli_future_attach(f);
-    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    nxl_status_t st = check_peer(x, "nxl_xfer_post");
     if (st == NXL_SUCCESS)
         st = check_revoked(x, "nxl_xfer_post");
     if (st == NXL_SUCCESS)
