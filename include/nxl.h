@@ -687,11 +687,13 @@ NXL_API nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const 
 NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                                  size_t cap);
 /**
- * Forgets a remote agent. Prepared lists and transfers naming it stay
- * valid handles until released, and transfers in flight finish, but posting
- * them again fails with NXL_ERR_REMOTE_DISCONNECT; preparing lists against
- * it, or making transfers from lists prepared before, fails with
- * NXL_ERR_NOT_FOUND. Load its metadata again to make new ones.
+ * Forgets a remote agent (a DOWN event; no recovery follows: see "Peer
+ * lifecycle"). Prepared lists and transfers naming it stay valid handles
+ * until released, and transfers in flight finish, but posting them again
+ * fails with NXL_ERR_REMOTE_DISCONNECT; preparing lists against it, or
+ * making transfers from lists prepared before, fails with
+ * NXL_ERR_NOT_FOUND, until its metadata is loaded again: then they are
+ * re-bound to it when its regions are still there.
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND.
  */
 NXL_API nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote);
@@ -785,8 +787,10 @@ NXL_API uint16_t nxl_agent_metrics_port(const nxl_agent_t *a);
  * expire on their own. Fetching a peer's metadata watches the peer's keys
  * afterwards: a new full metadata replaces what was known (a peer restarted
  * under the same name), and its deletion or expiry invalidates the peer —
- * transfers in flight to it complete with NXL_ERR_REMOTE_DISCONNECT. All of
- * it runs on the reactor through libcurl's multi interface. */
+ * transfers in flight to it complete with NXL_ERR_REMOTE_DISCONNECT (a DOWN
+ * event); with nxl_agent_config_t.peer_recovery, metadata it publishes
+ * again afterwards is loaded (BACK: see "Peer lifecycle"). All of it runs
+ * on the reactor through libcurl's multi interface. */
 
 /**
  * Publishes this agent's full metadata.
@@ -906,9 +910,11 @@ NXL_API void nxl_xfer_set_deadline(nxl_xfer_t *x, unsigned ms);
  * @param [in]  cb   completion callback (may be NULL)
  * @param [out] out  the future (may be NULL: released after the callback)
  * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);
- *         NXL_ERR_REMOTE_DISCONNECT (the peer is known dead);
+ *         NXL_ERR_REMOTE_DISCONNECT (the peer is down: the transfer is
+ *         re-bound when it is back, see "Peer lifecycle");
  *         NXL_ERR_NOT_FOUND (the remote agent said it deregistered a region
- *         the transfer uses); NXL_ERR_BACKEND. On error nothing started.
+ *         the transfer uses, or came back as a new incarnation without it:
+ *         the sentence names the element); NXL_ERR_BACKEND. On error nothing started.
  *         A transfer into a region the target deregistered before this
  *         agent heard of it completes with an error status where the
  *         transport can tell (doc/security.md, "Remote access").
