@@ -541,6 +541,8 @@ void nxli_peer_loaded(nxl_agent_t *a, nxli_remote_t *r, bool had_old, bool new_i
 void nxli_peer_down(nxl_agent_t *a, const char *name, const char *why, bool by_app);
 /* where nxl_md_fetch (host, port) or etcd (host NULL) found it */
 void nxli_peer_origin(nxl_agent_t *a, const char *name, const char *host, uint16_t port);
+/* is the peer down, lost rather than invalidated by the application? */
+bool nxli_peer_lost(nxl_agent_t *a, const char *name);
 /* etcd: is the peer down and waited for (its new metadata is loaded)? */
 bool nxli_peer_awaited(nxl_agent_t *a, const char *name);
 /* re-binding to the peer's current incarnation: NXL_SUCCESS (bound, or

@@ -206,6 +206,12 @@ void nxli_peer_origin(nxl_agent_t *a, const char *name, const char *host, uint16
     }
 }
 
+bool nxli_peer_lost(nxl_agent_t *a, const char *name)
+{
+    const nxli_peer_t *p = peer_find(a, name);
+    return p && p->down && !p->app_down;
+}
+
 bool nxli_peer_awaited(nxl_agent_t *a, const char *name)
 {
     const nxli_peer_t *p = peer_find(a, name);

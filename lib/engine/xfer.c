@@ -837,6 +837,12 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         return NXL_ERR_INVALID_PARAM;
     }
     nxli_remote_t *r = nxli_remote_get(a, remote);
+    if (!r && nxli_peer_lost(a, remote)) {
+        /* known, and lost (DOWN): as a transfer's post is refused */
+        nxli_err(a, "nxl_notif_send: agent '%s' is down (lost): nothing was sent; it can be "
+                    "sent again once the agent is back (nxl_agent_on_peer(): BACK)", remote);
+        return NXL_ERR_REMOTE_DISCONNECT;
+    }
     if (!r)
         return NXL_ERR_NOT_FOUND;
     nxl_backend_t *b = NULL;
