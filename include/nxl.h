@@ -688,7 +688,8 @@ NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, c
                                  size_t cap);
 /**
  * Forgets a remote agent (a DOWN event; no recovery follows: see "Peer
- * lifecycle"). Prepared lists and transfers naming it stay valid handles
+ * lifecycle"; a peer already lost is given up: NXL_SUCCESS, no event, its
+ * recovery stops). Prepared lists and transfers naming it stay valid handles
  * until released, and transfers in flight finish, but posting them again
  * fails with NXL_ERR_REMOTE_DISCONNECT; preparing lists against it, or
  * making transfers from lists prepared before, fails with
@@ -1084,7 +1085,8 @@ NXL_API size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
  *   the application decides whether to post it again.
  * - Recovery (nxl_agent_config_t.peer_recovery, on by default): after a
  *   DOWN that the application did not cause itself (its own
- *   nxl_md_invalidate() call), a peer fetched with nxl_md_fetch() is
+ *   nxl_md_invalidate() call, which also gives up a peer already lost
+ *   and stops its recovery), a peer fetched with nxl_md_fetch() is
  *   fetched again from that address, first after 50 ms, then after twice
  *   as long each time up to 2 s, each delay drawn between half and all of
  *   it (jitter), until it answers (BACK) or the agent is destroyed; a peer

@@ -254,15 +254,17 @@ START_TEST(t_events_rebind)
 END_TEST
 
 /* Recovery off: a DOWN that the peer caused (it said it leaves) is not
- * followed by fetches; on, it is fetched again and comes BACK. */
+ * followed by fetches; on, it is fetched again and comes BACK; on, but the
+ * application invalidates the peer lost (mode 2), it stops. */
 START_TEST(t_recovery_option)
 {
-    for (int on = 0; on < 2; on++) {
+    for (int mode = 0; mode < 3; mode++) {
+        int on = mode == 1;
         memset(&E, 0, sizeof(E));
         nxl_agent_config_t c;
         tl_config(&c, "I", 0);
         ck_assert_int_eq(c.peer_recovery, 1); /* the default */
-        c.peer_recovery = on;
+        c.peer_recovery = mode > 0;
         nxl_agent_t *i = tl_agent_cfg(&c, 1);
         nxl_agent_on_peer(i, on_peer, NULL);
         nxl_agent_t *t = tl_agent("T", 1);
@@ -274,6 +276,10 @@ START_TEST(t_recovery_option)
         turn2(i, t, 5);
         ck_assert_str_eq(E.seq, "UD");
         ck_sentence(E.why, "leaves");
+        if (mode == 2) { /* given up: no event, the recovery stops */
+            ck_assert_int_eq(nxl_md_invalidate(i, "T"), NXL_SUCCESS);
+            ck_assert_int_eq(nxl_md_invalidate(i, "T"), NXL_ERR_NOT_FOUND);
+        }
         turn2(i, t, 1000);
         ck_assert_str_eq(E.seq, on ? "UDB" : "UD");
         ck_assert_int_eq(nxl_md_check(i, "T"), on ? NXL_SUCCESS : NXL_ERR_NOT_FOUND);

@@ -541,6 +541,9 @@ void nxli_peer_loaded(nxl_agent_t *a, nxli_remote_t *r, bool had_old, bool new_i
 void nxli_peer_down(nxl_agent_t *a, const char *name, const char *why, bool by_app);
 /* where nxl_md_fetch (host, port) or etcd (host NULL) found it */
 void nxli_peer_origin(nxl_agent_t *a, const char *name, const char *host, uint16_t port);
+/* the application invalidates a peer lost (down, not by its own
+ * invalidation): given up, its recovery stops; false when it is not one */
+bool nxli_peer_forget(nxl_agent_t *a, const char *name);
 /* is the peer down, lost rather than invalidated by the application? */
 bool nxli_peer_lost(nxl_agent_t *a, const char *name);
 /* etcd: is the peer down and waited for (its new metadata is loaded)? */

@@ -245,6 +245,8 @@ nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote)
 nxl_status_t nxli_md_invalidate(nxl_agent_t *a, const char *remote, bool by_app)
 {
     nxli_remote_t *r = remote ? nxli_remote_find(a, remote) : NULL;
+    if (!r && remote && by_app && nxli_peer_forget(a, remote))
+        return NXL_SUCCESS; /* lost already: the application gives it up */
     if (!r) {
         nxli_err(a, "nxl_md_invalidate: agent '%s' knows no agent '%s'", a->name,
                  remote ? remote : "(null)");

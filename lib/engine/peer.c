@@ -206,6 +206,17 @@ void nxli_peer_origin(nxl_agent_t *a, const char *name, const char *host, uint16
     }
 }
 
+bool nxli_peer_forget(nxl_agent_t *a, const char *name)
+{
+    nxli_peer_t *p = peer_find(a, name);
+    if (!p || !p->down || p->app_down)
+        return false;
+    p->app_down = true;
+    recovery_stop(p);
+    nxli_log(a, NXL_LOG_INFO, "peer '%s', lost, given up (nxl_md_invalidate)", name);
+    return true;
+}
+
 bool nxli_peer_lost(nxl_agent_t *a, const char *name)
 {
     const nxli_peer_t *p = peer_find(a, name);
