@@ -577,8 +577,11 @@ static void restarts(int ci, bool etcd)
     char label[64];
     snprintf(label, sizeof(label), "%s%s", R.c->label, etcd ? " etcd" : "");
     if (etcd) {
-        if (!tl_etcd_binary()) {
-            printf("SKIP: restarts: %s: no etcd binary\n", label);
+        nxl_build_info_t bi = {.size = sizeof(bi)};
+        nxl_build_info(&bi);
+        if (!strstr(bi.options, "etcd=yes") || !tl_etcd_binary()) {
+            printf("SKIP: restarts: %s: %s\n", label,
+                   tl_etcd_binary() ? "libnxl built without etcd" : "no etcd binary");
             return;
         }
         ck_assert_msg(tl_etcd_start(&R.etcd) == 0, "etcd did not start (see %s/etcd.log)",
