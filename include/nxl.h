@@ -1052,7 +1052,8 @@ NXL_API size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
  *   other regions: some added (partial metadata too), removed or moved.
  *   A reload that changes nothing gives no event.
  * - DOWN: lost, with a status and a sentence: a transport reported it
- *   unreachable (a transfer to it failed with NXL_ERR_REMOTE_DISCONNECT),
+ *   unreachable (a transfer to it failed with NXL_ERR_REMOTE_DISCONNECT,
+ *   or the transport refused a post or a notification with it),
  *   it was invalidated (nxl_md_invalidate(), or the peer's
  *   nxl_md_send_invalidate()), its etcd keys were deleted or their lease
  *   expired, or a new incarnation replaced it (DOWN, then BACK at once).

@@ -40,7 +40,7 @@ static void deliver_cb(nxlt_timer_t *t, void *arg)
             nxli_deliver_turn(a);
         }
     }
-    if (!STAILQ_EMPTY(&a->pevents))
+    if (!STAILQ_EMPTY(&a->pevents) || a->suspects)
         nxli_peer_deliver(a);
 }
 

@@ -252,12 +252,11 @@ static void settle(nxl_future_t *f)
         f->owner = NULL;
         /* the transport found the peer unreachable: it is DOWN (its other
          * transfers in flight fail too), unless it was already replaced
-         * or lost; a thread acting for the reactor leaves it to the next
-         * post's failure on the reactor */
-        if (f->status == NXL_ERR_REMOTE_DISCONNECT && !x->remote->invalid &&
-            !x->remote->self && !f->agent->acting)
-            nxli_remote_lost(f->agent, x->remote->name,
-                             f->err ? f->err : "a transfer to it failed: remote disconnected");
+         * or lost */
+        if (f->status == NXL_ERR_REMOTE_DISCONNECT && !x->remote->invalid && !x->remote->self)
+            nxli_peer_unreachable(f->agent, x->remote,
+                                  f->err ? f->err : "a transfer to it failed: remote "
+                                                    "disconnected");
     }
 }
 

@@ -134,6 +134,15 @@ typedef struct nxli_peer {
     LIST_ENTRY(nxli_peer) link;
 } nxli_peer_t;
 
+/* a peer a transfer found unreachable while a foreign thread acted for
+ * the reactor: marked DOWN by the reactor's next delivery (peer.c) */
+typedef struct nxli_suspect {
+    struct nxli_suspect *next;
+    uint64_t boot;          /* the incarnation that failed */
+    char *why;
+    char name[];
+} nxli_suspect_t;
+
 /* one peer event waiting for delivery */
 typedef struct nxli_pevent {
     nxl_peer_event_t ev;
@@ -379,6 +388,8 @@ struct nxl_agent {
     STAILQ_HEAD(, nxli_pevent) pevents; /* waiting for delivery */
     nxl_peer_cb peer_cb;
     void *peer_arg;
+    nxli_suspect_t *suspects;   /* peers to mark DOWN on the reactor */
+    nxl_future_t *unposted;     /* a post the transport refused: not failed by the loss */
 };
 
 /* util.c */
@@ -533,6 +544,9 @@ void nxli_peer_init(nxl_agent_t *a);
 void nxli_peer_cleanup(nxl_agent_t *a);
 /* events: delivered by the agent's delivery (deliver_cb) */
 void nxli_peer_deliver(nxl_agent_t *a);
+/* a transfer to r failed with NXL_ERR_REMOTE_DISCONNECT: r is lost (on a
+ * thread acting for the reactor, by the reactor's next delivery) */
+void nxli_peer_unreachable(nxl_agent_t *a, nxli_remote_t *r, const char *why);
 /* r (name, boot) was loaded: replacing old (NULL: none), or merged into
  * it (merged); changed: its regions differ from what was known */
 void nxli_peer_loaded(nxl_agent_t *a, nxli_remote_t *r, bool had_old, bool new_inc,

@@ -219,7 +219,7 @@ static void remote_lost_locked(nxl_agent_t *a, const char *name, const char *why
         return;
     nxl_xfer_t *x;
     LIST_FOREACH(x, &a->xfers, link)
-    if (x->remote == r && x->active)
+    if (x->remote == r && x->active && x->active != a->unposted)
         nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT, why);
     a->st.peers_lost++;
     char who[NXLI_NAME_MAX];

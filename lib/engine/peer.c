@@ -13,6 +13,8 @@
 #define RETRY_FIRST_MS 50
 #define RETRY_MAX_MS 2000
 
+static void suspects_run(nxl_agent_t *a, bool act);
+
 static nxli_peer_t *peer_find(nxl_agent_t *a, const char *name)
 {
     nxli_peer_t *p;
@@ -56,6 +58,7 @@ void nxli_peer_cleanup(nxl_agent_t *a)
         STAILQ_REMOVE_HEAD(&a->pevents, link);
         free(e);
     }
+    suspects_run(a, false);
 }
 
 /* ---- events */
@@ -100,6 +103,7 @@ static void emit(nxl_agent_t *a, nxli_peer_t *p, nxl_peer_kind_t kind, const cha
 
 void nxli_peer_deliver(nxl_agent_t *a)
 {
+    suspects_run(a, true);
     /* the events queued before this pass; one a callback raises waits for
      * the next turn (emit started a timer for it) */
     STAILQ_HEAD(, nxli_pevent) batch = STAILQ_HEAD_INITIALIZER(batch);
@@ -126,6 +130,47 @@ void nxl_agent_on_peer(nxl_agent_t *a, nxl_peer_cb cb, void *arg)
     a->peer_arg = arg;
     if (cb && !STAILQ_EMPTY(&a->pevents))
         nxlt_timer_activate(a->ev_deliver);
+}
+
+/* ---- transfers that found the peer unreachable */
+
+void nxli_peer_unreachable(nxl_agent_t *a, nxli_remote_t *r, const char *why)
+{
+    if (!a->acting) {
+        /* why may be the agent's error, which completions overwrite */
+        char w[NXLI_ERR_MAX], name[NXLI_NAME_MAX];
+        snprintf(w, sizeof(w), "%s", why);
+        snprintf(name, sizeof(name), "%s", r->name);
+        nxli_remote_lost(a, name, w);
+        snprintf(a->err, sizeof(a->err), "%s", w);
+        return;
+    }
+    /* a foreign thread settles its call's futures: the peer's other
+     * transfers and the events are the reactor's, on its next delivery */
+    size_t nl = strlen(r->name) + 1;
+    nxli_suspect_t *s = malloc(sizeof(*s) + nl);
+    if (!s || !(s->why = strdup(why))) {
+        free(s);
+        return; /* the next failure on the reactor marks it */
+    }
+    memcpy(s->name, r->name, nl);
+    s->boot = r->boot;
+    s->next = a->suspects;
+    a->suspects = s;
+    nxlt_timer_activate(a->ev_deliver);
+}
+
+static void suspects_run(nxl_agent_t *a, bool act)
+{
+    nxli_suspect_t *s;
+    while ((s = a->suspects)) {
+        a->suspects = s->next;
+        nxli_remote_t *r = act ? nxli_remote_find(a, s->name) : NULL;
+        if (r && r->boot == s->boot) /* not replaced meanwhile */
+            nxli_remote_lost(a, s->name, s->why);
+        free(s->why);
+        free(s);
+    }
 }
 
 /* ---- recovery */

@@ -588,6 +588,15 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
         /* the future is the caller's to discard or to fail */
         op->future = NULL;
         f->op = NULL;
+        /* the transport knows the peer unreachable (its connection failed
+         * before): the peer is DOWN, as when a transfer in flight fails;
+         * this post, which starts nothing, is not among the transfers in
+         * flight that the loss fails */
+        if (st == NXL_ERR_REMOTE_DISCONNECT && !x->remote->invalid && !x->remote->self) {
+            a->unposted = f;
+            nxli_peer_unreachable(a, x->remote, a->err);
+            a->unposted = NULL;
+        }
     } else {
         /* counted before a report held from inside post (it takes effect
          * only at nxli_op_call_end) completes it */
@@ -865,10 +874,12 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
     a->err[0] = 0;
     op->in_call = true;
     nxl_status_t st = b->ops->notif_send(b->state, op, r->conn[b->index], msg, len);
-    nxli_remote_put(r);
     if (st != NXL_SUCCESS && !a->err[0])
         nxli_err(a, "nxl_notif_send: %s could not send to '%s' (%s)", b->ops->name, remote,
                  nxl_strerror(st));
+    if (st == NXL_ERR_REMOTE_DISCONNECT && !r->invalid && !r->self)
+        nxli_peer_unreachable(a, r, a->err); /* DOWN, as for a transfer */
+    nxli_remote_put(r);
     st = nxli_op_call_end(op, st);
     if (st != NXL_SUCCESS)
         return st;
