@@ -724,6 +724,88 @@ START_TEST(t_restarts)
 }
 END_TEST
 
+/* A threaded initiator whose application thread posts without callbacks
+ * (the posts run on that thread while the reactor sleeps): the target
+ * killed, the failure seen there (UCX refuses the post: the connection
+ * failed before) still makes the peer DOWN, on the reactor; started
+ * again, it comes BACK and the same transfer works. */
+static int events_seen(void)
+{
+    return (int)__atomic_load_n(&E.n, __ATOMIC_ACQUIRE);
+}
+
+/* posts x whenever it is idle until cond() or ms passed; the successes */
+static int post_idle(nxl_xfer_t *x, int (*cond)(int ok), int ms)
+{
+    int ok = 0;
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    bool posted = false;
+    while (!cond(ok) && tl_now_ms() < end) {
+        nxl_status_t st = nxl_xfer_status(x);
+        if (st == NXL_IN_PROG) {
+            usleep(100);
+            continue;
+        }
+        ok += posted && st == NXL_SUCCESS;
+        posted = nxl_xfer_post(x, NULL, NULL, NULL) == NXL_SUCCESS;
+        if (!posted)
+            usleep(1000);
+    }
+    return ok;
+}
+
+static int three_ok(int ok) { return ok >= 3; }
+static int down_seen(int ok) { (void)ok; return events_seen() >= 2; }
+static int one_ok(int ok) { return ok >= 1; }
+
+START_TEST(t_threaded_killed)
+{
+    R = (typeof(R)){0};
+    memset(&E, 0, sizeof(E));
+    R.c = &confs[R.ci = 0];
+    const char *why = missing(R.c);
+    if (why) {
+        printf("SKIP: threaded_killed: %s\n", why);
+        return;
+    }
+    ck_assert(pipe(R.rfd) == 0);
+    spawn(0);
+    nxl_agent_config_t cfg;
+    tl_config(&cfg, "I", 0);
+    cfg.threaded = 1;
+    nxl_agent_t *a = tl_agent_cfg(&cfg, 0);
+    ck_assert_msg(make_backend(a, R.c) == NXL_SUCCESS, "%s", nxl_agent_last_error(a));
+    nxl_agent_on_peer(a, on_peer, NULL);
+    unsigned char *lbuf = tl_xalloc(WLEN);
+    tl_reg_dram(a, lbuf, WLEN);
+    nxl_future_t *f;
+    ck_assert(nxl_md_fetch(a, "T", "127.0.0.1", R.port, NULL, NULL, &f) == NXL_SUCCESS);
+    ck_assert_msg(nxl_future_wait(f, 10000) == NXL_SUCCESS, "fetch: %s", nxl_future_error(f));
+    nxl_future_release(f);
+    nxl_desc_t ld = {.addr = (uintptr_t)lbuf, .len = WLEN}, rd = {.addr = (uintptr_t)TADDR,
+                                                                   .len = WLEN};
+    nxl_dlist_t l = {NXL_DRAM, &ld, 1}, r = {NXL_DRAM, &rd, 1};
+    nxl_xfer_t *x;
+    ck_assert(nxl_xfer_create(a, NXL_WRITE, &l, &r, "T", NULL, &x) == NXL_SUCCESS);
+    ck_assert_int_ge(post_idle(x, three_ok, 10000), 3);
+    kill(R.pid, SIGKILL);
+    waitpid(R.pid, NULL, 0);
+    post_idle(x, down_seen, 20000);
+    ck_assert_msg(events_seen() == 2, "events %s", E.seq);
+    spawn(0);
+    ck_assert_int_ge(post_idle(x, one_ok, 20000), 1);
+    ck_assert_str_eq(E.seq, "UDB");
+    ck_assert_int_eq(E.bad, 0);
+    nxl_xfer_release(x);
+    kill(R.pid, SIGKILL);
+    waitpid(R.pid, NULL, 0);
+    nxl_agent_destroy(a);
+    free(lbuf);
+    close(R.rfd[0]);
+    close(R.rfd[1]);
+}
+END_TEST
+
 /* with etcd discovery, over UCX */
 START_TEST(t_restarts_etcd)
 {
@@ -742,6 +824,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, t_restarts, 0, (int)NCONFS);
     tcase_add_test(tc, t_restarts_etcd);
+    tcase_add_test(tc, t_threaded_killed);
     suite_add_tcase(s, tc);
     return tl_run(s);
 }
