@@ -204,6 +204,42 @@ typedef enum nxl_mem {
     NXL_MEM_TYPES
 } nxl_mem_t;
 
+/**
+ * A flag OR'ed into the memory type of a local descriptor list
+ * (nxl_dlist_t.type, or the type argument of nxl_prep()): lazy
+ * registration. A DRAM descriptor that no region the application
+ * registered holds is registered on first use, through the agent's cache
+ * of such registrations, instead of failing with NXL_ERR_NOT_FOUND. The
+ * agent option nxl_agent_config_t.auto_register does the same for every
+ * local DRAM list. Host memory (DRAM) only: with another type the list is
+ * refused (NXL_ERR_INVALID_PARAM); a list of a remote agent ignores it.
+ *
+ * The cache registers, with every transport of the agent that serves
+ * DRAM, the pages around each run of the list's descriptors that lie
+ * outside registered memory, and keeps them for the next lists. Its
+ * entries are the agent's own: they are not in the metadata, so peers
+ * never reach them. Each entry is held by the prepared lists and
+ * transfers that use it and is never deregistered while one holds it.
+ * The cache is bounded by nxl_agent_config_t.auto_register_limit: before
+ * an entry is added, idle entries are deregistered, least recently used
+ * first, until it fits (entries in use are not: the cache exceeds the
+ * limit only while the entries in use alone exceed it).
+ *
+ * Memory unmapped and mapped again at the same address (munmap, mmap
+ * MAP_FIXED, free() returning memory to the system) is other memory: the
+ * cache learns of each unmap from UCX's memory hooks (libucm, with UCX in
+ * the process) and drops the entries it touched before the next lookup,
+ * so that a transfer moves the bytes mapped now. Where no such events are
+ * to be had (no UCX transport loaded, UCX_MEM_EVENTS=no, or
+ * NXL_AUTO_REGISTER_EVENTS=0 in the environment), an entry is reused only
+ * while a prepared list or transfer holds it, and re-registered
+ * otherwise. Either way, memory must stay mapped while a prepared list or
+ * transfer that uses it exists, as registered memory must. Counters:
+ * nxl_stats_t.autoreg_*. Added after NXL_VERSION_NUM 100: an older
+ * library refuses the flag with NXL_ERR_INVALID_PARAM.
+ */
+#define NXL_DESC_AUTO_REGISTER 0x100
+
 /** @return "DRAM", "VRAM", "BLK", "OBJ", "FILE", or "?" */
 NXL_API const char *nxl_mem_name(nxl_mem_t t);
 
@@ -315,6 +351,14 @@ typedef struct nxl_agent_config {
      * anything else makes nxl_agent_create() fail with
      * NXL_ERR_INVALID_PARAM. */
     int loop;
+    /** 1: every local DRAM list registers on first use what no region
+     * holds, as with NXL_DESC_AUTO_REGISTER. 0 (default): $NXL_AUTO_REGISTER
+     * ("1": on), else only lists with the flag. -1: only lists with the flag. */
+    int auto_register;
+    /** Bytes of host memory the lazy registrations keep (0:
+     * $NXL_AUTO_REGISTER_LIMIT, a number of bytes with an optional suffix
+     * k, m or g; else 4 GiB). See NXL_DESC_AUTO_REGISTER. */
+    size_t auto_register_limit;
     /** Automatic recovery of lost peers (see "Peer lifecycle" below): 1
      * (nxl_agent_config_init() sets it) finds a peer that went DOWN again,
      * by fetching its metadata again from the address nxl_md_fetch() got it
@@ -767,6 +811,14 @@ typedef struct nxl_stats {
     uint64_t notifs_dropped;     /**< received while max_queued_notifs were waiting */
     uint64_t md_clients_refused; /**< listener connections closed by a bound or a timeout */
     uint64_t md_auth_refused;    /**< frames refused: unsigned, tampered, replayed, other key */
+    /* Lazy registration (NXL_DESC_AUTO_REGISTER), appended: a caller built
+     * before them passes the size that ends at autoreg_registered. */
+    uint64_t autoreg_registered; /**< ranges registered on first use */
+    uint64_t autoreg_reused;     /**< lazy lists prepared without registering anything */
+    uint64_t autoreg_evicted;    /**< idle ranges deregistered for the size limit (LRU) */
+    uint64_t autoreg_invalidated; /**< ranges dropped: their memory was unmapped, or (no
+                                       memory events) they were idle */
+    uint64_t autoreg_bytes;      /**< gauge: bytes the lazy registrations hold now */
 } nxl_stats_t;
 
 /**
@@ -826,10 +878,14 @@ NXL_API void nxl_free(void *p);
  * Resolves a descriptor list once against registered regions: this
  * agent's own when @p agent is NULL, a loaded remote agent's otherwise (this
  * agent's own name gives loopback transfers within the agent).
+ * A local DRAM list with NXL_DESC_AUTO_REGISTER in @p type (or of an agent
+ * with auto_register) registers on first use what no region holds.
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (unknown agent, or a descriptor
  *         outside every registered region, or in one its agent has since
  *         deregistered: nothing is created); NXL_ERR_INVALID_PARAM (a DRAM
- *         or VRAM descriptor of length 0).
+ *         or VRAM descriptor of length 0; NXL_DESC_AUTO_REGISTER on a
+ *         local list of another type); with lazy registration, what a
+ *         transport answers to registering it (NXL_ERR_BACKEND).
  */
 NXL_API nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out);

@@ -11,7 +11,8 @@
  * is not — and move every byte right; a notification comes after its
  * data; a target killed mid-transfer fails it; a kernel that refuses
  * (seccomp here) sends the transfer back to UCX; bounds and revocation
- * are still refused. */
+ * are still refused. A target's process is watched with cross-memory
+ * attach off or refused too: its death is noticed at once. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -234,6 +235,8 @@ static void xread(int fd, void *p, size_t n)
     }
 }
 
+static int peer_cma_off; /* the next peer_start()'s target has cma=off */
+
 static peer_t peer_start(size_t len, uint32_t seed)
 {
     int c[2], r[2];
@@ -245,7 +248,14 @@ static peer_t peer_start(size_t len, uint32_t seed)
         close(c[1]);
         close(r[0]);
         T.ans = r[1];
-        T.a = tl_agent("T", 0);
+        if (peer_cma_off) {
+            T.a = tl_agent_bare("T", 0);
+            nxl_param_t off = {"cma", "off"};
+            if (nxl_backend_create(T.a, "UCX", &off, 1, NULL) != NXL_SUCCESS)
+                _exit(6);
+        } else {
+            T.a = tl_agent("T", 0);
+        }
         T.len = len;
         T.buf = malloc(len);
         tl_fill(T.buf, len, seed);
@@ -659,6 +669,54 @@ START_TEST(t_cma_refused)
 }
 END_TEST
 
+/* An idle target killed, with cross-memory attach not used: cma=off here
+ * (0), cma=off at the target (1), refused at connection (2: seccomp, as
+ * ptrace rules would; its identity unproved). Its process is watched all
+ * the same: the connection fails at once, not by UCX's keepalive (30 s
+ * here), and the next WRITE says that it exited. */
+START_TEST(t_pid_watched)
+{
+    size_t len = 1 << 20;
+    peer_cma_off = _i == 1;
+    peer_t p = peer_start(len, 5);
+    peer_cma_off = 0;
+    nxl_param_t prm[2] = {{"keepalive", "30s"}, {"cma", "off"}};
+    unsigned char *buf = malloc(len);
+    tl_fill(buf, len, 7);
+    if (_i == 2)
+        deny_cma();
+    nxl_agent_t *A = initiator_to(&p, prm, _i == 0 ? 2 : 1, buf, len);
+    ck_assert_msg(_i != 2 || count(logbuf, "refused at connection") == 1, "%s", logbuf);
+    nxl_xfer_t *x = write_to(A, &p, buf, len);
+    ndone = 0;
+    ck_assert_int_eq(nxl_xfer_post(x, st_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(tl_run_until(A, &ndone, 1, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    kill(p.pid, SIGKILL);
+    int ws;
+    ck_assert(waitpid(p.pid, &ws, 0) == p.pid);
+    uint64_t t0 = tl_now_ms();
+    while (!strstr(logbuf, "exited") && tl_now_ms() - t0 < 5000)
+        nxl_agent_run_once(A, 10);
+    uint64_t took = tl_now_ms() - t0;
+    ck_assert_msg(took < 1000, "the target's exit was noticed after %llu ms:\n%s",
+                  (unsigned long long)took, logbuf);
+    ndone = 0;
+    nxl_status_t st = nxl_xfer_post(x, st_cb, NULL, NULL);
+    if (st == NXL_SUCCESS) {
+        ck_assert(tl_run_until(A, &ndone, 1, 10000));
+        st = last_st;
+        ck_sentence(last_err, "exited");
+    }
+    ck_assert_int_eq(st, NXL_ERR_REMOTE_DISCONNECT);
+    nxl_xfer_release(x);
+    nxl_agent_destroy(A);
+    close(p.cmd);
+    close(p.ans);
+    free(buf);
+}
+END_TEST
+
 /* bounds and revocation: outside the region is refused before anything
  * moves; after the target deregisters, posts are refused */
 START_TEST(t_cma_bounds_revoked)
@@ -782,5 +840,6 @@ int main(void)
     TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_peer_killed,
              t_cma_refused, t_cma_bounds_revoked, t_cma_window);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
+    tcase_add_loop_test(tm, t_pid_watched, 0, 3);
     return tl_run(s);
 }

@@ -95,9 +95,6 @@ static const conf_t confs[] = {
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
       {"deadline_held", DEADLINE_HELD},
-      {"killed_large", "without cross-memory attach (no pidfd on the peer), UCX 1.13 over shared "
-                       "memory let a transfer to a peer killed during wire-up wait for the stall "
-                       "timeout in 2 of 5 runs here: not fixed yet"},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* What check_cuda and check_gds share: the SKIP line, the CUDA table and
- * its checks, device and host buffers, and the cancel-or-release rounds of
- * their in-flight tests. Include after testlib.h, with CT_SUITE defined as
- * the suite's name ("check_cuda"); NXL_TEST_CUDA or NXL_TEST_GDS (the
- * transport is built) brings in the CUDA parts. */
+/* What check_cuda, check_gds and check_hf3fs share: the SKIP line, the
+ * CUDA table and its checks, device and host buffers, and the
+ * cancel-or-release rounds of their in-flight tests. Include after
+ * testlib.h, with CT_SUITE defined as the suite's name ("check_cuda");
+ * NXL_TEST_CUDA or NXL_TEST_GDS (the transport is built) brings in the
+ * CUDA parts. */
 #ifndef NXL_CUDATEST_H
 #define NXL_CUDATEST_H
 

@@ -123,8 +123,9 @@ grep -q ': 502 Bad Gateway: .*[[:alpha:]]' "$T/client2.out" ||
 grep -m 1 ': 502 Bad Gateway: ' "$T/client2.out"
 
 echo "== GET and PUT after the store died: 502 with the reason"
-# Over shared memory a dead peer is noticed by UCX's keepalive (about 1 s):
-# until then its memory, still mapped here, answers.
+# A dead peer on this host is noticed at once through its pidfd (one whose
+# identity is not known: by UCX's keepalive, 10 s): until then its memory,
+# still mapped here, answers.
 code=
 for ((i = 0; i < 100; i++)); do
     code=$(get "$url/block/7" "$T/body")

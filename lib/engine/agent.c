@@ -53,6 +53,27 @@ static const char *cfg_str(const char *given, bool has, const char *env)
     return v && *v ? v : NULL;
 }
 
+/* a size from the environment: bytes, or with a suffix k, m, g (KiB,
+ * MiB, GiB); @p dflt when unset, 0 or not a size */
+static size_t env_size(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    char *e;
+    if (!v || !*v)
+        return dflt;
+    unsigned long long n = strtoull(v, &e, 10);
+    int shift = 0;
+    if (*e == 'k' || *e == 'K')
+        shift = 10, e++;
+    else if (*e == 'm' || *e == 'M')
+        shift = 20, e++;
+    else if (*e == 'g' || *e == 'G')
+        shift = 30, e++;
+    if (*e || !n || n > (SIZE_MAX >> shift))
+        return dflt;
+    return (size_t)n << shift;
+}
+
 /* the configuration's settings and limits, defaults for those absent (an
  * older caller's smaller config) or 0 */
 static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
@@ -61,6 +82,16 @@ static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
     /* the registration cache (mem.c): on unless NXL_REG_CACHE is "0" */
     const char *rc = getenv("NXL_REG_CACHE");
     a->reg_cache = !(rc && strcmp(rc, "0") == 0);
+    /* lazy registration of host memory (lazyreg.c) */
+    const char *ar = getenv("NXL_AUTO_REGISTER");
+    a->auto_register = CFG_HAS(auto_register) && cfg->auto_register
+                           ? cfg->auto_register > 0
+                           : ar && strcmp(ar, "1") == 0;
+    a->auto_limit = CFG_HAS(auto_register_limit) && cfg->auto_register_limit
+                        ? cfg->auto_register_limit
+                        : env_size("NXL_AUTO_REGISTER_LIMIT", (size_t)4 << 30);
+    const char *ae = getenv("NXL_AUTO_REGISTER_EVENTS");
+    a->auto_events = !(ae && strcmp(ae, "0") == 0);
     a->log_level = cfg->log_level < 0 ? nxli_log_level_env() : (nxl_log_level_t)cfg->log_level;
     a->log_cb = cfg->log_cb;
     a->log_arg = cfg->log_arg;

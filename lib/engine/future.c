@@ -533,6 +533,11 @@ static void cancel_impl(nxl_future_t *f, bool now)
         recancel(f);
         return;
     }
+    if (!now && f->cancel_hook) {
+        f->cancel_wait = true;
+        f->cancel_hook(f);
+        return;
+    }
     if (!now && f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {
         f->cancel_wait = true; /* nxlt_op_done completes it, its buffers free */
         return;

@@ -75,6 +75,10 @@ struct nxli_region {
     bool borrowed;          /* a slice's md[] are its parent's, not its own */
     bool app;               /* the application holds this exact range */
     int nslices;            /* slices registered inside it */
+    /* lazy registration (lazyreg.c): an entry of the agent's cache of
+     * host memory registered on first use, not in the metadata */
+    bool lazy;
+    uint64_t used;          /* a lazy entry: the tick of its last use (LRU) */
 };
 
 /* A sorted array of regions of one kind, searched by address. */
@@ -179,6 +183,10 @@ struct nxl_future {
     /* what to do on cancel (xfer, exchange, all), and the owner */
     void (*on_cancel)(nxl_future_t *f);
     void *owner;
+    /* a future over other operations (a KV transfer, kvlayout.c): a cancel
+     * calls this instead, with cancel_wait set, and the owner completes it
+     * once those operations let go of their buffers */
+    void (*cancel_hook)(nxl_future_t *f);
     nxlt_op_t *op;          /* transport op behind it, if any */
     /* telemetry of a transfer: what it moves, through which backend, when */
     nxl_backend_t *st_backend;
@@ -326,6 +334,10 @@ struct nxl_agent {
     nxli_rtab_t regions[NXL_MEM_TYPES];
     nxli_stab_t slices;     /* the registration cache's slices (mem.c) */
     bool reg_cache;         /* NXL_REG_CACHE, on unless "0" */
+    bool auto_register;     /* every local DRAM list registers on first use */
+    size_t auto_limit;      /* bytes the lazy registrations may hold */
+    bool auto_events;       /* UCX's memory events tried ($NXL_AUTO_REGISTER_EVENTS not "0") */
+    struct nxli_lazy *lazy; /* their cache (lazyreg.c), made on first use */
     uint64_t mem_gen;       /* bumped on every (de)registration */
 
     LIST_HEAD(, nxli_remote) remotes;
@@ -451,6 +463,12 @@ nxli_region_t *nxli_region_find(nxl_agent_t *a, nxl_mem_t t, uint64_t dev, uintp
                                 size_t len);
 void nxli_region_put(nxl_agent_t *a, nxli_region_t *r);
 void nxli_mem_cleanup(nxl_agent_t *a);
+/* lazy registration (lazyreg.c) */
+nxl_status_t nxli_lazy_prepare(nxl_agent_t *a, const char *fn, const nxl_desc_t *descs,
+                               size_t n);
+nxli_region_t *nxli_lazy_find(nxl_agent_t *a, uint64_t dev, uintptr_t addr, size_t len);
+void nxli_lazy_stats(nxl_agent_t *a, nxl_stats_t *out);
+void nxli_lazy_cleanup(nxl_agent_t *a);
 nxl_status_t nxli_region_key(nxl_agent_t *a, nxli_region_t *r, int bi, const void **key,
                              size_t *len);
 

@@ -907,6 +907,7 @@ nxl_status_t nxl_mem_query(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *des
 void nxli_mem_cleanup(nxl_agent_t *a)
 {
     NXLI_TLOCK(a);
+    nxli_lazy_cleanup(a);
     nxli_stab_t *h = &a->slices;
     for (size_t i = 0; i < h->nb; i++)
         for (nxli_region_t *s = h->b[i], *next; s; s = next) {

@@ -170,7 +170,10 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
             nxli_err(a, "nxl_agent_stats: an output struct is required");
         return NXL_ERR_INVALID_PARAM;
     }
-    if (out->size != sizeof(*out)) {
+    /* the lazy registration's counters were appended: a caller built
+     * before them passes the size that ends before them */
+    size_t size = out->size;
+    if (size != sizeof(*out) && size != offsetof(nxl_stats_t, autoreg_registered)) {
         nxli_err(a, "nxl_agent_stats: stats size %zu is not one this library knows (%zu); set "
                     "size = sizeof(nxl_stats_t)", out->size, sizeof(*out));
         return NXL_ERR_INVALID_PARAM;
@@ -180,8 +183,11 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
         nxli_err(a, "nxl_agent_stats: agent '%s' has no transport '%s'", a->name, transport);
         return NXL_ERR_NOT_FOUND;
     }
+    nxl_stats_t all;
+    nxl_stats_t *caller = out;
+    out = &all;
     memset(out, 0, sizeof(*out));
-    out->size = sizeof(*out);
+    out->size = size;
     for (int i = 0; i < a->nbackends; i++)
         if (!only || a->backends[i] == only)
             add_xstats(out, &a->backends[i]->xs);
@@ -197,6 +203,8 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
     out->notifs_dropped = a->st.notifs_dropped;
     out->md_clients_refused = a->st.md_refused;
     out->md_auth_refused = a->st.md_auth_refused;
+    nxli_lazy_stats(a, out);
+    memcpy(caller, out, size);
     return NXL_SUCCESS;
 }
 
@@ -315,6 +323,20 @@ static void render(nxl_agent_t *a, text_t *b)
     sample(b, a, "nxl_peers", NULL, NULL, peers_known(a));
     head(b, "nxl_peers_lost_total", "counter", "Remote agents forgotten: invalidated or lost.");
     sample(b, a, "nxl_peers_lost_total", NULL, NULL, a->st.peers_lost);
+    nxl_stats_t z = {.size = sizeof(z)};
+    nxli_lazy_stats(a, &z);
+    head(b, "nxl_autoreg_ranges_total", "counter",
+         "Host memory ranges registered on first use (NXL_DESC_AUTO_REGISTER), and dropped: "
+         "evicted for the size limit, invalidated (unmapped, or idle without memory events).");
+    sample(b, a, "nxl_autoreg_ranges_total", NULL, "event=\"registered\"", z.autoreg_registered);
+    sample(b, a, "nxl_autoreg_ranges_total", NULL, "event=\"evicted\"", z.autoreg_evicted);
+    sample(b, a, "nxl_autoreg_ranges_total", NULL, "event=\"invalidated\"",
+           z.autoreg_invalidated);
+    head(b, "nxl_autoreg_lists_reused_total", "counter",
+         "Lazy local lists prepared without registering anything.");
+    sample(b, a, "nxl_autoreg_lists_reused_total", NULL, NULL, z.autoreg_reused);
+    head(b, "nxl_autoreg_bytes", "gauge", "Bytes of host memory the lazy registrations hold.");
+    sample(b, a, "nxl_autoreg_bytes", NULL, NULL, z.autoreg_bytes);
 }
 
 static void mconn_close(mconn_t *c)

@@ -13,6 +13,7 @@
 #define NXL_THREADS_H
 
 #include <nxl.h>
+#include <nxl/kv.h>
 #include <stdbool.h>
 
 struct nxli_thr;
@@ -147,6 +148,15 @@ nxl_status_t nxli_rpc_xfer_set_notif(nxl_xfer_t *x, const void *msg, size_t len)
 nxl_status_t nxli_rpc_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_t **out);
 nxl_status_t nxli_rpc_xfer_status(const nxl_xfer_t *x);
 void nxli_rpc_xfer_release(nxl_xfer_t *x);
+nxl_status_t nxli_rpc_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_layout_t *decode,
+                                   const nxl_kv_layout_t *prefill, const nxl_kv_seq_t *seq,
+                                   const nxl_desc_t *staging, const nxl_kv_opts_t *opts,
+                                   nxl_kv_xfer_t **out);
+nxl_status_t nxli_rpc_kv_xfer_post(nxl_kv_xfer_t *kx, nxl_done_cb cb, void *arg,
+                                   nxl_future_t **out);
+void nxli_rpc_kv_xfer_release(nxl_kv_xfer_t *kx);
+/* the agent of a KV transfer (kvlayout.c) */
+nxl_agent_t *nxli_kv_agent(const nxl_kv_xfer_t *kx);
 nxl_status_t nxli_rpc_notif_send(nxl_agent_t *a, const char *remote, const void *msg, size_t len,
                                  nxl_done_cb cb, void *arg, nxl_future_t **out);
 

@@ -122,11 +122,27 @@ nxl_status_t nxl_prep(nxl_agent_t *a, const char *agent, nxl_mem_t type, const n
 static nxl_status_t prep_impl(nxl_agent_t *a, const char *fn, const char *agent, nxl_mem_t type,
                               const nxl_desc_t *descs, size_t n, nxl_prepped_t **out)
 {
+    /* NXL_DESC_AUTO_REGISTER rides on the type; a remote list ignores it */
+    bool autoreg = ((unsigned)type & NXL_DESC_AUTO_REGISTER) != 0;
+    type = (nxl_mem_t)((unsigned)type & ~(unsigned)NXL_DESC_AUTO_REGISTER);
     if (!out || (n && !descs) || (unsigned)type >= NXL_MEM_TYPES) {
         nxli_err(a, "%s: invalid arguments (out pointer, descriptors, memory type)", fn);
         return NXL_ERR_INVALID_PARAM;
     }
     *out = NULL;
+    if (autoreg && !agent && type != NXL_DRAM) {
+        nxli_err(a, "%s: NXL_DESC_AUTO_REGISTER registers host memory (DRAM) only, not %s; "
+                    "register it with nxl_mem_register()", fn, nxl_mem_name(type));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    /* lazy registration: what the registered regions do not hold, the
+     * agent's cache of host memory registered on first use does */
+    bool lazy = !agent && type == NXL_DRAM && (autoreg || a->auto_register);
+    if (lazy) {
+        nxl_status_t st = nxli_lazy_prepare(a, fn, descs, n);
+        if (st != NXL_SUCCESS)
+            return st;
+    }
     nxli_remote_t *r = NULL;
     if (agent && !(r = nxli_remote_get(a, agent)))
         return NXL_ERR_NOT_FOUND; /* sentence left by nxli_remote_get */
@@ -170,6 +186,8 @@ static nxl_status_t prep_impl(nxl_agent_t *a, const char *fn, const char *agent,
                                        d->len <= last->len && d->addr - last->addr <= last->len - d->len
                                    ? last
                                    : nxli_region_find(a, type, d->dev_id, d->addr, d->len);
+            if (!g && lazy)
+                g = nxli_lazy_find(a, d->dev_id, d->addr, d->len);
             if (!g) {
                 nxli_err(a, "%s: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies outside every "
                             "%s region registered with agent '%s'; nothing was prepared", fn, i,

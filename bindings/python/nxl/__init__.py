@@ -113,49 +113,18 @@ def plugins_available():
 
 # ------------------------------------------------------------------ asyncio
 
-def _drive(wref):
-    """The loop's reader (and timer) callback: one turn of the agent."""
-    agent = wref()
-    if agent is not None and not agent.closed:
-        agent.run(0)
-
-
-def _on_timer(wref):
-    agent = wref()
-    if agent is not None:
-        agent._timer = None
-        if not agent.closed:
-            agent.run(0)
-
-
-def _on_soon(wref):
-    agent = wref()
-    if agent is not None:
-        agent._soon = False
-        if not agent.closed:
-            agent._turns(_TURNS)
-
-
-# turns per loop callback while work is ready at once: a transfer's progress
-# and its completion's delivery (rule 3: a later turn) in one loop iteration
-_TURNS = 2
-
-
-def _await_gen(c):
-    """Completion.__await__: a future on the running loop, completed from
-    nxl's callback; cancelling the awaiting task cancels the operation."""
+def _await_threaded(c):
+    """Completion.__await__ on a threaded agent: a future on the running
+    loop, completed from the reactor thread through call_soon_threadsafe;
+    cancelling the awaiting task cancels the operation. (Other agents'
+    completions yield the C extension's _Waiter: src/waiter.c.)"""
     if not c.done():
-        agent = c.agent
         loop = _get_running_loop()
         fut = loop.create_future()
-        if agent is not None and agent.threaded:
-            def cb(_c, fut=fut, loop=loop):
-                loop.call_soon_threadsafe(_wake, fut)
-            c.add_done_callback(cb)
-        else:
-            if agent is not None and agent._loop is not loop:
-                agent._attach_loop(loop)
-            c._set_future(fut)  # set from nxl's callback, after the done callbacks
+
+        def cb(_c, fut=fut, loop=loop):
+            loop.call_soon_threadsafe(_wake, fut)
+        c.add_done_callback(cb)
         try:
             yield from fut
         except asyncio.CancelledError:
@@ -179,7 +148,7 @@ class _Settled:
 
     def __await__(self):
         try:
-            yield from _await_gen(self._c)
+            yield from self._c.__await__()
         except Error:
             pass
         return self._c.status
@@ -196,7 +165,7 @@ class _Settled:
 
 
 _get_running_loop = asyncio.get_running_loop
-_nxl._set_hooks(_await_gen, _Settled, lambda *t: Desc(*t[:4], MemType(t[4])))
+_nxl._set_hooks(_await_threaded, _Settled, lambda *t: Desc(*t[:4], MemType(t[4])))
 
 _live_agents = weakref.WeakSet()
 
@@ -227,7 +196,7 @@ class Agent(_nxl.Agent):
     Agent(name, *, listen=None, port=0, threads=False, log_level=None,
           io_timeout_ms=0, busy_poll_us=0, etcd_endpoints=None,
           etcd_prefix=None, auth_secret=None, max_queued_notifs=0,
-          backends=None)
+          auto_register=False, auto_register_limit=0, backends=None)
 
     Without threads it runs on nxl's NXL_LOOP_FD: inside a running asyncio
     loop it attaches to it (loop.add_reader on its descriptor, call_at for
@@ -237,8 +206,6 @@ class Agent(_nxl.Agent):
     def __init__(self, name, *, backends=None, log_level=None, **config):
         super().__init__(name, log_level=-1 if log_level is None else int(log_level), **config)
         self._loop = None
-        self._timer = None
-        self._soon = False
         self._wref = weakref.ref(self)
         self._pending = []  # notifications taken from nxl but not handed out
         self._notif_owner = None
@@ -292,21 +259,16 @@ class Agent(_nxl.Agent):
             if not self._loop.is_closed() and self._loop.is_running():
                 raise NotAllowed(f"agent {self.name!r} is driven by another running loop")
             self._detach_loop()
-        self._soon = False
-        self._attach("asyncio")
+        self._attach("asyncio", loop, self._wref)  # arms the loop's call_soon/timer
         try:
-            loop.add_reader(self.fileno(), _drive, self._wref)
+            loop.add_reader(self.fileno(), _nxl._on_readable, self._wref)
         except BaseException:
             self._attach(None)
             raise
         self._loop = loop
-        self._arm()
 
     def _detach_loop(self):
         loop, self._loop = self._loop, None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if loop is None or self.closed:
             return
         try:
@@ -318,34 +280,6 @@ class Agent(_nxl.Agent):
             self._attach(None)
         except Error:
             pass
-
-    def _arm(self):
-        """Called by the C side after every turn and every call that may
-        arm a timer: the loop's timer follows the agent's next one."""
-        loop = self._loop
-        if loop is None:
-            return
-        if loop.is_closed():
-            self._detach_loop()
-            return
-        ms = self.backend_timeout()
-        if ms == 0:  # work ready now: a turn on the loop's next iteration
-            if not self._soon:
-                self._soon = True
-                loop.call_soon(_on_soon, self._wref)
-            return
-        h = self._timer
-        if ms < 0:
-            if h is not None:
-                h.cancel()
-                self._timer = None
-            return
-        when = loop.time() + ms / 1000.0
-        if h is not None:
-            if h.when() <= when + 0.0005:
-                return  # as soon or sooner already: it re-arms when it runs
-            h.cancel()
-        self._timer = loop.call_at(when, _on_timer, self._wref)
 
     # -- backends, registration
     def backend(self, name, **params):

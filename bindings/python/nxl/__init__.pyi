@@ -125,7 +125,8 @@ class Agent:
                  threads: bool = ..., log_level: Optional[int] = ..., io_timeout_ms: int = ...,
                  busy_poll_us: int = ..., etcd_endpoints: Optional[str] = ...,
                  etcd_prefix: Optional[str] = ..., auth_secret: Optional[str] = ...,
-                 max_queued_notifs: int = ...,
+                 max_queued_notifs: int = ..., auto_register: bool = ...,
+                 auto_register_limit: int = ...,
                  backends: Optional[Mapping[str, Mapping[str, Any]]] = ...) -> None: ...
     def __enter__(self) -> Agent: ...
     def __exit__(self, *exc: Any) -> bool: ...

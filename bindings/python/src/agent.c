@@ -18,19 +18,6 @@ void npy_core_decref(npy_core_t *c)
     PyMem_Free(c);
 }
 
-void npy_rearm(npy_core_t *core)
-{
-    if (!core->attached || !core->agent || !core->a)
-        return;
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallMethod(core->agent, "_arm", NULL);
-    if (!r)
-        PyErr_WriteUnraisable(core->agent);
-    Py_XDECREF(r);
-    PyErr_Restore(et, ev, tb);
-}
-
 static int agent_open(npy_agent_t *self)
 {
     if (!self->core || !self->core->a) {
@@ -73,17 +60,20 @@ static int agent_init(npy_agent_t *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"name",          "listen",       "port",           "threads",
                           "log_level",     "io_timeout_ms", "busy_poll_us",  "etcd_endpoints",
-                          "etcd_prefix",   "auth_secret",   "max_queued_notifs", NULL};
+                          "etcd_prefix",   "auth_secret",   "max_queued_notifs", "auto_register",
+                          "auto_register_limit", NULL};
     PyObject *name, *listen = Py_None, *etcd = Py_None, *prefix = Py_None, *secret = Py_None;
     int port = 0, threads = 0, log_level = -1;
     unsigned io_timeout = 0, busy = 0, maxq = 0;
+    int autoreg = 0;
+    unsigned long long autoreg_limit = 0;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "Agent.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "U|$OipiIIOOOI:Agent", kwl, &name, &listen, &port,
-                                     &threads, &log_level, &io_timeout, &busy, &etcd, &prefix,
-                                     &secret, &maxq))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "U|$OipiIIOOOIpK:Agent", kwl, &name, &listen,
+                                     &port, &threads, &log_level, &io_timeout, &busy, &etcd,
+                                     &prefix, &secret, &maxq, &autoreg, &autoreg_limit))
         return -1;
     if (port < 0 || port > 65535) {
         PyErr_SetString(PyExc_ValueError, "port: 0 .. 65535");
@@ -113,6 +103,9 @@ static int agent_init(npy_agent_t *self, PyObject *args, PyObject *kw)
     cfg.etcd_prefix = keep_str(core, 3, prefix, &err);
     cfg.auth_secret = keep_str(core, 4, secret, &err);
     cfg.max_queued_notifs = maxq;
+    if (autoreg)
+        cfg.auto_register = 1;
+    cfg.auto_register_limit = (size_t)autoreg_limit;
     if (err)
         return -1;
     if (threads)
@@ -145,6 +138,7 @@ static void agent_destroy(npy_core_t *core)
     Py_BEGIN_ALLOW_THREADS nxl_agent_destroy(a);
     Py_END_ALLOW_THREADS
     core->in_run--;
+    npy_core_detach(core);
     Py_CLEAR(core->notif_cb);
 }
 
@@ -985,7 +979,8 @@ static PyObject *agent_stats(npy_agent_t *self, PyObject *args, PyObject *kw)
     U(xfers_posted) U(xfers_succeeded) U(xfers_failed) U(xfers_canceled) U(latency_count)
     U(latency_sum_us) U(notifs_sent) U(notifs_failed) U(notifs_received) U(md_requests)
     U(md_requests_failed) U(md_served) U(md_loaded) U(peers_known) U(peers_lost)
-    U(notifs_dropped) U(md_clients_refused) U(md_auth_refused)
+    U(notifs_dropped) U(md_clients_refused) U(md_auth_refused) U(autoreg_registered)
+    U(autoreg_reused) U(autoreg_evicted) U(autoreg_invalidated) U(autoreg_bytes)
 #undef U
     for (int t = 0; t < NXL_MEM_TYPES; t++)
         if (put_u64(rb, nxl_mem_name((nxl_mem_t)t), s.read_bytes[t]) < 0 ||
@@ -1054,41 +1049,6 @@ static PyObject *agent_run(npy_agent_t *self, PyObject *args, PyObject *kw)
     return r;
 }
 
-/* _turns(n): up to n turns without waiting, while the agent says work is
- * ready now (backend timeout 0), then one re-arm: what a transfer needs
- * (progress, then the completion's delivery) in one loop iteration */
-static PyObject *agent_turns(npy_agent_t *self, PyObject *arg)
-{
-    long n = PyLong_AsLong(arg);
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    OPEN_OR_NULL(self);
-    npy_core_t *core = self->core;
-    if (core->in_run)
-        return npy_raise(NXL_ERR_NOT_ALLOWED,
-                         "a turn from inside an nxl callback: the loop cannot be re-entered");
-    Py_INCREF(self);
-    nxl_status_t st = NXL_SUCCESS;
-    for (long i = 0; i < n && core->a; i++) {
-        if (i > 0 && nxl_agent_backend_timeout(core->a) != 0)
-            break;
-        core->in_run++;
-        st = nxl_agent_run_once(core->a, 0);
-        core->in_run--;
-        if (st != NXL_SUCCESS)
-            break;
-    }
-    PyObject *r = NULL;
-    if (st != NXL_SUCCESS)
-        npy_raise_agent(core, st);
-    else
-        r = Py_NewRef(Py_None);
-    if (core->a)
-        npy_rearm(core);
-    Py_DECREF(self);
-    return r;
-}
-
 static PyObject *agent_fileno(npy_agent_t *self, PyObject *noargs)
 {
     (void)noargs;
@@ -1107,11 +1067,19 @@ static PyObject *agent_backend_timeout(npy_agent_t *self, PyObject *noargs)
     return PyLong_FromLong(nxl_agent_backend_timeout(self->core->a));
 }
 
-/* _attach(who) / _attach(None): marks the agent driven by the Python
- * layer's asyncio adapter (nxl_agent_attach), which then gets _arm() calls */
-static PyObject *agent_attach(npy_agent_t *self, PyObject *who)
+/* _attach(who, loop, wref) / _attach(None): marks the agent driven by the
+ * Python layer's asyncio adapter (nxl_agent_attach); waiter.c keeps the
+ * loop's call_soon and timer armed from then on */
+static PyObject *agent_attach(npy_agent_t *self, PyObject *args)
 {
+    PyObject *who, *loop = NULL, *wref = NULL;
+    if (!PyArg_ParseTuple(args, "O|OO:_attach", &who, &loop, &wref))
+        return NULL;
     OPEN_OR_NULL(self);
+    if (who != Py_None && (!loop || !wref || !PyWeakref_CheckRef(wref))) {
+        PyErr_SetString(PyExc_TypeError, "_attach(who, loop, weakref to the agent)");
+        return NULL;
+    }
     const char *w = NULL;
     if (who != Py_None && !(w = PyUnicode_AsUTF8(who)))
         return NULL;
@@ -1119,7 +1087,11 @@ static PyObject *agent_attach(npy_agent_t *self, PyObject *who)
     if (st != NXL_SUCCESS)
         return npy_raise_agent(self->core, st);
     self->core->attached = w != NULL;
-    Py_RETURN_NONE;
+    if (!w) {
+        npy_core_detach(self->core);
+        Py_RETURN_NONE;
+    }
+    return npy_core_attach(self->core, loop, wref);
 }
 
 /* ------------------------------------------------------------- attributes */
@@ -1208,11 +1180,10 @@ static PyMethodDef agent_methods[] = {
     {"stats", F(agent_stats), KW, "stats(transport=None) -> dict of counters."},
     {"run", F(agent_run), KW,
      "run(timeout=None): one turn of the agent, waiting at most timeout s (GIL released)."},
-    {"_turns", (PyCFunction)agent_turns, METH_O, NULL},
     {"fileno", (PyCFunction)agent_fileno, METH_NOARGS, "the NXL_LOOP_FD descriptor"},
     {"backend_timeout", (PyCFunction)agent_backend_timeout, METH_NOARGS,
      "ms until the next timer, 0 now, -1 none"},
-    {"_attach", (PyCFunction)agent_attach, METH_O, NULL},
+    {"_attach", (PyCFunction)agent_attach, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1330,8 +1301,6 @@ PyMODINIT_FUNC PyInit__nxl(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
-    if (!npy_str_set_result && !(npy_str_set_result = PyUnicode_InternFromString("set_result")))
-        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m)
         return NULL;
@@ -1341,7 +1310,7 @@ PyMODINIT_FUNC PyInit__nxl(void)
         if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0)
             goto fail;
     }
-    if (npy_errors_init(m) < 0)
+    if (npy_errors_init(m) < 0 || npy_waiter_init(m) < 0)
         goto fail;
 #define C(n) PyModule_AddIntConstant(m, #n, NXL_##n)
     if (C(DRAM) || C(VRAM) || C(BLK) || C(OBJ) || C(FILE) || C(READ) || C(WRITE) || C(IN_PROG) ||

@@ -7,9 +7,8 @@
 
 #include <time.h>
 
-PyObject *npy_await_hook;   /* set by nxl/__init__.py: hook(c) -> iterator */
+PyObject *npy_await_hook;   /* set by nxl/__init__.py: hook(c) -> iterator (threaded agents) */
 PyObject *npy_settled_hook; /* hook(c) -> an awaitable of the final status */
-PyObject *npy_str_set_result;
 
 static void run_callbacks(npy_completion_t *c)
 {
@@ -49,16 +48,12 @@ void npy_done_cb(nxl_future_t *f, nxl_status_t st, void *arg)
         }
     }
     run_callbacks(c);
-    if (c->fut) {
-        /* the awaiting coroutine's future, on this loop (not threaded): it
-         * may have been cancelled with its task, then set_result refuses */
-        PyObject *fut = c->fut;
-        c->fut = NULL;
-        PyObject *r = PyObject_CallMethodOneArg(fut, npy_str_set_result, Py_None);
-        if (!r)
-            PyErr_Clear();
-        Py_XDECREF(r);
-        Py_DECREF(fut);
+    PyObject *ws = c->waiters; /* the awaiting Tasks (not threaded) */
+    c->waiters = NULL;
+    if (ws) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ws); i++)
+            npy_waiter_fire(PyList_GET_ITEM(ws, i));
+        Py_DECREF(ws);
     }
     PyErr_Restore(et, ev, tb);
     Py_DECREF(c); /* nxl's reference */
@@ -78,7 +73,7 @@ npy_completion_t *npy_completion_new(npy_core_t *core, PyObject *keep)
     c->error = NULL;
     c->result = NULL;
     c->callbacks = NULL;
-    c->fut = NULL;
+    c->waiters = NULL;
     Py_XINCREF(keep);
     c->keep = keep;
     PyObject_GC_Track(c);
@@ -90,7 +85,7 @@ static int c_traverse(npy_completion_t *c, visitproc visit, void *arg)
     Py_VISIT(c->keep);
     Py_VISIT(c->callbacks);
     Py_VISIT(c->result);
-    Py_VISIT(c->fut);
+    Py_VISIT(c->waiters);
     return 0;
 }
 
@@ -99,7 +94,7 @@ static int c_clear(npy_completion_t *c)
     Py_CLEAR(c->keep);
     Py_CLEAR(c->callbacks);
     Py_CLEAR(c->result);
-    Py_CLEAR(c->fut);
+    Py_CLEAR(c->waiters);
     return 0;
 }
 
@@ -123,8 +118,7 @@ static void c_dealloc(npy_completion_t *c)
     PyObject_GC_Del(c);
 }
 
-/* the result of a done completion, or its error raised */
-static PyObject *c_outcome(npy_completion_t *c)
+PyObject *npy_completion_outcome(npy_completion_t *c)
 {
     if (c->status == NXL_SUCCESS) {
         PyObject *r = c->result ? c->result : Py_None;
@@ -141,7 +135,7 @@ static PyObject *c_result(npy_completion_t *c, PyObject *noargs)
         PyErr_SetString(PyExc_RuntimeError, "the operation is still in flight (await it, or wait())");
         return NULL;
     }
-    return c_outcome(c);
+    return npy_completion_outcome(c);
 }
 
 static PyObject *c_exception(npy_completion_t *c, PyObject *noargs)
@@ -182,27 +176,10 @@ static PyObject *c_add_done_callback(npy_completion_t *c, PyObject *fn)
     Py_RETURN_NONE;
 }
 
-/* _set_future(fut): fut.set_result(None) from the callback (after the done
- * callbacks); at once when done already */
-static PyObject *c_set_future(npy_completion_t *c, PyObject *fut)
-{
-    if (c->done) {
-        PyObject *r = PyObject_CallMethodOneArg(fut, npy_str_set_result, Py_None);
-        if (!r)
-            return NULL;
-        Py_DECREF(r);
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(fut);
-    Py_XSETREF(c->fut, fut);
-    Py_RETURN_NONE;
-}
-
 /* asks nxl to cancel; the operation completes with ERR_CANCELED (or what it
  * had already become) on a later turn */
-static PyObject *c_cancel_native(npy_completion_t *c, PyObject *noargs)
+PyObject *npy_completion_cancel_native(npy_completion_t *c)
 {
-    (void)noargs;
     if (!c->done && c->f && c->core->a) {
         if (c->core->threaded) {
             Py_BEGIN_ALLOW_THREADS nxl_future_cancel(c->f);
@@ -215,9 +192,15 @@ static PyObject *c_cancel_native(npy_completion_t *c, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *c_cancel_native(npy_completion_t *c, PyObject *noargs)
+{
+    (void)noargs;
+    return npy_completion_cancel_native(c);
+}
+
 static PyObject *c_cancel(npy_completion_t *c, PyObject *noargs)
 {
-    PyObject *r = c_cancel_native(c, noargs);
+    PyObject *r = npy_completion_cancel_native(c);
     if (!r)
         return NULL;
     Py_DECREF(r);
@@ -316,11 +299,13 @@ static PyObject *c_wait(npy_completion_t *c, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TimeoutError, "the nxl operation is still in flight");
         return NULL;
     }
-    return c_outcome(c);
+    return npy_completion_outcome(c);
 }
 
 static PyObject *c_await(npy_completion_t *c)
 {
+    if (!c->core->threaded)
+        return npy_waiter_new(c);
     if (!npy_await_hook) {
         PyErr_SetString(PyExc_RuntimeError, "import nxl, not nxl._nxl, to await");
         return NULL;
@@ -367,7 +352,6 @@ static PyMethodDef c_methods[] = {
     {"add_done_callback", (PyCFunction)c_add_done_callback, METH_O,
      "fn(completion) once done, on the agent's loop (at once when done already)."},
     {"_cancel", (PyCFunction)c_cancel_native, METH_NOARGS, "nxl_future_cancel()."},
-    {"_set_future", (PyCFunction)c_set_future, METH_O, NULL},
     {"cancel", (PyCFunction)c_cancel, METH_NOARGS,
      "Asks nxl to cancel; returns an awaitable (also .wait()-able) of the final status, "
      "complete once nxl reported: the buffers are safe to reuse then."},

@@ -16,17 +16,24 @@ typedef struct npy_completion {
     PyObject *result;
     PyObject *keep;      /* what the operation uses (an Xfer, Regions) */
     PyObject *callbacks; /* list or NULL */
-    PyObject *fut;       /* an asyncio future to set_result(None) when done, or NULL */
+    PyObject *waiters;   /* list of the _Waiters of Tasks awaiting it (waiter.c), or NULL */
 } npy_completion_t;
 
 extern PyTypeObject npy_completion_type;
-extern PyObject *npy_await_hook, *npy_settled_hook, *npy_str_set_result;
+extern PyObject *npy_await_hook, *npy_settled_hook;
 
 npy_completion_t *npy_completion_new(npy_core_t *core, PyObject *keep);
 /* The nxl_done_cb of every operation: arg is the Completion, holding one
  * reference that the callback gives back. */
 void npy_done_cb(nxl_future_t *f, nxl_status_t st, void *arg);
 int npy_completion_wait(npy_completion_t *c, double timeout);
+/* the result of a done completion, or NULL with its error raised */
+PyObject *npy_completion_outcome(npy_completion_t *c);
+/* nxl_future_cancel(), then a re-arm; None */
+PyObject *npy_completion_cancel_native(npy_completion_t *c);
+/* waiter.c: `await c` on an agent that is not threaded */
+PyObject *npy_waiter_new(npy_completion_t *c);
+void npy_waiter_fire(PyObject *w);
 
 /* Starts an operation: @p start is called with the callback, its argument
  * and the out pointer. Returns the Completion, or NULL with the error set. */

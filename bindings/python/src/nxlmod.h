@@ -18,7 +18,14 @@ typedef struct npy_core {
     Py_ssize_t refs;
     int threaded;        /* nxl's threaded mode: every nxl call releases the GIL */
     int in_run;          /* inside run_once/wait/destroy on this agent (FD mode) */
-    int attached;        /* driven by an asyncio loop: call Agent._arm() after calls */
+    int attached;        /* driven by an asyncio loop (waiter.c): npy_rearm() after calls */
+    int in_handle;       /* inside one of the loop's callbacks (waiter.c), not in a Task */
+    int soon;            /* a loop.call_soon of a turn is pending */
+    PyObject *loop;      /* the asyncio loop attached, or NULL */
+    PyObject *wref;      /* weak reference to the Agent: the loop callbacks' argument */
+    PyObject *timer;     /* the loop's TimerHandle for the agent's next timer, or NULL */
+    double timer_when;   /* its loop.time() */
+    PyObject *ready;     /* inside a loop callback: the waiters to wake after nxl's turns */
     PyObject *agent;     /* the Python Agent, borrowed (cleared by its dealloc) */
     PyObject *notif_cb;  /* callable(peer, msg) or NULL: notifications queue */
     char *strs[12];      /* configuration strings kept for the agent's life */
@@ -55,7 +62,12 @@ PyObject *npy_raise_agent(npy_core_t *core, nxl_status_t st);
 PyObject *npy_raise_closed(void);
 PyObject *npy_make_error(nxl_status_t st, const char *sentence);
 
-/* the asyncio hook: Agent._arm() after a call that may arm a timer */
+/* asyncio (waiter.c): after a call that may have made work or armed a
+ * timer, the loop's call_soon/timer follows the agent's */
 void npy_rearm(npy_core_t *core);
+/* _attach(): the loop and the weak reference its callbacks get */
+PyObject *npy_core_attach(npy_core_t *core, PyObject *loop, PyObject *wref);
+void npy_core_detach(npy_core_t *core);
+int npy_waiter_init(PyObject *m);
 
 #endif

@@ -245,6 +245,7 @@ def test_cancel():
                 t.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await t
+                assert c.done()  # the task saw its cancel once nxl had settled it
                 st = await c.cancel()  # settled
                 assert st == nxl.Canceled.status and c.done()
             c = a.write(rs, rd, a.name)
@@ -262,6 +263,38 @@ def test_cancel():
         asyncio.run(main())
         assert a.stats()["xfers_canceled"] in (3, 4)
         assert a.stats()["md_requests_failed"] == 1
+
+
+def test_awaiting_task_runs_outside_callbacks():
+    """A Task woken by a completion runs after nxl's turn returned (not in
+    its callback): it may run(), wait() and close() the agent; two Tasks
+    awaiting one completion both see it; the wake-up is not an asyncio
+    Future but keeps its protocol (add_done_callback, context)."""
+    import contextvars
+    var = contextvars.ContextVar("var", default="unset")
+
+    async def one(c, tag):
+        var.set(tag)
+        await c
+        return var.get()
+
+    async def main():
+        a = agent("wake")
+        src, dst = bytearray(pattern(1 << 16, 7)), bytearray(1 << 16)
+        rs, rd = a.register(src), a.register(dst)
+        c = a.write(rs, rd, a.name)
+        assert await asyncio.gather(one(c, "first"), one(c, "second")) == ["first", "second"]
+        assert dst == src and c.done()
+        await a.write(rs, rd, a.name)
+        a.run(0)                             # refused inside a callback
+        a.write(rs, rd, a.name).wait(10)     # likewise
+        c = a.write(rs, rd, a.name)
+        await c
+        a.close()                            # likewise
+        assert c.done() and a.closed
+        with pytest.raises(nxl.Closed):
+            a.write(rs, rd, a.name)
+    asyncio.run(main())
 
 
 def test_close_from_callback_refused():
@@ -422,3 +455,25 @@ def test_deadline_set():
         with pytest.raises(nxl.InvalidParam):
             x.set_deadline(-1)
         x.release()
+
+
+def test_auto_register():
+    """auto_register=True: a WRITE from memory never registered registers it
+    on first use (nxl's lazy registration), the next reuses the entry."""
+    with agent("autoreg", auto_register=True) as a:
+        n = 1 << 16
+        src = numpy.frombuffer(pattern(n, 3), dtype=numpy.uint8).copy()  # not registered
+        dst = bytearray(n)
+        rd = a.register(dst)
+        for _ in range(2):
+            a.write([nxl.Desc(src.ctypes.data, n)], rd, a.name).wait(10)
+            assert bytes(dst) == src.tobytes()
+            dst[:] = bytes(n)
+        st = a.stats()
+        assert st["autoreg_registered"] == 1 and st["autoreg_reused"] >= 1, st
+    with agent("noautoreg", auto_register=False) as a:
+        rd = a.register(bytearray(64))
+        buf = numpy.zeros(64, dtype=numpy.uint8)
+        if os.environ.get("NXL_AUTO_REGISTER") != "1":
+            with pytest.raises(nxl.NotFound):
+                a.write([nxl.Desc(buf.ctypes.data, 64)], rd, a.name)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The file-I/O core of the POSIX and GDS transports (fileio.h): the
+/* The file-I/O core of the POSIX, GDS and HF3FS transports (fileio.h): the
  * segments of a transfer, their pending queue, and what an I/O engine's
  * results do to them. */
 #include "fileio.h"

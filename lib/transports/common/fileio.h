@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The file-I/O core that the POSIX and GDS transports share: a transfer
+/* The file-I/O core that the POSIX, GDS and HF3FS transports share: a transfer
  * cut into segments, their pending queue, the I/O engines that take
  * segments from it, and what the engines' results do to the transfer.
  *

@@ -6,8 +6,14 @@
 #define CMA_PID_CHECK_US 20 /* a peer's pidfd polled before a copy when older than this */
 #define CMA_MAGIC 0x6e786c636d610001ull /* "nxlcma", 0, 1: before the cookie's random value */
 
-/* ---- cross-memory attach: the peer's process, held by a pidfd */
+/* ---- a peer on this host: its process, held by a pidfd
+ *
+ * Watched in the loop whenever the peer's identity is known (cross-memory
+ * attach on or off), so that its death fails its connection at once,
+ * whatever UCX's keepalive interval; cross-memory attach copies only while
+ * cma is CMA_READY, and check the pidfd before every call. */
 
+/* no more watching the peer's process (and so no cross-memory attach) */
 void nxl_ucx_cma_close(ucx_conn_t *c)
 {
     nxlt_io_free(c->ev_pid);
@@ -82,27 +88,31 @@ static bool cma_identity(ucx_ci_cma_t *me, char *why, size_t cap)
     return true;
 }
 
-/* Our identity for cross-memory attach (advertised in the connection
- * info), the cookie peers read to prove they reach us, and the copies'
- * vectors; nothing of it with cma=off */
+/* Our identity on this host (advertised in the connection info: peers
+ * here watch our process by it, and copy into us unless cma=off) and the
+ * cookie peers read to prove that they reach us; the copies' vectors
+ * unless cma=off */
 void nxl_ucx_cma_init(ucx_t *u)
 {
-    if (u->cma_mode == CMA_OFF)
-        return;
     char why[160];
-    u->cma_liov = malloc(2 * IOV_MAX * sizeof(struct iovec));
-    u->cma_riov = u->cma_liov ? u->cma_liov + IOV_MAX : NULL;
     uint64_t ck = 0;
     if (getrandom(&ck, sizeof(ck), GRND_NONBLOCK) != sizeof(ck))
         ck = nxlt_now_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^
              (uint64_t)(uintptr_t)u;
     u->cma_cookie[0] = CMA_MAGIC;
     u->cma_cookie[1] = ck | 1;
+    if (!(u->cma_here = cma_identity(&u->cma_me, why, sizeof(why)))) {
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: no identity on this host (%s): no cross-memory "
+                 "attach to peers here, and they notice this process's exit by UCX's "
+                 "keepalive only", why);
+        return;
+    }
+    if (u->cma_mode == CMA_OFF)
+        return;
+    u->cma_liov = malloc(2 * IOV_MAX * sizeof(struct iovec));
+    u->cma_riov = u->cma_liov ? u->cma_liov + IOV_MAX : NULL;
     if (!u->cma_liov)
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: out of memory: no cross-memory attach");
-    else if (!(u->cma_here = cma_identity(&u->cma_me, why, sizeof(why))))
-        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: no cross-memory attach to peers on this host: %s",
-                 why);
 }
 
 /* Yama's ptrace_scope, in words, for the sentence of a refusal */
@@ -141,8 +151,7 @@ static void cma_refused(ucx_t *u, ucx_conn_t *c, int err, const char *when)
              "CAP_SYS_PTRACE; %s. Parameter cma=off stops trying",
              c->name, (int)c->pid, when, strerror(err), ptrace_scope_words(sb, sizeof(sb)));
     u->cma_refusal_said = true;
-    nxl_ucx_cma_close(c);
-    c->cma = CMA_REFUSED;
+    c->cma = CMA_REFUSED; /* its process stays watched */
 }
 
 static void on_pid_exit(nxlt_io_t *io, int fd, unsigned ready, void *arg)
@@ -155,12 +164,27 @@ static void on_pid_exit(nxlt_io_t *io, int fd, unsigned ready, void *arg)
     nxl_ucx_cma_close(c);
 }
 
-void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
+/* A peer that advertised its identity: on this host and in this pid
+ * namespace, its pid is held by a pidfd and watched, so that its exit
+ * fails the connection at once; with @p copies (cma not off here, nor at
+ * the peer) its transfers go by cross-memory attach.
+ *
+ * The cookie read proves that the pid is the agent's process. Where the
+ * kernel refuses the read (ptrace rules: Yama's ptrace_scope, another
+ * uid, a process not dumpable, seccomp) the pid is watched all the same:
+ * on the same boot and in the same pid namespace, a live agent's pid is
+ * its process, and another process can hold that pid only once the
+ * agent's has exited. At worst (stale metadata: the agent is gone and its
+ * pid reused) the watch waits for the wrong process, and UCX's keepalive
+ * notices the dead peer as before; it never fails a live one. No copy
+ * goes to an unproved pid. A pid that does not hold the cookie is not the
+ * agent's process: not watched. */
+void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p, bool copies)
 {
     if (memcmp(p->boot, u->cma_me.boot, 16) || p->ns_dev != u->cma_me.ns_dev ||
         p->ns_ino != u->cma_me.ns_ino) {
         nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' is on another host or in another pid "
-                 "namespace: no cross-memory attach", c->name);
+                 "namespace: no cross-memory attach; its death is noticed by UCX", c->name);
         return;
     }
     c->pid = (pid_t)p->pid;
@@ -168,8 +192,9 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
         return; /* this process's own agents are live ones (c->local): a stale info */
     int fd = pidfd_open_(c->pid);
     if (fd < 0) {
-        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s': pidfd_open(%d): %s; no cross-memory "
-                 "attach (the process is gone?)", c->name, (int)c->pid, strerror(errno));
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s': pidfd_open(%d): %s; its process is not "
+                 "watched, no cross-memory attach (the process is gone?)", c->name, (int)c->pid,
+                 strerror(errno));
         return;
     }
     /* the magic and the random value side by side: what only an nxl
@@ -178,28 +203,32 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p)
     struct iovec l = {v, sizeof(v)}, r = {(void *)(uintptr_t)p->cookie_addr, sizeof(v)};
     ssize_t k = process_vm_readv(c->pid, &l, 1, &r, 1, 0);
     int err = errno;
-    if (k < 0 && (err == EPERM || err == EACCES)) {
-        close(fd);
-        cma_refused(u, c, err, "at connection");
-        return;
-    }
-    if (k != (ssize_t)sizeof(v) || v[0] != CMA_MAGIC || v[1] != p->cookie ||
-        nxl_ucx_pidfd_exited(fd)) {
+    bool proved = k == (ssize_t)sizeof(v) && v[0] == CMA_MAGIC && v[1] == p->cookie;
+    if (!proved && !(k < 0 && (err == EPERM || err == EACCES))) {
         close(fd);
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: pid %d on this host is not agent '%s' any more "
-                 "(%s): no cross-memory attach; its metadata is stale?", (int)c->pid, c->name,
+                 "(%s): its process is not watched, no cross-memory attach; its metadata is "
+                 "stale?", (int)c->pid, c->name,
                  k < 0 ? strerror(err) : "its cookie is not there");
         return;
     }
     c->pidfd = fd;
-    c->cma = CMA_READY;
     c->ev_pid = nxlt_io_new(u->ctx, fd, on_pid_exit, c);
     if (!c->ev_pid || nxlt_io_start(c->ev_pid, NXLT_IO_READ | NXLT_IO_ONCE)) {
         nxl_ucx_cma_close(c); /* not watched: not used */
         return;
     }
-    nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' (pid %d) is reached by cross-memory attach",
-             c->name, (int)c->pid);
+    if (!proved) {
+        if (copies)
+            cma_refused(u, c, err, "at connection"); /* the pidfd stays watched */
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' (pid %d, this host): its process is "
+                 "watched, unproved (process_vm_readv: %s)", c->name, (int)c->pid,
+                 strerror(err));
+    } else {
+        c->cma = copies ? CMA_READY : CMA_NONE;
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: agent '%s' (pid %d): its process is watched%s",
+                 c->name, (int)c->pid, copies ? ", reached by cross-memory attach" : "");
+    }
 }
 
 /* ---- cross-memory attach: the copies

@@ -247,9 +247,11 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     /* not to another agent of this process: the process outlives the
-     * agent, and its memory stays mapped after the agent is gone */
-    if ((flags & CI_CMA) && u->cma_mode != CMA_OFF && u->cma_here && !c->local)
-        nxl_ucx_cma_connect(u, c, &pc);
+     * agent, and its memory stays mapped after the agent is gone. Its
+     * process is watched with cma=off too; copies need cma on both sides */
+    if ((flags & CI_CMA) && u->cma_here && !c->local)
+        nxl_ucx_cma_connect(u, c, &pc,
+                            u->cma_mode != CMA_OFF && u->cma_liov && !(flags & CI_NO_CMA));
     nxl_ucx_kick(u);
     *out = c;
     return NXL_SUCCESS;
@@ -274,7 +276,8 @@ void nxl_ucx_unload_conn(void *state, void *conn)
 nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    unsigned flags = CI_AM_WRITE | CI_AM_ACK | (u->cma_here ? CI_CMA : 0);
+    unsigned flags = CI_AM_WRITE | CI_AM_ACK |
+                     (u->cma_here ? CI_CMA | (u->cma_mode == CMA_OFF ? CI_NO_CMA : 0) : 0);
     unsigned char *b = malloc(ucx_ci_hdr(flags) + u->addr_len);
     if (!b)
         return NXL_ERR_UNKNOWN;

@@ -8,6 +8,13 @@
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
+/* UCX's keepalive: each interval UCX checks its endpoints (over shared
+ * memory it reads the peer's /proc/PID/stat and wakes it), one wake-up of
+ * this process and one of each peer's. Peers on this host are watched by
+ * their pidfd (cma.c), TCP peers' deaths reset their sockets: the keepalive
+ * is left to notice an idle peer lost otherwise. 10 s: 0.4 wake-ups a
+ * second idle with one peer (1 s: 2.4-2.8) */
+#define KEEPALIVE_DEFAULT "10s"
 
 /* ------------------------------------------------------------ life */
 
@@ -211,7 +218,7 @@ static nxl_status_t context_open(ucx_t *u, const nxl_param_t *params, size_t n)
     const char *ka = nxlt_param(params, n, "keepalive");
     if ((tls && (st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) ||
         (dev && (st = ucp_config_modify(cfg, "NET_DEVICES", dev)) != UCS_OK) ||
-        (st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka ? ka : "1s")) != UCS_OK) {
+        (st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka ? ka : KEEPALIVE_DEFAULT)) != UCS_OK) {
         nxlt_error(ctx, "UCX: a parameter was refused by ucp_config_modify: %s",
                    ucs_status_string(st));
         ucp_config_release(cfg);
@@ -342,7 +349,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
              strstr(u->desc, "rc") || strstr(u->desc, "ud") || strstr(u->desc, "dc")
                  ? "with RDMA"
                  : "shared memory and TCP, no RDMA",
-             !u->cma_here ? "off" : u->cma_mode == CMA_ON ? "on" : "auto");
+             !u->cma_here || !u->cma_liov ? "off" : u->cma_mode == CMA_ON ? "on" : "auto");
     *out = u;
     return NXL_SUCCESS;
 }
@@ -506,7 +513,8 @@ _Static_assert(CMA_CHUNK_DEFAULT == 1048576, "ucx_params says cma_chunk=1048576"
 static const nxl_param_info_t ucx_params[] = {
     {"tls", NULL, "UCX transports, as UCX_TLS (\"shm,self\", \"tcp\"); not given: UCX_TLS or all"},
     {"devices", NULL, "network devices, as UCX_NET_DEVICES; not given: UCX_NET_DEVICES or all"},
-    {"keepalive", "1s", "keepalive interval, as UCX_KEEPALIVE_INTERVAL"},
+    {"keepalive", KEEPALIVE_DEFAULT, "keepalive interval, as UCX_KEEPALIVE_INTERVAL: an idle peer "
+     "lost is noticed within it (peers on this host at once, through their pidfd)"},
     {"shm_error_handling", "y",
      "y: set UCX_POSIX_ERROR_HANDLING and UCX_SYSV_ERROR_HANDLING (shared memory with peer "
      "error handling); anything else leaves them alone"},

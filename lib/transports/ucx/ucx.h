@@ -25,7 +25,9 @@
  * checked before every system call, so that a pid that died is never
  * written to again (a recycled pid is another process), and watched in
  * the agent's loop, so that its transfers fail as soon as it exits. A kernel
- * that refuses (ptrace rules) sends the transfers back to UCX.
+ * that refuses (ptrace rules) sends the transfers back to UCX. The pidfd
+ * is watched with cross-memory attach off or refused too: a same-host
+ * peer's death never waits for UCX's keepalive.
  *
  * The files, one concern each (as libfabric's prov/tcp/src):
  *   ucx.h     the private types, and the functions the files share
@@ -129,7 +131,8 @@ typedef struct ucx_state {
     LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs waiting for their acknowledgement */
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
     int cma_mode;               /* CMA_OFF, CMA_AUTO, CMA_ON */
-    bool cma_here;              /* our identity is known: advertised in the connection info */
+    bool cma_here;              /* our identity is known: advertised in the connection info
+                                 * (with cma=off too: peers watch our process by it) */
     ucx_ci_cma_t cma_me;
     volatile uint64_t cma_cookie[2]; /* CMA_MAGIC and a random value: peers read them to
                                       * prove they reach this process */
@@ -175,7 +178,8 @@ struct ucx_conn {
     nxl_netop_conn_t net;       /* ops reported to the engine not yet, and the last
                                  * completion (or first post) of one (coarse_us) */
     int cma;                    /* CMA_NONE, CMA_READY, CMA_REFUSED */
-    int pidfd;                  /* the peer's process, while cma is CMA_READY (or -1) */
+    int pidfd;                  /* the peer's process, watched, when it is on this host and
+                                 * its identity is known (or -1); held while cma is CMA_READY */
     pid_t pid;
     uint64_t pid_seen_us;       /* when its pidfd last said the process is alive */
     nxlt_io_t *ev_pid;          /* the peer's process exited (its pidfd, watched) */
@@ -273,7 +277,7 @@ nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len);
 void nxl_ucx_cma_close(ucx_conn_t *c);
 bool nxl_ucx_pidfd_exited(int fd);
 void nxl_ucx_cma_init(ucx_t *u);
-void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p);
+void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p, bool copies);
 bool nxl_ucx_cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x);
 void nxl_ucx_on_cma(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_cma_now(nxlt_timer_t *t, void *arg);

@@ -11,9 +11,11 @@
  *              u64 pid namespace inode, u32 pid, u64 cookie address,
  *              u64 cookie][UCX worker address]
  *
- * Integers big-endian. A peer that does not advertise cross-memory attach
- * sends version 1, byte for byte what nxl sent before version 2; an nxl
- * that knows only version 1 refuses a version 2 info with a sentence. */
+ * Integers big-endian. A peer that does not know its identity sends
+ * version 1, byte for byte what nxl sent before version 2; an nxl that
+ * knows only version 1 refuses a version 2 info with a sentence. One with
+ * cma=off sends version 2 with CI_NO_CMA: peers watch its process by the
+ * identity, and copy into it only if they ignore that flag (older nxl). */
 #ifndef NXL_UCX_WIRE_H
 #define NXL_UCX_WIRE_H
 
@@ -30,6 +32,9 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_AM_WRITE 0x01 /* the peer copies AM_WRITE messages into its memory */
 #define CI_CMA 0x02      /* version 2: the peer's identity for cross-memory attach follows */
 #define CI_AM_ACK 0x04   /* ... and acknowledges those that ask, once copied (or dropped) */
+#define CI_NO_CMA 0x08   /* with CI_CMA: the identity only, for watching the peer's process;
+                          * it asked not to be copied into (cma=off). An nxl that does not
+                          * know this flag ignores it (and copies) */
 #define CI_CMA_LEN 52
 
 /* A peer's identity for cross-memory attach: same host (boot id), same pid

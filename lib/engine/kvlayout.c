@@ -1,0 +1,804 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* KV layouts (include/nxl/kv.h): checks, the planner that maps a sequence
+ * from a prefill layout onto a decode layout, the CPU re-layout, and the
+ * KV transfer (a READ, zero copy or into staging followed by the
+ * re-layout on the reactor). */
+#include "internal.h"
+#include "loop.h"
+
+#include <nxl/kv.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+
+#define KV_SLICE_DEFAULT (16u * 1024 * 1024)
+
+/* ---- layouts */
+
+/* What a checked layout works out to, in bytes. */
+typedef struct kv_geom {
+    uint64_t row;    /* one head of one token: head_size * elem_size */
+    uint64_t bb;     /* one block: block_tokens * hl * row */
+    uint64_t bs, ls; /* block and plane strides */
+    uint32_t hl;     /* heads held: heads / tp_size */
+    uint32_t h0;     /* the first of them */
+} kv_geom_t;
+
+static nxl_status_t say(char *why, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static nxl_status_t say(char *why, size_t cap, const char *fmt, ...)
+{
+    if (why && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
+    return NXL_ERR_INVALID_PARAM;
+}
+
+void nxl_kv_layout_init(nxl_kv_layout_t *l)
+{
+    if (!l)
+        return;
+    memset(l, 0, sizeof(*l));
+    l->size = sizeof(*l);
+    l->tp_size = 1;
+    l->mem = NXL_DRAM;
+}
+
+static nxl_status_t kv_geom(const nxl_kv_layout_t *l, const char *side, kv_geom_t *g, char *why,
+                            size_t cap)
+{
+    if (!l)
+        return say(why, cap, "%s layout: NULL", side);
+    if (l->size < sizeof(*l))
+        return say(why, cap, "%s layout: size %zu is not sizeof(nxl_kv_layout_t) (%zu): "
+                   "initialise it with nxl_kv_layout_init()", side, l->size, sizeof(*l));
+    static const struct {
+        const char *name;
+        size_t off;
+    } counts[] = {
+        {"layers", offsetof(nxl_kv_layout_t, layers)},
+        {"blocks", offsetof(nxl_kv_layout_t, blocks)},
+        {"block_tokens", offsetof(nxl_kv_layout_t, block_tokens)},
+        {"heads", offsetof(nxl_kv_layout_t, heads)},
+        {"head_size", offsetof(nxl_kv_layout_t, head_size)},
+        {"elem_size", offsetof(nxl_kv_layout_t, elem_size)},
+        {"tp_size", offsetof(nxl_kv_layout_t, tp_size)},
+    };
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        uint32_t v;
+        memcpy(&v, (const char *)l + counts[i].off, sizeof(v));
+        if (!v)
+            return say(why, cap, "%s layout: %s is 0", side, counts[i].name);
+    }
+    if (l->order != NXL_KV_HEADS_OUTER && l->order != NXL_KV_TOKENS_OUTER)
+        return say(why, cap, "%s layout: order %d is neither NXL_KV_HEADS_OUTER (0) nor "
+                   "NXL_KV_TOKENS_OUTER (1)", side, (int)l->order);
+    if (l->heads % l->tp_size)
+        return say(why, cap, "%s layout: heads %u is not divisible by tp_size %u", side,
+                   l->heads, l->tp_size);
+    if (l->tp_rank >= l->tp_size)
+        return say(why, cap, "%s layout: tp_rank %u is not below tp_size %u", side, l->tp_rank,
+                   l->tp_size);
+    g->hl = l->heads / l->tp_size;
+    g->h0 = l->tp_rank * g->hl;
+    uint64_t t;
+    if (__builtin_mul_overflow((uint64_t)l->head_size, l->elem_size, &g->row) ||
+        __builtin_mul_overflow(g->row, (uint64_t)g->hl, &t) ||
+        __builtin_mul_overflow(t, (uint64_t)l->block_tokens, &g->bb))
+        return say(why, cap, "%s layout: a block of %u tokens x %u heads x %u elements x %u "
+                   "bytes overflows 64 bits", side, l->block_tokens, g->hl, l->head_size,
+                   l->elem_size);
+    g->bs = l->block_stride ? l->block_stride : g->bb;
+    if (l->blocks > 1 && g->bs < g->bb)
+        return say(why, cap, "%s layout: block_stride %zu is smaller than a block (%llu bytes)",
+                   side, l->block_stride, (unsigned long long)g->bb);
+    if (l->layer_stride)
+        g->ls = l->layer_stride;
+    else if (__builtin_mul_overflow(g->bs, (uint64_t)l->blocks, &g->ls))
+        return say(why, cap, "%s layout: %u blocks of %llu bytes overflow 64 bits", side,
+                   l->blocks, (unsigned long long)g->bs);
+    if (l->layers > 1 && g->ls < g->bb)
+        return say(why, cap, "%s layout: layer_stride %zu is smaller than a block (%llu bytes)",
+                   side, l->layer_stride, (unsigned long long)g->bb);
+    uint64_t a, b, need;
+    if (__builtin_mul_overflow(g->ls, (uint64_t)(l->layers - 1), &a) ||
+        __builtin_mul_overflow(g->bs, (uint64_t)(l->blocks - 1), &b) ||
+        __builtin_add_overflow(a, b, &need) || __builtin_add_overflow(need, g->bb, &need) ||
+        __builtin_add_overflow((uint64_t)l->base, need, &t))
+        return say(why, cap, "%s layout: %u layers x %u blocks of %llu bytes from address "
+                   "0x%llx overflow 64 bits", side, l->layers, l->blocks,
+                   (unsigned long long)g->bb, (unsigned long long)l->base);
+    if (!l->len)
+        return say(why, cap, "%s layout: len is 0 (the region's length, %llu bytes for this "
+                   "layout, is required)", side, (unsigned long long)need);
+    if (l->len < need)
+        return say(why, cap, "%s layout: the region of len %zu bytes is too small: %u layers x "
+                   "%u blocks of %llu bytes (strides %llu, %llu) need %llu", side, l->len,
+                   l->layers, l->blocks, (unsigned long long)g->bb, (unsigned long long)g->ls,
+                   (unsigned long long)g->bs, (unsigned long long)need);
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_kv_layout_check(const nxl_kv_layout_t *l, char *why, size_t why_len)
+{
+    kv_geom_t g;
+    if (why && why_len)
+        why[0] = 0;
+    return kv_geom(l, "KV", &g, why, why_len);
+}
+
+/* ---- the planner */
+
+typedef struct kv_out {
+    nxl_kv_piece_t *p;
+    size_t n, cap;
+} kv_out_t;
+
+/* appends a piece, merged into the last one when it continues it on both sides */
+static inline void kv_put(kv_out_t *o, uint64_t src, uint64_t dst, uint64_t len)
+{
+    if (o->n) {
+        nxl_kv_piece_t *l = &o->p[o->n - 1];
+        if (l->src + l->len == src && l->dst + l->len == dst) {
+            l->len += len;
+            return;
+        }
+    }
+    nxl_kv_piece_t *p = &o->p[o->n++];
+    p->src = src;
+    p->dst = dst;
+    p->len = len;
+}
+
+/* offset in its block of token t, held head h (0-based) */
+static inline uint64_t kv_inner(const nxl_kv_layout_t *l, const kv_geom_t *g, uint64_t t,
+                                uint64_t h)
+{
+    return l->order == NXL_KV_HEADS_OUTER ? (h * l->block_tokens + t) * g->row
+                                          : (t * g->hl + h) * g->row;
+}
+
+static nxl_status_t kv_seq_check(const nxl_kv_layout_t *l, const char *side, const uint32_t *ids,
+                                 size_t n, size_t tokens, char *why, size_t cap)
+{
+    size_t need = tokens / l->block_tokens + (tokens % l->block_tokens != 0);
+    if (n != need)
+        return say(why, cap, "%s block list has %zu ids: %zu tokens in blocks of %u tokens need "
+                   "%zu", side, n, tokens, l->block_tokens, need);
+    if (n && !ids)
+        return say(why, cap, "%s block list is NULL", side);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= l->blocks)
+            return say(why, cap, "%s block id %u (index %zu) is out of range: the layout has %u "
+                       "blocks", side, ids[i], i, l->blocks);
+    return NXL_SUCCESS;
+}
+
+/* Pieces of one plane, offsets relative to plane 0 of each side, into o
+ * (room for tokens * heads pieces) */
+static void kv_plan_plane(const nxl_kv_layout_t *d, const kv_geom_t *gd, const nxl_kv_layout_t *p,
+                          const kv_geom_t *gp, const nxl_kv_seq_t *s, uint32_t g0, uint32_t g1,
+                          kv_out_t *o)
+{
+    const uint64_t row = gd->row, nh = g1 - g0;
+    const uint32_t hd = g0 - gd->h0, hp = g0 - gp->h0; /* first shared head, held index */
+    const bool both_ho = d->order == NXL_KV_HEADS_OUTER && p->order == NXL_KV_HEADS_OUTER;
+    const bool both_to = d->order == NXL_KV_TOKENS_OUTER && p->order == NXL_KV_TOKENS_OUTER;
+    size_t i = 0;
+    while (i < s->tokens) {
+        /* a segment of tokens in one block on both sides */
+        size_t pt = i % p->block_tokens, dt = i % d->block_tokens;
+        size_t n = s->tokens - i;
+        if (n > p->block_tokens - pt)
+            n = p->block_tokens - pt;
+        if (n > d->block_tokens - dt)
+            n = d->block_tokens - dt;
+        uint64_t sb = s->prefill_blocks[i / p->block_tokens] * gp->bs;
+        uint64_t db = s->decode_blocks[i / d->block_tokens] * gd->bs;
+        if (both_ho) { /* a head's tokens are contiguous on both sides */
+            for (uint32_t h = 0; h < nh; h++)
+                kv_put(o, sb + kv_inner(p, gp, pt, hp + h), db + kv_inner(d, gd, dt, hd + h),
+                       n * row);
+        } else if (both_to) { /* a token's heads are */
+            for (size_t t = 0; t < n; t++)
+                kv_put(o, sb + kv_inner(p, gp, pt + t, hp), db + kv_inner(d, gd, dt + t, hd),
+                       nh * row);
+        } else {
+            for (size_t t = 0; t < n; t++)
+                for (uint32_t h = 0; h < nh; h++)
+                    kv_put(o, sb + kv_inner(p, gp, pt + t, hp + h),
+                           db + kv_inner(d, gd, dt + t, hd + h), row);
+        }
+        i += n;
+    }
+}
+
+/* The planner, the sentence into why; with no agent */
+static nxl_status_t kv_plan(const nxl_kv_layout_t *d, const nxl_kv_layout_t *p,
+                            const nxl_kv_seq_t *s, kv_out_t *o, char *why, size_t cap)
+{
+    kv_geom_t gd, gp;
+    nxl_status_t st;
+    memset(o, 0, sizeof(*o));
+    if ((st = kv_geom(d, "decode", &gd, why, cap)) != NXL_SUCCESS ||
+        (st = kv_geom(p, "prefill", &gp, why, cap)) != NXL_SUCCESS)
+        return st;
+    if (!s)
+        return say(why, cap, "no sequence (nxl_kv_seq_t NULL)");
+    if (d->layers != p->layers)
+        return say(why, cap, "decode layout has %u layers, prefill layout %u", d->layers,
+                   p->layers);
+    if (d->heads != p->heads)
+        return say(why, cap, "decode layout has %u heads, prefill layout %u (the model's "
+                   "total on both sides)", d->heads, p->heads);
+    if (d->head_size != p->head_size)
+        return say(why, cap, "decode layout has head_size %u, prefill layout %u", d->head_size,
+                   p->head_size);
+    if (d->elem_size != p->elem_size)
+        return say(why, cap, "decode layout has elem_size %u, prefill layout %u", d->elem_size,
+                   p->elem_size);
+    if ((st = kv_seq_check(d, "decode", s->decode_blocks, s->n_decode, s->tokens, why, cap)) ||
+        (st = kv_seq_check(p, "prefill", s->prefill_blocks, s->n_prefill, s->tokens, why, cap)))
+        return st;
+    uint32_t g0 = gd.h0 > gp.h0 ? gd.h0 : gp.h0;
+    uint32_t g1 = gd.h0 + gd.hl < gp.h0 + gp.hl ? gd.h0 + gd.hl : gp.h0 + gp.hl;
+    if (g0 >= g1 || !s->tokens)
+        return NXL_SUCCESS; /* nothing shared */
+    /* one plane's pieces, then every plane's from them: the planes differ
+     * by their strides only */
+    size_t per, total;
+    if (__builtin_mul_overflow(s->tokens, (size_t)(g1 - g0), &per) ||
+        __builtin_mul_overflow(per, (size_t)d->layers, &total) ||
+        total > SIZE_MAX / sizeof(*o->p) ||
+        !(o->p = malloc(total * sizeof(*o->p))))
+        return NXL_ERR_UNKNOWN;
+    o->cap = total;
+    kv_plan_plane(d, &gd, p, &gp, s, g0, g1, o);
+    size_t n1 = o->n;
+    if (d->layers > 1) {
+        /* planes 1.. from plane 0's pieces; the copy of plane 0 moves to
+         * the tail of the array first so that the output can grow over it
+         * from the front (and merge across planes) */
+        nxl_kv_piece_t *one = o->p + total - n1;
+        memmove(one, o->p, n1 * sizeof(*one));
+        o->n = 0;
+        for (uint32_t l = 0; l < d->layers; l++) {
+            uint64_t so = p->base + l * gp.ls, dof = d->base + l * gd.ls;
+            for (size_t k = 0; k < n1; k++)
+                kv_put(o, one[k].src + so, one[k].dst + dof, one[k].len);
+        }
+    } else {
+        for (size_t k = 0; k < n1; k++) {
+            o->p[k].src += p->base;
+            o->p[k].dst += d->base;
+        }
+    }
+    if (o->n < o->cap / 2) {
+        nxl_kv_piece_t *q = realloc(o->p, (o->n ? o->n : 1) * sizeof(*q));
+        if (q)
+            o->p = q;
+    }
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_kv_plan(const nxl_kv_layout_t *decode, const nxl_kv_layout_t *prefill,
+                         const nxl_kv_seq_t *seq, nxl_kv_piece_t **pieces, size_t *n, char *why,
+                         size_t why_len)
+{
+    if (why && why_len)
+        why[0] = 0;
+    if (!pieces || !n)
+        return say(why, why_len, "nxl_kv_plan: pieces and n are required");
+    *pieces = NULL;
+    *n = 0;
+    kv_out_t o;
+    nxl_status_t st = kv_plan(decode, prefill, seq, &o, why, why_len);
+    if (st == NXL_ERR_UNKNOWN)
+        say(why, why_len, "nxl_kv_plan: out of memory");
+    if (st != NXL_SUCCESS) {
+        free(o.p);
+        return st;
+    }
+    if (!o.n) {
+        free(o.p);
+        o.p = NULL;
+    }
+    *pieces = o.p;
+    *n = o.n;
+    return NXL_SUCCESS;
+}
+
+/* ---- the CPU re-layout
+ *
+ * The planner made each piece as long as both layouts allow; what is left
+ * is where the bytes go. Measured here (check_kvlayout t_copy_rate, caches
+ * flushed before each copy; AMD EPYC, 2 cores shared with other work):
+ *
+ * - rows scattered on the destination (heads outer from tokens outer: a
+ *   row of 256 B here, the next one a head further): memcpy() per piece
+ *   ran at 0.72-0.76 of one memcpy() of the same bytes, non-temporal
+ *   stores (the destination's lines are not read first) at 0.93-1.12;
+ * - destinations written in sequence (tokens outer from tokens outer with
+ *   part of the heads: the source strided): memcpy() per piece 0.59-0.67,
+ *   non-temporal stores 0.40-0.52. There the source's unused half of each
+ *   stride costs (the prefetchers read it), not the stores.
+ *
+ * So non-temporal stores where a piece does not continue the previous
+ * one's destination, memcpy() (glibc's, vector moves for this CPU) where
+ * it does; a loop of fixed 32-byte moves for the usual lengths lost to
+ * memcpy() (4.5 against 14.7 GB/s for 1 KiB). */
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+/* non-temporal stores: the destination's lines are not read first */
+static void kv_copy_nt(unsigned char *d, const unsigned char *s, size_t len)
+{
+    for (size_t k = 0; k < len; k += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + k));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + k + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + k + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + k + 48));
+        _mm_stream_si128((__m128i *)(d + k), a);
+        _mm_stream_si128((__m128i *)(d + k + 16), b);
+        _mm_stream_si128((__m128i *)(d + k + 32), c);
+        _mm_stream_si128((__m128i *)(d + k + 48), e);
+    }
+}
+#endif
+
+void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n)
+{
+#if defined(__x86_64__)
+    bool nt = false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *d = (unsigned char *)(uintptr_t)pieces[i].dst;
+        const unsigned char *s = (const unsigned char *)(uintptr_t)pieces[i].src;
+        size_t len = pieces[i].len;
+        /* scattered destinations (a row here, the next one a block away)
+         * gain from not reading their lines; a destination written in
+         * sequence loses (measured: see above) */
+        bool seq = i && pieces[i - 1].dst + pieces[i - 1].len == pieces[i].dst;
+        if (!seq && !((uintptr_t)d & 15) && !(len & 63)) {
+            kv_copy_nt(d, s, len);
+            nt = true;
+        } else {
+            memcpy(d, s, len);
+        }
+    }
+    if (nt)
+        _mm_sfence();
+#else
+    for (size_t i = 0; i < n; i++)
+        memcpy((void *)(uintptr_t)pieces[i].dst, (const void *)(uintptr_t)pieces[i].src,
+               pieces[i].len);
+#endif
+}
+
+/* ---- the KV transfer */
+
+struct nxl_kv_xfer {
+    nxl_agent_t *agent;
+    int refs;                /* the application's, and one while a READ is in flight */
+    nxl_kv_mode_t mode;
+    size_t pieces;           /* what the decode side receives */
+    uint64_t bytes;
+    nxl_xfer_t *x;           /* the READ (NULL: nothing to move) */
+    nxl_future_t *inner;     /* its post in flight */
+    nxl_future_t *outer;     /* the application's, until completed */
+    nxl_future_t *last;      /* ... and until settled (a reference): a re-post before is refused */
+    nxl_kv_piece_t *copy;    /* staged: the re-layout, staging -> decode */
+    size_t ncopy, next;      /* ... and where the next slice begins */
+    size_t slice;
+    nxlt_timer_t *timer;     /* staged: the next slice on the next turn */
+    void *own;               /* staging this transfer allocated and registered */
+    size_t own_len;
+};
+
+void nxl_kv_opts_init(nxl_kv_opts_t *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+}
+
+static size_t kv_zcopy_min(const nxl_kv_opts_t *o)
+{
+    if (o && o->zcopy_min)
+        return o->zcopy_min;
+    const char *e = getenv("NXL_KV_ZCOPY_MIN");
+    if (e && *e) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (!errno && !*end)
+            return (size_t)v;
+    }
+    return NXL_KV_ZCOPY_MIN_DEFAULT;
+}
+
+static void kv_free(nxl_kv_xfer_t *kx)
+{
+    if (kx->last)
+        nxl_future_release(kx->last);
+    if (kx->x)
+        nxl_xfer_release(kx->x);
+    if (kx->timer)
+        nxlt_timer_free(kx->timer);
+    if (kx->own) {
+        nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = kx->own_len};
+        nxl_mem_deregister(kx->agent, NXL_DRAM, &d, 1);
+        free(kx->own);
+    }
+    free(kx->copy);
+    free(kx);
+}
+
+static void kv_unref(nxl_kv_xfer_t *kx)
+{
+    if (--kx->refs == 0)
+        kv_free(kx);
+}
+
+/* the application's future completes; kx lets go of it */
+static void kv_finish(nxl_kv_xfer_t *kx, nxl_status_t st, const char *why)
+{
+    nxl_future_t *f = kx->outer;
+    kx->outer = NULL;
+    if (f) {
+        f->on_cancel = NULL;
+        f->cancel_hook = NULL;
+        f->owner = NULL;
+        if (f->cancel_wait)
+            nxli_future_complete_canceled(f);
+        else
+            nxli_future_complete(f, st, why);
+    }
+}
+
+/* one slice of the re-layout; the next one on the next turn */
+static void kv_slice(nxl_kv_xfer_t *kx)
+{
+    size_t done = 0, i = kx->next;
+    size_t j = i;
+    while (j < kx->ncopy && done < kx->slice)
+        done += kx->copy[j++].len;
+    nxl_kv_copy(kx->copy + i, j - i);
+    kx->next = j;
+    if (j < kx->ncopy)
+        nxlt_timer_start(kx->timer, 0);
+    else
+        kv_finish(kx, NXL_SUCCESS, NULL);
+}
+
+static void kv_timer_cb(nxlt_timer_t *t, void *arg)
+{
+    NXLI_UNUSED(t);
+    nxl_kv_xfer_t *kx = arg;
+    if (kx->outer && !kx->outer->cancel_wait)
+        kv_slice(kx);
+}
+
+static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    nxl_kv_xfer_t *kx = arg;
+    kx->inner = NULL;
+    if (kx->outer) {
+        if (kx->outer->cancel_wait) {
+            kv_finish(kx, NXL_ERR_CANCELED, NULL); /* the READ let go of the buffers */
+        } else if (st != NXL_SUCCESS) {
+            char why[NXLI_ERR_MAX];
+            snprintf(why, sizeof(why), "KV transfer: the READ failed: %s", nxl_future_error(f));
+            kv_finish(kx, st, why);
+        } else if (kx->mode == NXL_KV_STAGED && kx->ncopy) {
+            kx->next = 0;
+            kv_slice(kx);
+        } else {
+            kv_finish(kx, NXL_SUCCESS, NULL);
+        }
+    }
+    nxl_future_release(f);
+    kv_unref(kx);
+}
+
+/* the application canceled its future (cancel_wait set): the READ is
+ * canceled and completes it once it ended (kv_read_done); between the
+ * READ and the end of the re-layout, at once */
+static void kv_cancel_hook(nxl_future_t *f)
+{
+    nxl_kv_xfer_t *kx = f->owner;
+    if (!kx) {
+        f->cancel_hook = NULL;
+        nxli_future_complete_canceled(f);
+        return;
+    }
+    if (kx->timer)
+        nxlt_timer_stop(kx->timer);
+    if (kx->inner)
+        nxl_future_cancel(kx->inner);
+    else
+        kv_finish(kx, NXL_ERR_CANCELED, NULL);
+}
+
+/* completed at once (the agent's teardown, a deadline): kx lets go */
+static void kv_on_cancel(nxl_future_t *f)
+{
+    nxl_kv_xfer_t *kx = f->owner;
+    f->owner = NULL;
+    f->on_cancel = NULL;
+    f->cancel_hook = NULL;
+    if (!kx)
+        return;
+    kx->outer = NULL;
+    if (kx->timer)
+        nxlt_timer_stop(kx->timer);
+    if (kx->inner)
+        nxl_future_cancel(kx->inner);
+}
+
+/* the READ's descriptors, prepared and paired */
+static nxl_status_t kv_make_read(nxl_agent_t *a, const char *peer, nxl_mem_t lmem, uint64_t ldev,
+                                 nxl_mem_t rmem, uint64_t rdev, const nxl_kv_piece_t *p, size_t n,
+                                 const nxl_kv_opts_t *o, nxl_xfer_t **out)
+{
+    nxl_desc_t *ld = malloc((n ? n : 1) * sizeof(*ld)), *rd = malloc((n ? n : 1) * sizeof(*rd));
+    if (!ld || !rd) {
+        free(ld);
+        free(rd);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory for %zu descriptors", n);
+        return NXL_ERR_UNKNOWN;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ld[i] = (nxl_desc_t){.addr = (uintptr_t)p[i].dst, .len = p[i].len, .dev_id = ldev};
+        rd[i] = (nxl_desc_t){.addr = (uintptr_t)p[i].src, .len = p[i].len, .dev_id = rdev};
+    }
+    nxl_prepped_t *lp = NULL, *rp = NULL;
+    nxl_status_t st = nxl_prep(a, NULL, lmem, ld, n, &lp);
+    if (st == NXL_SUCCESS)
+        st = nxl_prep(a, peer, rmem, rd, n, &rp);
+    free(ld);
+    free(rd);
+    if (st == NXL_SUCCESS) {
+        nxl_xfer_opts_t xo;
+        nxl_xfer_opts_init(&xo);
+        xo.backend = o ? o->backend : NULL;
+        st = nxl_xfer_make(a, NXL_READ, lp, NULL, rp, NULL, n, &xo, out);
+    }
+    if (lp)
+        nxl_prepped_release(lp);
+    if (rp)
+        nxl_prepped_release(rp);
+    return st;
+}
+
+nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_layout_t *decode,
+                              const nxl_kv_layout_t *prefill, const nxl_kv_seq_t *seq,
+                              const nxl_desc_t *staging, const nxl_kv_opts_t *opts,
+                              nxl_kv_xfer_t **out)
+{
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_kv_xfer_make(a, peer, decode, prefill, seq, staging, opts, out);
+    if (!a || !peer || !out) {
+        if (a)
+            nxli_err(a, "nxl_kv_xfer_make: the agent, the peer and out are required");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    *out = NULL;
+    if (opts && opts->size < sizeof(*opts)) {
+        nxli_err(a, "nxl_kv_xfer_make: opts size %zu is not sizeof(nxl_kv_opts_t) (%zu): "
+                    "initialise them with nxl_kv_opts_init()", opts->size, sizeof(*opts));
+        return NXL_ERR_INVALID_PARAM;
+    }
+    char why[NXLI_ERR_MAX];
+    kv_out_t o;
+    nxl_status_t st = kv_plan(decode, prefill, seq, &o, why, sizeof(why));
+    if (st != NXL_SUCCESS) {
+        free(o.p);
+        if (st == NXL_ERR_UNKNOWN)
+            nxli_err(a, "nxl_kv_xfer_make: out of memory for the plan");
+        else
+            nxli_err(a, "nxl_kv_xfer_make: %s", why);
+        return st;
+    }
+    nxl_kv_xfer_t *kx = calloc(1, sizeof(*kx));
+    if (!kx) {
+        free(o.p);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    kx->agent = a;
+    kx->refs = 1;
+    kx->pieces = o.n;
+    for (size_t i = 0; i < o.n; i++)
+        kx->bytes += o.p[i].len;
+    kx->slice = opts && opts->slice_bytes ? opts->slice_bytes : KV_SLICE_DEFAULT;
+    nxl_kv_mode_t mode = opts ? opts->mode : NXL_KV_AUTO;
+    if (mode == NXL_KV_AUTO)
+        mode = !o.n || kx->bytes / o.n >= kv_zcopy_min(opts) ? NXL_KV_ZCOPY : NXL_KV_STAGED;
+    kx->mode = mode;
+    if (!o.n) { /* no head shared: an empty transfer */
+        free(o.p);
+        *out = kx;
+        return NXL_SUCCESS;
+    }
+    if (mode == NXL_KV_ZCOPY) {
+        st = kv_make_read(a, peer, decode->mem, decode->dev_id, prefill->mem, prefill->dev_id, o.p,
+                          o.n, opts, &kx->x);
+        free(o.p);
+        if (st != NXL_SUCCESS) {
+            kv_free(kx);
+            return st;
+        }
+        *out = kx;
+        return NXL_SUCCESS;
+    }
+    free(o.p);
+    if (mode != NXL_KV_STAGED) {
+        kv_free(kx);
+        nxli_err(a, "nxl_kv_xfer_make: mode %d is none of NXL_KV_AUTO, _ZCOPY, _STAGED",
+                 (int)mode);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    if (decode->mem != NXL_DRAM) {
+        kv_free(kx);
+        nxli_err(a, "nxl_kv_xfer_make: staged mode re-lays on the CPU and needs a DRAM decode "
+                    "region, this one is %s (force NXL_KV_ZCOPY)", nxl_mem_name(decode->mem));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    /* staging: the sequence's prefill blocks, plane by plane, packed; the
+     * re-layout is the plan from a prefill layout that describes it */
+    kv_geom_t gp;
+    kv_geom(prefill, "prefill", &gp, NULL, 0);
+    size_t np = seq->n_prefill;
+    uint64_t need = (uint64_t)prefill->layers * np * gp.bb;
+    uintptr_t sbase;
+    if (staging) {
+        if (staging->len < need) {
+            kv_free(kx);
+            nxli_err(a, "nxl_kv_xfer_make: the staging area of %zu bytes is too small: %u "
+                        "layers x %zu prefill blocks of %llu bytes need %llu", staging->len,
+                     prefill->layers, np, (unsigned long long)gp.bb, (unsigned long long)need);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        sbase = staging->addr;
+    } else {
+        if (posix_memalign(&kx->own, 4096, need)) {
+            kx->own = NULL;
+            kv_free(kx);
+            nxli_err(a, "nxl_kv_xfer_make: out of memory for a staging area of %llu bytes",
+                     (unsigned long long)need);
+            return NXL_ERR_UNKNOWN;
+        }
+        kx->own_len = need;
+        nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = need};
+        st = nxl_mem_register(a, NXL_DRAM, &d, 1, opts ? opts->backend : NULL);
+        if (st != NXL_SUCCESS) {
+            free(kx->own);
+            kx->own = NULL;
+            kv_free(kx);
+            return st;
+        }
+        sbase = (uintptr_t)kx->own;
+    }
+    nxl_kv_layout_t sl = *prefill;
+    sl.base = sbase;
+    sl.len = need;
+    sl.blocks = (uint32_t)np;
+    sl.block_stride = gp.bb;
+    sl.layer_stride = np * gp.bb;
+    sl.mem = NXL_DRAM;
+    uint32_t *ids = malloc(np * sizeof(*ids));
+    kv_out_t rd = {.p = malloc(prefill->layers * np * sizeof(*rd.p))};
+    if (!ids || !rd.p) {
+        free(ids);
+        free(rd.p);
+        kv_free(kx);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    for (uint32_t l = 0; l < prefill->layers; l++)
+        for (size_t j = 0; j < np; j++)
+            kv_put(&rd, prefill->base + l * gp.ls + seq->prefill_blocks[j] * gp.bs,
+                   sbase + (l * np + j) * gp.bb, gp.bb);
+    for (size_t j = 0; j < np; j++)
+        ids[j] = (uint32_t)j;
+    nxl_kv_seq_t ss = *seq;
+    ss.prefill_blocks = ids;
+    kv_out_t cp;
+    st = kv_plan(decode, &sl, &ss, &cp, why, sizeof(why));
+    free(ids);
+    if (st != NXL_SUCCESS) {
+        free(rd.p);
+        free(cp.p);
+        kv_free(kx);
+        nxli_err(a, "nxl_kv_xfer_make: %s", st == NXL_ERR_UNKNOWN ? "out of memory" : why);
+        return st;
+    }
+    kx->copy = cp.p;
+    kx->ncopy = cp.n;
+    st = kv_make_read(a, peer, NXL_DRAM, 0, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
+                      &kx->x);
+    free(rd.p);
+    if (st == NXL_SUCCESS && !(kx->timer = nxli_timer_new(a, kv_timer_cb, kx))) {
+        nxli_err(a, "nxl_kv_xfer_make: the agent's loop could not make a timer");
+        st = NXL_ERR_BACKEND;
+    }
+    if (st != NXL_SUCCESS) {
+        kv_free(kx);
+        return st;
+    }
+    *out = kx;
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_kv_xfer_post(nxl_kv_xfer_t *kx, nxl_done_cb cb, void *arg, nxl_future_t **out)
+{
+    if (!kx)
+        return NXL_ERR_INVALID_PARAM;
+    nxl_agent_t *a = kx->agent;
+    if (nxli_thread_foreign(a))
+        return nxli_rpc_kv_xfer_post(kx, cb, arg, out);
+    if (kx->outer || kx->inner || (kx->last && !kx->last->settled)) {
+        nxli_err(a, "nxl_kv_xfer_post: the KV transfer is still in flight");
+        return NXL_ERR_REPOST_ACTIVE;
+    }
+    if (kx->last) {
+        nxl_future_release(kx->last);
+        kx->last = NULL;
+    }
+    nxl_future_t *f = nxli_future_new(a, NXLI_F_ALL, cb, arg);
+    if (!f) {
+        nxli_err(a, "nxl_kv_xfer_post: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    if (kx->x) {
+        nxl_status_t st = nxl_xfer_post(kx->x, kv_read_done, kx, &kx->inner);
+        if (st != NXL_SUCCESS) {
+            nxli_future_discard(f);
+            return st;
+        }
+        kx->refs++; /* kv_read_done's */
+    }
+    f->owner = kx;
+    f->on_cancel = kv_on_cancel;
+    f->cancel_hook = kv_cancel_hook;
+    kx->outer = f;
+    kx->last = f;
+    f->refs++;
+    if (!kx->x)
+        kv_finish(kx, NXL_SUCCESS, NULL); /* delivered on the next turn */
+    nxli_future_give(f, out);
+    return NXL_SUCCESS;
+}
+
+nxl_kv_mode_t nxl_kv_xfer_mode(const nxl_kv_xfer_t *kx, size_t *pieces, size_t *bytes)
+{
+    if (pieces)
+        *pieces = kx ? kx->pieces : 0;
+    if (bytes)
+        *bytes = kx ? (size_t)kx->bytes : 0;
+    return kx ? kx->mode : NXL_KV_AUTO;
+}
+
+void nxl_kv_xfer_release(nxl_kv_xfer_t *kx)
+{
+    if (!kx)
+        return;
+    if (nxli_thread_foreign(kx->agent)) {
+        nxli_rpc_kv_xfer_release(kx);
+        return;
+    }
+    if (kx->outer)
+        nxl_future_cancel(kx->outer); /* completed once the READ let go (kv_read_done) */
+    kv_unref(kx);
+}
+
+nxl_agent_t *nxli_kv_agent(const nxl_kv_xfer_t *kx)
+{
+    return kx->agent;
+}
