@@ -382,6 +382,13 @@ typedef struct nxl_agent_config {
      * $NXL_AUTO_REGISTER_LIMIT, a number of bytes with an optional suffix
      * k, m or g; else 4 GiB). See NXL_DESC_AUTO_REGISTER. */
     size_t auto_register_limit;
+    /** Automatic recovery of lost peers (see "Peer lifecycle" below): 1
+     * (nxl_agent_config_init() sets it) finds a peer that went DOWN again,
+     * by fetching its metadata again from the address nxl_md_fetch() got it
+     * from, or through the etcd watch when it came from etcd; 0: off (the
+     * application loads it again itself). An older caller's smaller config
+     * reads as 1. */
+    int peer_recovery;
 } nxl_agent_config_t;
 
 /** What an agent's reactor runs on (nxl_agent_config_t.loop). */
@@ -774,11 +781,14 @@ NXL_API nxl_status_t nxl_md_remote_strided(nxl_agent_t *a, const char *remote, n
 NXL_API nxl_status_t nxl_md_load(nxl_agent_t *a, const void *blob, size_t len, char *name_out,
                                  size_t cap);
 /**
- * Forgets a remote agent. Prepared lists and transfers naming it stay
- * valid handles until released, and transfers in flight finish, but posting
- * them again fails with NXL_ERR_REMOTE_DISCONNECT; preparing lists against
- * it, or making transfers from lists prepared before, fails with
- * NXL_ERR_NOT_FOUND. Load its metadata again to make new ones.
+ * Forgets a remote agent (a DOWN event; no recovery follows: see "Peer
+ * lifecycle"; a peer already lost is given up: NXL_SUCCESS, no event, its
+ * recovery stops). Prepared lists and transfers naming it stay valid handles
+ * until released, and transfers in flight finish, but posting them again
+ * fails with NXL_ERR_REMOTE_DISCONNECT; preparing lists against it, or
+ * making transfers from lists prepared before, fails with
+ * NXL_ERR_NOT_FOUND, until its metadata is loaded again: then they are
+ * re-bound to it when its regions are still there.
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND.
  */
 NXL_API nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote);
@@ -880,8 +890,10 @@ NXL_API uint16_t nxl_agent_metrics_port(const nxl_agent_t *a);
  * expire on their own. Fetching a peer's metadata watches the peer's keys
  * afterwards: a new full metadata replaces what was known (a peer restarted
  * under the same name), and its deletion or expiry invalidates the peer —
- * transfers in flight to it complete with NXL_ERR_REMOTE_DISCONNECT. All of
- * it runs on the reactor through libcurl's multi interface. */
+ * transfers in flight to it complete with NXL_ERR_REMOTE_DISCONNECT (a DOWN
+ * event); with nxl_agent_config_t.peer_recovery, metadata it publishes
+ * again afterwards is loaded (BACK: see "Peer lifecycle"). All of it runs
+ * on the reactor through libcurl's multi interface. */
 
 /**
  * Publishes this agent's full metadata.
@@ -1030,9 +1042,11 @@ NXL_API void nxl_xfer_set_deadline(nxl_xfer_t *x, unsigned ms);
  * @param [in]  cb   completion callback (may be NULL)
  * @param [out] out  the future (may be NULL: released after the callback)
  * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);
- *         NXL_ERR_REMOTE_DISCONNECT (the peer is known dead);
+ *         NXL_ERR_REMOTE_DISCONNECT (the peer is down: the transfer is
+ *         re-bound when it is back, see "Peer lifecycle");
  *         NXL_ERR_NOT_FOUND (the remote agent said it deregistered a region
- *         the transfer uses); NXL_ERR_BACKEND. On error nothing started.
+ *         the transfer uses, or came back as a new incarnation without it:
+ *         the sentence names the element); NXL_ERR_BACKEND. On error nothing started.
  *         A transfer into a region the target deregistered before this
  *         agent heard of it completes with an error status where the
  *         transport can tell (doc/security.md, "Remote access").
@@ -1158,6 +1172,89 @@ NXL_API nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const vo
  * @return how many were handed over.
  */
 NXL_API size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
+
+/* ----------------------------------------------------------- peer lifecycle
+ *
+ * What an agent knows of each remote agent it loaded, as events delivered
+ * to one callback (nxl_agent_on_peer()):
+ *
+ * - UP: its metadata was loaded for the first time.
+ * - CHANGED: loaded again, the same incarnation (the same process), with
+ *   other regions: some added (partial metadata too), removed or moved.
+ *   A reload that changes nothing gives no event.
+ * - DOWN: lost, with a status and a sentence: a transport reported it
+ *   unreachable (a transfer to it failed with NXL_ERR_REMOTE_DISCONNECT,
+ *   or the transport refused a post or a notification with it),
+ *   it was invalidated (nxl_md_invalidate(), or the peer's
+ *   nxl_md_send_invalidate()), its etcd keys were deleted or their lease
+ *   expired, or a new incarnation replaced it (DOWN, then BACK at once).
+ * - BACK: its name was loaded again after DOWN. @c incarnation grows by
+ *   one when the metadata comes from a new process (the metadata carries
+ *   a random number each agent draws at creation; metadata of an older
+ *   library, without it, counts as a new process after DOWN, and while
+ *   up when its connection info differs), and stays when the same
+ *   process returns (a link restored, an invalidation undone).
+ *
+ * Rules:
+ * - Events run on the reactor, like every callback (in threaded mode on
+ *   the reactor thread), never inside the call that caused them; each
+ *   exactly once, in the order they happened, so in order per peer: UP
+ *   first, then CHANGED while it is up, DOWN and BACK alternating. Events
+ *   happening while no callback is set are not kept.
+ * - After BACK, prepared remote lists (nxl_prep()) and transfers
+ *   (nxl_xfer_make(), nxl_xfer_create()) made against an earlier
+ *   incarnation are re-bound to the current one on their next use
+ *   (nxl_xfer_post(), nxl_xfer_make()) when every region they name is
+ *   still there: a region of the same memory type, device, address and
+ *   length, keyed for the transfer's transport. The application posts the
+ *   same nxl_xfer_t again; nothing else changes (its notification, its
+ *   deadline, its local side). The same holds after a CHANGED that
+ *   replaced the metadata. A list or transfer whose regions are gone stays
+ *   invalid: nxl_xfer_post() and nxl_xfer_make() fail with
+ *   NXL_ERR_NOT_FOUND and a sentence naming the element, the region and
+ *   why. Re-binding never moves data: a transfer in flight at DOWN fails
+ *   once (NXL_ERR_REMOTE_DISCONNECT) and is never retried by the library;
+ *   the application decides whether to post it again.
+ * - Recovery (nxl_agent_config_t.peer_recovery, on by default): after a
+ *   DOWN that the application did not cause itself (its own
+ *   nxl_md_invalidate() call, which also gives up a peer already lost
+ *   and stops its recovery), a peer fetched with nxl_md_fetch() is
+ *   fetched again from that address, first after 50 ms, then after twice
+ *   as long each time up to 2 s, each delay drawn between half and all of
+ *   it (jitter), until it answers (BACK) or the agent is destroyed; a peer
+ *   fetched from etcd comes back through the watch of its keys as soon as
+ *   it publishes again. Nothing is armed while no peer is down. A peer
+ *   loaded from a blob (nxl_md_load()) is the application's to reload.
+ */
+
+/** The kind of a peer event. */
+typedef enum nxl_peer_kind {
+    NXL_PEER_UP = 0,      /**< first loaded */
+    NXL_PEER_CHANGED = 1, /**< loaded again, same incarnation, other regions */
+    NXL_PEER_DOWN = 2,    /**< lost: status and why say how */
+    NXL_PEER_BACK = 3,    /**< loaded again after DOWN */
+} nxl_peer_kind_t;
+
+/** One peer event, valid during the callback. */
+typedef struct nxl_peer_event {
+    size_t size;            /**< sizeof(nxl_peer_event_t): later versions append fields */
+    const char *peer;       /**< the remote agent's name */
+    nxl_peer_kind_t kind;
+    uint64_t incarnation;   /**< 1 at UP, one more at each BACK of a new process */
+    nxl_status_t status;    /**< DOWN: NXL_ERR_REMOTE_DISCONNECT; else NXL_SUCCESS */
+    const char *why;        /**< DOWN: the sentence; else "" */
+    size_t nregions;        /**< regions known of it after the event (0 at DOWN) */
+} nxl_peer_event_t;
+
+/** Receives a peer event (see "Peer lifecycle"). */
+typedef void (*nxl_peer_cb)(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg);
+
+/**
+ * Sets the peer event callback (NULL: none; events are then not kept).
+ * Events that happened before, and are not delivered yet, go to the new
+ * callback.
+ */
+NXL_API void nxl_agent_on_peer(nxl_agent_t *a, nxl_peer_cb cb, void *arg);
 
 #ifdef __cplusplus
 }

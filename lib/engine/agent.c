@@ -11,6 +11,8 @@ void nxl_agent_config_init_size(nxl_agent_config_t *cfg, size_t size)
     memset(cfg, 0, size);
     cfg->size = size;
     cfg->log_level = -1;
+    if (size >= offsetof(nxl_agent_config_t, peer_recovery) + sizeof(cfg->peer_recovery))
+        cfg->peer_recovery = 1;
 }
 
 /* programs built against headers before the macro: their struct ended
@@ -38,6 +40,8 @@ static void deliver_cb(nxlt_timer_t *t, void *arg)
             nxli_deliver_turn(a);
         }
     }
+    if (!STAILQ_EMPTY(&a->pevents) || a->suspects)
+        nxli_peer_deliver(a);
 }
 
 #define CFG_HAS(f) (cfg->size >= offsetof(nxl_agent_config_t, f) + sizeof(cfg->f))
@@ -109,6 +113,8 @@ static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
     a->max_clients_per_host = CFG_OR(max_md_clients_per_host, 32);
     a->max_peers = CFG_OR(max_peers, 65536);
     a->max_notifs = CFG_OR(max_queued_notifs, 1u << 20);
+    a->peer_recovery = !CFG_HAS(peer_recovery) || cfg->peer_recovery;
+    nxli_peer_init(a);
     LIST_INIT(&a->remotes);
     LIST_INIT(&a->xfers);
     LIST_INIT(&a->prepped);
@@ -281,6 +287,7 @@ void nxli_agent_teardown(nxl_agent_t *a)
     nxli_futures_cancel_all(a);
     nxli_etcd_cleanup(a, true);
     nxli_exchange_cleanup(a);
+    nxli_peer_cleanup(a);
     nxli_metrics_cleanup(a);
     nxli_auth_free(a);
     nxli_tls_free(a);

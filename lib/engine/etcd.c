@@ -676,6 +676,7 @@ static void seen_value(ewatch_t *w, const char *key, const char *b64)
             if (st == NXL_SUCCESS) {
                 free(q->f->peer);
                 q->f->peer = strdup(name);
+                nxli_peer_origin(a, name, NULL, 0); /* the watch finds it again */
             }
             fetch_finish(q, st, st == NXL_SUCCESS ? NULL : a->err);
         }
@@ -737,9 +738,11 @@ static void watch_line(ereq_t *r, const nxli_etcd_resp_t *m)
             efetch_t *q;
             LIST_FOREACH(q, &w->waiters, link)
             waited |= !strcmp(q->key, kv->key);
-            /* a new full metadata (peer restarted) replaces the old one */
+            /* a new full metadata (peer restarted) replaces the old one,
+             * or brings back a peer lost (recovery, peer.c) */
             if (kv->value && (waited || (!strcmp(kv->key, w->mdkey) &&
-                                         nxl_md_check(w->a, w->peer) == NXL_SUCCESS)))
+                                         (nxl_md_check(w->a, w->peer) == NXL_SUCCESS ||
+                                          nxli_peer_awaited(w->a, w->peer)))))
                 seen_value(w, kv->key, kv->value);
         }
     }

@@ -64,6 +64,8 @@ typedef struct client {
     int type;
     char *expect;           /* fetch: the name expected */
     char where[300];        /* "host:port" for sentences */
+    char host[256];         /* the host and port asked for (a fetch: the peer's origin) */
+    uint16_t port;
     /* every address the name resolved to, tried in order until one
      * connects (a name such as "localhost" often gives ::1 first) */
     struct addrinfo *addrs, *cur;
@@ -315,7 +317,8 @@ static void srv_read(nxli_stream_t *s, void *arg)
             break;
         }
         case T_INVALIDATE:
-            st = nxl_md_invalidate(a, p);
+            /* the peer says it leaves: DOWN, and it may come back */
+            st = nxli_md_invalidate(a, p, false);
             break;
         default:
             nxli_err(a, "metadata listener: unknown request type %d", h[5]);
@@ -688,6 +691,8 @@ static void client_read(nxli_stream_t *s, void *arg)
         } else {
             free(c->f->peer);
             c->f->peer = strdup(name);
+            /* where to find it again after it is lost (peer.c) */
+            nxli_peer_origin(a, name, c->host, c->port);
         }
     }
     free(p);
@@ -874,6 +879,8 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
         return NXL_ERR_BACKEND;
     }
     snprintf(c->where, sizeof(c->where), "%s:%u", host, port);
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->port = port;
     f->owner = c;
     f->on_cancel = client_cancel;
     LIST_INSERT_HEAD(&a->ex->clients, c, link);

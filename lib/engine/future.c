@@ -250,6 +250,13 @@ static void settle(nxl_future_t *f)
          * the reactor on every delivery */
         __atomic_store_n(&x->active, NULL, __ATOMIC_RELEASE);
         f->owner = NULL;
+        /* the transport found the peer unreachable: it is DOWN (its other
+         * transfers in flight fail too), unless it was already replaced
+         * or lost */
+        if (f->status == NXL_ERR_REMOTE_DISCONNECT && !x->remote->invalid && !x->remote->self)
+            nxli_peer_unreachable(f->agent, x->remote,
+                                  f->err ? f->err : "a transfer to it failed: remote "
+                                                    "disconnected");
     }
 }
 

@@ -119,8 +119,43 @@ struct nxli_remote {
     nxl_mem_t strided_type;
     void *conn_info[NXLI_MAX_BACKENDS]; /* as received, to recognise the same peer */
     size_t conn_info_len[NXLI_MAX_BACKENDS];
+    uint64_t boot;          /* its incarnation's number from the metadata (0: none) */
     LIST_ENTRY(nxli_remote) link;
 };
+
+/* ---- what the agent remembers of each peer it ever loaded, past the
+ * nxli_remote_t of one incarnation (peer.c) */
+typedef struct nxli_peer {
+    nxl_agent_t *a;
+    char *name;
+    uint64_t boot;          /* the incarnation's number its metadata carried (0: none) */
+    uint64_t inc;           /* incarnations seen (nxl_peer_event_t.incarnation) */
+    bool down;
+    bool app_down;          /* the application invalidated it: no recovery */
+    char *host;             /* where nxl_md_fetch() got it (NULL: elsewhere) */
+    uint16_t port;
+    bool etcd;              /* fetched from etcd: the watch brings it back */
+    nxlt_timer_t *retry;    /* recovery: the next fetch (made at the first DOWN) */
+    unsigned backoff_ms;
+    bool fetching;          /* a recovery fetch is in flight */
+    LIST_ENTRY(nxli_peer) link;
+} nxli_peer_t;
+
+/* a peer a transfer found unreachable while a foreign thread acted for
+ * the reactor: marked DOWN by the reactor's next delivery (peer.c) */
+typedef struct nxli_suspect {
+    struct nxli_suspect *next;
+    uint64_t boot;          /* the incarnation that failed */
+    char *why;
+    char name[];
+} nxli_suspect_t;
+
+/* one peer event waiting for delivery */
+typedef struct nxli_pevent {
+    nxl_peer_event_t ev;
+    STAILQ_ENTRY(nxli_pevent) link;
+    char buf[];             /* the name, then the sentence */
+} nxli_pevent_t;
 
 /* ---- futures */
 typedef struct nxli_cb {
@@ -375,6 +410,15 @@ struct nxl_agent {
     bool acting;                /* threaded: a foreign thread runs a call for the sleeping reactor */
     struct nxli_fq acted;       /* ... and these futures completed in it (future.c) */
     LIST_HEAD(, nxl_future) tfutures; /* threaded mode: every live future (mt) */
+    /* peer lifecycle (peer.c) */
+    uint64_t boot;              /* this incarnation's number, in its metadata */
+    bool peer_recovery;         /* nxl_agent_config_t.peer_recovery */
+    LIST_HEAD(, nxli_peer) peers;
+    STAILQ_HEAD(, nxli_pevent) pevents; /* waiting for delivery */
+    nxl_peer_cb peer_cb;
+    void *peer_arg;
+    nxli_suspect_t *suspects;   /* peers to mark DOWN on the reactor */
+    nxl_future_t *unposted;     /* a post the transport refused: not failed by the loss */
 };
 
 /* util.c */
@@ -533,6 +577,36 @@ nxl_status_t nxli_etcd_open(nxl_agent_t *a, const char *key, const char *b64, ui
 
 /* a peer is gone: fail transfers in flight to it, forget it */
 void nxli_remote_lost(nxl_agent_t *a, const char *name, const char *why);
+/* forgets a peer (nxl_md_invalidate); by_app: the application's own call */
+nxl_status_t nxli_md_invalidate(nxl_agent_t *a, const char *remote, bool by_app);
+
+/* peer.c: the peer lifecycle */
+void nxli_peer_init(nxl_agent_t *a);
+void nxli_peer_cleanup(nxl_agent_t *a);
+/* events: delivered by the agent's delivery (deliver_cb) */
+void nxli_peer_deliver(nxl_agent_t *a);
+/* a transfer to r failed with NXL_ERR_REMOTE_DISCONNECT: r is lost (on a
+ * thread acting for the reactor, by the reactor's next delivery) */
+void nxli_peer_unreachable(nxl_agent_t *a, nxli_remote_t *r, const char *why);
+/* r (name, boot) was loaded: replacing old (NULL: none), or merged into
+ * it (merged); changed: its regions differ from what was known */
+void nxli_peer_loaded(nxl_agent_t *a, nxli_remote_t *r, bool had_old, bool new_inc,
+                      bool changed);
+/* the peer is lost (its remote already unlinked) */
+void nxli_peer_down(nxl_agent_t *a, const char *name, const char *why, bool by_app);
+/* where nxl_md_fetch (host, port) or etcd (host NULL) found it */
+void nxli_peer_origin(nxl_agent_t *a, const char *name, const char *host, uint16_t port);
+/* the application invalidates a peer lost (down, not by its own
+ * invalidation): given up, its recovery stops; false when it is not one */
+bool nxli_peer_forget(nxl_agent_t *a, const char *name);
+/* is the peer down, lost rather than invalidated by the application? */
+bool nxli_peer_lost(nxl_agent_t *a, const char *name);
+/* etcd: is the peer down and waited for (its new metadata is loaded)? */
+bool nxli_peer_awaited(nxl_agent_t *a, const char *name);
+/* re-binding to the peer's current incarnation: NXL_SUCCESS (bound, or
+ * nothing to do); else the status with its sentence in the agent's error */
+nxl_status_t nxli_xfer_rebind(nxl_xfer_t *x, const char *call);
+nxl_status_t nxli_prepped_rebind(nxl_prepped_t *p, const char *call);
 void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why);
 
 /* auth.c: HMAC-SHA256 trailers on metadata frames */

@@ -3,7 +3,7 @@
  * descriptions — untrusted input, checked field by field, committed only
  * when every part was accepted.
  *
- *   { "nxl": 1, "agent": "decode-0", "partial": false,
+ *   { "nxl": 1, "agent": "decode-0", "boot": "8231...", "partial": false,
  *     "conn": { "UCX": "<base64 worker address>" },
  *     "regions": [ { "type": "DRAM", "dev": "0", "addr": "140211...",
  *                    "len": "4096", "keys": { "UCX": "<base64 rkey>" } } ] }
@@ -16,7 +16,11 @@
  *
  *     "strided": { "type": "VRAM", "lists": [ { "dev": "0", "base": "...",
  *                  "len": "4096", "stride": "8192", "count": "512",
- *                  "outer_count": "32", "outer_stride": "4194304" } ] } */
+ *                  "outer_count": "32", "outer_stride": "4194304" } ] }
+ *
+ * "boot" is the agent's incarnation: a random number drawn when it was
+ * created (peer.c), which tells a restarted agent from the one known
+ * before; metadata without it (older libraries) loads as before. */
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -225,10 +229,13 @@ static void remote_lost_locked(nxl_agent_t *a, const char *name, const char *why
         return;
     nxl_xfer_t *x;
     LIST_FOREACH(x, &a->xfers, link)
-    if (x->remote == r && x->active)
+    if (x->remote == r && x->active && x->active != a->unposted)
         nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT, why);
     a->st.peers_lost++;
+    char who[NXLI_NAME_MAX];
+    snprintf(who, sizeof(who), "%s", r->name);
     remote_unlink(r);
+    nxli_peer_down(a, who, why, false);
 }
 
 nxl_status_t nxl_md_check(nxl_agent_t *a, const char *remote)
@@ -242,7 +249,14 @@ nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote)
 {
     if (a && nxli_thread_foreign(a))
         return nxli_rpc_md_invalidate(a, remote);
+    return nxli_md_invalidate(a, remote, true);
+}
+
+nxl_status_t nxli_md_invalidate(nxl_agent_t *a, const char *remote, bool by_app)
+{
     nxli_remote_t *r = remote ? nxli_remote_find(a, remote) : NULL;
+    if (!r && remote && by_app && nxli_peer_forget(a, remote))
+        return NXL_SUCCESS; /* lost already: the application gives it up */
     if (!r) {
         nxli_err(a, "nxl_md_invalidate: agent '%s' knows no agent '%s'", a->name,
                  remote ? remote : "(null)");
@@ -250,7 +264,12 @@ nxl_status_t nxl_md_invalidate(nxl_agent_t *a, const char *remote)
     }
     nxli_log(a, NXL_LOG_INFO, "metadata of agent '%s' invalidated", remote);
     a->st.peers_lost++;
+    char who[NXLI_NAME_MAX];
+    snprintf(who, sizeof(who), "%s", r->name);
     remote_unlink(r);
+    nxli_peer_down(a, who, by_app ? "invalidated by the application (nxl_md_invalidate)"
+                              : "invalidated: the agent said it leaves (nxl_md_send_invalidate)",
+                   by_app);
     return NXL_SUCCESS;
 }
 
@@ -326,7 +345,7 @@ static nxl_status_t md_build(nxl_agent_t *a, bool partial, nxli_region_t **regs,
     nxl_status_t st = NXL_ERR_UNKNOWN;
     cJSON *root = cJSON_CreateObject(), *conn, *arr;
     if (!root || !cJSON_AddNumberToObject(root, "nxl", NXLI_MD_VERSION) ||
-        !cJSON_AddStringToObject(root, "agent", a->name) ||
+        !cJSON_AddStringToObject(root, "agent", a->name) || !add_u64(root, "boot", a->boot) ||
         !cJSON_AddBoolToObject(root, "partial", partial) ||
         !(conn = cJSON_AddObjectToObject(root, "conn")) ||
         !(arr = cJSON_AddArrayToObject(root, "regions")))
@@ -611,6 +630,7 @@ typedef struct md_in {
     bool self;
     cJSON *root;
     const char *name;
+    uint64_t boot;                         /* the incarnation (0: the blob has none) */
     bool partial;
     const cJSON *regions;                  /* the "regions" array */
     size_t nr;
@@ -680,6 +700,8 @@ static nxl_status_t md_head(md_in_t *m)
         REFUSE("metadata names agent '%s', which is this agent itself; agent names must be "
                "unique (loopback transfers name the agent itself in nxl_prep without loading)",
                name);
+    if (cJSON_GetObjectItemCaseSensitive(m->root, "boot") && !get_u64(m->root, "boot", &m->boot))
+        REFUSE("metadata \"boot\" of '%s' must be a decimal string", name);
     const cJSON *jp = cJSON_GetObjectItemCaseSensitive(m->root, "partial");
     if (jp && !cJSON_IsBool(jp))
         REFUSE("metadata \"partial\" must be true or false");
@@ -718,7 +740,8 @@ static nxl_status_t md_connect(md_in_t *m)
     nxl_agent_t *a = m->a;
     const char *name = m->name;
     m->old = m->self ? NULL : nxli_remote_find(a, name);
-    m->merge = m->old && m->partial && same_conn(a, m->old, m->ci, m->cl);
+    m->merge = m->old && m->partial && same_conn(a, m->old, m->ci, m->cl) &&
+              m->old->boot == m->boot;
     if (!m->self && !m->old && a->npeers >= a->max_peers) {
         nxli_err(a, "nxl_md_load: agent '%s' already knows %zu agents, its max_peers; "
                     "metadata of '%s' refused (invalidate agents it no longer needs, or raise "
@@ -735,6 +758,7 @@ static nxl_status_t md_connect(md_in_t *m)
     r->agent = a;
     r->refs = 1;
     r->self = m->self;
+    r->boot = m->boot;
     for (int b = 0; b < a->nbackends; b++) {
         if (!m->ci[b])
             continue;
@@ -921,6 +945,7 @@ static nxl_status_t md_commit(md_in_t *m)
         r->regs = v;
         r->cap = need;
     }
+    size_t added = 0;
     for (size_t i = 0; i < m->nadd; i++) {
         nxli_rregion_t *g = m->add[i];
         if (m->merge && nxli_rregion_find(r, g->type, g->dev, g->addr, g->len)) {
@@ -931,6 +956,7 @@ static nxl_status_t md_commit(md_in_t *m)
             continue;
         }
         r->regs[r->nregs++] = g;
+        added++;
     }
     m->nadd = 0;
     if (m->has_strided) {
@@ -942,14 +968,40 @@ static nxl_status_t md_commit(md_in_t *m)
     }
     if (r->nregs)
         qsort(r->regs, r->nregs, sizeof(*r->regs), rr_sort);
-    if (!m->merge && !m->self) {
-        if (m->old)
-            remote_unlink(m->old);
-        LIST_INSERT_HEAD(&a->remotes, r, link);
-        a->npeers++;
-        nxli_log(a, NXL_LOG_INFO, "loaded metadata of agent '%s' (%zu regions)%s", m->name,
-                 r->nregs, m->old ? ", replacing what was known" : "");
+    if (m->self)
+        return NXL_SUCCESS;
+    if (m->merge) {
+        nxli_peer_loaded(a, r, true, false, added > 0);
+        return NXL_SUCCESS;
     }
+    bool new_inc = false, changed = false;
+    if (m->old) {
+        nxli_remote_t *o = m->old;
+        /* another process under the same name: its number differs, or,
+         * for metadata without one, its connection info */
+        new_inc = o->boot || r->boot ? o->boot != r->boot
+                                     : !same_conn(a, o, r->conn_info, r->conn_info_len);
+        changed = o->nregs != r->nregs;
+        for (size_t i = 0; i < r->nregs && !changed; i++)
+            changed = rcmp(r->regs[i]->type, r->regs[i]->dev, r->regs[i]->addr, o->regs[i]) ||
+                      r->regs[i]->len != o->regs[i]->len;
+        if (new_inc) {
+            /* transfers in flight to the old process fail (never moved
+             * over silently) */
+            nxl_xfer_t *x;
+            LIST_FOREACH(x, &a->xfers, link)
+            if (x->remote == o && x->active)
+                nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT,
+                                  "the remote agent was replaced by a new incarnation (it "
+                                  "restarted) while the transfer was in flight");
+        }
+        remote_unlink(o);
+    }
+    LIST_INSERT_HEAD(&a->remotes, r, link);
+    a->npeers++;
+    nxli_log(a, NXL_LOG_INFO, "loaded metadata of agent '%s' (%zu regions)%s", m->name,
+             r->nregs, m->old ? ", replacing what was known" : "");
+    nxli_peer_loaded(a, r, m->old != NULL, new_inc, changed);
     return NXL_SUCCESS;
 }
 #undef REFUSE

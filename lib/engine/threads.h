@@ -94,6 +94,7 @@ nxl_status_t nxli_rpc_backend_create(nxl_agent_t *a, const char *name, const nxl
 nxl_backend_t *nxli_rpc_backend_get(nxl_agent_t *a, const char *name);
 size_t nxli_rpc_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
 void nxli_rpc_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
+void nxli_rpc_agent_on_peer(nxl_agent_t *a, nxl_peer_cb cb, void *arg);
 nxl_status_t nxli_rpc_future_from_cuda_event(nxl_agent_t *a, void *ev, nxl_done_cb cb, void *arg,
                                              nxl_future_t **out);
 nxl_status_t nxli_rpc_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out);

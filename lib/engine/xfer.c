@@ -635,9 +635,11 @@ static nxl_status_t make_impl(nxl_agent_t *a, const char *fn, nxl_op_t op, nxl_p
         return NXL_ERR_MISMATCH;
     }
     if (rp->remote->invalid) {
-        nxli_err(a, "%s: agent '%s' was invalidated; reload its metadata and prepare "
-                    "again", fn, rp->remote->name);
-        return NXL_ERR_NOT_FOUND;
+        /* an earlier incarnation of the agent: re-bound to the current one
+         * when every region is still there (peer.c) */
+        nxl_status_t st = nxli_prepped_rebind(rp, fn);
+        if (st != NXL_SUCCESS)
+            return st;
     }
     /* deadline_ms was appended: a caller built before it passes the size
      * that ends at it */
@@ -842,14 +844,12 @@ void nxl_xfer_set_deadline(nxl_xfer_t *x, unsigned ms)
         __atomic_store_n(&x->deadline_ms, ms, __ATOMIC_RELEASE);
 }
 
-static nxl_status_t check_peer(nxl_agent_t *a, nxli_remote_t *r, const char *call)
+/* The transfer's peer: still the one it was made against, or re-bound to
+ * its current incarnation (peer.c); NXL_ERR_REMOTE_DISCONNECT while it is
+ * down, NXL_ERR_NOT_FOUND when its regions are gone */
+static nxl_status_t check_peer(nxl_xfer_t *x, const char *call)
 {
-    if (r->invalid) {
-        nxli_err(a, "%s: agent '%s' was invalidated (it left, or its metadata was replaced); "
-                    "reload its metadata and make the transfer again", call, r->name);
-        return NXL_ERR_REMOTE_DISCONNECT;
-    }
-    return NXL_SUCCESS;
+    return x->remote->invalid ? nxli_xfer_rebind(x, call) : NXL_SUCCESS;
 }
 
 /* Regions the remote agent deregistered since the transfer was last
@@ -965,6 +965,15 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
         /* the future is the caller's to discard or to fail */
         op->future = NULL;
         f->op = NULL;
+        /* the transport knows the peer unreachable (its connection failed
+         * before): the peer is DOWN, as when a transfer in flight fails;
+         * this post, which starts nothing, is not among the transfers in
+         * flight that the loss fails */
+        if (st == NXL_ERR_REMOTE_DISCONNECT && !x->remote->invalid && !x->remote->self) {
+            a->unposted = f;
+            nxli_peer_unreachable(a, x->remote, a->err);
+            a->unposted = NULL;
+        }
     } else {
         /* counted before a report held from inside post (it takes effect
          * only at nxli_op_call_end) completes it */
@@ -1009,7 +1018,7 @@ nxl_status_t nxl_xfer_post(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_future_
         *out = NULL;
     if (__atomic_load_n(&x->active, __ATOMIC_ACQUIRE))
         return refuse_repost(a);
-    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    nxl_status_t st = check_peer(x, "nxl_xfer_post");
     if (st == NXL_SUCCESS)
         st = check_revoked(x, "nxl_xfer_post");
     if (st != NXL_SUCCESS)
@@ -1074,7 +1083,7 @@ nxl_status_t nxli_xfer_post_claim(nxl_xfer_t *x, nxl_done_cb cb, void *arg, nxl_
         *why = REPOST_SENTENCE;
         return NXL_ERR_REPOST_ACTIVE;
     }
-    if (check_peer(a, x->remote, "nxl_xfer_post") != NXL_SUCCESS ||
+    if (check_peer(x, "nxl_xfer_post") != NXL_SUCCESS ||
         check_revoked(x, "nxl_xfer_post") != NXL_SUCCESS)
         return NXL_ERR_UNKNOWN;
     return claim_new(x, cb, arg, out, why);
@@ -1106,7 +1115,7 @@ void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep)
 {
     nxl_agent_t *a = x->agent;
     nxli_future_attach(f);
-    nxl_status_t st = check_peer(a, x->remote, "nxl_xfer_post");
+    nxl_status_t st = check_peer(x, "nxl_xfer_post");
     if (st == NXL_SUCCESS)
         st = check_revoked(x, "nxl_xfer_post");
     if (st == NXL_SUCCESS)
@@ -1216,6 +1225,12 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         return NXL_ERR_INVALID_PARAM;
     }
     nxli_remote_t *r = nxli_remote_get(a, remote);
+    if (!r && nxli_peer_lost(a, remote)) {
+        /* known, and lost (DOWN): as a transfer's post is refused */
+        nxli_err(a, "nxl_notif_send: agent '%s' is down (lost): nothing was sent; it can be "
+                    "sent again once the agent is back (nxl_agent_on_peer(): BACK)", remote);
+        return NXL_ERR_REMOTE_DISCONNECT;
+    }
     if (!r)
         return NXL_ERR_NOT_FOUND;
     nxl_backend_t *b = NULL;
@@ -1238,10 +1253,12 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
     a->err[0] = 0;
     op->in_call = true;
     nxl_status_t st = b->ops->notif_send(b->state, op, r->conn[b->index], msg, len);
-    nxli_remote_put(r);
     if (st != NXL_SUCCESS && !a->err[0])
         nxli_err(a, "nxl_notif_send: %s could not send to '%s' (%s)", b->ops->name, remote,
                  nxl_strerror(st));
+    if (st == NXL_ERR_REMOTE_DISCONNECT && !r->invalid && !r->self)
+        nxli_peer_unreachable(a, r, a->err); /* DOWN, as for a transfer */
+    nxli_remote_put(r);
     st = nxli_op_call_end(op, st);
     if (st != NXL_SUCCESS)
         return st;
