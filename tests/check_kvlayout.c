@@ -647,12 +647,90 @@ START_TEST(t_xfer_staged)
 }
 END_TEST
 
+static nxl_status_t wait2(nxl_future_t *f);
+
 /* decode TP 4 from prefill TP 1 and TP 8 from TP 2, staged and zero copy */
 START_TEST(t_xfer_other_tp)
 {
     run_xfer(4, 1, 16, 32, NXL_KV_HEADS_OUTER, NXL_KV_TOKENS_OUTER, NXL_KV_STAGED, 0);
     run_xfer(8, 2, 32, 16, NXL_KV_TOKENS_OUTER, NXL_KV_HEADS_OUTER, NXL_KV_ZCOPY, 0);
     run_xfer(1, 8, 16, 16, NXL_KV_TOKENS_OUTER, NXL_KV_TOKENS_OUTER, NXL_KV_STAGED, 0);
+    /* prefill heads outer holding more heads than the decode rank: only
+     * the heads both hold are read into staging */
+    run_xfer(4, 1, 32, 16, NXL_KV_TOKENS_OUTER, NXL_KV_HEADS_OUTER, NXL_KV_STAGED, 1);
+    run_xfer(4, 2, 16, 32, NXL_KV_HEADS_OUTER, NXL_KV_HEADS_OUTER, NXL_KV_STAGED, 0);
+}
+END_TEST
+
+/* staged from a heads-outer prefill rank of TP 1 into decode rank 1 of TP
+ * 4: the staging holds the two heads needed, a quarter of each block (the
+ * sequence's 8 KiB staged of 32 KiB of whole blocks, in four groups of 2
+ * KiB with slice_bytes 2048: a ring of 4 KiB); the bytes are those
+ * nxl_kv_copy() of nxl_kv_plan()'s pieces puts there */
+START_TEST(t_xfer_read_less)
+{
+    nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 4, 1, NXL_KV_TOKENS_OUTER, 0);
+    nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_HEADS_OUTER, 0);
+    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len), *sm = tl_xalloc(p.len);
+    unsigned char *want = tl_xalloc(d.len);
+    tl_fill(pm, p.len, 5);
+    memset(dm, 0xEE, d.len);
+    memset(want, 0xEE, d.len);
+    d.base = (uintptr_t)dm;
+    p.base = (uintptr_t)pm;
+    tl_reg_dram(D, dm, d.len);
+    tl_reg_dram(P, pm, p.len);
+    tl_reg_dram(D, sm, p.len);
+    tl_learn(D, P);
+    uint32_t di[4] = {2, 0, 3, 1}, pi[4] = {1, 3, 0, 2};
+    nxl_kv_seq_t s = {di, 4, pi, 4, 60};
+    nxl_kv_opts_t o;
+    nxl_kv_opts_init(&o);
+    o.mode = NXL_KV_STAGED;
+    o.slice_bytes = 2048;
+    nxl_desc_t sd = {.addr = (uintptr_t)sm, .len = 4095};
+    nxl_kv_xfer_t *kx = NULL;
+    ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &s, &sd, &o, &kx), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(D), "staging area of 4095 bytes is too small");
+    ck_sentence(nxl_agent_last_error(D), "need 4096");
+    sd.len = 4096;
+    ck_assert_msg(nxl_kv_xfer_make(D, "P", &d, &p, &s, &sd, &o, &kx) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(D));
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(wait2(f), NXL_SUCCESS);
+    nxl_future_release(f);
+    nxl_kv_piece_t *pc;
+    size_t n;
+    nxl_kv_layout_t w = d;
+    w.base = (uintptr_t)want;
+    ck_assert_int_eq(nxl_kv_plan(&w, &p, &s, &pc, &n, NULL, 0), NXL_SUCCESS);
+    nxl_kv_copy(pc, n);
+    nxl_free(pc);
+    long bad = tl_first_diff(dm, want, d.len);
+    ck_assert_msg(bad < 0, "byte %ld differs", bad);
+    /* eight groups of 1 KiB, a ring of 2 KiB */
+    memset(dm, 0xEE, d.len);
+    nxl_kv_xfer_release(kx);
+    o.slice_bytes = 1024;
+    sd.len = 2048;
+    ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &s, &sd, &o, &kx), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(wait2(f), NXL_SUCCESS);
+    nxl_future_release(f);
+    nxl_kv_xfer_release(kx);
+    bad = tl_first_diff(dm, want, d.len);
+    ck_assert_msg(bad < 0, "byte %ld differs", bad);
+    nxl_desc_t r1 = {.addr = d.base, .len = d.len}, r2 = {.addr = p.base, .len = p.len},
+               r3 = {.addr = (uintptr_t)sm, .len = p.len};
+    ck_assert_int_eq(nxl_mem_deregister(D, NXL_DRAM, &r1, 1), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_deregister(D, NXL_DRAM, &r3, 1), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_invalidate(D, "P"), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_deregister(P, NXL_DRAM, &r2, 1), NXL_SUCCESS);
+    free(dm);
+    free(pm);
+    free(sm);
+    free(want);
 }
 END_TEST
 
@@ -917,7 +995,7 @@ int main(void)
     TL_TCASE(s, "plan", 120, NULL, NULL, t_layout_refused, t_plan_reference, t_plan_merges,
              t_plan_time, t_copy_rate);
     TL_TCASE(s, "ucx", 120, setup_ucx, teardown_ucx, t_xfer_zcopy, t_xfer_staged,
-             t_xfer_other_tp, t_xfer_refused);
+             t_xfer_other_tp, t_xfer_read_less, t_xfer_refused);
     nxl_plugin_info_t info[16];
     const nxl_plugin_info_t *lf = tl_plugin("LIBFABRIC", info, 16);
     if (lf && lf->available)

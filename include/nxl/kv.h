@@ -17,8 +17,10 @@
  * - staged: bulk READs of the sequence's prefill blocks into a staging
  *   area of registered DRAM, each followed by a re-layout on the decode
  *   side's CPU (nxl_kv_copy()) on the reactor, pipelined in groups: the
- *   copy of one group runs while the READ of the next is in flight
- *   (pieces of a few hundred bytes: tokens outer with part of the heads).
+ *   copy of one group runs while the READ of the next is in flight; of a
+ *   heads-outer prefill rank holding heads the decode rank does not, only
+ *   the heads both hold are read (pieces of a few hundred bytes: tokens
+ *   outer with part of the heads).
  *
  * The future of nxl_kv_xfer_post() completes once the data is in its final
  * place. How the decode side learns the prefill side's layout is the

@@ -578,18 +578,31 @@ static nxl_status_t kv_make_read(nxl_agent_t *a, const char *peer, nxl_mem_t lme
 
 /* staged: the READs into a ring of two groups' staging and the re-layout
  * from there, group by group. One unit of staging is what the READ brings
- * of one prefill block of one plane. The staging is described by a layout
- * of its own at a virtual base 0, planned against the decode layout like
- * any prefill region; each piece is then cut at the groups' edges and
- * moved into its group's half of the ring. */
+ * of one prefill block of one plane: the whole block, or, prefill heads
+ * outer holding heads this decode rank does not, only the run of the heads
+ * both hold (their tokens in sequence). The staging is described by a
+ * layout of its own (those heads as a TP slice of the model's) at a virtual
+ * base 0, planned against the decode layout like any prefill region; each
+ * piece is then cut at the groups' edges and moved into its group's half of
+ * the ring. */
 static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char *peer,
                                    const nxl_kv_layout_t *decode, const nxl_kv_layout_t *prefill,
                                    const nxl_kv_seq_t *seq, const nxl_desc_t *staging,
                                    const nxl_kv_opts_t *opts)
 {
-    kv_geom_t gp;
+    kv_geom_t gp, gd;
     kv_geom(prefill, "prefill", &gp, NULL, 0);
+    kv_geom(decode, "decode", &gd, NULL, 0);
     nxl_kv_layout_t sl = *prefill;
+    uint64_t skip = 0; /* bytes of a prefill block before the run staged */
+    uint32_t g0 = gd.h0 > gp.h0 ? gd.h0 : gp.h0;
+    uint32_t g1 = gd.h0 + gd.hl < gp.h0 + gp.hl ? gd.h0 + gd.hl : gp.h0 + gp.hl;
+    uint32_t w = g1 - g0;
+    if (prefill->order == NXL_KV_HEADS_OUTER && w < gp.hl && !(prefill->heads % w) && !(g0 % w)) {
+        sl.tp_size = prefill->heads / w;
+        sl.tp_rank = g0 / w;
+        skip = (uint64_t)(g0 - gp.h0) * prefill->block_tokens * gp.row;
+    }
     uint64_t ub = (uint64_t)prefill->block_tokens * (sl.heads / sl.tp_size) * gp.row;
     size_t np = seq->n_prefill;
     uint64_t units = (uint64_t)prefill->layers * np, full = units * ub;
@@ -708,7 +721,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         uint64_t u1 = (g + 1) * per < units ? (g + 1) * per : units;
         for (uint64_t u = g * per; u < u1; u++) {
             uint64_t l = u / np, j = u % np;
-            kv_put(&rd, prefill->base + l * gp.ls + seq->prefill_blocks[j] * gp.bs,
+            kv_put(&rd, prefill->base + l * gp.ls + seq->prefill_blocks[j] * gp.bs + skip,
                    sbase + (g % KV_RING) * gb + (u - g * per) * ub, ub);
         }
         st = kv_make_read(a, peer, NXL_DRAM, 0, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
