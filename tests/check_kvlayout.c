@@ -829,7 +829,8 @@ END_TEST
 
 /* NXL_KV_BENCH=1: zero copy against staged for pieces of 1 to 64 KiB, the
  * same bytes (8 MiB into the decode region; rows of one head, heads outer
- * from tokens outer, TP 2 both sides: the staged READ moves no extra byte) */
+ * from tokens outer, TP 2 both sides: the staged READ moves no extra byte);
+ * $NXL_KV_BENCH_SLICE sets slice_bytes */
 START_TEST(t_threshold_bench)
 {
     if (!getenv("NXL_KV_BENCH")) {
@@ -863,6 +864,8 @@ START_TEST(t_threshold_bench)
             nxl_kv_opts_t o;
             nxl_kv_opts_init(&o);
             o.mode = (nxl_kv_mode_t)m;
+            const char *sl = getenv("NXL_KV_BENCH_SLICE");
+            o.slice_bytes = sl ? strtoull(sl, NULL, 10) : 0;
             nxl_kv_xfer_t *kx;
             ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &s, NULL, &o, &kx), NXL_SUCCESS);
             nxl_kv_xfer_mode(kx, &np, &nb);
@@ -893,16 +896,26 @@ START_TEST(t_threshold_bench)
 }
 END_TEST
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* NXL_KV_BENCH=1: decode rank 0 of TP 2 assembling a sequence (16 planes,
  * 64 blocks of 32 tokens, heads outer; 8 heads of 128 x 2 B) from the
  * prefill ranks of TP 4 and 8 (16-token blocks, tokens outer; AUTO mode),
- * against the same bytes from one prefill rank of the decode's own layout */
-static double assemble(uint32_t tpp, nxl_kv_order_t op, uint32_t btp, nxl_kv_mode_t m,
-                       size_t *bytes_out)
+ * against the same bytes from one prefill rank of the decode's own layout;
+ * and decode rank 0 of TP 4 from prefill TP 2 (heads outer: the staged
+ * READ takes the decode rank's half of each block). The median of 9 runs;
+ * $NXL_KV_BENCH_SLICE sets slice_bytes (a value above the sequence's
+ * bytes: one READ, then the whole re-layout) */
+static double assemble(uint32_t tpd, uint32_t tpp, nxl_kv_order_t op, uint32_t btp,
+                       nxl_kv_mode_t m, size_t *bytes_out)
 {
     const uint32_t planes = 16, pblocks = 128, dblocks = 64;
     const size_t tokens = 64 * 32;
-    nxl_kv_layout_t dl = mk(planes, dblocks, 32, 8, 128, 2, 2, 0, NXL_KV_HEADS_OUTER, 0);
+    nxl_kv_layout_t dl = mk(planes, dblocks, 32, 8, 128, 2, tpd, 0, NXL_KV_HEADS_OUTER, 0);
     unsigned char *dm = tl_xalloc(dl.len);
     memset(dm, 0, dl.len);
     dl.base = (uintptr_t)dm;
@@ -926,6 +939,8 @@ static double assemble(uint32_t tpp, nxl_kv_order_t op, uint32_t btp, nxl_kv_mod
     nxl_kv_opts_t o;
     nxl_kv_opts_init(&o);
     o.mode = m;
+    const char *sl = getenv("NXL_KV_BENCH_SLICE");
+    o.slice_bytes = sl ? strtoull(sl, NULL, 10) : 0;
     nxl_kv_xfer_t *kx[8];
     size_t bytes = 0;
     for (uint32_t r = 0; r < tpp; r++) {
@@ -935,17 +950,17 @@ static double assemble(uint32_t tpp, nxl_kv_order_t op, uint32_t btp, nxl_kv_mod
         nxl_kv_xfer_mode(kx[r], NULL, &b);
         bytes += b;
     }
-    double best = 1e9;
-    for (int rep = 0; rep < 5; rep++) {
+    double ts[9];
+    for (int rep = 0; rep < 9; rep++) {
         ndone = 0;
         double t0 = now_s();
         for (uint32_t r = 0; r < tpp; r++)
             ck_assert_int_eq(nxl_kv_xfer_post(kx[r], kv_cb, NULL, NULL), NXL_SUCCESS);
         ck_assert(wait_done((int)tpp));
-        double dt = now_s() - t0;
-        if (dt < best)
-            best = dt;
+        ts[rep] = now_s() - t0;
     }
+    qsort(ts, 9, sizeof(ts[0]), cmp_dbl);
+    double best = ts[4];
     for (uint32_t r = 0; r < tpp; r++)
         nxl_kv_xfer_release(kx[r]);
     ck_assert_int_eq(nxl_md_invalidate(D, "P"), NXL_SUCCESS);
@@ -968,7 +983,7 @@ START_TEST(t_assemble_bench)
         return;
     }
     size_t b0, b;
-    double t0 = assemble(2, NXL_KV_HEADS_OUTER, 32, NXL_KV_AUTO, &b0);
+    double t0 = assemble(2, 2, NXL_KV_HEADS_OUTER, 32, NXL_KV_AUTO, &b0);
     printf("check_kvlayout: decode TP 2 rank 0 from prefill TP 2 of the same layout: %.1f MiB in "
            "%.2f ms, %.2f GB/s\n", b0 / 1048576.0, t0 * 1e3, b0 / t0 / 1e9);
     static const struct {
@@ -980,11 +995,22 @@ START_TEST(t_assemble_bench)
         {8, NXL_KV_AUTO, "auto"}, {8, NXL_KV_ZCOPY, "zero copy"}, {8, NXL_KV_STAGED, "staged"},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        double t = assemble(cases[c].tp, NXL_KV_TOKENS_OUTER, 16, cases[c].m, &b);
+        double t = assemble(2, cases[c].tp, NXL_KV_TOKENS_OUTER, 16, cases[c].m, &b);
         ck_assert_uint_eq(b, b0);
         printf("check_kvlayout: decode TP 2 rank 0 (32-token blocks, HO) from %u prefill ranks of "
                "TP %u (16-token blocks, TO), %s: %.2f ms, %.2f GB/s, %.2f of the same layout\n",
                cases[c].tp / 2, cases[c].tp, cases[c].name, t * 1e3, b / t / 1e9, t0 / t);
+    }
+    /* decode TP 4 from one prefill rank of TP 2, heads outer: half of each block */
+    double t4 = assemble(4, 4, NXL_KV_HEADS_OUTER, 32, NXL_KV_AUTO, &b0);
+    printf("check_kvlayout: decode TP 4 rank 0 from prefill TP 4 of the same layout: %.1f MiB in "
+           "%.2f ms, %.2f GB/s\n", b0 / 1048576.0, t4 * 1e3, b0 / t4 / 1e9);
+    for (int m = 1; m <= 2; m++) {
+        double t = assemble(4, 2, NXL_KV_HEADS_OUTER, 16, (nxl_kv_mode_t)m, &b);
+        ck_assert_uint_eq(b, b0);
+        printf("check_kvlayout: decode TP 4 rank 0 (32-token blocks, HO) from 1 prefill rank of "
+               "TP 2 (16-token blocks, HO), %s: %.2f ms, %.2f GB/s, %.2f of the same layout\n",
+               m == 1 ? "zero copy" : "staged", t * 1e3, b / t / 1e9, t4 / t);
     }
 }
 END_TEST

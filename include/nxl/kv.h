@@ -161,7 +161,10 @@ typedef enum nxl_kv_mode {
  * copy; 2 shared cores): zero copy ran at 0.11 of the staged path's rate
  * with pieces of 256 B, 0.37 at 1 KiB, 0.64 at 2 KiB, 0.88 at 4 KiB, 1.12
  * at 8 KiB, 1.26 at 16 KiB (staged: 13.5 GB/s; zero copy 15.2 at 8 KiB,
- * 17.0 at 16 KiB). Over a network, where each descriptor costs a work
+ * 17.0 at 16 KiB). Measured again with the staged READ pipelined in
+ * groups of 1 MiB (medians of 5 runs, 2 loaded cores): 0.92 at 4 KiB, 1.11
+ * at 8 KiB, 1.23 at 16 KiB (staged 13.5 GB/s, as one READ then the whole
+ * re-layout at these 8 MiB): the crossing did not move. Over a network, where each descriptor costs a work
  * request, the crossing lies elsewhere: measure, and set
  * nxl_kv_opts_t.zcopy_min or $NXL_KV_ZCOPY_MIN.
  */
