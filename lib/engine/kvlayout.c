@@ -4,7 +4,6 @@
  * KV transfer (a READ, zero copy or into staging followed by the
  * re-layout on the reactor). */
 #include "internal.h"
-#include "loop.h"
 
 #include <nxl/kv.h>
 
@@ -468,9 +467,9 @@ static void kv_finish(nxl_kv_xfer_t *kx, nxl_status_t st, const char *why)
 static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg);
 
 /* staged, READ g done: the READ of g + 1 goes out (into the other half of
- * the staging ring), then group g is re-laid while it is in flight; false
- * when that post failed (the future completed with its error) */
-static bool kv_group_done(nxl_kv_xfer_t *kx, size_t g)
+ * the staging ring), then group g is re-laid while it is in flight; when
+ * that post fails, the future completes with its error */
+static void kv_group_done(nxl_kv_xfer_t *kx, size_t g)
 {
     if (g + 1 < kx->nx) {
         nxl_status_t st = nxl_xfer_post(kx->x[g + 1], kv_read_done, kx, &kx->inner);
@@ -479,7 +478,7 @@ static bool kv_group_done(nxl_kv_xfer_t *kx, size_t g)
             snprintf(why, sizeof(why), "KV transfer: the READ of group %zu of %zu could not be "
                      "posted: %s", g + 1, kx->nx, nxl_agent_last_error(kx->agent));
             kv_finish(kx, st, why);
-            return false;
+            return;
         }
         kx->cur = g + 1;
         kx->refs++; /* kv_read_done's */
@@ -487,7 +486,6 @@ static bool kv_group_done(nxl_kv_xfer_t *kx, size_t g)
     nxl_kv_copy(kx->copy + kx->gcopy[g], kx->gcopy[g + 1] - kx->gcopy[g]);
     if (g + 1 == kx->nx)
         kv_finish(kx, NXL_SUCCESS, NULL);
-    return true;
 }
 
 static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg)
