@@ -718,9 +718,34 @@ START_TEST(t_xfer_read_less)
     ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
     ck_assert_int_eq(wait2(f), NXL_SUCCESS);
     nxl_future_release(f);
-    nxl_kv_xfer_release(kx);
     bad = tl_first_diff(dm, want, d.len);
     ck_assert_msg(bad < 0, "byte %ld differs", bad);
+    /* canceled after some groups: completes canceled once the READ in
+     * flight ended; posted again, every byte */
+    ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
+    for (int i = 0; i < 3; i++) {
+        nxl_agent_run_once(D, 0);
+        nxl_agent_run_once(P, 0);
+    }
+    nxl_future_cancel(f);
+    ck_assert_int_eq(wait2(f), NXL_ERR_CANCELED);
+    nxl_future_release(f);
+    memset(dm, 0xEE, d.len);
+    ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(wait2(f), NXL_SUCCESS);
+    nxl_future_release(f);
+    bad = tl_first_diff(dm, want, d.len);
+    ck_assert_msg(bad < 0, "byte %ld differs after a cancel", bad);
+    /* released in flight: the future completes canceled */
+    ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
+    nxl_agent_run_once(D, 0);
+    nxl_kv_xfer_release(kx);
+    ck_assert_int_eq(wait2(f), NXL_ERR_CANCELED);
+    nxl_future_release(f);
+    for (int i = 0; i < 20; i++) {
+        nxl_agent_run_once(D, 0);
+        nxl_agent_run_once(P, 0);
+    }
     nxl_desc_t r1 = {.addr = d.base, .len = d.len}, r2 = {.addr = p.base, .len = p.len},
                r3 = {.addr = (uintptr_t)sm, .len = p.len};
     ck_assert_int_eq(nxl_mem_deregister(D, NXL_DRAM, &r1, 1), NXL_SUCCESS);
