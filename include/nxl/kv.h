@@ -14,10 +14,13 @@
  *
  * - zero copy: one descriptor pair per piece, each piece landing where the
  *   decode layout wants it (pieces of a few KiB or more), or
- * - staged: a bulk READ of the sequence's whole prefill blocks into a
- *   staging area of registered DRAM, then a re-layout on the decode side's
- *   CPU (nxl_kv_copy()) run on the reactor after the READ completed
- *   (pieces of a few hundred bytes: tokens outer with part of the heads).
+ * - staged: bulk READs of the sequence's prefill blocks into a staging
+ *   area of registered DRAM, each followed by a re-layout on the decode
+ *   side's CPU (nxl_kv_copy()) on the reactor, pipelined in groups: the
+ *   copy of one group runs while the READ of the next is in flight; of a
+ *   heads-outer prefill rank holding heads the decode rank does not, only
+ *   the heads both hold are read (pieces of a few hundred bytes: tokens
+ *   outer with part of the heads).
  *
  * The future of nxl_kv_xfer_post() completes once the data is in its final
  * place. How the decode side learns the prefill side's layout is the
@@ -147,7 +150,7 @@ NXL_API void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n);
 typedef enum nxl_kv_mode {
     NXL_KV_AUTO = 0,   /**< zero copy when the mean piece is at least zcopy_min bytes, else staged */
     NXL_KV_ZCOPY = 1,  /**< one descriptor pair per piece */
-    NXL_KV_STAGED = 2  /**< a bulk READ of whole blocks into staging, then nxl_kv_copy() */
+    NXL_KV_STAGED = 2  /**< bulk READs of blocks into staging, each group then nxl_kv_copy() */
 } nxl_kv_mode_t;
 
 /**
@@ -158,7 +161,10 @@ typedef enum nxl_kv_mode {
  * copy; 2 shared cores): zero copy ran at 0.11 of the staged path's rate
  * with pieces of 256 B, 0.37 at 1 KiB, 0.64 at 2 KiB, 0.88 at 4 KiB, 1.12
  * at 8 KiB, 1.26 at 16 KiB (staged: 13.5 GB/s; zero copy 15.2 at 8 KiB,
- * 17.0 at 16 KiB). Over a network, where each descriptor costs a work
+ * 17.0 at 16 KiB). Measured again with the staged READ pipelined in
+ * groups of 1 MiB (medians of 5 runs, 2 loaded cores): 0.92 at 4 KiB, 1.11
+ * at 8 KiB, 1.23 at 16 KiB (staged 13.5 GB/s, as one READ then the whole
+ * re-layout at these 8 MiB): the crossing did not move. Over a network, where each descriptor costs a work
  * request, the crossing lies elsewhere: measure, and set
  * nxl_kv_opts_t.zcopy_min or $NXL_KV_ZCOPY_MIN.
  */
@@ -169,7 +175,7 @@ typedef struct nxl_kv_opts {
     size_t size;          /**< sizeof(nxl_kv_opts_t) */
     nxl_kv_mode_t mode;   /**< NXL_KV_AUTO (default), or force one */
     size_t zcopy_min;     /**< AUTO's threshold (0: $NXL_KV_ZCOPY_MIN, else NXL_KV_ZCOPY_MIN_DEFAULT) */
-    size_t slice_bytes;   /**< staged: bytes re-laid per reactor turn (0: 16 MiB) */
+    size_t slice_bytes;   /**< staged: bytes staged per group (a READ, its re-layout; 0: 1 MiB) */
     nxl_backend_t *backend; /**< force a backend (NULL: first that holds both sides) */
 } nxl_kv_opts_t;
 
@@ -184,11 +190,12 @@ typedef struct nxl_kv_xfer nxl_kv_xfer_t;
  * (decode by this agent, prefill by @p peer); the layouts are checked and
  * planned as nxl_kv_plan() says.
  *
- * @param [in] staging  staged mode: registered DRAM of this agent for the
- *                      sequence's prefill blocks (layers x n_prefill x one
- *                      prefill block's bytes; a shorter one is refused with
- *                      the size needed); NULL: the transfer allocates and
- *                      registers its own, freed by nxl_kv_xfer_release().
+ * @param [in] staging  staged mode: registered DRAM of this agent for two
+ *                      groups of the sequence's staged prefill blocks
+ *                      (layers x n_prefill x one prefill block's bytes
+ *                      always suffice; a shorter one than needed is refused
+ *                      with the size needed); NULL: the transfer allocates
+ *                      and registers its own, freed by nxl_kv_xfer_release().
  *                      Held by the transfer until it is released.
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (see nxl_kv_plan(), staging
  *         too short); NXL_ERR_NOT_SUPPORTED (staged with a decode region
@@ -204,12 +211,12 @@ NXL_API nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer,
                                       nxl_kv_xfer_t **out);
 /**
  * Posts it. The future completes once every byte is in its place in the
- * decode region: after the READ (zero copy), or after the READ and the
- * re-layout, which runs on the reactor in slices of @c slice_bytes, one a
- * turn (staged). A cancel (nxl_future_cancel(), nxl_kv_xfer_release())
- * cancels the READ and completes the future with NXL_ERR_CANCELED once
- * the READ ended, or at once between the READ and the end of the
- * re-layout; the data may have moved in part. At the agent's teardown the
+ * decode region: after the READ (zero copy), or after the last group's
+ * READ and re-layout (staged: groups of @c slice_bytes, the re-layout of
+ * one on the reactor while the READ of the next is in flight). A cancel
+ * (nxl_future_cancel(), nxl_kv_xfer_release()) cancels the READ in flight
+ * and completes the future with NXL_ERR_CANCELED once it ended; the data
+ * may have moved in part. At the agent's teardown the
  * future completes with NXL_ERR_CANCELED as every pending one does;
  * release KV transfers before nxl_agent_destroy().
  * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);

@@ -4,7 +4,6 @@
  * KV transfer (a READ, zero copy or into staging followed by the
  * re-layout on the reactor). */
 #include "internal.h"
-#include "loop.h"
 
 #include <nxl/kv.h>
 
@@ -12,7 +11,11 @@
 #include <stdarg.h>
 #include <string.h>
 
-#define KV_SLICE_DEFAULT (16u * 1024 * 1024)
+/* staged: the bytes of one group (one READ, then its re-layout) unless
+ * opts.slice_bytes says otherwise; two groups' staging at most (the copy
+ * of one while the READ of the next is in flight) */
+#define KV_SLICE_DEFAULT (1u * 1024 * 1024)
+#define KV_RING 2
 
 /* ---- layouts */
 
@@ -387,14 +390,13 @@ struct nxl_kv_xfer {
     nxl_kv_mode_t mode;
     size_t pieces;           /* what the decode side receives */
     uint64_t bytes;
-    nxl_xfer_t *x;           /* the READ (NULL: nothing to move) */
+    nxl_xfer_t **x;          /* the READs, one per group (zero copy: one; none: nothing to move) */
+    size_t nx, cur;          /* ... and the one in flight */
     nxl_future_t *inner;     /* its post in flight */
     nxl_future_t *outer;     /* the application's, until completed */
     nxl_future_t *last;      /* ... and until settled (a reference): a re-post before is refused */
-    nxl_kv_piece_t *copy;    /* staged: the re-layout, staging -> decode */
-    size_t ncopy, next;      /* ... and where the next slice begins */
-    size_t slice;
-    nxlt_timer_t *timer;     /* staged: the next slice on the next turn */
+    nxl_kv_piece_t *copy;    /* staged: the re-layout, staging -> decode, group by group */
+    size_t *gcopy;           /* ... group g's pieces: copy[gcopy[g] .. gcopy[g + 1]) */
     void *own;               /* staging this transfer allocated and registered */
     size_t own_len;
 };
@@ -426,16 +428,17 @@ static void kv_free(nxl_kv_xfer_t *kx)
 {
     if (kx->last)
         nxl_future_release(kx->last);
-    if (kx->x)
-        nxl_xfer_release(kx->x);
-    if (kx->timer)
-        nxlt_timer_free(kx->timer);
+    for (size_t g = 0; g < kx->nx; g++)
+        if (kx->x[g])
+            nxl_xfer_release(kx->x[g]);
+    free(kx->x);
     if (kx->own) {
         nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = kx->own_len};
         nxl_mem_deregister(kx->agent, NXL_DRAM, &d, 1);
         free(kx->own);
     }
     free(kx->copy);
+    free(kx->gcopy);
     free(kx);
 }
 
@@ -461,27 +464,28 @@ static void kv_finish(nxl_kv_xfer_t *kx, nxl_status_t st, const char *why)
     }
 }
 
-/* one slice of the re-layout; the next one on the next turn */
-static void kv_slice(nxl_kv_xfer_t *kx)
-{
-    size_t done = 0, i = kx->next;
-    size_t j = i;
-    while (j < kx->ncopy && done < kx->slice)
-        done += kx->copy[j++].len;
-    nxl_kv_copy(kx->copy + i, j - i);
-    kx->next = j;
-    if (j < kx->ncopy)
-        nxlt_timer_start(kx->timer, 0);
-    else
-        kv_finish(kx, NXL_SUCCESS, NULL);
-}
+static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg);
 
-static void kv_timer_cb(nxlt_timer_t *t, void *arg)
+/* staged, READ g done: the READ of g + 1 goes out (into the other half of
+ * the staging ring), then group g is re-laid while it is in flight; when
+ * that post fails, the future completes with its error */
+static void kv_group_done(nxl_kv_xfer_t *kx, size_t g)
 {
-    NXLI_UNUSED(t);
-    nxl_kv_xfer_t *kx = arg;
-    if (kx->outer && !kx->outer->cancel_wait)
-        kv_slice(kx);
+    if (g + 1 < kx->nx) {
+        nxl_status_t st = nxl_xfer_post(kx->x[g + 1], kv_read_done, kx, &kx->inner);
+        if (st != NXL_SUCCESS) {
+            char why[NXLI_ERR_MAX];
+            snprintf(why, sizeof(why), "KV transfer: the READ of group %zu of %zu could not be "
+                     "posted: %s", g + 1, kx->nx, nxl_agent_last_error(kx->agent));
+            kv_finish(kx, st, why);
+            return;
+        }
+        kx->cur = g + 1;
+        kx->refs++; /* kv_read_done's */
+    }
+    nxl_kv_copy(kx->copy + kx->gcopy[g], kx->gcopy[g + 1] - kx->gcopy[g]);
+    if (g + 1 == kx->nx)
+        kv_finish(kx, NXL_SUCCESS, NULL);
 }
 
 static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg)
@@ -495,9 +499,8 @@ static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg)
             char why[NXLI_ERR_MAX];
             snprintf(why, sizeof(why), "KV transfer: the READ failed: %s", nxl_future_error(f));
             kv_finish(kx, st, why);
-        } else if (kx->mode == NXL_KV_STAGED && kx->ncopy) {
-            kx->next = 0;
-            kv_slice(kx);
+        } else if (kx->mode == NXL_KV_STAGED) {
+            kv_group_done(kx, kx->cur);
         } else {
             kv_finish(kx, NXL_SUCCESS, NULL);
         }
@@ -506,9 +509,8 @@ static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg)
     kv_unref(kx);
 }
 
-/* the application canceled its future (cancel_wait set): the READ is
- * canceled and completes it once it ended (kv_read_done); between the
- * READ and the end of the re-layout, at once */
+/* the application canceled its future (cancel_wait set): the READ in
+ * flight is canceled and completes it once it ended (kv_read_done) */
 static void kv_cancel_hook(nxl_future_t *f)
 {
     nxl_kv_xfer_t *kx = f->owner;
@@ -517,8 +519,6 @@ static void kv_cancel_hook(nxl_future_t *f)
         nxli_future_complete_canceled(f);
         return;
     }
-    if (kx->timer)
-        nxlt_timer_stop(kx->timer);
     if (kx->inner)
         nxl_future_cancel(kx->inner);
     else
@@ -535,8 +535,6 @@ static void kv_on_cancel(nxl_future_t *f)
     if (!kx)
         return;
     kx->outer = NULL;
-    if (kx->timer)
-        nxlt_timer_stop(kx->timer);
     if (kx->inner)
         nxl_future_cancel(kx->inner);
 }
@@ -573,6 +571,161 @@ static nxl_status_t kv_make_read(nxl_agent_t *a, const char *peer, nxl_mem_t lme
         nxl_prepped_release(lp);
     if (rp)
         nxl_prepped_release(rp);
+    return st;
+}
+
+/* staged: the READs into a ring of two groups' staging and the re-layout
+ * from there, group by group. One unit of staging is what the READ brings
+ * of one prefill block of one plane: the whole block, or, prefill heads
+ * outer holding heads this decode rank does not, only the run of the heads
+ * both hold (their tokens in sequence). The staging is described by a
+ * layout of its own (those heads as a TP slice of the model's) at a virtual
+ * base 0, planned against the decode layout like any prefill region; each
+ * piece is then cut at the groups' edges and moved into its group's half of
+ * the ring. */
+static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char *peer,
+                                   const nxl_kv_layout_t *decode, const nxl_kv_layout_t *prefill,
+                                   const nxl_kv_seq_t *seq, const nxl_desc_t *staging,
+                                   const nxl_kv_opts_t *opts)
+{
+    kv_geom_t gp, gd;
+    kv_geom(prefill, "prefill", &gp, NULL, 0);
+    kv_geom(decode, "decode", &gd, NULL, 0);
+    nxl_kv_layout_t sl = *prefill;
+    uint64_t skip = 0; /* bytes of a prefill block before the run staged */
+    uint32_t g0 = gd.h0 > gp.h0 ? gd.h0 : gp.h0;
+    uint32_t g1 = gd.h0 + gd.hl < gp.h0 + gp.hl ? gd.h0 + gd.hl : gp.h0 + gp.hl;
+    uint32_t w = g1 - g0;
+    if (prefill->order == NXL_KV_HEADS_OUTER && w < gp.hl && !(prefill->heads % w) && !(g0 % w)) {
+        sl.tp_size = prefill->heads / w;
+        sl.tp_rank = g0 / w;
+        skip = (uint64_t)(g0 - gp.h0) * prefill->block_tokens * gp.row;
+    }
+    uint64_t ub = (uint64_t)prefill->block_tokens * (sl.heads / sl.tp_size) * gp.row;
+    size_t np = seq->n_prefill;
+    uint64_t units = (uint64_t)prefill->layers * np, full = units * ub;
+    uint64_t slice = opts && opts->slice_bytes ? opts->slice_bytes : KV_SLICE_DEFAULT;
+    uint64_t per = slice / ub ? slice / ub : 1; /* units per group */
+    if (per > units)
+        per = units;
+    size_t ng = (size_t)((units + per - 1) / per);
+    uint64_t gb = per * ub; /* one group's staging */
+    uint64_t need = ng > KV_RING ? KV_RING * gb : full;
+    uintptr_t sbase;
+    nxl_status_t st;
+    if (staging) {
+        if (staging->len < need) {
+            nxli_err(a, "nxl_kv_xfer_make: the staging area of %zu bytes is too small: %zu "
+                        "groups of %llu bytes (%u layers x %zu prefill blocks of %llu bytes "
+                        "staged, slice_bytes %llu) need %llu", staging->len,
+                     ng < KV_RING ? ng : (size_t)KV_RING, (unsigned long long)gb,
+                     prefill->layers, np, (unsigned long long)ub, (unsigned long long)slice,
+                     (unsigned long long)need);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        sbase = staging->addr;
+    } else {
+        if (posix_memalign(&kx->own, 4096, need)) {
+            kx->own = NULL;
+            nxli_err(a, "nxl_kv_xfer_make: out of memory for a staging area of %llu bytes",
+                     (unsigned long long)need);
+            return NXL_ERR_UNKNOWN;
+        }
+        nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = need};
+        st = nxl_mem_register(a, NXL_DRAM, &d, 1, opts ? opts->backend : NULL);
+        if (st != NXL_SUCCESS) {
+            free(kx->own);
+            kx->own = NULL;
+            return st;
+        }
+        kx->own_len = need;
+        sbase = (uintptr_t)kx->own;
+    }
+    /* the re-layout, from the staging layout at base 0 */
+    sl.base = 0;
+    sl.len = full;
+    sl.blocks = (uint32_t)np;
+    sl.block_stride = ub;
+    sl.layer_stride = np * ub;
+    sl.mem = NXL_DRAM;
+    uint32_t *ids = malloc(np * sizeof(*ids));
+    if (!ids) {
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    for (size_t j = 0; j < np; j++)
+        ids[j] = (uint32_t)j;
+    nxl_kv_seq_t ss = *seq;
+    ss.prefill_blocks = ids;
+    kv_out_t cp;
+    char why[NXLI_ERR_MAX];
+    st = kv_plan(decode, &sl, &ss, &cp, why, sizeof(why));
+    free(ids);
+    if (st != NXL_SUCCESS) {
+        free(cp.p);
+        nxli_err(a, "nxl_kv_xfer_make: %s", st == NXL_ERR_UNKNOWN ? "out of memory" : why);
+        return st;
+    }
+    /* cut at the groups' edges, grouped (in order within a group), moved into the ring */
+    kx->gcopy = calloc(ng + 1, sizeof(*kx->gcopy));
+    size_t n2 = 0;
+    for (size_t k = 0; kx->gcopy && k < cp.n; k++) {
+        size_t ga = (size_t)(cp.p[k].src / gb), gz = (size_t)((cp.p[k].src + cp.p[k].len - 1) / gb);
+        for (size_t g = ga; g <= gz; g++)
+            kx->gcopy[g + 1]++;
+        n2 += gz - ga + 1;
+    }
+    if (!kx->gcopy || !(kx->copy = malloc((n2 ? n2 : 1) * sizeof(*kx->copy))) ||
+        !(kx->x = calloc(ng, sizeof(*kx->x)))) {
+        free(cp.p);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    for (size_t g = 0; g < ng; g++)
+        kx->gcopy[g + 1] += kx->gcopy[g];
+    size_t *pos = malloc(ng * sizeof(*pos));
+    if (!pos) {
+        free(cp.p);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    memcpy(pos, kx->gcopy, ng * sizeof(*pos));
+    for (size_t k = 0; k < cp.n; k++) {
+        uint64_t off = cp.p[k].src, dst = cp.p[k].dst, len = cp.p[k].len;
+        while (len) {
+            size_t g = (size_t)(off / gb);
+            uint64_t take = (g + 1) * gb - off;
+            if (take > len)
+                take = len;
+            kx->copy[pos[g]++] = (nxl_kv_piece_t){
+                .src = sbase + (g % KV_RING) * gb + (off - g * gb), .dst = dst, .len = take};
+            off += take;
+            dst += take;
+            len -= take;
+        }
+    }
+    free(pos);
+    free(cp.p);
+    /* the READs: group g's units into half g % KV_RING of the ring */
+    kv_out_t rd = {.p = malloc(per * sizeof(*rd.p))};
+    if (!rd.p) {
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    kx->nx = ng;
+    st = NXL_SUCCESS;
+    for (size_t g = 0; g < ng && st == NXL_SUCCESS; g++) {
+        rd.n = 0;
+        uint64_t u1 = (g + 1) * per < units ? (g + 1) * per : units;
+        for (uint64_t u = g * per; u < u1; u++) {
+            uint64_t l = u / np, j = u % np;
+            kv_put(&rd, prefill->base + l * gp.ls + seq->prefill_blocks[j] * gp.bs + skip,
+                   sbase + (g % KV_RING) * gb + (u - g * per) * ub, ub);
+        }
+        st = kv_make_read(a, peer, NXL_DRAM, 0, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
+                          &kx->x[g]);
+    }
+    free(rd.p);
     return st;
 }
 
@@ -616,7 +769,6 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
     kx->pieces = o.n;
     for (size_t i = 0; i < o.n; i++)
         kx->bytes += o.p[i].len;
-    kx->slice = opts && opts->slice_bytes ? opts->slice_bytes : KV_SLICE_DEFAULT;
     nxl_kv_mode_t mode = opts ? opts->mode : NXL_KV_AUTO;
     if (mode == NXL_KV_AUTO)
         mode = !o.n || kx->bytes / o.n >= kv_zcopy_min(opts) ? NXL_KV_ZCOPY : NXL_KV_STAGED;
@@ -627,8 +779,13 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
         return NXL_SUCCESS;
     }
     if (mode == NXL_KV_ZCOPY) {
-        st = kv_make_read(a, peer, decode->mem, decode->dev_id, prefill->mem, prefill->dev_id, o.p,
-                          o.n, opts, &kx->x);
+        if ((kx->x = calloc(1, sizeof(*kx->x))))
+            kx->nx = 1;
+        st = kx->x ? kv_make_read(a, peer, decode->mem, decode->dev_id, prefill->mem,
+                                  prefill->dev_id, o.p, o.n, opts, &kx->x[0])
+                   : NXL_ERR_UNKNOWN;
+        if (!kx->x)
+            nxli_err(a, "nxl_kv_xfer_make: out of memory");
         free(o.p);
         if (st != NXL_SUCCESS) {
             kv_free(kx);
@@ -650,84 +807,7 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
                     "region, this one is %s (force NXL_KV_ZCOPY)", nxl_mem_name(decode->mem));
         return NXL_ERR_NOT_SUPPORTED;
     }
-    /* staging: the sequence's prefill blocks, plane by plane, packed; the
-     * re-layout is the plan from a prefill layout that describes it */
-    kv_geom_t gp;
-    kv_geom(prefill, "prefill", &gp, NULL, 0);
-    size_t np = seq->n_prefill;
-    uint64_t need = (uint64_t)prefill->layers * np * gp.bb;
-    uintptr_t sbase;
-    if (staging) {
-        if (staging->len < need) {
-            kv_free(kx);
-            nxli_err(a, "nxl_kv_xfer_make: the staging area of %zu bytes is too small: %u "
-                        "layers x %zu prefill blocks of %llu bytes need %llu", staging->len,
-                     prefill->layers, np, (unsigned long long)gp.bb, (unsigned long long)need);
-            return NXL_ERR_INVALID_PARAM;
-        }
-        sbase = staging->addr;
-    } else {
-        if (posix_memalign(&kx->own, 4096, need)) {
-            kx->own = NULL;
-            kv_free(kx);
-            nxli_err(a, "nxl_kv_xfer_make: out of memory for a staging area of %llu bytes",
-                     (unsigned long long)need);
-            return NXL_ERR_UNKNOWN;
-        }
-        kx->own_len = need;
-        nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = need};
-        st = nxl_mem_register(a, NXL_DRAM, &d, 1, opts ? opts->backend : NULL);
-        if (st != NXL_SUCCESS) {
-            free(kx->own);
-            kx->own = NULL;
-            kv_free(kx);
-            return st;
-        }
-        sbase = (uintptr_t)kx->own;
-    }
-    nxl_kv_layout_t sl = *prefill;
-    sl.base = sbase;
-    sl.len = need;
-    sl.blocks = (uint32_t)np;
-    sl.block_stride = gp.bb;
-    sl.layer_stride = np * gp.bb;
-    sl.mem = NXL_DRAM;
-    uint32_t *ids = malloc(np * sizeof(*ids));
-    kv_out_t rd = {.p = malloc(prefill->layers * np * sizeof(*rd.p))};
-    if (!ids || !rd.p) {
-        free(ids);
-        free(rd.p);
-        kv_free(kx);
-        nxli_err(a, "nxl_kv_xfer_make: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
-    for (uint32_t l = 0; l < prefill->layers; l++)
-        for (size_t j = 0; j < np; j++)
-            kv_put(&rd, prefill->base + l * gp.ls + seq->prefill_blocks[j] * gp.bs,
-                   sbase + (l * np + j) * gp.bb, gp.bb);
-    for (size_t j = 0; j < np; j++)
-        ids[j] = (uint32_t)j;
-    nxl_kv_seq_t ss = *seq;
-    ss.prefill_blocks = ids;
-    kv_out_t cp;
-    st = kv_plan(decode, &sl, &ss, &cp, why, sizeof(why));
-    free(ids);
-    if (st != NXL_SUCCESS) {
-        free(rd.p);
-        free(cp.p);
-        kv_free(kx);
-        nxli_err(a, "nxl_kv_xfer_make: %s", st == NXL_ERR_UNKNOWN ? "out of memory" : why);
-        return st;
-    }
-    kx->copy = cp.p;
-    kx->ncopy = cp.n;
-    st = kv_make_read(a, peer, NXL_DRAM, 0, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
-                      &kx->x);
-    free(rd.p);
-    if (st == NXL_SUCCESS && !(kx->timer = nxli_timer_new(a, kv_timer_cb, kx))) {
-        nxli_err(a, "nxl_kv_xfer_make: the agent's loop could not make a timer");
-        st = NXL_ERR_BACKEND;
-    }
+    st = kv_make_staged(kx, a, peer, decode, prefill, seq, staging, opts);
     if (st != NXL_SUCCESS) {
         kv_free(kx);
         return st;
@@ -756,8 +836,9 @@ nxl_status_t nxl_kv_xfer_post(nxl_kv_xfer_t *kx, nxl_done_cb cb, void *arg, nxl_
         nxli_err(a, "nxl_kv_xfer_post: out of memory");
         return NXL_ERR_UNKNOWN;
     }
-    if (kx->x) {
-        nxl_status_t st = nxl_xfer_post(kx->x, kv_read_done, kx, &kx->inner);
+    if (kx->nx) {
+        kx->cur = 0;
+        nxl_status_t st = nxl_xfer_post(kx->x[0], kv_read_done, kx, &kx->inner);
         if (st != NXL_SUCCESS) {
             nxli_future_discard(f);
             return st;
@@ -770,7 +851,7 @@ nxl_status_t nxl_kv_xfer_post(nxl_kv_xfer_t *kx, nxl_done_cb cb, void *arg, nxl_
     kx->outer = f;
     kx->last = f;
     f->refs++;
-    if (!kx->x)
+    if (!kx->nx)
         kv_finish(kx, NXL_SUCCESS, NULL); /* delivered on the next turn */
     nxli_future_give(f, out);
     return NXL_SUCCESS;
