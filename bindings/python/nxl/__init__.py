@@ -94,6 +94,26 @@ class Notification(NamedTuple):
     msg: bytes
 
 
+class PeerKind(enum.IntEnum):
+    """What happened to a peer (nxl_agent_on_peer(3))."""
+    UP = _nxl.PEER_UP            # first loaded
+    CHANGED = _nxl.PEER_CHANGED  # loaded again, same incarnation, other regions
+    DOWN = _nxl.PEER_DOWN        # lost: status and why say how
+    BACK = _nxl.PEER_BACK        # the same name loaded again as a new incarnation
+
+
+class PeerEvent(NamedTuple):
+    """One peer event (Agent.on_peer): its kind, the peer's incarnation (1
+    at UP, one more at each BACK), for DOWN nxl's status and sentence, and
+    the regions known of it after the event."""
+    peer: str
+    kind: PeerKind
+    incarnation: int
+    status: int
+    why: str
+    nregions: int
+
+
 class PluginInfo(NamedTuple):
     """A transport this build knows (plugins_available())."""
     name: str
@@ -336,6 +356,18 @@ class Agent(_nxl.Agent):
 
     def prep(self, descs, peer=None, *, kind=None):
         return super().prep(descs, peer, kind=-1 if kind is None else int(kind))
+
+    # -- peers
+    def on_peer(self, cb):
+        """cb(PeerEvent) for each peer event, in order per peer, each once, on
+        the agent's loop (its reactor thread when threaded); None: none.
+        Prepared lists and transfers to a peer that comes BACK are re-bound
+        by nxl when its regions are still there: re-post the same Xfer."""
+        if cb is None:
+            self._on_peer(None)
+        else:
+            self._on_peer(lambda peer, kind, inc, st, why, n:
+                          cb(PeerEvent(peer, PeerKind(kind), inc, st, why, n)))
 
     # -- notifications
     def drain_notifications(self):

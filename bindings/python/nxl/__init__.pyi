@@ -36,6 +36,20 @@ class Notification(NamedTuple):
     peer: str
     msg: bytes
 
+class PeerKind(enum.IntEnum):
+    UP: int
+    CHANGED: int
+    DOWN: int
+    BACK: int
+
+class PeerEvent(NamedTuple):
+    peer: str
+    kind: PeerKind
+    incarnation: int
+    status: int
+    why: str
+    nregions: int
+
 class PluginInfo(NamedTuple):
     name: str
     available: bool
@@ -167,6 +181,7 @@ class Agent:
              backend: Union[Backend, str, None] = ...) -> Completion: ...
     def notify(self, peer: str, msg: _Msg) -> Completion: ...
     def on_notification(self, cb: Optional[Callable[[str, bytes], Any]]) -> None: ...
+    def on_peer(self, cb: Optional[Callable[[PeerEvent], Any]]) -> None: ...
     def drain_notifications(self) -> list[Notification]: ...
     def notifications(self) -> AsyncIterator[Notification]: ...
     def stats(self, transport: Optional[str] = ...) -> dict[str, Any]: ...

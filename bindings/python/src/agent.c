@@ -13,6 +13,7 @@ void npy_core_decref(npy_core_t *c)
     if (--c->refs > 0)
         return;
     Py_CLEAR(c->notif_cb);
+    Py_CLEAR(c->peer_cb);
     for (size_t i = 0; i < sizeof(c->strs) / sizeof(c->strs[0]); i++)
         PyMem_Free(c->strs[i]);
     PyMem_Free(c);
@@ -140,6 +141,7 @@ static void agent_destroy(npy_core_t *core)
     core->in_run--;
     npy_core_detach(core);
     Py_CLEAR(core->notif_cb);
+    Py_CLEAR(core->peer_cb);
 }
 
 static PyObject *agent_close(npy_agent_t *self, PyObject *noargs)
@@ -171,15 +173,19 @@ static void agent_dealloc(npy_agent_t *self)
 
 static int agent_traverse(npy_agent_t *self, visitproc visit, void *arg)
 {
-    if (self->core)
+    if (self->core) {
         Py_VISIT(self->core->notif_cb);
+        Py_VISIT(self->core->peer_cb);
+    }
     return 0;
 }
 
 static int agent_clear(npy_agent_t *self)
 {
-    if (self->core)
+    if (self->core) {
         Py_CLEAR(self->core->notif_cb);
+        Py_CLEAR(self->core->peer_cb);
+    }
     return 0;
 }
 
@@ -886,6 +892,51 @@ static void notif_tramp(nxl_agent_t *a, const char *from, const void *msg, size_
     PyGILState_Release(g);
 }
 
+static void peer_tramp(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
+{
+    (void)a;
+    npy_core_t *core = (npy_core_t *)arg;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *cb = core->peer_cb;
+    if (cb) {
+        Py_INCREF(cb);
+        PyObject *et, *evx, *tb;
+        PyErr_Fetch(&et, &evx, &tb);
+        PyObject *r = PyObject_CallFunction(cb, "siKisn", ev->peer, (int)ev->kind,
+                                            (unsigned long long)ev->incarnation, (int)ev->status,
+                                            ev->why ? ev->why : "", (Py_ssize_t)ev->nregions);
+        if (!r)
+            PyErr_WriteUnraisable(cb);
+        Py_XDECREF(r);
+        PyErr_Restore(et, evx, tb);
+        Py_DECREF(cb);
+    }
+    PyGILState_Release(g);
+}
+
+/* _on_peer(cb): cb(peer, kind, incarnation, status, why, nregions) per peer
+ * event (nxl_agent_on_peer), None: none */
+static PyObject *agent_on_peer(npy_agent_t *self, PyObject *cb)
+{
+    OPEN_OR_NULL(self);
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "on_peer(): a callable(event) or None");
+        return NULL;
+    }
+    PyObject *old = self->core->peer_cb;
+    self->core->peer_cb = cb == Py_None ? NULL : Py_NewRef(cb);
+    nxl_peer_cb f = cb == Py_None ? NULL : peer_tramp;
+    if (self->core->threaded) {
+        Py_BEGIN_ALLOW_THREADS nxl_agent_on_peer(self->core->a, f, self->core);
+        Py_END_ALLOW_THREADS
+    } else {
+        nxl_agent_on_peer(self->core->a, f, self->core);
+    }
+    Py_XDECREF(old);
+    npy_rearm(self->core);
+    Py_RETURN_NONE;
+}
+
 static PyObject *agent_on_notification(npy_agent_t *self, PyObject *cb)
 {
     OPEN_OR_NULL(self);
@@ -1174,6 +1225,7 @@ static PyMethodDef agent_methods[] = {
     {"read", F(agent_read), KW, "read(local, remote, peer, ...) -> Completion: a one-call READ."},
     {"notify", (PyCFunction)agent_notify, METH_VARARGS,
      "notify(peer, msg) -> Completion: a standalone notification."},
+    {"_on_peer", (PyCFunction)agent_on_peer, METH_O, NULL},
     {"on_notification", (PyCFunction)agent_on_notification, METH_O,
      "on_notification(cb): cb(peer: str, msg: bytes) for each one; None: queue them."},
     {"_drain", (PyCFunction)agent_drain, METH_NOARGS, NULL},
@@ -1314,7 +1366,8 @@ PyMODINIT_FUNC PyInit__nxl(void)
         goto fail;
 #define C(n) PyModule_AddIntConstant(m, #n, NXL_##n)
     if (C(DRAM) || C(VRAM) || C(BLK) || C(OBJ) || C(FILE) || C(READ) || C(WRITE) || C(IN_PROG) ||
-        C(SUCCESS) || PyModule_AddIntConstant(m, "NOTIF_MAX", NXL_NOTIF_MAX))
+        C(SUCCESS) || C(PEER_UP) || C(PEER_CHANGED) || C(PEER_DOWN) || C(PEER_BACK) ||
+        PyModule_AddIntConstant(m, "NOTIF_MAX", NXL_NOTIF_MAX))
         goto fail;
 #undef C
     return m;

@@ -28,6 +28,7 @@ typedef struct npy_core {
     PyObject *ready;     /* inside a loop callback: the waiters to wake after nxl's turns */
     PyObject *agent;     /* the Python Agent, borrowed (cleared by its dealloc) */
     PyObject *notif_cb;  /* callable(peer, msg) or NULL: notifications queue */
+    PyObject *peer_cb;   /* callable(peer, kind, incarnation, status, why, nregions) or NULL */
     char *strs[12];      /* configuration strings kept for the agent's life */
 } npy_core_t;
 

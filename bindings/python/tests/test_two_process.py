@@ -204,6 +204,8 @@ def test_peer_killed(transport, peer_factory):
 
     async def main():
         with nxl.Agent(f"kill-{os.getpid()}", backends=backends) as a:
+            events = []
+            a.on_peer(events.append)
             await connect(a, peer)
             reg = a.register(bytearray(4096))
             await a.write(reg, peer.desc(0, 4096), peer.name)
@@ -221,4 +223,13 @@ def test_peer_killed(transport, peer_factory):
             assert isinstance(err.status, int) and err.status < 0
             assert str(err), "no sentence"
             print(f"{tname}: {type(err).__name__}: {err}")
+            # the peer's events (Agent.on_peer): UP when its metadata was
+            # loaded, DOWN once with nxl's sentence when it was lost
+            mine = [e for e in events if e.peer == peer.name]
+            assert mine and mine[0].kind == nxl.PeerKind.UP and mine[0].incarnation == 1, events
+            if isinstance(err, nxl.RemoteDisconnect):
+                await asyncio.sleep(0.1)
+                downs = [e for e in events if e.peer == peer.name and e.kind == nxl.PeerKind.DOWN]
+                assert len(downs) == 1 and downs[0].status < 0 and downs[0].why, events
+            a.on_peer(None)
     asyncio.run(main())
