@@ -297,6 +297,28 @@ def test_awaiting_task_runs_outside_callbacks():
     asyncio.run(main())
 
 
+def test_cancel_message():
+    """Task.cancel(msg) on a Task awaiting an nxl operation: the
+    CancelledError it sees carries msg, as with an asyncio.Future."""
+    async def main():
+        with agent("cmsg") as a, silent_listener() as port:
+            c = a.fetch_metadata("127.0.0.1", port)  # in flight until cancelled
+            t = asyncio.ensure_future(c)
+            await asyncio.sleep(0.05)
+            assert t.cancel("deadline")
+            with pytest.raises(asyncio.CancelledError) as e:
+                await t
+            assert e.value.args == ("deadline",) and c.done()
+            c = a.fetch_metadata("127.0.0.1", port)
+            t = asyncio.ensure_future(c)
+            await asyncio.sleep(0.05)
+            assert t.cancel()
+            with pytest.raises(asyncio.CancelledError) as e:
+                await t
+            assert e.value.args == () and c.done()
+    asyncio.run(main())
+
+
 def test_close_from_callback_refused():
     with agent("cb") as a:
         r = a.register(bytearray(128))
