@@ -319,6 +319,25 @@ def test_cancel_message():
     asyncio.run(main())
 
 
+def test_loop_cycle_collected():
+    """An agent attached to a loop that refers back to it (here its
+    exception handler) is collected with the loop, the cycle once dropped."""
+    def make():
+        loop = asyncio.new_event_loop()
+        a = agent("gcloop")
+        rs, rd = a.register(bytearray(4096)), a.register(bytearray(4096))
+
+        async def main():
+            await a.write(rs, rd, a.name)
+        loop.run_until_complete(main())
+        loop.set_exception_handler(lambda loop, ctx, a=a: None)
+        loop.close()
+        return weakref.ref(a), weakref.ref(loop)
+    wa, wl = make()
+    gc.collect()
+    assert wa() is None and wl() is None
+
+
 def test_close_from_callback_refused():
     with agent("cb") as a:
         r = a.register(bytearray(128))
