@@ -176,6 +176,11 @@ static int agent_traverse(npy_agent_t *self, visitproc visit, void *arg)
     if (self->core) {
         Py_VISIT(self->core->notif_cb);
         Py_VISIT(self->core->peer_cb);
+        /* the asyncio loop attached (waiter.c): a loop that refers back to
+         * the agent is a cycle the collector must see */
+        Py_VISIT(self->core->loop);
+        Py_VISIT(self->core->timer);
+        Py_VISIT(self->core->wref);
     }
     return 0;
 }
@@ -185,6 +190,7 @@ static int agent_clear(npy_agent_t *self)
     if (self->core) {
         Py_CLEAR(self->core->notif_cb);
         Py_CLEAR(self->core->peer_cb);
+        npy_core_detach(self->core); /* the loop, its timer, the weak reference */
     }
     return 0;
 }

@@ -35,6 +35,7 @@ typedef struct npy_waiter {
     npy_completion_t *c;
     PyObject *loop;
     PyObject *cbs;   /* list of (fn, context) once yielded, or NULL */
+    PyObject *msg;   /* cancel(msg)'s message, or NULL: the CancelledError's argument */
     char blocking;   /* asyncio's _asyncio_future_blocking */
     char state;      /* 0 not yet yielded, 1 yielded to the Task, 2 returned */
     char cancelled;  /* cancel() asked: the await raises CancelledError */
@@ -52,6 +53,7 @@ PyObject *npy_waiter_new(npy_completion_t *c)
     w->c = c;
     w->loop = NULL;
     w->cbs = NULL;
+    w->msg = NULL;
     w->blocking = 0;
     w->state = 0;
     w->cancelled = 0;
@@ -65,6 +67,7 @@ static int w_traverse(npy_waiter_t *w, visitproc visit, void *arg)
     Py_VISIT(w->c);
     Py_VISIT(w->loop);
     Py_VISIT(w->cbs);
+    Py_VISIT(w->msg);
     return 0;
 }
 
@@ -73,6 +76,7 @@ static int w_clear(npy_waiter_t *w)
     Py_CLEAR(w->c);
     Py_CLEAR(w->loop);
     Py_CLEAR(w->cbs);
+    Py_CLEAR(w->msg);
     return 0;
 }
 
@@ -148,9 +152,19 @@ void npy_waiter_fire(PyObject *wo)
     w_wake(w, 0);
 }
 
-static PyObject *raise_cancelled(void)
+/* CancelledError(), or CancelledError(msg) after cancel(msg), as an
+ * asyncio.Future raises it */
+static PyObject *raise_cancelled(npy_waiter_t *w)
 {
-    PyErr_SetNone(cancelled_error);
+    if (!w->msg) {
+        PyErr_SetNone(cancelled_error);
+        return NULL;
+    }
+    PyObject *e = PyObject_CallOneArg(cancelled_error, w->msg);
+    if (e) {
+        PyErr_SetObject(cancelled_error, e);
+        Py_DECREF(e);
+    }
     return NULL;
 }
 
@@ -219,7 +233,7 @@ static PyObject *w_iternext(npy_waiter_t *w)
     if (w->state == 1) {
         w->state = 2;
         if (w->cancelled)
-            return raise_cancelled();
+            return raise_cancelled(w);
         if (!c->done) {
             PyErr_SetString(PyExc_RuntimeError, "await wasn't used with future");
             return NULL;
@@ -275,7 +289,7 @@ static PyObject *w_result(npy_waiter_t *w, PyObject *noargs)
 {
     (void)noargs;
     if (w->cancelled)
-        return raise_cancelled();
+        return raise_cancelled(w);
     if (!w->c->done) {
         PyErr_SetString(PyExc_RuntimeError, "the nxl operation is still in flight");
         return NULL;
@@ -287,7 +301,7 @@ static PyObject *w_exception(npy_waiter_t *w, PyObject *noargs)
 {
     (void)noargs;
     if (w->cancelled)
-        return raise_cancelled();
+        return raise_cancelled(w);
     if (!w->c->done) {
         PyErr_SetString(PyExc_RuntimeError, "the nxl operation is still in flight");
         return NULL;
@@ -385,6 +399,10 @@ static PyObject *w_cancel(npy_waiter_t *w, PyObject *args, PyObject *kw)
     if (w->c->done || w->state == 2)
         Py_RETURN_FALSE;
     w->cancelled = 1;
+    if (msg && msg != Py_None) {
+        Py_INCREF(msg);
+        Py_XSETREF(w->msg, msg);
+    }
     PyObject *r = npy_completion_cancel_native(w->c);
     if (!r)
         return NULL;

@@ -297,6 +297,47 @@ def test_awaiting_task_runs_outside_callbacks():
     asyncio.run(main())
 
 
+def test_cancel_message():
+    """Task.cancel(msg) on a Task awaiting an nxl operation: the
+    CancelledError it sees carries msg, as with an asyncio.Future."""
+    async def main():
+        with agent("cmsg") as a, silent_listener() as port:
+            c = a.fetch_metadata("127.0.0.1", port)  # in flight until cancelled
+            t = asyncio.ensure_future(c)
+            await asyncio.sleep(0.05)
+            assert t.cancel("deadline")
+            with pytest.raises(asyncio.CancelledError) as e:
+                await t
+            assert e.value.args == ("deadline",) and c.done()
+            c = a.fetch_metadata("127.0.0.1", port)
+            t = asyncio.ensure_future(c)
+            await asyncio.sleep(0.05)
+            assert t.cancel()
+            with pytest.raises(asyncio.CancelledError) as e:
+                await t
+            assert e.value.args == () and c.done()
+    asyncio.run(main())
+
+
+def test_loop_cycle_collected():
+    """An agent attached to a loop that refers back to it (here its
+    exception handler) is collected with the loop, the cycle once dropped."""
+    def make():
+        loop = asyncio.new_event_loop()
+        a = agent("gcloop")
+        rs, rd = a.register(bytearray(4096)), a.register(bytearray(4096))
+
+        async def main():
+            await a.write(rs, rd, a.name)
+        loop.run_until_complete(main())
+        loop.set_exception_handler(lambda loop, ctx, a=a: None)
+        loop.close()
+        return weakref.ref(a), weakref.ref(loop)
+    wa, wl = make()
+    gc.collect()
+    assert wa() is None and wl() is None
+
+
 def test_close_from_callback_refused():
     with agent("cb") as a:
         r = a.register(bytearray(128))
