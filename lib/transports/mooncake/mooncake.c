@@ -505,9 +505,12 @@ static bool op_poll(mc_t *m, mc_op_t *o)
             break;
         if (s.status != NXL_TE_COMPLETED) {
             char b[sizeof(o->why)];
-            if (!o->conn->dead) {
+            /* once per op (its first failed request): a kill's end of stream
+             * may trail the engine's reset by a few ms, the wait for it is
+             * bounded (10 x 1 ms) and not paid again for each request */
+            if (!o->conn->dead && o->st == NXL_SUCCESS) {
                 conn_check(o->conn);
-                if (!o->conn->dead) /* a kill's end of stream may trail the engine's reset */
+                if (!o->conn->dead)
                     for (int i = 0; i < 10 && !o->conn->dead; i++) {
                         struct pollfd pf = {.fd = o->conn->fd, .events = POLLIN};
                         if (poll(&pf, 1, 1) == 1)
