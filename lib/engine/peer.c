@@ -364,6 +364,23 @@ nxl_status_t nxli_prepped_rebind(nxl_prepped_t *p, const char *call)
     /* a foreign thread hands the call to the reactor, which re-binds */
     if (!cur || nxli_thread_foreign(a))
         return down_refused(a, r, call, NXL_ERR_NOT_FOUND);
+    if (p->runs) {
+        /* a strided list: its runs hold the regions, it has no elements */
+        for (size_t k = 0; k < p->nruns; k++)
+            if (!same_region(cur, p->runs[k].region))
+                return gone_refused(a, call, "prepared list", p->runs[k].first,
+                                    p->runs[k].region, cur,
+                                    "does not have (not registered at that address with that "
+                                    "length)");
+        for (size_t k = 0; k < p->nruns; k++)
+            p->runs[k].region = (void *)same_region(cur, p->runs[k].region);
+        if (p->nruns)
+            p->runs[p->nruns].region = p->runs[p->nruns - 1].region; /* the sentinel */
+        cur->refs++;
+        p->remote = cur;
+        nxli_remote_put(r);
+        return NXL_SUCCESS;
+    }
     const nxli_rregion_t **nr = malloc((p->n + 1) * sizeof(*nr));
     if (!nr) {
         nxli_err(a, "%s: out of memory", call);
@@ -420,6 +437,29 @@ nxl_status_t nxli_xfer_rebind(nxl_xfer_t *x, const char *call)
                     "the transfer's transport; it stays invalid (make it again)", call,
                  cur->name, x->backend->ops->name);
         return NXL_ERR_NOT_FOUND;
+    }
+    if (x->rruns) {
+        /* a strided transfer: its remote runs hold the regions, the keys
+         * are taken from them at each post */
+        for (size_t k = 0; k < x->nrruns; k++) {
+            const nxli_rregion_t *g = x->rruns[k].region, *h = same_region(cur, g);
+            if (!h || !h->rkey[bi])
+                return gone_refused(a, call, "transfer", x->rruns[k].first, g, cur,
+                                    !h ? "does not have (not registered at that address with "
+                                         "that length)"
+                                       : "did not register with the transfer's transport");
+        }
+        for (size_t k = 0; k < x->nrruns; k++)
+            x->rruns[k].region = (void *)same_region(cur, x->rruns[k].region);
+        if (x->nrruns)
+            x->rruns[x->nrruns].region = x->rruns[x->nrruns - 1].region; /* the sentinel */
+        cur->refs++;
+        x->remote = cur;
+        x->gone_seen = cur->ngone;
+        nxli_remote_put(r);
+        nxli_log(a, NXL_LOG_DEBUG, "a strided transfer of %zu elements re-bound to agent '%s'",
+                 x->n, cur->name);
+        return NXL_SUCCESS;
     }
     void **nk = malloc((x->n + 1) * sizeof(*nk));
     if (!nk) {
