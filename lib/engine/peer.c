@@ -182,12 +182,15 @@ static void recover_done(nxl_future_t *f, nxl_status_t st, void *arg)
     nxli_peer_t *p = arg;
     nxl_agent_t *a = f->agent;
     p->fetching = false;
-    /* canceled: the agent is being destroyed (nobody else holds it) */
-    if (st == NXL_ERR_CANCELED || !p->down)
-        return;
-    nxli_log(a, NXL_LOG_DEBUG, "peer '%s': fetching it again from %s:%u failed (%s)", p->name,
-             p->host, p->port, nxl_future_error(f));
-    retry_arm(a, p);
+    p->fetch = NULL;
+    /* canceled: the agent is being destroyed, or the application gave the
+     * peer up (nxli_peer_forget) */
+    if (st != NXL_ERR_CANCELED && p->down && !p->app_down) {
+        nxli_log(a, NXL_LOG_DEBUG, "peer '%s': fetching it again from %s:%u failed (%s)",
+                 p->name, p->host, p->port, nxl_future_error(f));
+        retry_arm(a, p);
+    }
+    nxl_future_release(f);
 }
 
 static void retry_cb(nxlt_timer_t *t, void *arg)
@@ -198,7 +201,8 @@ static void retry_cb(nxlt_timer_t *t, void *arg)
     if (!p->down || p->fetching || !p->host)
         return;
     p->fetching = true;
-    if (nxl_md_fetch(a, p->name, p->host, p->port, recover_done, p, NULL) != NXL_SUCCESS) {
+    if (nxl_md_fetch(a, p->name, p->host, p->port, recover_done, p, &p->fetch) != NXL_SUCCESS) {
+        p->fetch = NULL;
         p->fetching = false;
         retry_arm(a, p);
     }
@@ -258,6 +262,8 @@ bool nxli_peer_forget(nxl_agent_t *a, const char *name)
         return false;
     p->app_down = true;
     recovery_stop(p);
+    if (p->fetch)
+        nxl_future_cancel(p->fetch); /* its answer would load the peer again */
     nxli_log(a, NXL_LOG_INFO, "peer '%s', lost, given up (nxl_md_invalidate)", name);
     return true;
 }
