@@ -357,6 +357,36 @@ START_TEST(t_recovery_option)
 }
 END_TEST
 
+/* A lost peer given up (nxl_md_invalidate) while its recovery's fetch is
+ * in flight: the fetch is dropped, the peer stays given up (no BACK, not
+ * loaded) */
+START_TEST(t_giveup_fetching)
+{
+    memset(&E, 0, sizeof(E));
+    nxl_agent_config_t c;
+    tl_config(&c, "I", 0);
+    nxl_agent_t *i = tl_agent_cfg(&c, 1);
+    nxl_agent_on_peer(i, on_peer, NULL);
+    nxl_agent_t *t = tl_agent("T", 1);
+    fetch(i, t);
+    ck_assert_int_eq(nxl_md_send_invalidate(t, "127.0.0.1", nxl_agent_listen_port(i),
+                                            tl_count_cb, NULL, NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(tl_wait1(t, i, 2), NXL_SUCCESS);
+    turn2(i, t, 5);
+    ck_assert_str_eq(E.seq, "UD");
+    /* only I runs: its first retry (25-50 ms) asks T, which does not answer yet */
+    turn2(i, NULL, 150);
+    ck_assert_int_eq(nxl_md_invalidate(i, "T"), NXL_SUCCESS);
+    turn2(i, t, 1000);
+    ck_assert_str_eq(E.seq, "UD");
+    ck_assert_int_eq(nxl_md_check(i, "T"), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(E.bad, 0);
+    nxl_agent_destroy(t);
+    nxl_agent_destroy(i);
+}
+END_TEST
+
 /* Metadata without the incarnation (an older library's) still loads: the
  * same blob again is no event; after DOWN it counts as a new process. A
  * malformed "boot" is refused. */
@@ -886,7 +916,7 @@ int main(int argc, char **argv)
         return target_main(argc, argv);
     Suite *s = suite_create("lifecycle");
     TL_TCASE(s, "events", 60, NULL, NULL, t_events_rebind, t_recovery_option, t_older_metadata,
-             t_threaded, t_strided_rebind);
+             t_threaded, t_strided_rebind, t_giveup_fetching);
     TCase *tc = tcase_create("restarts");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, t_restarts, 0, (int)NCONFS);
