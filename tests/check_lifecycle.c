@@ -253,6 +253,73 @@ START_TEST(t_events_rebind)
 }
 END_TEST
 
+/* Strided lists (nxl_prep_strided) and a transfer made from two of them
+ * follow a new incarnation as element lists do: re-bound when the region
+ * is still there, refused with a sentence when it is gone. */
+START_TEST(t_strided_rebind)
+{
+    nxl_plugin_info_t info[16];
+    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
+    if (!ucx || !ucx->available) {
+        printf("SKIP: strided_rebind: UCX is not available here\n");
+        return;
+    }
+    memset(&E, 0, sizeof(E));
+    nxl_agent_t *i = tl_agent_bare("I", 0);
+    tl_backend(i, "UCX");
+    nxl_agent_on_peer(i, on_peer, NULL);
+    tl_reg_dram(i, lb, sizeof(lb));
+    nxl_agent_t *t = target(0, (uintptr_t)tb, 8 << 10, 1);
+    uint16_t port = nxl_agent_listen_port(t);
+    fetch(i, t);
+    ck_assert_str_eq(E.seq, "U");
+
+    nxl_strided_t ls = {.base = (uintptr_t)lb, .len = 1024, .stride = 1024, .count = 8};
+    nxl_strided_t rs = {.base = (uintptr_t)tb, .len = 1024, .stride = 1024, .count = 8};
+    nxl_prepped_t *lp, *rp;
+    ck_assert(nxl_prep_strided(i, NULL, NXL_DRAM, &ls, 1, &lp) == NXL_SUCCESS);
+    ck_assert(nxl_prep_strided(i, "T", NXL_DRAM, &rs, 1, &rp) == NXL_SUCCESS);
+    nxl_xfer_t *x;
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lp, NULL, rp, NULL, 8, NULL, &x) == NXL_SUCCESS);
+    tl_fill(lb, 8192, 1);
+    ck_assert_int_eq(post1(i, t, x), NXL_SUCCESS);
+    ck_assert(tl_check(tb, 8192, 1) < 0);
+
+    /* a new process, the same region: the transfer and the list follow */
+    nxl_agent_destroy(t);
+    memset(tb, 0, sizeof(tb));
+    t = target(port, (uintptr_t)tb, 8 << 10, 1);
+    fetch(i, t);
+    ck_assert_str_eq(E.seq, "UDB");
+    tl_fill(lb, 8192, 2);
+    ck_assert_int_eq(post1(i, t, x), NXL_SUCCESS);
+    ck_assert(tl_check(tb, 8192, 2) < 0);
+    nxl_xfer_t *x2;
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lp, NULL, rp, NULL, 8, NULL, &x2) == NXL_SUCCESS);
+    tl_fill(lb, 8192, 3);
+    ck_assert_int_eq(post1(i, t, x2), NXL_SUCCESS);
+    ck_assert(tl_check(tb, 8192, 3) < 0);
+    nxl_xfer_release(x2);
+
+    /* another layout: the region is gone, both refused */
+    nxl_agent_destroy(t);
+    t = target(port, (uintptr_t)tb + 4096, 16 << 10, 1);
+    fetch(i, t);
+    ck_assert_str_eq(E.seq, "UDBDB");
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, NULL), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "incarnation");
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lp, NULL, rp, NULL, 8, NULL, &x2) == NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "incarnation");
+
+    ck_assert_int_eq(E.bad, 0);
+    nxl_xfer_release(x);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(rp);
+    nxl_agent_destroy(t);
+    nxl_agent_destroy(i);
+}
+END_TEST
+
 /* Recovery off: a DOWN that the peer caused (it said it leaves) is not
  * followed by fetches; on, it is fetched again and comes BACK; on, but the
  * application invalidates the peer lost (mode 2), it stops. */
@@ -287,6 +354,36 @@ START_TEST(t_recovery_option)
         nxl_agent_destroy(t);
         nxl_agent_destroy(i);
     }
+}
+END_TEST
+
+/* A lost peer given up (nxl_md_invalidate) while its recovery's fetch is
+ * in flight: the fetch is dropped, the peer stays given up (no BACK, not
+ * loaded) */
+START_TEST(t_giveup_fetching)
+{
+    memset(&E, 0, sizeof(E));
+    nxl_agent_config_t c;
+    tl_config(&c, "I", 0);
+    nxl_agent_t *i = tl_agent_cfg(&c, 1);
+    nxl_agent_on_peer(i, on_peer, NULL);
+    nxl_agent_t *t = tl_agent("T", 1);
+    fetch(i, t);
+    ck_assert_int_eq(nxl_md_send_invalidate(t, "127.0.0.1", nxl_agent_listen_port(i),
+                                            tl_count_cb, NULL, NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(tl_wait1(t, i, 2), NXL_SUCCESS);
+    turn2(i, t, 5);
+    ck_assert_str_eq(E.seq, "UD");
+    /* only I runs: its first retry (25-50 ms) asks T, which does not answer yet */
+    turn2(i, NULL, 150);
+    ck_assert_int_eq(nxl_md_invalidate(i, "T"), NXL_SUCCESS);
+    turn2(i, t, 1000);
+    ck_assert_str_eq(E.seq, "UD");
+    ck_assert_int_eq(nxl_md_check(i, "T"), NXL_ERR_NOT_FOUND);
+    ck_assert_int_eq(E.bad, 0);
+    nxl_agent_destroy(t);
+    nxl_agent_destroy(i);
 }
 END_TEST
 
@@ -819,7 +916,7 @@ int main(int argc, char **argv)
         return target_main(argc, argv);
     Suite *s = suite_create("lifecycle");
     TL_TCASE(s, "events", 60, NULL, NULL, t_events_rebind, t_recovery_option, t_older_metadata,
-             t_threaded);
+             t_threaded, t_strided_rebind, t_giveup_fetching);
     TCase *tc = tcase_create("restarts");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, t_restarts, 0, (int)NCONFS);

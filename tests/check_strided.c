@@ -675,6 +675,50 @@ START_TEST(t_posix)
 }
 END_TEST
 
+/* A strided transfer of more elements than an array of them can hold
+ * in memory (a list of zero stride: the same bytes again and again) is
+ * refused at its post, not expanded into an array whose size wrapped;
+ * a threaded agent too */
+static void huge_round(nxl_agent_t *a, size_t count)
+{
+    char path[] = "/tmp/nxl_strided_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    unlink(path);
+    ck_assert_int_eq(ftruncate(fd, BS), 0);
+    unsigned char *m = tl_xalloc(BS);
+    tl_reg_dram(a, m, BS);
+    nxl_desc_t fdsc = {.addr = 0, .len = BS, .dev_id = (uint64_t)fd};
+    ck_assert_msg(nxl_mem_register(a, NXL_FILE, &fdsc, 1, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(a));
+    nxl_strided_t ms = {.base = (uintptr_t)m, .len = 1, .stride = 0, .count = count};
+    nxl_strided_t fs = {.base = 0, .len = 1, .stride = 0, .count = count, .dev_id = (uint64_t)fd};
+    nxl_prepped_t *mp = prep_s(a, NULL, NXL_DRAM, &ms, 1);
+    nxl_prepped_t *fp = prep_s(a, nxl_agent_name(a), NXL_FILE, &fs, 1);
+    nxl_xfer_t *w = NULL;
+    ck_assert_msg(nxl_xfer_make(a, NXL_WRITE, mp, NULL, fp, NULL, count, NULL, &w) == NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(a));
+    ck_assert_int_eq(nxl_xfer_post(w, NULL, NULL, NULL), NXL_ERR_UNKNOWN);
+    ck_sentence(nxl_agent_last_error(a), "elements");
+    nxl_xfer_release(w);
+    nxl_prepped_release(mp);
+    nxl_prepped_release(fp);
+    nxl_agent_destroy(a);
+    close(fd);
+    free(m);
+}
+
+START_TEST(t_huge)
+{
+    nxl_agent_t *a = tl_agent_bare("P", 0);
+    tl_backend(a, "POSIX");
+    huge_round(a, SIZE_MAX); /* the array's count, plus one, is 0 */
+    a = threaded("PT");
+    tl_backend(a, "POSIX");
+    huge_round(a, ((size_t)1 << 61) - 1); /* its bytes wrap to 0 */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("strided");
@@ -683,6 +727,6 @@ int main(void)
     TL_TCASE(s, "libfabric", 60, lf_setup, two_teardown, t_simple, t_nested, t_index,
              t_zero_stride, t_million, t_md);
     TL_TCASE(s, "threaded", 60, NULL, NULL, t_threaded);
-    TL_TCASE(s, "posix", 60, NULL, NULL, t_posix);
+    TL_TCASE(s, "posix", 60, NULL, NULL, t_posix, t_huge);
     return tl_run(s);
 }

@@ -138,6 +138,7 @@ typedef struct nxli_peer {
     nxlt_timer_t *retry;    /* recovery: the next fetch (made at the first DOWN) */
     unsigned backoff_ms;
     bool fetching;          /* a recovery fetch is in flight */
+    nxl_future_t *fetch;    /* ... its future (ours until its callback): canceled when given up */
     LIST_ENTRY(nxli_peer) link;
 } nxli_peer_t;
 

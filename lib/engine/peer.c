@@ -182,12 +182,15 @@ static void recover_done(nxl_future_t *f, nxl_status_t st, void *arg)
     nxli_peer_t *p = arg;
     nxl_agent_t *a = f->agent;
     p->fetching = false;
-    /* canceled: the agent is being destroyed (nobody else holds it) */
-    if (st == NXL_ERR_CANCELED || !p->down)
-        return;
-    nxli_log(a, NXL_LOG_DEBUG, "peer '%s': fetching it again from %s:%u failed (%s)", p->name,
-             p->host, p->port, nxl_future_error(f));
-    retry_arm(a, p);
+    p->fetch = NULL;
+    /* canceled: the agent is being destroyed, or the application gave the
+     * peer up (nxli_peer_forget) */
+    if (st != NXL_ERR_CANCELED && p->down && !p->app_down) {
+        nxli_log(a, NXL_LOG_DEBUG, "peer '%s': fetching it again from %s:%u failed (%s)",
+                 p->name, p->host, p->port, nxl_future_error(f));
+        retry_arm(a, p);
+    }
+    nxl_future_release(f);
 }
 
 static void retry_cb(nxlt_timer_t *t, void *arg)
@@ -198,7 +201,8 @@ static void retry_cb(nxlt_timer_t *t, void *arg)
     if (!p->down || p->fetching || !p->host)
         return;
     p->fetching = true;
-    if (nxl_md_fetch(a, p->name, p->host, p->port, recover_done, p, NULL) != NXL_SUCCESS) {
+    if (nxl_md_fetch(a, p->name, p->host, p->port, recover_done, p, &p->fetch) != NXL_SUCCESS) {
+        p->fetch = NULL;
         p->fetching = false;
         retry_arm(a, p);
     }
@@ -258,6 +262,8 @@ bool nxli_peer_forget(nxl_agent_t *a, const char *name)
         return false;
     p->app_down = true;
     recovery_stop(p);
+    if (p->fetch)
+        nxl_future_cancel(p->fetch); /* its answer would load the peer again */
     nxli_log(a, NXL_LOG_INFO, "peer '%s', lost, given up (nxl_md_invalidate)", name);
     return true;
 }
@@ -364,6 +370,23 @@ nxl_status_t nxli_prepped_rebind(nxl_prepped_t *p, const char *call)
     /* a foreign thread hands the call to the reactor, which re-binds */
     if (!cur || nxli_thread_foreign(a))
         return down_refused(a, r, call, NXL_ERR_NOT_FOUND);
+    if (p->runs) {
+        /* a strided list: its runs hold the regions, it has no elements */
+        for (size_t k = 0; k < p->nruns; k++)
+            if (!same_region(cur, p->runs[k].region))
+                return gone_refused(a, call, "prepared list", p->runs[k].first,
+                                    p->runs[k].region, cur,
+                                    "does not have (not registered at that address with that "
+                                    "length)");
+        for (size_t k = 0; k < p->nruns; k++)
+            p->runs[k].region = (void *)same_region(cur, p->runs[k].region);
+        if (p->nruns)
+            p->runs[p->nruns].region = p->runs[p->nruns - 1].region; /* the sentinel */
+        cur->refs++;
+        p->remote = cur;
+        nxli_remote_put(r);
+        return NXL_SUCCESS;
+    }
     const nxli_rregion_t **nr = malloc((p->n + 1) * sizeof(*nr));
     if (!nr) {
         nxli_err(a, "%s: out of memory", call);
@@ -420,6 +443,29 @@ nxl_status_t nxli_xfer_rebind(nxl_xfer_t *x, const char *call)
                     "the transfer's transport; it stays invalid (make it again)", call,
                  cur->name, x->backend->ops->name);
         return NXL_ERR_NOT_FOUND;
+    }
+    if (x->rruns) {
+        /* a strided transfer: its remote runs hold the regions, the keys
+         * are taken from them at each post */
+        for (size_t k = 0; k < x->nrruns; k++) {
+            const nxli_rregion_t *g = x->rruns[k].region, *h = same_region(cur, g);
+            if (!h || !h->rkey[bi])
+                return gone_refused(a, call, "transfer", x->rruns[k].first, g, cur,
+                                    !h ? "does not have (not registered at that address with "
+                                         "that length)"
+                                       : "did not register with the transfer's transport");
+        }
+        for (size_t k = 0; k < x->nrruns; k++)
+            x->rruns[k].region = (void *)same_region(cur, x->rruns[k].region);
+        if (x->nrruns)
+            x->rruns[x->nrruns].region = x->rruns[x->nrruns - 1].region; /* the sentinel */
+        cur->refs++;
+        x->remote = cur;
+        x->gone_seen = cur->ngone;
+        nxli_remote_put(r);
+        nxli_log(a, NXL_LOG_DEBUG, "a strided transfer of %zu elements re-bound to agent '%s'",
+                 x->n, cur->name);
+        return NXL_SUCCESS;
     }
     void **nk = malloc((x->n + 1) * sizeof(*nk));
     if (!nk) {

@@ -924,7 +924,11 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
      * nothing of the array after post returns) */
     nxlt_iov_t *iov = x->iov;
     if (x->lruns) {
-        iov = a->thr ? malloc((x->n + 1) * sizeof(*iov)) : big_alloc(a, x->n + 1, sizeof(*iov));
+        /* n + 1 elements: an n near SIZE_MAX (a list of zero stride may
+         * count that many) must not wrap the array's size */
+        iov = x->n >= SIZE_MAX / sizeof(*iov) ? NULL
+              : a->thr                        ? malloc((x->n + 1) * sizeof(*iov))
+                                              : big_alloc(a, x->n + 1, sizeof(*iov));
         if (!iov) {
             nxli_op_free(op);
             nxli_err(a, "nxl_xfer_post: out of memory for the %zu elements of a strided transfer",
