@@ -213,6 +213,8 @@ typedef enum nxl_mem {
  * agent option nxl_agent_config_t.auto_register does the same for every
  * local DRAM list. Host memory (DRAM) only: with another type the list is
  * refused (NXL_ERR_INVALID_PARAM); a list of a remote agent ignores it.
+ * Strided lists (nxl_prep_strided()) are not registered lazily: their
+ * runs must lie in registered regions, and the flag is refused there.
  *
  * The cache registers, with every transport of the agent that serves
  * DRAM, the pages around each run of the list's descriptors that lie
@@ -374,7 +376,7 @@ typedef struct nxl_agent_config {
      * anything else makes nxl_agent_create() fail with
      * NXL_ERR_INVALID_PARAM. */
     int loop;
-    /** 1: every local DRAM list registers on first use what no region
+    /** 1: every local DRAM list (not strided lists) registers on first use what no region
      * holds, as with NXL_DESC_AUTO_REGISTER. 0 (default): $NXL_AUTO_REGISTER
      * ("1": on), else only lists with the flag. -1: only lists with the flag. */
     int auto_register;
