@@ -754,9 +754,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
 {
     char why[300];
     const mc_lib_t *L = lib_get(why, sizeof(why));
-    if (!L) {
+    if (!L) { /* known but not usable here, as every transport says it */
         nxlt_error(ctx, "MOONCAKE: %s", why);
-        return NXL_ERR_NOT_FOUND;
+        return NXL_ERR_BACKEND;
     }
     uint64_t pmin = DEF_POLL_MIN_US, pmax = DEF_POLL_MAX_US, stall_ms = 30000;
     uint64_t window = DEF_WINDOW;
