@@ -768,6 +768,25 @@ NXL_API nxl_status_t nxl_md_local_partial_strided(nxl_agent_t *a, nxl_mem_t type
 NXL_API nxl_status_t nxl_md_remote_strided(nxl_agent_t *a, const char *remote, nxl_mem_t *type,
                                            nxl_strided_t *out, size_t cap, size_t *n);
 /**
+ * Labels the regions that hold @p descs: the k-th of them (each region
+ * counted once, in the order of the descriptors) becomes place k of
+ * @p label. The metadata this agent serves afterwards (full and partial)
+ * carries each region's label and place, so that a peer that prepared
+ * lists against an earlier incarnation of this agent re-binds them by
+ * label when this agent restarted and registered its memory at other
+ * addresses (see "Peer lifecycle"). A region has one label at most:
+ * labelling it again moves it; the regions @p label named before and
+ * not now lose it (@p n 0: the label is removed). Deregistering a region
+ * drops its label. nxl_md_publish_partial() labels its regions the same
+ * way.
+ * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (no label, one longer than
+ *         255 bytes or with a control character, a bad type, NULL
+ *         @p descs with @p n > 0); NXL_ERR_NOT_FOUND (a descriptor in no
+ *         registered region: nothing changed).
+ */
+NXL_API nxl_status_t nxl_md_label(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                                  const nxl_desc_t *descs, size_t n);
+/**
  * Loads a remote agent's metadata (untrusted input: every field is
  * checked). Loading an agent already known replaces what was known of it
  * when the blob carries every region, and adds the regions when it is
@@ -890,8 +909,9 @@ NXL_API uint16_t nxl_agent_metrics_port(const nxl_agent_t *a);
  * <prefix><agent>/metadata (full) and <prefix><agent>/<label> (partial),
  * attached to a lease the agent keeps alive, so that a crashed agent's keys
  * expire on their own. Fetching a peer's metadata watches the peer's keys
- * afterwards: a new full metadata replaces what was known (a peer restarted
- * under the same name), and its deletion or expiry invalidates the peer —
+ * afterwards: a new full metadata, or a new partial one under a label
+ * fetched before, replaces what was known (a peer restarted under the same
+ * name), and its deletion or expiry invalidates the peer —
  * transfers in flight to it complete with NXL_ERR_REMOTE_DISCONNECT (a DOWN
  * event); with nxl_agent_config_t.peer_recovery, metadata it publishes
  * again afterwards is loaded (BACK: see "Peer lifecycle"). All of it runs
@@ -904,7 +924,8 @@ NXL_API uint16_t nxl_agent_metrics_port(const nxl_agent_t *a);
  *         is unreachable or answers an error (the sentence says which).
  */
 NXL_API nxl_status_t nxl_md_publish(nxl_agent_t *a, nxl_done_cb cb, void *arg, nxl_future_t **out);
-/** Publishes partial metadata (see nxl_md_local_partial) under @p label. */
+/** Publishes partial metadata (see nxl_md_local_partial) under @p label,
+ * after labelling its regions with it (nxl_md_label()). */
 NXL_API nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t type,
                                             const nxl_desc_t *descs, size_t n, nxl_done_cb cb,
                                             void *arg, nxl_future_t **out);
@@ -1208,13 +1229,22 @@ NXL_API size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
  *   incarnation are re-bound to the current one on their next use
  *   (nxl_xfer_post(), nxl_xfer_make()) when every region they name is
  *   still there: a region of the same memory type, device, address and
- *   length, keyed for the transfer's transport. The application posts the
+ *   length, keyed for the transfer's transport (the address comes first);
+ *   or, for a region that
+ *   carried a label (nxl_md_label(), nxl_md_publish_partial()), the
+ *   region of the same type and device that the current incarnation
+ *   labels the same at the same place, wherever it lies now, when each
+ *   element still fits in it at the same offset (the element then
+ *   addresses the new region: the same bytes of the peer's buffer at
+ *   its new address). The application posts the
  *   same nxl_xfer_t again; nothing else changes (its notification, its
  *   deadline, its local side). The same holds after a CHANGED that
  *   replaced the metadata. A list or transfer whose regions are gone stays
  *   invalid: nxl_xfer_post() and nxl_xfer_make() fail with
  *   NXL_ERR_NOT_FOUND and a sentence naming the element, the region and
- *   why. Re-binding never moves data: a transfer in flight at DOWN fails
+ *   why (not there; its label gone or naming fewer regions; the labelled
+ *   region too short for the element: it shrank). Nothing is re-bound
+ *   when one element fails. Re-binding never moves data: a transfer in flight at DOWN fails
  *   once (NXL_ERR_REMOTE_DISCONNECT) and is never retried by the library;
  *   the application decides whether to post it again.
  * - Recovery (nxl_agent_config_t.peer_recovery, on by default): after a

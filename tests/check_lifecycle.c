@@ -320,6 +320,249 @@ START_TEST(t_strided_rebind)
 }
 END_TEST
 
+/* Re-binding by label (nxl_md_label, nxl_md_publish_partial): each new
+ * "process" of T registers its two regions at other addresses under the
+ * same label; the same transfers (an element list and a strided one) and
+ * lists follow to the new addresses, every byte checked there and none at
+ * the old ones; a label that shrank or vanished leaves them invalid with
+ * the element and the reason, and a layout labelled again binds them.
+ * With etcd, T publishes partial metadata under the label and the
+ * initiator finds each new incarnation through the watch of that key. */
+#define LREG (8u << 10)
+
+static tl_etcd_t L_etcd;
+
+/* T, a new incarnation: regions at tb + off[k] of len[k] bytes, registered
+ * in that order; those at tb + loff[k] (k < nl; loff NULL: off) labelled
+ * label in that order (with etcd: published under it) */
+static nxl_agent_t *ltarget(nxl_agent_t *i, uint16_t port, const size_t *off, const size_t *len,
+                            size_t n, const char *label, const size_t *loff, size_t nl)
+{
+    nxl_agent_config_t c;
+    tl_config(&c, "T", 0);
+    c.listen_port = port;
+    c.etcd_endpoints = L_etcd.pid ? L_etcd.endpoint : NULL;
+    nxl_agent_t *t = tl_agent_cfg(&c, 1);
+    tl_backend(t, "UCX");
+    nxl_desc_t d[4];
+    for (size_t k = 0; k < n; k++)
+        tl_reg_dram(t, tb + off[k], len[k]);
+    for (size_t k = 0; k < nl; k++)
+        d[k] = (nxl_desc_t){.addr = (uintptr_t)tb + (loff ? loff : off)[k], .len = 1};
+    if (!L_etcd.pid) {
+        ck_assert_int_eq(nxl_md_label(t, label, NXL_DRAM, d, nl), NXL_SUCCESS);
+        return t;
+    }
+    ck_assert_int_eq(nxl_md_publish_partial(t, label, NXL_DRAM, d, nl, tl_count_cb, NULL, NULL),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(tl_wait1(t, i, 0), NXL_SUCCESS);
+    return t;
+}
+
+/* i learns of the incarnation t: fetched (socket), or seen by the watch */
+static void lfind(nxl_agent_t *i, nxl_agent_t *t, const char *seq)
+{
+    if (!L_etcd.pid) {
+        fetch(i, t);
+    } else {
+        uint64_t end = tl_now_ms() + 10000;
+        while (strcmp(E.seq, seq) && tl_now_ms() < end)
+            turn2(i, t, 5);
+    }
+    ck_assert_str_eq(E.seq, seq);
+}
+
+/* destroys t and wipes the target's memory (with etcd, its keys go: DOWN) */
+static void lgone(nxl_agent_t *i, nxl_agent_t *t)
+{
+    nxl_agent_destroy(t);
+    memset(tb, 0, sizeof(tb));
+    turn2(i, NULL, 5);
+}
+
+/* the bytes a and s carried to the regions at tb + off[0] and off[1] */
+static void lcheck(const size_t *off, uint32_t seed)
+{
+    ck_assert(tl_check(tb + off[0], 4096, seed) < 0);          /* element 0: A + 0 */
+    ck_assert(tl_check(tb + off[1] + 4096, 4096, seed + 1) < 0); /* element 1: B + 4096 */
+    for (size_t k = 0; k < 4; k++)                             /* the strided one in A */
+        ck_assert(tl_check(tb + off[0] + 4096 + 1024 * k, 512, seed + 2 + (uint32_t)k) < 0);
+    /* nothing elsewhere */
+    for (size_t at = 0; at < sizeof(tb); at++) {
+        bool a = at >= off[0] && at < off[0] + LREG, b = at >= off[1] + 4096 && at < off[1] + LREG;
+        if (!a && !b)
+            ck_assert_msg(tb[at] == 0, "a byte at offset %zu of the target's memory", at);
+    }
+}
+
+static void lfill(uint32_t seed)
+{
+    tl_fill(lb, 4096, seed);
+    tl_fill(lb + 4096, 4096, seed + 1);
+    for (size_t k = 0; k < 4; k++)
+        tl_fill(lb + 8192 + 512 * k, 512, seed + 2 + (uint32_t)k);
+}
+
+static void label_rebind(bool etcd)
+{
+    const char *name = etcd ? "label_rebind_etcd" : "label_rebind";
+    nxl_plugin_info_t info[16];
+    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
+    if (!ucx || !ucx->available) {
+        printf("SKIP: %s: UCX is not available here\n", name);
+        return;
+    }
+    memset(&L_etcd, 0, sizeof(L_etcd));
+    if (etcd) {
+        nxl_build_info_t bi = {.size = sizeof(bi)};
+        nxl_build_info(&bi);
+        if (!strstr(bi.options, "etcd=yes") || !tl_etcd_binary()) {
+            printf("SKIP: %s: %s\n", name,
+                   tl_etcd_binary() ? "libnxl built without etcd" : "no etcd binary");
+            return;
+        }
+        ck_assert_msg(tl_etcd_start(&L_etcd) == 0, "etcd did not start (see %s/etcd.log)",
+                      L_etcd.dir);
+    }
+    memset(&E, 0, sizeof(E));
+    memset(tb, 0, sizeof(tb));
+    nxl_agent_config_t c;
+    tl_config(&c, "I", 0);
+    c.etcd_endpoints = etcd ? L_etcd.endpoint : NULL;
+    nxl_agent_t *i = tl_agent_cfg(&c, 0);
+    tl_backend(i, "UCX");
+    nxl_agent_on_peer(i, on_peer, NULL);
+    tl_reg_dram(i, lb, sizeof(lb));
+
+    /* incarnation 1: A at 0, B at 16 KiB, labelled kv */
+    const size_t off1[2] = {0, 16 << 10}, len[2] = {LREG, LREG};
+    nxl_agent_t *t = ltarget(i, 0, off1, len, 2, "kv", NULL, 2);
+    uint16_t port = nxl_agent_listen_port(t);
+    if (etcd) {
+        E.in_call = 1;
+        ck_assert_int_eq(nxl_md_fetch_etcd(i, "T", "kv", 10000, tl_count_cb, NULL, NULL),
+                         NXL_SUCCESS);
+        E.in_call = 0;
+        ck_assert_int_eq(tl_wait1(i, t, 2), NXL_SUCCESS);
+        turn2(i, t, 5);
+    } else {
+        fetch(i, t);
+    }
+    ck_assert_str_eq(E.seq, "U");
+
+    nxl_desc_t rd[2] = {{.addr = (uintptr_t)tb + off1[0], .len = 4096},
+                        {.addr = (uintptr_t)tb + off1[1] + 4096, .len = 4096}};
+    nxl_desc_t ld[2] = {{.addr = (uintptr_t)lb, .len = 4096},
+                        {.addr = (uintptr_t)lb + 4096, .len = 4096}};
+    nxl_strided_t ls = {.base = (uintptr_t)lb + 8192, .len = 512, .stride = 512, .count = 4};
+    nxl_strided_t rs = {.base = (uintptr_t)tb + off1[0] + 4096, .len = 512, .stride = 1024,
+                        .count = 4};
+    nxl_prepped_t *lp, *rp, *lsp, *rsp;
+    ck_assert(nxl_prep(i, NULL, NXL_DRAM, ld, 2, &lp) == NXL_SUCCESS);
+    ck_assert(nxl_prep(i, "T", NXL_DRAM, rd, 2, &rp) == NXL_SUCCESS);
+    ck_assert(nxl_prep_strided(i, NULL, NXL_DRAM, &ls, 1, &lsp) == NXL_SUCCESS);
+    ck_assert(nxl_prep_strided(i, "T", NXL_DRAM, &rs, 1, &rsp) == NXL_SUCCESS);
+    nxl_xfer_t *x, *xs, *x2;
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lp, NULL, rp, NULL, 2, NULL, &x) == NXL_SUCCESS);
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lsp, NULL, rsp, NULL, 4, NULL, &xs) == NXL_SUCCESS);
+    lfill(10);
+    ck_assert_int_eq(post1(i, t, x), NXL_SUCCESS);
+    ck_assert_int_eq(post1(i, t, xs), NXL_SUCCESS);
+    lcheck(off1, 10);
+
+    /* incarnation 2: the regions elsewhere, B first, under the same label */
+    lgone(i, t);
+    const size_t off2[2] = {32 << 10, 48 << 10}, roff2[2] = {48 << 10, 32 << 10};
+    t = ltarget(i, port, roff2, len, 2, "kv", off2, 2);
+    lfind(i, t, "UDB");
+    ck_assert(E.inc == 2);
+    lfill(20);
+    ck_assert_int_eq(post1(i, t, x), NXL_SUCCESS);
+    ck_assert_int_eq(post1(i, t, xs), NXL_SUCCESS);
+    lcheck(off2, 20);
+    memset(tb, 0, sizeof(tb));
+    /* lists prepared before make transfers at the new addresses too */
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lp, NULL, rp, NULL, 2, NULL, &x2) == NXL_SUCCESS);
+    lfill(30);
+    ck_assert_int_eq(post1(i, t, x2), NXL_SUCCESS);
+    nxl_xfer_release(x2);
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lsp, NULL, rsp, NULL, 4, NULL, &x2) == NXL_SUCCESS);
+    ck_assert_int_eq(post1(i, t, x2), NXL_SUCCESS);
+    nxl_xfer_release(x2);
+    lcheck(off2, 30);
+
+    /* incarnation 3: B shrank to 4 KiB, element 1 (B + 4096) is past it */
+    lgone(i, t);
+    const size_t len3[2] = {LREG, 4096};
+    t = ltarget(i, port, off1, len3, 2, "kv", NULL, 2);
+    lfind(i, t, "UDBDB");
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, NULL), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "element 1");
+    ck_sentence(nxl_agent_last_error(i), "shrank");
+    ck_assert(nxl_xfer_make(i, NXL_WRITE, lp, NULL, rp, NULL, 2, NULL, &x2) == NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "element 1");
+    /* the strided transfer lies in A, which is whole: it follows */
+    lfill(40);
+    ck_assert_int_eq(post1(i, t, xs), NXL_SUCCESS);
+    for (size_t k = 0; k < 4; k++)
+        ck_assert(tl_check(tb + off1[0] + 4096 + 1024 * k, 512, 42 + (uint32_t)k) < 0);
+
+    /* incarnation 4: the regions at a third place, under another label:
+     * kv is gone (at an address they had before they would be found by it) */
+    lgone(i, t);
+    const size_t off4[2] = {8 << 10, 24 << 10};
+    t = ltarget(i, port, off4, len, 2, "other", NULL, 2);
+    if (etcd) {
+        /* the watch follows the keys fetched: kv, published empty */
+        ck_assert_int_eq(nxl_md_publish_partial(t, "kv", NXL_DRAM, NULL, 0, tl_count_cb, NULL,
+                                                NULL), NXL_SUCCESS);
+        ck_assert_int_eq(tl_wait1(t, i, 0), NXL_SUCCESS);
+    }
+    lfind(i, t, "UDBDBDB");
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, NULL), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "element 0");
+    ck_sentence(nxl_agent_last_error(i), "label");
+    ck_assert_int_eq(nxl_xfer_post(xs, NULL, NULL, NULL), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "label");
+
+    /* incarnation 5: kv again, as in 2: everything follows */
+    lgone(i, t);
+    t = ltarget(i, port, off2, len, 2, "kv", NULL, 2);
+    lfind(i, t, "UDBDBDBDB");
+    ck_assert(E.inc == 5);
+    lfill(50);
+    ck_assert_int_eq(post1(i, t, x), NXL_SUCCESS);
+    ck_assert_int_eq(post1(i, t, xs), NXL_SUCCESS);
+    lcheck(off2, 50);
+
+    ck_assert_int_eq(E.bad, 0);
+    nxl_xfer_release(x);
+    nxl_xfer_release(xs);
+    nxl_prepped_release(lp);
+    nxl_prepped_release(rp);
+    nxl_prepped_release(lsp);
+    nxl_prepped_release(rsp);
+    nxl_agent_destroy(t);
+    nxl_agent_destroy(i);
+    if (etcd) {
+        tl_etcd_stop(&L_etcd);
+        tl_rm_dir(L_etcd.dir);
+        memset(&L_etcd, 0, sizeof(L_etcd));
+    }
+}
+
+START_TEST(t_label_rebind)
+{
+    label_rebind(false);
+}
+END_TEST
+
+START_TEST(t_label_rebind_etcd)
+{
+    label_rebind(true);
+}
+END_TEST
+
 /* Recovery off: a DOWN that the peer caused (it said it leaves) is not
  * followed by fetches; on, it is fetched again and comes BACK; on, but the
  * application invalidates the peer lost (mode 2), it stops. */
@@ -916,7 +1159,7 @@ int main(int argc, char **argv)
         return target_main(argc, argv);
     Suite *s = suite_create("lifecycle");
     TL_TCASE(s, "events", 60, NULL, NULL, t_events_rebind, t_recovery_option, t_older_metadata,
-             t_threaded, t_strided_rebind, t_giveup_fetching);
+             t_threaded, t_strided_rebind, t_giveup_fetching, t_label_rebind, t_label_rebind_etcd);
     TCase *tc = tcase_create("restarts");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, t_restarts, 0, (int)NCONFS);

@@ -5,8 +5,8 @@
  *
  * Keys: <prefix><agent>/metadata (full), <prefix><agent>/<label>
  * (partial), all attached to one lease per agent, kept alive every TTL/3.
- * A fetch watches the peer's prefix afterwards: PUT of its full metadata
- * reloads it, DELETE (unpublish, lease expiry) invalidates it and fails
+ * A fetch watches the peer's prefix afterwards: PUT of its full metadata,
+ * or of a partial one under a label fetched before, reloads it, DELETE (unpublish, lease expiry) invalidates it and fails
  * the transfers in flight to it. Broken watches and failed keep-alives are
  * retried with backoff; the rest of the agent goes on. */
 #include "internal.h"
@@ -51,6 +51,8 @@ typedef struct ewatch {
     int64_t rev;            /* next revision wanted */
     char *loaded[4];        /* keys whose metadata we loaded: their deletion means the peer left */
     char *value[4];         /* what each held when loaded: the same value again is no news */
+    char *labels[4];        /* partial keys the application fetched: a new value of one
+                               reloads the peer, or brings it back, as the full one's does */
     /* with a secret: when the newest value accepted from each key was
      * signed; an older one is refused (kept when the key is deleted) */
     struct enewest { struct enewest *next; uint64_t us; char key[]; } *newest;
@@ -536,7 +538,11 @@ nxl_status_t nxl_md_publish_partial(nxl_agent_t *a, const char *label, nxl_mem_t
     }
     void *blob;
     size_t len;
-    nxl_status_t st = nxl_md_local_partial(a, type, descs, n, &blob, &len);
+    /* its regions carry the label, so that a peer re-binds to them by it
+     * after this agent restarts (nxl_md_label) */
+    nxl_status_t st = nxli_md_label(a, "nxl_md_publish_partial", label, type, descs, n);
+    if (st == NXL_SUCCESS)
+        st = nxl_md_local_partial(a, type, descs, n, &blob, &len);
     if (st != NXL_SUCCESS)
         return st;
     return publish(a, "nxl_md_publish_partial", label, blob, len, cb, arg, out);
@@ -715,6 +721,14 @@ static void forget_loaded(ewatch_t *w)
     }
 }
 
+static bool fetched(const ewatch_t *w, const char *key)
+{
+    for (int i = 0; i < 4 && w->labels[i]; i++)
+        if (!strcmp(w->labels[i], key))
+            return true;
+    return false;
+}
+
 static void watch_line(ereq_t *r, const nxli_etcd_resp_t *m)
 {
     ewatch_t *w = r->arg;
@@ -738,9 +752,10 @@ static void watch_line(ereq_t *r, const nxli_etcd_resp_t *m)
             efetch_t *q;
             LIST_FOREACH(q, &w->waiters, link)
             waited |= !strcmp(q->key, kv->key);
-            /* a new full metadata (peer restarted) replaces the old one,
-             * or brings back a peer lost (recovery, peer.c) */
-            if (kv->value && (waited || (!strcmp(kv->key, w->mdkey) &&
+            /* a new full metadata (peer restarted), or partial one under
+             * a label fetched before, replaces the old one, or brings
+             * back a peer lost (recovery, peer.c) */
+            if (kv->value && (waited || ((!strcmp(kv->key, w->mdkey) || fetched(w, kv->key)) &&
                                          (nxl_md_check(w->a, w->peer) == NXL_SUCCESS ||
                                           nxli_peer_awaited(w->a, w->peer)))))
                 seen_value(w, kv->key, kv->value);
@@ -860,6 +875,8 @@ static void watch_free(ewatch_t *w)
     }
     nxlt_timer_free(w->retry);
     forget_loaded(w);
+    for (int i = 0; i < 4; i++)
+        free(w->labels[i]);
     while (w->newest) {
         struct enewest *n = w->newest;
         w->newest = n->next;
@@ -922,6 +939,9 @@ nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *l
     q->peer = strdup(remote);
     q->key = nxli_sprintf("%s%s/%s", e->prefix, remote, label ? label : "metadata");
     q->timeout = nxli_timer_new(a, fetch_timeout, q);
+    for (int i = 0; label && q->key && i < 4 && !fetched(w, q->key); i++)
+        if (!w->labels[i])
+            w->labels[i] = strdup(q->key);
     f->owner = q;
     f->on_cancel = fetch_cancel;
     q->w = w;

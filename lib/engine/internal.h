@@ -21,6 +21,7 @@
 #define NXLI_MD_MAX_BYTES (256u << 20)
 #define NXLI_MD_MAX_REGIONS (1u << 20)
 #define NXLI_MD_MAX_KEY (64u << 10)
+#define NXLI_LABEL_MAX 255 /* bytes of a region's label (nxl_md_label) */
 #define NXLI_MD_VERSION 1
 
 #define NXLI_UNUSED(x) ((void)(x))
@@ -79,6 +80,10 @@ struct nxli_region {
      * host memory registered on first use, not in the metadata */
     bool lazy;
     uint64_t used;          /* a lazy entry: the tick of its last use (LRU) */
+    /* its label (nxl_md_label(), nxl_md_publish_partial()): the name and
+     * its place among the label's regions, carried in the metadata */
+    char *label;            /* NULL: none */
+    size_t label_at;
 };
 
 /* A sorted array of regions of one kind, searched by address. */
@@ -101,6 +106,8 @@ typedef struct nxli_rregion {
     size_t len;
     void *rkey[NXLI_MAX_BACKENDS];
     bool revoked;           /* its agent deregistered it (nxlt_remote_revoked) */
+    char *label;            /* its label in the metadata (NULL: none), and */
+    size_t label_at;        /* its place among that label's regions */
 } nxli_rregion_t;
 
 struct nxli_remote {
@@ -500,6 +507,11 @@ void nxli_remote_cleanup(nxl_agent_t *a);
 int nxli_rregion_revoke(nxli_remote_t *r, nxl_mem_t t, uint64_t dev, uintptr_t addr, size_t len);
 const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev,
                                         uintptr_t addr, size_t len);
+/* the region of r labelled @p label at place @p at, of type t on dev (NULL: none) */
+const nxli_rregion_t *nxli_rregion_labelled(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev,
+                                            const char *label, size_t at);
+nxl_status_t nxli_md_label(nxl_agent_t *a, const char *call, const char *label, nxl_mem_t type,
+                           const nxl_desc_t *descs, size_t n);
 nxl_status_t nxli_md_load_ex(nxl_agent_t *a, const void *blob, size_t len, bool self,
                              nxli_remote_t **out, char *name_out, size_t cap);
 

@@ -34,6 +34,7 @@ static void rregion_free(nxl_agent_t *a, nxli_rregion_t *g)
     for (int b = 0; b < a->nbackends; b++)
         if (g->rkey[b])
             a->backends[b]->ops->unload_key(a->backends[b]->state, g->rkey[b]);
+    free(g->label);
     free(g);
 }
 
@@ -122,6 +123,18 @@ const nxli_rregion_t *nxli_rregion_find(const nxli_remote_t *r, nxl_mem_t t, uin
         addr - g->addr > g->len - len)
         return NULL;
     return g;
+}
+
+const nxli_rregion_t *nxli_rregion_labelled(const nxli_remote_t *r, nxl_mem_t t, uint64_t dev,
+                                            const char *label, size_t at)
+{
+    for (size_t i = 0; i < r->nregs; i++) {
+        const nxli_rregion_t *g = r->regs[i];
+        if (g->label && g->label_at == at && g->type == t && g->dev == dev &&
+            !strcmp(g->label, label))
+            return g;
+    }
+    return NULL;
 }
 
 /* A revoked region leaves the sorted table (nothing new resolves to it)
@@ -300,6 +313,9 @@ static nxl_status_t add_region(nxl_agent_t *a, cJSON *arr, nxli_region_t *r)
         !add_u64(o, "addr", r->addr) || !add_u64(o, "len", r->len) ||
         !(keys = cJSON_AddObjectToObject(o, "keys")))
         return NXL_ERR_UNKNOWN;
+    if (r->label && (!cJSON_AddStringToObject(o, "label", r->label) ||
+                     !add_u64(o, "at", r->label_at)))
+        return NXL_ERR_UNKNOWN;
     for (int b = 0; b < a->nbackends; b++) {
         const void *k;
         size_t kl;
@@ -439,6 +455,82 @@ nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc
     nxl_status_t st = md_build(a, true, regs, nr, false, NULL, blob, len);
     free(regs);
     return st;
+}
+
+/* labels (nxl_md_label): the regions holding descs, in order, become the
+ * label's; the regions it named before lose it */
+nxl_status_t nxli_md_label(nxl_agent_t *a, const char *call, const char *label, nxl_mem_t type,
+                           const nxl_desc_t *descs, size_t n)
+{
+    bool ok = label && *label && strlen(label) <= NXLI_LABEL_MAX && (!n || descs) &&
+              (unsigned)type < NXL_MEM_TYPES;
+    for (const char *c = label; ok && *c; c++)
+        ok = (unsigned char)*c >= 0x20;
+    if (!ok) {
+        nxli_err(a, "%s: needs a label of 1 to %u bytes without control characters, a memory "
+                    "type, and descriptors when n > 0", call, NXLI_LABEL_MAX);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxli_region_t **regs = calloc(n + 1, sizeof(*regs));
+    char *l = strdup(label), *spare = NULL;
+    size_t nr = 0;
+    if (!regs || !l) {
+        free(regs);
+        free(l);
+        nxli_err(a, "%s: out of memory", call);
+        return NXL_ERR_UNKNOWN;
+    }
+    for (size_t i = 0; i < n; i++) {
+        nxli_region_t *r = nxli_region_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
+        if (!r) {
+            nxli_err(a, "%s: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies in no registered "
+                        "region; nothing was labelled", call, i, nxl_mem_name(type),
+                     (unsigned long)descs[i].addr, descs[i].len,
+                     (unsigned long long)descs[i].dev_id);
+            free(regs);
+            free(l);
+            return NXL_ERR_NOT_FOUND;
+        }
+        bool seen = false;
+        for (size_t j = 0; j < nr && !seen; j++)
+            seen = regs[j] == r;
+        if (!seen)
+            regs[nr++] = r;
+    }
+    /* the label leaves the regions it named (of any type) */
+    for (int t = 0; t < NXL_MEM_TYPES; t++)
+        for (size_t i = 0; i < a->regions[t].n; i++) {
+            nxli_region_t *r = a->regions[t].v[i];
+            if (r->label && !strcmp(r->label, label)) {
+                free(r->label);
+                r->label = NULL;
+            }
+        }
+    for (size_t i = 0; i < nr; i++) {
+        if (!(spare = i ? strdup(label) : l)) {
+            nxli_err(a, "%s: out of memory: %zu of the %zu regions labelled", call, i, nr);
+            free(regs);
+            return NXL_ERR_UNKNOWN;
+        }
+        free(regs[i]->label); /* another label, which it leaves */
+        regs[i]->label = spare;
+        regs[i]->label_at = i;
+    }
+    if (!nr)
+        free(l);
+    free(regs);
+    a->err[0] = 0;
+    return NXL_SUCCESS;
+}
+
+nxl_status_t nxl_md_label(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                          const nxl_desc_t *descs, size_t n)
+{
+    if (a && nxli_thread_foreign(a))
+        return nxli_rpc_md_label(a, label, type, descs, n);
+    if (!a)
+        return NXL_ERR_INVALID_PARAM;
+    return nxli_md_label(a, "nxl_md_label", label, type, descs, n);
 }
 
 nxl_status_t nxl_md_local_partial_strided(nxl_agent_t *a, nxl_mem_t type, const nxl_strided_t *s,
@@ -804,6 +896,17 @@ static nxl_status_t md_region(md_in_t *m, size_t idx, const cJSON *g, nxli_rregi
         REFUSE("region %zu of '%s' has no \"keys\" object", idx, name);
     if (dup_key(jk))
         REFUSE("region %zu of '%s' names transport %s twice", idx, name, dup_key(jk));
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(g, "label");
+    uint64_t at = 0;
+    if (jl && (!cJSON_IsString(jl) || !*jl->valuestring ||
+               strlen(jl->valuestring) > NXLI_LABEL_MAX || !get_u64(g, "at", &at) ||
+               at >= NXLI_MD_MAX_REGIONS))
+        REFUSE("region %zu of '%s': \"label\" must be a string of 1 to %u bytes with \"at\", "
+               "its place, a decimal string below %u", idx, name, NXLI_LABEL_MAX,
+               NXLI_MD_MAX_REGIONS);
+    if (jl && !(rr->label = strdup(jl->valuestring)))
+        REFUSE("out of memory");
+    rr->label_at = (size_t)at;
     rr->type = (nxl_mem_t)t;
     rr->dev = dev;
     rr->addr = (uintptr_t)addr;
@@ -952,6 +1055,7 @@ static nxl_status_t md_commit(md_in_t *m)
             for (int b = 0; b < a->nbackends; b++)
                 if (g->rkey[b])
                     a->backends[b]->ops->unload_key(a->backends[b]->state, g->rkey[b]);
+            free(g->label);
             free(g);
             continue;
         }
@@ -1032,6 +1136,7 @@ static nxl_status_t md_load_ex_locked(nxl_agent_t *a, const void *blob, size_t l
         for (int b = 0; b < a->nbackends; b++)
             if (m.add[i]->rkey[b])
                 a->backends[b]->ops->unload_key(a->backends[b]->state, m.add[i]->rkey[b]);
+        free(m.add[i]->label);
         free(m.add[i]);
     }
     free(m.add);

@@ -155,6 +155,7 @@ void nxli_region_put(nxl_agent_t *a, nxli_region_t *r)
     NXLI_TLOCK(a);
     if (--r->refs == 0) {
         region_release_backends(a, r);
+        free(r->label);
         free(r);
     }
     NXLI_TUNLOCK(a);

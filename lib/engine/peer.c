@@ -349,6 +349,43 @@ static const nxli_rregion_t *same_region(const nxli_remote_t *cur, const nxli_rr
     return h && h->addr == g->addr && h->len == g->len ? h : NULL;
 }
 
+#define NOT_THERE "does not have (not registered at that address with that length)"
+
+/* where bytes [addr, addr + len) of g, a region of an earlier incarnation,
+ * are in cur: the same region, else the region with g's label at g's place
+ * (same type and device) when they fit in it; NULL with the reason in how */
+static const nxli_rregion_t *rebound(const nxli_remote_t *cur, const nxli_rregion_t *g,
+                                     uintptr_t addr, size_t len, char *how, size_t cap)
+{
+    const nxli_rregion_t *h = same_region(cur, g);
+    if (h)
+        return h;
+    if (!g->label) {
+        snprintf(how, cap, NOT_THERE);
+        return NULL;
+    }
+    h = nxli_rregion_labelled(cur, g->type, g->dev, g->label, g->label_at);
+    if (!h) {
+        snprintf(how, cap, "does not have, nor a region labelled '%s' at place %zu (the label "
+                           "is gone, or names fewer regions now)", g->label, g->label_at);
+        return NULL;
+    }
+    size_t off = addr - g->addr;
+    if (off > h->len || len > h->len - off) {
+        snprintf(how, cap, "labels '%s' at place %zu with region 0x%lx+%zu only, too short for "
+                           "the element (bytes %zu to %zu of the region: it shrank)", g->label,
+                 g->label_at, (unsigned long)h->addr, h->len, off, off + len);
+        return NULL;
+    }
+    return h;
+}
+
+/* the bytes of strided run u past its base */
+static size_t run_span(const nxli_srun_t *u)
+{
+    return (u->ocount - 1) * u->ostride + (u->count - 1) * u->stride + u->len;
+}
+
 static nxl_status_t gone_refused(nxl_agent_t *a, const char *call, const char *what, size_t i,
                                  const nxli_rregion_t *g, const nxli_remote_t *cur,
                                  const char *how)
@@ -370,49 +407,53 @@ nxl_status_t nxli_prepped_rebind(nxl_prepped_t *p, const char *call)
     /* a foreign thread hands the call to the reactor, which re-binds */
     if (!cur || nxli_thread_foreign(a))
         return down_refused(a, r, call, NXL_ERR_NOT_FOUND);
-    if (p->runs) {
-        /* a strided list: its runs hold the regions, it has no elements */
-        for (size_t k = 0; k < p->nruns; k++)
-            if (!same_region(cur, p->runs[k].region))
-                return gone_refused(a, call, "prepared list", p->runs[k].first,
-                                    p->runs[k].region, cur,
-                                    "does not have (not registered at that address with that "
-                                    "length)");
-        for (size_t k = 0; k < p->nruns; k++)
-            p->runs[k].region = (void *)same_region(cur, p->runs[k].region);
-        if (p->nruns)
-            p->runs[p->nruns].region = p->runs[p->nruns - 1].region; /* the sentinel */
-        cur->refs++;
-        p->remote = cur;
-        nxli_remote_put(r);
-        return NXL_SUCCESS;
-    }
-    const nxli_rregion_t **nr = malloc((p->n + 1) * sizeof(*nr));
-    if (!nr) {
+    char how[NXLI_LABEL_MAX + 200];
+    size_t m = p->runs ? p->nruns : p->n;
+    /* every element (or run) checked first: nothing changes on failure */
+    const nxli_rregion_t **nr = malloc((m + 1) * sizeof(*nr));
+    uintptr_t *na = malloc((m + 1) * sizeof(*na));
+    if (!nr || !na) {
+        free(nr);
+        free(na);
         nxli_err(a, "%s: out of memory", call);
         return NXL_ERR_UNKNOWN;
     }
-    const nxli_rregion_t *last = NULL, *lastn = NULL;
-    for (size_t i = 0; i < p->n; i++) {
-        const nxli_rregion_t *g = p->e[i].region;
-        if (g != last) {
-            last = g;
-            lastn = same_region(cur, g);
-            if (!lastn) {
-                free(nr);
-                return gone_refused(a, call, "prepared list", i, g, cur,
-                                    "does not have (not registered at that address with that "
-                                    "length)");
-            }
+    for (size_t i = 0; i < m; i++) {
+        const nxli_rregion_t *g = p->runs ? p->runs[i].region : p->e[i].region;
+        uintptr_t at = p->runs ? p->runs[i].base : p->e[i].addr;
+        size_t len = p->runs ? run_span(&p->runs[i]) : p->e[i].len;
+        const nxli_rregion_t *h = rebound(cur, g, at, len, how, sizeof(how));
+        if (!h) {
+            free(nr);
+            free(na);
+            return gone_refused(a, call, "prepared list", p->runs ? p->runs[i].first : i, g,
+                                cur, how);
         }
-        nr[i] = lastn;
+        nr[i] = h;
+        na[i] = h->addr + (at - g->addr);
     }
-    for (size_t i = 0; i < p->n; i++)
-        p->e[i].region = (void *)nr[i];
+    bool moved = false;
+    for (size_t i = 0; i < m; i++) {
+        if (p->runs) {
+            moved |= p->runs[i].base != na[i];
+            p->runs[i].region = (void *)nr[i];
+            p->runs[i].base = na[i];
+        } else {
+            moved |= p->e[i].addr != na[i];
+            p->e[i].region = (void *)nr[i];
+            p->e[i].addr = na[i];
+        }
+    }
+    if (p->runs && p->nruns)
+        p->runs[p->nruns] = p->runs[p->nruns - 1]; /* the sentinel */
     free(nr);
+    free(na);
     cur->refs++;
     p->remote = cur;
     nxli_remote_put(r);
+    if (moved)
+        nxli_log(a, NXL_LOG_DEBUG, "a prepared list of %zu elements re-bound to agent '%s' by "
+                 "label, at new addresses", p->n, cur->name);
     return NXL_SUCCESS;
 }
 
@@ -444,21 +485,35 @@ nxl_status_t nxli_xfer_rebind(nxl_xfer_t *x, const char *call)
                  cur->name, x->backend->ops->name);
         return NXL_ERR_NOT_FOUND;
     }
+    char how[NXLI_LABEL_MAX + 200];
     if (x->rruns) {
         /* a strided transfer: its remote runs hold the regions, the keys
          * are taken from them at each post */
-        for (size_t k = 0; k < x->nrruns; k++) {
-            const nxli_rregion_t *g = x->rruns[k].region, *h = same_region(cur, g);
-            if (!h || !h->rkey[bi])
-                return gone_refused(a, call, "transfer", x->rruns[k].first, g, cur,
-                                    !h ? "does not have (not registered at that address with "
-                                         "that length)"
-                                       : "did not register with the transfer's transport");
+        const nxli_rregion_t **nr = malloc((x->nrruns + 1) * sizeof(*nr));
+        if (!nr) {
+            nxli_err(a, "%s: out of memory", call);
+            return NXL_ERR_UNKNOWN;
         }
-        for (size_t k = 0; k < x->nrruns; k++)
-            x->rruns[k].region = (void *)same_region(cur, x->rruns[k].region);
+        for (size_t k = 0; k < x->nrruns; k++) {
+            const nxli_srun_t *u = &x->rruns[k];
+            const nxli_rregion_t *g = u->region,
+                                 *h = rebound(cur, g, u->base, run_span(u), how, sizeof(how));
+            if (h && !h->rkey[bi])
+                snprintf(how, sizeof(how), "did not register with the transfer's transport");
+            if (!h || !h->rkey[bi]) {
+                free(nr);
+                return gone_refused(a, call, "transfer", u->first, g, cur, how);
+            }
+            nr[k] = h;
+        }
+        for (size_t k = 0; k < x->nrruns; k++) {
+            nxli_srun_t *u = &x->rruns[k];
+            u->base = nr[k]->addr + (u->base - ((const nxli_rregion_t *)u->region)->addr);
+            u->region = (void *)nr[k];
+        }
         if (x->nrruns)
-            x->rruns[x->nrruns].region = x->rruns[x->nrruns - 1].region; /* the sentinel */
+            x->rruns[x->nrruns] = x->rruns[x->nrruns - 1]; /* the sentinel */
+        free(nr);
         cur->refs++;
         x->remote = cur;
         x->gone_seen = cur->ngone;
@@ -467,44 +522,60 @@ nxl_status_t nxli_xfer_rebind(nxl_xfer_t *x, const char *call)
                  x->n, cur->name);
         return NXL_SUCCESS;
     }
+    /* each element's new key and address, all checked before any changes */
     void **nk = malloc((x->n + 1) * sizeof(*nk));
-    if (!nk) {
+    uint64_t *na = malloc((x->n + 1) * sizeof(*na));
+    if (!nk || !na) {
+        free(nk);
+        free(na);
         nxli_err(a, "%s: out of memory", call);
         return NXL_ERR_UNKNOWN;
     }
     const void *lastk = NULL;
-    void *lastn = NULL;
+    const nxli_rregion_t *g = NULL, *h = NULL;
     for (size_t i = 0; i < x->n; i++) {
         const void *k = x->iov[i].rkey;
         if (i == 0 || k != lastk) {
-            const nxli_rregion_t *g = key_region(r, bi, k), *h = g ? same_region(cur, g) : NULL;
-            const char *how = !h ? "does not have (not registered at that address with that "
-                                   "length)"
-                              : !h->rkey[bi] ? "did not register with the transfer's transport"
-                                             : NULL;
+            g = key_region(r, bi, k);
             if (!g) {
                 free(nk);
+                free(na);
                 nxli_err(a, "%s: element %zu: its region of agent '%s' is not known any more; "
                             "the transfer stays invalid (make it again)", call, i, r->name);
                 return NXL_ERR_NOT_FOUND;
             }
-            if (how) {
-                free(nk);
-                return gone_refused(a, call, "transfer", i, g, cur, how);
-            }
             lastk = k;
-            lastn = h->rkey[bi];
+            h = NULL;
         }
-        nk[i] = lastn;
+        uint64_t ra = x->iov[i].raddr;
+        const nxli_rregion_t *hi = h && h->addr == g->addr && h->len == g->len
+                                       ? h /* the same region: every element fits */
+                                   : rebound(cur, g, (uintptr_t)ra, x->iov[i].len, how,
+                                             sizeof(how));
+        if (hi && !hi->rkey[bi])
+            snprintf(how, sizeof(how), "did not register with the transfer's transport");
+        if (!hi || !hi->rkey[bi]) {
+            free(nk);
+            free(na);
+            return gone_refused(a, call, "transfer", i, g, cur, how);
+        }
+        h = hi;
+        nk[i] = h->rkey[bi];
+        na[i] = h->addr + (ra - g->addr);
     }
-    for (size_t i = 0; i < x->n; i++)
+    bool moved = false;
+    for (size_t i = 0; i < x->n; i++) {
+        moved |= x->iov[i].raddr != na[i];
         x->iov[i].rkey = nk[i];
+        x->iov[i].raddr = na[i];
+    }
     free(nk);
+    free(na);
     cur->refs++;
     x->remote = cur;
     x->gone_seen = cur->ngone;
     nxli_remote_put(r);
-    nxli_log(a, NXL_LOG_DEBUG, "a transfer of %zu elements re-bound to agent '%s'", x->n,
-             cur->name);
+    nxli_log(a, NXL_LOG_DEBUG, "a transfer of %zu elements re-bound to agent '%s'%s", x->n,
+             cur->name, moved ? " by label, at new addresses" : "");
     return NXL_SUCCESS;
 }

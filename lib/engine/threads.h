@@ -120,6 +120,8 @@ nxl_status_t nxli_rpc_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t
                                  nxl_done_cb cb, void *arg, nxl_future_t **out);
 nxl_status_t nxli_rpc_md_check(nxl_agent_t *a, const char *remote);
 nxl_status_t nxli_rpc_md_invalidate(nxl_agent_t *a, const char *remote);
+nxl_status_t nxli_rpc_md_label(nxl_agent_t *a, const char *label, nxl_mem_t type,
+                               const nxl_desc_t *descs, size_t n);
 nxl_status_t nxli_rpc_md_local(nxl_agent_t *a, void **blob, size_t *len);
 nxl_status_t nxli_rpc_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                        size_t n, void **blob, size_t *len);
