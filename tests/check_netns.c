@@ -2,7 +2,12 @@
 /* Hosts made with network namespaces and a veth pair: agents on two
  * "hosts" move data over UCX's TCP transport, and over LIBFABRIC's
  * tcp;ofi_rxm, through the veth link, and survive the link being cut
- * mid-transfer and brought back.
+ * mid-transfer and brought back. t_link_recover: a stream of WRITEs with
+ * notifications through one nxl_xfer_t; a 200 ms cut is only a delay (no
+ * peer event); cuts held until DOWN and restored at once are followed by
+ * BACK (the agent's recovery fetches the peer again) and the same
+ * transfer succeeds again; the time from the link's return to that first
+ * success is printed (median and worst of 3).
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -116,6 +121,7 @@ static nxl_agent_t *host_agent(const char *name, const char *dev, const char *li
 static nxl_agent_t *T;
 static unsigned char *tbuf;
 static int t_quit;
+static unsigned t_nw; /* notifications "w" of the WRITEs received */
 
 static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
@@ -125,6 +131,11 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
     size_t n;
     if (!strcmp(m, "addr"))
         snprintf(out, sizeof(out), "addr %llu", (unsigned long long)(uintptr_t)tbuf);
+    else if (!strcmp(m, "w")) {
+        t_nw++;
+        return;
+    } else if (!strcmp(m, "nw"))
+        snprintf(out, sizeof(out), "nw %u", t_nw);
     else if (sscanf(m, "chk %u %zu", &seed, &n) == 2)
         snprintf(out, sizeof(out), "%s", tl_check(tbuf, n, seed) < 0 ? "ok" : "bad");
     else if (!strcmp(m, "quit")) {
@@ -149,11 +160,14 @@ static pid_t target(int wfd)
         _exit(93);
     nxl_agent_on_notif(T, t_notif, NULL);
     uint16_t port = nxl_agent_listen_port(T);
-    if (write(wfd, &port, 2) != 2)
+    uint64_t at = (uintptr_t)tbuf;
+    if (write(wfd, &port, 2) != 2 || write(wfd, &at, 8) != 8)
         _exit(94);
-    uint64_t end = tl_now_ms() + 60000;
+    uint64_t end = tl_now_ms() + 90000;
     while (!t_quit && tl_now_ms() < end && getppid() != 1)
         nxl_agent_run_once(T, 200);
+    if (write(wfd, &t_nw, sizeof(t_nw)) != sizeof(t_nw))
+        _exit(96); /* the notifications counted, for link_recover */
     nxl_agent_destroy(T);
     _exit(0);
 }
@@ -313,6 +327,165 @@ static int initiator_cut(uint16_t port, int to_parent, int from_parent)
     return 0;
 }
 
+/* ---- recovery across a cut: the same transfer re-posted after BACK */
+
+static char r_seq[64];      /* the peer events of T: U, C, D, B */
+static size_t r_nev;
+static int r_ncb, r_nok;    /* completions of the stream's posts, successful ones */
+
+static void r_peer(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
+{
+    (void)a;
+    (void)arg;
+    if (!strcmp(ev->peer, "T") && r_nev + 1 < sizeof(r_seq))
+        r_seq[r_nev++] = "UCDB"[ev->kind];
+}
+
+static void r_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    (void)f;
+    (void)arg;
+    r_ncb++;
+    r_nok += st == NXL_SUCCESS;
+}
+
+/* the parent cuts (c) and restores (u) the link when told, and says when
+ * done; s: cut, said at once, restored 200 ms later */
+static void r_link(int to_parent, int from_parent, char what)
+{
+    char b = what;
+    REQUIRE(write(to_parent, &b, 1) == 1, 85);
+    REQUIRE(read(from_parent, &b, 1) == 1 && b == what, 86);
+}
+
+/* posts x once and runs the reactor until its callback (ms at most): the
+ * post's status when refused, else the transfer's (r_done counts it) */
+static nxl_status_t r_post(nxl_xfer_t *x, int *posts, int ms)
+{
+    int before = r_ncb;
+    nxl_status_t st = nxl_xfer_post(x, r_done, NULL, NULL);
+    if (st != NXL_SUCCESS)
+        return st;
+    ++*posts;
+    int ok0 = r_nok;
+    REQUIRE(tl_run_until(I, &r_ncb, before + 1, ms), 87);
+    return r_nok > ok0 ? NXL_SUCCESS : NXL_ERR_REMOTE_DISCONNECT;
+}
+
+#define R_CUTS 3
+
+/* A stream of 1 MiB WRITEs with notifications, one nxl_xfer_t: a cut of
+ * 200 ms (shorter than the transports notice: no event, every post
+ * completes, late) and R_CUTS cuts held until DOWN, each restored at once;
+ * after BACK the same transfer is posted again. Every callback once, the
+ * bytes checked at the target after each recovery; the time from the
+ * link's return to the first successful re-post printed. */
+static int initiator_recover(uint16_t port, uintptr_t raddr, int to_parent, int from_parent)
+{
+    /* the target never loads this agent: it answers nothing, and has no
+     * endpoint of its own to tear down after a cut (see nxl-ucx(7)) */
+    enter(ns_a);
+    I = host_agent("I", if_a, NULL);
+    ibuf = malloc(2u << 20);
+    nxl_desc_t d = {.addr = (uintptr_t)ibuf, .len = 2u << 20};
+    REQUIRE(nxl_mem_register(I, NXL_DRAM, &d, 1, NULL) == NXL_SUCCESS, 68);
+    nxl_future_t *f;
+    REQUIRE(nxl_md_fetch(I, "T", ip_b, port, NULL, NULL, &f) == NXL_SUCCESS, 62);
+    REQUIRE(nxl_future_wait(f, 10000) == NXL_SUCCESS, 63);
+    nxl_future_release(f);
+    nxl_agent_on_peer(I, r_peer, NULL); /* after UP: D and B to come */
+    nxl_desc_t l = {.addr = (uintptr_t)ibuf, .len = 1u << 20}, r = {.addr = raddr, .len = 1u << 20};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_opts_t o = {.size = sizeof(o), .notif = "w", .notif_len = 1};
+    nxl_xfer_t *x, *rb;
+    REQUIRE(nxl_xfer_create(I, NXL_WRITE, &ll, &rl, "T", &o, &x) == NXL_SUCCESS, 88);
+    /* the bytes read back into the second MiB */
+    nxl_desc_t l2 = {.addr = (uintptr_t)ibuf + (1u << 20), .len = 1u << 20};
+    nxl_dlist_t ll2 = {NXL_DRAM, &l2, 1};
+    REQUIRE(nxl_xfer_create(I, NXL_READ, &ll2, &rl, "T", NULL, &rb) == NXL_SUCCESS, 88);
+    int posts = 0;
+    tl_fill(ibuf, 1u << 20, 20);
+    for (int i = 0; i < 5; i++)
+        REQUIRE(r_post(x, &posts, 10000) == NXL_SUCCESS, 89);
+
+    /* a short cut: nothing to see but a delay */
+    r_link(to_parent, from_parent, 's');
+    uint64_t t0 = tl_now_ms();
+    int p0 = posts;
+    while (tl_now_ms() - t0 < 1000)
+        REQUIRE(r_post(x, &posts, 10000) == NXL_SUCCESS, 90);
+    for (int i = 0; i < 3; i++)
+        REQUIRE(r_post(x, &posts, 10000) == NXL_SUCCESS, 91);
+    fprintf(stderr, "check_netns: %s: a 200 ms cut: %d posts over 1 s, %d of %d succeeded, "
+            "events '%s' (none expected)\n", transport, posts - p0, r_nok, posts, r_seq);
+    REQUIRE(r_nok == posts && r_nev == 0, 92);
+
+    unsigned ms[R_CUTS];
+    for (int k = 0; k < R_CUTS; k++) {
+        size_t ev0 = r_nev;
+        r_link(to_parent, from_parent, 'c');
+        /* posted until refused: the peer is DOWN */
+        t0 = tl_now_ms();
+        nxl_status_t st = NXL_SUCCESS;
+        while (tl_now_ms() - t0 < 20000 && r_nev == ev0 &&
+               (st = r_post(x, &posts, 20000)) != NXL_ERR_REMOTE_DISCONNECT)
+            ;
+        while (tl_now_ms() - t0 < 20000 && r_nev == ev0)
+            nxl_agent_run_once(I, 10);
+        REQUIRE(r_nev == ev0 + 1 && r_seq[ev0] == 'D', 93);
+        unsigned down_ms = (unsigned)(tl_now_ms() - t0);
+        REQUIRE(nxl_xfer_post(x, r_done, NULL, NULL) == NXL_ERR_REMOTE_DISCONNECT, 94);
+        r_link(to_parent, from_parent, 'u');
+        /* the application posts the same transfer until it succeeds */
+        tl_fill(ibuf, 1u << 20, 30 + (unsigned)k);
+        uint64_t t1 = tl_now_ms();
+        while (tl_now_ms() - t1 < 20000 && r_post(x, &posts, 20000) != NXL_SUCCESS)
+            nxl_agent_run_once(I, 5);
+        ms[k] = (unsigned)(tl_now_ms() - t1);
+        REQUIRE(ms[k] < 20000, 95);
+        REQUIRE(r_nev == ev0 + 2 && r_seq[ev0 + 1] == 'B', 96);
+        fprintf(stderr, "check_netns: %s: cut %d: DOWN after %u ms (%s); link restored -> "
+                "first successful re-post in %u ms\n", transport, k + 1, down_ms,
+                st == NXL_ERR_REMOTE_DISCONNECT ? "a transfer failed" : "refused", ms[k]);
+        /* every byte at the target: read back (a transfer made before
+         * the cut too, re-bound) */
+        memset(ibuf + (1u << 20), 0, 1u << 20);
+        REQUIRE(nxl_xfer_post(rb, NULL, NULL, &f) == NXL_SUCCESS, 97);
+        REQUIRE(nxl_future_wait(f, 10000) == NXL_SUCCESS, 98);
+        nxl_future_release(f);
+        REQUIRE(tl_check(ibuf + (1u << 20), 1u << 20, 30 + (unsigned)k) < 0, 99);
+        REQUIRE(r_post(x, &posts, 10000) == NXL_SUCCESS, 100);
+    }
+    /* every callback once (the target's count of notifications goes to
+     * the parent, with these) */
+    for (int i = 0; i < 10; i++)
+        nxl_agent_run_once(I, 10);
+    fprintf(stderr, "check_netns: %s: %d posts, %d callbacks, %d succeeded, events %s\n",
+            transport, posts, r_ncb, r_nok, r_seq);
+    REQUIRE(r_ncb == posts, 102);
+    int counts[2] = {r_nok, posts};
+    char q = 'q';
+    REQUIRE(write(to_parent, &q, 1) == 1 && write(to_parent, counts, sizeof(counts)) ==
+            (ssize_t)sizeof(counts), 101);
+    unsigned s[R_CUTS];
+    memcpy(s, ms, sizeof(s));
+    for (int i = 1; i < R_CUTS; i++)
+        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            unsigned t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+    fprintf(stderr, "check_netns: %s: recovery after the link's return: median %u ms, worst "
+            "%u ms (target 1000)\n", transport, s[R_CUTS / 2], s[R_CUTS - 1]);
+    REQUIRE(s[R_CUTS - 1] < 5000, 103);
+    nxl_xfer_release(x);
+    nxl_xfer_release(rb);
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
 static int wait_exit(pid_t pid, int secs)
 {
     int st;
@@ -339,10 +512,19 @@ static int use(const char *t)
 
 static void two_hosts(void);
 static void link_cut(void);
+static void link_recover(void);
 
 START_TEST(t_two_hosts_tcp) { two_hosts(); }
 END_TEST
 START_TEST(t_link_cut) { link_cut(); }
+END_TEST
+START_TEST(t_link_recover) { link_recover(); }
+END_TEST
+START_TEST(t_link_recover_libfabric)
+{
+    if (use("LIBFABRIC"))
+        link_recover();
+}
 END_TEST
 START_TEST(t_two_hosts_libfabric)
 {
@@ -359,12 +541,14 @@ END_TEST
 
 /* Starts the target host's agent, writing its port to p[1]; returns the
  * port, or takes the hosts down and fails when the agent did not start. */
+static uint64_t t_at; /* where the target's buffer is */
+
 static uint16_t start_target(int p[2], pid_t *t)
 {
     *t = target(p[1]);
     close(p[1]);
     uint16_t port;
-    if (read(p[0], &port, 2) != 2) {
+    if (read(p[0], &port, 2) != 2 || read(p[0], &t_at, 8) != 8) {
         int rt = wait_exit(*t, 5);
         hosts_down();
         ck_abort_msg("the target host's agent did not start (exit %d)", rt);
@@ -413,6 +597,51 @@ static void link_cut(void)
     ck_assert_msg(rt == 0, "target exit %d", rt);
 }
 
+/* the initiator asks, the parent cuts or restores the link and answers */
+static void link_recover(void)
+{
+    hosts_up();
+    int p[2], up[2], down[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    /* made after the target's fork: the initiator's exit ends the loop */
+    ck_assert(pipe(up) == 0 && pipe(down) == 0);
+    pid_t i = fork();
+    if (i == 0)
+        _exit(initiator_recover(port, (uintptr_t)t_at, up[1], down[0]));
+    close(up[1]);
+    char b;
+    int counts[2] = {-1, -1}; /* the initiator's successes and posts */
+    while (read(up[0], &b, 1) == 1) {
+        if (b == 'q') {
+            ck_assert(read(up[0], counts, sizeof(counts)) == (ssize_t)sizeof(counts));
+            continue;
+        }
+        ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a, b == 'u' ? "up" : "down") == 0);
+        ck_assert(write(down[1], &b, 1) == 1);
+        if (b == 's') {
+            usleep(200000);
+            ck_assert(sh("ip -n %s link set %s up", ns_a, if_a) == 0);
+        }
+    }
+    close(up[0]);
+    close(down[0]);
+    close(down[1]);
+    int ri = wait_exit(i, 90), rt = wait_exit(t, 10);
+    unsigned nw = 0;
+    int got = (int)read(p[0], &nw, sizeof(nw));
+    close(p[0]);
+    hosts_down();
+    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+    /* a notification per success, at most one per post */
+    fprintf(stderr, "check_netns: %s: %u notifications at the target\n", transport, nw);
+    ck_assert(got == (int)sizeof(nw));
+    ck_assert_msg(nw >= (unsigned)counts[0] && nw <= (unsigned)counts[1],
+                  "%u notifications for %d successes of %d posts", nw, counts[0], counts[1]);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -427,7 +656,8 @@ int main(void)
     }
     sh("ip netns del %s", probe);
     Suite *s = suite_create("netns");
-    TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut);
-    TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric);
+    TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut, t_link_recover);
+    TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
+             t_link_recover_libfabric);
     return tl_run(s);
 }
