@@ -677,6 +677,12 @@ START_TEST(t_threaded)
     c.threaded = 1;
     nxl_agent_t *i = tl_agent_cfg(&c, 0);
     nxl_agent_on_peer(i, on_peer, NULL);
+    /* nxl_md_label from this thread: handed to the reactor */
+    nxl_desc_t d = {.addr = (uintptr_t)lb, .len = 16};
+    ck_assert_int_eq(nxl_md_label(i, "kv", NXL_DRAM, &d, 1), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(i), "no registered region");
+    ck_assert_int_eq(nxl_md_label(i, "", NXL_DRAM, NULL, 0), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(nxl_md_label(i, "kv", NXL_DRAM, NULL, 0), NXL_SUCCESS);
     nxl_agent_t *t = tl_agent("T", 1);
     nxl_future_t *f;
     ck_assert(nxl_md_fetch(i, "T", "127.0.0.1", nxl_agent_listen_port(t), NULL, NULL, &f) ==

@@ -623,6 +623,96 @@ START_TEST(t_wrong_types)
 }
 END_TEST
 
+/* how many times s occurs in A's metadata (partial: of R1..R3) */
+static int in_md(const char *s, bool partial)
+{
+    void *blob;
+    size_t len;
+    nxl_desc_t ds[3] = {AD(R1, 1), AD(R2, 1), AD(R3, 1)};
+    ck_assert_int_eq(partial ? nxl_md_local_partial(A, NXL_DRAM, ds, 3, &blob, &len)
+                             : nxl_md_local(A, &blob, &len),
+                     NXL_SUCCESS);
+    int n = 0;
+    for (const char *p = blob; (p = strstr(p, s)); p++)
+        n++;
+    nxl_free(blob);
+    return n;
+}
+
+/* nxl_md_label: the regions' places in the label's order, carried in the
+ * metadata; labelling again moves a region, a label leaves the regions it
+ * no longer names; refusals change nothing */
+START_TEST(t_label_local)
+{
+    ck_assert_int_eq(in_md("\"label\"", false), 0);
+    nxl_desc_t d[3] = {AD(R2 + 16, 16), AD(R1, 16), AD(R2, 8)};
+    ck_assert_int_eq(nxl_md_label(A, "kv", NXL_DRAM, d, 3), NXL_SUCCESS);
+    char *at0 = fmt("\"addr\":\"%llu\",\"len\":\"%u\"", (unsigned long long)(uintptr_t)(abuf + R2),
+                    R2L);
+    ck_assert_int_eq(in_md("\"label\":\"kv\",\"at\":\"0\"", false), 1);
+    ck_assert_int_eq(in_md("\"label\":\"kv\",\"at\":\"1\"", true), 1);
+    ck_assert_int_eq(in_md("\"label\":\"kv\",\"at\":\"2\"", false), 0);
+    ck_assert_int_eq(in_md(at0, false), 1);
+    free(at0);
+    /* R1 moves to another label; kv names R3 only now */
+    nxl_desc_t d1 = AD(R1, 1), d3 = AD(R3, 1), bad = AD(R3 + R3L, 1);
+    ck_assert_int_eq(nxl_md_label(A, "other", NXL_DRAM, &d1, 1), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_md_label(A, "kv", NXL_DRAM, &d3, 1), NXL_SUCCESS);
+    ck_assert_int_eq(in_md("\"label\":\"kv\"", false), 1);
+    ck_assert_int_eq(in_md("\"label\":\"other\",\"at\":\"0\"", false), 1);
+    ck_assert_int_eq(nxl_md_label(A, "kv", NXL_DRAM, &bad, 1), NXL_ERR_NOT_FOUND);
+    ck_sentence(nxl_agent_last_error(A), "no registered region");
+    ck_assert_int_eq(nxl_md_label(A, "k\nv", NXL_DRAM, &d3, 1), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(nxl_md_label(A, NULL, NXL_DRAM, &d3, 1), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(nxl_md_label(A, "kv", NXL_DRAM, NULL, 1), NXL_ERR_INVALID_PARAM);
+    ck_assert_int_eq(in_md("\"label\":\"kv\"", false), 1);
+    /* n 0 removes it; deregistering drops a region's */
+    ck_assert_int_eq(nxl_md_label(A, "kv", NXL_DRAM, NULL, 0), NXL_SUCCESS);
+    ck_assert_int_eq(in_md("\"label\":\"kv\"", false), 0);
+    nxl_desc_t whole = AD(R1, R1L);
+    ck_assert_int_eq(nxl_mem_deregister(A, NXL_DRAM, &whole, 1), NXL_SUCCESS);
+    ck_assert_int_eq(in_md("\"label\"", false), 0);
+}
+END_TEST
+
+/* a region's label ("label", "at": nxl_md_label): checked as the rest */
+static char *r1_labelled(const char *label, const char *at)
+{
+    static const char *const k[] = {"type", "dev", "addr", "len", "keys", "label", "at"};
+    char *qa = fmt("\"%s\"", R1ADDR), *ql = fmt("\"%u\"", R1L);
+    const char *v[] = {"\"DRAM\"", "\"0\"", qa, ql, R1KEYS, label, at};
+    char *r = mkobj(k, v, 7), *b = with_region(r);
+    free(r);
+    free(qa);
+    free(ql);
+    return b;
+}
+
+START_TEST(t_labels)
+{
+    refuse_s(r1_labelled("5", "\"0\""), "label as number");
+    refuse_s(r1_labelled("\"\"", "\"0\""), "label empty");
+    refuse_s(r1_labelled("\"kv\"", NULL), "label without its place");
+    refuse_s(r1_labelled("\"kv\"", "0"), "place as number");
+    refuse_s(r1_labelled("\"kv\"", "\"-1\""), "place negative");
+    refuse_s(r1_labelled("\"kv\"", "\"1048576\""), "place past the region bound");
+    char *lng = malloc(300);
+    memset(lng, 'l', 299);
+    lng[0] = lng[298] = '"';
+    lng[299] = 0; /* 297 bytes */
+    refuse_s(r1_labelled(lng, "\"0\""), "label too long");
+    free(lng);
+    ck_sentence(refusal, "label");
+    /* a place without a label is ignored, as any unknown field */
+    char *b = r1_labelled(NULL, "\"3\"");
+    ck_assert_int_eq(nxl_md_load(B, b, strlen(b), NULL, 0), NXL_SUCCESS);
+    free(b);
+    b = r1_labelled("\"kv\"", "\"1048575\"");
+    ck_assert_int_eq(nxl_md_load(B, b, strlen(b), NULL, 0), NXL_SUCCESS);
+    free(b);
+}
+END_TEST
+
 START_TEST(t_bounds)
 {
     /* length 0, too large for 64 bits, wrapping around */
@@ -942,9 +1032,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("md");
-    TL_TCASE(s, "md", 30, setup, teardown, t_roundtrip, t_local_args, t_partial, t_reload_replaces);
+    TL_TCASE(s, "md", 30, setup, teardown, t_roundtrip, t_local_args, t_partial, t_reload_replaces,
+             t_label_local);
     TL_TCASE(s, "malformed", 30, setup_known, teardown_known, t_builders_valid, t_truncated,
-             t_not_json, t_wrong_types, t_bounds, t_version_missing, t_duplicates, t_names_self,
+             t_not_json, t_wrong_types, t_labels, t_bounds, t_version_missing, t_duplicates, t_names_self,
              t_bad_base64, t_overlapping_regions, t_control_chars, t_key_cut_short, t_still_works);
     return tl_run(s);
 }
