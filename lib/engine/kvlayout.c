@@ -402,6 +402,7 @@ void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n)
 
 struct nxl_kv_xfer {
     nxl_agent_t *agent;
+    LIST_ENTRY(nxl_kv_xfer) alink; /* in agent->kv_xfers until freed */
     int refs;                /* the application's, and one while a READ is in flight */
     nxl_kv_mode_t mode;
     size_t pieces;           /* what the decode side receives */
@@ -443,6 +444,7 @@ static size_t kv_zcopy_min(const nxl_kv_opts_t *o)
 
 static void kv_free(nxl_kv_xfer_t *kx)
 {
+    LIST_REMOVE(kx, alink);
     if (kx->last)
         nxl_future_release(kx->last);
     for (size_t g = 0; g < kx->nx; g++)
@@ -784,6 +786,7 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
     }
     kx->agent = a;
     kx->refs = 1;
+    LIST_INSERT_HEAD(&a->kv_xfers, kx, alink);
     kx->pieces = o.n;
     for (size_t i = 0; i < o.n; i++)
         kx->bytes += o.p[i].len;
@@ -895,6 +898,21 @@ void nxl_kv_xfer_release(nxl_kv_xfer_t *kx)
     if (kx->outer)
         nxl_future_cancel(kx->outer); /* completed once the READ let go (kv_read_done) */
     kv_unref(kx);
+}
+
+/* nxl_agent_destroy(): every future was canceled and its callbacks ran
+ * (nxli_futures_cancel_all: kv_on_cancel let go of the application's,
+ * kv_read_done of each READ's and its reference), so what remains of a
+ * transfer is the application's reference: dropped here, as
+ * nxl_kv_xfer_release() would (its handle is gone once destroy returned) */
+void nxli_kv_cleanup(nxl_agent_t *a)
+{
+    nxl_kv_xfer_t *kx;
+    while ((kx = LIST_FIRST(&a->kv_xfers))) {
+        if (kx->outer)
+            kv_finish(kx, NXL_ERR_CANCELED, NULL);
+        kv_free(kx);
+    }
 }
 
 nxl_agent_t *nxli_kv_agent(const nxl_kv_xfer_t *kx)
