@@ -51,6 +51,7 @@
 typedef struct opts {
     unsigned tpp, tpd, btp, btd, layers, heads, head_size, tokens, timeout_s;
     unsigned slice;  /* staged: bytes per group (0: the library's default) */
+    bool spread;     /* the prefill blocks every other one (none next to another) */
     double bench_s; /* > 0: re-post the assembly for at least this long, print the rate */
     nxl_kv_order_t op, od;
     nxl_kv_mode_t mode;
@@ -64,10 +65,12 @@ static void usage(FILE *f)
 "                    [--order_prefill HO|TO (HO)] [--order_decode HO|TO (TO)]\n"
 "                    [--layers L (4 planes)] [--heads H (8)] [--head_size S (64 x 2 B)]\n"
 "                    [--tokens T (100)] [--mode auto|zcopy|staged (auto)] [--timeout S (30)]\n"
-"                    [--slice BYTES (0: 1 MiB)] [--bench S (0)]\n"
+"                    [--slice BYTES (0: 1 MiB)] [--spread] [--bench S (0)]\n"
 "P prefill processes and D decode processes (H divisible by both); each decode\n"
 "rank READs its heads of the sequence from the prefill ranks that hold them and\n"
-"checks every byte of its region. Exit 0 when all are right. --bench S: each\n"
+"checks every byte of its region. Exit 0 when all are right. The sequence's\n"
+"prefill blocks are consecutive, from the top down; --spread: every other one\n"
+"(no two next to each other). --bench S: each\n"
 "decode rank then posts its transfers again, one assembly after the other, for\n"
 "at least S seconds and prints its rate (the bytes it received / the time),\n"
 "before the check.\n");
@@ -115,7 +118,7 @@ static unsigned n_blocks(const opts_t *o, unsigned bt)
 static void block_ids(const opts_t *o, uint32_t *pids, uint32_t *dids)
 {
     for (unsigned i = 0; i < n_blocks(o, o->btp); i++)
-        pids[i] = n_blocks(o, o->btp) + 1 - i;
+        pids[i] = o->spread ? 2 * (n_blocks(o, o->btp) - i) : n_blocks(o, o->btp) + 1 - i;
     for (unsigned i = 0; i < n_blocks(o, o->btd); i++)
         dids[i] = i + 1;
 }
@@ -138,7 +141,7 @@ static void layout(nxl_kv_layout_t *l, const opts_t *o, unsigned tp, unsigned ra
 
 static void prefill_layout(nxl_kv_layout_t *l, const opts_t *o, unsigned r)
 {
-    layout(l, o, o->tpp, r, o->btp, o->op, n_blocks(o, o->btp) + 2);
+    layout(l, o, o->tpp, r, o->btp, o->op, (o->spread ? 2 : 1) * n_blocks(o, o->btp) + 2);
 }
 
 static void decode_layout(nxl_kv_layout_t *l, const opts_t *o, unsigned d)
@@ -429,6 +432,7 @@ int main(int argc, char **argv)
         V("timeout", cli_set_uint, &o.timeout_s, .min = 1, .max = 3600),
         V("slice", cli_set_uint, &o.slice, .min = 0, .max = 1u << 30),
         V("bench", cli_set_double, &o.bench_s, .min = 0),
+        {.name = "spread", .arg = CLI_SWITCH, .set = cli_set_true, .field = &o.spread},
         {0},
     };
 #undef V
