@@ -50,6 +50,9 @@
 
 typedef struct opts {
     unsigned tpp, tpd, btp, btd, layers, heads, head_size, tokens, timeout_s;
+    unsigned slice;  /* staged: bytes per group (0: the library's default) */
+    bool spread;     /* the prefill blocks every other one (none next to another) */
+    double bench_s; /* > 0: re-post the assembly for at least this long, print the rate */
     nxl_kv_order_t op, od;
     nxl_kv_mode_t mode;
 } opts_t;
@@ -62,9 +65,15 @@ static void usage(FILE *f)
 "                    [--order_prefill HO|TO (HO)] [--order_decode HO|TO (TO)]\n"
 "                    [--layers L (4 planes)] [--heads H (8)] [--head_size S (64 x 2 B)]\n"
 "                    [--tokens T (100)] [--mode auto|zcopy|staged (auto)] [--timeout S (30)]\n"
+"                    [--slice BYTES (0: 1 MiB)] [--spread] [--bench S (0)]\n"
 "P prefill processes and D decode processes (H divisible by both); each decode\n"
 "rank READs its heads of the sequence from the prefill ranks that hold them and\n"
-"checks every byte of its region. Exit 0 when all are right.\n");
+"checks every byte of its region. Exit 0 when all are right. The sequence's\n"
+"prefill blocks are consecutive, from the top down; --spread: every other one\n"
+"(no two next to each other). --bench S: each\n"
+"decode rank then posts its transfers again, one assembly after the other, for\n"
+"at least S seconds and prints its rate (the bytes it received / the time),\n"
+"before the check.\n");
 }
 
 static const char *set_order(const cli_opt_t *opt, const char *val)
@@ -109,7 +118,7 @@ static unsigned n_blocks(const opts_t *o, unsigned bt)
 static void block_ids(const opts_t *o, uint32_t *pids, uint32_t *dids)
 {
     for (unsigned i = 0; i < n_blocks(o, o->btp); i++)
-        pids[i] = n_blocks(o, o->btp) + 1 - i;
+        pids[i] = o->spread ? 2 * (n_blocks(o, o->btp) - i) : n_blocks(o, o->btp) + 1 - i;
     for (unsigned i = 0; i < n_blocks(o, o->btd); i++)
         dids[i] = i + 1;
 }
@@ -132,7 +141,7 @@ static void layout(nxl_kv_layout_t *l, const opts_t *o, unsigned tp, unsigned ra
 
 static void prefill_layout(nxl_kv_layout_t *l, const opts_t *o, unsigned r)
 {
-    layout(l, o, o->tpp, r, o->btp, o->op, n_blocks(o, o->btp) + 2);
+    layout(l, o, o->tpp, r, o->btp, o->op, (o->spread ? 2 : 1) * n_blocks(o, o->btp) + 2);
 }
 
 static void decode_layout(nxl_kv_layout_t *l, const opts_t *o, unsigned d)
@@ -285,6 +294,7 @@ static int run_decode(const opts_t *o, unsigned d, const uint16_t *ports, const 
     nxl_kv_opts_t ko;
     nxl_kv_opts_init(&ko);
     ko.mode = o->mode;
+    ko.slice_bytes = o->slice;
     nxl_kv_xfer_t *kx[MAX_TP];
     nxl_future_t *f[MAX_TP];
     unsigned n = 0;
@@ -321,6 +331,47 @@ static int run_decode(const opts_t *o, unsigned d, const uint16_t *ports, const 
     if (done != 1) {
         fprintf(stderr, "%s: %s\n", name, done ? "a transfer failed" : "timed out");
         return 1;
+    }
+    if (o->bench_s > 0) {
+        /* the same assembly again and again, each after the last ended */
+        size_t total = 0;
+        for (unsigned k = 0; k < n; k++) {
+            size_t b;
+            nxl_kv_xfer_mode(kx[k], NULL, &b);
+            total += b;
+        }
+        struct timespec t0, t1, c0, c1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        double el = 0;
+        unsigned long posts = 0;
+        while (el < o->bench_s) {
+            done = 0;
+            for (unsigned k = 0; k < n; k++) {
+                nxl_future_release(f[k]);
+                if (nxl_kv_xfer_post(kx[k], NULL, NULL, &f[k]) != NXL_SUCCESS) {
+                    fprintf(stderr, "%s: re-post: %s\n", name, nxl_agent_last_error(a));
+                    return 1;
+                }
+            }
+            nxl_future_all(a, f, n, on_ready, &d, NULL);
+            while (!done)
+                nxl_agent_run_once(a, 5);
+            if (done != 1)
+                return 1;
+            posts++;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        }
+        /* the decode process's CPU time too: its thread does the READs
+         * (over shared memory: a copy by the kernel in its system time)
+         * and the re-layout, the prefill ranks only wait; on a loaded
+         * machine the rate per CPU second varies less than per second */
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
+        printf("%s: bench: %lu assemblies of %zu bytes from %u prefill ranks in %.3f s "
+               "(%.3f s CPU): %.3f GB/s, %.3f GB per CPU second\n", name, posts, total, n, el,
+               cpu, (double)total * posts / el / 1e9, (double)total * posts / cpu / 1e9);
     }
     /* every byte: its heads of the sequence where at() says, 0xEE elsewhere */
     memset(want, 0xEE, l.len);
@@ -379,6 +430,9 @@ int main(int argc, char **argv)
         V("tokens", cli_set_uint, &o.tokens, .min = 1, .max = 65536),
         V("mode", set_mode, &o.mode),
         V("timeout", cli_set_uint, &o.timeout_s, .min = 1, .max = 3600),
+        V("slice", cli_set_uint, &o.slice, .min = 0, .max = 1u << 30),
+        V("bench", cli_set_double, &o.bench_s, .min = 0),
+        {.name = "spread", .arg = CLI_SWITCH, .set = cli_set_true, .field = &o.spread},
         {0},
     };
 #undef V

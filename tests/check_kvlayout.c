@@ -770,6 +770,63 @@ static nxl_status_t wait2(nxl_future_t *f)
     return nxl_future_status(f);
 }
 
+/* KV transfers left at nxl_agent_destroy(): one staged in flight (its own
+ * staging, many groups), one zero copy done, one staged never posted; the
+ * agent releases them (valgrind / ASan: no leak, no use after free), the
+ * future of the one in flight completes with NXL_ERR_CANCELED and outlives
+ * the agent. Threaded agents too (the "threaded" case): the release runs
+ * on the reactor thread, which may have finished the staged one first. */
+START_TEST(t_xfer_left_at_destroy)
+{
+    nxl_kv_layout_t d = mk(4, 8, 16, 8, 16, 2, 2, 0, NXL_KV_TOKENS_OUTER, 0);
+    nxl_kv_layout_t p = mk(4, 8, 16, 8, 16, 2, 4, 0, NXL_KV_HEADS_OUTER, 0);
+    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len);
+    tl_fill(pm, p.len, 3);
+    memset(dm, 0, d.len);
+    d.base = (uintptr_t)dm;
+    p.base = (uintptr_t)pm;
+    tl_reg_dram(D, dm, d.len);
+    tl_reg_dram(P, pm, p.len);
+    tl_learn(D, P);
+    uint32_t ids[7] = {6, 5, 4, 3, 2, 1, 0};
+    nxl_kv_seq_t s = {ids, 7, ids, 7, 100};
+    nxl_kv_opts_t o;
+    nxl_kv_opts_init(&o);
+    o.mode = NXL_KV_STAGED;
+    o.slice_bytes = 1024;
+    nxl_kv_xfer_t *kx[3];
+    nxl_future_t *f[2];
+    ck_assert_msg(nxl_kv_xfer_make(D, "P", &d, &p, &s, NULL, &o, &kx[0]) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(D));
+    ck_assert_int_eq(nxl_kv_xfer_post(kx[0], NULL, NULL, &f[0]), NXL_SUCCESS);
+    o.mode = NXL_KV_ZCOPY;
+    ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &s, NULL, &o, &kx[1]), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_kv_xfer_post(kx[1], NULL, NULL, &f[1]), NXL_SUCCESS);
+    if (threaded) {
+        ck_assert_int_eq(nxl_future_wait(f[1], 10000), NXL_SUCCESS);
+    } else {
+        ck_assert_int_eq(wait2(f[1]), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_future_status(f[0]), NXL_IN_PROG); /* its later groups wait */
+    }
+    o.mode = NXL_KV_STAGED;
+    ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &s, NULL, &o, &kx[2]), NXL_SUCCESS);
+    nxl_agent_destroy(D); /* releases kx[0..2] */
+    D = NULL;
+    nxl_status_t s0 = nxl_future_status(f[0]);
+    if (threaded) /* the reactor thread may have moved all of it before */
+        ck_assert_msg(s0 == NXL_ERR_CANCELED || s0 == NXL_SUCCESS, "status %d", (int)s0);
+    else
+        ck_assert_int_eq(s0, NXL_ERR_CANCELED);
+    ck_assert_int_eq(nxl_future_status(f[1]), NXL_SUCCESS);
+    nxl_future_release(f[0]);
+    nxl_future_release(f[1]);
+    free(dm);
+    nxl_desc_t pd = {.addr = p.base, .len = p.len};
+    nxl_mem_deregister(P, NXL_DRAM, &pd, 1);
+    free(pm);
+}
+END_TEST
+
 /* threaded agents: the calls from this thread, run on the reactor's */
 START_TEST(t_xfer_threaded)
 {
@@ -1054,6 +1111,8 @@ int main(void)
     else
         printf("check_kvlayout: LIBFABRIC not available here, its case skipped\n");
     TL_TCASE(s, "threaded", 120, setup_threaded, teardown_ucx, t_xfer_threaded);
+    TL_TCASE(s, "destroy", 120, setup_ucx, teardown_ucx, t_xfer_left_at_destroy);
+    TL_TCASE(s, "destroy_threaded", 120, setup_threaded, teardown_ucx, t_xfer_left_at_destroy);
     TL_TCASE(s, "bench", 600, setup_ucx, teardown_ucx, t_threshold_bench, t_assemble_bench);
     return tl_run(s);
 }

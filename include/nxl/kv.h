@@ -217,8 +217,10 @@ NXL_API nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer,
  * (nxl_future_cancel(), nxl_kv_xfer_release()) cancels the READ in flight
  * and completes the future with NXL_ERR_CANCELED once it ended; the data
  * may have moved in part. At the agent's teardown the
- * future completes with NXL_ERR_CANCELED as every pending one does;
- * release KV transfers before nxl_agent_destroy().
+ * future completes with NXL_ERR_CANCELED as every pending one does, and
+ * nxl_agent_destroy() releases the KV transfers not released (their READs,
+ * the staging they allocated and registered): their handles are invalid
+ * once it returned, their futures the application holds are not.
  * @return NXL_SUCCESS (started); NXL_ERR_REPOST_ACTIVE (still in flight);
  *         what nxl_xfer_post() returns. On error nothing started.
  */
@@ -230,7 +232,11 @@ NXL_API nxl_status_t nxl_kv_xfer_post(nxl_kv_xfer_t *kx, nxl_done_cb cb, void *a
  *         (each may be NULL).
  */
 NXL_API nxl_kv_mode_t nxl_kv_xfer_mode(const nxl_kv_xfer_t *kx, size_t *pieces, size_t *bytes);
-/** Releases it; one in flight is canceled (its future completes with NXL_ERR_CANCELED). */
+/**
+ * Releases it; one in flight is canceled (its future completes with
+ * NXL_ERR_CANCELED). nxl_agent_destroy() releases those left; do not
+ * release one after its agent was destroyed.
+ */
 NXL_API void nxl_kv_xfer_release(nxl_kv_xfer_t *kx);
 
 #ifdef __cplusplus

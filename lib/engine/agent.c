@@ -117,6 +117,7 @@ static void cfg_read(nxl_agent_t *a, const nxl_agent_config_t *cfg)
     nxli_peer_init(a);
     LIST_INIT(&a->remotes);
     LIST_INIT(&a->xfers);
+    LIST_INIT(&a->kv_xfers);
     LIST_INIT(&a->prepped);
     LIST_INIT(&a->ops);
     LIST_INIT(&a->tfutures);
@@ -285,6 +286,9 @@ void nxli_agent_teardown(nxl_agent_t *a)
             a->backends[i]->ops->quiesce(a->backends[i]->state);
     /* pending futures complete with CANCELED, their callbacks run here */
     nxli_futures_cancel_all(a);
+    /* KV transfers left: their READs, staging and futures, while the
+     * transfers and registrations they hold are still there */
+    nxli_kv_cleanup(a);
     nxli_etcd_cleanup(a, true);
     nxli_exchange_cleanup(a);
     nxli_peer_cleanup(a);

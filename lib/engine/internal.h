@@ -370,6 +370,7 @@ struct nxl_agent {
     uint64_t self_gen;
 
     LIST_HEAD(, nxl_xfer) xfers;
+    LIST_HEAD(, nxl_kv_xfer) kv_xfers; /* KV transfers not released (kvlayout.c) */
     LIST_HEAD(, nxl_prepped) prepped;
     LIST_HEAD(, nxlt_op) ops;
     struct nxli_fq pending;
@@ -525,6 +526,8 @@ void nxli_xfer_post_unclaim(nxl_xfer_t *x, nxl_future_t *f);
 void nxli_xfer_post_queued(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfer_post_refused(nxl_xfer_t *x, nxl_future_t *f, bool keep);
 void nxli_xfers_cleanup(nxl_agent_t *a);
+/* releases the KV transfers the application left (after the futures were canceled) */
+void nxli_kv_cleanup(nxl_agent_t *a);
 
 /* Checks one strided list (nxl_prep_strided): its span, first byte to
  * last, into *span and its elements into *nelem; false with the reason in

@@ -354,7 +354,22 @@ static void kv_copy_nt(unsigned char *d, const unsigned char *s, size_t len)
 }
 #endif
 
-void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n)
+/* hot: the sources were just written (a staging group, in cache): every
+ * aligned piece goes with non-temporal stores, in sequence or not, the
+ * strided source that made memcpy() win above being read from cache.
+ * Measured between processes (bench/kv-assembly: decode TP 1, tokens
+ * outer, from 2 prefill processes of TP 2, heads outer, 32 MiB of rows of
+ * 128 B written in sequence; the decode process's rate per CPU second, 3
+ * alternated runs, 2 loaded cores): the staged path ran at 1.1-1.3 GB/s
+ * with memcpy() per piece there, 4.7-5.1 with non-temporal stores, the
+ * same bytes in matching layouts at 6.7-7.5; the group's size (64 KiB to
+ * 1 MiB) moved it by less than the noise. What remains is the READ's: over
+ * cross-memory attach each descriptor costs the kernel a page-table walk
+ * and a pin, so a staged READ of 4 KiB blocks (from 4 prefill ranks) runs
+ * at half the rate of the 32 KiB blocks of matching layouts; units placed
+ * in the staging in their prefill order make blocks next to each other one
+ * descriptor (kv_make_staged()). */
+static void kv_copy(const nxl_kv_piece_t *pieces, size_t n, bool hot)
 {
 #if defined(__x86_64__)
     bool nt = false;
@@ -365,7 +380,7 @@ void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n)
         /* scattered destinations (a row here, the next one a block away)
          * gain from not reading their lines; a destination written in
          * sequence loses (measured: see above) */
-        bool seq = i && pieces[i - 1].dst + pieces[i - 1].len == pieces[i].dst;
+        bool seq = !hot && i && pieces[i - 1].dst + pieces[i - 1].len == pieces[i].dst;
         if (!seq && !((uintptr_t)d & 15) && !(len & 63)) {
             kv_copy_nt(d, s, len);
             nt = true;
@@ -376,16 +391,23 @@ void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n)
     if (nt)
         _mm_sfence();
 #else
+    (void)hot;
     for (size_t i = 0; i < n; i++)
         memcpy((void *)(uintptr_t)pieces[i].dst, (const void *)(uintptr_t)pieces[i].src,
                pieces[i].len);
 #endif
 }
 
+void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n)
+{
+    kv_copy(pieces, n, false);
+}
+
 /* ---- the KV transfer */
 
 struct nxl_kv_xfer {
     nxl_agent_t *agent;
+    LIST_ENTRY(nxl_kv_xfer) alink; /* in agent->kv_xfers until freed */
     int refs;                /* the application's, and one while a READ is in flight */
     nxl_kv_mode_t mode;
     size_t pieces;           /* what the decode side receives */
@@ -397,6 +419,7 @@ struct nxl_kv_xfer {
     nxl_future_t *last;      /* ... and until settled (a reference): a re-post before is refused */
     nxl_kv_piece_t *copy;    /* staged: the re-layout, staging -> decode, group by group */
     size_t *gcopy;           /* ... group g's pieces: copy[gcopy[g] .. gcopy[g + 1]) */
+    bool hot;                /* staged: a group's staging stays in cache until its re-layout */
     void *own;               /* staging this transfer allocated and registered */
     size_t own_len;
 };
@@ -426,6 +449,7 @@ static size_t kv_zcopy_min(const nxl_kv_opts_t *o)
 
 static void kv_free(nxl_kv_xfer_t *kx)
 {
+    LIST_REMOVE(kx, alink);
     if (kx->last)
         nxl_future_release(kx->last);
     for (size_t g = 0; g < kx->nx; g++)
@@ -483,7 +507,7 @@ static void kv_group_done(nxl_kv_xfer_t *kx, size_t g)
         kx->cur = g + 1;
         kx->refs++; /* kv_read_done's */
     }
-    nxl_kv_copy(kx->copy + kx->gcopy[g], kx->gcopy[g + 1] - kx->gcopy[g]);
+    kv_copy(kx->copy + kx->gcopy[g], kx->gcopy[g + 1] - kx->gcopy[g], kx->hot);
     if (g + 1 == kx->nx)
         kv_finish(kx, NXL_SUCCESS, NULL);
 }
@@ -574,6 +598,17 @@ static nxl_status_t kv_make_read(nxl_agent_t *a, const char *peer, nxl_mem_t lme
     return st;
 }
 
+/* one unit of staging: its address on the prefill side, its index */
+typedef struct kv_unit {
+    uint64_t src, u;
+} kv_unit_t;
+
+static int kv_unit_cmp(const void *a, const void *b)
+{
+    const kv_unit_t *x = a, *y = b;
+    return x->src < y->src ? -1 : x->src > y->src;
+}
+
 /* staged: the READs into a ring of two groups' staging and the re-layout
  * from there, group by group. One unit of staging is what the READ brings
  * of one prefill block of one plane: the whole block, or, prefill heads
@@ -610,6 +645,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         per = units;
     size_t ng = (size_t)((units + per - 1) / per);
     uint64_t gb = per * ub; /* one group's staging */
+    kx->hot = true;
     uint64_t need = ng > KV_RING ? KV_RING * gb : full;
     uintptr_t sbase;
     nxl_status_t st;
@@ -666,17 +702,42 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         nxli_err(a, "nxl_kv_xfer_make: %s", st == NXL_ERR_UNKNOWN ? "out of memory" : why);
         return st;
     }
-    /* cut at the groups' edges, grouped (in order within a group), moved into the ring */
+    /* where each unit lands in its group's half of the ring: in the order
+     * of its address on the prefill side, so that prefill blocks next to
+     * each other (in either order of the sequence) make one descriptor of
+     * the READ, not one each (fewer, longer pieces for the transport) */
+    kv_unit_t *us = malloc(units * sizeof(*us));
+    uint64_t *slot = malloc(units * sizeof(*slot));
+    if (!us || !slot) {
+        free(us);
+        free(slot);
+        free(cp.p);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    for (uint64_t u = 0; u < units; u++)
+        us[u] = (kv_unit_t){prefill->base + (u / np) * gp.ls +
+                                (uint64_t)seq->prefill_blocks[u % np] * gp.bs + skip, u};
+    for (size_t g = 0; g < ng; g++) {
+        uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
+        qsort(us + u0, u1 - u0, sizeof(*us), kv_unit_cmp);
+        for (uint64_t k = u0; k < u1; k++)
+            slot[us[k].u] = k - u0;
+    }
+    /* the re-layout's pieces cut at the units' edges, grouped (in order
+     * within a group), moved to their unit's place in the ring */
     kx->gcopy = calloc(ng + 1, sizeof(*kx->gcopy));
     size_t n2 = 0;
     for (size_t k = 0; kx->gcopy && k < cp.n; k++) {
-        size_t ga = (size_t)(cp.p[k].src / gb), gz = (size_t)((cp.p[k].src + cp.p[k].len - 1) / gb);
-        for (size_t g = ga; g <= gz; g++)
-            kx->gcopy[g + 1]++;
-        n2 += gz - ga + 1;
+        uint64_t ua = cp.p[k].src / ub, uz = (cp.p[k].src + cp.p[k].len - 1) / ub;
+        for (uint64_t u = ua; u <= uz; u++)
+            kx->gcopy[u / per + 1]++;
+        n2 += (size_t)(uz - ua + 1);
     }
     if (!kx->gcopy || !(kx->copy = malloc((n2 ? n2 : 1) * sizeof(*kx->copy))) ||
         !(kx->x = calloc(ng, sizeof(*kx->x)))) {
+        free(us);
+        free(slot);
         free(cp.p);
         nxli_err(a, "nxl_kv_xfer_make: out of memory");
         return NXL_ERR_UNKNOWN;
@@ -685,6 +746,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         kx->gcopy[g + 1] += kx->gcopy[g];
     size_t *pos = malloc(ng * sizeof(*pos));
     if (!pos) {
+        free(us);
+        free(slot);
         free(cp.p);
         nxli_err(a, "nxl_kv_xfer_make: out of memory");
         return NXL_ERR_UNKNOWN;
@@ -693,22 +756,27 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     for (size_t k = 0; k < cp.n; k++) {
         uint64_t off = cp.p[k].src, dst = cp.p[k].dst, len = cp.p[k].len;
         while (len) {
-            size_t g = (size_t)(off / gb);
-            uint64_t take = (g + 1) * gb - off;
+            uint64_t u = off / ub;
+            size_t g = (size_t)(u / per);
+            uint64_t take = (u + 1) * ub - off;
             if (take > len)
                 take = len;
             kx->copy[pos[g]++] = (nxl_kv_piece_t){
-                .src = sbase + (g % KV_RING) * gb + (off - g * gb), .dst = dst, .len = take};
+                .src = sbase + (g % KV_RING) * gb + slot[u] * ub + (off - u * ub), .dst = dst,
+                .len = take};
             off += take;
             dst += take;
             len -= take;
         }
     }
     free(pos);
+    free(slot);
     free(cp.p);
-    /* the READs: group g's units into half g % KV_RING of the ring */
+    /* the READs: group g's units into half g % KV_RING of the ring, in
+     * their order on the prefill side (runs that touch merged) */
     kv_out_t rd = {.p = malloc(per * sizeof(*rd.p))};
     if (!rd.p) {
+        free(us);
         nxli_err(a, "nxl_kv_xfer_make: out of memory");
         return NXL_ERR_UNKNOWN;
     }
@@ -716,15 +784,13 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     st = NXL_SUCCESS;
     for (size_t g = 0; g < ng && st == NXL_SUCCESS; g++) {
         rd.n = 0;
-        uint64_t u1 = (g + 1) * per < units ? (g + 1) * per : units;
-        for (uint64_t u = g * per; u < u1; u++) {
-            uint64_t l = u / np, j = u % np;
-            kv_put(&rd, prefill->base + l * gp.ls + seq->prefill_blocks[j] * gp.bs + skip,
-                   sbase + (g % KV_RING) * gb + (u - g * per) * ub, ub);
-        }
+        uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
+        for (uint64_t k = u0; k < u1; k++)
+            kv_put(&rd, us[k].src, sbase + (g % KV_RING) * gb + (k - u0) * ub, ub);
         st = kv_make_read(a, peer, NXL_DRAM, 0, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
                           &kx->x[g]);
     }
+    free(us);
     free(rd.p);
     return st;
 }
@@ -766,6 +832,7 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
     }
     kx->agent = a;
     kx->refs = 1;
+    LIST_INSERT_HEAD(&a->kv_xfers, kx, alink);
     kx->pieces = o.n;
     for (size_t i = 0; i < o.n; i++)
         kx->bytes += o.p[i].len;
@@ -877,6 +944,21 @@ void nxl_kv_xfer_release(nxl_kv_xfer_t *kx)
     if (kx->outer)
         nxl_future_cancel(kx->outer); /* completed once the READ let go (kv_read_done) */
     kv_unref(kx);
+}
+
+/* nxl_agent_destroy(): every future was canceled and its callbacks ran
+ * (nxli_futures_cancel_all: kv_on_cancel let go of the application's,
+ * kv_read_done of each READ's and its reference), so what remains of a
+ * transfer is the application's reference: dropped here, as
+ * nxl_kv_xfer_release() would (its handle is gone once destroy returned) */
+void nxli_kv_cleanup(nxl_agent_t *a)
+{
+    nxl_kv_xfer_t *kx;
+    while ((kx = LIST_FIRST(&a->kv_xfers))) {
+        if (kx->outer)
+            kv_finish(kx, NXL_ERR_CANCELED, NULL);
+        kv_free(kx);
+    }
 }
 
 nxl_agent_t *nxli_kv_agent(const nxl_kv_xfer_t *kx)

@@ -60,6 +60,23 @@ AC_DEFUN([NXL_CUDA_CONFIGURE], [
         [CUDA_RT_LIBS="-lcudart"])
     ])
     nxl_cuda_summary="headers ${cuda_home:-of the compiler}; runtime loaded when created"
+    dnl nvcc, optional: the KV re-layout kernel (lib/transports/cuda/kv_relayout.cu)
+    dnl is compiled to a fatbin when it is there and compiles a kernel
+    AC_ARG_VAR([NVCC], [the CUDA compiler for the KV re-layout kernel (default: nvcc of the toolkit)])
+    AS_IF([test "x$NVCC" = x], [AC_PATH_PROG([NVCC], [nvcc], [],
+      [${cuda_home:+$cuda_home/bin$PATH_SEPARATOR}$PATH])])
+    have_nvcc=no
+    AS_IF([test "x$NVCC" != x], [
+      AC_MSG_CHECKING([whether $NVCC compiles a kernel to a fatbin])
+      printf '__global__ void k(int *p) { *p = 1; }\n' > conftest.cu
+      AS_IF([$NVCC -fatbin -o conftest.fatbin conftest.cu >&AS_MESSAGE_LOG_FD 2>&1],
+        [have_nvcc=yes])
+      rm -f conftest.cu conftest.fatbin
+      AC_MSG_RESULT([$have_nvcc])
+    ])
+    AS_IF([test "x$have_nvcc" = xyes],
+      [nxl_cuda_summary="$nxl_cuda_summary; KV re-layout kernel built by $NVCC"],
+      [nxl_cuda_summary="$nxl_cuda_summary; no nvcc: KV re-layout kernel not built"])
   ])
   AS_IF([test "x$have_cuda" = xyes], [$1], [CUDA_CFLAGS=""; CUDA_DL_LIBS=""; $2])
   CUDA_LIBS=$CUDA_DL_LIBS
