@@ -37,6 +37,7 @@
  * loads it (../common/cudart.c): libnxl links neither. */
 #include "config.h"
 #include "../common/cudart.h"
+#include "../common/dlload.h"
 #include "../common/fileio.h"
 #include "../common/filereg.h"
 #include "cufile_abi.h"
@@ -83,10 +84,8 @@ typedef struct gds_lib {
     const nxl_cuda_rt_t *rt;
 } gds_lib_t;
 
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static nxlt_dlonce_t lib_once = NXLT_DLONCE_INIT;
 static gds_lib_t lib;
-static bool lib_ok;
-static char lib_why[200];
 
 /* process-wide: cuFileDriverOpen once for all instances, closed with the last */
 static pthread_mutex_t drv_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -94,35 +93,16 @@ static int drv_users;
 
 static void lib_load(void)
 {
-    const char *env = getenv("NXL_CUFILE_LIB");
     static const char *const names[] = {"libcufile.so.0", "libcufile.so.1", "libcufile.so"};
-    void *h = NULL;
     char first[160] = "";
-    if (env && *env) {
-        h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        lib.name = env;
-        if (!h)
-            snprintf(first, sizeof(first), "%s", dlerror());
-    } else {
-        for (size_t i = 0; i < sizeof(names) / sizeof(*names) && !h; i++) {
-            h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-            lib.name = names[i];
-            const char *e = h ? NULL : dlerror();
-            if (!h && !i)
-                snprintf(first, sizeof(first), "%s", e ? e : "dlopen failed");
-        }
-    }
+    void *h = nxlt_dl_open("NXL_CUFILE_LIB", names, sizeof(names) / sizeof(*names), &lib.name,
+                           first, sizeof(first));
     if (!h) {
-        char *tail = strstr(first, ": No such file or directory");
-        if (tail)
-            *tail = 0;
-        snprintf(lib_why, sizeof(lib_why), "no libcufile (%.150s)", first);
+        nxlt_dl_cut_enoent(first);
+        snprintf(lib_once.why, sizeof(lib_once.why), "no libcufile (%.150s)", first);
         return;
     }
-    struct {
-        void **slot;
-        const char *sym;
-    } need[] = {
+    const nxlt_dlsym_t need[] = {
         {(void **)&lib.driver_open, "cuFileDriverOpen"},
         {(void **)&lib.handle_register, "cuFileHandleRegister"},
         {(void **)&lib.handle_deregister, "cuFileHandleDeregister"},
@@ -131,12 +111,12 @@ static void lib_load(void)
         {(void **)&lib.read, "cuFileRead"},
         {(void **)&lib.write, "cuFileWrite"},
     };
-    for (size_t i = 0; i < sizeof(need) / sizeof(*need); i++)
-        if (!(*need[i].slot = dlsym(h, need[i].sym))) {
-            snprintf(lib_why, sizeof(lib_why), "no libcufile (%s lacks %s)", lib.name,
-                     need[i].sym);
-            return;
-        }
+    const char *lacks = nxlt_dl_syms(h, need, sizeof(need) / sizeof(*need));
+    if (lacks) {
+        snprintf(lib_once.why, sizeof(lib_once.why), "no libcufile (%s lacks %s)", lib.name,
+                 lacks);
+        return;
+    }
     if (!(*(void **)&lib.driver_close = dlsym(h, "cuFileDriverClose_v2")))
         *(void **)&lib.driver_close = dlsym(h, "cuFileDriverClose");
     *(void **)&lib.get_version = dlsym(h, "cuFileGetVersion");
@@ -144,21 +124,15 @@ static void lib_load(void)
     int kind;
     lib.rt = nxl_cuda_rt_get(&kind, why, sizeof(why));
     if (!lib.rt) {
-        snprintf(lib_why, sizeof(lib_why), "%s", why);
+        snprintf(lib_once.why, sizeof(lib_once.why), "%s", why);
         return;
     }
-    lib_ok = true;
+    lib_once.ok = true;
 }
 
 static const gds_lib_t *lib_get(char *why, size_t cap)
 {
-    pthread_once(&lib_once, lib_load);
-    if (!lib_ok) {
-        if (why && cap)
-            snprintf(why, cap, "%s", lib_why);
-        return NULL;
-    }
-    return &lib;
+    return nxlt_dlonce_get(&lib_once, lib_load, why, cap) ? &lib : NULL;
 }
 
 static const char *cufile_errname(int e)

@@ -48,6 +48,7 @@
  * libhf3fs_api_shared.so is loaded at run time (or what $NXL_HF3FS_LIB
  * names): libnxl never links it. */
 #include "config.h"
+#include "../common/dlload.h"
 #include "../common/fileio.h"
 #include "../common/filereg.h"
 #include "../common/filemeta.h"
@@ -101,30 +102,20 @@ typedef struct hf_lib {
     const char *name;
 } hf_lib_t;
 
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static nxlt_dlonce_t lib_once = NXLT_DLONCE_INIT;
 static hf_lib_t lib;
-static bool lib_ok;
-static char lib_why[240];
 
 static void lib_load(void)
 {
-    const char *env = getenv("NXL_HF3FS_LIB");
-    lib.name = env && *env ? env : HF_LIBNAME;
-    void *h = dlopen(lib.name, RTLD_NOW | RTLD_LOCAL);
+    static const char *const names[] = {HF_LIBNAME};
+    char first[180];
+    void *h = nxlt_dl_open("NXL_HF3FS_LIB", names, 1, &lib.name, first, sizeof(first));
     if (!h) {
-        char first[180];
-        const char *e = dlerror();
-        snprintf(first, sizeof(first), "%s", e ? e : "dlopen failed");
-        char *tail = strstr(first, ": No such file or directory");
-        if (tail)
-            *tail = 0;
-        snprintf(lib_why, sizeof(lib_why), HF_LIBNAME " not found (%.170s)", first);
+        nxlt_dl_cut_enoent(first);
+        snprintf(lib_once.why, sizeof(lib_once.why), HF_LIBNAME " not found (%.170s)", first);
         return;
     }
-    struct {
-        void **slot;
-        const char *sym;
-    } need[] = {
+    const nxlt_dlsym_t need[] = {
         {(void **)&lib.extract_mount_point, "hf3fs_extract_mount_point"},
         {(void **)&lib.iovcreate, "hf3fs_iovcreate"},
         {(void **)&lib.iovdestroy, "hf3fs_iovdestroy"},
@@ -136,26 +127,20 @@ static void lib_load(void)
         {(void **)&lib.submit_ios, "hf3fs_submit_ios"},
         {(void **)&lib.wait_for_ios, "hf3fs_wait_for_ios"},
     };
-    for (size_t i = 0; i < sizeof(need) / sizeof(*need); i++)
-        if (!(*need[i].slot = dlsym(h, need[i].sym))) {
-            snprintf(lib_why, sizeof(lib_why), HF_LIBNAME " unusable (%.120s lacks %s)",
-                     lib.name, need[i].sym);
-            return;
-        }
+    const char *lacks = nxlt_dl_syms(h, need, sizeof(need) / sizeof(*need));
+    if (lacks) {
+        snprintf(lib_once.why, sizeof(lib_once.why), HF_LIBNAME " unusable (%.120s lacks %s)",
+                 lib.name, lacks);
+        return;
+    }
     *(void **)&lib.iorcreate4 = dlsym(h, "hf3fs_iorcreate4");
     *(void **)&lib.iovwrap = dlsym(h, "hf3fs_iovwrap");
-    lib_ok = true;
+    lib_once.ok = true;
 }
 
 static const hf_lib_t *lib_get(char *why, size_t cap)
 {
-    pthread_once(&lib_once, lib_load);
-    if (!lib_ok) {
-        if (why && cap)
-            snprintf(why, cap, "%s", lib_why);
-        return NULL;
-    }
-    return &lib;
+    return nxlt_dlonce_get(&lib_once, lib_load, why, cap) ? &lib : NULL;
 }
 
 /* "EBADF (Bad file descriptor)" for an errno of usrbio's */
