@@ -20,6 +20,8 @@
 #include "config.h"
 #define CT_SUITE "check_gds"
 #include "cudatest.h"
+#define FT_LOCAL NXL_VRAM
+#include "filetest.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -153,59 +155,7 @@ static nxl_agent_t *gds_agent(const char *name, int all)
 /* a file in $TMPDIR, unlinked, @p size bytes long */
 static int tmpfile_fd(size_t size, int flags)
 {
-    const char *dir = getenv("TMPDIR");
-    char path[512];
-    snprintf(path, sizeof(path), "%s/nxl-gds-XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    ck_assert_msg(fd >= 0, "mkstemp: %s", strerror(errno));
-    ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
-    if (flags != O_RDWR) {
-        int fd2 = open(path, flags | O_CLOEXEC);
-        ck_assert(fd2 >= 0);
-        close(fd);
-        fd = fd2;
-    }
-    unlink(path);
-    return fd;
-}
-
-static void reg(nxl_agent_t *a, nxl_mem_t t, uintptr_t addr, size_t len, uint64_t dev)
-{
-    nxl_desc_t d = {.addr = addr, .len = len, .dev_id = dev};
-    nxl_status_t st = nxl_mem_register(a, t, &d, 1, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "%s registration: %s", nxl_mem_name(t),
-                  nxl_agent_last_error(a));
-}
-
-/* n blocks of blk bytes: VRAM block i at vbase + i*blk, file block
- * (reverse ? n-1-i : i) at foff + that many blocks of fd's range */
-static nxl_status_t mk_xfer(nxl_agent_t *a, nxl_op_t op, void *vbase, int fd, uint64_t foff,
-                            size_t blk, size_t n, int reverse, nxl_xfer_t **x)
-{
-    nxl_desc_t *vd = calloc(n, sizeof(*vd)), *fdsc = calloc(n, sizeof(*fdsc));
-    for (size_t i = 0; i < n; i++) {
-        vd[i] = (nxl_desc_t){.addr = (uintptr_t)vbase + i * blk, .len = blk, .dev_id = 0};
-        size_t j = reverse ? n - 1 - i : i;
-        fdsc[i] = (nxl_desc_t){.addr = foff + j * blk, .len = blk, .dev_id = (uint64_t)fd};
-    }
-    nxl_prepped_t *lp = NULL, *rp = NULL;
-    nxl_status_t st = nxl_prep(a, NULL, NXL_VRAM, vd, n, &lp);
-    if (st == NXL_SUCCESS)
-        st = nxl_prep(a, nxl_agent_name(a), NXL_FILE, fdsc, n, &rp);
-    if (st == NXL_SUCCESS)
-        st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, n, NULL, x);
-    nxl_prepped_release(lp);
-    nxl_prepped_release(rp);
-    free(vd);
-    free(fdsc);
-    return st;
-}
-
-static void run(nxl_agent_t *a, nxl_xfer_t *x, res_t *r)
-{
-    tl_post(a, x, r);
-    ck_assert_int_eq(r->calls, 0);
-    tl_wait_res(a, r, 120000);
+    return ft_file(ft_tmpdir(), "nxl-gds-", size, flags);
 }
 
 static const struct {
@@ -239,33 +189,20 @@ START_TEST(t_roundtrip)
     size_t n = shapes[_i].n, blk = big(shapes[_i].blk), len = n * blk;
     const size_t voff = 64, foff = 3 * 4096 + 1;
     nxl_agent_t *a = gds_agent("g", 1);
-    unsigned char *src = hmalloc(len), *want = hmalloc(len), *tmp = hmalloc(len + 64);
+    unsigned char *src = hmalloc(len), *tmp = hmalloc(len + 64);
     tl_fill(src, len, (uint32_t)_i + 7);
     char *va = dmalloc(len + voff), *vb = dmalloc(len + voff);
     CK_CUDA(rt->cudaMemcpy(va + voff, src, len, cudaMemcpyHostToDevice));
     CK_CUDA(rt->cudaMemset(vb, 0, len + voff));
-    reg(a, NXL_VRAM, (uintptr_t)va, len + voff, 0);
-    reg(a, NXL_VRAM, (uintptr_t)vb, len + voff, 0);
+    ft_reg(a, NXL_VRAM, (uintptr_t)va, len + voff, 0);
+    ft_reg(a, NXL_VRAM, (uintptr_t)vb, len + voff, 0);
     int fd = tmpfile_fd(0, O_RDWR);
-    reg(a, NXL_FILE, 0, foff + len, (uint64_t)fd);
+    ft_reg(a, NXL_FILE, 0, foff + len, (uint64_t)fd);
 
     nxl_xfer_t *w = NULL, *r = NULL;
-    ck_assert_msg(mk_xfer(a, NXL_WRITE, va + voff, fd, foff, blk, n, 1, &w) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
-    ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(w)), "GDS");
-    res_t res;
-    run(a, w, &res);
-    ck_assert_msg(res.st == NXL_SUCCESS, "WRITE %zu x %zu: %s", n, blk, res.why);
-    reverse_blocks(want, src, blk, n);
-    ck_assert(pread(fd, tmp, len, (off_t)foff) == (ssize_t)len);
-    long d = first_diff(tmp, want, len);
-    ck_assert_msg(d < 0, "VRAM -> FILE %zu x %zu: byte %ld differs", n, blk, d);
-
-    ck_assert(mk_xfer(a, NXL_READ, vb + voff, fd, foff, blk, n, 1, &r) == NXL_SUCCESS);
-    run(a, r, &res);
-    ck_assert_msg(res.st == NXL_SUCCESS, "READ %zu x %zu: %s", n, blk, res.why);
+    ft_write_read(a, "GDS", va + voff, vb + voff, fd, foff, blk, n, src, tmp, &w, &r);
     CK_CUDA(rt->cudaMemcpy(tmp, vb + voff, len, cudaMemcpyDeviceToHost));
-    d = first_diff(tmp, src, len);
+    long d = first_diff(tmp, src, len);
     ck_assert_msg(d < 0, "FILE -> VRAM %zu x %zu: byte %ld differs", n, blk, d);
     /* nothing before the offset was touched */
     CK_CUDA(rt->cudaMemcpy(tmp, vb, voff, cudaMemcpyDeviceToHost));
@@ -280,7 +217,6 @@ START_TEST(t_roundtrip)
     CK_CUDA(rt->cudaFree(va));
     CK_CUDA(rt->cudaFree(vb));
     free(src);
-    free(want);
     free(tmp);
 }
 END_TEST
@@ -295,25 +231,13 @@ START_TEST(t_errors)
     const size_t len = 64 * KiB;
     char *v = dmalloc(len);
     CK_CUDA(rt->cudaMemset(v, 0x5a, len));
-    reg(a, NXL_VRAM, (uintptr_t)v, len, 0);
+    ft_reg(a, NXL_VRAM, (uintptr_t)v, len, 0);
 
-    /* a closed fd */
-    int cfd = tmpfile_fd(len, O_RDWR);
-    close(cfd);
-    nxl_desc_t d = {.addr = 0, .len = len, .dev_id = (uint64_t)cfd};
-    ck_assert_int_eq(nxl_mem_register(a, NXL_FILE, &d, 1, NULL), NXL_ERR_INVALID_PARAM);
-    ck_sentence(nxl_agent_last_error(a), "not open");
-
-    /* a file too short: the second element reads past its end */
+    ft_err_closed_fd(a, tmpfile_fd(len, O_RDWR), len);
     int sfd = tmpfile_fd(4096, O_RDWR);
-    reg(a, NXL_FILE, 0, len, (uint64_t)sfd);
+    ft_err_short(a, v, sfd, len);
     nxl_xfer_t *x = NULL;
-    ck_assert(mk_xfer(a, NXL_READ, v, sfd, 0, 8192, 2, 0, &x) == NXL_SUCCESS);
     res_t r;
-    run(a, x, &r);
-    ck_assert_int_eq(r.st, NXL_ERR_NOT_FOUND);
-    ck_sentence(r.why, "end of the file");
-    nxl_xfer_release(x);
 
     /* nxl_mem_query: by fd, by path, and nothing there */
     nxl_query_t q[3];
@@ -368,10 +292,7 @@ START_TEST(t_errors)
     int wfd = tmpfile_fd(len, O_WRONLY);
     nxl_desc_t wd = {.addr = 0, .len = len, .dev_id = (uint64_t)wfd};
     if (nxl_mem_register(a, NXL_FILE, &wd, 1, NULL) == NXL_SUCCESS) {
-        ck_assert(mk_xfer(a, NXL_READ, v, wfd, 0, 4096, 1, 0, &x) == NXL_SUCCESS);
-        ck_assert_int_eq(nxl_xfer_post(x, done_cb, &r, NULL), NXL_ERR_NOT_ALLOWED);
-        ck_sentence(nxl_agent_last_error(a), "write-only");
-        nxl_xfer_release(x);
+        ft_err_write_only(a, v, wfd);
     } else {
         /* a cuFile that refuses write-only files says so with a sentence */
         ck_assert_msg(!mock_counts, "%s", nxl_agent_last_error(a));
@@ -381,7 +302,7 @@ START_TEST(t_errors)
 
     /* VRAM not registered (with GDS or at all): no transport holds it */
     char *u = dmalloc(len);
-    ck_assert(mk_xfer(a, NXL_WRITE, u, sfd, 0, 4096, 1, 0, &x) != NXL_SUCCESS);
+    ck_assert(ft_mk_xfer(a, NXL_WRITE, u, sfd, 0, 4096, 1, 0, &x) != NXL_SUCCESS);
     ck_sentence(nxl_agent_last_error(a), "VRAM");
 
     /* host memory as VRAM */
@@ -414,15 +335,15 @@ START_TEST(t_errors)
         unsetenv("MOCK_CUFILE_BUFREG_FAIL");
         /* a cuFile error in the middle of a transfer of 8 chunks */
         int ffd = tmpfile_fd(len, O_RDWR);
-        reg(a, NXL_FILE, 0, len, (uint64_t)ffd);
+        ft_reg(a, NXL_FILE, 0, len, (uint64_t)ffd);
         nxl_param_t p = {"chunk", "8192"};
         nxl_agent_t *b = mk_agent("e2");
         ck_assert(nxl_backend_create(b, "GDS", &p, 1, NULL) == NXL_SUCCESS);
-        reg(b, NXL_VRAM, (uintptr_t)u, len, 0);
-        reg(b, NXL_FILE, 0, len, (uint64_t)ffd);
-        ck_assert(mk_xfer(b, NXL_WRITE, u, ffd, 0, len, 1, 0, &x) == NXL_SUCCESS);
+        ft_reg(b, NXL_VRAM, (uintptr_t)u, len, 0);
+        ft_reg(b, NXL_FILE, 0, len, (uint64_t)ffd);
+        ck_assert(ft_mk_xfer(b, NXL_WRITE, u, ffd, 0, len, 1, 0, &x) == NXL_SUCCESS);
         setenv("MOCK_CUFILE_IO_FAIL_OFFSET", "16384", 1);
-        run(b, x, &r);
+        ft_run(b, x, &r);
         unsetenv("MOCK_CUFILE_IO_FAIL_OFFSET");
         ck_assert_int_eq(r.st, NXL_ERR_BACKEND);
         ck_sentence(r.why, "cuFileWrite");
@@ -430,14 +351,10 @@ START_TEST(t_errors)
         /* short calls are continued: every byte arrives */
         setenv("MOCK_CUFILE_MAX_IO", "1000", 1);
         CK_CUDA(rt->cudaMemset(u, 0x77, len));
-        run(b, x, &r);
+        ft_run(b, x, &r);
         ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
         unsetenv("MOCK_CUFILE_MAX_IO");
-        unsigned char *t = hmalloc(len);
-        ck_assert(pread(ffd, t, len, 0) == (ssize_t)len);
-        for (size_t i = 0; i < len; i++)
-            ck_assert_int_eq(t[i], 0x77);
-        free(t);
+        ft_check_file(ffd, len, 0x77);
         nxl_xfer_release(x);
         nxl_agent_destroy(b);
         close(ffd);
@@ -456,16 +373,10 @@ END_TEST
  * or the agent destroyed: each callback once, and no byte written into
  * the VRAM after its callback (which marks it). */
 enum { NX = 32 };
-static int tear_calls[NX], tear_canceled;
-static char *tear_v;
-static size_t tear_len;
 
-static void tear_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+static void vram_mark(void *p, int c, size_t n)
 {
-    int i = (int)((int *)arg - tear_calls);
-    rt->cudaMemset(tear_v + (size_t)i * tear_len, 0xee, tear_len);
-    tear_canceled += st == NXL_ERR_CANCELED;
-    (*(int *)arg)++;
+    rt->cudaMemset(p, c, n);
 }
 
 static void inflight(int teardown)
@@ -473,47 +384,27 @@ static void inflight(int teardown)
     nxl_param_t p = {"chunk", "65536"};
     nxl_agent_t *a = mk_agent("t");
     ck_assert(nxl_backend_create(a, "GDS", &p, 1, NULL) == NXL_SUCCESS);
-    tear_len = big(8 * MiB);
-    size_t total = NX * tear_len;
-    tear_v = dmalloc(total);
-    reg(a, NXL_VRAM, (uintptr_t)tear_v, total, 0);
+    ft_tear_len = big(8 * MiB);
+    size_t total = NX * ft_tear_len;
+    ft_tear_v = dmalloc(total);
+    ft_tear_mark = vram_mark;
+    ft_reg(a, NXL_VRAM, (uintptr_t)ft_tear_v, total, 0);
     int fd = tmpfile_fd(0, O_RDWR);
-    unsigned char *fill = hmalloc(tear_len);
-    memset(fill, 0x11, tear_len);
-    ck_assert(pwrite(fd, fill, tear_len, 0) == (ssize_t)tear_len);
-    free(fill);
-    reg(a, NXL_FILE, 0, tear_len, (uint64_t)fd);
+    ft_fill_file(fd, ft_tear_len, 0x11);
+    ft_reg(a, NXL_FILE, 0, ft_tear_len, (uint64_t)fd);
     nxl_xfer_t *x[NX];
     nxl_future_t *f[NX];
-    tear_canceled = 0;
-    for (int i = 0; i < NX; i++) {
-        tear_calls[i] = 0;
-        ck_assert(mk_xfer(a, NXL_READ, tear_v + (size_t)i * tear_len, fd, 0, tear_len / 4, 4, 0,
-                          &x[i]) == NXL_SUCCESS);
-        ck_assert_int_eq(nxl_xfer_post(x[i], tear_cb, &tear_calls[i], teardown ? NULL : &f[i]),
-                         NXL_SUCCESS);
-    }
-    if (teardown) {
-        nxl_agent_destroy(a);
-        ck_assert_int_eq(tear_canceled, NX);
-    } else {
-        ct_cancel_or_release(x, f, NX);
-        ct_run_until_all(a, tear_calls, NX, 60000);
-        ck_assert_msg(tear_canceled > 0, "no transfer was canceled in flight");
-        ct_release_rest(x, f, NX);
-    }
-    for (int i = 0; i < NX; i++)
-        ck_assert_int_eq(tear_calls[i], 1);
-    usleep(100000);
+    ft_tear_post(a, fd, NX, teardown, x, f);
+    ft_tear_end(a, NX, teardown, x, f);
     unsigned char *t = hmalloc(total);
-    CK_CUDA(rt->cudaMemcpy(t, tear_v, total, cudaMemcpyDeviceToHost));
+    CK_CUDA(rt->cudaMemcpy(t, ft_tear_v, total, cudaMemcpyDeviceToHost));
     ct_check_marked(t, total);
     free(t);
     if (!teardown)
         nxl_agent_destroy(a);
     check_counts_zero();
     close(fd);
-    CK_CUDA(rt->cudaFree(tear_v));
+    CK_CUDA(rt->cudaFree(ft_tear_v));
 }
 
 START_TEST(t_cancel_inflight)

@@ -22,6 +22,8 @@
 #include "config.h"
 #define CT_SUITE "check_hf3fs"
 #include "cudatest.h"
+#define FT_LOCAL NXL_DRAM
+#include "filetest.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -169,58 +171,7 @@ static nxl_agent_t *hf_agent(const char *name, const nxl_param_t *p, size_t n)
 /* a file in the stand-in's mount (or @p dir), @p size bytes, unlinked */
 static int file_in(const char *dir, size_t size, int flags)
 {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/kv-XXXXXX", dir);
-    int fd = mkstemp(path);
-    ck_assert_msg(fd >= 0, "mkstemp: %s", strerror(errno));
-    ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
-    if (flags != O_RDWR) {
-        int fd2 = open(path, flags | O_CLOEXEC);
-        ck_assert(fd2 >= 0);
-        close(fd);
-        fd = fd2;
-    }
-    unlink(path);
-    return fd;
-}
-
-static void reg(nxl_agent_t *a, nxl_mem_t t, uintptr_t addr, size_t len, uint64_t dev)
-{
-    nxl_desc_t d = {.addr = addr, .len = len, .dev_id = dev};
-    nxl_status_t st = nxl_mem_register(a, t, &d, 1, NULL);
-    ck_assert_msg(st == NXL_SUCCESS, "%s registration: %s", nxl_mem_name(t),
-                  nxl_agent_last_error(a));
-}
-
-/* n blocks of blk bytes: DRAM block i at base + i*blk, file block
- * (reverse ? n-1-i : i) at foff + that many blocks */
-static nxl_status_t mk_xfer(nxl_agent_t *a, nxl_op_t op, void *base, int fd, uint64_t foff,
-                            size_t blk, size_t n, int reverse, nxl_xfer_t **x)
-{
-    nxl_desc_t *md = calloc(n, sizeof(*md)), *fdsc = calloc(n, sizeof(*fdsc));
-    for (size_t i = 0; i < n; i++) {
-        md[i] = (nxl_desc_t){.addr = (uintptr_t)base + i * blk, .len = blk};
-        size_t j = reverse ? n - 1 - i : i;
-        fdsc[i] = (nxl_desc_t){.addr = foff + j * blk, .len = blk, .dev_id = (uint64_t)fd};
-    }
-    nxl_prepped_t *lp = NULL, *rp = NULL;
-    nxl_status_t st = nxl_prep(a, NULL, NXL_DRAM, md, n, &lp);
-    if (st == NXL_SUCCESS)
-        st = nxl_prep(a, nxl_agent_name(a), NXL_FILE, fdsc, n, &rp);
-    if (st == NXL_SUCCESS)
-        st = nxl_xfer_make(a, op, lp, NULL, rp, NULL, n, NULL, x);
-    nxl_prepped_release(lp);
-    nxl_prepped_release(rp);
-    free(md);
-    free(fdsc);
-    return st;
-}
-
-static void run(nxl_agent_t *a, nxl_xfer_t *x, res_t *r)
-{
-    tl_post(a, x, r);
-    ck_assert_int_eq(r->calls, 0);
-    tl_wait_res(a, r, 120000);
+    return ft_file(dir, "kv-", size, flags);
 }
 
 static const struct {
@@ -241,7 +192,7 @@ static void roundtrip(size_t n, size_t blk, int alloc, uint32_t seed)
     snprintf(mnt, sizeof(mnt), "%s", root);
     nxl_param_t p = {"mount", mnt};
     nxl_agent_t *a = hf_agent("r", &p, 1);
-    unsigned char *src = hmalloc(len), *want = hmalloc(len), *tmp = hmalloc(len + 64);
+    unsigned char *src = hmalloc(len), *tmp = hmalloc(len + 64);
     tl_fill(src, len, seed);
     char *va, *vb;
     if (alloc) {
@@ -252,31 +203,18 @@ static void roundtrip(size_t n, size_t blk, int alloc, uint32_t seed)
     } else {
         va = hmalloc(len + voff);
         vb = hmalloc(len + voff);
-        reg(a, NXL_DRAM, (uintptr_t)va, len + voff, 0);
-        reg(a, NXL_DRAM, (uintptr_t)vb, len + voff, 0);
+        ft_reg(a, NXL_DRAM, (uintptr_t)va, len + voff, 0);
+        ft_reg(a, NXL_DRAM, (uintptr_t)vb, len + voff, 0);
         ck_assert(!mock_is_iov(va, 1));
     }
     memcpy(va + voff, src, len);
     memset(vb, 0, len + voff);
     int fd = file_in(root, 0, O_RDWR);
-    reg(a, NXL_FILE, 0, foff + len, (uint64_t)fd);
+    ft_reg(a, NXL_FILE, 0, foff + len, (uint64_t)fd);
 
     nxl_xfer_t *w = NULL, *r = NULL;
-    ck_assert_msg(mk_xfer(a, NXL_WRITE, va + voff, fd, foff, blk, n, 1, &w) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
-    ck_assert_str_eq(nxl_backend_name(nxl_xfer_backend(w)), "HF3FS");
-    res_t res;
-    run(a, w, &res);
-    ck_assert_msg(res.st == NXL_SUCCESS, "WRITE %zu x %zu: %s", n, blk, res.why);
-    reverse_blocks(want, src, blk, n);
-    ck_assert(pread(fd, tmp, len, (off_t)foff) == (ssize_t)len);
-    long d = first_diff(tmp, want, len);
-    ck_assert_msg(d < 0, "DRAM -> FILE %zu x %zu: byte %ld differs", n, blk, d);
-
-    ck_assert(mk_xfer(a, NXL_READ, vb + voff, fd, foff, blk, n, 1, &r) == NXL_SUCCESS);
-    run(a, r, &res);
-    ck_assert_msg(res.st == NXL_SUCCESS, "READ %zu x %zu: %s", n, blk, res.why);
-    d = first_diff(vb + voff, src, len);
+    ft_write_read(a, "HF3FS", va + voff, vb + voff, fd, foff, blk, n, src, tmp, &w, &r);
+    long d = first_diff(vb + voff, src, len);
     ck_assert_msg(d < 0, "FILE -> DRAM %zu x %zu: byte %ld differs", n, blk, d);
     for (size_t i = 0; i < voff; i++)
         ck_assert_int_eq(vb[i], 0);
@@ -295,7 +233,6 @@ static void roundtrip(size_t n, size_t blk, int alloc, uint32_t seed)
         free(vb);
     }
     free(src);
-    free(want);
     free(tmp);
 }
 
@@ -345,7 +282,7 @@ START_TEST(t_mount_found)
                   nxl_agent_last_error(a));
     ck_assert(nxl_xfer_make(a, NXL_WRITE, lp, NULL, rp, NULL, 1, NULL, &x) == NXL_SUCCESS);
     res_t r;
-    run(a, x, &r);
+    ft_run(a, x, &r);
     ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
     unsigned char *t = hmalloc(len);
     int fd = open(path, O_RDONLY);
@@ -381,52 +318,35 @@ START_TEST(t_errors)
     const size_t len = 64 * KiB;
     char *v = hmalloc(len);
     memset(v, 0x5a, len);
-    reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
+    ft_reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
 
-    /* a closed fd */
-    int cfd = file_in(root, len, O_RDWR);
-    close(cfd);
-    nxl_desc_t d = {.addr = 0, .len = len, .dev_id = (uint64_t)cfd};
-    ck_assert_int_eq(nxl_mem_register(a, NXL_FILE, &d, 1, NULL), NXL_ERR_INVALID_PARAM);
-    ck_sentence(nxl_agent_last_error(a), "not open");
+    ft_err_closed_fd(a, file_in(root, len, O_RDWR), len);
 
     /* a file outside the 3FS mount */
-    const char *tmp = getenv("TMPDIR");
-    int ofd = file_in(tmp && *tmp ? tmp : "/tmp", len, O_RDWR);
-    d.dev_id = (uint64_t)ofd;
+    int ofd = file_in(ft_tmpdir(), len, O_RDWR);
+    nxl_desc_t d = {.addr = 0, .len = len, .dev_id = (uint64_t)ofd};
     ck_assert_int_eq(nxl_mem_register(a, NXL_FILE, &d, 1, NULL), NXL_ERR_NOT_SUPPORTED);
     ck_sentence(nxl_agent_last_error(a), "is not on a 3FS mount");
     close(ofd);
 
-    /* a file too short: the second element reads past its end */
     int sfd = file_in(root, 4096, O_RDWR);
-    reg(a, NXL_FILE, 0, len, (uint64_t)sfd);
-    nxl_xfer_t *x = NULL;
-    ck_assert(mk_xfer(a, NXL_READ, v, sfd, 0, 8192, 2, 0, &x) == NXL_SUCCESS);
-    res_t r;
-    run(a, x, &r);
-    ck_assert_int_eq(r.st, NXL_ERR_NOT_FOUND);
-    ck_sentence(r.why, "end of the file");
-    nxl_xfer_release(x);
-
-    /* reading from a write-only file: refused at post */
+    ft_err_short(a, v, sfd, len);
     int wfd = file_in(root, len, O_WRONLY);
-    reg(a, NXL_FILE, 0, len, (uint64_t)wfd);
-    ck_assert(mk_xfer(a, NXL_READ, v, wfd, 0, 4096, 1, 0, &x) == NXL_SUCCESS);
-    ck_assert_int_eq(nxl_xfer_post(x, done_cb, &r, NULL), NXL_ERR_NOT_ALLOWED);
-    ck_sentence(nxl_agent_last_error(a), "write-only");
-    nxl_xfer_release(x);
+    ft_reg(a, NXL_FILE, 0, len, (uint64_t)wfd);
+    ft_err_write_only(a, v, wfd);
 
     /* an I/O error in the middle of a transfer of 8 chunks; then short
      * results, continued: every byte arrives */
     nxl_param_t p[2] = {{"mount", mnt}, {"chunk", "8192"}};
     nxl_agent_t *b = hf_agent("e2", p, 2);
+    nxl_xfer_t *x = NULL;
+    res_t r;
     int ffd = file_in(root, len, O_RDWR);
-    reg(b, NXL_DRAM, (uintptr_t)v, len, 0);
-    reg(b, NXL_FILE, 0, len, (uint64_t)ffd);
-    ck_assert(mk_xfer(b, NXL_WRITE, v, ffd, 0, len, 1, 0, &x) == NXL_SUCCESS);
+    ft_reg(b, NXL_DRAM, (uintptr_t)v, len, 0);
+    ft_reg(b, NXL_FILE, 0, len, (uint64_t)ffd);
+    ck_assert(ft_mk_xfer(b, NXL_WRITE, v, ffd, 0, len, 1, 0, &x) == NXL_SUCCESS);
     setenv("MOCK_HF3FS_FAIL_OFFSET", "16384", 1);
-    run(b, x, &r);
+    ft_run(b, x, &r);
     unsetenv("MOCK_HF3FS_FAIL_OFFSET");
     ck_assert_int_eq(r.st, NXL_ERR_BACKEND);
     ck_sentence(r.why, "HF3FS: write to fd");
@@ -434,14 +354,10 @@ START_TEST(t_errors)
     ck_sentence(r.why, strerror(EIO));
     setenv("MOCK_HF3FS_MAX_IO", "1000", 1);
     memset(v, 0x77, len);
-    run(b, x, &r);
+    ft_run(b, x, &r);
     unsetenv("MOCK_HF3FS_MAX_IO");
     ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
-    unsigned char *t = hmalloc(len);
-    ck_assert(pread(ffd, t, len, 0) == (ssize_t)len);
-    for (size_t i = 0; i < len; i++)
-        ck_assert_int_eq(t[i], 0x77);
-    free(t);
+    ft_check_file(ffd, len, 0x77);
     nxl_xfer_release(x);
     nxl_agent_destroy(b);
     close(ffd);
@@ -498,37 +414,37 @@ START_TEST(t_ring_full)
     char *src = hmalloc(len), *dst = hmalloc(len);
     tl_fill(src, len, 11);
     memset(dst, 0, len);
-    reg(a, NXL_DRAM, (uintptr_t)src, len, 0);
-    reg(a, NXL_DRAM, (uintptr_t)dst, len, 0);
+    ft_reg(a, NXL_DRAM, (uintptr_t)src, len, 0);
+    ft_reg(a, NXL_DRAM, (uintptr_t)dst, len, 0);
     int fd = file_in(root, len, O_RDWR);
-    reg(a, NXL_FILE, 0, len, (uint64_t)fd);
+    ft_reg(a, NXL_FILE, 0, len, (uint64_t)fd);
     setenv("MOCK_HF3FS_RING_FULL", "2", 1);
     nxl_xfer_t *w = NULL, *r = NULL;
-    ck_assert(mk_xfer(a, NXL_WRITE, src, fd, 0, blk, n, 0, &w) == NXL_SUCCESS);
-    ck_assert(mk_xfer(a, NXL_READ, dst, fd, 0, blk, n, 0, &r) == NXL_SUCCESS);
+    ck_assert(ft_mk_xfer(a, NXL_WRITE, src, fd, 0, blk, n, 0, &w) == NXL_SUCCESS);
+    ck_assert(ft_mk_xfer(a, NXL_READ, dst, fd, 0, blk, n, 0, &r) == NXL_SUCCESS);
     res_t res;
-    run(a, w, &res);
+    ft_run(a, w, &res);
     ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
-    run(a, r, &res);
+    ft_run(a, r, &res);
     ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
     ck_assert(tl_check(dst, len, 11) < 0);
     /* full with none of ours in it: nothing would free a slot; failed,
      * on a later turn than the post's */
     setenv("MOCK_HF3FS_RING_FULL", "-1", 1);
-    run(a, w, &res);
+    ft_run(a, w, &res);
     ck_assert_int_eq(res.st, NXL_ERR_BACKEND);
     ck_sentence(res.why, "ring full with none of this transport's I/O in it");
     unsetenv("MOCK_HF3FS_RING_FULL");
     /* hf3fs_prep_io refusing an I/O: the same, with its errno */
     setenv("MOCK_HF3FS_PREP_FAIL", "22", 1);
-    run(a, r, &res);
+    ft_run(a, r, &res);
     unsetenv("MOCK_HF3FS_PREP_FAIL");
     ck_assert_int_eq(res.st, NXL_ERR_BACKEND);
     ck_sentence(res.why, "hf3fs_prep_io");
     ck_sentence(res.why, "errno 22");
     /* and the next post works */
     memset(dst, 0, len);
-    run(a, r, &res);
+    ft_run(a, r, &res);
     ck_assert_msg(res.st == NXL_SUCCESS, "%s", res.why);
     ck_assert(tl_check(dst, len, 11) < 0);
     nxl_xfer_release(w);
@@ -545,17 +461,6 @@ END_TEST
  * or released at once, or the agent destroyed: each callback once, and no
  * byte written into the buffer after its callback (which marks it). */
 enum { NX = 16 };
-static int tear_calls[NX], tear_canceled;
-static char *tear_v;
-static size_t tear_len;
-
-static void tear_cb(nxl_future_t *f, nxl_status_t st, void *arg)
-{
-    int i = (int)((int *)arg - tear_calls);
-    memset(tear_v + (size_t)i * tear_len, 0xee, tear_len);
-    tear_canceled += st == NXL_ERR_CANCELED;
-    (*(int *)arg)++;
-}
 
 static void inflight(int teardown, int alloc)
 {
@@ -563,55 +468,34 @@ static void inflight(int teardown, int alloc)
     snprintf(mnt, sizeof(mnt), "%s", root);
     nxl_param_t p[3] = {{"mount", mnt}, {"chunk", "65536"}, {"entries", "8"}};
     nxl_agent_t *a = hf_agent("t", p, 3);
-    tear_len = 1 * MiB;
-    size_t total = NX * tear_len;
+    ft_tear_len = 1 * MiB;
+    size_t total = NX * ft_tear_len;
     if (alloc) {
-        ck_assert(nxl_mem_alloc(a, NXL_DRAM, total, 0, (void **)&tear_v) == NXL_SUCCESS);
+        ck_assert(nxl_mem_alloc(a, NXL_DRAM, total, 0, (void **)&ft_tear_v) == NXL_SUCCESS);
     } else {
-        tear_v = hmalloc(total);
-        reg(a, NXL_DRAM, (uintptr_t)tear_v, total, 0);
+        ft_tear_v = hmalloc(total);
+        ft_reg(a, NXL_DRAM, (uintptr_t)ft_tear_v, total, 0);
     }
     int fd = file_in(root, 0, O_RDWR);
-    unsigned char *fill = hmalloc(tear_len);
-    memset(fill, 0x11, tear_len);
-    ck_assert(pwrite(fd, fill, tear_len, 0) == (ssize_t)tear_len);
-    free(fill);
-    reg(a, NXL_FILE, 0, tear_len, (uint64_t)fd);
+    ft_fill_file(fd, ft_tear_len, 0x11);
+    ft_reg(a, NXL_FILE, 0, ft_tear_len, (uint64_t)fd);
     nxl_xfer_t *x[NX];
     nxl_future_t *f[NX];
-    tear_canceled = 0;
     setenv("MOCK_HF3FS_DELAY_MS", "20", 1);
-    for (int i = 0; i < NX; i++) {
-        tear_calls[i] = 0;
-        ck_assert(mk_xfer(a, NXL_READ, tear_v + (size_t)i * tear_len, fd, 0, tear_len / 4, 4, 0,
-                          &x[i]) == NXL_SUCCESS);
-        ck_assert_int_eq(nxl_xfer_post(x[i], tear_cb, &tear_calls[i], teardown ? NULL : &f[i]),
-                         NXL_SUCCESS);
-    }
+    ft_tear_post(a, fd, NX, teardown, x, f);
     nxl_agent_run_once(a, 30); /* some I/O with the stand-in's daemon */
-    if (teardown) {
-        nxl_agent_destroy(a);
-        ck_assert_int_eq(tear_canceled, NX);
-    } else {
-        ct_cancel_or_release(x, f, NX);
-        ct_run_until_all(a, tear_calls, NX, 60000);
-        ck_assert_msg(tear_canceled > 0, "no transfer was canceled in flight");
-        ct_release_rest(x, f, NX);
-    }
+    ft_tear_end(a, NX, teardown, x, f);
     unsetenv("MOCK_HF3FS_DELAY_MS");
-    for (int i = 0; i < NX; i++)
-        ck_assert_int_eq(tear_calls[i], 1);
-    usleep(100000);
-    ct_check_marked((unsigned char *)tear_v, total);
+    ct_check_marked((unsigned char *)ft_tear_v, total);
     if (!teardown) {
         if (alloc)
-            ck_assert_int_eq(nxl_mem_free(a, tear_v), NXL_SUCCESS);
+            ck_assert_int_eq(nxl_mem_free(a, ft_tear_v), NXL_SUCCESS);
         nxl_agent_destroy(a);
     }
     check_counts_zero();
     close(fd);
     if (!alloc)
-        free(tear_v);
+        free(ft_tear_v);
 }
 
 START_TEST(t_cancel_inflight)
@@ -648,16 +532,16 @@ START_TEST(t_deadline)
     const size_t len = 64 * KiB;
     char *v = hmalloc(len);
     memset(v, 0x3c, len);
-    reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
+    ft_reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
     int fd = file_in(root, len, O_RDWR);
-    reg(a, NXL_FILE, 0, len, (uint64_t)fd);
+    ft_reg(a, NXL_FILE, 0, len, (uint64_t)fd);
     nxl_xfer_t *x = NULL;
-    ck_assert(mk_xfer(a, NXL_WRITE, v, fd, 0, len, 1, 0, &x) == NXL_SUCCESS);
+    ck_assert(ft_mk_xfer(a, NXL_WRITE, v, fd, 0, len, 1, 0, &x) == NXL_SUCCESS);
     counts_t c0 = counts();
     setenv("MOCK_HF3FS_DELAY_MS", "300", 1);
     res_t r;
     uint64_t t0 = tl_now_ms();
-    run(a, x, &r);
+    ft_run(a, x, &r);
     uint64_t took = tl_now_ms() - t0;
     unsetenv("MOCK_HF3FS_DELAY_MS");
     ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
@@ -674,14 +558,14 @@ START_TEST(t_deadline)
     nxl_xfer_set_deadline(x, 50);
     setenv("MOCK_HF3FS_DELAY_MS", "300", 1);
     t0 = tl_now_ms();
-    run(a, x, &r);
+    ft_run(a, x, &r);
     took = tl_now_ms() - t0;
     unsetenv("MOCK_HF3FS_DELAY_MS");
     ck_assert_int_eq(r.st, NXL_ERR_TIMEOUT);
     ck_assert_msg(took >= 290, "TIMEOUT after %llu ms, before 3FS gave the I/O back",
                   (unsigned long long)took);
     nxl_xfer_set_deadline(x, 0);
-    run(a, x, &r);
+    ft_run(a, x, &r);
     ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
     nxl_xfer_release(x);
     nxl_agent_destroy(a);
@@ -714,11 +598,11 @@ START_TEST(t_idle)
     const size_t len = 64 * KiB;
     char *v = hmalloc(len);
     memset(v, 0x3c, len);
-    reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
+    ft_reg(a, NXL_DRAM, (uintptr_t)v, len, 0);
     int fd = file_in(root, len, O_RDWR);
-    reg(a, NXL_FILE, 0, len, (uint64_t)fd);
+    ft_reg(a, NXL_FILE, 0, len, (uint64_t)fd);
     nxl_xfer_t *x = NULL;
-    ck_assert(mk_xfer(a, NXL_WRITE, v, fd, 0, 4096, 16, 0, &x) == NXL_SUCCESS);
+    ck_assert(ft_mk_xfer(a, NXL_WRITE, v, fd, 0, 4096, 16, 0, &x) == NXL_SUCCESS);
     res_t r;
     /* with I/O completing as it is prepared too (3FS's daemon may take it
      * before hf3fs_submit_ios), while a worker waits for the earlier ones */
@@ -726,7 +610,7 @@ START_TEST(t_idle)
         if (eager)
             setenv("MOCK_HF3FS_EAGER", "1", 1);
         for (int i = 0; i < 50; i++) {
-            run(a, x, &r);
+            ft_run(a, x, &r);
             ck_assert_msg(r.st == NXL_SUCCESS, "%s", r.why);
         }
     }

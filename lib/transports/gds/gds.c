@@ -37,7 +37,9 @@
  * loads it (../common/cudart.c): libnxl links neither. */
 #include "config.h"
 #include "../common/cudart.h"
+#include "../common/dlload.h"
 #include "../common/fileio.h"
+#include "../common/filereg.h"
 #include "cufile_abi.h"
 #include "../common/filemeta.h"
 #include "../common/regspan.h"
@@ -57,8 +59,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/blob_wire.h"
-#include "../common/regtab.h"
 #include "../common/pstr.h"
 
 #define KEY_MAGIC 0x314b4447u  /* "GDK1" */
@@ -84,10 +84,8 @@ typedef struct gds_lib {
     const nxl_cuda_rt_t *rt;
 } gds_lib_t;
 
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static nxlt_dlonce_t lib_once = NXLT_DLONCE_INIT;
 static gds_lib_t lib;
-static bool lib_ok;
-static char lib_why[200];
 
 /* process-wide: cuFileDriverOpen once for all instances, closed with the last */
 static pthread_mutex_t drv_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -95,35 +93,16 @@ static int drv_users;
 
 static void lib_load(void)
 {
-    const char *env = getenv("NXL_CUFILE_LIB");
     static const char *const names[] = {"libcufile.so.0", "libcufile.so.1", "libcufile.so"};
-    void *h = NULL;
     char first[160] = "";
-    if (env && *env) {
-        h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        lib.name = env;
-        if (!h)
-            snprintf(first, sizeof(first), "%s", dlerror());
-    } else {
-        for (size_t i = 0; i < sizeof(names) / sizeof(*names) && !h; i++) {
-            h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-            lib.name = names[i];
-            const char *e = h ? NULL : dlerror();
-            if (!h && !i)
-                snprintf(first, sizeof(first), "%s", e ? e : "dlopen failed");
-        }
-    }
+    void *h = nxlt_dl_open("NXL_CUFILE_LIB", names, sizeof(names) / sizeof(*names), &lib.name,
+                           first, sizeof(first));
     if (!h) {
-        char *tail = strstr(first, ": No such file or directory");
-        if (tail)
-            *tail = 0;
-        snprintf(lib_why, sizeof(lib_why), "no libcufile (%.150s)", first);
+        nxlt_dl_cut_enoent(first);
+        snprintf(lib_once.why, sizeof(lib_once.why), "no libcufile (%.150s)", first);
         return;
     }
-    struct {
-        void **slot;
-        const char *sym;
-    } need[] = {
+    const nxlt_dlsym_t need[] = {
         {(void **)&lib.driver_open, "cuFileDriverOpen"},
         {(void **)&lib.handle_register, "cuFileHandleRegister"},
         {(void **)&lib.handle_deregister, "cuFileHandleDeregister"},
@@ -132,12 +111,12 @@ static void lib_load(void)
         {(void **)&lib.read, "cuFileRead"},
         {(void **)&lib.write, "cuFileWrite"},
     };
-    for (size_t i = 0; i < sizeof(need) / sizeof(*need); i++)
-        if (!(*need[i].slot = dlsym(h, need[i].sym))) {
-            snprintf(lib_why, sizeof(lib_why), "no libcufile (%s lacks %s)", lib.name,
-                     need[i].sym);
-            return;
-        }
+    const char *lacks = nxlt_dl_syms(h, need, sizeof(need) / sizeof(*need));
+    if (lacks) {
+        snprintf(lib_once.why, sizeof(lib_once.why), "no libcufile (%s lacks %s)", lib.name,
+                 lacks);
+        return;
+    }
     if (!(*(void **)&lib.driver_close = dlsym(h, "cuFileDriverClose_v2")))
         *(void **)&lib.driver_close = dlsym(h, "cuFileDriverClose");
     *(void **)&lib.get_version = dlsym(h, "cuFileGetVersion");
@@ -145,21 +124,15 @@ static void lib_load(void)
     int kind;
     lib.rt = nxl_cuda_rt_get(&kind, why, sizeof(why));
     if (!lib.rt) {
-        snprintf(lib_why, sizeof(lib_why), "%s", why);
+        snprintf(lib_once.why, sizeof(lib_once.why), "%s", why);
         return;
     }
-    lib_ok = true;
+    lib_once.ok = true;
 }
 
 static const gds_lib_t *lib_get(char *why, size_t cap)
 {
-    pthread_once(&lib_once, lib_load);
-    if (!lib_ok) {
-        if (why && cap)
-            snprintf(why, cap, "%s", lib_why);
-        return NULL;
-    }
-    return &lib;
+    return nxlt_dlonce_get(&lib_once, lib_load, why, cap) ? &lib : NULL;
 }
 
 static const char *cufile_errname(int e)
@@ -212,36 +185,28 @@ static const char *cstatus(nxl_cufile_status_t s, char *buf, size_t cap)
 
 typedef struct gds gds_t;
 
-/* one open file with its cuFile handle, shared by the ranges registered on it */
+/* one open file with its cuFile handle, shared by the ranges registered on
+ * it (acc: O_RDONLY, O_WRONLY, O_RDWR, with O_DIRECT; refs: ranges and
+ * chunks in flight) */
 typedef struct gds_file {
-    int fd;
+    nxl_ffile_t f;           /* first (../common/filereg.h) */
     nxl_cufile_handle_t fh;
-    dev_t sdev;
-    ino_t ino;
-    int acc;                 /* O_RDONLY, O_WRONLY, O_RDWR, with O_DIRECT */
-    int refs;                /* ranges and chunks in flight */
-    LIST_ENTRY(gds_file) link;
 } gds_file_t;
 
 /* a registration: a VRAM region, or a FILE range */
 typedef struct gds_reg {
-    nxlt_regspan_t span;     /* first (nxlt_regspan_new); VRAM: the region, FILE: the offset */
+    nxl_frange_t fr;         /* first; VRAM: fr.span the region */
     int dev;                 /* VRAM: the device */
     bool buf_reg;            /* VRAM: cuFileBufRegister'd */
-    gds_file_t *file;        /* FILE */
-    char name[160];          /* FILE: "fd 5" or "'/x/y'" */
-    nxlt_reg_t reg;          /* FILE: in the registry, by reg.regid (what pack_key hands out) */
-    int refs;                /* FILE: the registration and the keys loaded */
 } gds_reg_t;
 
 struct gds {
     nxl_fio_t fio;           /* first (the nxl_fio_* table functions take gds_t as it);
                               * transfers: chunk, nthreads, tp_max (the queue depth); token */
+    nxl_fregs_t files;       /* FILE registrations and their open files: second (the
+                              * nxl_fregs_* table functions take gds_t as nxl_fregs_head_t) */
     nxlt_ctx_t *ctx;
     const gds_lib_t *L;
-    nxlt_regtab_t regs;      /* FILE registrations, by regid */
-    uint64_t next_regid;
-    LIST_HEAD(, gds_file) files;
     bool drv_open;
     uint64_t n_bytes, n_short; /* statistics (transfers, chunks: the core's) */
     char desc[320];
@@ -258,7 +223,8 @@ static void chunk_io(nxl_fio_t *fio, nxl_fio_seg_t *s)
     const gds_lib_t *L = u->L;
     gds_reg_t *vr = s->lmd;
     gds_file_t *file = s->file;
-    char *base = (char *)vr->span.addr; /* what cuFile is given: the registered base and an offset */
+    /* what cuFile is given: the registered base and an offset */
+    char *base = (char *)vr->fr.span.addr;
     /* cuFile works in the context of the buffer's device */
     if (worker_dev != vr->dev && L->rt->cudaSetDevice(vr->dev) == cudaSuccess)
         worker_dev = vr->dev;
@@ -297,45 +263,15 @@ static void chunk_io(nxl_fio_t *fio, nxl_fio_seg_t *s)
 
 /* ------------------------------------------------------------ files */
 
-static void file_put(gds_t *u, gds_file_t *f)
+/* the shared files' cuFile handles (../common/filereg.h) */
+static nxl_status_t file_lib_reg(void *owner, nxl_ffile_t *ff, const char *name)
 {
-    if (--f->refs > 0)
-        return;
-    LIST_REMOVE(f, link);
-    u->L->handle_deregister(f->fh);
-    close(f->fd);
-    free(f);
-}
-
-/* the shared handle of the file behind @p fd (taken over, or closed) */
-static nxl_status_t file_get(gds_t *u, int fd, int acc, const char *name, gds_file_t **out)
-{
-    struct stat sb;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        nxlt_error(u->ctx, "GDS: %s is not a regular file; cuFile reads and writes files", name);
-        close(fd);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    acc = fl >= 0 ? fl & (O_ACCMODE | O_DIRECT) : acc;
-    gds_file_t *f;
-    LIST_FOREACH(f, &u->files, link)
-    if (f->sdev == sb.st_dev && f->ino == sb.st_ino && f->acc == acc) {
-        close(fd);
-        f->refs++;
-        *out = f;
-        return NXL_SUCCESS;
-    }
-    f = calloc(1, sizeof(*f));
-    if (!f) {
-        close(fd);
-        nxlt_error(u->ctx, "GDS: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
+    gds_t *u = owner;
+    gds_file_t *f = (gds_file_t *)ff;
     nxl_cufile_descr_t d;
     memset(&d, 0, sizeof(d));
     d.type = NXL_CUFILE_HANDLE_TYPE_OPAQUE_FD;
-    d.handle.fd = fd;
+    d.handle.fd = ff->fd;
     nxl_cufile_status_t s = u->L->handle_register(&f->fh, &d);
     if (s.err != NXL_CUFILE_SUCCESS) {
         char b[96];
@@ -344,53 +280,27 @@ static nxl_status_t file_get(gds_t *u, int fd, int acc, const char *name, gds_fi
                    s.err == NXL_CUFILE_INVALID_FILE_OPEN_FLAG || s.err == NXL_CUFILE_DIO_NOT_SET
                        ? " (GDS proper needs the file opened with O_DIRECT: mode=...,direct)"
                        : "");
-        close(fd);
-        free(f);
         return NXL_ERR_BACKEND;
     }
-    f->fd = fd;
-    f->sdev = sb.st_dev;
-    f->ino = sb.st_ino;
-    f->acc = acc;
-    f->refs = 1;
-    LIST_INSERT_HEAD(&u->files, f, link);
-    *out = f;
     return NXL_SUCCESS;
 }
 
-/* the descriptor meta (filemeta.h: "path=/x/y;mode=r|w|rw|create[,direct]"),
- * the file opened */
-static nxl_status_t open_meta(gds_t *u, const nxl_desc_t *d, int *fd, int *acc, char *name,
-                              size_t cap)
+static void file_lib_dereg(void *owner, nxl_ffile_t *ff)
 {
-    nxlt_filemeta_t m;
-    nxl_status_t st = nxlt_filemeta_parse(u->ctx, "GDS", d, &m);
-    if (st != NXL_SUCCESS)
-        return st;
-    const char *path = m.path;
-    int a = m.acc, flags = (m.create ? O_CREAT : 0) | (m.direct == 1 ? O_DIRECT : 0);
-    *fd = open(path, a | flags | O_CLOEXEC, 0644);
-    if (*fd < 0) {
-        int e = errno;
-        nxlt_error(u->ctx, "GDS: cannot open '%s' to register FILE range %llu+%zu: %s", path,
-                   (unsigned long long)d->addr, d->len, strerror(e));
-        return e == ENOENT ? NXL_ERR_NOT_FOUND : e == EACCES ? NXL_ERR_NOT_ALLOWED
-                                                             : NXL_ERR_BACKEND;
-    }
-    *acc = a;
-    snprintf(name, cap, "'%.140s'", path);
-    return NXL_SUCCESS;
+    gds_t *u = owner;
+    u->L->handle_deregister(((gds_file_t *)ff)->fh);
 }
+
+static const nxl_fregs_ops_t gds_fregs_ops = {
+    .lib = "cuFile",
+    .file_size = sizeof(gds_file_t),
+    .accmask = O_ACCMODE | O_DIRECT,
+    .direct_flag = O_DIRECT,
+    .lib_reg = file_lib_reg,
+    .lib_dereg = file_lib_dereg,
+};
 
 /* ------------------------------------------------------------ memory */
-
-static void freg_put(gds_t *u, gds_reg_t *r)
-{
-    if (--r->refs > 0)
-        return;
-    file_put(u, r->file);
-    free(r);
-}
 
 static nxl_status_t reg_vram(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
 {
@@ -421,44 +331,21 @@ static nxl_status_t reg_vram(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
     return NXL_SUCCESS;
 }
 
-static nxl_status_t reg_file(gds_t *u, const nxl_desc_t *d, gds_reg_t *r)
-{
-    int fd, acc;
-    nxl_status_t st;
-    if (d->meta_len) {
-        if ((st = open_meta(u, d, &fd, &acc, r->name, sizeof(r->name))) != NXL_SUCCESS)
-            return st;
-    } else if ((st = nxl_fio_dup_fd(&u->fio, "FILE", d, &fd, &acc, r->name, sizeof(r->name))) !=
-               NXL_SUCCESS) {
-        return st;
-    }
-    if ((st = file_get(u, fd, acc, r->name, &r->file)) != NXL_SUCCESS)
-        return st;
-    r->reg.regid = ++u->next_regid;
-    r->refs = 1;
-    if (nxlt_regtab_add(&u->regs, &r->reg) < 0) {
-        file_put(u, r->file);
-        r->file = NULL;
-        nxlt_error(u->ctx, "GDS: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
-    return NXL_SUCCESS;
-}
-
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
 {
     gds_t *u = state;
     gds_reg_t *r = nxlt_regspan_new(u->ctx, "GDS", sizeof(*r), type, d);
     if (!r)
         return NXL_ERR_UNKNOWN;
-    nxl_status_t st = type == NXL_VRAM ? reg_vram(u, d, r) : reg_file(u, d, r);
+    nxl_status_t st =
+        type == NXL_VRAM ? reg_vram(u, d, r) : nxl_fregs_reg_file(&u->files, d, &r->fr);
     if (st != NXL_SUCCESS) {
         free(r);
         return st;
     }
     nxlt_log(u->ctx, NXL_LOG_DEBUG, "GDS: registered %s 0x%lx+%zu%s%s", nxl_mem_name(type),
              (unsigned long)d->addr, d->len, type == NXL_FILE ? " of " : "",
-             type == NXL_FILE ? r->name : "");
+             type == NXL_FILE ? r->fr.name : "");
     *md = r;
     return NXL_SUCCESS;
 }
@@ -467,76 +354,22 @@ static void dereg(void *state, void *md)
 {
     gds_t *u = state;
     gds_reg_t *r = md;
-    if (r->span.type == NXL_VRAM) {
+    if (r->fr.span.type == NXL_VRAM) {
         if (r->buf_reg) {
-            nxl_cufile_status_t s = u->L->buf_deregister((const void *)r->span.addr);
+            nxl_cufile_status_t s = u->L->buf_deregister((const void *)r->fr.span.addr);
             if (s.err != NXL_CUFILE_SUCCESS) {
                 char b[96];
                 nxlt_log(u->ctx, NXL_LOG_WARN, "GDS: cuFileBufDeregister of 0x%lx failed: %s",
-                         (unsigned long)r->span.addr, cstatus(s, b, sizeof(b)));
+                         (unsigned long)r->fr.span.addr, cstatus(s, b, sizeof(b)));
             }
         }
         free(r);
         return;
     }
-    nxlt_regtab_del(&u->regs, &r->reg);
-    freg_put(u, r);
-}
-
-static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
-{
-    gds_t *u = state;
-    gds_reg_t *r = md;
-    *buf = NULL;
-    *len = 0;
-    if (r->span.type != NXL_FILE)
-        return NXL_SUCCESS; /* VRAM is only ever the local side */
-    return nxl_fio_pack_key(&u->fio, r->reg.regid, buf, len);
-}
-
-static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
-{
-    gds_t *u = state;
-    nxlt_blob24_t k;
-    *rkey = NULL;
-    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->fio.token) {
-        nxlt_error(u->ctx, "GDS: a region key of %zu bytes that is not this transport's", len);
-        return NXL_ERR_MISMATCH;
-    }
-    nxlt_reg_t *e = nxlt_regtab_find(&u->regs, k.regid);
-    gds_reg_t *r = e ? NXLT_REG_OF(e, gds_reg_t, reg) : NULL;
-    if (!r) {
-        nxlt_error(u->ctx, "GDS: region key %llu names no registered file range",
-                   (unsigned long long)k.regid);
-        return NXL_ERR_NOT_FOUND;
-    }
-    r->refs++;
-    *rkey = r;
-    return NXL_SUCCESS;
-}
-
-static void unload_key(void *state, void *rkey)
-{
-    if (rkey)
-        freg_put(state, rkey);
+    nxl_fregs_dereg(&u->files, &r->fr);
 }
 
 /* ------------------------------------------------------------ transfers */
-
-/* the file-I/O core's questions (../common/fileio.h) */
-static void seg_init(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v)
-{
-    gds_reg_t *fr = v->rkey;
-    s->lmd = v->lmd;
-    s->file = fr->file;
-    fr->file->refs++;
-    s->fname = fr->name;
-}
-
-static void seg_file_put(void *owner, void *file)
-{
-    file_put(owner, file);
-}
 
 /* on the reactor: what a worker's chunk_io did */
 static void chunk_result(nxl_fio_t *fio, nxl_fio_seg_t *s)
@@ -563,7 +396,7 @@ static void chunk_result(nxl_fio_t *fio, nxl_fio_seg_t *s)
     unsigned long long at = (unsigned long long)s->off;
     if (s->res == 0 && !x->write) {
         struct stat sb;
-        long long size = fstat(((gds_file_t *)s->file)->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+        long long size = fstat(((nxl_ffile_t *)s->file)->fd, &sb) == 0 ? (long long)sb.st_size : -1;
         nxl_fio_fail(fio, s, NXL_ERR_NOT_FOUND, "GDS: read from %s at offset %llu (element %zu) "
                      "reached the end of the file (%lld bytes long) after %zu of %zu bytes of "
                      "that chunk", s->fname, at, s->elem, size, done, s->total);
@@ -582,6 +415,7 @@ static void chunk_result(nxl_fio_t *fio, nxl_fio_seg_t *s)
     }
 }
 
+/* the file-I/O core's questions (../common/fileio.h) */
 static const nxl_fio_ops_t gds_fio_ops = {
     .name = "GDS",
     .conn_magic = CONN_MAGIC,
@@ -590,43 +424,11 @@ static const nxl_fio_ops_t gds_fio_ops = {
     .rmask = 1u << NXL_FILE,
     .rtypes = "FILE",
     .rtypes_query = "FILE",
-    .seg_init = seg_init,
-    .file_put = seg_file_put,
+    .seg_init = nxl_fregs_seg_init,
+    .file_put = nxl_fregs_seg_file_put,
     .io = chunk_io,
     .result = chunk_result,
 };
-
-static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
-{
-    gds_t *u = state;
-    nxl_status_t st = nxl_fio_post_check(&u->fio, t);
-    if (st != NXL_SUCCESS)
-        return st;
-    bool write = t->op == NXL_WRITE;
-    for (size_t i = 0; i < t->n; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        gds_reg_t *fr = v->rkey, *vr = v->lmd;
-        if (!fr || !vr) {
-            nxlt_error(u->ctx, "GDS: element %zu has no %s registered with GDS", i,
-                       fr ? "VRAM region" : "file range");
-            return NXL_ERR_NOT_SUPPORTED;
-        }
-        int acc = fr->file->acc & O_ACCMODE;
-        if (write ? acc == O_RDONLY : acc == O_WRONLY)
-            return nxl_fio_refuse_access(&u->fio, i, write, fr->name);
-    }
-    return nxl_fio_post(&u->fio, op, t);
-}
-
-/* ------------------------------------------------------------ query */
-
-static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
-{
-    gds_t *u = state;
-    struct stat sb;
-    nxlt_filemeta_t m;
-    return nxl_fio_query(&u->fio, type, d, res, &sb, &m);
-}
 
 /* ------------------------------------------------------------ instance */
 
@@ -685,8 +487,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     fio->chunk = chunk;
     fio->nthreads = (unsigned)nthreads;
     fio->tp_max = depth ? (unsigned)depth : 2 * (unsigned)nthreads;
-    LIST_INIT(&u->files);
-    if (nxlt_regtab_init(&u->regs) < 0 || fio_ok < 0) {
+    if (nxl_fregs_init(&u->files, fio, &gds_fregs_ops) < 0 || fio_ok < 0) {
         nxlt_error(ctx, "GDS: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
@@ -732,21 +533,7 @@ static void destroy(void *state)
     nxlt_log(u->ctx, NXL_LOG_INFO, "GDS statistics: %llu transfers, %llu chunks (%llu short "
              "calls), %llu bytes", (unsigned long long)u->fio.n_xfers, (unsigned long long)u->fio.n_submits,
              (unsigned long long)u->n_short, (unsigned long long)u->n_bytes);
-    /* keys are unloaded and regions deregistered before transports are
-     * destroyed: what is left has no user */
-    if (u->regs.v) {
-        for (nxlt_reg_t *e; (e = nxlt_regtab_pop(&u->regs));) {
-            gds_reg_t *r = NXLT_REG_OF(e, gds_reg_t, reg);
-            r->refs = 1;
-            freg_put(u, r);
-        }
-        nxlt_regtab_fini(&u->regs);
-    }
-    while (!LIST_EMPTY(&u->files)) {
-        gds_file_t *f = LIST_FIRST(&u->files);
-        f->refs = 1;
-        file_put(u, f);
-    }
+    nxl_fregs_fini(&u->files);
     if (u->drv_open) {
         pthread_mutex_lock(&drv_mu);
         if (--drv_users == 0 && u->L->driver_close)
@@ -772,6 +559,8 @@ static const nxl_param_info_t gds_params[] = {
 };
 
 _Static_assert(offsetof(gds_t, fio) == 0, "the nxl_fio_* table functions take gds_t as its nxl_fio_t");
+_Static_assert(offsetof(gds_t, files) == offsetof(nxl_fregs_head_t, files),
+               "the nxl_fregs_* table functions take gds_t as an nxl_fregs_head_t");
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     NXLT_OPS_HEAD("GDS", (1u << NXL_VRAM) | (1u << NXL_FILE),
@@ -781,11 +570,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_gds_ops = {
     .destroy = destroy,
     .reg = reg,
     .dereg = dereg,
-    .pack_key = pack_key,
-    .load_key = load_key,
-    .unload_key = unload_key,
-    .post = post,
     NXL_FIO_OPS,
+    NXL_FREGS_OPS,
     .describe = describe,
-    .query = query,
 };

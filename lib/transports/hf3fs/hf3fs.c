@@ -48,7 +48,9 @@
  * libhf3fs_api_shared.so is loaded at run time (or what $NXL_HF3FS_LIB
  * names): libnxl never links it. */
 #include "config.h"
+#include "../common/dlload.h"
 #include "../common/fileio.h"
+#include "../common/filereg.h"
 #include "../common/filemeta.h"
 #include "../common/regspan.h"
 #include "usrbio_abi.h"
@@ -71,9 +73,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/blob_wire.h"
 #include "../common/pstr.h"
-#include "../common/regtab.h"
 
 #define KEY_MAGIC 0x314b4633u  /* "3FK1" */
 #define CONN_MAGIC 0x31434633u /* "3FC1" */
@@ -102,30 +102,20 @@ typedef struct hf_lib {
     const char *name;
 } hf_lib_t;
 
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static nxlt_dlonce_t lib_once = NXLT_DLONCE_INIT;
 static hf_lib_t lib;
-static bool lib_ok;
-static char lib_why[240];
 
 static void lib_load(void)
 {
-    const char *env = getenv("NXL_HF3FS_LIB");
-    lib.name = env && *env ? env : HF_LIBNAME;
-    void *h = dlopen(lib.name, RTLD_NOW | RTLD_LOCAL);
+    static const char *const names[] = {HF_LIBNAME};
+    char first[180];
+    void *h = nxlt_dl_open("NXL_HF3FS_LIB", names, 1, &lib.name, first, sizeof(first));
     if (!h) {
-        char first[180];
-        const char *e = dlerror();
-        snprintf(first, sizeof(first), "%s", e ? e : "dlopen failed");
-        char *tail = strstr(first, ": No such file or directory");
-        if (tail)
-            *tail = 0;
-        snprintf(lib_why, sizeof(lib_why), HF_LIBNAME " not found (%.170s)", first);
+        nxlt_dl_cut_enoent(first);
+        snprintf(lib_once.why, sizeof(lib_once.why), HF_LIBNAME " not found (%.170s)", first);
         return;
     }
-    struct {
-        void **slot;
-        const char *sym;
-    } need[] = {
+    const nxlt_dlsym_t need[] = {
         {(void **)&lib.extract_mount_point, "hf3fs_extract_mount_point"},
         {(void **)&lib.iovcreate, "hf3fs_iovcreate"},
         {(void **)&lib.iovdestroy, "hf3fs_iovdestroy"},
@@ -137,26 +127,20 @@ static void lib_load(void)
         {(void **)&lib.submit_ios, "hf3fs_submit_ios"},
         {(void **)&lib.wait_for_ios, "hf3fs_wait_for_ios"},
     };
-    for (size_t i = 0; i < sizeof(need) / sizeof(*need); i++)
-        if (!(*need[i].slot = dlsym(h, need[i].sym))) {
-            snprintf(lib_why, sizeof(lib_why), HF_LIBNAME " unusable (%.120s lacks %s)",
-                     lib.name, need[i].sym);
-            return;
-        }
+    const char *lacks = nxlt_dl_syms(h, need, sizeof(need) / sizeof(*need));
+    if (lacks) {
+        snprintf(lib_once.why, sizeof(lib_once.why), HF_LIBNAME " unusable (%.120s lacks %s)",
+                 lib.name, lacks);
+        return;
+    }
     *(void **)&lib.iorcreate4 = dlsym(h, "hf3fs_iorcreate4");
     *(void **)&lib.iovwrap = dlsym(h, "hf3fs_iovwrap");
-    lib_ok = true;
+    lib_once.ok = true;
 }
 
 static const hf_lib_t *lib_get(char *why, size_t cap)
 {
-    pthread_once(&lib_once, lib_load);
-    if (!lib_ok) {
-        if (why && cap)
-            snprintf(why, cap, "%s", lib_why);
-        return NULL;
-    }
-    return &lib;
+    return nxlt_dlonce_get(&lib_once, lib_load, why, cap) ? &lib : NULL;
 }
 
 /* "EBADF (Bad file descriptor)" for an errno of usrbio's */
@@ -170,26 +154,12 @@ static const char *errtext(int e, char *buf, size_t cap)
 
 typedef struct hf3fs hf3fs_t;
 
-/* one open file, registered with hf3fs_reg_fd, shared by its ranges */
-typedef struct hf_file {
-    int fd;
-    dev_t sdev;
-    ino_t ino;
-    int acc;
-    int refs;                /* ranges and segments */
-    LIST_ENTRY(hf_file) link;
-} hf_file_t;
-
 /* a registration: a DRAM region (one of nxl_mem_alloc's is an iov), or a
  * FILE range */
 typedef struct hf_reg {
-    nxlt_regspan_t span;     /* first (nxlt_regspan_new) */
+    nxl_frange_t fr;         /* first */
     struct nxl_hf3fs_iov iov; /* DRAM from mem_alloc: the iov it is */
     bool has_iov;
-    hf_file_t *file;         /* FILE */
-    char name[160];          /* FILE: "fd 5" or "'/x/y'" */
-    nxlt_reg_t reg;          /* FILE: by reg.regid */
-    int refs;                /* FILE: the registration and the keys loaded */
 } hf_reg_t;
 
 /* one I/O prepared on a ring: its segment and its bounce slot (slot k of
@@ -226,11 +196,10 @@ typedef struct hf_ring {
 
 struct hf3fs {
     nxl_fio_t fio;           /* first (the nxl_fio_* table functions take hf3fs_t as it) */
+    nxl_fregs_t files;       /* FILE registrations and their open files: second (the
+                              * nxl_fregs_* table functions take hf3fs_t as nxl_fregs_head_t) */
     nxlt_ctx_t *ctx;
     const hf_lib_t *L;
-    nxlt_regtab_t regs;
-    uint64_t next_regid;
-    LIST_HEAD(, hf_file) files;
     char mount[256];         /* "" until known */
     bool ready;              /* rings, bounce iov, workers made */
     hf_ring_t ring[2];       /* 0 writes, 1 reads */
@@ -424,7 +393,7 @@ static void hf_pump(nxl_fio_t *f)
         }
         hf_io_t *io = &u->io[u->free_io[--u->nfree]];
         hf_reg_t *lr = s->lmd;
-        hf_file_t *file = s->file;
+        nxl_ffile_t *file = s->file;
         size_t n = s->left < f->chunk ? s->left : f->chunk;
         const struct nxl_hf3fs_iov *iov;
         if (lr && lr->has_iov) {
@@ -663,20 +632,11 @@ static nxl_status_t make_ready(hf3fs_t *u)
 
 /* ------------------------------------------------------------ files */
 
-static void file_put(hf3fs_t *u, hf_file_t *f)
-{
-    if (--f->refs > 0)
-        return;
-    LIST_REMOVE(f, link);
-    u->L->dereg_fd(f->fd);
-    close(f->fd);
-    free(f);
-}
-
 /* the mount of the file behind @p fd (named @p name), checked against the
  * instance's; the first one becomes it */
-static nxl_status_t file_mount(hf3fs_t *u, int fd, const char *path, const char *name)
+static nxl_status_t file_mount(void *owner, int fd, const char *path, const char *name)
 {
+    hf3fs_t *u = owner;
     char proc[64], target[PATH_MAX];
     if (!path) {
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
@@ -727,103 +687,38 @@ static nxl_status_t file_mount(hf3fs_t *u, int fd, const char *path, const char 
     return make_ready(u);
 }
 
-/* the shared registration of the file behind @p fd (taken over, or closed) */
-static nxl_status_t file_get(hf3fs_t *u, int fd, int acc, const char *path, const char *name,
-                             hf_file_t **out)
+/* each open file, shared by its ranges (../common/filereg.h), is
+ * registered with hf3fs_reg_fd */
+static nxl_status_t file_lib_reg(void *owner, nxl_ffile_t *f, const char *name)
 {
-    struct stat sb;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        nxlt_error(u->ctx, "HF3FS: %s is not a regular file; usrbio reads and writes files",
-                   name);
-        close(fd);
-        return NXL_ERR_INVALID_PARAM;
-    }
-    nxl_status_t st = file_mount(u, fd, path, name);
-    if (st != NXL_SUCCESS) {
-        close(fd);
-        return st;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    acc = fl >= 0 ? fl & O_ACCMODE : acc;
-    hf_file_t *f;
-    LIST_FOREACH(f, &u->files, link)
-    if (f->sdev == sb.st_dev && f->ino == sb.st_ino && f->acc == acc) {
-        close(fd);
-        f->refs++;
-        *out = f;
-        return NXL_SUCCESS;
-    }
-    if (!(f = calloc(1, sizeof(*f)))) {
-        close(fd);
-        nxlt_error(u->ctx, "HF3FS: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
-    int rc = u->L->reg_fd(fd, 0);
+    hf3fs_t *u = owner;
+    int rc = u->L->reg_fd(f->fd, 0);
     if (rc > 0) {
         char b[96];
         nxlt_error(u->ctx, "HF3FS: hf3fs_reg_fd of %s failed: %s%s", name,
                    errtext(rc, b, sizeof(b)),
                    rc == EBADF ? "; 3FS says it is not one of its files" : "");
-        close(fd);
-        free(f);
         return NXL_ERR_BACKEND;
     }
-    f->fd = fd;
-    f->sdev = sb.st_dev;
-    f->ino = sb.st_ino;
-    f->acc = acc;
-    f->refs = 1;
-    LIST_INSERT_HEAD(&u->files, f, link);
-    *out = f;
     return NXL_SUCCESS;
 }
+
+static void file_lib_dereg(void *owner, nxl_ffile_t *f)
+{
+    hf3fs_t *u = owner;
+    u->L->dereg_fd(f->fd);
+}
+
+static const nxl_fregs_ops_t hf_fregs_ops = {
+    .lib = "usrbio",
+    .file_size = sizeof(nxl_ffile_t),
+    .accmask = O_ACCMODE,
+    .check = file_mount,
+    .lib_reg = file_lib_reg,
+    .lib_dereg = file_lib_dereg,
+};
 
 /* ------------------------------------------------------------ memory */
-
-static void freg_put(hf3fs_t *u, hf_reg_t *r)
-{
-    if (--r->refs > 0)
-        return;
-    file_put(u, r->file);
-    free(r);
-}
-
-static nxl_status_t reg_file(hf3fs_t *u, const nxl_desc_t *d, hf_reg_t *r)
-{
-    int fd, acc;
-    nxl_status_t st;
-    nxlt_filemeta_t m;
-    const char *path = NULL;
-    if (d->meta_len) {
-        if ((st = nxlt_filemeta_parse(u->ctx, "HF3FS", d, &m)) != NXL_SUCCESS)
-            return st;
-        fd = open(m.path, m.acc | (m.create ? O_CREAT : 0) | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            int e = errno;
-            nxlt_error(u->ctx, "HF3FS: cannot open '%s' to register FILE range %llu+%zu: %s",
-                       m.path, (unsigned long long)d->addr, d->len, strerror(e));
-            return e == ENOENT ? NXL_ERR_NOT_FOUND : e == EACCES ? NXL_ERR_NOT_ALLOWED
-                                                                 : NXL_ERR_BACKEND;
-        }
-        acc = m.acc;
-        path = m.path;
-        snprintf(r->name, sizeof(r->name), "'%.140s'", m.path);
-    } else if ((st = nxl_fio_dup_fd(&u->fio, "FILE", d, &fd, &acc, r->name, sizeof(r->name))) !=
-               NXL_SUCCESS) {
-        return st;
-    }
-    if ((st = file_get(u, fd, acc, path, r->name, &r->file)) != NXL_SUCCESS)
-        return st;
-    r->reg.regid = ++u->next_regid;
-    r->refs = 1;
-    if (nxlt_regtab_add(&u->regs, &r->reg) < 0) {
-        file_put(u, r->file);
-        r->file = NULL;
-        nxlt_error(u->ctx, "HF3FS: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
-    return NXL_SUCCESS;
-}
 
 static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **md)
 {
@@ -832,7 +727,7 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     if (!r)
         return NXL_ERR_UNKNOWN;
     if (type == NXL_FILE) {
-        nxl_status_t st = reg_file(u, d, r);
+        nxl_status_t st = nxl_fregs_reg_file(&u->files, d, &r->fr);
         if (st != NXL_SUCCESS) {
             free(r);
             return st;
@@ -847,12 +742,11 @@ static void dereg(void *state, void *md)
 {
     hf3fs_t *u = state;
     hf_reg_t *r = md;
-    if (r->span.type != NXL_FILE) {
+    if (r->fr.span.type != NXL_FILE) {
         free(r);
         return;
     }
-    nxlt_regtab_del(&u->regs, &r->reg);
-    freg_put(u, r);
+    nxl_fregs_dereg(&u->files, &r->fr);
 }
 
 /* DRAM that is an iov of its own: its I/O needs no copy. Declined
@@ -876,7 +770,7 @@ static nxl_status_t mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t 
         return NXL_ERR_BACKEND;
     }
     r->has_iov = true;
-    r->span.addr = (uintptr_t)r->iov.base;
+    r->fr.span.addr = (uintptr_t)r->iov.base;
     *ptr = r->iov.base;
     *md = r;
     return NXL_SUCCESS;
@@ -891,59 +785,7 @@ static void mem_free(void *state, void *ptr, void *md)
     free(r);
 }
 
-static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
-{
-    hf3fs_t *u = state;
-    hf_reg_t *r = md;
-    *buf = NULL;
-    *len = 0;
-    if (r->span.type != NXL_FILE)
-        return NXL_SUCCESS; /* DRAM is only ever the local side */
-    return nxl_fio_pack_key(&u->fio, r->reg.regid, buf, len);
-}
-
-static nxl_status_t load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
-{
-    hf3fs_t *u = state;
-    nxlt_blob24_t k;
-    *rkey = NULL;
-    if (conn != u || nxlt_blob24_parse(buf, len, KEY_MAGIC, &k) != 0 || k.token != u->fio.token) {
-        nxlt_error(u->ctx, "HF3FS: a region key of %zu bytes that is not this transport's", len);
-        return NXL_ERR_MISMATCH;
-    }
-    nxlt_reg_t *e = nxlt_regtab_find(&u->regs, k.regid);
-    hf_reg_t *r = e ? NXLT_REG_OF(e, hf_reg_t, reg) : NULL;
-    if (!r) {
-        nxlt_error(u->ctx, "HF3FS: region key %llu names no registered file range",
-                   (unsigned long long)k.regid);
-        return NXL_ERR_NOT_FOUND;
-    }
-    r->refs++;
-    *rkey = r;
-    return NXL_SUCCESS;
-}
-
-static void unload_key(void *state, void *rkey)
-{
-    if (rkey)
-        freg_put(state, rkey);
-}
-
 /* ------------------------------------------------------------ transfers */
-
-static void seg_init(void *owner, nxl_fio_seg_t *s, const nxlt_iov_t *v)
-{
-    hf_reg_t *fr = v->rkey;
-    s->lmd = v->lmd;
-    s->file = fr->file;
-    fr->file->refs++;
-    s->fname = fr->name;
-}
-
-static void seg_file_put(void *owner, void *file)
-{
-    file_put(owner, file);
-}
 
 static const nxl_fio_ops_t hf_fio_ops = {
     .name = "HF3FS",
@@ -953,39 +795,9 @@ static const nxl_fio_ops_t hf_fio_ops = {
     .rmask = 1u << NXL_FILE,
     .rtypes = "FILE",
     .rtypes_query = "FILE",
-    .seg_init = seg_init,
-    .file_put = seg_file_put,
+    .seg_init = nxl_fregs_seg_init,
+    .file_put = nxl_fregs_seg_file_put,
 };
-
-static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *t)
-{
-    hf3fs_t *u = state;
-    nxl_status_t st = nxl_fio_post_check(&u->fio, t);
-    if (st != NXL_SUCCESS)
-        return st;
-    bool write = t->op == NXL_WRITE;
-    for (size_t i = 0; i < t->n; i++) {
-        const nxlt_iov_t *v = &t->iov[i];
-        hf_reg_t *fr = v->rkey;
-        if (!fr || !v->lmd) {
-            nxlt_error(u->ctx, "HF3FS: element %zu has no %s registered with HF3FS", i,
-                       fr ? "DRAM region" : "file range");
-            return NXL_ERR_NOT_SUPPORTED;
-        }
-        int acc = fr->file->acc & O_ACCMODE;
-        if (write ? acc == O_RDONLY : acc == O_WRONLY)
-            return nxl_fio_refuse_access(&u->fio, i, write, fr->name);
-    }
-    return nxl_fio_post(&u->fio, op, t);
-}
-
-static nxl_status_t query(void *state, nxl_mem_t type, const nxl_desc_t *d, nxl_query_t *res)
-{
-    hf3fs_t *u = state;
-    struct stat sb;
-    nxlt_filemeta_t m;
-    return nxl_fio_query(&u->fio, type, d, res, &sb, &m);
-}
 
 /* ------------------------------------------------------------ instance */
 
@@ -1043,7 +855,6 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     u->io_depth = (unsigned)io_depth;
     u->wait_ms = wait_ms;
     u->numa = numa && strcmp(numa, "-1") ? (int)numa1 : -1;
-    LIST_INIT(&u->files);
     for (int i = 0; i < 2; i++) {
         u->ring[i].u = u;
         pthread_mutex_init(&u->ring[i].mu, NULL);
@@ -1054,7 +865,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     fio->chunk = chunk;
     u->io = calloc(entries, sizeof(*u->io));
     u->free_io = calloc(entries, sizeof(*u->free_io));
-    if (nxlt_regtab_init(&u->regs) < 0 || fio_ok < 0 || !u->io || !u->free_io) {
+    if (nxl_fregs_init(&u->files, fio, &hf_fregs_ops) < 0 || fio_ok < 0 || !u->io ||
+        !u->free_io) {
         nxlt_error(ctx, "HF3FS: out of memory");
         destroy(u);
         return NXL_ERR_UNKNOWN;
@@ -1098,19 +910,7 @@ static void destroy(void *state)
              (unsigned long long)u->n_zero_copy, (unsigned long long)u->n_full,
              (unsigned long long)(u->ring[0].n_waits + u->ring[1].n_waits),
              (unsigned long long)(u->ring[0].n_empty + u->ring[1].n_empty));
-    if (u->regs.v) {
-        for (nxlt_reg_t *e; (e = nxlt_regtab_pop(&u->regs));) {
-            hf_reg_t *r = NXLT_REG_OF(e, hf_reg_t, reg);
-            r->refs = 1;
-            freg_put(u, r);
-        }
-        nxlt_regtab_fini(&u->regs);
-    }
-    while (!LIST_EMPTY(&u->files)) {
-        hf_file_t *f = LIST_FIRST(&u->files);
-        f->refs = 1;
-        file_put(u, f);
-    }
+    nxl_fregs_fini(&u->files);
     for (int i = 0; i < 2; i++) {
         hf_ring_t *r = &u->ring[i];
         if (r->made && !u->stuck)
@@ -1153,6 +953,8 @@ static const nxl_param_info_t hf3fs_params[] = {
 
 _Static_assert(offsetof(hf3fs_t, fio) == 0,
                "the nxl_fio_* table functions take hf3fs_t as its nxl_fio_t");
+_Static_assert(offsetof(hf3fs_t, files) == offsetof(nxl_fregs_head_t, files),
+               "the nxl_fregs_* table functions take hf3fs_t as an nxl_fregs_head_t");
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_hf3fs_ops = {
     NXLT_OPS_HEAD("HF3FS", (1u << NXL_DRAM) | (1u << NXL_FILE),
@@ -1162,13 +964,9 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_hf3fs_ops = {
     .destroy = destroy,
     .reg = reg,
     .dereg = dereg,
-    .pack_key = pack_key,
     .mem_alloc = mem_alloc,
     .mem_free = mem_free,
-    .load_key = load_key,
-    .unload_key = unload_key,
-    .post = post,
     NXL_FIO_OPS,
+    NXL_FREGS_OPS,
     .describe = describe,
-    .query = query,
 };

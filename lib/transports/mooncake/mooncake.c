@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "../../common/base64.h"
+#include "../common/dlload.h"
 #include "../common/pstr.h"
 #include "te_abi.h"
 
@@ -120,37 +121,31 @@ typedef struct mc_lib {
     const char *name;
 } mc_lib_t;
 
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static nxlt_dlonce_t lib_once = NXLT_DLONCE_INIT;
 static mc_lib_t lib;
-static bool lib_ok;
-static char lib_why[300];
 
 static void lib_load(void)
 {
-    const char *env = getenv("NXL_MOONCAKE_LIB");
-    lib.name = env && *env ? env : "libtransfer_engine.so";
+    static const char *const names[] = {"libtransfer_engine.so"};
     /* the engine logs through glog, every INFO line to stderr unless told
      * otherwise (MC_LOG_LEVEL): warnings and errors only, unless the user
      * chose */
     setenv("MC_LOG_LEVEL", "WARNING", 0);
-    void *h = dlopen(lib.name, RTLD_NOW | RTLD_LOCAL);
+    char e[512];
+    void *h = nxlt_dl_open("NXL_MOONCAKE_LIB", names, 1, &lib.name, e, sizeof(e));
     if (!h) {
-        const char *e = dlerror();
-        if (e && strstr(e, "No such file"))
-            snprintf(lib_why, sizeof(lib_why),
+        if (nxlt_dl_cut_enoent(e))
+            snprintf(lib_once.why, sizeof(lib_once.why),
                      "%s not found: set NXL_MOONCAKE_LIB or build with tests/mooncake/build",
                      lib.name);
         else
-            snprintf(lib_why, sizeof(lib_why),
+            snprintf(lib_once.why, sizeof(lib_once.why),
                      "%s does not load (%.180s): set NXL_MOONCAKE_LIB or build with "
                      "tests/mooncake/build",
-                     lib.name, e ? e : "dlopen failed");
+                     lib.name, e);
         return;
     }
-    struct {
-        void **slot;
-        const char *sym;
-    } need[] = {
+    const nxlt_dlsym_t need[] = {
         {(void **)&lib.create, "createTransferEngine"},
         {(void **)&lib.install, "installTransport"},
         {(void **)&lib.local, "getLocalIpAndPort"},
@@ -167,21 +162,18 @@ static void lib_load(void)
         {(void **)&lib.status, "getTransferStatus"},
         {(void **)&lib.free_batch, "freeBatchID"},
     };
-    for (size_t i = 0; i < sizeof(need) / sizeof(*need); i++)
-        if (!(*need[i].slot = dlsym(h, need[i].sym))) {
-            snprintf(lib_why, sizeof(lib_why), "%s lacks %s (a Transfer Engine too old?)",
-                     lib.name, need[i].sym);
-            return;
-        }
-    lib_ok = true; /* never closed: the engine's threads live in it */
+    const char *lacks = nxlt_dl_syms(h, need, sizeof(need) / sizeof(*need));
+    if (lacks) {
+        snprintf(lib_once.why, sizeof(lib_once.why), "%s lacks %s (a Transfer Engine too old?)",
+                 lib.name, lacks);
+        return;
+    }
+    lib_once.ok = true; /* never closed: the engine's threads live in it */
 }
 
 static const mc_lib_t *lib_get(char *why, size_t cap)
 {
-    pthread_once(&lib_once, lib_load);
-    if (!lib_ok && why)
-        snprintf(why, cap, "%s", lib_why);
-    return lib_ok ? &lib : NULL;
+    return nxlt_dlonce_get(&lib_once, lib_load, why, cap) ? &lib : NULL;
 }
 
 /* ------------------------------------------------------------ state */
