@@ -1226,7 +1226,7 @@ static void kvg_cb(nxl_future_t *f, nxl_status_t st, void *arg)
     int i = (int)(intptr_t)arg;
     kvg_calls[i]++;
     kvg_st[i] = st;
-    if (st != NXL_SUCCESS)
+    if (st != NXL_SUCCESS && st != NXL_ERR_CANCELED)
         fprintf(stderr, "check_cuda: t_kv_relayout: %s\n", nxl_future_error(f));
 }
 
@@ -1370,6 +1370,68 @@ START_TEST(t_kv_relayout)
                    "outer): %ld launches, each after the copies into its staging, every byte "
                    "right\n", launches);
     }
+    /* canceled at once: completes once, CANCELED, after what was in flight
+     * ended (nothing written into the decode region after its callback);
+     * posted again: every byte */
+    CK_CUDA(rt->cudaMemset(dm, 0xEE, dl.len));
+    memset(kvg_calls, 0, sizeof(kvg_calls));
+    nxl_future_t *f = NULL;
+    ck_assert_int_eq(nxl_kv_xfer_post(kx[0], kvg_cb, (void *)(intptr_t)0, &f), NXL_SUCCESS);
+    nxl_future_cancel(f);
+    ck_assert_msg(tl_run_until(a, &kvg_calls[0], 1, 10000), "the canceled transfer did not "
+                  "complete");
+    ck_assert_int_eq(kvg_st[0], NXL_ERR_CANCELED);
+    CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+    tl_run_until(a, &kvg_calls[0], 1 << 30, 100);
+    ck_assert_int_eq(kvg_calls[0], 1);
+    unsigned char *later = malloc(dl.len);
+    CK_CUDA(rt->cudaMemcpy(later, dm, dl.len, cudaMemcpyDeviceToHost));
+    ck_assert_msg(tl_first_diff(got, later, dl.len) < 0, "the decode region changed after the "
+                  "canceled transfer's callback");
+    free(later);
+    nxl_future_release(f);
+    /* canceled mid-way (stand-in: once 3 launches ran), READs and
+     * re-layouts in flight: completes once, nothing written after */
+    for (int k = 0; trace && k < 3; k++) {
+        memset(kvg_calls, 0, sizeof(kvg_calls));
+        trace_reset();
+        ck_assert_int_eq(nxl_kv_xfer_post(kx[0], kvg_cb, (void *)(intptr_t)0, &f), NXL_SUCCESS);
+        for (int spin = 0; spin < 5000 && !kvg_calls[0]; spin++) {
+            const kvg_trace_t *tr;
+            long n = trace(&tr), ks = 0;
+            for (long j = 0; j < n; j++)
+                ks += tr[j].kind == 'K';
+            if (ks >= 1 + k)
+                break;
+            nxl_agent_run_once(a, 0);
+        }
+        nxl_future_cancel(f);
+        ck_assert(tl_run_until(a, &kvg_calls[0], 1, 10000));
+        ck_assert_msg(kvg_st[0] == NXL_ERR_CANCELED || kvg_st[0] == NXL_SUCCESS, "status %d",
+                      (int)kvg_st[0]);
+        printf("check_cuda: staged VRAM KV transfer canceled after %d launch%s: %s\n", 1 + k,
+               k ? "es" : "", nxl_strerror(kvg_st[0]));
+        CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+        tl_run_until(a, &kvg_calls[0], 1 << 30, 50);
+        ck_assert_int_eq(kvg_calls[0], 1);
+        later = malloc(dl.len);
+        CK_CUDA(rt->cudaMemcpy(later, dm, dl.len, cudaMemcpyDeviceToHost));
+        ck_assert_msg(tl_first_diff(got, later, dl.len) < 0, "the decode region changed after "
+                      "the callback of a transfer canceled mid-way");
+        free(later);
+        nxl_future_release(f);
+    }
+    memset(kvg_calls, 0, sizeof(kvg_calls));
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(nxl_kv_xfer_post(kx[i], kvg_cb, (void *)(intptr_t)i, NULL),
+                         NXL_SUCCESS);
+    for (int spin = 0; spin < 2000 && kvg_calls[0] + kvg_calls[1] < 2; spin++)
+        tl_run_until(a, &kvg_calls[0], 1 << 30, 5);
+    ck_assert_int_eq(kvg_calls[0] + kvg_calls[1], 2);
+    ck_assert(kvg_st[0] == NXL_SUCCESS && kvg_st[1] == NXL_SUCCESS);
+    CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+    ck_assert_msg(tl_first_diff(got, want, dl.len) < 0, "posted again after a cancel: bytes "
+                  "wrong");
     for (int i = 0; i < 2; i++)
         nxl_kv_xfer_release(kx[i]);
     free(want);
