@@ -17,7 +17,9 @@
  * WRITE between two processes with the notification after the data; a
  * peer killed mid-transfer; cancel and teardown with copies in flight (no
  * callback before the GPU is done with the buffers); the event-chained
- * post; an idle agent sleeps. Without a GPU each of these prints
+ * post; an idle agent sleeps; the staged KV transfer into VRAM (the
+ * re-layout kernel launched by the transport, against the stand-in's host
+ * routine where there is no GPU). Without a GPU each of these prints
  * "SKIP: <test>: <reason>" and passes; quickstart counts those lines as
  * skipped. The peer process is this program run again (fork and exec
  * before it touches CUDA). */
@@ -25,6 +27,9 @@
 #define CT_SUITE "check_cuda"
 #include "cudatest.h"
 
+#include <nxl/kv.h>
+
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -1174,6 +1179,268 @@ START_TEST(t_ipc_peer_killed)
 }
 END_TEST
 
+/* The staged KV transfer into VRAM: each group's READ into VRAM staging
+ * (here a loopback READ through this transport's copies), then the
+ * re-layout kernel launched by the CUDA transport, completion through the
+ * reactor. Prefill TP 2, heads outer, into decode TP 1, tokens outer:
+ * every byte of the decode region against offsets computed here. Over the
+ * stand-in, the kernel is tests/mock_cudart.c's host routine, and its
+ * trace shows each launch after the copies into the staging it reads,
+ * with no copy into that staging while it runs. */
+#define KVG_HEADS 8
+#define KVG_ROW 32 /* head_size 16 x elem_size 2 */
+#define KVG_PLANES 2
+#define KVG_BLOCKS 8
+#define KVG_BT 16
+#define KVG_TOKENS 100
+
+static unsigned char kvg_val(uint32_t l, size_t t, uint32_t h, uint32_t k)
+{
+    uint32_t x = (l * 2654435761u) ^ ((uint32_t)t * 40503u) ^ (h * 977u) ^ (k * 131u);
+    x ^= x >> 11;
+    x *= 0x9e3779b1u;
+    return (unsigned char)((x >> 7) | 1); /* never 0xEE's partner 0 */
+}
+
+/* byte k of token t (in its block), head h (the model's) of block b, plane l */
+static size_t kvg_off(const nxl_kv_layout_t *L, uint32_t l, uint32_t b, uint32_t t, uint32_t h,
+                      uint32_t k)
+{
+    uint32_t hl = L->heads / L->tp_size, hi = h - L->tp_rank * hl;
+    size_t bb = (size_t)L->block_tokens * hl * KVG_ROW;
+    size_t in = L->order == NXL_KV_HEADS_OUTER ? ((size_t)hi * L->block_tokens + t) * KVG_ROW
+                                               : ((size_t)t * hl + hi) * KVG_ROW;
+    return (size_t)l * KVG_BLOCKS * bb + (size_t)b * bb + in + k;
+}
+
+typedef struct {
+    char kind;
+    uint64_t lo, hi;
+} kvg_trace_t;
+
+static int kvg_calls[2];
+static nxl_status_t kvg_st[2];
+
+static void kvg_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    kvg_calls[i]++;
+    kvg_st[i] = st;
+    if (st != NXL_SUCCESS && st != NXL_ERR_CANCELED)
+        fprintf(stderr, "check_cuda: t_kv_relayout: %s\n", nxl_future_error(f));
+}
+
+START_TEST(t_kv_relayout)
+{
+    if (!gpu_test("t_kv_relayout"))
+        return;
+    nxl_agent_t *a = gpu_agent("kv", 0, 0);
+    nxl_kv_layout_t dl, pl[2];
+    void *dm = NULL, *pm[2] = {NULL, NULL}, *stg = NULL;
+    uint32_t di[KVG_BLOCKS] = {5, 2, 7, 0, 3, 6, 1}, pi[KVG_BLOCKS] = {1, 0, 6, 4, 2, 7, 3};
+    nxl_kv_seq_t s = {di, 7, pi, 7, KVG_TOKENS};
+    nxl_kv_layout_init(&dl);
+    dl.layers = KVG_PLANES;
+    dl.blocks = KVG_BLOCKS;
+    dl.block_tokens = KVG_BT;
+    dl.heads = KVG_HEADS;
+    dl.head_size = 16;
+    dl.elem_size = 2;
+    dl.mem = NXL_VRAM;
+    pl[0] = pl[1] = dl;
+    dl.order = NXL_KV_TOKENS_OUTER;
+    dl.len = (size_t)KVG_PLANES * KVG_BLOCKS * KVG_BT * KVG_HEADS * KVG_ROW;
+    ck_assert_int_eq(nxl_mem_alloc(a, NXL_VRAM, dl.len, 0, &dm), NXL_SUCCESS);
+    CK_CUDA(rt->cudaMemset(dm, 0xEE, dl.len));
+    dl.base = (uintptr_t)dm;
+    for (uint32_t r = 0; r < 2; r++) {
+        pl[r].order = NXL_KV_HEADS_OUTER;
+        pl[r].tp_size = 2;
+        pl[r].tp_rank = r;
+        pl[r].len = dl.len / 2;
+        ck_assert_int_eq(nxl_mem_alloc(a, NXL_VRAM, pl[r].len, 0, &pm[r]), NXL_SUCCESS);
+        unsigned char *h = hmalloc(pl[r].len);
+        memset(h, 0x5a, pl[r].len);
+        for (uint32_t l = 0; l < KVG_PLANES; l++)
+            for (size_t t = 0; t < KVG_TOKENS; t++)
+                for (uint32_t g = r * 4; g < r * 4 + 4; g++)
+                    for (uint32_t k = 0; k < KVG_ROW; k++)
+                        h[kvg_off(&pl[r], l, pi[t / KVG_BT], (uint32_t)(t % KVG_BT), g, k)] =
+                            kvg_val(l, t, g, k);
+        CK_CUDA(rt->cudaMemcpy(pm[r], h, pl[r].len, cudaMemcpyHostToDevice));
+        free(h);
+        pl[r].base = (uintptr_t)pm[r];
+    }
+    nxl_kv_opts_t o;
+    nxl_kv_opts_init(&o);
+    o.mode = NXL_KV_STAGED;
+    o.slice_bytes = 4096; /* several groups: the ring of two halves turns */
+    nxl_kv_xfer_t *kx[2];
+#ifndef NXL_HAVE_KV_FATBIN
+    /* built without nvcc: no kernel, refused with a sentence saying so */
+    kx[0] = NULL;
+    ck_assert_int_eq(nxl_kv_xfer_make(a, "kv", &dl, &pl[0], &s, NULL, &o, &kx[0]),
+                     NXL_ERR_NOT_SUPPORTED);
+    ck_assert(kx[0] == NULL);
+    ck_sentence(nxl_agent_last_error(a), "nvcc");
+    printf("check_cuda: staged VRAM KV transfer without the kernel: %s\n",
+           nxl_agent_last_error(a));
+    nxl_agent_destroy(a);
+    return;
+#endif
+    /* rank 0: staging the transfer allocates (VRAM); rank 1: the application's */
+    ck_assert_msg(nxl_kv_xfer_make(a, "kv", &dl, &pl[0], &s, NULL, &o, &kx[0]) == NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(a));
+    size_t slen = 2 * 4096;
+    ck_assert_int_eq(nxl_mem_alloc(a, NXL_VRAM, slen, 0, &stg), NXL_SUCCESS);
+    nxl_desc_t sd = {.addr = (uintptr_t)stg, .len = slen};
+    ck_assert_msg(nxl_kv_xfer_make(a, "kv", &dl, &pl[1], &s, &sd, &o, &kx[1]) == NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(a));
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(nxl_kv_xfer_mode(kx[i], NULL, NULL), NXL_KV_STAGED);
+    long (*trace)(const kvg_trace_t **) = NULL;
+    void (*trace_reset)(void) = NULL;
+    const char *lib = getenv("NXL_CUDA_RUNTIME");
+    void *mh = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (mh) {
+        *(void **)&trace = dlsym(mh, "mock_cuda_trace");
+        *(void **)&trace_reset = dlsym(mh, "mock_cuda_trace_reset");
+    }
+    unsigned char *want = malloc(dl.len), *got = malloc(dl.len);
+    memset(want, 0xEE, dl.len);
+    for (uint32_t l = 0; l < KVG_PLANES; l++)
+        for (size_t t = 0; t < KVG_TOKENS; t++)
+            for (uint32_t g = 0; g < KVG_HEADS; g++)
+                for (uint32_t k = 0; k < KVG_ROW; k++)
+                    want[kvg_off(&dl, l, di[t / KVG_BT], (uint32_t)(t % KVG_BT), g, k)] =
+                        kvg_val(l, t, g, k);
+    for (int round = 0; round < 2; round++) { /* posted again: the same bytes again */
+        CK_CUDA(rt->cudaMemset(dm, 0xEE, dl.len));
+        if (trace_reset)
+            trace_reset();
+        memset(kvg_calls, 0, sizeof(kvg_calls));
+        int total = 0;
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(nxl_kv_xfer_post(kx[i], kvg_cb, (void *)(intptr_t)i, NULL),
+                             NXL_SUCCESS);
+        ck_assert_int_eq(kvg_calls[0] + kvg_calls[1], 0); /* never inside the call */
+        for (int spin = 0; spin < 2000 && (total = kvg_calls[0] + kvg_calls[1]) < 2; spin++)
+            tl_run_until(a, &kvg_calls[0], 1 << 30, 5);
+        ck_assert_msg(total == 2, "%d of 2 staged VRAM KV transfers completed", total);
+        /* once each: nothing more comes */
+        tl_run_until(a, &kvg_calls[0], 1 << 30, 100);
+        for (int i = 0; i < 2; i++) {
+            ck_assert_int_eq(kvg_calls[i], 1);
+            ck_assert_int_eq(kvg_st[i], NXL_SUCCESS);
+        }
+        CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+        long bad = tl_first_diff(got, want, dl.len);
+        ck_assert_msg(bad < 0, "round %d: decode byte %ld is 0x%02x, want 0x%02x", round, bad,
+                      bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
+        if (!trace)
+            continue; /* a real GPU: the bytes are the proof */
+        const kvg_trace_t *tr;
+        long n = trace(&tr);
+        ck_assert_msg(n >= 0, "the stand-in's trace overflowed");
+        long launches = 0;
+        for (long i = 0; i < n; i++) {
+            if (tr[i].kind != 'K')
+                continue;
+            launches++;
+            long copies = 0, end = -1;
+            for (long j = 0; j < i; j++)
+                copies += tr[j].kind == 'C' && tr[j].lo < tr[i].hi && tr[i].lo < tr[j].hi;
+            ck_assert_msg(copies > 0, "launch %ld (staging 0x%llx-0x%llx) ran before any copy "
+                          "into its staging", launches, (unsigned long long)tr[i].lo,
+                          (unsigned long long)tr[i].hi);
+            for (long j = i + 1; j < n && end < 0; j++)
+                if (tr[j].kind == 'k' && tr[j].lo == tr[i].lo && tr[j].hi == tr[i].hi)
+                    end = j;
+            ck_assert_msg(end > i, "launch %ld has no end in the trace", launches);
+            for (long j = i + 1; j < end; j++)
+                ck_assert_msg(!(tr[j].kind == 'C' && tr[j].lo < tr[i].hi && tr[i].lo < tr[j].hi),
+                              "a copy into the staging of launch %ld ran while it read it",
+                              launches);
+        }
+        /* 2 planes x 7 prefill blocks x 2 KiB a transfer, 4 KiB groups */
+        ck_assert_msg(launches == 14, "%ld launches of the re-layout, want 14 (7 groups of each "
+                      "transfer)", launches);
+        if (!round)
+            printf("check_cuda: staged VRAM KV re-layout (TP 2 heads outer -> TP 1 tokens "
+                   "outer): %ld launches, each after the copies into its staging, every byte "
+                   "right\n", launches);
+    }
+    /* canceled at once: completes once, CANCELED, after what was in flight
+     * ended (nothing written into the decode region after its callback);
+     * posted again: every byte */
+    CK_CUDA(rt->cudaMemset(dm, 0xEE, dl.len));
+    memset(kvg_calls, 0, sizeof(kvg_calls));
+    nxl_future_t *f = NULL;
+    ck_assert_int_eq(nxl_kv_xfer_post(kx[0], kvg_cb, (void *)(intptr_t)0, &f), NXL_SUCCESS);
+    nxl_future_cancel(f);
+    ck_assert_msg(tl_run_until(a, &kvg_calls[0], 1, 10000), "the canceled transfer did not "
+                  "complete");
+    ck_assert_int_eq(kvg_st[0], NXL_ERR_CANCELED);
+    CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+    tl_run_until(a, &kvg_calls[0], 1 << 30, 100);
+    ck_assert_int_eq(kvg_calls[0], 1);
+    unsigned char *later = malloc(dl.len);
+    CK_CUDA(rt->cudaMemcpy(later, dm, dl.len, cudaMemcpyDeviceToHost));
+    ck_assert_msg(tl_first_diff(got, later, dl.len) < 0, "the decode region changed after the "
+                  "canceled transfer's callback");
+    free(later);
+    nxl_future_release(f);
+    /* canceled mid-way (stand-in: once 3 launches ran), READs and
+     * re-layouts in flight: completes once, nothing written after */
+    for (int k = 0; trace && k < 3; k++) {
+        memset(kvg_calls, 0, sizeof(kvg_calls));
+        trace_reset();
+        ck_assert_int_eq(nxl_kv_xfer_post(kx[0], kvg_cb, (void *)(intptr_t)0, &f), NXL_SUCCESS);
+        for (int spin = 0; spin < 5000 && !kvg_calls[0]; spin++) {
+            const kvg_trace_t *tr;
+            long n = trace(&tr), ks = 0;
+            for (long j = 0; j < n; j++)
+                ks += tr[j].kind == 'K';
+            if (ks >= 1 + k)
+                break;
+            nxl_agent_run_once(a, 0);
+        }
+        nxl_future_cancel(f);
+        ck_assert(tl_run_until(a, &kvg_calls[0], 1, 10000));
+        ck_assert_msg(kvg_st[0] == NXL_ERR_CANCELED || kvg_st[0] == NXL_SUCCESS, "status %d",
+                      (int)kvg_st[0]);
+        printf("check_cuda: staged VRAM KV transfer canceled after %d launch%s: %s\n", 1 + k,
+               k ? "es" : "", nxl_strerror(kvg_st[0]));
+        CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+        tl_run_until(a, &kvg_calls[0], 1 << 30, 50);
+        ck_assert_int_eq(kvg_calls[0], 1);
+        later = malloc(dl.len);
+        CK_CUDA(rt->cudaMemcpy(later, dm, dl.len, cudaMemcpyDeviceToHost));
+        ck_assert_msg(tl_first_diff(got, later, dl.len) < 0, "the decode region changed after "
+                      "the callback of a transfer canceled mid-way");
+        free(later);
+        nxl_future_release(f);
+    }
+    memset(kvg_calls, 0, sizeof(kvg_calls));
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(nxl_kv_xfer_post(kx[i], kvg_cb, (void *)(intptr_t)i, NULL),
+                         NXL_SUCCESS);
+    for (int spin = 0; spin < 2000 && kvg_calls[0] + kvg_calls[1] < 2; spin++)
+        tl_run_until(a, &kvg_calls[0], 1 << 30, 5);
+    ck_assert_int_eq(kvg_calls[0] + kvg_calls[1], 2);
+    ck_assert(kvg_st[0] == NXL_SUCCESS && kvg_st[1] == NXL_SUCCESS);
+    CK_CUDA(rt->cudaMemcpy(got, dm, dl.len, cudaMemcpyDeviceToHost));
+    ck_assert_msg(tl_first_diff(got, want, dl.len) < 0, "posted again after a cancel: bytes "
+                  "wrong");
+    for (int i = 0; i < 2; i++)
+        nxl_kv_xfer_release(kx[i]);
+    free(want);
+    free(got);
+    ck_assert_int_eq(nxl_mem_free(a, stg), NXL_SUCCESS);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
 #endif /* NXL_TEST_CUDA */
 
 /* Without CUDA in the build, the GPU cases are listed as skipped. */
@@ -1212,6 +1479,7 @@ int main(int argc, char **argv)
     tcase_add_test(tg, t_idle);
     tcase_add_test(tg, t_ipc);
     tcase_add_test(tg, t_ipc_peer_killed);
+    tcase_add_test(tg, t_kv_relayout);
 #else
     (void)argc;
     (void)argv;

@@ -20,7 +20,15 @@
  *     recorded at the time of the call, as cudaStreamWaitEvent does;
  *   - IPC: the handle names the owner's pid and memfd; another process
  *     maps it through /proc/PID/fd; the owner itself is refused, as CUDA
- *     refuses opening a handle in the process that exported it. */
+ *     refuses opening a handle in the process that exported it;
+ *   - the KV re-layout kernel (lib/transports/cuda/kv_relayout.cu): a
+ *     module loads when its image is a fatbin (its magic checked), the one
+ *     function it has is nxl_kv_relayout, and a launch queues, in stream
+ *     order, a host routine of this file that does what the kernel does
+ *     (each piece's len bytes from src to dst), written here apart from
+ *     nxl's own re-layout so that tests check one against the other;
+ *   - a trace of what the streams ran (copies, launches: mock_cuda_trace()),
+ *     so that tests can check that a launch came after the copies it reads. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -319,7 +327,78 @@ EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 
 /* ------------------------------------------------------------ streams */
 
-enum { T_COPY, T_SET, T_HOST, T_RECORD, T_WAIT };
+enum { T_COPY, T_SET, T_HOST, T_RECORD, T_WAIT, T_KERNEL };
+
+/* ------------------------------------------------------------ trace */
+
+/* One entry per copy or launch run by a stream, in the order they ran:
+ * kind 'C' (a copy: [lo, hi) written), 'K' and 'k' (a launch of the
+ * re-layout began, ended: [lo, hi) the span its pieces read). */
+typedef struct mock_trace {
+    char kind;
+    uint64_t lo, hi;
+} mock_trace_t;
+
+#define TRACE_MAX 65536
+static mock_trace_t trace[TRACE_MAX];
+static size_t ntrace;
+static bool trace_lost;
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void trace_add(char kind, uint64_t lo, uint64_t hi)
+{
+    pthread_mutex_lock(&trace_mu);
+    if (ntrace < TRACE_MAX)
+        trace[ntrace++] = (mock_trace_t){kind, lo, hi};
+    else
+        trace_lost = true;
+    pthread_mutex_unlock(&trace_mu);
+}
+
+/* the trace since the last reset: its entries, their count; -1 when some
+ * were lost (more than TRACE_MAX) */
+EXPORT long mock_cuda_trace(const mock_trace_t **out)
+{
+    pthread_mutex_lock(&trace_mu);
+    long n = trace_lost ? -1 : (long)ntrace;
+    pthread_mutex_unlock(&trace_mu);
+    *out = trace;
+    return n;
+}
+
+EXPORT void mock_cuda_trace_reset(void)
+{
+    pthread_mutex_lock(&trace_mu);
+    ntrace = 0;
+    trace_lost = false;
+    pthread_mutex_unlock(&trace_mu);
+}
+
+/* The re-layout kernel's work, as the host does it: nxl_kv_relayout() of
+ * kv_relayout.cu copies each piece's len bytes from src to dst (pieces do
+ * not overlap). Three uint64_t a piece, as the kernel reads them. A plain
+ * byte loop on purpose: nothing shared with nxl's nxl_kv_copy(). */
+static void kernel_relayout(const uint64_t *pieces, uint64_t n)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (pieces[3 * i] < lo)
+            lo = pieces[3 * i];
+        if (pieces[3 * i] + pieces[3 * i + 2] > hi)
+            hi = pieces[3 * i] + pieces[3 * i + 2];
+    }
+    if (!n)
+        lo = 0;
+    trace_add('K', lo, hi); /* begins */
+    for (uint64_t i = 0; i < n; i++) {
+        const unsigned char *src = (const unsigned char *)(uintptr_t)pieces[3 * i];
+        unsigned char *dst = (unsigned char *)(uintptr_t)pieces[3 * i + 1];
+        uint64_t len = pieces[3 * i + 2];
+        for (uint64_t k = 0; k < len; k++)
+            dst[k] = src[k];
+    }
+    trace_add('k', lo, hi); /* ends */
+}
 
 typedef struct task {
     int kind;
@@ -358,7 +437,11 @@ static void *stream_main(void *arg)
         s->busy = true;
         pthread_mutex_unlock(&s->m);
         switch (t->kind) {
-        case T_COPY: memmove(t->dst, t->src, t->len); break;
+        case T_COPY:
+            memmove(t->dst, t->src, t->len);
+            trace_add('C', (uintptr_t)t->dst, (uintptr_t)t->dst + t->len);
+            break;
+        case T_KERNEL: kernel_relayout(t->src, t->len); break;
         case T_SET: memset(t->dst, t->val, t->len); break;
         case T_HOST: t->fn(t->arg); break;
         case T_RECORD:
@@ -629,5 +712,83 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 {
     *bytes = (size_t)16 << 30;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------ modules, launches */
+
+struct CUmod_st {
+    int loaded;
+};
+struct CUfunc_st {
+    struct CUmod_st *mod;
+};
+static struct CUfunc_st relayout_fn;
+
+EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
+{
+    /* a fatbin begins with its magic, 0xBA55ED50 (little-endian) */
+    static const unsigned char magic[4] = {0x50, 0xed, 0x55, 0xba};
+    if (!m || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (memcmp(image, magic, 4))
+        return CUDA_ERROR_INVALID_IMAGE;
+    struct CUmod_st *mod = calloc(1, sizeof(*mod));
+    mod->loaded = 1;
+    *m = mod;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+    if (!f || !m || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (strcmp(name, "nxl_kv_relayout"))
+        return CUDA_ERROR_NOT_FOUND;
+    relayout_fn.mod = m;
+    *f = &relayout_fn;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule m)
+{
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+/* nxl_kv_relayout(const pieces *p, uint64_t n): any grid, blockDim.x a
+ * multiple of 32, no shared memory; the pieces in device memory */
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared, CUstream s,
+                               void **params, void **extra)
+{
+    if (f != &relayout_fn || !params || extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!gx || gy != 1 || gz != 1 || !bx || bx % 32 || bx > 1024 || by != 1 || bz != 1 || shared)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *pieces = *(const void *const *)params[0];
+    uint64_t n = *(const uint64_t *)params[1];
+    pthread_mutex_lock(&mu);
+    mrange_t *r = find(pieces);
+    bool dev = r && r->kind == M_DEV && (const char *)pieces + n * 24 <= r->base + r->size;
+    pthread_mutex_unlock(&mu);
+    if (n && !dev)
+        return CUDA_ERROR_ILLEGAL_ADDRESS; /* the kernel reads its pieces from device memory */
+    task_t *t = task(T_KERNEL);
+    t->src = pieces;
+    t->len = n;
+    return enqueue(s, t) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuGetErrorName(CUresult r, const char **name)
+{
+    switch (r) {
+    case CUDA_SUCCESS: *name = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *name = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    default: *name = NULL; return CUDA_ERROR_INVALID_VALUE;
+    }
     return CUDA_SUCCESS;
 }

@@ -150,7 +150,8 @@ NXL_API void nxl_kv_copy(const nxl_kv_piece_t *pieces, size_t n);
 typedef enum nxl_kv_mode {
     NXL_KV_AUTO = 0,   /**< zero copy when the mean piece is at least zcopy_min bytes, else staged */
     NXL_KV_ZCOPY = 1,  /**< one descriptor pair per piece */
-    NXL_KV_STAGED = 2  /**< bulk READs of blocks into staging, each group then nxl_kv_copy() */
+    NXL_KV_STAGED = 2  /**< bulk READs of blocks into staging, each group then re-laid out
+                            (nxl_kv_copy(); VRAM: the CUDA transport's kernel) */
 } nxl_kv_mode_t;
 
 /**
@@ -190,7 +191,8 @@ typedef struct nxl_kv_xfer nxl_kv_xfer_t;
  * (decode by this agent, prefill by @p peer); the layouts are checked and
  * planned as nxl_kv_plan() says.
  *
- * @param [in] staging  staged mode: registered DRAM of this agent for two
+ * @param [in] staging  staged mode: registered DRAM of this agent (VRAM of
+ *                      the decode region's device for a VRAM one) for two
  *                      groups of the sequence's staged prefill blocks
  *                      (layers x n_prefill x one prefill block's bytes
  *                      always suffice; a shorter one than needed is refused
@@ -199,7 +201,9 @@ typedef struct nxl_kv_xfer nxl_kv_xfer_t;
  *                      Held by the transfer until it is released.
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (see nxl_kv_plan(), staging
  *         too short); NXL_ERR_NOT_SUPPORTED (staged with a decode region
- *         that is not DRAM: the re-layout runs on the CPU); what nxl_prep()
+ *         that is not DRAM and no transport of the agent that re-lays it
+ *         out on the device: for VRAM the CUDA transport, built with nvcc,
+ *         the sentence says which); what nxl_prep()
  *         and nxl_xfer_make() return (a region not registered, an unknown
  *         peer). On error nothing is made; the sentence is in
  *         nxl_agent_last_error().

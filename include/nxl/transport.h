@@ -37,6 +37,7 @@
 #define NXL_TRANSPORT_H
 
 #include <nxl.h>
+#include <nxl/kv.h>
 #include <stdarg.h>
 #include <stdbool.h>
 
@@ -85,6 +86,17 @@ extern "C" {
  * libnxl, which ignores them).
  */
 #define NXLT_CAP_PARAMS (1u << 5)
+/**
+ * The table ends, after @c params and @c nparams, with @c relayout_prep,
+ * @c relayout and @c relayout_free: the transport re-lays out staged
+ * bytes on its device (the KV transfer's staged path into VRAM,
+ * nxl_kv_xfer_make()). Appended within ABI 3 as NXLT_CAP_PARAMS was: the
+ * engine reads these three only from a table with this bit, so a module
+ * built before them is never asked, and a table with them loads into an
+ * older libnxl, which ignores them. A table with this bit has
+ * NXLT_CAP_PARAMS too (NXLT_OPS_HEAD sets it).
+ */
+#define NXLT_CAP_RELAYOUT (1u << 6)
 
 /** What the engine gives a transport instance. */
 typedef struct nxlt_ctx nxlt_ctx_t;
@@ -211,6 +223,29 @@ typedef struct nxlt_ops {
      */
     const nxl_param_info_t *params;
     size_t nparams;
+
+    /* ---- with NXLT_CAP_RELAYOUT (see there) */
+    /**
+     * Prepares a re-layout on the device: @p n pieces (nxl_kv_piece_t:
+     * @c len bytes from @c src to @c dst, both addresses of @p type memory
+     * of device @p dev, registered, pieces not overlapping), copied into
+     * @p *plan (the caller may free @p pieces once it returns). May block
+     * (an upload of the pieces). Writes a sentence with nxlt_error() when
+     * this instance cannot re-lay out @p type memory (for CUDA: a build
+     * without nvcc has no kernel).
+     */
+    nxl_status_t (*relayout_prep)(void *state, nxl_mem_t type, uint64_t dev,
+                                  const nxl_kv_piece_t *pieces, size_t n, void **plan);
+    /**
+     * Queues pieces [@p first, @p first + @p n) of @p plan on the device
+     * and reports @p op done (nxlt_op_done) once they were copied, never
+     * inside the call. The caller posts it once the bytes are in the
+     * staging (the READ into it reported done), and posts nothing that
+     * writes the pieces' sources or destinations before @p op is done.
+     */
+    nxl_status_t (*relayout)(void *state, nxlt_op_t *op, void *plan, size_t first, size_t n);
+    /** Frees a plan no relayout in flight uses. */
+    void (*relayout_free)(void *state, void *plan);
 } nxlt_ops_t;
 
 /* ---- what the engine offers a transport ---- */

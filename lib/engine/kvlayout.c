@@ -2,7 +2,8 @@
 /* KV layouts (include/nxl/kv.h): checks, the planner that maps a sequence
  * from a prefill layout onto a decode layout, the CPU re-layout, and the
  * KV transfer (a READ, zero copy or into staging followed by the
- * re-layout on the reactor). */
+ * re-layout: on the reactor for DRAM, on the device by a transport with
+ * NXLT_CAP_RELAYOUT for VRAM). */
 #include "internal.h"
 
 #include <nxl/kv.h>
@@ -422,6 +423,15 @@ struct nxl_kv_xfer {
     bool hot;                /* staged: a group's staging stays in cache until its re-layout */
     void *own;               /* staging this transfer allocated and registered */
     size_t own_len;
+    bool own_alloc;          /* ... with nxl_mem_alloc() (device memory) */
+    /* staged into device memory: the re-layout runs there */
+    nxl_backend_t *dev_b;    /* the transport that does it (NXLT_CAP_RELAYOUT) */
+    void *plan;              /* its plan of copy[] */
+    nxl_future_t *rinner;    /* a group's re-layout in flight */
+    size_t rd_next, rd_done; /* READs posted, done */
+    size_t rl_next, rl_done; /* re-layouts posted, done */
+    nxl_status_t fst;        /* the first failure, reported once nothing is in flight */
+    char fwhy[NXLI_ERR_MAX];
 };
 
 void nxl_kv_opts_init(nxl_kv_opts_t *o)
@@ -456,7 +466,11 @@ static void kv_free(nxl_kv_xfer_t *kx)
         if (kx->x[g])
             nxl_xfer_release(kx->x[g]);
     free(kx->x);
-    if (kx->own) {
+    if (kx->plan)
+        kx->dev_b->ops->relayout_free(kx->dev_b->state, kx->plan);
+    if (kx->own && kx->own_alloc) {
+        nxl_mem_free(kx->agent, kx->own);
+    } else if (kx->own) {
         nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = kx->own_len};
         nxl_mem_deregister(kx->agent, NXL_DRAM, &d, 1);
         free(kx->own);
@@ -512,10 +526,127 @@ static void kv_group_done(nxl_kv_xfer_t *kx, size_t g)
         kv_finish(kx, NXL_SUCCESS, NULL);
 }
 
+/* ---- staged into device memory: the transport re-lays out each group
+ *
+ * READ g lands in half g % KV_RING of the ring, which the re-layout of
+ * group g - KV_RING reads: it is posted once that re-layout is done. The
+ * re-layout of group g is posted once READ g is done (the bytes are in the
+ * staging: the launch comes after the staging copies). One READ and one
+ * re-layout in flight at most: the re-layout of g runs while READ g + 1
+ * is in flight. A failure (or a cancel) waits until neither is in flight:
+ * the device may be writing the decode region until then. */
+
+static void kv_relayout_done(nxl_future_t *f, nxl_status_t st, void *arg);
+
+static void kv_dev_fail(nxl_kv_xfer_t *kx, nxl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void kv_dev_fail(nxl_kv_xfer_t *kx, nxl_status_t st, const char *fmt, ...)
+{
+    if (kx->fst == NXL_SUCCESS) {
+        kx->fst = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(kx->fwhy, sizeof(kx->fwhy), fmt, ap);
+        va_end(ap);
+    }
+    if (kx->inner)
+        nxl_future_cancel(kx->inner);
+    if (kx->rinner)
+        nxl_future_cancel(kx->rinner);
+}
+
+/* group g's re-layout, on the device */
+static nxl_status_t kv_relayout_post(nxl_kv_xfer_t *kx, size_t g)
+{
+    nxl_agent_t *a = kx->agent;
+    nxl_backend_t *b = kx->dev_b;
+    nxl_future_t *f;
+    nxlt_op_t *op = nxli_op_new_future(a, b, NXLI_F_EVENT, kv_relayout_done, kx, &f);
+    if (!op) {
+        nxli_err(a, "out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    a->err[0] = 0;
+    op->in_call = true;
+    nxl_status_t st = b->ops->relayout(b->state, op, kx->plan, kx->gcopy[g],
+                                       kx->gcopy[g + 1] - kx->gcopy[g]);
+    if (st != NXL_SUCCESS && !a->err[0])
+        nxli_err(a, "%s could not re-lay out the group (%s)", b->ops->name, nxl_strerror(st));
+    st = nxli_op_call_end(op, st);
+    if (st != NXL_SUCCESS)
+        return st;
+    nxli_future_give(f, &kx->rinner);
+    kx->refs++; /* kv_relayout_done's */
+    return NXL_SUCCESS;
+}
+
+static void kv_dev_pump(nxl_kv_xfer_t *kx)
+{
+    if (!kx->outer)
+        return;
+    if (kx->fst != NXL_SUCCESS || kx->outer->cancel_wait) {
+        if (!kx->inner && !kx->rinner)
+            kv_finish(kx, kx->fst != NXL_SUCCESS ? kx->fst : NXL_ERR_CANCELED, kx->fwhy);
+        return;
+    }
+    if (!kx->inner && kx->rd_next < kx->nx && kx->rd_next < kx->rl_done + KV_RING) {
+        nxl_status_t st = nxl_xfer_post(kx->x[kx->rd_next], kv_read_done, kx, &kx->inner);
+        if (st != NXL_SUCCESS) {
+            kv_dev_fail(kx, st, "KV transfer: the READ of group %zu of %zu could not be "
+                        "posted: %s", kx->rd_next, kx->nx, nxl_agent_last_error(kx->agent));
+            kv_dev_pump(kx);
+            return;
+        }
+        kx->rd_next++;
+        kx->refs++; /* kv_read_done's */
+    }
+    if (!kx->rinner && kx->rl_next < kx->rd_done) {
+        nxl_status_t st = kv_relayout_post(kx, kx->rl_next);
+        if (st != NXL_SUCCESS) {
+            kv_dev_fail(kx, st, "KV transfer: the re-layout of group %zu of %zu could not be "
+                        "posted: %s", kx->rl_next, kx->nx, nxl_agent_last_error(kx->agent));
+            kv_dev_pump(kx);
+            return;
+        }
+        kx->rl_next++;
+    }
+    if (kx->rl_done == kx->nx)
+        kv_finish(kx, NXL_SUCCESS, NULL);
+}
+
+static void kv_relayout_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    nxl_kv_xfer_t *kx = arg;
+    kx->rinner = NULL;
+    if (kx->outer) {
+        if (st == NXL_SUCCESS)
+            kx->rl_done++;
+        else if (!kx->outer->cancel_wait)
+            kv_dev_fail(kx, st, "KV transfer: the re-layout of group %zu of %zu on %s failed: %s",
+                        kx->rl_done, kx->nx, kx->dev_b->ops->name, nxl_future_error(f));
+        kv_dev_pump(kx);
+    }
+    nxl_future_release(f);
+    kv_unref(kx);
+}
+
 static void kv_read_done(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     nxl_kv_xfer_t *kx = arg;
     kx->inner = NULL;
+    if (kx->dev_b) {
+        if (kx->outer) {
+            if (st == NXL_SUCCESS)
+                kx->rd_done++;
+            else if (!kx->outer->cancel_wait)
+                kv_dev_fail(kx, st, "KV transfer: the READ failed: %s", nxl_future_error(f));
+            kv_dev_pump(kx);
+        }
+        nxl_future_release(f);
+        kv_unref(kx);
+        return;
+    }
     if (kx->outer) {
         if (kx->outer->cancel_wait) {
             kv_finish(kx, NXL_ERR_CANCELED, NULL); /* the READ let go of the buffers */
@@ -543,10 +674,14 @@ static void kv_cancel_hook(nxl_future_t *f)
         nxli_future_complete_canceled(f);
         return;
     }
-    if (kx->inner)
-        nxl_future_cancel(kx->inner);
-    else
+    if (kx->inner || kx->rinner) { /* completed once neither is in flight */
+        if (kx->inner)
+            nxl_future_cancel(kx->inner);
+        if (kx->rinner)
+            nxl_future_cancel(kx->rinner);
+    } else {
         kv_finish(kx, NXL_ERR_CANCELED, NULL);
+    }
 }
 
 /* completed at once (the agent's teardown, a deadline): kx lets go */
@@ -561,6 +696,8 @@ static void kv_on_cancel(nxl_future_t *f)
     kx->outer = NULL;
     if (kx->inner)
         nxl_future_cancel(kx->inner);
+    if (kx->rinner)
+        nxl_future_cancel(kx->rinner);
 }
 
 /* the READ's descriptors, prepared and paired */
@@ -649,6 +786,10 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     uint64_t need = ng > KV_RING ? KV_RING * gb : full;
     uintptr_t sbase;
     nxl_status_t st;
+    /* into device memory the staging is that device's memory, re-laid out
+     * there by kx->dev_b */
+    nxl_mem_t smem = kx->dev_b ? decode->mem : NXL_DRAM;
+    uint64_t sdev = kx->dev_b ? decode->dev_id : 0;
     if (staging) {
         if (staging->len < need) {
             nxli_err(a, "nxl_kv_xfer_make: the staging area of %zu bytes is too small: %zu "
@@ -660,6 +801,15 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
             return NXL_ERR_INVALID_PARAM;
         }
         sbase = staging->addr;
+    } else if (kx->dev_b) {
+        st = nxl_mem_alloc(a, smem, need, sdev, &kx->own);
+        if (st != NXL_SUCCESS) {
+            kx->own = NULL;
+            return st;
+        }
+        kx->own_alloc = true;
+        kx->own_len = need;
+        sbase = (uintptr_t)kx->own;
     } else {
         if (posix_memalign(&kx->own, 4096, need)) {
             kx->own = NULL;
@@ -683,7 +833,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     sl.blocks = (uint32_t)np;
     sl.block_stride = ub;
     sl.layer_stride = np * ub;
-    sl.mem = NXL_DRAM;
+    sl.mem = smem;
     uint32_t *ids = malloc(np * sizeof(*ids));
     if (!ids) {
         nxli_err(a, "nxl_kv_xfer_make: out of memory");
@@ -772,6 +922,24 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     free(pos);
     free(slot);
     free(cp.p);
+    if (kx->dev_b) { /* the pieces go to the device once */
+        a->err[0] = 0;
+        st = kx->dev_b->ops->relayout_prep(kx->dev_b->state, decode->mem, decode->dev_id,
+                                           kx->copy, n2, &kx->plan);
+        if (st != NXL_SUCCESS) {
+            kx->plan = NULL;
+            free(us);
+            if (a->err[0]) {
+                char e[NXLI_ERR_MAX];
+                snprintf(e, sizeof(e), "%s", a->err);
+                nxli_err(a, "nxl_kv_xfer_make: %s", e);
+            } else {
+                nxli_err(a, "nxl_kv_xfer_make: %s could not prepare the re-layout (%s)",
+                         kx->dev_b->ops->name, nxl_strerror(st));
+            }
+            return st;
+        }
+    }
     /* the READs: group g's units into half g % KV_RING of the ring, in
      * their order on the prefill side (runs that touch merged) */
     kv_out_t rd = {.p = malloc(per * sizeof(*rd.p))};
@@ -787,7 +955,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
         for (uint64_t k = u0; k < u1; k++)
             kv_put(&rd, us[k].src, sbase + (g % KV_RING) * gb + (k - u0) * ub, ub);
-        st = kv_make_read(a, peer, NXL_DRAM, 0, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
+        st = kv_make_read(a, peer, smem, sdev, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
                           &kx->x[g]);
     }
     free(us);
@@ -869,10 +1037,22 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
         return NXL_ERR_INVALID_PARAM;
     }
     if (decode->mem != NXL_DRAM) {
-        kv_free(kx);
-        nxli_err(a, "nxl_kv_xfer_make: staged mode re-lays on the CPU and needs a DRAM decode "
-                    "region, this one is %s (force NXL_KV_ZCOPY)", nxl_mem_name(decode->mem));
-        return NXL_ERR_NOT_SUPPORTED;
+        /* re-laid out on the device, by a transport that can */
+        for (int i = 0; i < a->nbackends && !kx->dev_b; i++) {
+            const nxlt_ops_t *ops = a->backends[i]->ops;
+            if ((ops->caps & NXLT_CAP_RELAYOUT) && (ops->caps & NXLT_CAP_PARAMS) &&
+                (ops->mem_mask & (1u << decode->mem)) && ops->relayout_prep && ops->relayout &&
+                ops->relayout_free)
+                kx->dev_b = a->backends[i];
+        }
+        if (!kx->dev_b) {
+            kv_free(kx);
+            nxli_err(a, "nxl_kv_xfer_make: staged mode into %s re-lays out the staging on the "
+                        "device and needs a transport that can (CUDA): agent '%s' has none "
+                        "(create the CUDA backend, or force NXL_KV_ZCOPY)",
+                     nxl_mem_name(decode->mem), a->name);
+            return NXL_ERR_NOT_SUPPORTED;
+        }
     }
     st = kv_make_staged(kx, a, peer, decode, prefill, seq, staging, opts);
     if (st != NXL_SUCCESS) {
@@ -905,6 +1085,10 @@ nxl_status_t nxl_kv_xfer_post(nxl_kv_xfer_t *kx, nxl_done_cb cb, void *arg, nxl_
     }
     if (kx->nx) {
         kx->cur = 0;
+        kx->rd_next = 1;
+        kx->rd_done = kx->rl_next = kx->rl_done = 0;
+        kx->fst = NXL_SUCCESS;
+        kx->fwhy[0] = 0;
         nxl_status_t st = nxl_xfer_post(kx->x[0], kv_read_done, kx, &kx->inner);
         if (st != NXL_SUCCESS) {
             nxli_future_discard(f);

@@ -103,6 +103,11 @@ static void load(void)
         *(void **)&rt.cuDeviceGetUuid = dlsym(d, "cuDeviceGetUuid_v2");
         if (!rt.cuDeviceGetUuid)
             *(void **)&rt.cuDeviceGetUuid = dlsym(d, "cuDeviceGetUuid");
+        *(void **)&rt.cuModuleLoadData = dlsym(d, "cuModuleLoadData");
+        *(void **)&rt.cuModuleGetFunction = dlsym(d, "cuModuleGetFunction");
+        *(void **)&rt.cuModuleUnload = dlsym(d, "cuModuleUnload");
+        *(void **)&rt.cuLaunchKernel = dlsym(d, "cuLaunchKernel");
+        *(void **)&rt.cuGetErrorName = dlsym(d, "cuGetErrorName");
     }
     if (!rt.cuPointerGetAttribute || !rt.cuDeviceGet || !rt.cuDeviceGetUuid) {
         rt_kind = NXL_CUDA_NO_DRIVER;

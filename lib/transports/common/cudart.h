@@ -71,6 +71,15 @@ typedef struct nxl_cuda_rt {
     CUresult (*cuDeviceGetUuid)(CUuuid *uuid, CUdevice dev);
     CUresult (*cuDeviceGetName)(char *name, int len, CUdevice dev);
     CUresult (*cuDeviceTotalMem)(size_t *bytes, CUdevice dev);
+    /* the driver's module API, for the KV re-layout kernel: NULL each when
+     * the driver lacks it (the transport then says so) */
+    CUresult (*cuModuleLoadData)(CUmodule *mod, const void *image);
+    CUresult (*cuModuleGetFunction)(CUfunction *fn, CUmodule mod, const char *name);
+    CUresult (*cuModuleUnload)(CUmodule mod);
+    CUresult (*cuLaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared, CUstream s,
+                               void **params, void **extra);
+    CUresult (*cuGetErrorName)(CUresult r, const char **name);
     const char *lib;          /* the runtime library loaded */
     int runtime_version;      /* 13000 for 13.0 */
     int driver_version;

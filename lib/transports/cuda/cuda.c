@@ -30,6 +30,16 @@
  * stream cannot be withdrawn, so a canceled transfer completes (CANCELED)
  * when its host functions ran, when the GPU is done with its buffers.
  *
+ * The KV re-layout (NXLT_CAP_RELAYOUT, the staged KV transfer into VRAM):
+ * the kernel of kv_relayout.cu, carried as a fatbin when nvcc built it,
+ * loaded per device with the driver's cuModuleLoadData on the first plan;
+ * a plan's pieces are uploaded once (relayout_prep), and each group's
+ * launch goes on a copy stream of the device, a host function behind it,
+ * completed through the reactor as every copy. The engine launches a
+ * group once the READ into its staging reported done, so the launch
+ * follows the staging copies. It has run against tests/mock_cudart.c's
+ * host routine only, never on a GPU (nxl-cuda(7)).
+ *
  * The CUDA runtime is resolved at run time (../common/cudart.c): libnxl links neither
  * libcudart nor libcuda. */
 #include "config.h"
@@ -58,6 +68,8 @@
 #define CU_MAX_STREAMS 32    /* per device; a transfer's used streams fit a 32-bit mask */
 #define CU_MAX_DEV 64
 #define CU_MAX_WAIT 32       /* streams that wait for events; more waits share them */
+#define CU_KV_THREADS 128    /* the re-layout kernel's block (kv_relayout.cu) */
+#define CU_KV_MAX_GRID 4096  /* its grid: one block per piece up to this, then grid-stride */
 #include "wire.h" /* connection info and keys as they travel, and their checks */
 #include "../common/pstr.h"
 #include "../common/regspan.h"
@@ -177,9 +189,24 @@ struct cu {
     uint64_t seq;
     LIST_HEAD(, cu_map) maps;
     bool closing;
-    uint64_t n_xfers, n_copies, n_bytes, n_waits, n_ipc_open;
+    CUmodule kmod[CU_MAX_DEV]; /* the KV re-layout kernel, loaded on first use */
+    CUfunction kfn[CU_MAX_DEV];
+    uint64_t n_xfers, n_copies, n_bytes, n_waits, n_ipc_open, n_relayouts;
     char desc[320];
 };
+
+/* a re-layout's pieces, on the device */
+typedef struct cu_plan {
+    int dev;
+    void *dp;                /* nxl_kv_piece_t[n] in device memory */
+    size_t n;
+} cu_plan_t;
+
+#ifdef NXL_HAVE_KV_FATBIN
+/* kv_relayout_fatbin.c, generated from kv_relayout.fatbin */
+extern const unsigned char nxli_kv_relayout_fatbin[] __attribute__((visibility("hidden")));
+extern const size_t nxli_kv_relayout_fatbin_len __attribute__((visibility("hidden")));
+#endif
 
 /* ------------------------------------------------------------ helpers */
 
@@ -924,6 +951,164 @@ static nxl_status_t wait_event(void *state, nxlt_op_t *op, void *event)
     return NXL_SUCCESS;
 }
 
+/* ------------------------------------------------------------ KV re-layout */
+
+static const char *cuerr(cu_t *u, CUresult r, char *buf, size_t cap)
+{
+    const char *name = NULL;
+    if (u->rt->cuGetErrorName)
+        u->rt->cuGetErrorName(r, &name);
+    snprintf(buf, cap, "%s (%d)", name ? name : "CUDA driver error", (int)r);
+    return buf;
+}
+
+/* the kernel of device @p dev, loaded once */
+static nxl_status_t kernel_get(cu_t *u, int dev)
+{
+#ifndef NXL_HAVE_KV_FATBIN
+    (void)dev;
+    nxlt_error(u->ctx, "CUDA: this build has no KV re-layout kernel: nvcc was not found when "
+               "libnxl was configured, so lib/transports/cuda/kv_relayout.cu was not compiled "
+               "and a staged KV transfer into VRAM cannot be re-laid out on the GPU (rebuild "
+               "with the CUDA toolkit's nvcc, or use NXL_KV_ZCOPY or a DRAM decode region)");
+    return NXL_ERR_NOT_SUPPORTED;
+#else
+    if (u->kfn[dev])
+        return NXL_SUCCESS;
+    const nxl_cuda_rt_t *rt = u->rt;
+    if (!rt->cuModuleLoadData || !rt->cuModuleGetFunction || !rt->cuLaunchKernel) {
+        nxlt_error(u->ctx, "CUDA: the driver (%s) lacks cuModuleLoadData, cuModuleGetFunction or "
+                   "cuLaunchKernel: the KV re-layout kernel cannot be loaded",
+                   getenv("NXL_CUDA_DRIVER") ? getenv("NXL_CUDA_DRIVER") : "libcuda.so.1");
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    char b[160];
+    int prev = dev_push(u, dev);
+    u->rt->cudaFree(NULL); /* the device's primary context, current for the driver */
+    CUmodule m = NULL;
+    CUfunction f = NULL;
+    CUresult r = rt->cuModuleLoadData(&m, nxli_kv_relayout_fatbin);
+    if (r == CUDA_SUCCESS && (r = rt->cuModuleGetFunction(&f, m, "nxl_kv_relayout")) != CUDA_SUCCESS &&
+        rt->cuModuleUnload)
+        rt->cuModuleUnload(m);
+    dev_pop(u, prev, dev);
+    if (r != CUDA_SUCCESS) {
+        nxlt_error(u->ctx, "CUDA: loading the KV re-layout kernel (%zu bytes of fatbin for sm_80, "
+                   "sm_90 and PTX) on device %d failed: %s", nxli_kv_relayout_fatbin_len, dev,
+                   cuerr(u, r, b, sizeof(b)));
+        return NXL_ERR_BACKEND;
+    }
+    u->kmod[dev] = m;
+    u->kfn[dev] = f;
+    return NXL_SUCCESS;
+#endif
+}
+
+static nxl_status_t relayout_prep(void *state, nxl_mem_t type, uint64_t dev,
+                                  const nxl_kv_piece_t *pieces, size_t n, void **out)
+{
+    cu_t *u = state;
+    char b[160];
+    if (type != NXL_VRAM) {
+        nxlt_error(u->ctx, "CUDA: re-lays out VRAM on its device, not %s", nxl_mem_name(type));
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    if (dev >= (uint64_t)u->ndev) {
+        nxlt_error(u->ctx, "CUDA: a KV re-layout on device %llu, but %d device%s visible",
+                   (unsigned long long)dev, u->ndev, u->ndev == 1 ? " is" : "s are");
+        return NXL_ERR_INVALID_PARAM;
+    }
+    nxl_status_t st = kernel_get(u, (int)dev);
+    if (st != NXL_SUCCESS)
+        return st;
+    cu_plan_t *p = calloc(1, sizeof(*p));
+    if (!p) {
+        nxlt_error(u->ctx, "CUDA: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    p->dev = (int)dev;
+    p->n = n;
+    if (n) {
+        int prev = dev_push(u, p->dev);
+        cudaError_t e = u->rt->cudaMalloc(&p->dp, n * sizeof(*pieces));
+        if (e == cudaSuccess)
+            e = u->rt->cudaMemcpy(p->dp, pieces, n * sizeof(*pieces), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            nxlt_error(u->ctx, "CUDA: uploading the %zu pieces of a KV re-layout to device %d "
+                       "failed: %s", n, p->dev, cerr(u, e, b, sizeof(b)));
+            if (p->dp)
+                u->rt->cudaFree(p->dp);
+            dev_pop(u, prev, p->dev);
+            free(p);
+            return NXL_ERR_BACKEND;
+        }
+        dev_pop(u, prev, p->dev);
+    }
+    *out = p;
+    return NXL_SUCCESS;
+}
+
+static nxl_status_t relayout(void *state, nxlt_op_t *op, void *plan, size_t first, size_t n)
+{
+    cu_t *u = state;
+    cu_plan_t *p = plan;
+    char b[160];
+    if (u->closing) {
+        nxlt_error(u->ctx, "CUDA: the transport is shutting down");
+        return NXL_ERR_NOT_ALLOWED;
+    }
+    if (!p || first > p->n || n > p->n - first) {
+        nxlt_error(u->ctx, "CUDA: KV re-layout of pieces %zu to %zu, but the plan has %zu",
+                   first, first + n, p ? p->n : 0);
+        return NXL_ERR_INVALID_PARAM;
+    }
+    cu_pool_t *pl;
+    nxl_status_t st = pool_get(u, p->dev, &pl);
+    if (st != NXL_SUCCESS)
+        return st;
+    cu_xop_t *x = xop_new(u, op);
+    if (!x) {
+        nxlt_error(u->ctx, "CUDA: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    cudaStream_t s = pl->s[pl->rr++ % pl->n];
+    if (n) {
+        const void *dp = (const char *)p->dp + first * sizeof(nxl_kv_piece_t);
+        uint64_t cnt = n;
+        void *args[] = {&dp, &cnt};
+        unsigned grid = n < CU_KV_MAX_GRID ? (unsigned)n : CU_KV_MAX_GRID;
+        int prev = dev_push(u, p->dev);
+        CUresult r = u->rt->cuLaunchKernel(u->kfn[p->dev], grid, 1, 1, CU_KV_THREADS, 1, 1, 0,
+                                           (CUstream)s, args, NULL);
+        dev_pop(u, prev, p->dev);
+        if (r != CUDA_SUCCESS) {
+            nxlt_error(u->ctx, "CUDA: launching the KV re-layout kernel (%zu pieces) on device "
+                       "%d failed: %s", n, p->dev, cuerr(u, r, b, sizeof(b)));
+            xop_free(x);
+            return NXL_ERR_BACKEND;
+        }
+        u->n_relayouts++;
+    }
+    TAILQ_INSERT_TAIL(&u->inflight, x, link);
+    atomic_store_explicit(&x->pending, 1, memory_order_release);
+    launch_done(u, x, s);
+    return NXL_SUCCESS;
+}
+
+static void relayout_free(void *state, void *plan)
+{
+    cu_t *u = state;
+    cu_plan_t *p = plan;
+    if (!p)
+        return;
+    if (p->dp) {
+        int prev = dev_push(u, p->dev);
+        u->rt->cudaFree(p->dp);
+        dev_pop(u, prev, p->dev);
+    }
+    free(p);
+}
+
 /* ------------------------------------------------------------ instance */
 
 static int probe(char *why, size_t cap)
@@ -1058,14 +1243,18 @@ static void destroy(void *state)
     cu_t *u = state;
     quiesce(u);
     nxlt_log(u->ctx, NXL_LOG_INFO, "CUDA statistics: %llu transfers, %llu copies, %llu bytes, "
-             "%llu event waits, %llu IPC handles opened", (unsigned long long)u->n_xfers,
-             (unsigned long long)u->n_copies, (unsigned long long)u->n_bytes,
-             (unsigned long long)u->n_waits, (unsigned long long)u->n_ipc_open);
+             "%llu event waits, %llu IPC handles opened, %llu KV re-layouts",
+             (unsigned long long)u->n_xfers, (unsigned long long)u->n_copies,
+             (unsigned long long)u->n_bytes, (unsigned long long)u->n_waits,
+             (unsigned long long)u->n_ipc_open, (unsigned long long)u->n_relayouts);
     for (int d = 0; d < u->ndev; d++)
         for (unsigned i = 0; i < u->pool[d].n; i++)
             u->rt->cudaStreamDestroy(u->pool[d].s[i]);
     for (int i = 0; i < u->nws; i++)
         u->rt->cudaStreamDestroy(u->ws[i].s);
+    for (int d = 0; d < u->ndev; d++)
+        if (u->kmod[d] && u->rt->cuModuleUnload)
+            u->rt->cuModuleUnload(u->kmod[d]);
     /* keys are unloaded before transports are destroyed: what is left has
      * no user */
     while (!LIST_EMPTY(&u->maps)) {
@@ -1091,7 +1280,7 @@ static const nxl_param_info_t cu_params[] = {
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_cuda_ops = {
     NXLT_OPS_HEAD("CUDA", (1u << NXL_DRAM) | (1u << NXL_VRAM),
-                  NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS, cu_params),
+                  NXLT_CAP_LOCAL | NXLT_CAP_CANCEL_WAITS | NXLT_CAP_RELAYOUT, cu_params),
     .probe = probe,
     .create = create,
     .destroy = destroy,
@@ -1110,4 +1299,7 @@ NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_cuda_ops = {
     .describe = describe,
     .quiesce = quiesce,
     .wait_event = wait_event,
+    .relayout_prep = relayout_prep,
+    .relayout = relayout,
+    .relayout_free = relayout_free,
 };

@@ -8,7 +8,12 @@
  * no GPU (the build machine has none); tests/device/kv-relayout-gpu.cu
  * is the check a GPU machine runs (tests/device/run-gpu-checks), its bytes
  * against nxl_kv_plan() and nxl_kv_copy() on the host. The CUDA transport
- * does not launch it yet (see nxl-cuda(7), LIMITATIONS).
+ * carries it (kv_relayout_fatbin.c) and launches it for staged KV
+ * transfers into VRAM (cuda.c, relayout()); that launch has run only
+ * against tests/mock_cudart.c, whose host routine stands in for this
+ * kernel (nxl-cuda(7), LIMITATIONS). The transport passes (pieces, n)
+ * and launches blockDim 128: keep the signature and its name
+ * (nxl_kv_relayout, extern "C") in step with cuda.c.
  *
  * One block per piece at a time (grid-stride over the pieces): the
  * planner makes pieces of a few hundred bytes to a few KiB (rows of one
