@@ -171,6 +171,8 @@ struct ucx_conn {
     bool peer_destroyed;        /* local: that agent was destroyed (local_gone) */
     size_t peer_addr_len;
     bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
+    bool am_ack_name;           /* ... by our name, on its own endpoint to us (CI_AM_ACK_NAME) */
+    bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
@@ -317,6 +319,7 @@ void nxl_ucx_later_free(ucx_t *u);
 ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, void *data,
                                  size_t len, const ucp_am_recv_param_t *param);
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+ucx_conn_t *nxl_ucx_conn_named(ucx_t *u, const char *name);
 ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, void *data,
                                    size_t len, const ucp_am_recv_param_t *param);
 void nxl_ucx_send_notif(ucx_op_t *o);
