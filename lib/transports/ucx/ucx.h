@@ -112,6 +112,10 @@ typedef struct ucx_state {
     bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
     nxl_netop_inst_t net;       /* ops in flight (not done yet), hit, stall_us (netop.h) */
     uint64_t busy_until_us;
+    nxlt_timer_t *ev_chain;     /* busy polling: progress again in this pass, after what the
+                                 * last progress activated (worker.c, chain) */
+    uint64_t chain_end_us;      /* ... until then (a pass's spin slice) */
+    bool chaining;              /* progress() runs from ev_chain */
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
     LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */
@@ -259,6 +263,7 @@ void nxl_ucx_deferred_failures(ucx_t *u);
 void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg);
 void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_arm(nxlt_timer_t *t, void *arg);
+void nxl_ucx_on_chain(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg);
 void nxl_ucx_watch_start(ucx_t *u);
 
