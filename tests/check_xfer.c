@@ -1897,6 +1897,8 @@ static void vis_notif(nxl_agent_t *a, const char *from, const void *msg, size_t 
     __atomic_add_fetch(&VIS.notifs, 1, __ATOMIC_SEQ_CST);
 }
 
+static void vis_hello(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg) {}
+
 static void vis_done(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     vis_one_t *v = arg;
@@ -1982,6 +1984,15 @@ static void vis_run(const nxl_param_t *extra, size_t nextra, const char *label, 
                         {.addr = (uintptr_t)VIS.back, .len = VIS_MAX}};
     ck_assert(nxl_mem_register(a, NXL_DRAM, ds, 2, NULL) == NXL_SUCCESS);
     tl_learn(a, t);
+    /* UCX sends a one-message WRITE only to a peer it heard from (the
+     * target answers on its own endpoint to the initiator): one
+     * notification from the target first, so that the variant with
+     * am_write_max takes that path */
+    tl_learn(t, a);
+    ck_assert(nxl_notif_send(t, "W", "hi", 2, NULL, NULL, NULL) == NXL_SUCCESS);
+    uint64_t hi_end = tl_now_ms() + 10000;
+    while (!nxl_notifs_drain(a, vis_hello, NULL) && tl_now_ms() < hi_end)
+        nxl_agent_run_once(a, 10);
 
     /* 1 B .. 16 MiB; the small ones (one-message WRITEs go up to 16 KiB)
      * repeated, as a late copy is a race the target's thread may win */

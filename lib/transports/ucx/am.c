@@ -32,7 +32,33 @@
  * nxlbench, whose initiator re-fetches its target's metadata after setup,
  * had every pong so dropped. Hence off by default (am_write_max 0). Only
  * peers whose connection info says they acknowledge (CI_AM_ACK) are sent
- * such messages. */
+ * such messages.
+ *
+ * A peer that also says CI_AM_ACK_NAME is sent them without the reply
+ * flag (nothing for UCX to resolve, nothing dropped) and answers on its
+ * own endpoint to the sender, found by the name at the message's head; so
+ * such a peer is sent them only once a message of its own arrived here
+ * (c->heard: it holds an endpoint to us). Before that, and to a peer
+ * without the flag, a WRITE goes the other ways (or, CI_AM_ACK only, with
+ * the reply flag as before). */
+
+/* the connection to the agent of this name that messages go out on */
+ucx_conn_t *nxl_ucx_conn_named(ucx_t *u, const char *name)
+{
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->ep && !c->unloaded && !c->failed && !c->fail_deferred && !strcmp(c->name, name))
+        return c;
+    return NULL;
+}
+
+/* a message of agent @p from arrived: it holds an endpoint to us */
+static void heard_from(ucx_t *u, const char *from)
+{
+    ucx_conn_t *c = nxl_ucx_conn_named(u, from);
+    if (c)
+        c->heard = true;
+}
 
 /* UCX sent it, or the target acknowledged it: done when both happened */
 static void amw_step(ucx_op_t *o, ucs_status_t st)
@@ -87,12 +113,27 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
 }
 
 /* the target's side: acknowledges an AM_WRITE that asks for it (its
- * number in the header, a reply endpoint), copied or dropped (bad) */
+ * number in the header), copied or dropped (bad): on the reply endpoint
+ * when it came with one, else on our endpoint to its sender @p from (NULL:
+ * unknown) */
 static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv_param_t *param,
-                    const char *bad)
+                    const char *bad, const char *from)
 {
-    if (hlen != 8 || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || !param->reply_ep)
+    if (hlen != 8)
         return; /* not asked */
+    ucp_ep_h ep = NULL;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
+        ep = param->reply_ep;
+    } else {
+        ucx_conn_t *c = from ? nxl_ucx_conn_named(u, from) : NULL;
+        if (!c) {
+            nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE from agent '%s' cannot be "
+                     "acknowledged: no connection to it here (its metadata was unloaded?); "
+                     "it fails there by its stall timeout", from ? from : "?");
+            return;
+        }
+        ep = c->ep;
+    }
     size_t bl = bad ? strlen(bad) : 0;
     ucx_side_t *m = malloc(sizeof(*m) + 9 + bl);
     if (!m) {
@@ -105,7 +146,7 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
     m->buf[8] = bad != NULL;
     if (bl)
         memcpy(m->buf + 9, bad, bl);
-    nxl_ucx_side_send(u, param->reply_ep, NXL_UCX_AM_WRITE_ACK, m);
+    nxl_ucx_side_send(u, ep, NXL_UCX_AM_WRITE_ACK, m);
 }
 
 /* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
@@ -113,6 +154,8 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
 {
     const char *me = nxl_agent_name(nxlt_agent(u->ctx));
     size_t nl = strlen(me), data = 0;
+    if (c->am_ack_name && !c->heard)
+        return 0; /* it may hold no endpoint to us to answer on */
     for (size_t i = 0; i < x->n; i++) {
         data += x->iov[i].len;
         if (data > u->am_write_max || x->iov[i].len > UINT32_MAX)
@@ -135,7 +178,8 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     LIST_INSERT_HEAD(&u->acks, o, ack_link);
     u->in_ucx++;
     ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, sizeof(o->amw_hdr),
-                                         b, total, UCP_AM_SEND_FLAG_REPLY, amw_sent, o);
+                                         b, total, c->am_ack_name ? 0 : UCP_AM_SEND_FLAG_REPLY,
+                                         amw_sent, o);
     if (!UCS_PTR_IS_PTR(r))
         amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its acknowledgement completes it */
     nxl_ucx_kick(u);
@@ -150,7 +194,7 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     const unsigned char *b = data, *end = b + len;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped");
-        amw_ack(u, header, hlen, param, "it arrived by rendezvous");
+        amw_ack(u, header, hlen, param, "it arrived by rendezvous", NULL);
         return UCS_OK;
     }
     char from[256] = "?";
@@ -160,6 +204,7 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
         bad = "malformed header";
         goto drop;
     }
+    heard_from(u, from);
     /* every element checked before any byte is written, then copied */
     const unsigned char *msg;
     size_t ml;
@@ -167,13 +212,13 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     if (bad)
         goto drop;
     u->net.hit = true;
-    amw_ack(u, header, hlen, param, NULL); /* every byte is in place */
+    amw_ack(u, header, hlen, param, NULL, from); /* every byte is in place */
     nxlt_notif_recv(u->ctx, from, msg, ml);
     return UCS_OK;
 drop:
     nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
              "and its notification with it: %s", len, from, bad);
-    amw_ack(u, header, hlen, param, bad);
+    amw_ack(u, header, hlen, param, bad, nk ? from : NULL);
     return UCS_OK;
 }
 
@@ -285,6 +330,7 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
         return UCS_OK;
     }
     u->net.hit = true;
+    heard_from(u, from);
     nxlt_notif_recv(u->ctx, from, b + nk, len - nk);
     return UCS_OK;
 }

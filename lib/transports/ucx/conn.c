@@ -201,6 +201,7 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     /* a peer that copies them but sends no acknowledgement (an older nxl)
      * would leave the WRITE complete before its bytes are there: not those */
     c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
+    c->am_ack_name = c->am_write && (flags & CI_AM_ACK_NAME);
     c->u = u;
     c->refs = 1;
     c->pidfd = -1;
@@ -276,7 +277,7 @@ void nxl_ucx_unload_conn(void *state, void *conn)
 nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    unsigned flags = CI_AM_WRITE | CI_AM_ACK |
+    unsigned flags = CI_AM_WRITE | CI_AM_ACK | CI_AM_ACK_NAME |
                      (u->cma_here ? CI_CMA | (u->cma_mode == CMA_OFF ? CI_NO_CMA : 0) : 0);
     unsigned char *b = malloc(ucx_ci_hdr(flags) + u->addr_len);
     if (!b)

@@ -299,11 +299,12 @@ static nxl_status_t listen_open(ucx_t *u)
     u->ev_efd = nxlt_io_new(u->ctx, u->efd, nxl_ucx_on_efd, u);
     u->ev_kick = nxlt_timer_new(u->ctx, nxl_ucx_on_kick, u);
     u->ev_arm = nxlt_timer_new(u->ctx, nxl_ucx_on_arm, u);
+    u->ev_chain = nxlt_timer_new(u->ctx, nxl_ucx_on_chain, u);
     u->ev_watch = nxlt_timer_new(u->ctx, nxl_ucx_on_watch, u);
     u->ev_cma = nxlt_timer_new(u->ctx, nxl_ucx_on_cma, u);
     u->ev_cma_now = nxlt_timer_new(u->ctx, nxl_ucx_on_cma_now, u);
-    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_arm || !u->ev_watch ||
-        !u->ev_cma || !u->ev_cma_now || nxlt_io_start(u->ev_efd, NXLT_IO_READ)) {
+    if (st != UCS_OK || !u->addr || !u->ev_efd || !u->ev_kick || !u->ev_arm || !u->ev_chain ||
+        !u->ev_watch || !u->ev_cma || !u->ev_cma_now || nxlt_io_start(u->ev_efd, NXLT_IO_READ)) {
         nxlt_error(u->ctx, "UCX: setting up the worker in the reactor failed (%s)",
                    ucs_status_string(st));
         return NXL_ERR_BACKEND;
@@ -471,6 +472,7 @@ static void destroy(void *state)
     nxlt_io_free(u->ev_efd);
     nxlt_timer_free(u->ev_kick);
     nxlt_timer_free(u->ev_arm);
+    nxlt_timer_free(u->ev_chain);
     nxlt_timer_free(u->ev_watch);
     nxlt_timer_free(u->ev_cma);
     nxlt_timer_free(u->ev_cma_now);

@@ -112,6 +112,10 @@ typedef struct ucx_state {
     bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
     nxl_netop_inst_t net;       /* ops in flight (not done yet), hit, stall_us (netop.h) */
     uint64_t busy_until_us;
+    nxlt_timer_t *ev_chain;     /* busy polling: progress again in this pass, after what the
+                                 * last progress activated (worker.c, chain) */
+    uint64_t chain_end_us;      /* ... until then (a pass's spin slice) */
+    bool chaining;              /* progress() runs from ev_chain */
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
     LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */
@@ -171,6 +175,8 @@ struct ucx_conn {
     bool peer_destroyed;        /* local: that agent was destroyed (local_gone) */
     size_t peer_addr_len;
     bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
+    bool am_ack_name;           /* ... by our name, on its own endpoint to us (CI_AM_ACK_NAME) */
+    bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
@@ -257,6 +263,7 @@ void nxl_ucx_deferred_failures(ucx_t *u);
 void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg);
 void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_arm(nxlt_timer_t *t, void *arg);
+void nxl_ucx_on_chain(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg);
 void nxl_ucx_watch_start(ucx_t *u);
 
@@ -317,6 +324,7 @@ void nxl_ucx_later_free(ucx_t *u);
 ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, void *data,
                                  size_t len, const ucp_am_recv_param_t *param);
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+ucx_conn_t *nxl_ucx_conn_named(ucx_t *u, const char *name);
 ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, void *data,
                                    size_t len, const ucp_am_recv_param_t *param);
 void nxl_ucx_send_notif(ucx_op_t *o);

@@ -35,6 +35,9 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_NO_CMA 0x08   /* with CI_CMA: the identity only, for watching the peer's process;
                           * it asked not to be copied into (cma=off). An nxl that does not
                           * know this flag ignores it (and copies) */
+#define CI_AM_ACK_NAME 0x10 /* with CI_AM_ACK: acknowledges an AM_WRITE sent without UCX's
+                             * reply flag on its own endpoint to the sender, found by the
+                             * sender's name (am.c) */
 #define CI_CMA_LEN 52
 
 /* A peer's identity for cross-memory attach: same host (boot id), same pid
