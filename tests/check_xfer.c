@@ -87,14 +87,12 @@ static const conf_t confs[] = {
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
-      {"deadline_held", DEADLINE_HELD},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
-      {"deadline_held", DEADLINE_HELD},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
@@ -772,6 +770,16 @@ static uint64_t dl_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* the peer events DOWN seen (t_deadline: an abort at a deadline is none) */
+static int dl_downs;
+static void dl_on_peer(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
+{
+    if (ev->kind == NXL_PEER_DOWN) {
+        dl_downs++;
+        printf("DEADLINE: %s: peer '%s' DOWN: %s\n", C->label, ev->peer, ev->why);
+    }
+}
+
 /* the target resumed before a failure ends the test */
 #define DL_CHECK(cond, ...)                                                                        \
     do {                                                                                           \
@@ -792,22 +800,37 @@ START_TEST(t_deadline)
     ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
     ck_assert_str_eq(ask("chk 700 32 1048576 1048576", 10000), "ok");
 
-    /* the target stopped: the post fails at its deadline */
+    /* the target stopped: the post fails at its deadline; a READ without
+     * one (into the 1 MiB after the WRITE's source), in flight on the same
+     * connection, completes once too */
+    dl_downs = 0;
+    nxl_agent_on_peer(I.a, dl_on_peer, NULL);
+    nxl_desc_t sd = {.addr = (uintptr_t)I.buf + n * blk, .len = blk},
+               sr = {.addr = I.raddr + n * blk, .len = blk};
+    nxl_dlist_t sl = {NXL_DRAM, &sd, 1}, srl = {NXL_DRAM, &sr, 1};
+    nxl_xfer_t *y;
+    ck_assert(nxl_xfer_create(I.a, NXL_READ, &sl, &srl, "T", NULL, &y) == NXL_SUCCESS);
     nxl_xfer_set_deadline(x, DL_MS);
     tl_fill(I.buf, n * blk, 701);
     ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
     c_calls = 0;
-    nxl_future_t *f;
+    int y_calls = 0;
+    nxl_future_t *f, *fy;
     uint64_t t0 = dl_now_us();
     DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    DL_CHECK(nxl_xfer_post(y, tl_count_int_cb, &y_calls, &fy) == NXL_SUCCESS, "post: %s",
              nxl_agent_last_error(I.a));
     while (!c_calls && dl_now_us() - t0 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
         nxl_agent_run_once(I.a, 5);
     uint64_t t = dl_now_us() - t0;
-    if (c_calls && tl_last == NXL_SUCCESS) {
+    if (c_calls && nxl_future_status(f) == NXL_SUCCESS) {
         printf("DEADLINE: %s: the WRITE completed in %.1f ms with the target stopped "
                "(one-sided): no deadline to reach\n", C->label, t / 1000.0);
         kill(I.pid, SIGCONT);
+        ck_assert(tl_run_until(I.a, &y_calls, 1, 20000));
+        nxl_future_release(fy);
+        nxl_xfer_release(y);
         nxl_future_release(f);
         nxl_xfer_release(x);
         return;
@@ -830,8 +853,8 @@ START_TEST(t_deadline)
         printf("DEADLINE: %s: callback %.1f ms after the target resumed (%.1f ms after the "
                "post): %s\n", C->label, (t - tc) / 1000.0, t / 1000.0, held);
     }
-    ck_assert_msg(tl_last == NXL_ERR_TIMEOUT, "%s: %s (%s)", C->label, nxl_status_name(tl_last),
-                  nxl_future_error(f));
+    ck_assert_msg(nxl_future_status(f) == NXL_ERR_TIMEOUT, "%s: %s (%s)", C->label,
+                  nxl_status_name(nxl_future_status(f)), nxl_future_error(f));
     /* the deadline fired on time (the sentence says when) */
     const char *why = nxl_future_error(f);
     const char *at = strstr(why, "passed (");
@@ -848,14 +871,39 @@ START_TEST(t_deadline)
     DL_CHECK(strstr(why, "'T'") && strstr(why, C->transport) && strstr(why, "33554432") &&
                  strstr(why, "300 ms"),
              "sentence: %s", why);
-    /* the buffers are the application's again: the mark never leaves */
+    /* the READ on the same connection: with it (a TIMEOUT that says so),
+     * or when the peer resumes where the TIMEOUT waited for it */
+    for (int i = 0; i < 20 && !y_calls; i++)
+        nxl_agent_run_once(I.a, 5);
+    DL_CHECK(held || y_calls == 1, "%s: the READ on the aborted connection: %d callbacks",
+             C->label, y_calls);
+    if (y_calls) {
+        const char *ywhy = nxl_future_status(fy) == NXL_SUCCESS ? "" : nxl_future_error(fy);
+        printf("DEADLINE: %s: the READ in flight with it: %s%s%s\n", C->label,
+               nxl_status_name(nxl_future_status(fy)), *ywhy ? ": " : "", ywhy);
+        DL_CHECK(nxl_future_status(fy) == NXL_SUCCESS ||
+                     (nxl_future_status(fy) == NXL_ERR_TIMEOUT && strstr(ywhy, "connection") &&
+                      strstr(ywhy, "deadline")),
+                 "%s: the READ: %s: %s", C->label, nxl_status_name(nxl_future_status(fy)), ywhy);
+    }
+    /* the buffers are the application's again: the mark never leaves, and
+     * nothing lands in the READ's destination after its callback */
     memset(I.buf, 0xEE, n * blk);
+    if (y_calls)
+        memset(I.buf + n * blk, 0xEE, blk);
     for (int i = 0; i < 20; i++)
         nxl_agent_run_once(I.a, 5);
     kill(I.pid, SIGCONT);
     for (int i = 0; i < 40; i++)
         nxl_agent_run_once(I.a, 5);
     ck_assert_int_eq(c_calls, 1);
+    if (!y_calls)
+        ck_assert(tl_run_until(I.a, &y_calls, 1, 20000));
+    else
+        ck_assert_int_eq(marked_blocks(I.buf + n * blk, blk), blk / 64);
+    ck_assert_int_eq(y_calls, 1);
+    nxl_future_release(fy);
+    nxl_xfer_release(y);
     nxl_future_cancel(f); /* no effect on a complete future */
     nxl_future_release(f);
     ck_assert_str_eq(ask("nomark 33554432", 20000), "ok");
@@ -866,6 +914,9 @@ START_TEST(t_deadline)
     ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
     ck_assert_str_eq(ask("chk 702 32 1048576 1048576", 10000), "ok");
     nxl_xfer_release(x);
+    /* the abort was no loss of the peer (its metadata is still good) */
+    nxl_agent_on_peer(I.a, NULL, NULL);
+    ck_assert_msg(held || dl_downs == 0, "%s: %d DOWN events", C->label, dl_downs);
 }
 END_TEST
 
