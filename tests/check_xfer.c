@@ -80,6 +80,12 @@ typedef struct conf {
     "(NXLT_CAP_CANCEL_WAITS): a stopped peer holds the TIMEOUT until it resumes or the "        \
     "stall timeout gives it up"
 
+#define DEADLINE_HELD_SOCKETS                                                                  \
+    "the sockets provider has no close of one peer's connection that hands back its "        \
+    "operations (fi_av_remove leaves the connection working, its operations with the "        \
+    "progress thread), and closing the agent's one endpoint would take every peer's: a "      \
+    "stopped peer holds the TIMEOUT until it resumes or the stall timeout gives it up"
+
 /* "deadline_held" is not a skip: t_deadline still runs, and accepts a
  * TIMEOUT delivered when the peer resumes (the deadline itself on time) */
 static const conf_t confs[] = {
@@ -96,7 +102,6 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
-      {"deadline_held", DEADLINE_HELD},
       {0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
@@ -104,7 +109,7 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
-      {"deadline_held", DEADLINE_HELD},
+      {"deadline_held", DEADLINE_HELD_SOCKETS},
       {0}}},
     /* Mooncake's Transfer Engine over its TCP transport, when
      * libtransfer_engine.so is found (tests/mooncake/build; make check sets
@@ -885,6 +890,27 @@ START_TEST(t_deadline)
                      (nxl_future_status(fy) == NXL_ERR_TIMEOUT && strstr(ywhy, "connection") &&
                       strstr(ywhy, "deadline")),
                  "%s: the READ: %s: %s", C->label, nxl_status_name(nxl_future_status(fy)), ywhy);
+    }
+    /* the READ posted again while the target is still stopped (over the
+     * connection the abort left, reconnecting): TIMEOUT again, at its own
+     * deadline */
+    if (!held && y_calls && nxl_future_status(fy) == NXL_ERR_TIMEOUT) {
+        nxl_future_release(fy);
+        nxl_xfer_set_deadline(y, DL_MS);
+        y_calls = 0;
+        uint64_t t1 = dl_now_us();
+        DL_CHECK(nxl_xfer_post(y, tl_count_int_cb, &y_calls, &fy) == NXL_SUCCESS, "re-post: %s",
+                 nxl_agent_last_error(I.a));
+        while (!y_calls && dl_now_us() - t1 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
+            nxl_agent_run_once(I.a, 5);
+        uint64_t ty = dl_now_us() - t1;
+        DL_CHECK(y_calls == 1 && nxl_future_status(fy) == NXL_ERR_TIMEOUT,
+                 "%s: the READ re-posted to the stopped target: %d callbacks, %s (%s)", C->label,
+                 y_calls, nxl_status_name(nxl_future_status(fy)),
+                 y_calls ? nxl_future_error(fy) : "");
+        printf("DEADLINE: %s: the READ re-posted while the target is stopped: TIMEOUT at %.1f ms "
+               "(%.1f ms late)\n", C->label, ty / 1000.0, ty / 1000.0 - DL_MS);
+        nxl_xfer_set_deadline(y, 0);
     }
     /* the buffers are the application's again: the mark never leaves, and
      * nothing lands in the READ's destination after its callback */
