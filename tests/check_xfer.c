@@ -80,6 +80,12 @@ typedef struct conf {
     "(NXLT_CAP_CANCEL_WAITS): a stopped peer holds the TIMEOUT until it resumes or the "        \
     "stall timeout gives it up"
 
+#define DEADLINE_HELD_SOCKETS                                                                  \
+    "the sockets provider has no close of one peer's connection that hands back its "        \
+    "operations (fi_av_remove leaves the connection working, its operations with the "        \
+    "progress thread), and closing the agent's one endpoint would take every peer's: a "      \
+    "stopped peer holds the TIMEOUT until it resumes or the stall timeout gives it up"
+
 /* "deadline_held" is not a skip: t_deadline still runs, and accepts a
  * TIMEOUT delivered when the peer resumes (the deadline itself on time) */
 static const conf_t confs[] = {
@@ -87,18 +93,15 @@ static const conf_t confs[] = {
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
-      {"deadline_held", DEADLINE_HELD},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
-      {"deadline_held", DEADLINE_HELD},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
-      {"deadline_held", DEADLINE_HELD},
       {0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
@@ -106,7 +109,7 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
-      {"deadline_held", DEADLINE_HELD},
+      {"deadline_held", DEADLINE_HELD_SOCKETS},
       {0}}},
     /* Mooncake's Transfer Engine over its TCP transport, when
      * libtransfer_engine.so is found (tests/mooncake/build; make check sets
@@ -772,6 +775,16 @@ static uint64_t dl_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* the peer events DOWN seen (t_deadline: an abort at a deadline is none) */
+static int dl_downs;
+static void dl_on_peer(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
+{
+    if (ev->kind == NXL_PEER_DOWN) {
+        dl_downs++;
+        printf("DEADLINE: %s: peer '%s' DOWN: %s\n", C->label, ev->peer, ev->why);
+    }
+}
+
 /* the target resumed before a failure ends the test */
 #define DL_CHECK(cond, ...)                                                                        \
     do {                                                                                           \
@@ -792,22 +805,37 @@ START_TEST(t_deadline)
     ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
     ck_assert_str_eq(ask("chk 700 32 1048576 1048576", 10000), "ok");
 
-    /* the target stopped: the post fails at its deadline */
+    /* the target stopped: the post fails at its deadline; a READ without
+     * one (into the 1 MiB after the WRITE's source), in flight on the same
+     * connection, completes once too */
+    dl_downs = 0;
+    nxl_agent_on_peer(I.a, dl_on_peer, NULL);
+    nxl_desc_t sd = {.addr = (uintptr_t)I.buf + n * blk, .len = blk},
+               sr = {.addr = I.raddr + n * blk, .len = blk};
+    nxl_dlist_t sl = {NXL_DRAM, &sd, 1}, srl = {NXL_DRAM, &sr, 1};
+    nxl_xfer_t *y;
+    ck_assert(nxl_xfer_create(I.a, NXL_READ, &sl, &srl, "T", NULL, &y) == NXL_SUCCESS);
     nxl_xfer_set_deadline(x, DL_MS);
     tl_fill(I.buf, n * blk, 701);
     ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
     c_calls = 0;
-    nxl_future_t *f;
+    int y_calls = 0;
+    nxl_future_t *f, *fy;
     uint64_t t0 = dl_now_us();
     DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    DL_CHECK(nxl_xfer_post(y, tl_count_int_cb, &y_calls, &fy) == NXL_SUCCESS, "post: %s",
              nxl_agent_last_error(I.a));
     while (!c_calls && dl_now_us() - t0 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
         nxl_agent_run_once(I.a, 5);
     uint64_t t = dl_now_us() - t0;
-    if (c_calls && tl_last == NXL_SUCCESS) {
+    if (c_calls && nxl_future_status(f) == NXL_SUCCESS) {
         printf("DEADLINE: %s: the WRITE completed in %.1f ms with the target stopped "
                "(one-sided): no deadline to reach\n", C->label, t / 1000.0);
         kill(I.pid, SIGCONT);
+        ck_assert(tl_run_until(I.a, &y_calls, 1, 20000));
+        nxl_future_release(fy);
+        nxl_xfer_release(y);
         nxl_future_release(f);
         nxl_xfer_release(x);
         return;
@@ -830,8 +858,8 @@ START_TEST(t_deadline)
         printf("DEADLINE: %s: callback %.1f ms after the target resumed (%.1f ms after the "
                "post): %s\n", C->label, (t - tc) / 1000.0, t / 1000.0, held);
     }
-    ck_assert_msg(tl_last == NXL_ERR_TIMEOUT, "%s: %s (%s)", C->label, nxl_status_name(tl_last),
-                  nxl_future_error(f));
+    ck_assert_msg(nxl_future_status(f) == NXL_ERR_TIMEOUT, "%s: %s (%s)", C->label,
+                  nxl_status_name(nxl_future_status(f)), nxl_future_error(f));
     /* the deadline fired on time (the sentence says when) */
     const char *why = nxl_future_error(f);
     const char *at = strstr(why, "passed (");
@@ -848,14 +876,60 @@ START_TEST(t_deadline)
     DL_CHECK(strstr(why, "'T'") && strstr(why, C->transport) && strstr(why, "33554432") &&
                  strstr(why, "300 ms"),
              "sentence: %s", why);
-    /* the buffers are the application's again: the mark never leaves */
+    /* the READ on the same connection: with it (a TIMEOUT that says so),
+     * or when the peer resumes where the TIMEOUT waited for it */
+    for (int i = 0; i < 20 && !y_calls; i++)
+        nxl_agent_run_once(I.a, 5);
+    DL_CHECK(held || y_calls == 1, "%s: the READ on the aborted connection: %d callbacks",
+             C->label, y_calls);
+    if (y_calls) {
+        const char *ywhy = nxl_future_status(fy) == NXL_SUCCESS ? "" : nxl_future_error(fy);
+        printf("DEADLINE: %s: the READ in flight with it: %s%s%s\n", C->label,
+               nxl_status_name(nxl_future_status(fy)), *ywhy ? ": " : "", ywhy);
+        DL_CHECK(nxl_future_status(fy) == NXL_SUCCESS ||
+                     (nxl_future_status(fy) == NXL_ERR_TIMEOUT && strstr(ywhy, "connection") &&
+                      strstr(ywhy, "deadline")),
+                 "%s: the READ: %s: %s", C->label, nxl_status_name(nxl_future_status(fy)), ywhy);
+    }
+    /* the READ posted again while the target is still stopped (over the
+     * connection the abort left, reconnecting): TIMEOUT again, at its own
+     * deadline */
+    if (!held && y_calls && nxl_future_status(fy) == NXL_ERR_TIMEOUT) {
+        nxl_future_release(fy);
+        nxl_xfer_set_deadline(y, DL_MS);
+        y_calls = 0;
+        uint64_t t1 = dl_now_us();
+        DL_CHECK(nxl_xfer_post(y, tl_count_int_cb, &y_calls, &fy) == NXL_SUCCESS, "re-post: %s",
+                 nxl_agent_last_error(I.a));
+        while (!y_calls && dl_now_us() - t1 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
+            nxl_agent_run_once(I.a, 5);
+        uint64_t ty = dl_now_us() - t1;
+        DL_CHECK(y_calls == 1 && nxl_future_status(fy) == NXL_ERR_TIMEOUT,
+                 "%s: the READ re-posted to the stopped target: %d callbacks, %s (%s)", C->label,
+                 y_calls, nxl_status_name(nxl_future_status(fy)),
+                 y_calls ? nxl_future_error(fy) : "");
+        printf("DEADLINE: %s: the READ re-posted while the target is stopped: TIMEOUT at %.1f ms "
+               "(%.1f ms late)\n", C->label, ty / 1000.0, ty / 1000.0 - DL_MS);
+        nxl_xfer_set_deadline(y, 0);
+    }
+    /* the buffers are the application's again: the mark never leaves, and
+     * nothing lands in the READ's destination after its callback */
     memset(I.buf, 0xEE, n * blk);
+    if (y_calls)
+        memset(I.buf + n * blk, 0xEE, blk);
     for (int i = 0; i < 20; i++)
         nxl_agent_run_once(I.a, 5);
     kill(I.pid, SIGCONT);
     for (int i = 0; i < 40; i++)
         nxl_agent_run_once(I.a, 5);
     ck_assert_int_eq(c_calls, 1);
+    if (!y_calls)
+        ck_assert(tl_run_until(I.a, &y_calls, 1, 20000));
+    else
+        ck_assert_int_eq(marked_blocks(I.buf + n * blk, blk), blk / 64);
+    ck_assert_int_eq(y_calls, 1);
+    nxl_future_release(fy);
+    nxl_xfer_release(y);
     nxl_future_cancel(f); /* no effect on a complete future */
     nxl_future_release(f);
     ck_assert_str_eq(ask("nomark 33554432", 20000), "ok");
@@ -866,6 +940,9 @@ START_TEST(t_deadline)
     ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
     ck_assert_str_eq(ask("chk 702 32 1048576 1048576", 10000), "ok");
     nxl_xfer_release(x);
+    /* the abort was no loss of the peer (its metadata is still good) */
+    nxl_agent_on_peer(I.a, NULL, NULL);
+    ck_assert_msg(held || dl_downs == 0, "%s: %d DOWN events", C->label, dl_downs);
 }
 END_TEST
 

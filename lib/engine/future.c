@@ -451,6 +451,11 @@ int nxlt_op_canceled(const nxlt_op_t *op)
     return op->future && op->future->cancel_wait;
 }
 
+void nxlt_on_deadline(nxlt_ctx_t *ctx, nxlt_deadline_cb cb)
+{
+    ctx->backend->on_deadline = cb;
+}
+
 void **nxlt_op_priv(nxlt_op_t *op)
 {
     return &op->priv;
@@ -666,6 +671,9 @@ static void deadline_cb(nxlt_timer_t *t, void *arg)
         f->refs++;
         if (f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {
             f->cancel_wait = true; /* nxlt_op_done completes it, its buffers free */
+            nxl_backend_t *b = f->op->backend;
+            if (b->on_deadline)
+                b->on_deadline(b->state, f->op); /* it may abort what holds the op */
         } else {
             char *why = nxli_strdup(f->timeout_why);
             nxli_future_abort(f, NXL_ERR_TIMEOUT, why ? why : "deadline passed");

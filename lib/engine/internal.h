@@ -55,6 +55,7 @@ struct nxl_backend {
     int index;              /* preference order */
     struct nxlt_ctx ctx;
     nxli_xstats_t xs;
+    nxlt_deadline_cb on_deadline; /* nxlt_on_deadline() */
 };
 
 /* ---- local memory: a region registered with one or more backends */

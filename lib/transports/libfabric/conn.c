@@ -375,6 +375,97 @@ void nxl_lf_probe_start(lf_conn_t *c)
     c->refs++; /* until probe_done */
 }
 
+/* ---- aborts at a deadline
+ *
+ * A transfer's deadline passed (the engine's hook, nxl_lf_on_deadline)
+ * while the provider still holds its buffers: writes a stopped or hung
+ * peer does not take, reads it does not answer. Over tcp;ofi_rxm the
+ * connection to that peer is closed: with FI_AV_REMOVE_CLEANUP (util.c),
+ * removing the peer's address from the address vector makes rxm close its
+ * msg endpoint, and the tcp provider's close hands back every operation
+ * queued or under way on it as an error completion (FI_ECANCELED; what it
+ * had not written from a buffer is dropped, the socket closed), which rxm
+ * passes to this agent's CQ. Each aborted op completes once all its
+ * provider operations did: the timed-out one (its future completes with
+ * NXL_ERR_TIMEOUT), and the others on that connection with NXL_ERR_TIMEOUT
+ * and a sentence saying they went with it; none fails the connection. The
+ * address is inserted again at once: the next post opens a new connection
+ * (the peer's metadata is still good; no DOWN). The sockets provider has
+ * no such close for one peer (its operations stay with its progress
+ * thread), nor has rxm without the variable: there the TIMEOUT still
+ * waits for the peer to answer or for the stall timeout. */
+
+void nxl_lf_on_deadline(void *state, nxlt_op_t *op)
+{
+    lf_t *u = state;
+    if (!u->can_abort)
+        return;
+    u->deadline_due = true;
+    nxl_lf_kick(u);
+}
+
+static void conn_abort(lf_t *u, lf_addr_t *e)
+{
+    unsigned n = 0;
+    lf_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn->av_entry == e && o->op && !o->aborted) {
+        o->aborted = true;
+        n++;
+    }
+    nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: a deadline passed with %u operation%s to the "
+             "peer at this address held by the provider: its connection is closed, and the next "
+             "post reconnects", n, n == 1 ? "" : "s");
+    fi_addr_t old = e->fa, fa;
+    fi_av_remove(u->fids.av, &old, 1, 0);
+    int r = fi_av_insert(u->fids.av, e->name, 1, &fa, 0, NULL);
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->av_entry == e) {
+        if (r == 1) {
+            c->addr = fa;
+        } else if (!c->failed) {
+            c->refs++;
+            nxl_lf_conn_fail(c, r < 0 ? -r : FI_EINVAL,
+                             "its address could not be inserted again after its connection "
+                             "was closed at a deadline", false);
+            nxl_lf_conn_put(c);
+            break; /* the list may have changed */
+        }
+    }
+    if (r == 1)
+        e->fa = fa;
+    /* not posted yet: nothing of them is with the provider */
+    lf_op_t *on;
+    for (o = TAILQ_FIRST(&u->waitq); o; o = on) {
+        on = TAILQ_NEXT(o, wlink);
+        if (o->aborted) {
+            o->stopped = true;
+            TAILQ_REMOVE(&u->waitq, o, wlink);
+            o->queued = false;
+            nxl_lf_op_check(o);
+        }
+    }
+}
+
+/* From progress, after a deadline passed: the peers that hold a
+ * timed-out op are aborted */
+void nxl_lf_deadlines(lf_t *u)
+{
+    u->deadline_due = false;
+    lf_addr_t *e;
+    LIST_FOREACH(e, &u->addrs, link)
+    {
+        lf_op_t *o;
+        LIST_FOREACH(o, &u->ops, link)
+        if (o->conn->av_entry == e && o->op && !o->aborted && !o->conn->failed &&
+            !o->conn->self && o->posted > o->completed && nxlt_op_canceled(o->op))
+            break;
+        if (o)
+            conn_abort(u, e);
+    }
+}
+
 void nxl_lf_conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
 {
     lf_t *u = c->u;

@@ -87,6 +87,7 @@ static lf_t *state_new(nxlt_ctx_t *ctx, const lf_opts_t *o, struct fi_info *fi, 
     u->info = fi;
     snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
     u->hold_us = nxl_lf_rxm_hold_us(u->prov);
+    u->can_abort = strstr(u->prov, "ofi_rxm") && nxl_lf_av_remove_cleanup();
     u->addr_format = fi->addr_format;
     uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
     u->mr_local = mm & FI_MR_LOCAL;
@@ -231,6 +232,7 @@ static nxl_status_t ep_open(lf_t *u)
 /* the loop's watches and timers: the CQ's fd or the doorbell, the timers */
 static nxl_status_t events_start(lf_t *u, bool poll_max_given)
 {
+    nxlt_on_deadline(u->ctx, nxl_lf_on_deadline); /* aborts (conn.c) */
     u->tm_kick = nxlt_timer_new(u->ctx, nxl_lf_on_kick, u);
     u->tm_watch = nxlt_timer_new(u->ctx, nxl_lf_on_watch, u);
     u->tm_poll = nxlt_timer_new(u->ctx, nxl_lf_on_poll, u);

@@ -183,6 +183,8 @@ typedef struct lf_op {
     bool queued;                /* on the wait queue */
     bool checkq;                /* on the check queue */
     bool side;                  /* the transport's own message (a revoke): no engine op */
+    bool aborted;               /* its connection was closed at a deadline (conn.c): its
+                                 * provider operations end as canceled, no disconnect */
     LIST_ENTRY(lf_op) link;
     TAILQ_ENTRY(lf_op) wlink;
     TAILQ_ENTRY(lf_op) clink;
@@ -305,6 +307,9 @@ struct lf_state {
     LIST_HEAD(, lf_addr) addrs;
     LIST_HEAD(, lf_hold) holds;
     uint64_t hold_us;           /* rxm: how long a failed peer's address is held (0: never) */
+    bool can_abort;             /* rxm with FI_AV_REMOVE_CLEANUP: fi_av_remove closes the
+                                 * connection to a peer and cancels its operations */
+    bool deadline_due;          /* an op's deadline passed (nxl_lf_on_deadline) */
     /* receives */
     lf_rx_t rx[NRX];
     unsigned char *rxmem;
@@ -318,6 +323,7 @@ typedef LIST_HEAD(lf_shm_list, lf_shm_ep) lf_shm_list_t;
 
 /* util.c */
 int nxl_lf_loaded(void);
+bool nxl_lf_av_remove_cleanup(void);
 const char *nxl_lf_me(const lf_t *u, size_t *len);
 bool nxl_lf_post_disconnect(int err);
 bool nxl_lf_is_disconnect(int err);
@@ -364,6 +370,8 @@ void nxl_lf_unload_key(void *state, void *rkey);
 void nxl_lf_op_report(lf_op_t *o, nxl_status_t st, const char *why);
 void nxl_lf_op_free(lf_op_t *o);
 void nxl_lf_op_check(lf_op_t *o);
+void nxl_lf_on_deadline(void *state, nxlt_op_t *op);
+void nxl_lf_deadlines(lf_t *u);
 nxl_status_t nxl_lf_try_post(lf_op_t *o, bool first);
 void nxl_lf_enqueue(lf_op_t *o);
 void nxl_lf_resume(lf_t *u);

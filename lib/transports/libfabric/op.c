@@ -72,6 +72,18 @@ void nxl_lf_op_check(lf_op_t *o)
             o->stopped = true;
             if (idle)
                 nxl_lf_op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: canceled");
+        } else if (o->aborted) {
+            o->stopped = true;
+            if (idle) {
+                char why[400];
+                snprintf(why, sizeof(why), "LIBFABRIC: %s to agent '%s' aborted with its "
+                         "connection: the deadline of another transfer to it passed while the "
+                         "peer did not take or answer what was sent (stopped, hung or "
+                         "overloaded); its buffers are free, and the next post to the peer "
+                         "reconnects", o->is_xfer ? (o->dir == NXL_WRITE ? "WRITE" : "READ")
+                                                  : "notification", o->conn->name);
+                nxl_lf_op_report(o, NXL_ERR_TIMEOUT, why);
+            }
         } else if ((o->err || o->conn->failed) && (idle || o->conn->failed)) {
             char why[512];
             op_fail_sentence(o, why, sizeof(why));

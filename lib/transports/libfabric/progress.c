@@ -18,8 +18,9 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
             o->errtxt = text ? strdup(text) : NULL;
         }
         o->stopped = true;
-        /* o is not counted complete yet: conn_fail reports it but cannot free it */
-        if (nxl_lf_is_disconnect(err) && !o->conn->failed && !o->conn->self)
+        /* o is not counted complete yet: conn_fail reports it but cannot free it;
+         * an op aborted at a deadline ends so (its connection closed on purpose) */
+        if (nxl_lf_is_disconnect(err) && !o->aborted && !o->conn->failed && !o->conn->self)
             nxl_lf_conn_fail(o->conn, err, text, false);
     }
     o->completed++;
@@ -265,6 +266,10 @@ void nxl_lf_progress(lf_t *u, bool woke)
     fail_deferred(u);
     bool more;
     unsigned n = nxl_lf_drain(u, &more);
+    if (u->deadline_due) {
+        nxl_lf_deadlines(u); /* after the drain: what completed is not aborted */
+        n += nxl_lf_drain(u, &more);
+    }
     nxl_lf_resume(u);
     nxl_lf_rx_repost_all(u);
     run_checkq(u);

@@ -15,8 +15,29 @@ struct nxl_lf_sym nxl_lf_sym;
 
 static pthread_once_t lf_sym_once = PTHREAD_ONCE_INIT;
 
+/* ofi_rxm closes its connection to a peer, and cancels the operations on
+ * it (their error completions come to the CQ), when the peer's address is
+ * removed from the address vector only where FI_AV_REMOVE_CLEANUP is true,
+ * which libfabric reads once, at its first call: nxl sets it before that,
+ * unless the environment says otherwise (the deadlines' aborts need it:
+ * conn.c). An application that initialized libfabric before, or sets it
+ * false, keeps the TIMEOUT waiting for the peer. */
+static bool av_remove_cleanup;
+
+bool nxl_lf_av_remove_cleanup(void)
+{
+    return av_remove_cleanup;
+}
+
 static void lf_sym_load(void)
 {
+    const char *v = getenv("FI_AV_REMOVE_CLEANUP");
+    if (!v)
+        setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
+    v = getenv("FI_AV_REMOVE_CLEANUP");
+    av_remove_cleanup = v && (!strcmp(v, "1") || !strcasecmp(v, "true") ||
+                              !strcasecmp(v, "yes") || !strcasecmp(v, "on") ||
+                              !strcasecmp(v, "y"));
     void *h = dlopen(NXL_LIBFABRIC_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(nxl_lf_sym.why, sizeof(nxl_lf_sym.why), "%s", dlerror());

@@ -306,6 +306,11 @@ nxl_status_t nxl_ucx_notif_send(void *state, nxlt_op_t *op, void *conn, const vo
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), msg, len, true);
     if (!o)
         return NXL_ERR_UNKNOWN;
+    if (c->wiring) {
+        /* sent once the new endpoint is through (rma.c, nxl_ucx_wired) */
+        o->wire_wait = o->wire_notif = true;
+        return NXL_SUCCESS;
+    }
     u->in_ucx++;
     nxl_ucx_send_notif(o);
     u->in_ucx--;

@@ -269,7 +269,7 @@ bool nxl_ucx_cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x)
     if (u->cma_mode == CMA_AUTO)
         for (size_t i = 0; i < x->n; i++) {
             ucx_rkey_t *k = x->iov[i].rkey;
-            if (k->mapped < 0) {
+            if (k->mapped < 0 && k->rk) {
                 void *ptr;
                 k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
             }

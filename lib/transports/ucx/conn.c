@@ -8,8 +8,18 @@ void nxl_ucx_conn_put(ucx_conn_t *c)
 {
     if (--c->refs)
         return;
+    ucx_side_t *m;
+    LIST_FOREACH(m, &c->u->sides, link)
+    if (m->hello == c)
+        m->hello = NULL;
+    ucx_rkey_t *k;
+    while ((k = LIST_FIRST(&c->rkeys))) { /* the engine's, still loaded: theirs to unload */
+        LIST_REMOVE(k, link);
+        k->conn = NULL;
+    }
     nxl_ucx_cma_close(c);
     LIST_REMOVE(c, link);
+    free(c->addr);
     free(c->peer_addr);
     free(c->name);
     free(c);
@@ -24,14 +34,24 @@ static void close_forget(ucx_t *u, void *req)
         }
 }
 
+static void abort_done(ucx_conn_t *c);
+
 static void close_cb(void *req, ucs_status_t st, void *arg)
 {
     ucx_t *u = arg;
     close_forget(u, req);
     ucp_request_free(req);
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->abort_req == req) {
+        abort_done(c);
+        break;
+    }
 }
 
-void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force)
+/* The close request UCX still holds (completed by close_cb), or NULL when
+ * the close completed at once */
+void *nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force)
 {
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -50,7 +70,7 @@ void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force)
             if (!v) {
                 ucp_request_free(r); /* completes on its own, unobserved */
                 nxl_ucx_kick(u);
-                return;
+                return NULL;
             }
             u->closing = v;
             u->capclosing = cap;
@@ -58,14 +78,27 @@ void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force)
         u->closing[u->nclosing++] = r;
     }
     nxl_ucx_kick(u);
+    return UCS_PTR_IS_PTR(r) ? r : NULL;
+}
+
+static void hello_done(ucx_conn_t *c, ucs_status_t st)
+{
+    c->wiring = false;
+    if (st != UCS_OK)
+        nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: the first message on the new endpoint to agent "
+                 "'%s' failed: %s", c->name, ucs_status_string(st));
+    nxl_ucx_wired(c); /* what waited goes out, or fails with the connection */
 }
 
 static void side_done(void *req, ucs_status_t st, void *arg)
 {
     ucx_side_t *m = arg;
+    ucx_conn_t *hello = m->hello;
     LIST_REMOVE(m, link);
     ucp_request_free(req);
     free(m);
+    if (hello)
+        hello_done(hello, st);
 }
 
 /* An eager active message (with @p flags) on @p ep; @p cb with @p arg when
@@ -88,10 +121,17 @@ ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size
  * failure is only logged). m->buf holds len bytes; m is taken. */
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
 {
+    m->hello = NULL;
+    nxl_ucx_side_send_flags(u, ep, id, m, 0);
+}
+
+/* the same, with UCX's send @p flags (m->hello set) */
+void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m, uint32_t flags)
+{
     m->u = u;
     LIST_INSERT_HEAD(&u->sides, m, link);
     u->in_ucx++;
-    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, NULL, 0, m->buf, m->len, 0, side_done, m);
+    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, NULL, 0, m->buf, m->len, flags, side_done, m);
     u->in_ucx--;
     if (UCS_PTR_IS_PTR(r)) {
         m->req = r;
@@ -99,8 +139,11 @@ void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
         if (UCS_PTR_IS_ERR(r))
             nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a message of the transport (id 0x%x) could not "
                      "be sent: %s", id, ucs_status_string(UCS_PTR_STATUS(r)));
+        ucx_conn_t *hello = m->hello;
         LIST_REMOVE(m, link);
         free(m);
+        if (hello)
+            hello->wiring = false; /* through at once (the caller posts what waits) */
     }
     nxl_ucx_kick(u);
 }
@@ -173,6 +216,207 @@ void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     }
 }
 
+/* c->ep, to the address in c->addr */
+static ucs_status_t ep_create(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      (c->self ? 0
+                               : UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                     UCP_EP_PARAM_FIELD_ERR_HANDLER),
+        .address = (const ucp_address_t *)c->addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ep_error, .arg = c},
+    };
+    u->in_ucx++;
+    ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
+    u->in_ucx--;
+    return st;
+}
+
+/* ------------------------------------------------ aborts at a deadline
+ *
+ * A transfer's deadline passed (the engine's hook, nxl_ucx_on_deadline)
+ * while UCX still holds its buffers: puts and gets that a stopped or hung
+ * peer does not take or answer, and a flush that waits for them. UCX 1.13
+ * cannot cancel those one by one, so the endpoint to that peer is closed
+ * by force (UCP_EP_CLOSE_FLAG_FORCE): UCX discards its transport
+ * endpoints, completing what they hold as canceled — over TCP its socket
+ * is closed, what it had not written from the buffers is never written;
+ * over shared memory the puts were copied into the peer's FIFO when they
+ * were sent, and a get's reply for the closed endpoint is dropped. Once
+ * that close completed, UCX no longer reads or writes the buffers of any
+ * op on the endpoint: the ops are reported then, the timed-out one (its
+ * future completes with NXL_ERR_TIMEOUT) and every other op on it (with
+ * NXL_ERR_TIMEOUT too, and a sentence saying that it went with the
+ * connection). The connection stays loaded, as the peer's metadata is
+ * still good: a new endpoint to its address is made from the loop right
+ * after the close, the keys unpacked again on it (UCX 1.13 refuses a key
+ * on another endpoint than its own), and what is posted to the peer from
+ * the abort until that endpoint's first message is through waits in the
+ * transport (nxl_ucx_reconnects, rma.c's wire_wait); only a failure then
+ * is a disconnect.
+ * Copies by cross-memory attach are not aborted: they stop between two
+ * system calls on their own (cma.c), stopped peer or not. */
+
+/* the close completed: the aborted ops are reported, those UCX already
+ * gave back freed */
+static void abort_done(ucx_conn_t *c)
+{
+    c->abort_req = NULL;
+    c->refs++;
+    ucx_op_t *o, *next;
+    for (o = LIST_FIRST(&c->u->ops); o; o = next) {
+        next = LIST_NEXT(o, link);
+        if (o->conn != c || !o->aborted)
+            continue;
+        nxl_ucx_op_report(o, UCS_ERR_CANCELED);
+        /* freed by UCX's callback meanwhile (op_finish), or an AM_WRITE
+         * whose acknowledgement will not come: done with */
+        if (o->ucx_done || (o->amw && o->amw_sent && !o->amw_acked))
+            nxl_ucx_op_free(o);
+    }
+    /* a new endpoint, from progress (not inside UCX's callback) */
+    c->reconnect = true;
+    c->u->reconnect_due = true;
+    nxl_ucx_kick(c->u);
+    nxl_ucx_conn_put(c);
+}
+
+static void conn_abort(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    char why[400];
+    snprintf(why, sizeof(why), "UCX: transfer to agent '%s' aborted with its connection: the "
+             "deadline of another transfer to it passed while the peer did not take or answer "
+             "what was sent (stopped, hung or overloaded); its buffers are free, and the next "
+             "post to the peer reconnects", c->name);
+    unsigned n = 0;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn == c && o->op && !o->queued && !o->aborted) {
+        o->aborted = true;
+        n++;
+        if (!nxlt_op_canceled(o->op) && !o->why)
+            o->why = strdup(why);
+    }
+    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a deadline passed with %u operation%s to agent '%s' "
+             "held by UCX: its endpoint is closed by force, and the next post reconnects",
+             n, n == 1 ? "" : "s", c->name);
+    c->aborted = true;
+    c->wiring = true; /* posts wait for the new endpoint (nxl_ucx_reconnects) */
+    c->refs++; /* until abort_done */
+    void *r = nxl_ucx_ep_close(u, c->ep, true);
+    c->ep = NULL;
+    if (r)
+        c->abort_req = r;
+    else
+        abort_done(c);
+    nxl_ucx_conn_put(c);
+}
+
+void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)
+{
+    ucx_t *u = state;
+    u->deadline_due = true;
+    nxl_ucx_kick(u);
+}
+
+/* From progress, after a deadline passed: the connections that hold a
+ * timed-out op in UCX are aborted */
+void nxl_ucx_deadlines(ucx_t *u)
+{
+    u->deadline_due = false;
+    /* waiting for a new endpoint (rma.c): nothing of them is with UCX */
+    ucx_op_t *w, *wn;
+    for (w = LIST_FIRST(&u->ops); w; w = wn) {
+        wn = LIST_NEXT(w, link);
+        if (w->wire_wait && w->op && nxlt_op_canceled(w->op)) {
+            w->wire_wait = false;
+            nxl_ucx_op_finish(w, UCS_ERR_CANCELED); /* frees w only */
+        }
+    }
+    ucx_conn_t *c, *next;
+    for (c = LIST_FIRST(&u->conns); c; c = next) {
+        next = LIST_NEXT(c, link);
+        if (c->failed || c->fail_deferred || c->self || !c->ep)
+            continue;
+        ucx_op_t *o;
+        LIST_FOREACH(o, &u->ops, link)
+        if (o->conn == c && o->op && !o->queued && !o->wire_wait && !o->aborted &&
+            nxlt_op_canceled(o->op))
+            break;
+        if (o)
+            conn_abort(c);
+    }
+}
+
+/* From progress: the connections whose abort completed get a new endpoint
+ * to the same address, their keys unpacked on it; what is posted waits
+ * until its first message is through (c->wiring). A failure here is a
+ * failure of the connection (the peer DOWN). */
+void nxl_ucx_reconnects(ucx_t *u)
+{
+    u->reconnect_due = false;
+    ucx_conn_t *c, *next;
+    for (c = LIST_FIRST(&u->conns); c; c = next) {
+        next = LIST_NEXT(c, link);
+        if (!c->reconnect || c->abort_req)
+            continue;
+        c->reconnect = false;
+        if (c->failed || c->fail_deferred || c->unloaded) {
+            c->wiring = false;
+            c->refs++;
+            nxl_ucx_wired(c); /* what waited fails with it */
+            next = LIST_NEXT(c, link);
+            nxl_ucx_conn_put(c);
+            continue;
+        }
+        ucs_status_t st = ep_create(c);
+        c->refs++;
+        if (st != UCS_OK) {
+            c->ep = NULL;
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: agent '%s': ucp_ep_create failed after its "
+                     "connection was aborted at a deadline: %s", c->name, ucs_status_string(st));
+            nxl_ucx_conn_fail(c, st, false);
+            c->wiring = false;
+            nxl_ucx_wired(c);
+            next = LIST_NEXT(c, link);
+            nxl_ucx_conn_put(c);
+            continue;
+        }
+        c->aborted = false;
+        ucx_rkey_t *k;
+        LIST_FOREACH(k, &c->rkeys, link)
+        nxl_ucx_rkey_unpack(c, k); /* a failure: that key's posts fail (UCX says why) */
+        /* UCX 1.13 resolves the peer's endpoint id, which software puts
+         * and gets (shared memory without cross-memory attach) carry, when
+         * a key is unpacked on an endpoint of a new configuration, or for
+         * a message with the reply flag. The new endpoint's configuration
+         * is the old one's: the message makes UCX resolve it (an
+         * acknowledgement of AM_WRITE number 0, which names no WRITE,
+         * am_seq starting at 1, and which the peer ignores), and until
+         * UCX completed that message (the peer answered) puts and gets
+         * wait here (rma.c): on an endpoint still wiring up they went out
+         * without the id. */
+        ucx_side_t *m = calloc(1, sizeof(*m) + 9);
+        if (m) {
+            m->len = 9;
+            m->hello = c;
+            nxl_ucx_side_send_flags(u, c->ep, NXL_UCX_AM_WRITE_ACK, m, UCP_AM_SEND_FLAG_REPLY);
+        } else {
+            c->wiring = false;
+        }
+        if (!c->wiring)
+            nxl_ucx_wired(c);
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a new endpoint to agent '%s' (the last one was "
+                 "aborted at a deadline)", c->name);
+        next = LIST_NEXT(c, link);
+        nxl_ucx_conn_put(c);
+    }
+}
+
 nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info, size_t len,
                                void **out)
 {
@@ -220,23 +464,14 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     c->self = len == u->addr_len && !memcmp(info, u->addr, len);
     if (c->self)
         c->am_write = false; /* puts are copies there: no one-message WRITE to itself */
-    ucp_ep_params_t ep = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                      (c->self ? 0
-                               : UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                     UCP_EP_PARAM_FIELD_ERR_HANDLER),
-        .address = (const ucp_address_t *)addr,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ep_error, .arg = c},
-    };
-    u->in_ucx++;
-    ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
-    u->in_ucx--;
-    free(addr); /* UCX keeps nothing of it past ucp_ep_create */
+    c->addr = addr; /* UCX keeps nothing of it past ucp_ep_create; kept for a new one */
+    c->addr_len = len;
+    ucs_status_t st = ep_create(c);
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_ep_create to agent '%s' failed: %s (no UCX transport of "
                    "this agent reaches it: check UCX_TLS / UCX_NET_DEVICES on both sides)",
                    agent, ucs_status_string(st));
+        free(c->addr);
         free(c->name);
         free(c);
         return NXL_ERR_BACKEND;

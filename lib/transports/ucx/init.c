@@ -296,6 +296,7 @@ static nxl_status_t listen_open(ucx_t *u)
         };
         st = ucp_worker_set_am_recv_handler(u->w, &ap);
     }
+    nxlt_on_deadline(u->ctx, nxl_ucx_on_deadline); /* aborts (conn.c) */
     u->ev_efd = nxlt_io_new(u->ctx, u->efd, nxl_ucx_on_efd, u);
     u->ev_kick = nxlt_timer_new(u->ctx, nxl_ucx_on_kick, u);
     u->ev_arm = nxlt_timer_new(u->ctx, nxl_ucx_on_arm, u);

@@ -69,7 +69,7 @@ void nxl_ucx_mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     LIST_FOREACH(c, &u->conns, link)
     {
         if (!c->ep || c->failed || c->fail_deferred || c->unloaded)
-            continue;
+            continue; /* (aborted: the new endpoint is made after the close) */
         ucx_side_t *m = malloc(sizeof(*m) + len);
         if (!m) {
             nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: agent '%s' was not told of a "
@@ -185,22 +185,45 @@ nxl_status_t nxl_ucx_load_key(void *state, void *conn, const void *buf, size_t l
     }
     memcpy(copy, buf, len);
     memset(copy + len, 0xff, UCX_RKEY_PAD);
-    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, copy, &k->rk);
-    free(copy);
-    if (st != UCS_OK) {
-        nxlt_error(u->ctx, "UCX: ucp_ep_rkey_unpack of a key of agent '%s' failed: %s", c->name,
-                   ucs_status_string(st));
+    k->packed = copy;
+    nxl_status_t ns = nxl_ucx_rkey_unpack(c, k);
+    if (ns != NXL_SUCCESS) {
+        free(copy);
         free(k);
+        return ns;
+    }
+    k->conn = c;
+    LIST_INSERT_HEAD(&c->rkeys, k, link);
+    *rkey = k;
+    return NXL_SUCCESS;
+}
+
+/* k's key on c's endpoint (none while it has none: unpacked with the next) */
+nxl_status_t nxl_ucx_rkey_unpack(ucx_conn_t *c, ucx_rkey_t *k)
+{
+    if (k->rk)
+        ucp_rkey_destroy(k->rk);
+    k->rk = NULL;
+    k->mapped = -1;
+    if (!c->ep)
+        return NXL_SUCCESS;
+    ucs_status_t st = ucp_ep_rkey_unpack(c->ep, k->packed, &k->rk);
+    if (st != UCS_OK) {
+        k->rk = NULL;
+        nxlt_error(c->u->ctx, "UCX: ucp_ep_rkey_unpack of a key of agent '%s' failed: %s",
+                   c->name, ucs_status_string(st));
         return NXL_ERR_BACKEND;
     }
-    k->mapped = -1;
-    *rkey = k;
     return NXL_SUCCESS;
 }
 
 void nxl_ucx_unload_key(void *state, void *rkey)
 {
     ucx_rkey_t *k = rkey;
-    ucp_rkey_destroy(k->rk);
+    if (k->conn)
+        LIST_REMOVE(k, link);
+    if (k->rk)
+        ucp_rkey_destroy(k->rk);
+    free(k->packed);
     free(k);
 }

@@ -23,12 +23,19 @@ static nxl_status_t map_status(ucx_conn_t *c, ucs_status_t st)
 /* Tells the engine (once); the op itself lives on until UCX is done with it. */
 void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st)
 {
-    if (!o->op)
-        return;
+    if (!o->op || (o->aborted && o->conn->abort_req))
+        return; /* aborted: reported once the endpoint's close completed (conn.c) */
     if (st != UCS_OK && o->st == UCS_OK)
         o->st = st;
     char why[512];
     nxl_status_t ns = map_status(o->conn, o->st);
+    if (o->aborted) {
+        /* with its connection, at a deadline: not a disconnect (the peer
+         * is not DOWN; the next post reconnects) */
+        nxl_netop_report(&o->op, &o->u->net, &o->conn->net, nxl_ucx_coarse_us, NXL_ERR_TIMEOUT,
+                         o->why ? o->why : "UCX: aborted at its deadline");
+        return;
+    }
     if (ns != NXL_SUCCESS)
         snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed: %s%s", o->conn->name,
                  ucs_status_string(o->conn->failed ? o->conn->why : o->st),
@@ -116,6 +123,10 @@ unsigned char *nxl_ucx_op_buf(ucx_op_t *o, size_t len)
 /* UCX finished with the op: report it if nobody did, then free it. */
 void nxl_ucx_op_finish(ucx_op_t *o, ucs_status_t st)
 {
+    if (o->aborted && o->conn->abort_req) {
+        o->ucx_done = true; /* freed once the abort completed (conn.c, abort_done) */
+        return;
+    }
     nxl_ucx_op_report(o, st);
     nxl_ucx_op_free(o);
 }
@@ -169,7 +180,7 @@ ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me,
 nxl_status_t nxl_ucx_check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
 {
     nxl_ucx_local_gone(u);
-    if (!c->failed && !c->fail_deferred && c->ep)
+    if (!c->failed && !c->fail_deferred && (c->ep || c->wiring))
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "UCX: %s: the connection to agent '%s' failed earlier (%s); reload its "
                "metadata once it is back", call, c->name,
@@ -193,7 +204,9 @@ ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_
         p.memh = ((ucx_md_t *)v->lmd)->memh;
         ucp_rkey_h rk = ((ucx_rkey_t *)v->rkey)->rk;
         void *la = (char *)v->laddr + skip;
-        ucs_status_ptr_t r = write ? ucp_put_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p)
+        /* not unpacked on the endpoint that replaced an aborted one (UCX
+         * refused it then: conn.c) */
+        ucs_status_ptr_t r = !rk ? UCS_STATUS_PTR(UCS_ERR_UNREACHABLE) : write ? ucp_put_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p)
                                    : ucp_get_nbx(c->ep, la, v->len - skip, v->raddr + skip, rk, &p);
         if (UCS_PTR_IS_ERR(r)) {
             if (i == 0)
@@ -215,6 +228,48 @@ ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_
     return UCS_OK;
 }
 
+/* c's new endpoint is through (or failed): the transfers that waited for
+ * it go out, in the order they were posted; a canceled one is reported */
+void nxl_ucx_wired(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    size_t n = 0, k = 0;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    n += o->conn == c && o->wire_wait;
+    ucx_op_t **w = n ? malloc(n * sizeof(*w)) : NULL;
+    /* ops are inserted at the head: the list backwards is the posting order */
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn == c && o->wire_wait) {
+        o->wire_wait = false;
+        if (w)
+            w[n - 1 - k++] = o;
+        else
+            nxl_ucx_op_report(o, UCS_ERR_NO_MEMORY); /* freed with the transport */
+    }
+    c->refs++;
+    for (size_t i = 0; w && i < n; i++) {
+        o = w[i];
+        if (!o->op || nxlt_op_canceled(o->op) || c->failed || c->fail_deferred || !c->ep) {
+            nxl_ucx_op_finish(o, c->failed ? c->why : UCS_ERR_CANCELED);
+            continue;
+        }
+        u->in_ucx++;
+        if (o->wire_notif) {
+            nxl_ucx_send_notif(o);
+            u->in_ucx--;
+            continue;
+        }
+        ucs_status_t st = nxl_ucx_post_rma(u, o, !o->read, o->iov, o->n, 0);
+        u->in_ucx--;
+        if (st != UCS_OK)
+            nxl_ucx_op_finish(o, st);
+    }
+    free(w);
+    nxl_ucx_kick(u);
+    nxl_ucx_conn_put(c);
+}
+
 nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
 {
     ucx_t *u = state;
@@ -222,7 +277,7 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     nxl_status_t ns = nxl_ucx_check_conn(u, c, "post");
     if (ns != NXL_SUCCESS)
         return ns;
-    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max)
+    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max && !c->wiring)
         switch (nxl_ucx_post_am_write(u, op, c, x)) {
         case 1:
             return NXL_SUCCESS;
@@ -231,12 +286,31 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         default:
             break; /* too large: puts, a flush, then the notification */
         }
-    if (nxl_ucx_cma_usable(u, c, x))
+    if (!c->wiring && nxl_ucx_cma_usable(u, c, x))
         return nxl_ucx_post_cma(u, op, c, x);
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
                                  x->notif_len, x->notif != NULL);
     if (!o)
         return NXL_ERR_UNKNOWN;
+    if (c->wiring) {
+        /* a new endpoint (after an abort at a deadline) not through yet:
+         * the elements wait with the op (nxl_ucx_wired) */
+        nxlt_iov_t *iov = o->iov_cap >= x->n ? o->iov : malloc(x->n * sizeof(*iov));
+        if (!iov) {
+            nxl_ucx_op_drop(o);
+            return NXL_ERR_UNKNOWN;
+        }
+        if (iov != o->iov) {
+            free(o->iov);
+            o->iov = iov;
+            o->iov_cap = x->n;
+        }
+        memcpy(iov, x->iov, x->n * sizeof(*iov));
+        o->n = x->n;
+        o->read = x->op == NXL_READ;
+        o->wire_wait = true;
+        return NXL_SUCCESS;
+    }
     u->in_ucx++;
     ucs_status_t st = nxl_ucx_post_rma(u, o, x->op == NXL_WRITE, x->iov, x->n, 0);
     u->in_ucx--;

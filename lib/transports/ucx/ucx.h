@@ -84,6 +84,8 @@ typedef struct ucx_conn ucx_conn_t;
 typedef struct ucx_side {
     struct ucx_state *u;
     void *req;
+    struct ucx_conn *hello;     /* the first message of a new endpoint (conn.c): its
+                                 * completion says UCX resolved the peer's endpoint */
     LIST_ENTRY(ucx_side) link;
     size_t len;
     unsigned char buf[];
@@ -110,6 +112,8 @@ typedef struct ucx_state {
     nxlt_timer_t *ev_arm;       /* progress again, then arm, behind the loop's ready work */
     unsigned arm_defers;        /* arming put off behind it, in a row (ARM_DEFERS) */
     bool watch_on;              /* ev_watch armed: it re-arms itself while ops are in flight */
+    bool deadline_due;          /* an op's deadline passed (nxl_ucx_on_deadline): progress looks */
+    bool reconnect_due;         /* an abort completed (nxl_ucx_reconnects) */
     nxl_netop_inst_t net;       /* ops in flight (not done yet), hit, stall_us (netop.h) */
     uint64_t busy_until_us;
     nxlt_timer_t *ev_chain;     /* busy polling: progress again in this pass, after what the
@@ -180,6 +184,16 @@ struct ucx_conn {
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
+    bool aborted;               /* its endpoint was closed by force at a deadline (conn.c,
+                                 * nxl_ucx_deadlines): the next use makes a new one */
+    void *abort_req;            /* that close, until UCX completes it (its ops wait for it) */
+    bool wiring;                /* aborted, and a new endpoint not through yet (its first
+                                 * message): puts and gets wait (rma.c, wire_wait) */
+    bool reconnect;             /* the abort completed: a new endpoint is due */
+    unsigned char *addr;        /* the peer's worker address (UCX_ADDR_PAD bytes of 0xff
+                                 * after it), for a new endpoint after an abort */
+    size_t addr_len;
+    LIST_HEAD(, ucx_rkey) rkeys; /* the keys unpacked on its endpoint */
     ucs_status_t why;
     nxl_netop_conn_t net;       /* ops reported to the engine not yet, and the last
                                  * completion (or first post) of one (coarse_us) */
@@ -195,8 +209,14 @@ struct ucx_conn {
 /* a remote region's key: UCX's, and whether UCX maps it here itself
  * (memory it allocated, on shared memory: its puts are one-sided) */
 typedef struct ucx_rkey {
-    ucp_rkey_h rk;
+    ucp_rkey_h rk;  /* NULL while its connection has no endpoint (an abort, conn.c) */
     int mapped; /* -1 not asked yet */
+    /* UCX 1.13 uses a key only on the endpoint it was unpacked on: the
+     * packed key (UCX_RKEY_PAD bytes of 0xff after it) is kept, unpacked
+     * again on the endpoint that replaces an aborted one */
+    struct ucx_conn *conn;
+    unsigned char *packed;
+    LIST_ENTRY(ucx_rkey) link;  /* on conn->rkeys */
 } ucx_rkey_t;
 
 /* a region registered here (the engine keeps its address and length) */
@@ -223,6 +243,11 @@ typedef struct ucx_op {
     struct ucx_op *next_free;   /* on the instance's spares */
     /* an AM_WRITE: done when UCX sent it and the target acknowledged it */
     bool amw, amw_sent, amw_acked;
+    bool aborted;               /* failed with its connection, aborted at a deadline */
+    bool ucx_done;              /* ... and UCX gave it back before the abort completed */
+    bool wire_wait;             /* posted while its connection was wiring: its elements in
+                                 * iov, posted when the new endpoint is ready */
+    bool wire_notif;            /* ... a notification of its own, sent then */
     ucs_status_t amw_st;        /* what the acknowledgement said */
     unsigned char amw_hdr[8];   /* its number, the message's header */
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
@@ -269,8 +294,14 @@ void nxl_ucx_watch_start(ucx_t *u);
 
 /* conn.c */
 void nxl_ucx_conn_put(ucx_conn_t *c);
-void nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force);
+void *nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force);
+nxl_status_t nxl_ucx_rkey_unpack(ucx_conn_t *c, ucx_rkey_t *k);
+void nxl_ucx_on_deadline(void *state, nxlt_op_t *op);
+void nxl_ucx_deadlines(ucx_t *u);
+void nxl_ucx_reconnects(ucx_t *u);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
+void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
+                             uint32_t flags);
 ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
                                  const void *buf, size_t len, uint32_t flags,
                                  ucp_send_nbx_callback_t cb, void *arg);
@@ -314,6 +345,7 @@ ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me,
 nxl_status_t nxl_ucx_check_conn(ucx_t *u, ucx_conn_t *c, const char *call);
 ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_t *iov, size_t n,
                               size_t skip);
+void nxl_ucx_wired(ucx_conn_t *c);
 nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x);
 
 /* am.c */

@@ -315,6 +315,14 @@ static void progress(ucx_t *u, bool chained)
     log_drain(u);
     nxl_ucx_deferred_failures(u);
     nxl_ucx_later_run(u);
+    if (u->deadline_due) {
+        /* what completes now is not aborted */
+        while (ucp_worker_progress(u->w))
+            n++;
+        nxl_ucx_deadlines(u);
+    }
+    if (u->reconnect_due)
+        nxl_ucx_reconnects(u);
     /* backing off (busy_kick): one look, not ARM_TRIES */
     for (int tries = 0, max = u->backoff_us ? 1 : ARM_TRIES; tries < max; tries++) {
         unsigned k;
