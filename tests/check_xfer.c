@@ -75,6 +75,11 @@ typedef struct conf {
     "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
     "drop path: check_libfabric t_one_message_write_checked)"
 
+#define UCX_STOPPED_TEARDOWN                                                                   \
+    "UCX 1.13 aborts the process in nxl_agent_destroy() with a READ in flight to a stopped "   \
+    "peer (ucp_worker_destroy: ucp_ep.c:437 Assertion "                                       \
+    "`ucs_hlist_is_empty(&ucp_ep_ext_gen(ep)->proto_reqs)' failed): found by this test, open"
+
 #define DEADLINE_HELD                                                                          \
     "the transport's cancel waits for the peer to acknowledge what was sent "                  \
     "(NXLT_CAP_CANCEL_WAITS): a stopped peer holds the TIMEOUT until it resumes or the "        \
@@ -85,6 +90,11 @@ typedef struct conf {
     "operations (fi_av_remove leaves the connection working, its operations with the "        \
     "progress thread), and closing the agent's one endpoint would take every peer's: a "      \
     "stopped peer holds the TIMEOUT until it resumes or the stall timeout gives it up"
+#define MC_DEADLINE_HELD                                                                       \
+    "Mooncake's engine cannot cancel a request (no abort in its C API; freeBatchID refuses a "   \
+    "batch with one running): the TIMEOUT comes when the engine ends the requests handed over, " \
+    "which with the target stopped is when it resumes, or stall_timeout, which aborts the "     \
+    "engine's connections to the peer given up (nxl-mooncake(7))"
 
 /* "deadline_held" is not a skip: t_deadline still runs, and accepts a
  * TIMEOUT delivered when the peer resumes (the deadline itself on time) */
@@ -93,12 +103,14 @@ static const conf_t confs[] = {
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
+      {"stopped_teardown", UCX_STOPPED_TEARDOWN},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
+      {"stopped_teardown", UCX_STOPPED_TEARDOWN},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
@@ -116,7 +128,7 @@ static const conf_t confs[] = {
      * NXL_MOONCAKE_LIB); required where NXL_TEST_REQUIRE_MOONCAKE is set (CI) */
     {"mooncake", "MOONCAKE", {{"ip", "127.0.0.1"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", "the test speaks UCX's one-message WRITE format; MOONCAKE has none"},
-      {"deadline_held", DEADLINE_HELD},
+      {"deadline_held", MC_DEADLINE_HELD},
       {0}}},
 };
 #define NCONFS (sizeof(confs) / sizeof(confs[0]))
@@ -943,6 +955,109 @@ START_TEST(t_deadline)
     /* the abort was no loss of the peer (its metadata is still good) */
     nxl_agent_on_peer(I.a, NULL, NULL);
     ck_assert_msg(held || dl_downs == 0, "%s: %d DOWN events", C->label, dl_downs);
+}
+END_TEST
+
+/* The cancel rule when nxl gives a READ up (its deadline, then the
+ * transport's stall timeout or its peer's loss), and at teardown: with the
+ * target stopped (SIGSTOP) before a 32 MiB READ starts, the callback (or
+ * nxl_agent_destroy()'s return) comes only once the transport has let go
+ * of the buffer: a checksum of it taken then does not change after the
+ * target resumes (SIGCONT) and could send its data. Where the transport
+ * holds the READ until the peer resumes ("deadline_held"), the callback
+ * comes after SIGCONT, and the buffer is checked from then on. */
+static uint64_t sr_sum(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+START_TEST(t_stopped_read)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    const size_t n = 32, blk = 1u << 20;
+    ck_assert_str_eq(ask("fill 91", 10000), "ok");
+    const char *held = NULL;
+    for (const skip_t *k = C->skips; k->test; k++)
+        if (!strcmp(k->test, "deadline_held"))
+            held = k->reason;
+    nxl_xfer_t *x = make_dl(NXL_READ, n, blk, blk, NULL, DL_MS);
+    memset(I.buf, 0x5A, n * blk);
+    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+    c_calls = 0;
+    nxl_future_t *f;
+    uint64_t t0 = dl_now_us();
+    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    bool resumed = false;
+    /* the deadline, then the stall timeout (3 s where the table sets one) */
+    while (!c_calls && dl_now_us() - t0 < 8000000u)
+        nxl_agent_run_once(I.a, 5);
+    if (!c_calls) {
+        DL_CHECK(held, "%s: no callback 8 s after the READ's deadline, the target stopped",
+                 C->label);
+        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+        resumed = true;
+        while (!c_calls && dl_now_us() - t0 < 40000000u)
+            nxl_agent_run_once(I.a, 5);
+    }
+    DL_CHECK(c_calls == 1, "%s: %d callbacks", C->label, c_calls);
+    printf("STOPPED_READ: %s: %s after %.1f ms%s: %s\n", C->label, nxl_status_name(tl_last),
+           (dl_now_us() - t0) / 1000.0, resumed ? " (after SIGCONT)" : "", nxl_future_error(f));
+    fflush(stdout);
+    uint64_t at_cb = sr_sum(I.buf, n * blk);
+    if (!resumed)
+        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+    /* the target answers what it got: the READ's data, if anything waited
+     * for it, would arrive now */
+    for (int i = 0; i < 100; i++)
+        nxl_agent_run_once(I.a, 5);
+    usleep(200000);
+    for (int i = 0; i < 40; i++)
+        nxl_agent_run_once(I.a, 5);
+    ck_assert_msg(sr_sum(I.buf, n * blk) == at_cb,
+                  "%s: the READ's buffer changed after its callback (%s)", C->label,
+                  nxl_status_name(tl_last));
+    ck_assert_int_eq(c_calls, 1);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+}
+END_TEST
+
+/* teardown: a READ of 32 MiB in flight to the stopped target; once
+ * nxl_agent_destroy() returned (its callback ran) the buffer is the
+ * application's */
+START_TEST(t_stopped_teardown)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    const size_t n = 32, blk = 1u << 20;
+    ck_assert_str_eq(ask("fill 91", 10000), "ok");
+    nxl_xfer_t *x = make(NXL_READ, n, blk, blk, NULL);
+    memset(I.buf, 0x5A, n * blk);
+    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+    c_calls = 0;
+    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, NULL) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    for (int i = 0; i < 10; i++)
+        nxl_agent_run_once(I.a, 5);
+    uint64_t t0 = dl_now_us();
+    nxl_agent_destroy(I.a);
+    I.a = NULL;
+    printf("STOPPED_READ: %s: nxl_agent_destroy() took %.1f ms, the target stopped\n", C->label,
+           (dl_now_us() - t0) / 1000.0);
+    uint64_t at_cb = sr_sum(I.buf, n * blk);
+    ck_assert_int_eq(c_calls, 1);
+    ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+    usleep(500000);
+    ck_assert_msg(sr_sum(I.buf, n * blk) == at_cb,
+                  "%s: the READ's buffer changed after nxl_agent_destroy() returned", C->label);
+    kill(I.pid, SIGKILL);
+    waitpid(I.pid, NULL, 0);
+    I.pid = 0;
 }
 END_TEST
 
@@ -2183,6 +2298,8 @@ int main(void)
         tcase_add_test(tc, t_repost);
         tcase_add_test(tc, t_cancel);
         tcase_add_test(tc, t_deadline);
+        tcase_add_test(tc, t_stopped_read);
+        tcase_add_test(tc, t_stopped_teardown);
         tcase_add_test(tc, t_teardown_inflight);
         tcase_add_loop_test(tc, t_inproc_destroy, 0, 2);
         tcase_add_test(tc, t_peer_killed);

@@ -23,7 +23,17 @@
  * engine has delivered the notification, and the receiver drains the
  * queue when that byte arrives. The same socket tells of a peer's death:
  * it closes, and transfers to that peer not done within a second are
- * reported NXL_ERR_REMOTE_DISCONNECT; later ones are refused.
+ * given up (NXL_ERR_REMOTE_DISCONNECT); later ones are refused.
+ *
+ * The cancel rule: a transfer is reported, whatever its status, only once
+ * every request of it handed to the engine has ended there. The engine's
+ * C API cancels nothing (closeSegment does nothing, freeBatchID refuses a
+ * batch with a request running), and its TCP transport writes a READ's
+ * buffer until the request ends. A peer given up (lost, stall_timeout)
+ * has the engine's connections to it shut down (conn_abort), which ends
+ * those requests; a canceled transfer (nxl_future_cancel, a deadline)
+ * waits for them. Teardown waits, bounded, then destroys the engine (its
+ * thread joined) before reporting what is left.
  *
  * Notifications are strings for the engine: their bytes travel in base64.
  * openSegment (in load_conn) and a standalone notification
@@ -36,6 +46,7 @@
 #include <nxl/transport.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +62,7 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,10 +101,11 @@ _Static_assert(NXL_TE_OPCODE_READ == OPCODE_READ && NXL_TE_OPCODE_WRITE == OPCOD
 #define DEF_POLL_MIN_US 20
 #define DEF_POLL_MAX_US 1000
 #define DEF_WINDOW 512
-#define DEAD_GRACE_US 1000000u      /* a dead peer's transfers: reported after this */
+#define DEAD_GRACE_US 1000000u      /* a dead peer's transfers: given up after this */
 #define ZOMBIE_POLL_US 100000u      /* transfers given up, still in the engine */
-#define ZOMBIE_MAX_US 30000000u     /* then forgotten (their batch leaks) */
-#define QUIESCE_MAX_US 10000000u    /* teardown waits this long for the engine */
+#define ABORT_POLL_US 2000u         /* ... while their peer's connections are aborted */
+#define QUIESCE_MAX_US 10000000u    /* teardown waits this long for the engine, */
+#define QUIESCE_IDLE_US 1000000u    /* or this long without a request ending */
 #define SEG_MAX 128
 
 #ifndef TAILQ_FOREACH_SAFE /* glibc's sys/queue.h lacks it */
@@ -184,11 +197,13 @@ typedef struct mc_conn {
     mc_t *m;
     char agent[64];
     char seg[SEG_MAX];  /* the peer's segment name, ip:port */
+    uint16_t dport;     /* its engine's TCP data port (0: not known) */
     int32_t sid;        /* its segment id in our engine */
     int fd;             /* to the peer's notification socket (-1: closed) */
     nxlt_io_t *io;
     bool dead;          /* the socket closed, or the connection was unloaded */
     bool unloaded;
+    bool aborting;      /* its connections cut in this poll's turn already */
     uint64_t dead_us;
     char dead_why[160];
     unsigned refs;      /* transfers holding it, and 1 while loaded */
@@ -196,13 +211,14 @@ typedef struct mc_conn {
 } mc_conn_t;
 
 typedef struct mc_op {
-    nxlt_op_t *op;      /* NULL: given up (reported), still in the engine */
+    nxlt_op_t *op;
     mc_conn_t *conn;
     uint64_t batch;     /* NXL_TE_INVALID_BATCH: nothing in the engine */
     size_t n, sub, next; /* requests; handed to the engine; the first not seen ended */
     nxl_te_req_t *rq;   /* the requests (until all are handed over) */
     nxl_te_notify_t nt; /* its notification (nt.msg malloc'd), or none */
     bool notif;         /* a notification follows the batch */
+    bool given_up;      /* failed by nxl (peer lost, stall): reported once the engine ends it */
     nxl_status_t st;    /* the first failure */
     char why[240];
     uint64_t post_us, moved_us;
@@ -237,6 +253,7 @@ struct mc {
     void *eng;
     char ip[64];
     char seg[SEG_MAX];
+    uint16_t dport;     /* the engine's TCP data port (0: not known) */
     int lfd;
     uint16_t lport;
     nxlt_io_t *lio;
@@ -328,6 +345,150 @@ static void seg_host(const char *seg, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)n, seg);
 }
 
+/* Calls fn on a duplicate of each socket this process holds (the engine's
+ * among them: it runs in this process). A duplicate shares the socket, not
+ * the number: what fn sees and does is the same socket even if its owner
+ * closes its descriptor meanwhile, and a number reused meanwhile is not
+ * touched. Returns what fn summed. */
+static int each_socket(int (*fn)(int fd, void *arg), void *arg)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 0;
+    int sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long n = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || n < 0 || n == dirfd(d))
+            continue;
+        int fd = fcntl((int)n, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        int type = 0;
+        socklen_t tl = sizeof(type);
+        if (!fstat(fd, &st) && S_ISSOCK(st.st_mode) &&
+            !getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM)
+            sum += fn(fd, arg);
+        close(fd);
+    }
+    closedir(d);
+    return sum;
+}
+
+/* a socket's port and IPv4 address (an IPv4-mapped IPv6 one too); false
+ * for other families */
+static bool sa_v4(const struct sockaddr_storage *ss, struct in_addr *a, uint16_t *port)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)ss;
+        *a = s->sin_addr;
+        *port = ntohs(s->sin_port);
+        return true;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)ss;
+        *port = ntohs(s->sin6_port);
+        if (IN6_IS_ADDR_V4MAPPED(&s->sin6_addr)) {
+            memcpy(a, s->sin6_addr.s6_addr + 12, 4);
+            return true;
+        }
+        a->s_addr = htonl(INADDR_ANY); /* [::]: every address */
+        return IN6_IS_ADDR_UNSPECIFIED(&s->sin6_addr);
+    }
+    return false;
+}
+
+/* the TCP ports this process listens on */
+typedef struct {
+    uint16_t port[64];
+    int n;
+} ports_t;
+
+static int add_listener(int fd, void *arg)
+{
+    ports_t *p = arg;
+    int on = 0;
+    socklen_t ol = sizeof(on);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct in_addr a;
+    uint16_t port;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) || !on ||
+        getsockname(fd, (struct sockaddr *)&ss, &sl) || !sa_v4(&ss, &a, &port) ||
+        p->n >= (int)(sizeof(p->port) / sizeof(*p->port)))
+        return 0;
+    p->port[p->n++] = port;
+    return 1;
+}
+
+/* The engine's TCP data port: the listener its TCP transport opened (a
+ * port of this process listening after installTransport and not before)
+ * that is not its handshake's (the segment's port). 0 when that is not one
+ * port (another engine created meanwhile): its connections cannot be
+ * aborted then (conn_abort). */
+static uint16_t data_port(const ports_t *before, const char *seg)
+{
+    ports_t now = {.n = 0};
+    each_socket(add_listener, &now);
+    const char *c = strrchr(seg, ':');
+    long hs = c ? strtol(c + 1, NULL, 10) : -1;
+    uint16_t found = 0;
+    for (int i = 0; i < now.n; i++) {
+        bool old = now.port[i] == hs;
+        for (int j = 0; j < before->n && !old; j++)
+            old = before->port[j] == now.port[i];
+        if (old || now.port[i] == found)
+            continue;
+        if (found)
+            return 0;
+        found = now.port[i];
+    }
+    return found;
+}
+
+typedef struct {
+    struct in_addr host;
+    uint16_t port;
+} peer_addr_t;
+
+static int shut_if_peer(int fd, void *arg)
+{
+    const peer_addr_t *p = arg;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct in_addr a;
+    uint16_t port;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !sa_v4(&ss, &a, &port) ||
+        port != p->port || a.s_addr != p->host.s_addr)
+        return 0;
+    return !shutdown(fd, SHUT_RDWR);
+}
+
+/* Aborts the engine's connections to a peer given up (Mooncake's TCP
+ * transport, tcp_transport_session_impl.h): it connects to the peer's data
+ * port and keeps every socket it uses in asio. shutdown() of such a socket
+ * (not close: the descriptor stays the engine's) ends the request on it:
+ * a READ's body read sees the end of the stream, a WRITE's send fails, and
+ * the session reports the request FAILED only from the handler of its
+ * last buffer operation, once no buffer is held. A request queued behind
+ * them goes on a new connection: aborted on the next poll. Every
+ * connection to that peer's engine from this process is cut, another
+ * agent's here too. Returns the connections cut; -1: the peer's data port
+ * is not known. */
+static int conn_abort(mc_conn_t *c)
+{
+    if (!c->dport)
+        return -1;
+    peer_addr_t p = {.port = c->dport};
+    char host[64];
+    seg_host(c->seg, host, sizeof(host));
+    if (inet_pton(AF_INET, host, &p.host) != 1)
+        return -1;
+    return each_socket(shut_if_peer, &p);
+}
+
 /* Polls in @p us (0: on the next turn). The delay is a timerfd of our own,
  * watched as a descriptor: a libevent base's timers run on its coarse
  * monotonic clock (4 ms steps here), far coarser than the poll. */
@@ -403,6 +564,8 @@ static void ring(mc_conn_t *c)
 static void drain_notifs(mc_t *m)
 {
     int n = 0;
+    if (!m->eng) /* destroyed by quiesce */
+        return;
     nxl_te_notify_t *v = m->L->get_notifs(m->eng, &n);
     if (!v)
         return;
@@ -422,47 +585,57 @@ static void drain_notifs(mc_t *m)
 
 /* ------------------------------------------------------------ polling */
 
-static void op_finish(mc_t *m, mc_op_t *o)
-{
-    TAILQ_REMOVE(&m->ops, o, q);
-    m->inflight -= o->sub - o->next;
-    free(o->rq);
-    free(o->nt.msg);
-    if (o->batch != NXL_TE_INVALID_BATCH)
-        m->L->free_batch(m->eng, o->batch);
-    if (o->op) {
-        if (o->st == NXL_SUCCESS && o->conn->unloaded) {
-            o->st = NXL_ERR_REMOTE_DISCONNECT;
-            snprintf(o->why, sizeof(o->why), "MOONCAKE: the connection to %s was unloaded",
-                     o->conn->agent);
-        }
-        if (o->st == NXL_SUCCESS && o->notif)
-            ring(o->conn);
-        if (o->st != NXL_SUCCESS)
-            nxlt_log(m->ctx, NXL_LOG_DEBUG, "%s", o->why);
-        nxlt_op_done(o->op, o->st, o->st == NXL_SUCCESS ? NULL : o->why);
-    }
-    conn_put(o->conn);
-    free(o);
-}
-
-/* reports the op now (a failure), leaving its batch to finish in the engine */
-static void op_give_up(mc_t *m, mc_op_t *o, nxl_status_t st, const char *why)
-{
-    if (!o->op)
-        return;
-    nxlt_log(m->ctx, NXL_LOG_DEBUG, "%s", why);
-    nxlt_op_done(o->op, st, why);
-    o->op = NULL;
-    o->n = o->sub; /* nothing more of it starts */
-}
-
 static void op_fail(mc_op_t *o, nxl_status_t st, const char *fmt, const char *arg)
 {
     if (o->st != NXL_SUCCESS)
         return;
     o->st = st;
     snprintf(o->why, sizeof(o->why), fmt, arg);
+}
+
+static void op_finish(mc_t *m, mc_op_t *o)
+{
+    TAILQ_REMOVE(&m->ops, o, q);
+    m->inflight -= o->sub - o->next;
+    free(o->rq);
+    free(o->nt.msg);
+    /* every request handed over has ended (the engine holds no buffer of
+     * it), or the engine is gone */
+    if (o->batch != NXL_TE_INVALID_BATCH && m->eng)
+        m->L->free_batch(m->eng, o->batch);
+    if (o->st == NXL_SUCCESS && o->conn->unloaded) {
+        o->st = NXL_ERR_REMOTE_DISCONNECT;
+        snprintf(o->why, sizeof(o->why), "MOONCAKE: the connection to %s was unloaded",
+                 o->conn->agent);
+    }
+    if (o->st == NXL_SUCCESS && o->notif)
+        ring(o->conn);
+    if (o->st != NXL_SUCCESS)
+        nxlt_log(m->ctx, NXL_LOG_DEBUG, "%s", o->why);
+    nxlt_op_done(o->op, o->st, o->st == NXL_SUCCESS ? NULL : o->why);
+    conn_put(o->conn);
+    free(o);
+}
+
+/* Fails the op: nothing more of it starts, and it is reported (on_poll,
+ * op_finish) once every request handed to the engine has ended there (the
+ * cancel rule: the engine may write a READ's buffer, or read a WRITE's,
+ * until then). Its peer's connections are aborted where @p abort (the peer
+ * is lost: conn_abort), on every poll while the op waits. */
+static void op_give_up(mc_t *m, mc_op_t *o, nxl_status_t st, const char *why, bool abort)
+{
+    if (o->given_up)
+        return;
+    o->given_up = true;
+    op_fail(o, st, "%s", why);
+    o->n = o->sub;
+    if (!abort || o->next >= o->sub || o->conn->aborting)
+        return;
+    o->conn->aborting = true;
+    if (conn_abort(o->conn) < 0)
+        nxlt_log(m->ctx, NXL_LOG_WARN, "MOONCAKE: %s: its engine's connections cannot be "
+                 "aborted (its data port is not known): the transfer is reported when the "
+                 "engine ends it", o->conn->agent);
 }
 
 static const char *st_name(int s)
@@ -482,7 +655,7 @@ static bool submit_more(mc_t *m);
 static bool op_poll(mc_t *m, mc_op_t *o)
 {
     bool moved = false;
-    while (o->batch != NXL_TE_INVALID_BATCH && o->next < o->sub) {
+    while (o->batch != NXL_TE_INVALID_BATCH && m->eng && o->next < o->sub) {
         nxl_te_status_t s = {0};
         int rc = m->L->status(m->eng, o->batch, o->next, &s);
         if (rc) {
@@ -528,8 +701,10 @@ static void on_poll(nxlt_timer_t *t, void *arg)
     mc_t *m = arg;
     m->armed = false;
     uint64_t now = nxlt_now_us();
-    bool moved = false, live = false;
+    bool moved = false, live = false, aborting = false;
     mc_op_t *o, *tmp;
+    TAILQ_FOREACH(o, &m->ops, q) /* each peer's connections cut once a turn */
+        o->conn->aborting = false;
     TAILQ_FOREACH_SAFE(o, &m->ops, q, tmp) {
         if (op_poll(m, o))
             moved = true;
@@ -537,20 +712,25 @@ static void on_poll(nxlt_timer_t *t, void *arg)
             op_finish(m, o);
             continue;
         }
-        if (!o->op) { /* given up: forgotten after a while */
-            if (now > o->post_us && now - o->post_us > ZOMBIE_MAX_US) {
-                nxlt_log(m->ctx, NXL_LOG_WARN, "MOONCAKE: a transfer to %s given up %llu s ago "
-                         "is still in the engine: its batch is left", o->conn->agent,
-                         (unsigned long long)((now - o->post_us) / 1000000));
-                o->batch = NXL_TE_INVALID_BATCH;
-                op_finish(m, o);
+        if (o->given_up) {
+            /* waits for the engine; a lost peer's connections are cut
+             * again (requests that were queued behind the ones cut) */
+            if (o->conn->dead && !o->conn->unloaded && o->conn->dport) {
+                if (!o->conn->aborting) {
+                    o->conn->aborting = true;
+                    conn_abort(o->conn);
+                }
+                aborting = true;
             }
             continue;
         }
         if (o->conn->dead && now > o->conn->dead_us && now - o->conn->dead_us >= DEAD_GRACE_US) {
             char b[240];
             snprintf(b, sizeof(b), "MOONCAKE: %s lost: %s", o->conn->agent, o->conn->dead_why);
-            op_give_up(m, o, NXL_ERR_REMOTE_DISCONNECT, b);
+            /* an unloaded peer may live on: its engine ends the requests */
+            op_give_up(m, o, NXL_ERR_REMOTE_DISCONNECT, b, !o->conn->unloaded);
+            if (!o->conn->unloaded && o->conn->dport)
+                aborting = true;
             continue;
         }
         if (m->stall_us && now > o->moved_us && now - o->moved_us >= m->stall_us) {
@@ -558,7 +738,9 @@ static void on_poll(nxlt_timer_t *t, void *arg)
             snprintf(b, sizeof(b), "MOONCAKE: no progress to %s for %llu ms (stall_timeout)",
                      o->conn->agent, (unsigned long long)(m->stall_us / 1000));
             conn_dead(o->conn, "stall_timeout");
-            op_give_up(m, o, NXL_ERR_REMOTE_DISCONNECT, b);
+            op_give_up(m, o, NXL_ERR_REMOTE_DISCONNECT, b, true);
+            if (o->conn->dport)
+                aborting = true;
             continue;
         }
         live = true;
@@ -568,13 +750,15 @@ static void on_poll(nxlt_timer_t *t, void *arg)
     if (TAILQ_EMPTY(&m->ops))
         return; /* idle: nothing armed */
     if (!live) {
-        poll_arm(m, ZOMBIE_POLL_US);
+        poll_arm(m, aborting ? ABORT_POLL_US : ZOMBIE_POLL_US);
         return;
     }
     if (moved)
         m->cur_us = m->min_us;
     else if ((m->cur_us *= 2) > m->max_us)
         m->cur_us = m->max_us;
+    if (aborting && m->cur_us > ABORT_POLL_US)
+        m->cur_us = ABORT_POLL_US;
     /* a dead peer's grace period ends on time */
     poll_arm(m, m->cur_us);
     (void)t;
@@ -717,14 +901,7 @@ static void destroy(void *state)
     mc_t *m = state;
     if (!m)
         return;
-    quiesce(m);
-    bool busy = !TAILQ_EMPTY(&m->ops);
-    mc_op_t *o, *tmp;
-    TAILQ_FOREACH_SAFE(o, &m->ops, q, tmp) {
-        TAILQ_REMOVE(&m->ops, o, q);
-        conn_put(o->conn);
-        free(o);
-    }
+    quiesce(m); /* every op reported, the engine holds none */
     mc_sock_t *s;
     while ((s = LIST_FIRST(&m->socks)))
         sock_close(s);
@@ -735,9 +912,7 @@ static void destroy(void *state)
     nxlt_io_free(m->tio);
     if (m->tfd >= 0)
         close(m->tfd);
-    /* an engine with transfers still in it is left: its threads may
-     * still touch them */
-    if (m->eng && !busy)
+    if (m->eng)
         m->L->destroy(m->eng);
     free(m);
 }
@@ -817,6 +992,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     /* the TCP transport's pooled connections (a few per peer, reused): by
      * default it opens one connection per request */
     setenv("MC_TCP_ENABLE_CONNECTION_POOL", "1", 0);
+    ports_t before = {.n = 0};
+    each_socket(add_listener, &before);
     m->eng = L->create("P2PHANDSHAKE", m->ip, m->ip, 0, 0);
     if (!m->eng) {
         nxlt_error(ctx, "MOONCAKE: createTransferEngine(P2PHANDSHAKE, %s) failed (its log says "
@@ -837,6 +1014,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_BACKEND;
     }
     snprintf(m->seg, sizeof(m->seg), "%s", seg);
+    if (!(m->dport = data_port(&before, m->seg)))
+        nxlt_log(ctx, NXL_LOG_WARN, "MOONCAKE: the engine's TCP data port is not known (another "
+                 "engine was created meanwhile?): a peer cannot abort its connections to this "
+                 "one when it gives them up, and waits for the engine instead");
     snprintf(m->desc, sizeof(m->desc), "Mooncake TE (%s): tcp, segment %s, notifications on "
              "port %u, polled every %llu-%llu us while busy", lib.name, m->seg, m->lport,
              (unsigned long long)m->min_us, (unsigned long long)m->max_us);
@@ -873,7 +1054,7 @@ static void dereg(void *state, void *md)
 {
     mc_t *m = state;
     mc_reg_t *r = md;
-    if (m->L->unreg(m->eng, r->addr))
+    if (m->eng && m->L->unreg(m->eng, r->addr))
         nxlt_log(m->ctx, NXL_LOG_WARN, "MOONCAKE: unregisterLocalMemory(%p) failed", r->addr);
     free(r);
 }
@@ -917,12 +1098,13 @@ static void unload_key(void *state, void *rkey)
     free(rkey);
 }
 
-/* conn info: magic, notification port, the segment name (with its NUL) */
+/* conn info: magic, notification port, the segment name's length and the
+ * name (with its NUL), the engine's TCP data port (0: not known) */
 static nxl_status_t conn_info(void *state, void **buf, size_t *len)
 {
     mc_t *m = state;
     size_t sl = strlen(m->seg) + 1;
-    uint8_t *b = malloc(8 + sl);
+    uint8_t *b = malloc(8 + sl + 2);
     if (!b) {
         nxlt_error(m->ctx, "MOONCAKE: out of memory");
         return NXL_ERR_BACKEND;
@@ -933,8 +1115,10 @@ static nxl_status_t conn_info(void *state, void **buf, size_t *len)
     memcpy(b + 4, &port, 2);
     memcpy(b + 6, &slen, 2);
     memcpy(b + 8, m->seg, sl);
+    uint16_t dport = htons(m->dport);
+    memcpy(b + 8 + sl, &dport, 2);
     *buf = b;
-    *len = 8 + sl;
+    *len = 8 + sl + 2;
     return NXL_SUCCESS;
 }
 
@@ -952,7 +1136,7 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     memcpy(&port, b + 4, 2);
     memcpy(&sl, b + 6, 2);
     sl = ntohs(sl);
-    if (sl < 2 || sl > SEG_MAX - 1 || len != 8u + sl || b[8 + sl - 1] ||
+    if (sl < 2 || sl > SEG_MAX - 1 || (len != 8u + sl && len != 8u + sl + 2) || b[8 + sl - 1] ||
         memchr(b + 8, 0, sl - 1)) {
         nxlt_error(m->ctx, "MOONCAKE: %s's connection info is malformed", agent);
         return NXL_ERR_MISMATCH;
@@ -967,6 +1151,10 @@ static nxl_status_t load_conn(void *state, const char *agent, const void *info, 
     c->refs = 1;
     snprintf(c->agent, sizeof(c->agent), "%s", agent);
     memcpy(c->seg, b + 8, sl);
+    if (len == 8u + sl + 2) { /* an older peer's lacks it */
+        memcpy(&c->dport, b + 8 + sl, 2);
+        c->dport = ntohs(c->dport);
+    }
 
     /* the notification socket first: a peer that is gone fails fast here */
     char host[64];
@@ -1143,6 +1331,10 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     mc_conn_t *c = x->conn;
     if (c->dead)
         return refuse_dead(m, c);
+    if (!m->eng) {
+        nxlt_error(m->ctx, "MOONCAKE: the agent is going");
+        return NXL_ERR_CANCELED;
+    }
     mc_op_t *o = op_new(m, op, c);
     if (!o)
         return NXL_ERR_BACKEND;
@@ -1212,21 +1404,26 @@ static nxl_status_t notif_send(void *state, nxlt_op_t *op, void *conn, const voi
     return post(state, op, &x);
 }
 
-/* waits (sleeping) until the engine has finished every batch, then reports
- * what is left CANCELED */
+/* Teardown: waits (sleeping) until the engine has ended every request
+ * handed to it, at most QUIESCE_MAX_US and no longer than QUIESCE_IDLE_US
+ * without one ending (a stopped peer), then destroys the engine if any is
+ * left: its TCP transport cancels every session and joins its thread
+ * (TcpTransport::shutdownConnectionLanes), so nothing touches a buffer
+ * after that. Every op is reported (CANCELED unless it failed) only then. */
 static void quiesce(void *state)
 {
     mc_t *m = state;
-    uint64_t end = nxlt_now_us() + QUIESCE_MAX_US;
+    uint64_t now = nxlt_now_us(), end = now + QUIESCE_MAX_US, moved = now;
     mc_op_t *o, *tmp;
     TAILQ_FOREACH(o, &m->ops, q)
         o->n = o->sub; /* start nothing more */
     for (;;) {
         bool left = false;
         TAILQ_FOREACH_SAFE(o, &m->ops, q, tmp) {
-            op_poll(m, o);
+            if (op_poll(m, o))
+                moved = nxlt_now_us();
             if (o->batch == NXL_TE_INVALID_BATCH || o->next >= o->n) {
-                if (o->op && o->st == NXL_SUCCESS) {
+                if (o->st == NXL_SUCCESS) {
                     o->st = NXL_ERR_CANCELED;
                     snprintf(o->why, sizeof(o->why), "MOONCAKE: the agent is going");
                 }
@@ -1235,13 +1432,32 @@ static void quiesce(void *state)
             } else
                 left = true;
         }
-        if (!left || nxlt_now_us() > end)
+        now = nxlt_now_us();
+        if (!left || now > end || now - moved > QUIESCE_IDLE_US)
             break;
         usleep(200);
     }
-    TAILQ_FOREACH(o, &m->ops, q)
-        op_give_up(m, o, NXL_ERR_CANCELED, "MOONCAKE: the agent is going (its transfer is still "
-                   "in the engine)");
+    if (!TAILQ_EMPTY(&m->ops) && m->eng) {
+        size_t reqs = 0;
+        TAILQ_FOREACH(o, &m->ops, q)
+            reqs += o->sub - o->next;
+        nxlt_log(m->ctx, NXL_LOG_WARN, "MOONCAKE: %zu request%s still in the engine after %llu "
+                 "ms: the engine is destroyed now (its connections closed, its thread joined)",
+                 reqs, reqs == 1 ? "" : "s",
+                 (unsigned long long)((now - (end - QUIESCE_MAX_US)) / 1000));
+        m->L->destroy(m->eng);
+        m->eng = NULL;
+    }
+    TAILQ_FOREACH_SAFE(o, &m->ops, q, tmp) {
+        o->batch = NXL_TE_INVALID_BATCH; /* went with the engine (its memory left) */
+        if (o->st == NXL_SUCCESS) {
+            o->st = NXL_ERR_CANCELED;
+            snprintf(o->why, sizeof(o->why), "MOONCAKE: the agent is going (its transfer was "
+                     "ended by the engine's destruction)");
+        }
+        o->notif = false;
+        op_finish(m, o);
+    }
     if (m->tm)
         nxlt_timer_stop(m->tm);
     struct itimerspec off = {{0, 0}, {0, 0}};
