@@ -36,15 +36,26 @@
  * last flush to complete completes it: its notification, if any, goes on
  * the main endpoint only then, so that a WRITE still completes (and
  * notifies) only once every byte is at the target, and the engine's future
- * completes once. A failing rail fails the connection (every op on it is
- * reported), as a failing main endpoint does. Re-sending a failed rail's
- * pieces on the others (failover) is not done yet. */
+ * completes once. The connection failing (its main endpoint, or the stall
+ * timeout) reports every op on it and closes its rails.
+ *
+ * Failover: a rail whose endpoint fails (UCX's error handler), or whose
+ * piece is not done after RAIL_STALL_MIN_US or 4 times what its measured
+ * rate predicts (whichever is longer; at most half the stall timeout,
+ * which would give up the whole connection), is taken out for that peer:
+ * its endpoint is closed by force, its pieces are detached from their ops
+ * (a late completion frees only the piece) and their byte ranges posted
+ * again on the rails left (the op keeps its elements for that). With no
+ * rail left the op fails. The main endpoint (the devices parameter) is
+ * not failed over: it carries the notifications. A rail taken out is not
+ * retried yet; reloading the peer's metadata connects it again. */
 #include "config.h"
 #include "ucx.h"
 
 #define RAIL_MIN_DEFAULT (256u << 10)
 #define RAIL_WINDOW (4u << 20) /* bytes of past pieces the throughput weighs at most */
 #define KEY_TAG 'R'
+#define RAIL_STALL_MIN_US 1000000 /* a piece not done after this long may be on a dead rail */
 
 typedef struct ucx_rail {
     char dev[64];
@@ -61,9 +72,11 @@ typedef struct ucx_rail {
 
 /* a transfer's share on one rail: its puts or gets, then the rail's flush */
 typedef struct ucx_piece {
-    ucx_op_t *o;
+    ucx_op_t *o;                /* NULL: detached (its rail was taken out) */
+    ucx_conn_t *c;
     unsigned rail;
-    size_t bytes;
+    size_t start, bytes;        /* its byte range in the transfer */
+    bool done;                  /* its flush failed and came back: waits for take_out */
     uint64_t t0;
     LIST_ENTRY(ucx_piece) link;
 } ucx_piece_t;
@@ -103,12 +116,15 @@ static void on_rail_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg)
     nxl_ucx_deferred_failures(u);
 }
 
+static void rails_check(ucx_t *u);
+
 void nxl_ucx_rails_progress(ucx_t *u)
 {
     if (!u->rails)
         return;
     for (unsigned i = 0; i < u->rails->n; i++)
         rail_progress(u, &u->rails->r[i]);
+    rails_check(u);
 }
 
 /* ------------------------------------------------------------ life */
@@ -298,10 +314,9 @@ int nxl_ucx_rails_info_parse(const void **info, size_t *len, const void **rails,
 static void rail_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucx_conn_t *c = arg;
-    if (!c->fail_deferred && !c->failed) {
-        c->fail_deferred = true; /* failed from the loop (nxl_ucx_deferred_failures) */
-        c->why = status;
-    }
+    for (unsigned i = 0; i < c->nrails; i++)
+        if (c->rail_ep[i] == ep)
+            c->rail_failed |= 1u << i; /* taken out from the loop (nxl_ucx_rails_progress) */
     nxl_ucx_kick(c->u);
 }
 
@@ -508,14 +523,20 @@ static void op_pieces_done(ucx_op_t *o)
         nxl_ucx_send_notif(o);
 }
 
+static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total);
+
 static void piece_done(void *req, ucs_status_t st, void *arg)
 {
     ucx_piece_t *pc = arg;
     ucx_op_t *o = pc->o;
-    ucx_t *u = o->u;
     if (req)
         ucp_request_free(req);
     LIST_REMOVE(pc, link);
+    if (!o) { /* detached: its bytes went again on another rail */
+        free(pc);
+        return;
+    }
+    ucx_t *u = o->u;
     if (st == UCS_OK && pc->bytes) {
         ucx_rail_t *r = &u->rails->r[pc->rail];
         uint64_t dt = nxlt_now_us() - pc->t0;
@@ -527,6 +548,13 @@ static void piece_done(void *req, ucs_status_t st, void *arg)
         r->seen = r->seen + b < RAIL_WINDOW ? r->seen + b : RAIL_WINDOW;
         r->bytes += pc->bytes;
         r->pieces++;
+    } else if (st != UCS_OK && pc->c->rail_ep[pc->rail] && !pc->c->failed) {
+        /* its rail failed: taken out, and this piece posted again (rails_check) */
+        pc->c->rail_failed |= 1u << pc->rail;
+        pc->done = true;
+        LIST_INSERT_HEAD(&u->rails->pieces, pc, link);
+        nxl_ucx_kick(u);
+        return;
     } else if (st != UCS_OK && o->st == UCS_OK) {
         o->st = st;
     }
@@ -535,46 +563,132 @@ static void piece_done(void *req, ucs_status_t st, void *arg)
         op_pieces_done(o);
 }
 
-/* Each rail's share of total bytes (in proportion to its throughput, at
- * least 1/(16n) each), summing to total */
-static void shares(ucx_t *u, unsigned n, size_t total, size_t *share)
+/* Rail i of c out: its endpoint closed, its pieces posted again on the
+ * rails left (or failed, with none left) */
+static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
 {
+    struct ucx_rails *rs = u->rails;
+    c->rail_failed &= ~(1u << i);
+    if (!c->rail_ep[i])
+        return;
+    ucp_ep_h ep = c->rail_ep[i];
+    c->rail_ep[i] = NULL;
+    unsigned left = 0;
+    for (unsigned k = 0; k < c->nrails; k++)
+        left += c->rail_ep[k] != NULL;
+    nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: rail '%s' to agent '%s' taken out (%s); its pieces go "
+             "again on the %u rail(s) left", rs->r[i].dev, c->name, why, left);
+    ucx_piece_t *pc, *next;
+    ucx_op_t *o;
+    for (pc = LIST_FIRST(&rs->pieces); pc; pc = next) {
+        next = LIST_NEXT(pc, link);
+        if (pc->c != c || pc->rail != i || !(o = pc->o))
+            continue;
+        pc->o = NULL; /* detached; freed when (if) UCX calls back, or at destroy */
+        o->pieces++; /* held while its range is posted again */
+        if (left == 0 || !o->op) {
+            if (o->st == UCS_OK)
+                o->st = UCS_ERR_ENDPOINT_TIMEOUT;
+        } else if (post_range(u, o, pc->start, pc->bytes) != 0 && o->st == UCS_OK) {
+            o->st = UCS_ERR_NO_MEMORY;
+        }
+        /* the detached piece's count, and the hold */
+        o->pieces -= 2;
+        if (pc->done) { /* its flush came back already: nothing of UCX holds it */
+            LIST_REMOVE(pc, link);
+            free(pc);
+        }
+        if (o->pieces == 0)
+            op_pieces_done(o);
+    }
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_EP_CLOSE_FLAG_FORCE,
+        .cb.send = rail_close_cb,
+        .user_data = rs,
+    };
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r))
+        rs->nclosing++;
+    nxl_ucx_kick(u);
+}
+
+/* Rails that failed, or whose oldest piece stalls, are taken out */
+static void rails_check(ucx_t *u)
+{
+    struct ucx_rails *rs = u->rails;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    for (unsigned i = 0; c->rail_failed && i < c->nrails; i++)
+        if (c->rail_failed & (1u << i))
+            take_out(u, c, i, "its endpoint failed");
+    if (LIST_EMPTY(&rs->pieces))
+        return;
+    uint64_t now = nxlt_now_us(), cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
+    ucx_piece_t *pc;
+again:
+    LIST_FOREACH(pc, &rs->pieces, link)
+    {
+        if (!pc->o || !pc->c->rail_ep[pc->rail] || pc->c->failed)
+            continue;
+        double bps = rs->r[pc->rail].bps;
+        uint64_t lim = bps > 0 ? (uint64_t)(4e6 * (double)pc->bytes / bps) : 0;
+        if (lim < RAIL_STALL_MIN_US)
+            lim = RAIL_STALL_MIN_US;
+        if (lim > cap)
+            lim = cap;
+        if (now > pc->t0 && now - pc->t0 > lim) { /* (pieces posted again after now: not) */
+            char why[96];
+            snprintf(why, sizeof(why), "a piece of %zu bytes not done after %llu ms", pc->bytes,
+                     (unsigned long long)((now - pc->t0) / 1000));
+            take_out(u, pc->c, pc->rail, why);
+            goto again; /* the list changed */
+        }
+    }
+}
+
+/* Each rail's share of total bytes (in proportion to its throughput, at
+ * least 1/(16n) each), summing to total; 0 for rails taken out */
+static void shares(ucx_t *u, ucx_conn_t *c, size_t total, size_t *share)
+{
+    unsigned n = c->nrails, live = 0, last = 0;
     double w[NXL_UCX_RAILS_MAX], known = 0, sum = 0;
     unsigned nk = 0;
     for (unsigned i = 0; i < n; i++)
-        if (u->rails->r[i].bps > 0)
+        if (c->rail_ep[i] && u->rails->r[i].bps > 0)
             known += u->rails->r[i].bps, nk++;
     for (unsigned i = 0; i < n; i++) {
-        w[i] = u->rails->r[i].bps > 0 ? u->rails->r[i].bps : nk ? known / nk : 1;
+        w[i] = !c->rail_ep[i] ? 0 : u->rails->r[i].bps > 0 ? u->rails->r[i].bps
+                                  : nk                      ? known / nk
+                                                            : 1;
         sum += w[i];
+        if (c->rail_ep[i])
+            live++, last = i;
     }
-    double floor = 1.0 / (16.0 * n), left = 1.0 - floor * n;
+    double floor = 1.0 / (16.0 * live), left = 1.0 - floor * live;
     size_t given = 0;
-    for (unsigned i = 0; i + 1 < n; i++) {
+    for (unsigned i = 0; i < n; i++) {
+        share[i] = 0;
+        if (!c->rail_ep[i] || i == last)
+            continue;
         share[i] = (size_t)((double)total * (floor + left * w[i] / sum));
         given += share[i];
     }
-    share[n - 1] = total - given;
+    share[last] = total - given;
 }
 
-/* Striped when x is large enough and every element has its rails: 1 (the
- * op is posted), 0 (the main path's: nothing done), -1 (out of memory) */
-int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+/* Posts bytes [start, start + total) of o's transfer (its elements in
+ * o->iov) over c's live rails; o->pieces counts each piece. 0, or -1 (out
+ * of memory: nothing posted). Inside or outside the engine's calls. */
+static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total)
 {
-    if (!u->rails || c->nrails < 2 || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM)
-        return 0;
+    ucx_conn_t *c = o->conn;
     unsigned n = c->nrails;
-    size_t total = 0;
-    for (size_t i = 0; i < x->n; i++) {
-        const nxlt_iov_t *v = &x->iov[i];
-        if (((ucx_md_t *)v->lmd)->nrails < n || ((ucx_rkey_t *)v->rkey)->nrails < n)
-            return 0;
-        total += v->len;
-    }
-    if (total < u->rails->min)
-        return 0;
     size_t share[NXL_UCX_RAILS_MAX];
-    shares(u, n, total, share);
+    shares(u, c, total, share);
     ucx_piece_t *pcs[NXL_UCX_RAILS_MAX] = {0};
     for (unsigned r = 0; r < n; r++)
         if (share[r] && !(pcs[r] = calloc(1, sizeof(ucx_piece_t)))) {
@@ -582,16 +696,11 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
                 free(pcs[k]);
             return -1;
         }
-    ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
-                                 x->notif_len, x->notif != NULL);
-    if (!o) {
-        for (unsigned k = 0; k < n; k++)
-            free(pcs[k]);
-        return -1;
-    }
-    bool write = x->op == NXL_WRITE;
-    o->pieces = 1; /* held until every piece is posted */
-    size_t el = 0, off = 0; /* where the next rail's bytes begin */
+    /* the element and offset where start falls */
+    size_t el = 0, off = start;
+    while (el < o->n && off >= o->iov[el].len)
+        off -= o->iov[el++].len;
+    size_t at = start;
     u->in_ucx++;
     for (unsigned r = 0; r < n; r++) {
         if (!pcs[r])
@@ -599,20 +708,23 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
         ucx_piece_t *pc = pcs[r];
         ucp_ep_h ep = c->rail_ep[r];
         pc->o = o;
+        pc->c = c;
         pc->rail = r;
+        pc->start = at;
         pc->bytes = share[r];
         pc->t0 = nxlt_now_us();
-        for (size_t left = share[r]; left && el < x->n;) {
-            const nxlt_iov_t *v = &x->iov[el];
+        at += share[r];
+        for (size_t left = share[r]; left && el < o->n;) {
+            const nxlt_iov_t *v = &o->iov[el];
             size_t l = v->len - off < left ? v->len - off : left;
             ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH,
                                      .memh = ((ucx_md_t *)v->lmd)->rail_memh[r]};
             ucp_rkey_h rk = ((ucx_rkey_t *)v->rkey)->rail_rk[r];
             void *la = (char *)v->laddr + off;
-            ucs_status_ptr_t q = write ? ucp_put_nbx(ep, la, l, v->raddr + off, rk, &p)
-                                       : ucp_get_nbx(ep, la, l, v->raddr + off, rk, &p);
-            if (UCS_PTR_IS_ERR(q) && o->st == UCS_OK)
-                o->st = UCS_PTR_STATUS(q);
+            ucs_status_ptr_t q = !o->read ? ucp_put_nbx(ep, la, l, v->raddr + off, rk, &p)
+                                          : ucp_get_nbx(ep, la, l, v->raddr + off, rk, &p);
+            if (UCS_PTR_IS_ERR(q))
+                c->rail_failed |= 1u << r; /* its flush fails too: posted again from the loop */
             else if (UCS_PTR_IS_PTR(q))
                 ucp_request_free(q); /* the flush below waits for it */
             left -= l;
@@ -632,6 +744,52 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
             piece_done(NULL, UCS_PTR_STATUS(q), pc);
     }
     u->in_ucx--;
+    return 0;
+}
+
+/* Striped when x is large enough and every element has its rails: 1 (the
+ * op is posted), 0 (the main path's: nothing done), -1 (out of memory) */
+int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    if (!u->rails || c->nrails < 2 || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM)
+        return 0;
+    unsigned n = c->nrails, live = 0;
+    for (unsigned r = 0; r < n; r++)
+        live += c->rail_ep[r] != NULL;
+    if (live == 0)
+        return 0;
+    size_t total = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        const nxlt_iov_t *v = &x->iov[i];
+        if (((ucx_md_t *)v->lmd)->nrails < n || ((ucx_rkey_t *)v->rkey)->nrails < n)
+            return 0;
+        total += v->len;
+    }
+    if (total < u->rails->min)
+        return 0;
+    ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
+                                 x->notif_len, x->notif != NULL);
+    if (!o)
+        return -1;
+    /* the elements, kept with the op: a rail taken out has its range posted again */
+    if (o->iov_cap < x->n) {
+        nxlt_iov_t *v = malloc(x->n * sizeof(*v));
+        if (!v) {
+            nxl_ucx_op_drop(o);
+            return -1;
+        }
+        free(o->iov);
+        o->iov = v;
+        o->iov_cap = x->n;
+    }
+    memcpy(o->iov, x->iov, x->n * sizeof(*o->iov));
+    o->n = x->n;
+    o->read = x->op == NXL_READ;
+    o->pieces = 1; /* held until every piece is posted */
+    if (post_range(u, o, 0, total) != 0) {
+        nxl_ucx_op_drop(o);
+        return -1;
+    }
     if (--o->pieces == 0)
         op_pieces_done(o);
     nxl_ucx_kick(u);

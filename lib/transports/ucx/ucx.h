@@ -193,7 +193,8 @@ struct ucx_conn {
     uint64_t pid_seen_us;       /* when its pidfd last said the process is alive */
     nxlt_io_t *ev_pid;          /* the peer's process exited (its pidfd, watched) */
     unsigned nrails;            /* endpoints to the peer's rails, one per rail of ours (rails.c) */
-    ucp_ep_h rail_ep[NXL_UCX_RAILS_MAX];
+    ucp_ep_h rail_ep[NXL_UCX_RAILS_MAX]; /* NULL: that rail was taken out */
+    unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
     LIST_ENTRY(ucx_conn) link;
 };
 
