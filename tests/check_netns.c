@@ -12,7 +12,10 @@
  * both (one rail per pair): WRITEs and READs striped over both, every byte
  * checked, and their throughput printed against one rail (an initiator
  * without rails, alternated with one with rails, in the same run; printed,
- * not asserted).
+ * not asserted). t_rails_slow: the second link 4 times slower (its share
+ * shrinks: the times of successive WRITEs printed). t_rails_cut: the
+ * second link cut during a WRITE: it completes once on the first, every
+ * byte right, and a READ after it too.
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -656,6 +659,72 @@ static void rails(const char *rate2)
                 TBUF >> 20, ms[k].w[0], ms[k].w[1], ms[k].w[2], ms[k].w[3]);
 }
 
+/* Failover: a WRITE of TBUF bytes posted, then the parent told to cut the
+ * second link (to_parent), which it does at once: the WRITE completes once,
+ * on the first link, every byte right; so does a READ after it. */
+static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    rails_param = rails_a;
+    i_setup(port, &raddr);
+    double ms[2];
+    for (unsigned k = 0; k < 2; k++) /* both rails measured */
+        rails_round(raddr, TBUF, false, 130 + k, ms);
+    tl_fill(ibuf, TBUF, 140);
+    nxl_xfer_t *w = mk(NXL_WRITE, raddr, TBUF);
+    nxl_future_t *f;
+    uint64_t t0 = now_us();
+    REQUIRE(nxl_xfer_post(w, NULL, NULL, &f) == NXL_SUCCESS, 85);
+    char b = 'c';
+    REQUIRE(write(to_parent, &b, 1) == 1, 86);
+    nxl_status_t st = nxl_future_wait(f, 20000);
+    if (st != NXL_SUCCESS)
+        fprintf(stderr, "initiator: the WRITE across the cut: %s\n", nxl_future_error(f));
+    nxl_future_release(f);
+    REQUIRE(st == NXL_SUCCESS, 87);
+    double wms = (double)(now_us() - t0) / 1000;
+    REQUIRE(read(from_parent, &b, 1) == 1, 88); /* the link was cut by then */
+    REQUIRE(!strcmp(ask("chk 140 8388608"), "ok"), 89);
+    memset(ibuf, 0, TBUF);
+    nxl_xfer_t *r = mk(NXL_READ, raddr, TBUF);
+    t0 = now_us();
+    REQUIRE(run_x(r, 20000) == NXL_SUCCESS, 90);
+    double rms = (double)(now_us() - t0) / 1000;
+    REQUIRE(tl_check(ibuf, TBUF, 140) < 0, 91);
+    fprintf(stderr, "check_netns: rails: the second link cut during an %u MiB WRITE: done in "
+            "%.1f ms, every byte right; then a READ on the rail left: %.1f ms\n", TBUF >> 20,
+            wms, rms);
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+static void rails_cut(void)
+{
+    rails_up(RAIL_RATE);
+    int p[2], up[2], down[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    ck_assert(pipe(up) == 0 && pipe(down) == 0);
+    pid_t i = fork();
+    if (i == 0)
+        _exit(initiator_rails_cut(port, up[1], down[0]));
+    close(up[1]);
+    char b;
+    if (read(up[0], &b, 1) == 1) {
+        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a2) == 0);
+        ck_assert(write(down[1], &b, 1) == 1);
+    }
+    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+}
+
 static int wait_exit(pid_t pid, int secs)
 {
     int st;
@@ -694,6 +763,8 @@ START_TEST(t_rails) { rails(RAIL_RATE); }
 END_TEST
 /* the second link a quarter of the first: its share shrinks */
 START_TEST(t_rails_slow) { rails("50mbit"); }
+END_TEST
+START_TEST(t_rails_cut) { rails_cut(); }
 END_TEST
 START_TEST(t_link_recover_libfabric)
 {
@@ -832,7 +903,7 @@ int main(void)
     sh("ip netns del %s", probe);
     Suite *s = suite_create("netns");
     TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut, t_link_recover);
-    TL_TCASE(s, "rails", 120, NULL, NULL, t_rails, t_rails_slow);
+    TL_TCASE(s, "rails", 120, NULL, NULL, t_rails, t_rails_slow, t_rails_cut);
     TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
              t_link_recover_libfabric);
     return tl_run(s);
