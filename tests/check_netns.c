@@ -7,7 +7,15 @@
  * peer event); cuts held until DOWN and restored at once are followed by
  * BACK (the agent's recovery fetches the peer again) and the same
  * transfer succeeds again; the time from the link's return to that first
- * success is printed (median and worst of 3).
+ * success is printed (median and worst of 3). t_rails: two veth pairs,
+ * each shaped with tc to RAIL_RATE each way, the UCX rails parameter on
+ * both (one rail per pair): WRITEs and READs striped over both, every byte
+ * checked, and their throughput printed against one rail (an initiator
+ * without rails, alternated with one with rails, in the same run; printed,
+ * not asserted). t_rails_slow: the second link 4 times slower (its share
+ * shrinks: the times of successive WRITEs printed). t_rails_cut: the
+ * second link cut during a WRITE: it completes once on the first, every
+ * byte right, and a READ after it too.
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -17,6 +25,7 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <signal.h>
@@ -24,6 +33,9 @@
 #include <unistd.h>
 
 static char ns_a[32], ns_b[32], if_a[16], if_b[16], ip_a[32], ip_b[32];
+static char if_a2[16], if_b2[16];       /* t_rails: the second pair */
+static char rails_a[40], rails_b[40];   /* t_rails: the rails parameters of a and b */
+static const char *rails_param;         /* the agent made next: its rails, or NULL */
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
@@ -53,6 +65,7 @@ static void hosts_up(void)
     snprintf(if_b, sizeof(if_b), "nxb%d", (int)getpid() % 100000);
     snprintf(ip_a, sizeof(ip_a), "10.213.%d.1", id);
     snprintf(ip_b, sizeof(ip_b), "10.213.%d.2", id);
+    rails_a[0] = rails_b[0] = 0;
     hosts_down();
     ck_assert(sh("ip netns add %s", ns_a) == 0);
     ck_assert(sh("ip netns add %s", ns_b) == 0);
@@ -103,11 +116,12 @@ static nxl_agent_t *host_agent(const char *name, const char *dev, const char *li
      * ucp_put_handler) when a put from before the cut arrives on an
      * endpoint its keepalive failed later than the new connection's puts;
      * seen once in CI with 10 s, never with 1 s (nxl-ucx(7) LIMITATIONS) */
-    nxl_param_t ucx[4] = {{"tls", "tcp"}, {"devices", dev}, {"stall_timeout", "2s"},
-                          {"keepalive", "1s"}};
+    nxl_param_t ucx[5] = {{"tls", "tcp"}, {"devices", dev}, {"stall_timeout", "2s"},
+                          {"keepalive", "1s"}, {"rails", rails_param}};
     nxl_param_t lf[3] = {{"provider", "tcp;ofi_rxm"}, {"iface", dev}, {"stall_timeout", "2s"}};
     int ucx_n = strcmp(transport, "UCX") == 0;
-    if (nxl_backend_create(a, transport, ucx_n ? ucx : lf, ucx_n ? 4 : 3, NULL) !=
+    if (nxl_backend_create(a, transport, ucx_n ? ucx : lf, ucx_n ? (rails_param ? 5 : 4) : 3,
+                           NULL) !=
         NXL_SUCCESS) {
         fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(a));
         _exit(92);
@@ -153,6 +167,7 @@ static pid_t target(int wfd)
     if (pid)
         return pid;
     enter(ns_b);
+    rails_param = rails_b[0] ? rails_b : NULL;
     T = host_agent("T", if_b, ip_b);
     tbuf = calloc(1, TBUF);
     nxl_desc_t d = {.addr = (uintptr_t)tbuf, .len = TBUF};
@@ -486,6 +501,230 @@ static int initiator_recover(uint16_t port, uintptr_t raddr, int to_parent, int 
     return 0;
 }
 
+/* ---- rails: one transfer striped over two links */
+
+#define RAIL_RATE "200mbit"
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static uint16_t start_target(int p[2], pid_t *t);
+
+/* a second veth pair between the hosts (10.214.N.x), the first link
+ * shaped to RAIL_RATE each way, the second to rate2 */
+static void rails_up(const char *rate2)
+{
+    hosts_up();
+    int id = getpid() % 250 + 1;
+    snprintf(if_a2, sizeof(if_a2), "nxc%d", (int)getpid() % 100000);
+    snprintf(if_b2, sizeof(if_b2), "nxd%d", (int)getpid() % 100000);
+    ck_assert(sh("ip link add %s type veth peer name %s", if_a2, if_b2) == 0);
+    ck_assert(sh("ip link set %s netns %s", if_a2, ns_a) == 0);
+    ck_assert(sh("ip link set %s netns %s", if_b2, ns_b) == 0);
+    ck_assert(sh("ip -n %s addr add 10.214.%d.1/24 dev %s", ns_a, id, if_a2) == 0);
+    ck_assert(sh("ip -n %s addr add 10.214.%d.2/24 dev %s", ns_b, id, if_b2) == 0);
+    ck_assert(sh("ip -n %s link set %s up", ns_a, if_a2) == 0);
+    ck_assert(sh("ip -n %s link set %s up", ns_b, if_b2) == 0);
+    const char *nss[4] = {ns_a, ns_a, ns_b, ns_b}, *ifs[4] = {if_a, if_a2, if_b, if_b2};
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
+                         "latency 50ms", nss[k], ifs[k], k & 1 ? rate2 : RAIL_RATE) == 0,
+                      "tc qdisc add (tbf) failed on %s", ifs[k]);
+    snprintf(rails_a, sizeof(rails_a), "%s,%s", if_a, if_a2);
+    snprintf(rails_b, sizeof(rails_b), "%s,%s", if_b, if_b2);
+}
+
+/* elements of the multi-element transfer: byte ranges of both buffers */
+static const size_t rail_cuts[] = {0, 4097, (1u << 20) + 7, 3u << 20, TBUF};
+
+static nxl_xfer_t *mk_multi(nxl_op_t op, uintptr_t raddr)
+{
+    nxl_desc_t l[4], r[4];
+    for (int k = 0; k < 4; k++) {
+        l[k] = (nxl_desc_t){.addr = (uintptr_t)ibuf + rail_cuts[k],
+                            .len = rail_cuts[k + 1] - rail_cuts[k]};
+        r[k] = (nxl_desc_t){.addr = raddr + rail_cuts[k], .len = l[k].len};
+    }
+    nxl_dlist_t ll = {NXL_DRAM, l, 4}, rl = {NXL_DRAM, r, 4};
+    nxl_xfer_t *x;
+    REQUIRE(nxl_xfer_create(I, op, &ll, &rl, "T", NULL, &x) == NXL_SUCCESS, 66);
+    return x;
+}
+
+/* A WRITE then a READ of len bytes (multi: mk_multi's), every byte
+ * checked at both ends; the time of each (ms) into ms[0], ms[1] */
+static void rails_round(uintptr_t raddr, size_t len, bool multi, unsigned seed, double *ms)
+{
+    tl_fill(ibuf, len, seed);
+    nxl_xfer_t *w = multi ? mk_multi(NXL_WRITE, raddr) : mk(NXL_WRITE, raddr, len);
+    uint64_t t0 = now_us();
+    REQUIRE(run_x(w, 20000) == NXL_SUCCESS, 80);
+    ms[0] = (double)(now_us() - t0) / 1000;
+    char m[64];
+    snprintf(m, sizeof(m), "chk %u %zu", seed, len);
+    REQUIRE(!strcmp(ask(m), "ok"), 81);
+    memset(ibuf, 0, len);
+    nxl_xfer_t *r = multi ? mk_multi(NXL_READ, raddr) : mk(NXL_READ, raddr, len);
+    t0 = now_us();
+    REQUIRE(run_x(r, 20000) == NXL_SUCCESS, 82);
+    ms[1] = (double)(now_us() - t0) / 1000;
+    REQUIRE(tl_check(ibuf, len, seed) < 0, 83);
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+}
+
+/* what an initiator reports (ms): the medians of 3 WRITEs and 3 READs of
+ * TBUF bytes, and every WRITE of TBUF bytes in order */
+typedef struct rails_res {
+    double med[2];
+    double w[4];
+} rails_res_t;
+
+/* One initiator: with rails (striped) or without (one rail, the
+ * reference); writes a rails_res_t to out; the last one tells the target
+ * to quit. */
+static int initiator_rails(uint16_t port, bool striped, bool last, int out)
+{
+    uintptr_t raddr;
+    rails_param = striped ? rails_a : NULL;
+    i_setup(port, &raddr);
+    /* correctness: sizes around rail_min, odd ones, several elements */
+    static const size_t sizes[] = {4096, 300000, (1u << 20) + 3};
+    double ms[2], w[3], r[3];
+    for (unsigned k = 0; k < 3; k++)
+        rails_round(raddr, sizes[k], false, 100 + k, ms);
+    rails_res_t res;
+    rails_round(raddr, TBUF, true, 110, ms);
+    res.w[0] = ms[0];
+    for (unsigned k = 0; k < 3; k++) {
+        rails_round(raddr, TBUF, false, 120 + k, ms);
+        w[k] = res.w[k + 1] = ms[0], r[k] = ms[1];
+    }
+    /* the medians of 3 */
+    for (int j = 0; j < 2; j++) {
+        double *v = j ? r : w;
+        double a = v[0], b = v[1], c = v[2];
+        res.med[j] = a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+    }
+    REQUIRE(write(out, &res, sizeof(res)) == (ssize_t)sizeof(res), 84);
+    if (last)
+        nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+/* rate2: the second link's rate (the first's is RAIL_RATE) */
+static void rails(const char *rate2)
+{
+    rails_up(rate2);
+    int p[2], res[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    ck_assert(pipe(res) == 0);
+    /* alternated: striped, one rail, striped, one rail */
+    rails_res_t ms[4];
+    for (int k = 0; k < 4; k++) {
+        pid_t i = fork();
+        if (i == 0)
+            _exit(initiator_rails(port, !(k & 1), k == 3, res[1]));
+        int ri = wait_exit(i, 60);
+        if (ri != 0) {
+            wait_exit(t, 1);
+            hosts_down();
+        }
+        ck_assert_msg(ri == 0, "initiator %d (%s) exit %d", k, k & 1 ? "one rail" : "rails", ri);
+        ck_assert(read(res[0], &ms[k], sizeof(ms[k])) == (ssize_t)sizeof(ms[k]));
+    }
+    int rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+    double mb = (double)TBUF / 1e6;
+    for (int j = 0; j < 2; j++) {
+        double s = (ms[0].med[j] + ms[2].med[j]) / 2, o = (ms[1].med[j] + ms[3].med[j]) / 2;
+        fprintf(stderr, "check_netns: rails: %s of %u MiB, links of " RAIL_RATE " and %s: 2 "
+                "rails %.1f MB/s, 1 rail (the first) %.1f MB/s: %.2fx (%.1f / %.1f, %.1f / "
+                "%.1f ms)\n", j ? "READ" : "WRITE", TBUF >> 20, rate2, mb / (s / 1000),
+                mb / (o / 1000), o / s, ms[0].med[j], ms[2].med[j], ms[1].med[j],
+                ms[3].med[j]);
+    }
+    for (int k = 0; k < 4; k += 2)
+        fprintf(stderr, "check_netns: rails: links of " RAIL_RATE " and %s: the striped "
+                "initiator's %u MiB WRITEs in order: %.1f, %.1f, %.1f, %.1f ms\n", rate2,
+                TBUF >> 20, ms[k].w[0], ms[k].w[1], ms[k].w[2], ms[k].w[3]);
+}
+
+/* Failover: a WRITE of TBUF bytes posted, then the parent told to cut the
+ * second link (to_parent), which it does at once: the WRITE completes once,
+ * on the first link, every byte right; so does a READ after it. */
+static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    rails_param = rails_a;
+    i_setup(port, &raddr);
+    double ms[2];
+    for (unsigned k = 0; k < 2; k++) /* both rails measured */
+        rails_round(raddr, TBUF, false, 130 + k, ms);
+    tl_fill(ibuf, TBUF, 140);
+    nxl_xfer_t *w = mk(NXL_WRITE, raddr, TBUF);
+    nxl_future_t *f;
+    uint64_t t0 = now_us();
+    REQUIRE(nxl_xfer_post(w, NULL, NULL, &f) == NXL_SUCCESS, 85);
+    char b = 'c';
+    REQUIRE(write(to_parent, &b, 1) == 1, 86);
+    nxl_status_t st = nxl_future_wait(f, 20000);
+    if (st != NXL_SUCCESS)
+        fprintf(stderr, "initiator: the WRITE across the cut: %s\n", nxl_future_error(f));
+    nxl_future_release(f);
+    REQUIRE(st == NXL_SUCCESS, 87);
+    double wms = (double)(now_us() - t0) / 1000;
+    REQUIRE(read(from_parent, &b, 1) == 1, 88); /* the link was cut by then */
+    REQUIRE(!strcmp(ask("chk 140 8388608"), "ok"), 89);
+    memset(ibuf, 0, TBUF);
+    nxl_xfer_t *r = mk(NXL_READ, raddr, TBUF);
+    t0 = now_us();
+    REQUIRE(run_x(r, 20000) == NXL_SUCCESS, 90);
+    double rms = (double)(now_us() - t0) / 1000;
+    REQUIRE(tl_check(ibuf, TBUF, 140) < 0, 91);
+    fprintf(stderr, "check_netns: rails: the second link cut during an %u MiB WRITE: done in "
+            "%.1f ms, every byte right; then a READ on the rail left: %.1f ms\n", TBUF >> 20,
+            wms, rms);
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+static void rails_cut(void)
+{
+    rails_up(RAIL_RATE);
+    int p[2], up[2], down[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    ck_assert(pipe(up) == 0 && pipe(down) == 0);
+    pid_t i = fork();
+    if (i == 0)
+        _exit(initiator_rails_cut(port, up[1], down[0]));
+    close(up[1]);
+    char b;
+    if (read(up[0], &b, 1) == 1) {
+        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a2) == 0);
+        ck_assert(write(down[1], &b, 1) == 1);
+    }
+    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+}
+
 static int wait_exit(pid_t pid, int secs)
 {
     int st;
@@ -519,6 +758,13 @@ END_TEST
 START_TEST(t_link_cut) { link_cut(); }
 END_TEST
 START_TEST(t_link_recover) { link_recover(); }
+END_TEST
+START_TEST(t_rails) { rails(RAIL_RATE); }
+END_TEST
+/* the second link a quarter of the first: its share shrinks */
+START_TEST(t_rails_slow) { rails("50mbit"); }
+END_TEST
+START_TEST(t_rails_cut) { rails_cut(); }
 END_TEST
 START_TEST(t_link_recover_libfabric)
 {
@@ -657,6 +903,7 @@ int main(void)
     sh("ip netns del %s", probe);
     Suite *s = suite_create("netns");
     TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut, t_link_recover);
+    TL_TCASE(s, "rails", 120, NULL, NULL, t_rails, t_rails_slow, t_rails_cut);
     TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
              t_link_recover_libfabric);
     return tl_run(s);

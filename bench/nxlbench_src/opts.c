@@ -55,7 +55,8 @@ static void usage(FILE *f)
 "                            CUDA (GPU), GDS (GPU memory to and from files), OBJ (S3,\n"
 "                            Azure Blob)\n"
 "  --backend_params K=V,...  parameters of the transport, e.g. provider=shm for LIBFABRIC,\n"
-"                            tls=tcp for UCX (both sides: give them to --listen too)\n"
+"                            tls=tcp for UCX (both sides: give them to --listen too); a\n"
+"                            list value goes on after its key: rails=eth0,eth1\n"
 "  --op_type READ|WRITE      direction seen from the initiator (default WRITE)\n"
 "  --initiator_seg_type T    DRAM; VRAM with --backend CUDA or GDS (GDS's default)\n"
 "  --target_seg_type T       DRAM; FILE or BLK with --backend POSIX; VRAM (or DRAM with\n"
@@ -339,6 +340,10 @@ static const char *set_bparams(const cli_opt_t *opt, const char *val)
     char *copy = strdup(val), *save = NULL;
     for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         char *eqs = strchr(kv, '=');
+        if (!eqs && O.nbparams) { /* a list value goes on: rails=eth0,eth1 */
+            kv[-1] = ',';
+            continue;
+        }
         if (!eqs || eqs == kv)
             return cli_why("'%s' is not key=value", kv);
         if (O.nbparams == sizeof(O.bparams) / sizeof(O.bparams[0]))

@@ -199,6 +199,7 @@ void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
     LIST_FOREACH(o, &c->u->ops, link)
     if (o->conn == c)
         nxl_ucx_op_report(o, status);
+    nxl_ucx_rails_close(c); /* its pieces were reported with its ops */
     if (stalled && c->ep) {
         /* stop UCX retrying: its requests on the endpoint end as canceled
          * (loopback's closes flushing: see nxl_ucx_load_conn) */
@@ -428,6 +429,13 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
                    "(%zu bytes, no nxl UCX header): a different nxl version?", agent, len);
         return NXL_ERR_MISMATCH;
     }
+    const void *rails = NULL;
+    size_t rails_len = 0;
+    if ((flags & CI_RAILS) && nxl_ucx_rails_info_parse(&info, &len, &rails, &rails_len) != 0) {
+        nxlt_error(u->ctx, "UCX: the connection info of agent '%s' has a malformed rails "
+                   "block", agent);
+        return NXL_ERR_MISMATCH;
+    }
     /* UCX unpacks its worker address without a length either: it gets a
      * copy followed by UCX_ADDR_PAD bytes of 0xff, where an address cut
      * short reads "no more devices" (0xff is UCX's null resource, and every
@@ -482,6 +490,7 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
         c->peer_addr_len = len;
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
+    nxl_ucx_rails_connect(u, c, rails, rails_len);
     /* not to another agent of this process: the process outlives the
      * agent, and its memory stays mapped after the agent is gone. Its
      * process is watched with cma=off too; copies need cma on both sides */
@@ -498,6 +507,7 @@ void nxl_ucx_unload_conn(void *state, void *conn)
     ucx_conn_t *c = conn;
     c->unloaded = true;
     nxl_ucx_cma_close(c);
+    nxl_ucx_rails_close(c);
     /* a peer known dead, or another agent of this process (which is not
      * progressed while this one tears down), would never answer a flushing
      * close: those are closed at once */
@@ -513,15 +523,21 @@ nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
     unsigned flags = CI_AM_WRITE | CI_AM_ACK | CI_AM_ACK_NAME |
-                     (u->cma_here ? CI_CMA | (u->cma_mode == CMA_OFF ? CI_NO_CMA : 0) : 0);
-    unsigned char *b = malloc(ucx_ci_hdr(flags) + u->addr_len);
+                     (u->cma_here ? CI_CMA | (u->cma_mode == CMA_OFF ? CI_NO_CMA : 0) : 0) |
+                     (u->rails ? CI_RAILS : 0);
+    size_t rl = nxl_ucx_rails_info_len(u), h = ucx_ci_hdr(flags);
+    unsigned char *b = malloc(h + rl + u->addr_len);
     if (!b)
         return NXL_ERR_UNKNOWN;
     ucx_ci_cma_t me = u->cma_me;
     me.cookie_addr = (uintptr_t)u->cma_cookie;
     me.cookie = u->cma_cookie[1];
     ucx_ci_pack(b, flags, &me, u->addr, u->addr_len);
+    if (rl) { /* the rails block goes before the worker address */
+        memmove(b + h + rl, b + h, u->addr_len);
+        nxl_ucx_rails_info_pack(u, b + h);
+    }
     *buf = b;
-    *len = ucx_ci_hdr(flags) + u->addr_len;
+    *len = h + rl + u->addr_len;
     return NXL_SUCCESS;
 }

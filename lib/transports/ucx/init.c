@@ -339,6 +339,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     ns = worker_open(u);
     if (ns == NXL_SUCCESS)
         ns = listen_open(u);
+    if (ns == NXL_SUCCESS)
+        ns = nxl_ucx_rails_open(u, params, n);
     if (ns != NXL_SUCCESS) {
         destroy(u);
         return ns;
@@ -400,6 +402,7 @@ static void quiesce(void *state)
     while (u->w) {
         if (!live_ops(u) || nxlt_now_us() >= until)
             break;
+        nxl_ucx_rails_progress(u);
         if (ucp_worker_progress(u->w))
             continue;
         if (ucp_worker_arm(u->w) != UCS_OK)
@@ -421,6 +424,7 @@ static void destroy(void *state)
 {
     ucx_t *u = state;
     quiesce(u);
+    nxl_ucx_rails_destroy(u);
     /* copies not done: nothing of theirs is in UCX or the kernel */
     while (!TAILQ_EMPTY(&u->cma_q))
         nxl_ucx_op_free(TAILQ_FIRST(&u->cma_q));
@@ -533,6 +537,11 @@ static const nxl_param_info_t ucx_params[] = {
     {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},
     {"cma_max", "0", "transfers of more bytes go through UCX instead of cross-memory attach "
      "(0: no limit)"},
+    {"rails", NULL, "network devices, one rail each (\"eth0,eth1\"): READs and WRITEs of at "
+     "least rail_min bytes to a peer with rails are striped over them, in proportion to each "
+     "rail's observed throughput"},
+    {"rail_min", "262144", "transfers of fewer bytes take the main path (the devices "
+     "parameter), one rail"},
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_ucx_ops = {

@@ -39,6 +39,8 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
         free(m);
         return NXL_ERR_BACKEND;
     }
+    if (type == NXL_DRAM)
+        nxl_ucx_rails_reg(u, m, (void *)d->addr, d->len);
     *out = m;
     return NXL_SUCCESS;
 }
@@ -49,6 +51,7 @@ void nxl_ucx_dereg(void *state, void *md)
     ucx_md_t *m = md;
     if (!m)
         return;
+    nxl_ucx_rails_dereg(u, m);
     ucp_mem_unmap(u->ucp, m->memh);
     free(m);
 }
@@ -136,6 +139,7 @@ nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t
         free(m);
         return NXL_ERR_BACKEND;
     }
+    nxl_ucx_rails_reg(u, m, attr.address, len);
     *ptr = attr.address;
     *md = m;
     return NXL_SUCCESS;
@@ -162,7 +166,14 @@ nxl_status_t nxl_ucx_pack_key(void *state, void *md, void **buf, size_t *len)
         memcpy(*buf, rb, rl);
     *len = rl;
     ucp_rkey_buffer_release(rb);
-    return *buf ? NXL_SUCCESS : NXL_ERR_UNKNOWN;
+    if (!*buf)
+        return NXL_ERR_UNKNOWN;
+    nxl_status_t ns = nxl_ucx_rails_pack_key(u, m, buf, len);
+    if (ns != NXL_SUCCESS) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return ns;
 }
 
 nxl_status_t nxl_ucx_load_key(void *state, void *conn, const void *buf, size_t len, void **rkey)
@@ -171,7 +182,8 @@ nxl_status_t nxl_ucx_load_key(void *state, void *conn, const void *buf, size_t l
     ucx_conn_t *c = conn;
     /* UCX takes no length: check what it will read, and give it a padded
      * copy (wire.h) */
-    if (!ucx_rkey_need(buf, len)) {
+    size_t need = ucx_rkey_need(buf, len);
+    if (!need) {
         nxlt_error(u->ctx, "UCX: a memory key of agent '%s' is malformed: %zu bytes, fewer "
                    "than the UCX key they begin says it holds (cut short or corrupt "
                    "metadata)", c->name, len);
@@ -194,6 +206,7 @@ nxl_status_t nxl_ucx_load_key(void *state, void *conn, const void *buf, size_t l
     }
     k->conn = c;
     LIST_INSERT_HEAD(&c->rkeys, k, link);
+    nxl_ucx_rails_load_key(u, c, buf, len, need, k);
     *rkey = k;
     return NXL_SUCCESS;
 }
@@ -222,6 +235,7 @@ void nxl_ucx_unload_key(void *state, void *rkey)
     ucx_rkey_t *k = rkey;
     if (k->conn)
         LIST_REMOVE(k, link);
+    nxl_ucx_rails_unload_key(k);
     if (k->rk)
         ucp_rkey_destroy(k->rk);
     free(k->packed);

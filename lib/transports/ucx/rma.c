@@ -288,6 +288,14 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         }
     if (!c->wiring && nxl_ucx_cma_usable(u, c, x))
         return nxl_ucx_post_cma(u, op, c, x);
+    switch (nxl_ucx_rails_post(u, op, c, x)) {
+    case 1:
+        return NXL_SUCCESS;
+    case -1:
+        return NXL_ERR_UNKNOWN;
+    default:
+        break; /* below rail_min, or no rails: the main path */
+    }
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
                                  x->notif_len, x->notif != NULL);
     if (!o)

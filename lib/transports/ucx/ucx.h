@@ -38,6 +38,7 @@
  *   mr.c      registration, keys, revocation, allocation
  *   rma.c     ops, puts and gets, the flush
  *   am.c      one-message WRITEs, notifications
+ *   rails.c   several rails to a peer: large transfers striped over them
  *   init.c    create, quiesce, destroy; the ops table */
 #ifndef NXL_UCX_H
 #define NXL_UCX_H
@@ -73,6 +74,7 @@
 #ifndef IOV_MAX
 #define IOV_MAX 1024
 #endif
+#define NXL_UCX_RAILS_MAX 8 /* rails (the rails parameter's devices) at most */
 
 enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
@@ -159,6 +161,7 @@ typedef struct ucx_state {
     bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
     struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
     uint64_t cma_xfers, cma_bytes; /* statistics */
+    struct ucx_rails *rails;    /* the rails parameter's contexts and workers, or NULL (rails.c) */
     bool is_live;               /* on live_list */
     unsigned long live_gen_seen; /* live_gen when this agent last looked */
     LIST_ENTRY(ucx_state) live; /* every instance of the process */
@@ -203,6 +206,9 @@ struct ucx_conn {
     pid_t pid;
     uint64_t pid_seen_us;       /* when its pidfd last said the process is alive */
     nxlt_io_t *ev_pid;          /* the peer's process exited (its pidfd, watched) */
+    unsigned nrails;            /* endpoints to the peer's rails, one per rail of ours (rails.c) */
+    ucp_ep_h rail_ep[NXL_UCX_RAILS_MAX]; /* NULL: that rail was taken out */
+    unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
     LIST_ENTRY(ucx_conn) link;
 };
 
@@ -217,11 +223,15 @@ typedef struct ucx_rkey {
     struct ucx_conn *conn;
     unsigned char *packed;
     LIST_ENTRY(ucx_rkey) link;  /* on conn->rkeys */
+    unsigned nrails;            /* the key on each rail's endpoint (rails.c) */
+    ucp_rkey_h rail_rk[NXL_UCX_RAILS_MAX];
 } ucx_rkey_t;
 
 /* a region registered here (the engine keeps its address and length) */
 typedef struct ucx_md {
     ucp_mem_h memh;
+    unsigned nrails;            /* registered with each rail's context too (rails.c) */
+    ucp_mem_h rail_memh[NXL_UCX_RAILS_MAX];
 } ucx_md_t;
 
 typedef struct ucx_op {
@@ -251,6 +261,7 @@ typedef struct ucx_op {
     ucs_status_t amw_st;        /* what the acknowledgement said */
     unsigned char amw_hdr[8];   /* its number, the message's header */
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
+    unsigned pieces;            /* striped over rails: pieces not completed yet (rails.c) */
 } ucx_op_t;
 
 /* The sender's name that begins the transport's messages (a notification,
@@ -347,6 +358,24 @@ ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_
                               size_t skip);
 void nxl_ucx_wired(ucx_conn_t *c);
 nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x);
+
+/* rails.c */
+nxl_status_t nxl_ucx_rails_open(ucx_t *u, const nxl_param_t *params, size_t n);
+void nxl_ucx_rails_progress(ucx_t *u);
+void nxl_ucx_rails_destroy(ucx_t *u);
+size_t nxl_ucx_rails_info_len(ucx_t *u);
+void nxl_ucx_rails_info_pack(ucx_t *u, unsigned char *w);
+int nxl_ucx_rails_info_parse(const void **info, size_t *len, const void **rails,
+                             size_t *rails_len);
+void nxl_ucx_rails_connect(ucx_t *u, ucx_conn_t *c, const void *rails, size_t len);
+void nxl_ucx_rails_close(ucx_conn_t *c);
+void nxl_ucx_rails_reg(ucx_t *u, ucx_md_t *m, void *addr, size_t len);
+void nxl_ucx_rails_dereg(ucx_t *u, ucx_md_t *m);
+nxl_status_t nxl_ucx_rails_pack_key(ucx_t *u, ucx_md_t *m, void **buf, size_t *len);
+void nxl_ucx_rails_load_key(ucx_t *u, ucx_conn_t *c, const unsigned char *buf, size_t len,
+                            size_t at, ucx_rkey_t *k);
+void nxl_ucx_rails_unload_key(ucx_rkey_t *k);
+int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
 
 /* am.c */
 bool nxl_ucx_later(ucx_t *u, ucp_am_recv_callback_t cb, const void *data, size_t len,

@@ -38,6 +38,10 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
 #define CI_AM_ACK_NAME 0x10 /* with CI_AM_ACK: acknowledges an AM_WRITE sent without UCX's
                              * reply flag on its own endpoint to the sender, found by the
                              * sender's name (am.c) */
+#define CI_RAILS 0x20    /* the peer's rails (rails.c) come before UCX's worker address:
+                          * [u16 block length][u8 n][n x ([u16 length][worker address])].
+                          * Sent only with the rails parameter; an nxl that does not know
+                          * it takes the block for the worker address and fails to connect */
 #define CI_CMA_LEN 52
 
 /* A peer's identity for cross-memory attach: same host (boot id), same pid

@@ -313,6 +313,7 @@ static void progress(ucx_t *u, bool chained)
 {
     unsigned n = 0;
     log_drain(u);
+    nxl_ucx_rails_progress(u);
     nxl_ucx_deferred_failures(u);
     nxl_ucx_later_run(u);
     if (u->deadline_due) {

@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Rails: one transfer striped over several network paths to the same peer.
+ *
+ * Where: in the UCX transport. The rails parameter names devices
+ * ("rails=eth0,eth1"); each is a rail: a UCP context of its own with
+ * UCX_NET_DEVICES set to that device alone (and the transport's tls and
+ * keepalive), its own worker, and that worker's event fd watched by the
+ * agent's loop beside the main worker's. The main worker (the devices
+ * parameter) stays as it was: connections, notifications, the transport's
+ * own messages, small transfers. UCX keeps one endpoint on one lane for
+ * RMA, and its device list is per context: a context per rail is what
+ * pins a rail to its device.
+ *
+ * Metadata: the connection info carries, with CI_RAILS (wire.h), one worker
+ * address per rail before the main worker's; a region is registered with
+ * every rail's context too, and its packed key is followed by a trailer of
+ * one UCX key per rail: ['R'][u8 n][n x ([u16 length][key])] (UCX reads
+ * its own key by its length and ignores what follows). Rail i of one side
+ * is connected to rail i of the other; a peer with fewer rails (or none)
+ * gets fewer (or the main path only).
+ *
+ * Splitting: a READ or WRITE of at least rail_min bytes, to a peer with
+ * rails, between regions known to every rail, is cut into one contiguous
+ * byte range per rail (across the transfer's elements), each rail's share
+ * in proportion to its observed throughput: the bytes per second of its
+ * pieces, from post to the completion of the rail's flush, in a moving
+ * mean weighted by bytes (a piece of b bytes counts b / (seen + b), seen
+ * the bytes behind the mean, 4 MiB at most: small pieces, where latency
+ * counts more than rate, move it little). A rail not measured yet counts as the mean of the others (all
+ * equal at first); every rail keeps at least 1/(16n) of a transfer, so that
+ * a rail that was slow once is measured again and regains its share.
+ * Smaller transfers take the main path, one rail.
+ *
+ * Completion: each piece is its rail's puts or gets, then a flush of that
+ * rail's endpoint (the data at the target). The op counts its pieces; the
+ * last flush to complete completes it: its notification, if any, goes on
+ * the main endpoint only then, so that a WRITE still completes (and
+ * notifies) only once every byte is at the target, and the engine's future
+ * completes once. The connection failing (its main endpoint, or the stall
+ * timeout) reports every op on it and closes its rails.
+ *
+ * Failover: a rail whose endpoint fails (UCX's error handler), or whose
+ * piece is not done after RAIL_STALL_MIN_US or 4 times what its measured
+ * rate predicts (whichever is longer; at most half the stall timeout,
+ * which would give up the whole connection), is taken out for that peer:
+ * its endpoint is closed by force, its pieces are detached from their ops
+ * (a late completion frees only the piece) and their byte ranges posted
+ * again on the rails left (the op keeps its elements for that). With no
+ * rail left the op fails. The main endpoint (the devices parameter) is
+ * not failed over: it carries the notifications. A rail taken out is not
+ * retried yet; reloading the peer's metadata connects it again. */
+#include "config.h"
+#include "ucx.h"
+
+#define RAIL_MIN_DEFAULT (256u << 10)
+#define RAIL_WINDOW (4u << 20) /* bytes of past pieces the throughput weighs at most */
+#define KEY_TAG 'R'
+#define RAIL_STALL_MIN_US 1000000 /* a piece not done after this long may be on a dead rail */
+
+typedef struct ucx_rail {
+    char dev[64];
+    ucp_context_h ucp;
+    ucp_worker_h w;
+    int efd;
+    nxlt_io_t *ev;
+    void *addr;
+    size_t addr_len;
+    double bps;                 /* observed bytes per second, 0: not measured */
+    double seen;                /* bytes behind bps, RAIL_WINDOW at most */
+    uint64_t bytes, pieces;     /* statistics */
+} ucx_rail_t;
+
+/* a transfer's share on one rail: its puts or gets, then the rail's flush */
+typedef struct ucx_piece {
+    ucx_op_t *o;                /* NULL: detached (its rail was taken out) */
+    ucx_conn_t *c;
+    unsigned rail;
+    size_t start, bytes;        /* its byte range in the transfer */
+    bool done;                  /* its flush failed and came back: waits for take_out */
+    uint64_t t0;
+    LIST_ENTRY(ucx_piece) link;
+} ucx_piece_t;
+
+struct ucx_rails {
+    unsigned n;
+    size_t min;
+    ucx_rail_t r[NXL_UCX_RAILS_MAX];
+    LIST_HEAD(, ucx_piece) pieces; /* flushes UCX holds */
+    unsigned nclosing;          /* endpoint closes UCX holds */
+};
+
+/* ------------------------------------------------------------ progress */
+
+/* Progresses a rail's worker until idle, then arms it; still busy after a
+ * few tries: the main worker's kick (progress() calls us) tries again. */
+static void rail_progress(ucx_t *u, ucx_rail_t *r)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        while (ucp_worker_progress(r->w))
+            ;
+        ucs_status_t st = ucp_worker_arm(r->w);
+        if (st == UCS_OK)
+            return;
+        if (st != UCS_ERR_BUSY)
+            break;
+    }
+    nxl_ucx_kick(u);
+}
+
+static void on_rail_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg)
+{
+    ucx_t *u = arg;
+    for (unsigned i = 0; i < u->rails->n; i++)
+        if (u->rails->r[i].ev == io)
+            rail_progress(u, &u->rails->r[i]);
+    nxl_ucx_deferred_failures(u);
+}
+
+static void rails_check(ucx_t *u);
+
+void nxl_ucx_rails_progress(ucx_t *u)
+{
+    if (!u->rails)
+        return;
+    for (unsigned i = 0; i < u->rails->n; i++)
+        rail_progress(u, &u->rails->r[i]);
+    rails_check(u);
+}
+
+/* ------------------------------------------------------------ life */
+
+static nxl_status_t rail_open(ucx_t *u, ucx_rail_t *r, const nxl_param_t *params, size_t n)
+{
+    ucp_config_t *cfg;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK)
+        goto fail;
+    const char *tls = nxlt_param(params, n, "tls"), *ka = nxlt_param(params, n, "keepalive");
+    if ((tls && (st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) ||
+        (st = ucp_config_modify(cfg, "NET_DEVICES", r->dev)) != UCS_OK ||
+        (st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", ka ? ka : "10s")) != UCS_OK) {
+        ucp_config_release(cfg);
+        goto fail;
+    }
+    ucp_params_t up = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+    };
+    st = ucp_init(&up, cfg, &r->ucp);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        r->ucp = NULL;
+        goto fail;
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = nxlt_threaded(u->ctx) ? UCS_THREAD_MODE_SERIALIZED
+                                                                   : UCS_THREAD_MODE_SINGLE};
+    st = ucp_worker_create(r->ucp, &wp, &r->w);
+    if (st != UCS_OK) {
+        r->w = NULL;
+        goto fail;
+    }
+    ucp_address_t *a;
+    if ((st = ucp_worker_get_efd(r->w, &r->efd)) != UCS_OK ||
+        (st = ucp_worker_get_address(r->w, &a, &r->addr_len)) != UCS_OK)
+        goto fail;
+    r->addr = malloc(r->addr_len);
+    if (r->addr)
+        memcpy(r->addr, a, r->addr_len);
+    ucp_worker_release_address(r->w, a);
+    r->ev = nxlt_io_new(u->ctx, r->efd, on_rail_efd, u);
+    if (!r->addr || !r->ev || nxlt_io_start(r->ev, NXLT_IO_READ)) {
+        st = UCS_ERR_NO_MEMORY;
+        goto fail;
+    }
+    return NXL_SUCCESS;
+fail:
+    nxlt_error(u->ctx, "UCX: rail '%s' (rails parameter) could not start: %s (is it a network "
+               "device UCX finds with tls=%s? 'ucx_info -d' lists them)", r->dev,
+               ucs_status_string(st), nxlt_param(params, n, "tls") ? nxlt_param(params, n, "tls")
+                                      : "all");
+    return NXL_ERR_BACKEND;
+}
+
+/* The rails and rail_min parameters: a context and a worker per rail. */
+nxl_status_t nxl_ucx_rails_open(ucx_t *u, const nxl_param_t *params, size_t n)
+{
+    const char *list = nxlt_param(params, n, "rails");
+    if (!list || !*list)
+        return NXL_SUCCESS;
+    uint64_t min = RAIL_MIN_DEFAULT;
+    nxl_status_t ns = nxlt_param_uint(u->ctx, params, n, "rail_min", 1, UINT64_MAX, &min);
+    if (ns != NXL_SUCCESS)
+        return ns;
+    struct ucx_rails *rs = calloc(1, sizeof(*rs));
+    if (!rs)
+        return NXL_ERR_UNKNOWN;
+    rs->min = (size_t)min;
+    LIST_INIT(&rs->pieces);
+    u->rails = rs;
+    for (const char *p = list; *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == 0 || l >= sizeof(rs->r[0].dev) || rs->n == NXL_UCX_RAILS_MAX) {
+            nxlt_error(u->ctx, "UCX: rails=%s: a comma-separated list of 1 to %d network "
+                       "devices", list, NXL_UCX_RAILS_MAX);
+            return NXL_ERR_INVALID_PARAM;
+        }
+        ucx_rail_t *r = &rs->r[rs->n++];
+        memcpy(r->dev, p, l);
+        r->efd = -1;
+        if ((ns = rail_open(u, r, params, n)) != NXL_SUCCESS)
+            return ns; /* the caller destroys u, and the rails opened */
+        p += l + (p[l] == ',');
+    }
+    return NXL_SUCCESS;
+}
+
+void nxl_ucx_rails_destroy(ucx_t *u)
+{
+    struct ucx_rails *rs = u->rails;
+    if (!rs)
+        return;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    nxl_ucx_rails_close(c);
+    /* the closes (and flushes) UCX still holds: a moment to return them */
+    uint64_t until = nxlt_now_us() + 200000;
+    while (nxlt_now_us() < until) {
+        unsigned k = 0;
+        for (unsigned i = 0; i < rs->n; i++)
+            if (rs->r[i].w)
+                k += ucp_worker_progress(rs->r[i].w);
+        if (!k && LIST_EMPTY(&rs->pieces) && !rs->nclosing)
+            break;
+        if (!k)
+            usleep(1000);
+    }
+    for (unsigned i = 0; i < rs->n; i++) {
+        ucx_rail_t *r = &rs->r[i];
+        nxlt_io_free(r->ev);
+        if (r->w)
+            ucp_worker_destroy(r->w);
+        free(r->addr);
+    }
+    /* flushes that never came back: their requests died with the workers
+     * (their ops are freed with the transport's) */
+    while (!LIST_EMPTY(&rs->pieces)) {
+        ucx_piece_t *pc = LIST_FIRST(&rs->pieces);
+        LIST_REMOVE(pc, link);
+        free(pc);
+    }
+    for (unsigned i = 0; i < rs->n; i++)
+        if (rs->r[i].ucp)
+            ucp_cleanup(rs->r[i].ucp);
+    free(rs);
+    u->rails = NULL;
+}
+
+/* ------------------------------------------------- connection info */
+
+size_t nxl_ucx_rails_info_len(ucx_t *u)
+{
+    if (!u->rails)
+        return 0;
+    size_t l = 3;
+    for (unsigned i = 0; i < u->rails->n; i++)
+        l += 2 + u->rails->r[i].addr_len;
+    return l;
+}
+
+void nxl_ucx_rails_info_pack(ucx_t *u, unsigned char *w)
+{
+    ucx_ci_put(w, nxl_ucx_rails_info_len(u), 2);
+    w[2] = (unsigned char)u->rails->n;
+    w += 3;
+    for (unsigned i = 0; i < u->rails->n; i++) {
+        ucx_rail_t *r = &u->rails->r[i];
+        ucx_ci_put(w, r->addr_len, 2);
+        memcpy(w + 2, r->addr, r->addr_len);
+        w += 2 + r->addr_len;
+    }
+}
+
+/* The rails block at *info (CI_RAILS): *info and *len then say the main
+ * worker's address. -1 when it is malformed. */
+int nxl_ucx_rails_info_parse(const void **info, size_t *len, const void **rails,
+                             size_t *rails_len)
+{
+    const unsigned char *b = *info;
+    if (*len < 3)
+        return -1;
+    size_t bl = (size_t)ucx_ci_get(b, 2);
+    if (bl < 3 || bl >= *len)
+        return -1;
+    /* every address inside the block */
+    size_t at = 3;
+    for (unsigned i = 0; i < b[2]; i++) {
+        if (at + 2 > bl)
+            return -1;
+        at += 2 + (size_t)ucx_ci_get(b + at, 2);
+        if (at > bl)
+            return -1;
+    }
+    if (at != bl)
+        return -1;
+    *rails = b;
+    *rails_len = bl;
+    *info = b + bl;
+    *len -= bl;
+    return 0;
+}
+
+static void rail_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_conn_t *c = arg;
+    for (unsigned i = 0; i < c->nrails; i++)
+        if (c->rail_ep[i] == ep)
+            c->rail_failed |= 1u << i; /* taken out from the loop (nxl_ucx_rails_progress) */
+    nxl_ucx_kick(c->u);
+}
+
+/* Endpoints from our rails to the peer's (rail i to rail i) */
+void nxl_ucx_rails_connect(ucx_t *u, ucx_conn_t *c, const void *rails, size_t len)
+{
+    if (!u->rails || !rails || c->self || c->local)
+        return;
+    const unsigned char *b = rails;
+    unsigned n = b[2] < u->rails->n ? b[2] : u->rails->n;
+    size_t at = 3;
+    for (unsigned i = 0; i < n; i++) {
+        size_t al = (size_t)ucx_ci_get(b + at, 2);
+        unsigned char *addr = malloc(al + UCX_ADDR_PAD);
+        if (!addr)
+            break;
+        memcpy(addr, b + at + 2, al);
+        memset(addr + al, 0xff, UCX_ADDR_PAD);
+        at += 2 + al;
+        ucp_ep_params_t ep = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            .address = (const ucp_address_t *)addr,
+            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_handler = {.cb = rail_ep_error, .arg = c},
+        };
+        u->in_ucx++;
+        ucs_status_t st = ucp_ep_create(u->rails->r[i].w, &ep, &c->rail_ep[i]);
+        u->in_ucx--;
+        free(addr);
+        if (st != UCS_OK) {
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: rail '%s' does not reach agent '%s' (%s): "
+                     "%u rail(s) to it", u->rails->r[i].dev, c->name, ucs_status_string(st), i);
+            c->rail_ep[i] = NULL;
+            break;
+        }
+        c->nrails = i + 1;
+    }
+    if (c->nrails < 2) { /* one rail is the main path's job */
+        nxl_ucx_rails_close(c);
+        return;
+    }
+    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: %u rails to agent '%s'", c->nrails, c->name);
+}
+
+static void rail_close_cb(void *req, ucs_status_t st, void *arg)
+{
+    struct ucx_rails *rs = arg;
+    rs->nclosing--;
+    ucp_request_free(req);
+}
+
+/* Closes c's rail endpoints, by force: they are closed when the connection
+ * fails, is unloaded or the transport goes, after its transfers were
+ * reported (quiesce waits for those in flight); a flushing close would
+ * wait on a peer that may be gone. */
+void nxl_ucx_rails_close(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    bool closed = false;
+    for (unsigned i = 0; i < NXL_UCX_RAILS_MAX; i++) {
+        if (!c->rail_ep[i])
+            continue;
+        ucp_request_param_t p = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                            UCP_OP_ATTR_FIELD_FLAGS,
+            .flags = UCP_EP_CLOSE_FLAG_FORCE,
+            .cb.send = rail_close_cb,
+            .user_data = u->rails,
+        };
+        u->in_ucx++;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(c->rail_ep[i], &p);
+        u->in_ucx--;
+        if (UCS_PTR_IS_PTR(r))
+            u->rails->nclosing++; /* until rail_close_cb */
+        c->rail_ep[i] = NULL;
+        closed = true;
+    }
+    c->nrails = 0;
+    if (closed)
+        nxl_ucx_kick(u);
+}
+
+/* ----------------------------------------------------------- memory */
+
+void nxl_ucx_rails_reg(ucx_t *u, ucx_md_t *m, void *addr, size_t len)
+{
+    if (!u->rails)
+        return;
+    for (unsigned i = 0; i < u->rails->n; i++) {
+        ucp_mem_map_params_t mp = {
+            .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+            .address = addr,
+            .length = len,
+        };
+        if (ucp_mem_map(u->rails->r[i].ucp, &mp, &m->rail_memh[i]) != UCS_OK) {
+            nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a region 0x%lx+%zu could not be registered "
+                     "with rail '%s': its transfers take the main path", (unsigned long)addr,
+                     len, u->rails->r[i].dev);
+            break;
+        }
+        m->nrails = i + 1;
+    }
+}
+
+void nxl_ucx_rails_dereg(ucx_t *u, ucx_md_t *m)
+{
+    if (!u->rails) /* the rails are gone (destroy): their registrations with them */
+        m->nrails = 0;
+    for (unsigned i = 0; i < m->nrails; i++)
+        ucp_mem_unmap(u->rails->r[i].ucp, m->rail_memh[i]);
+    m->nrails = 0;
+}
+
+/* Appends the trailer of rail keys to the key at *buf (*len bytes) */
+nxl_status_t nxl_ucx_rails_pack_key(ucx_t *u, ucx_md_t *m, void **buf, size_t *len)
+{
+    if (!u->rails || !m->nrails)
+        return NXL_SUCCESS;
+    void *rb[NXL_UCX_RAILS_MAX];
+    size_t rl[NXL_UCX_RAILS_MAX], total = *len + 2;
+    unsigned n = 0;
+    for (; n < m->nrails; n++) {
+        if (ucp_rkey_pack(u->rails->r[n].ucp, m->rail_memh[n], &rb[n], &rl[n]) != UCS_OK ||
+            rl[n] > 65535) {
+            nxlt_error(u->ctx, "UCX: ucp_rkey_pack failed on rail '%s'", u->rails->r[n].dev);
+            break;
+        }
+        total += 2 + rl[n];
+    }
+    nxl_status_t ns = n == m->nrails ? NXL_SUCCESS : NXL_ERR_BACKEND;
+    unsigned char *b = ns == NXL_SUCCESS ? realloc(*buf, total) : NULL;
+    if (b) {
+        unsigned char *w = b + *len;
+        *w++ = KEY_TAG;
+        *w++ = (unsigned char)n;
+        for (unsigned i = 0; i < n; i++) {
+            ucx_ci_put(w, rl[i], 2);
+            memcpy(w + 2, rb[i], rl[i]);
+            w += 2 + rl[i];
+        }
+        *buf = b;
+        *len = total;
+    } else if (ns == NXL_SUCCESS) {
+        ns = NXL_ERR_UNKNOWN;
+    }
+    for (unsigned i = 0; i < n; i++)
+        ucp_rkey_buffer_release(rb[i]);
+    return ns;
+}
+
+/* The trailer after UCX's key (at bytes into buf): each rail's key on its
+ * endpoint. A key without one, or one that does not unpack, leaves the
+ * region to the main path. */
+void nxl_ucx_rails_load_key(ucx_t *u, ucx_conn_t *c, const unsigned char *buf, size_t len,
+                            size_t at, ucx_rkey_t *k)
+{
+    k->nrails = 0;
+    if (!c->nrails || at + 2 > len || buf[at] != KEY_TAG)
+        return;
+    unsigned n = buf[at + 1] < c->nrails ? buf[at + 1] : c->nrails;
+    at += 2;
+    for (unsigned i = 0; i < n; i++) {
+        if (at + 2 > len)
+            break;
+        size_t kl = (size_t)ucx_ci_get(buf + at, 2);
+        if (at + 2 + kl > len || !ucx_rkey_need(buf + at + 2, kl))
+            break;
+        unsigned char *copy = malloc(kl + UCX_RKEY_PAD);
+        if (!copy)
+            break;
+        memcpy(copy, buf + at + 2, kl);
+        memset(copy + kl, 0xff, UCX_RKEY_PAD);
+        ucs_status_t st = ucp_ep_rkey_unpack(c->rail_ep[i], copy, &k->rail_rk[i]);
+        free(copy);
+        if (st != UCS_OK)
+            break;
+        k->nrails = i + 1;
+        at += 2 + kl;
+    }
+    if (k->nrails < n) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a key of agent '%s' has %u of %u rails: its "
+                 "transfers take the main path", c->name, k->nrails, n);
+        nxl_ucx_rails_unload_key(k);
+    }
+}
+
+void nxl_ucx_rails_unload_key(ucx_rkey_t *k)
+{
+    for (unsigned i = 0; i < k->nrails; i++)
+        ucp_rkey_destroy(k->rail_rk[i]);
+    k->nrails = 0;
+}
+
+/* --------------------------------------------------------- striping */
+
+/* The last piece done: the op is done as a flush of the main path would
+ * have done it (rma.c, flush_done) */
+static void op_pieces_done(ucx_op_t *o)
+{
+    if (o->st != UCS_OK || !o->notif || (o->op && nxlt_op_canceled(o->op)))
+        nxl_ucx_op_finish(o, o->st);
+    else
+        nxl_ucx_send_notif(o);
+}
+
+static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total);
+
+static void piece_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_piece_t *pc = arg;
+    ucx_op_t *o = pc->o;
+    if (req)
+        ucp_request_free(req);
+    LIST_REMOVE(pc, link);
+    if (!o) { /* detached: its bytes went again on another rail */
+        free(pc);
+        return;
+    }
+    ucx_t *u = o->u;
+    if (st == UCS_OK && pc->bytes) {
+        ucx_rail_t *r = &u->rails->r[pc->rail];
+        uint64_t dt = nxlt_now_us() - pc->t0;
+        double bps = (double)pc->bytes * 1e6 / (double)(dt ? dt : 1);
+        /* a moving mean weighted by bytes: a piece of b bytes counts
+         * b / (seen + b), small ones (latency more than rate) little */
+        double b = (double)pc->bytes;
+        r->bps = (r->bps * r->seen + bps * b) / (r->seen + b);
+        r->seen = r->seen + b < RAIL_WINDOW ? r->seen + b : RAIL_WINDOW;
+        r->bytes += pc->bytes;
+        r->pieces++;
+    } else if (st != UCS_OK && pc->c->rail_ep[pc->rail] && !pc->c->failed) {
+        /* its rail failed: taken out, and this piece posted again (rails_check) */
+        pc->c->rail_failed |= 1u << pc->rail;
+        pc->done = true;
+        LIST_INSERT_HEAD(&u->rails->pieces, pc, link);
+        nxl_ucx_kick(u);
+        return;
+    } else if (st != UCS_OK && o->st == UCS_OK) {
+        o->st = st;
+    }
+    free(pc);
+    if (--o->pieces == 0)
+        op_pieces_done(o);
+}
+
+/* Rail i of c out: its endpoint closed, its pieces posted again on the
+ * rails left (or failed, with none left) */
+static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
+{
+    struct ucx_rails *rs = u->rails;
+    c->rail_failed &= ~(1u << i);
+    if (!c->rail_ep[i])
+        return;
+    ucp_ep_h ep = c->rail_ep[i];
+    c->rail_ep[i] = NULL;
+    unsigned left = 0;
+    for (unsigned k = 0; k < c->nrails; k++)
+        left += c->rail_ep[k] != NULL;
+    nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: rail '%s' to agent '%s' taken out (%s); its pieces go "
+             "again on the %u rail(s) left", rs->r[i].dev, c->name, why, left);
+    ucx_piece_t *pc, *next;
+    ucx_op_t *o;
+    for (pc = LIST_FIRST(&rs->pieces); pc; pc = next) {
+        next = LIST_NEXT(pc, link);
+        if (pc->c != c || pc->rail != i || !(o = pc->o))
+            continue;
+        pc->o = NULL; /* detached; freed when (if) UCX calls back, or at destroy */
+        o->pieces++; /* held while its range is posted again */
+        if (left == 0 || !o->op) {
+            if (o->st == UCS_OK)
+                o->st = UCS_ERR_ENDPOINT_TIMEOUT;
+        } else if (post_range(u, o, pc->start, pc->bytes) != 0 && o->st == UCS_OK) {
+            o->st = UCS_ERR_NO_MEMORY;
+        }
+        /* the detached piece's count, and the hold */
+        o->pieces -= 2;
+        if (pc->done) { /* its flush came back already: nothing of UCX holds it */
+            LIST_REMOVE(pc, link);
+            free(pc);
+        }
+        if (o->pieces == 0)
+            op_pieces_done(o);
+    }
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_EP_CLOSE_FLAG_FORCE,
+        .cb.send = rail_close_cb,
+        .user_data = rs,
+    };
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r))
+        rs->nclosing++;
+    nxl_ucx_kick(u);
+}
+
+/* Rails that failed, or whose oldest piece stalls, are taken out */
+static void rails_check(ucx_t *u)
+{
+    struct ucx_rails *rs = u->rails;
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    for (unsigned i = 0; c->rail_failed && i < c->nrails; i++)
+        if (c->rail_failed & (1u << i))
+            take_out(u, c, i, "its endpoint failed");
+    if (LIST_EMPTY(&rs->pieces))
+        return;
+    uint64_t now = nxlt_now_us(), cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
+    ucx_piece_t *pc;
+again:
+    LIST_FOREACH(pc, &rs->pieces, link)
+    {
+        if (!pc->o || !pc->c->rail_ep[pc->rail] || pc->c->failed)
+            continue;
+        double bps = rs->r[pc->rail].bps;
+        uint64_t lim = bps > 0 ? (uint64_t)(4e6 * (double)pc->bytes / bps) : 0;
+        if (lim < RAIL_STALL_MIN_US)
+            lim = RAIL_STALL_MIN_US;
+        if (lim > cap)
+            lim = cap;
+        if (now > pc->t0 && now - pc->t0 > lim) { /* (pieces posted again after now: not) */
+            char why[96];
+            snprintf(why, sizeof(why), "a piece of %zu bytes not done after %llu ms", pc->bytes,
+                     (unsigned long long)((now - pc->t0) / 1000));
+            take_out(u, pc->c, pc->rail, why);
+            goto again; /* the list changed */
+        }
+    }
+}
+
+/* Each rail's share of total bytes (in proportion to its throughput, at
+ * least 1/(16n) each), summing to total; 0 for rails taken out */
+static void shares(ucx_t *u, ucx_conn_t *c, size_t total, size_t *share)
+{
+    unsigned n = c->nrails, live = 0, last = 0;
+    double w[NXL_UCX_RAILS_MAX], known = 0, sum = 0;
+    unsigned nk = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (c->rail_ep[i] && u->rails->r[i].bps > 0)
+            known += u->rails->r[i].bps, nk++;
+    for (unsigned i = 0; i < n; i++) {
+        w[i] = !c->rail_ep[i] ? 0 : u->rails->r[i].bps > 0 ? u->rails->r[i].bps
+                                  : nk                      ? known / nk
+                                                            : 1;
+        sum += w[i];
+        if (c->rail_ep[i])
+            live++, last = i;
+    }
+    double floor = 1.0 / (16.0 * live), left = 1.0 - floor * live;
+    size_t given = 0;
+    for (unsigned i = 0; i < n; i++) {
+        share[i] = 0;
+        if (!c->rail_ep[i] || i == last)
+            continue;
+        share[i] = (size_t)((double)total * (floor + left * w[i] / sum));
+        given += share[i];
+    }
+    share[last] = total - given;
+}
+
+/* Posts bytes [start, start + total) of o's transfer (its elements in
+ * o->iov) over c's live rails; o->pieces counts each piece. 0, or -1 (out
+ * of memory: nothing posted). Inside or outside the engine's calls. */
+static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total)
+{
+    ucx_conn_t *c = o->conn;
+    unsigned n = c->nrails;
+    size_t share[NXL_UCX_RAILS_MAX];
+    shares(u, c, total, share);
+    ucx_piece_t *pcs[NXL_UCX_RAILS_MAX] = {0};
+    for (unsigned r = 0; r < n; r++)
+        if (share[r] && !(pcs[r] = calloc(1, sizeof(ucx_piece_t)))) {
+            for (unsigned k = 0; k < r; k++)
+                free(pcs[k]);
+            return -1;
+        }
+    /* the element and offset where start falls */
+    size_t el = 0, off = start;
+    while (el < o->n && off >= o->iov[el].len)
+        off -= o->iov[el++].len;
+    size_t at = start;
+    u->in_ucx++;
+    for (unsigned r = 0; r < n; r++) {
+        if (!pcs[r])
+            continue;
+        ucx_piece_t *pc = pcs[r];
+        ucp_ep_h ep = c->rail_ep[r];
+        pc->o = o;
+        pc->c = c;
+        pc->rail = r;
+        pc->start = at;
+        pc->bytes = share[r];
+        pc->t0 = nxlt_now_us();
+        at += share[r];
+        for (size_t left = share[r]; left && el < o->n;) {
+            const nxlt_iov_t *v = &o->iov[el];
+            size_t l = v->len - off < left ? v->len - off : left;
+            ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH,
+                                     .memh = ((ucx_md_t *)v->lmd)->rail_memh[r]};
+            ucp_rkey_h rk = ((ucx_rkey_t *)v->rkey)->rail_rk[r];
+            void *la = (char *)v->laddr + off;
+            ucs_status_ptr_t q = !o->read ? ucp_put_nbx(ep, la, l, v->raddr + off, rk, &p)
+                                          : ucp_get_nbx(ep, la, l, v->raddr + off, rk, &p);
+            if (UCS_PTR_IS_ERR(q))
+                c->rail_failed |= 1u << r; /* its flush fails too: posted again from the loop */
+            else if (UCS_PTR_IS_PTR(q))
+                ucp_request_free(q); /* the flush below waits for it */
+            left -= l;
+            off += l;
+            if (off == v->len)
+                el++, off = 0;
+        }
+        LIST_INSERT_HEAD(&u->rails->pieces, pc, link);
+        o->pieces++;
+        ucp_request_param_t fp = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.send = piece_done,
+            .user_data = pc,
+        };
+        ucs_status_ptr_t q = ucp_ep_flush_nbx(ep, &fp);
+        if (!UCS_PTR_IS_PTR(q))
+            piece_done(NULL, UCS_PTR_STATUS(q), pc);
+    }
+    u->in_ucx--;
+    return 0;
+}
+
+/* Striped when x is large enough and every element has its rails: 1 (the
+ * op is posted), 0 (the main path's: nothing done), -1 (out of memory) */
+int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    if (!u->rails || c->nrails < 2 || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM)
+        return 0;
+    unsigned n = c->nrails, live = 0;
+    for (unsigned r = 0; r < n; r++)
+        live += c->rail_ep[r] != NULL;
+    if (live == 0)
+        return 0;
+    size_t total = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        const nxlt_iov_t *v = &x->iov[i];
+        if (((ucx_md_t *)v->lmd)->nrails < n || ((ucx_rkey_t *)v->rkey)->nrails < n)
+            return 0;
+        total += v->len;
+    }
+    if (total < u->rails->min)
+        return 0;
+    ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
+                                 x->notif_len, x->notif != NULL);
+    if (!o)
+        return -1;
+    /* the elements, kept with the op: a rail taken out has its range posted again */
+    if (o->iov_cap < x->n) {
+        nxlt_iov_t *v = malloc(x->n * sizeof(*v));
+        if (!v) {
+            nxl_ucx_op_drop(o);
+            return -1;
+        }
+        free(o->iov);
+        o->iov = v;
+        o->iov_cap = x->n;
+    }
+    memcpy(o->iov, x->iov, x->n * sizeof(*o->iov));
+    o->n = x->n;
+    o->read = x->op == NXL_READ;
+    o->pieces = 1; /* held until every piece is posted */
+    if (post_range(u, o, 0, total) != 0) {
+        nxl_ucx_op_drop(o);
+        return -1;
+    }
+    if (--o->pieces == 0)
+        op_pieces_done(o);
+    nxl_ucx_kick(u);
+    return 1;
+}
