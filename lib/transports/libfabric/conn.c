@@ -9,7 +9,14 @@ void nxl_lf_conn_put(lf_conn_t *c)
         return;
     lf_addr_t *e = c->av_entry;
     if (e && --e->refs == 0) {
-        if (c->u->fids.av && !c->u->ep_closed)
+        /* with FI_AV_REMOVE_CLEANUP (util.c), removing the address would
+         * close rxm's connection under the peer, which still knows this
+         * agent and sends to it (a peer invalidated or unloaded here is not
+         * gone): the address then stays in the AV until the endpoint
+         * closes, and a reload finds it there (fi_av_insert of an address
+         * the AV holds gives the same fi_addr). Only a deadline's abort
+         * removes it (conn.c, nxl_lf_on_deadline). */
+        if (c->u->fids.av && !c->u->ep_closed && !nxl_lf_av_remove_cleanup())
             fi_av_remove(c->u->fids.av, &e->fa, 1, 0);
         LIST_REMOVE(e, link);
         free(e);
