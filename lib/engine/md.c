@@ -422,6 +422,31 @@ nxl_status_t nxl_md_local(nxl_agent_t *a, void **blob, size_t *len)
     return md_build(a, false, NULL, 0, true, NULL, blob, len);
 }
 
+/* The distinct regions holding descs, in their order, into regs (room for
+ * n) and their number into *nr; NXL_ERR_NOT_FOUND with the sentence (call's
+ * name first, tail last) when a descriptor lies in none */
+static nxl_status_t regions_holding(nxl_agent_t *a, const char *call, const char *tail,
+                                    nxl_mem_t type, const nxl_desc_t *descs, size_t n,
+                                    nxli_region_t **regs, size_t *nr)
+{
+    *nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        nxli_region_t *r = nxli_region_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
+        if (!r) {
+            nxli_err(a, "%s: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies in no registered "
+                        "region%s", call, i, nxl_mem_name(type), (unsigned long)descs[i].addr,
+                     descs[i].len, (unsigned long long)descs[i].dev_id, tail);
+            return NXL_ERR_NOT_FOUND;
+        }
+        bool seen = false;
+        for (size_t j = 0; j < *nr && !seen; j++)
+            seen = regs[j] == r;
+        if (!seen)
+            regs[(*nr)++] = r;
+    }
+    return NXL_SUCCESS;
+}
+
 nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc_t *descs,
                                   size_t n, void **blob, size_t *len)
 {
@@ -435,21 +460,10 @@ nxl_status_t nxl_md_local_partial(nxl_agent_t *a, nxl_mem_t type, const nxl_desc
     size_t nr = 0;
     if (!regs)
         return NXL_ERR_UNKNOWN;
-    for (size_t i = 0; i < n; i++) {
-        nxli_region_t *r = nxli_region_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
-        if (!r) {
-            nxli_err(a, "nxl_md_local_partial: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies in "
-                        "no registered region", i, nxl_mem_name(type),
-                     (unsigned long)descs[i].addr, descs[i].len,
-                     (unsigned long long)descs[i].dev_id);
-            free(regs);
-            return NXL_ERR_NOT_FOUND;
-        }
-        bool seen = false;
-        for (size_t j = 0; j < nr && !seen; j++)
-            seen = regs[j] == r;
-        if (!seen)
-            regs[nr++] = r;
+    if (regions_holding(a, "nxl_md_local_partial", "", type, descs, n, regs, &nr) !=
+        NXL_SUCCESS) {
+        free(regs);
+        return NXL_ERR_NOT_FOUND;
     }
     a->err[0] = 0;
     nxl_status_t st = md_build(a, true, regs, nr, false, NULL, blob, len);
@@ -480,22 +494,11 @@ nxl_status_t nxli_md_label(nxl_agent_t *a, const char *call, const char *label, 
         nxli_err(a, "%s: out of memory", call);
         return NXL_ERR_UNKNOWN;
     }
-    for (size_t i = 0; i < n; i++) {
-        nxli_region_t *r = nxli_region_find(a, type, descs[i].dev_id, descs[i].addr, descs[i].len);
-        if (!r) {
-            nxli_err(a, "%s: descriptor %zu (%s 0x%lx+%zu, dev %llu) lies in no registered "
-                        "region; nothing was labelled", call, i, nxl_mem_name(type),
-                     (unsigned long)descs[i].addr, descs[i].len,
-                     (unsigned long long)descs[i].dev_id);
-            free(regs);
-            free(l);
-            return NXL_ERR_NOT_FOUND;
-        }
-        bool seen = false;
-        for (size_t j = 0; j < nr && !seen; j++)
-            seen = regs[j] == r;
-        if (!seen)
-            regs[nr++] = r;
+    if (regions_holding(a, call, "; nothing was labelled", type, descs, n, regs, &nr) !=
+        NXL_SUCCESS) {
+        free(regs);
+        free(l);
+        return NXL_ERR_NOT_FOUND;
     }
     /* the label leaves the regions it named (of any type) */
     for (int t = 0; t < NXL_MEM_TYPES; t++)
