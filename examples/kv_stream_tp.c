@@ -202,7 +202,15 @@ static int run_prefill(const opts_t *o, unsigned r, int out_fd, int ctl_fd)
         return 1;
     nxl_kv_layout_t l;
     prefill_layout(&l, o, r);
-    unsigned char *m = calloc(1, l.len);
+    /* page-aligned, as a KV cache's pool is (calloc() of this size gives
+     * a page + 16 B: each block then spans one page more, a pin more per
+     * block for the kernel's cross-memory attach, which costs the small
+     * prefill blocks of an assembly most) */
+    unsigned char *m = NULL;
+    if (posix_memalign((void **)&m, 4096, l.len))
+        m = NULL;
+    else
+        memset(m, 0, l.len);
     nxl_desc_t d = {.addr = (uintptr_t)m, .len = l.len};
     if (!m || nxl_mem_register(a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS) {
         fprintf(stderr, "%s: %s\n", name, m ? nxl_agent_last_error(a) : "out of memory");
@@ -278,7 +286,9 @@ static int run_decode(const opts_t *o, unsigned d, const uint16_t *ports, const 
         return 1;
     nxl_kv_layout_t l;
     decode_layout(&l, o, d);
-    unsigned char *m = malloc(l.len), *want = malloc(l.len);
+    unsigned char *m = NULL, *want = malloc(l.len);
+    if (posix_memalign((void **)&m, 4096, l.len))
+        m = NULL;
     nxl_desc_t rd = {.addr = (uintptr_t)m, .len = l.len};
     if (!m || !want || nxl_mem_register(a, NXL_DRAM, &rd, 1, NULL) != NXL_SUCCESS) {
         fprintf(stderr, "%s: %s\n", name, m && want ? nxl_agent_last_error(a) : "out of memory");
