@@ -321,21 +321,28 @@ nxl_status_t nxl_kv_plan(const nxl_kv_layout_t *decode, const nxl_kv_layout_t *p
  *
  * The planner made each piece as long as both layouts allow; what is left
  * is where the bytes go. Measured here (check_kvlayout t_copy_rate, caches
- * flushed before each copy; AMD EPYC, 2 cores shared with other work):
+ * emptied before each copy; AMD EPYC, 2 cores shared with other work):
  *
  * - rows scattered on the destination (heads outer from tokens outer: a
  *   row of 256 B here, the next one a head further): memcpy() per piece
  *   ran at 0.72-0.76 of one memcpy() of the same bytes, non-temporal
  *   stores (the destination's lines are not read first) at 0.93-1.12;
  * - destinations written in sequence (tokens outer from tokens outer with
- *   part of the heads: the source strided): memcpy() per piece 0.59-0.67,
- *   non-temporal stores 0.40-0.52. There the source's unused half of each
- *   stride costs (the prefetchers read it), not the stores.
+ *   part of the heads: runs of 1 KiB or 256 B, the source strided):
+ *   memcpy() per piece 0.62-0.72 (1 KiB) and 0.60-0.68 (256 B),
+ *   non-temporal stores 0.40-0.74 and 0.50-0.60. The source's unused half of each
+ *   stride costs there (the prefetchers read much of it: with all of it
+ *   read, 2 bytes in and 1 out per byte against memcpy()'s 1 and 1, the
+ *   bound is 0.67), not the stores. The sources of the next pieces
+ *   prefetched, KV_PREFETCH bytes ahead (the plan says where they are):
+ *   1 KiB runs 0.66-0.81, 256 B runs 0.57-0.64 (no change).
  *
  * So non-temporal stores where a piece does not continue the previous
  * one's destination, memcpy() (glibc's, vector moves for this CPU) where
- * it does; a loop of fixed 32-byte moves for the usual lengths lost to
- * memcpy() (4.5 against 14.7 GB/s for 1 KiB). */
+ * it does, the sources prefetched ahead in both; a loop of fixed 32-byte
+ * moves for the usual lengths lost to memcpy() (4.5 against 14.7 GB/s for
+ * 1 KiB). */
+#define KV_PREFETCH 8192
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -357,30 +364,41 @@ static void kv_copy_nt(unsigned char *d, const unsigned char *s, size_t len)
 
 /* hot: the sources were just written (a staging group, in cache): every
  * aligned piece goes with non-temporal stores, in sequence or not, the
- * strided source that made memcpy() win above being read from cache.
- * Measured between processes (bench/kv-assembly: decode TP 1, tokens
- * outer, from 2 prefill processes of TP 2, heads outer, 32 MiB of rows of
- * 128 B written in sequence; the decode process's rate per CPU second, 3
- * alternated runs, 2 loaded cores): the staged path ran at 1.1-1.3 GB/s
- * with memcpy() per piece there, 4.7-5.1 with non-temporal stores, the
- * same bytes in matching layouts at 6.7-7.5; the group's size (64 KiB to
- * 1 MiB) moved it by less than the noise. What remains is the READ's: over
- * cross-memory attach each descriptor costs the kernel a page-table walk
- * and a pin, so a staged READ of 4 KiB blocks (from 4 prefill ranks) runs
- * at half the rate of the 32 KiB blocks of matching layouts; units placed
- * in the staging in their prefill order make blocks next to each other one
- * descriptor (kv_make_staged()). */
+ * strided source that made memcpy() win above being read from cache; no
+ * prefetch. Measured between processes (bench/kv-assembly: decode TP 1,
+ * tokens outer, from 2 prefill processes of TP 2, heads outer, 32 MiB of
+ * rows of 128 B written in sequence; the decode process's rate per CPU
+ * second, 3 alternated runs, 2 loaded cores): the staged path ran at
+ * 1.1-1.3 GB/s with memcpy() per piece there, 4.7-5.1 with non-temporal
+ * stores, the same bytes in matching layouts at 6.7-7.5; the group's size
+ * (64 KiB to 1 MiB) moved it by less than the noise. What remains is the
+ * READ's: over cross-memory attach each descriptor costs the kernel a
+ * page-table walk and a pin, so a staged READ of 4 KiB blocks (from 4
+ * prefill ranks) runs at half the rate of the 32 KiB blocks of matching
+ * layouts; units placed in the staging in their prefill order make blocks
+ * next to each other one descriptor (kv_make_staged()). */
 static void kv_copy(const nxl_kv_piece_t *pieces, size_t n, bool hot)
 {
 #if defined(__x86_64__)
     bool nt = false;
+    size_t pf = 0;     /* the next piece whose source is prefetched */
+    uint64_t pfb = 0;  /* bytes prefetched ahead of the piece copied */
     for (size_t i = 0; i < n; i++) {
         unsigned char *d = (unsigned char *)(uintptr_t)pieces[i].dst;
         const unsigned char *s = (const unsigned char *)(uintptr_t)pieces[i].src;
         size_t len = pieces[i].len;
-        /* scattered destinations (a row here, the next one a block away)
-         * gain from not reading their lines; a destination written in
-         * sequence loses (measured: see above) */
+        if (!hot) {
+            /* (of a long piece its first KV_PREFETCH bytes: the
+             * hardware's prefetchers follow it from there) */
+            for (; pf < n && pfb < KV_PREFETCH; pf++) {
+                const char *q = (const char *)(uintptr_t)pieces[pf].src;
+                uint64_t m = pieces[pf].len < KV_PREFETCH ? pieces[pf].len : KV_PREFETCH;
+                for (uint64_t k = 0; k < m; k += 64)
+                    __builtin_prefetch(q + k, 0, 0);
+                pfb += m;
+            }
+            pfb -= len < KV_PREFETCH ? len : KV_PREFETCH;
+        }
         bool seq = !hot && i && pieces[i - 1].dst + pieces[i - 1].len == pieces[i].dst;
         if (!seq && !((uintptr_t)d & 15) && !(len & 63)) {
             kv_copy_nt(d, s, len);
