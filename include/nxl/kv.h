@@ -191,13 +191,16 @@ typedef struct nxl_kv_xfer nxl_kv_xfer_t;
  * (decode by this agent, prefill by @p peer); the layouts are checked and
  * planned as nxl_kv_plan() says.
  *
- * @param [in] staging  staged mode: registered DRAM of this agent (VRAM of
- *                      the decode region's device for a VRAM one) for two
+ * @param [in] staging  staged mode: registered DRAM of this agent (for a
+ *                      VRAM decode region: VRAM of its device, or registered
+ *                      DRAM, which the device's re-layout reads) for two
  *                      groups of the sequence's staged prefill blocks
  *                      (layers x n_prefill x one prefill block's bytes
  *                      always suffice; a shorter one than needed is refused
  *                      with the size needed); NULL: the transfer allocates
- *                      and registers its own, freed by nxl_kv_xfer_release().
+ *                      and registers its own, freed by nxl_kv_xfer_release()
+ *                      (for VRAM: VRAM where a transport READs the peer's
+ *                      blocks into it, else pinned DRAM).
  *                      Held by the transfer until it is released.
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (see nxl_kv_plan(), staging
  *         too short); NXL_ERR_NOT_SUPPORTED (staged with a decode region

@@ -475,11 +475,9 @@ static size_t kv_zcopy_min(const nxl_kv_opts_t *o)
     return NXL_KV_ZCOPY_MIN_DEFAULT;
 }
 
-static void kv_free(nxl_kv_xfer_t *kx)
+/* what a make built: the READs, the re-layout, the staging */
+static void kv_unmake(nxl_kv_xfer_t *kx)
 {
-    LIST_REMOVE(kx, alink);
-    if (kx->last)
-        nxl_future_release(kx->last);
     for (size_t g = 0; g < kx->nx; g++)
         if (kx->x[g])
             nxl_xfer_release(kx->x[g]);
@@ -495,6 +493,22 @@ static void kv_free(nxl_kv_xfer_t *kx)
     }
     free(kx->copy);
     free(kx->gcopy);
+    kx->x = NULL;
+    kx->nx = 0;
+    kx->plan = NULL;
+    kx->own = NULL;
+    kx->own_len = 0;
+    kx->own_alloc = false;
+    kx->copy = NULL;
+    kx->gcopy = NULL;
+}
+
+static void kv_free(nxl_kv_xfer_t *kx)
+{
+    LIST_REMOVE(kx, alink);
+    if (kx->last)
+        nxl_future_release(kx->last);
+    kv_unmake(kx);
     free(kx);
 }
 
@@ -776,7 +790,8 @@ static int kv_unit_cmp(const void *a, const void *b)
 static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char *peer,
                                    const nxl_kv_layout_t *decode, const nxl_kv_layout_t *prefill,
                                    const nxl_kv_seq_t *seq, const nxl_desc_t *staging,
-                                   const nxl_kv_opts_t *opts)
+                                   const nxl_kv_opts_t *opts, nxl_mem_t smem,
+                                   bool *unreachable)
 {
     kv_geom_t gp, gd;
     kv_geom(prefill, "prefill", &gp, NULL, 0);
@@ -804,10 +819,10 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     uint64_t need = ng > KV_RING ? KV_RING * gb : full;
     uintptr_t sbase;
     nxl_status_t st;
-    /* into device memory the staging is that device's memory, re-laid out
-     * there by kx->dev_b */
-    nxl_mem_t smem = kx->dev_b ? decode->mem : NXL_DRAM;
-    uint64_t sdev = kx->dev_b ? decode->dev_id : 0;
+    /* smem: DRAM, or into device memory that device's memory, re-laid out
+     * there by kx->dev_b (which reads DRAM staging too: pinned, mapped) */
+    uint64_t sdev = smem == NXL_DRAM ? 0 : decode->dev_id;
+    *unreachable = false;
     if (staging) {
         if (staging->len < need) {
             nxli_err(a, "nxl_kv_xfer_make: the staging area of %zu bytes is too small: %zu "
@@ -820,6 +835,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         }
         sbase = staging->addr;
     } else if (kx->dev_b) {
+        /* (DRAM: pinned by the device's transport, which the kernel reads) */
         st = nxl_mem_alloc(a, smem, need, sdev, &kx->own);
         if (st != NXL_SUCCESS) {
             kx->own = NULL;
@@ -975,6 +991,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
             kv_put(&rd, us[k].src, sbase + (g % KV_RING) * gb + (k - u0) * ub, ub);
         st = kv_make_read(a, peer, smem, sdev, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
                           &kx->x[g]);
+        if (g == 0 && st == NXL_ERR_NOT_SUPPORTED)
+            *unreachable = true; /* no transport READs the peer's blocks into smem */
     }
     free(us);
     free(rd.p);
@@ -1072,7 +1090,28 @@ nxl_status_t nxl_kv_xfer_make(nxl_agent_t *a, const char *peer, const nxl_kv_lay
             return NXL_ERR_NOT_SUPPORTED;
         }
     }
-    st = kv_make_staged(kx, a, peer, decode, prefill, seq, staging, opts);
+    /* the staging: DRAM for a DRAM decode region; for device memory that
+     * device's memory, unless no transport READs the peer's blocks into it
+     * (UCX built without CUDA, LIBFABRIC): DRAM then, pinned, which the
+     * device's re-layout reads. The application's staging is what it
+     * registered. */
+    nxl_mem_t smem = NXL_DRAM;
+    if (kx->dev_b && !(staging && nxli_region_find(a, NXL_DRAM, 0, staging->addr,
+                                                   staging->len ? staging->len : 1)))
+        smem = decode->mem;
+    bool unreachable;
+    st = kv_make_staged(kx, a, peer, decode, prefill, seq, staging, opts, smem, &unreachable);
+    if (st != NXL_SUCCESS && unreachable && !staging && smem != NXL_DRAM) {
+        kv_unmake(kx);
+        st = kv_make_staged(kx, a, peer, decode, prefill, seq, NULL, opts, NXL_DRAM,
+                            &unreachable);
+    } else if (st != NXL_SUCCESS && unreachable && smem != NXL_DRAM) {
+        char e[NXLI_ERR_MAX];
+        snprintf(e, sizeof(e), "%s", a->err);
+        nxli_err(a, "%s (the staging given is %s, which no transport of agent '%s' READs into "
+                    "from agent '%s': give registered DRAM, which the device's re-layout reads, "
+                    "or none)", e, nxl_mem_name(smem), a->name, peer);
+    }
     if (st != NXL_SUCCESS) {
         kv_free(kx);
         return st;

@@ -37,8 +37,12 @@
  * launch goes on a copy stream of the device, a host function behind it,
  * completed through the reactor as every copy. The engine launches a
  * group once the READ into its staging reported done, so the launch
- * follows the staging copies. It has run against tests/mock_cudart.c's
- * host routine only, never on a GPU (nxl-cuda(7)).
+ * follows the staging copies. The staging is device memory, or pinned
+ * DRAM (registered here: cudaHostRegister, mapped under unified
+ * addressing, so the kernel reads it by its host address) where no
+ * transport READs the peer's blocks into device memory (UCX without CUDA,
+ * LIBFABRIC). It has run against tests/mock_cudart.c's host routine only,
+ * never on a GPU (nxl-cuda(7)).
  *
  * The CUDA runtime is resolved at run time (../common/cudart.c): libnxl links neither
  * libcudart nor libcuda. */
