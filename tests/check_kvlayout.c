@@ -12,6 +12,7 @@
 
 #include <nxl/kv.h>
 
+#include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -444,6 +445,7 @@ static nxl_agent_t *D, *P;
 static volatile int ndone; /* callbacks run on the reactor threads of threaded agents */
 static nxl_status_t last_st;
 static int threaded;       /* D and P are threaded: wait, do not run their reactors */
+static int vram;           /* run_xfer: the decode regions in VRAM */
 
 static void kv_cb(nxl_future_t *f, nxl_status_t st, void *arg)
 {
@@ -499,6 +501,19 @@ static int wait_done(int n)
     return ndone >= n;
 }
 
+/* after n callbacks: no more come (each transfer's once) */
+static void once_each(int n)
+{
+    if (threaded)
+        usleep(20000);
+    else
+        for (int i = 0; i < 50; i++) {
+            nxl_agent_run_once(D, 0);
+            nxl_agent_run_once(P, 0);
+        }
+    ck_assert_int_eq(__atomic_load_n(&ndone, __ATOMIC_SEQ_CST), n);
+}
+
 static void teardown_ucx(void)
 {
     threaded = 0;
@@ -551,10 +566,19 @@ static void run_xfer(uint32_t tpd, uint32_t tpp, uint32_t btd, uint32_t btp, nxl
     }
     for (uint32_t r = 0; r < tpd; r++) {
         dl[r] = mk(KV_PLANES, KV_BLOCKS, btd, KV_HEADS, KV_HS, KV_ES, tpd, r, od, 0);
-        dm[r] = tl_xalloc(dl[r].len);
+        if (vram) { /* the stand-in's device memory: host addresses */
+            void *v = NULL;
+            ck_assert_msg(nxl_mem_alloc(D, NXL_VRAM, dl[r].len, 0, &v) == NXL_SUCCESS, "%s",
+                          nxl_agent_last_error(D));
+            dm[r] = v;
+            dl[r].mem = NXL_VRAM;
+        } else {
+            dm[r] = tl_xalloc(dl[r].len);
+        }
         memset(dm[r], 0xEE, dl[r].len);
         dl[r].base = (uintptr_t)dm[r];
-        tl_reg_dram(D, dm[r], dl[r].len);
+        if (!vram)
+            tl_reg_dram(D, dm[r], dl[r].len);
     }
     tl_learn(D, P);
     nxl_kv_opts_t o;
@@ -572,10 +596,12 @@ static void run_xfer(uint32_t tpd, uint32_t tpp, uint32_t btd, uint32_t btp, nxl
             nxl_desc_t sd = {0};
             if (own_staging && m == NXL_KV_STAGED) {
                 sd.len = (size_t)KV_PLANES * s.n_prefill * btp * (KV_HEADS / tpp) * row;
+                /* (into VRAM too: DRAM, which the device's re-layout reads;
+                 * no transport here READs into VRAM) */
                 stg[nk] = tl_xalloc(sd.len);
+                tl_reg_dram(D, stg[nk], sd.len);
                 sd.addr = (uintptr_t)stg[nk];
                 stg_len[nk] = sd.len;
-                tl_reg_dram(D, stg[nk], sd.len);
             }
             nxl_status_t st = nxl_kv_xfer_make(D, "P", &dl[rd], &pl[rp], &s,
                                                stg[nk] ? &sd : NULL, &o, &kx[nk]);
@@ -592,6 +618,7 @@ static void run_xfer(uint32_t tpd, uint32_t tpp, uint32_t btd, uint32_t btp, nxl
         }
     ck_assert_msg(wait_done((int)nk), "%d of %zu KV transfers done", ndone, nk);
     ck_assert_int_eq(last_st, NXL_SUCCESS);
+    once_each((int)nk);
     /* every byte of every decode region: the sequence's rows of its heads,
      * 0xEE elsewhere */
     for (uint32_t rd = 0; rd < tpd; rd++) {
@@ -619,6 +646,7 @@ static void run_xfer(uint32_t tpd, uint32_t tpp, uint32_t btd, uint32_t btp, nxl
         ck_assert_int_eq(nxl_kv_xfer_post(kx[k], kv_cb, NULL, NULL), NXL_SUCCESS);
     ck_assert(wait_done((int)nk));
     ck_assert_int_eq(last_st, NXL_SUCCESS);
+    once_each((int)nk);
     for (size_t k = 0; k < nk; k++)
         nxl_kv_xfer_release(kx[k]);
     for (size_t k = 0; k < nk; k++)
@@ -635,6 +663,10 @@ static void run_xfer(uint32_t tpd, uint32_t tpp, uint32_t btd, uint32_t btp, nxl
     }
     for (uint32_t r = 0; r < tpd; r++) {
         nxl_desc_t d = {.addr = dl[r].base, .len = dl[r].len};
+        if (vram) {
+            ck_assert_int_eq(nxl_mem_free(D, dm[r]), NXL_SUCCESS);
+            continue;
+        }
         ck_assert_int_eq(nxl_mem_deregister(D, NXL_DRAM, &d, 1), NXL_SUCCESS);
         free(dm[r]);
     }
@@ -646,6 +678,105 @@ START_TEST(t_xfer_zcopy)
         for (int od = 0; od < 2; od++)
             for (int op = 0; op < 2; op++)
                 run_xfer(2, 4, bs ? 32 : 16, bs ? 16 : 32, od, op, NXL_KV_ZCOPY, 0);
+}
+END_TEST
+
+/* Staged into VRAM (the decode regions device memory) over UCX and
+ * LIBFABRIC from a prefill agent's DRAM: each group's READ into staging,
+ * then the CUDA transport's re-layout kernel (the stand-in's host routine,
+ * tests/cuda_mock.sh runs this case: CK_RUN_CASE=vram) into the decode
+ * region. Every byte, each callback once, posted twice; both block sizes
+ * and orders, staging the transfer's own and the application's. Without
+ * the stand-in (no GPU here, or a real one: the regions are read here with
+ * plain loads), skipped with a line saying so. */
+static int vram_standin(void)
+{
+    const char *lib = getenv("NXL_CUDA_RUNTIME");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    int yes = h && dlsym(h, "mock_cuda_trace");
+    if (h)
+        dlclose(h);
+    return yes;
+}
+
+START_TEST(t_xfer_vram)
+{
+    static const char *const tr[] = {"UCX", "LIBFABRIC"};
+    nxl_plugin_info_t info[16];
+    const nxl_plugin_info_t *lf = tl_plugin("LIBFABRIC", info, 16);
+    for (int t = 0; t < 2; t++) {
+        if (t == 1 && !(lf && lf->available)) {
+            printf("check_kvlayout: VRAM over LIBFABRIC skipped: LIBFABRIC not available\n");
+            continue;
+        }
+        D = tl_agent_bare("D", 0);
+        P = tl_agent_bare("P", 0);
+        tl_backend(D, tr[t]);
+        tl_backend(P, tr[t]);
+        if (nxl_backend_create(D, "CUDA", NULL, 0, NULL) != NXL_SUCCESS || !vram_standin()) {
+            printf("check_kvlayout: VRAM over %s skipped: %s\n", tr[t],
+                   vram_standin() ? nxl_agent_last_error(D)
+                                  : "not against the CUDA stand-in (tests/cuda_mock.sh runs it)");
+            teardown_ucx();
+            return;
+        }
+        const char *lib = getenv("NXL_CUDA_RUNTIME");
+        void *mh = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+        long (*trace)(const void **) = NULL;
+        void (*trace_reset)(void) = NULL;
+        *(void **)&trace = dlsym(mh, "mock_cuda_trace");
+        *(void **)&trace_reset = dlsym(mh, "mock_cuda_trace_reset");
+        vram = 1;
+        for (int bs = 0; bs < 2; bs++)
+            for (int od = 0; od < 2; od++)
+                for (int op = 0; op < 2; op++) {
+                    trace_reset();
+                    run_xfer(2, 4, bs ? 32 : 16, bs ? 16 : 32, od, op, NXL_KV_STAGED, bs);
+                    /* the device re-laid them out: the stand-in's launches
+                     * ('K' entries of three uint64_t-aligned fields) */
+                    const struct {
+                        char kind;
+                        uint64_t lo, hi;
+                    } *tr;
+                    long n = trace((const void **)&tr), launches = 0;
+                    for (long i = 0; i < n; i++)
+                        launches += tr[i].kind == 'K';
+                    ck_assert_msg(n < 0 || launches > 0, "no re-layout launched on the device");
+                }
+        run_xfer(1, 2, 32, 16, NXL_KV_TOKENS_OUTER, NXL_KV_HEADS_OUTER, NXL_KV_STAGED, 0);
+        vram = 0;
+        /* staging of the application's in VRAM, which no transport here
+         * READs into: refused with a sentence saying what to give */
+        nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_TOKENS_OUTER, 0);
+        nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 2, 0, NXL_KV_HEADS_OUTER, 0);
+        void *dv = NULL, *sv = NULL;
+        unsigned char *pm = tl_xalloc(p.len);
+        ck_assert_int_eq(nxl_mem_alloc(D, NXL_VRAM, d.len, 0, &dv), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_alloc(D, NXL_VRAM, p.len, 0, &sv), NXL_SUCCESS);
+        d.base = (uintptr_t)dv;
+        d.mem = NXL_VRAM;
+        p.base = (uintptr_t)pm;
+        tl_reg_dram(P, pm, p.len);
+        tl_learn(D, P);
+        uint32_t ids[4] = {0, 1, 2, 3};
+        nxl_kv_seq_t sq = {ids, 4, ids, 4, 64};
+        nxl_kv_opts_t o;
+        nxl_kv_opts_init(&o);
+        o.mode = NXL_KV_STAGED;
+        nxl_desc_t sd = {.addr = (uintptr_t)sv, .len = p.len};
+        nxl_kv_xfer_t *kx = NULL;
+        ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &sq, &sd, &o, &kx),
+                         NXL_ERR_NOT_SUPPORTED);
+        ck_assert(kx == NULL);
+        ck_sentence(nxl_agent_last_error(D), "the staging given is VRAM");
+        ck_sentence(nxl_agent_last_error(D), "give registered DRAM");
+        ck_assert_int_eq(nxl_mem_free(D, dv), NXL_SUCCESS);
+        ck_assert_int_eq(nxl_mem_free(D, sv), NXL_SUCCESS);
+        teardown_ucx();
+        free(pm);
+        printf("check_kvlayout: staged into VRAM over %s (the CUDA stand-in's re-layout): "
+               "every byte right, each callback once\n", tr[t]);
+    }
 }
 END_TEST
 
@@ -1122,6 +1253,7 @@ int main(void)
     else
         printf("check_kvlayout: LIBFABRIC not available here, its case skipped\n");
     TL_TCASE(s, "threaded", 120, setup_threaded, teardown_ucx, t_xfer_threaded);
+    TL_TCASE(s, "vram", 120, NULL, NULL, t_xfer_vram);
     TL_TCASE(s, "destroy", 120, setup_ucx, teardown_ucx, t_xfer_left_at_destroy);
     TL_TCASE(s, "destroy_threaded", 120, setup_threaded, teardown_ucx, t_xfer_left_at_destroy);
     TL_TCASE(s, "bench", 600, setup_ucx, teardown_ucx, t_threshold_bench, t_assemble_bench);

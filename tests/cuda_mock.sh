@@ -7,7 +7,8 @@
 # device memory), kv_tiering --vram and nxlbench --backend GDS (VRAM to
 # and from files, both directions, every byte). Then nxlbench
 # --backend CUDA in every direction with --check_consistency (also to a
-# peer process's VRAM, --cuda_peer), kv_stream
+# peer process's VRAM, --cuda_peer), check_kvlayout's staged KV
+# transfers into VRAM over UCX and LIBFABRIC, kv_stream
 # --mem VRAM (two processes, CUDA IPC, posts from CUDA events), and
 # bench/compare-cuda with the reference program on the stand-in too, so
 # that they cannot silently rot. It proves the logic, not a real driver's
@@ -19,6 +20,9 @@ if [ ! -f "$lib" ]; then
 fi
 export NXL_CUDA_RUNTIME="$lib" NXL_CUDA_DRIVER="$lib" NXL_TEST_SMALL=1
 tests/check_cuda || exit 1
+# staged KV transfers into VRAM over UCX and LIBFABRIC: the CUDA
+# transport's re-layout (the stand-in's routine), every byte
+CK_RUN_CASE=vram tests/check_kvlayout || exit 1
 # GDS: VRAM to and from files through the stand-in libcufile
 cufile="$PWD/tests/.libs/libmockcufile.so"
 if [ -x tests/check_gds ] && [ -f "$cufile" ]; then
