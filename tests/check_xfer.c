@@ -85,11 +85,6 @@ typedef struct conf {
     "(NXLT_CAP_CANCEL_WAITS): a stopped peer holds the TIMEOUT until it resumes or the "        \
     "stall timeout gives it up"
 
-#define DEADLINE_HELD_SOCKETS                                                                  \
-    "the sockets provider has no close of one peer's connection that hands back its "        \
-    "operations (fi_av_remove leaves the connection working, its operations with the "        \
-    "progress thread), and closing the agent's one endpoint would take every peer's: a "      \
-    "stopped peer holds the TIMEOUT until it resumes or the stall timeout gives it up"
 #define MC_DEADLINE_HELD                                                                       \
     "Mooncake's engine cannot cancel a request (no abort in its C API; freeBatchID refuses a "   \
     "batch with one running): the TIMEOUT comes when the engine ends the requests handed over, " \
@@ -121,7 +116,6 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
-      {"deadline_held", DEADLINE_HELD_SOCKETS},
       {0}}},
     /* Mooncake's Transfer Engine over its TCP transport, when
      * libtransfer_engine.so is found (tests/mooncake/build; make check sets

@@ -3,6 +3,11 @@
  * probing a peer whose posts are refused, failing a connection */
 #include "lf.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+
 void nxl_lf_conn_put(lf_conn_t *c)
 {
     if (--c->refs)
@@ -284,11 +289,11 @@ void nxl_lf_post_refused(lf_conn_t *c)
         c->refused_us = nxlt_now_us();
 }
 
-/* the peer's listener, when its address is an IP socket address */
-static socklen_t probe_addr(const lf_conn_t *c, struct sockaddr_storage *ss)
+/* a peer's endpoint address as a socket address (its listener's, for tcp
+ * and sockets); 0 when it is not an IP one */
+static socklen_t addr_sockaddr(const lf_addr_t *e, struct sockaddr_storage *ss)
 {
-    const lf_addr_t *e = c->av_entry;
-    if (!e || !strstr(c->u->prov, "tcp") || e->len > sizeof(*ss) || e->len < sizeof(sa_family_t))
+    if (!e || e->len > sizeof(*ss) || e->len < sizeof(sa_family_t))
         return 0;
     memset(ss, 0, sizeof(*ss));
     memcpy(ss, e->name, e->len);
@@ -297,6 +302,12 @@ static socklen_t probe_addr(const lf_conn_t *c, struct sockaddr_storage *ss)
     if (ss->ss_family == AF_INET6 && e->len >= sizeof(struct sockaddr_in6))
         return sizeof(struct sockaddr_in6);
     return 0;
+}
+
+/* the peer's listener, when its address is an IP socket address */
+static socklen_t probe_addr(const lf_conn_t *c, struct sockaddr_storage *ss)
+{
+    return strstr(c->u->prov, "tcp") ? addr_sockaddr(c->av_entry, ss) : 0;
 }
 
 static void probe_refused(lf_conn_t *c, const struct sockaddr_storage *ss)
@@ -386,21 +397,50 @@ void nxl_lf_probe_start(lf_conn_t *c)
  *
  * A transfer's deadline passed (the engine's hook, nxl_lf_on_deadline)
  * while the provider still holds its buffers: writes a stopped or hung
- * peer does not take, reads it does not answer. Over tcp;ofi_rxm the
- * connection to that peer is closed: with FI_AV_REMOVE_CLEANUP (util.c),
- * removing the peer's address from the address vector makes rxm close its
- * msg endpoint, and the tcp provider's close hands back every operation
- * queued or under way on it as an error completion (FI_ECANCELED; what it
- * had not written from a buffer is dropped, the socket closed), which rxm
- * passes to this agent's CQ. Each aborted op completes once all its
- * provider operations did: the timed-out one (its future completes with
- * NXL_ERR_TIMEOUT), and the others on that connection with NXL_ERR_TIMEOUT
- * and a sentence saying they went with it; none fails the connection. The
- * address is inserted again at once: the next post opens a new connection
- * (the peer's metadata is still good; no DOWN). The sockets provider has
- * no such close for one peer (its operations stay with its progress
- * thread), nor has rxm without the variable: there the TIMEOUT still
- * waits for the peer to answer or for the stall timeout. */
+ * peer does not take, reads it does not answer. The connection to that
+ * peer is closed, and the provider hands back every operation queued or
+ * under way on it as an error completion. Each aborted op completes once
+ * all its provider operations did: the timed-out one (its future completes
+ * with NXL_ERR_TIMEOUT), and the others on that connection with
+ * NXL_ERR_TIMEOUT and a sentence saying they went with it (or with
+ * success, where every provider operation of one completed before the
+ * close); none fails the connection. The next post opens a new connection
+ * (the peer's metadata is still good; no DOWN). The peer's own operations
+ * to this agent on that connection fail at the peer.
+ *
+ * Over tcp;ofi_rxm: with FI_AV_REMOVE_CLEANUP (util.c), removing the
+ * peer's address from the address vector makes rxm close its msg
+ * endpoint, and the tcp provider's close hands back every operation on it
+ * (FI_ECANCELED; what it had not written from a buffer is dropped, the
+ * socket closed), which rxm passes to this agent's CQ. The address is
+ * inserted again at once. rxm without the variable has no such close:
+ * there the TIMEOUT still waits for the peer to answer or for the stall
+ * timeout.
+ *
+ * Over sockets (1.17), fi_av_remove leaves the connection working, but
+ * the provider watches its connections' sockets: one whose read finds the
+ * end of the stream, or whose send fails with EPIPE, is marked
+ * disconnected, and its progress thread then fails every operation posted
+ * on it with FI_EIO, sent or waiting for the peer's answer
+ * (sock_pe_progress_tx_entry: progress.c takes that for the connection's
+ * loss), releases it and closes the socket (sock_ep_remove_conn): a READ's
+ * data, which comes only on that connection, is not read after. The next
+ * post to the address finds the connection gone (sock_ep_lookup_conn) and
+ * connects again. So the abort shuts down (never closes: the descriptors
+ * are the provider's) the TCP connections of this process whose peer is
+ * the peer's endpoint address (sock_abort): the progress thread, woken by
+ * the socket, reads the end at once. Until the operations aborted are all
+ * handed back (at most SHUT_HOLD_US), posts to that address wait, so that
+ * no post of this agent finds the connection half torn down (the provider
+ * closes its socket from whichever thread notices first, while its
+ * progress thread may still be writing to it). Limits: the connection the
+ * provider uses to a peer is the one the peer opened to this agent when
+ * the peer sent first; it cannot be told from other peers' connections
+ * (its peer address is an ephemeral port), so it is left alone, and the
+ * TIMEOUT waits for the peer or for the stall timeout, as without the
+ * abort. And another agent of this process with connections to the same
+ * peer's address loses them too: its operations on them fail with the
+ * connection (NXL_ERR_REMOTE_DISCONNECT). */
 
 void nxl_lf_on_deadline(void *state, nxlt_op_t *op)
 {
@@ -411,18 +451,88 @@ void nxl_lf_on_deadline(void *state, nxlt_op_t *op)
     nxl_lf_kick(u);
 }
 
-static void conn_abort(lf_t *u, lf_addr_t *e)
+/* Calls @p fn on a duplicate of each TCP socket of this process (the
+ * provider's among them) and sums what it returns. A duplicate shares the
+ * socket, not the number: what fn does is done to that socket even if its
+ * owner closes its descriptor meanwhile, and a number reused meanwhile is
+ * not touched. */
+static unsigned each_tcp_socket(unsigned (*fn)(int fd, const void *arg), const void *arg)
 {
-    unsigned n = 0;
-    lf_op_t *o;
-    LIST_FOREACH(o, &u->ops, link)
-    if (o->conn->av_entry == e && o->op && !o->aborted) {
-        o->aborted = true;
-        n++;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 0;
+    unsigned sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long n = strtol(de->d_name, &end, 10);
+        if (*end || end == de->d_name || n < 0 || n > INT_MAX || n == dirfd(d))
+            continue;
+        int fd = fcntl((int)n, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        int type = 0;
+        socklen_t tl = sizeof(type);
+        if (!fstat(fd, &st) && S_ISSOCK(st.st_mode) &&
+            !getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM)
+            sum += fn(fd, arg);
+        close(fd);
     }
-    nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: a deadline passed with %u operation%s to the "
-             "peer at this address held by the provider: its connection is closed, and the next "
-             "post reconnects", n, n == 1 ? "" : "s");
+    closedir(d);
+    return sum;
+}
+
+static bool same_sockaddr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
+    }
+    return false;
+}
+
+/* 1 when @p fd is connected to @p arg (a struct sockaddr_storage) and was
+ * shut down */
+static unsigned shut_if_peer(int fd, const void *arg)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    memset(&ss, 0, sizeof(ss));
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !same_sockaddr(&ss, arg))
+        return 0;
+    return !shutdown(fd, SHUT_RDWR);
+}
+
+/* sockets: shuts down this process's connections to @p e's address;
+ * returns how many */
+static unsigned sock_abort(lf_addr_t *e)
+{
+    struct sockaddr_storage ss;
+    if (!addr_sockaddr(e, &ss))
+        return 0;
+    return each_tcp_socket(shut_if_peer, &ss);
+}
+
+/* the ops an abort of @p e takes: the application's, and over sockets
+ * anything else the provider holds on the connection (a revocation, an op
+ * reported already), whose failure would otherwise fail the connection */
+static bool abort_takes(const lf_t *u, const lf_op_t *o, const lf_addr_t *e)
+{
+    return o->conn->av_entry == e && !o->aborted &&
+           (o->op || (u->abort_shut && o->posted > o->completed));
+}
+
+/* rxm: closes the connection by removing the address, and inserts it again */
+static void av_abort(lf_t *u, lf_addr_t *e)
+{
     fi_addr_t old = e->fa, fa;
     fi_av_remove(u->fids.av, &old, 1, 0);
     int r = fi_av_insert(u->fids.av, e->name, 1, &fa, 0, NULL);
@@ -442,17 +552,76 @@ static void conn_abort(lf_t *u, lf_addr_t *e)
     }
     if (r == 1)
         e->fa = fa;
+}
+
+static void conn_abort(lf_t *u, lf_addr_t *e)
+{
+    unsigned n = 0, shut = 0;
+    size_t held = 0;
+    lf_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (abort_takes(u, o, e)) {
+        n++;
+        held += o->posted - o->completed;
+    }
+    if (u->abort_shut && !(shut = sock_abort(e))) {
+        nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: a deadline passed with %u operation%s to the "
+                 "peer at this address held by the sockets provider, on no connection this "
+                 "process opened to that address (the provider uses the one the peer opened, "
+                 "which cannot be told from other peers'): the TIMEOUT waits for the peer or "
+                 "the stall timeout", n, n == 1 ? "" : "s");
+        return;
+    }
+    LIST_FOREACH(o, &u->ops, link)
+    if (abort_takes(u, o, e)) {
+        o->aborted = true;
+        o->stopped = true;
+    }
+    if (u->abort_shut)
+        nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: a deadline passed with %u operation%s to the "
+                 "peer at this address held by the sockets provider: its %u connection%s to the "
+                 "address shut down, and the next post reconnects", n, n == 1 ? "" : "s", shut,
+                 shut == 1 ? "" : "s");
+    else
+        nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: a deadline passed with %u operation%s to the "
+                 "peer at this address held by the provider: its connection is closed, and the "
+                 "next post reconnects", n, n == 1 ? "" : "s");
+    if (u->abort_shut) {
+        /* posts to the address wait for the provider to hand them back */
+        e->shut_left += (unsigned)held;
+        uint64_t until = nxlt_now_us() + SHUT_HOLD_US;
+        lf_conn_t *c;
+        LIST_FOREACH(c, &u->conns, link)
+        if (c->av_entry == e && e->shut_left && c->hold_until_us < until)
+            c->hold_until_us = until;
+    } else {
+        av_abort(u, e);
+    }
     /* not posted yet: nothing of them is with the provider */
     lf_op_t *on;
     for (o = TAILQ_FIRST(&u->waitq); o; o = on) {
         on = TAILQ_NEXT(o, wlink);
         if (o->aborted) {
-            o->stopped = true;
             TAILQ_REMOVE(&u->waitq, o, wlink);
             o->queued = false;
             nxl_lf_op_check(o);
         }
     }
+}
+
+/* sockets: one provider operation of an op aborted there was handed back;
+ * the last one ends the hold on posts to its address */
+void nxl_lf_shut_done(lf_op_t *o)
+{
+    lf_t *u = o->u;
+    lf_addr_t *e = o->conn->av_entry;
+    if (!u->abort_shut || !o->aborted || !e || !e->shut_left || --e->shut_left)
+        return;
+    lf_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->av_entry == e)
+        c->hold_until_us = 0;
+    nxl_lf_kick(u);
 }
 
 /* From progress, after a deadline passed: the peers that hold a

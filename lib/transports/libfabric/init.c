@@ -87,7 +87,8 @@ static lf_t *state_new(nxlt_ctx_t *ctx, const lf_opts_t *o, struct fi_info *fi, 
     u->info = fi;
     snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
     u->hold_us = nxl_lf_rxm_hold_us(u->prov);
-    u->can_abort = strstr(u->prov, "ofi_rxm") && nxl_lf_av_remove_cleanup();
+    u->abort_shut = !strcmp(u->prov, "sockets");
+    u->can_abort = (strstr(u->prov, "ofi_rxm") && nxl_lf_av_remove_cleanup()) || u->abort_shut;
     u->addr_format = fi->addr_format;
     uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
     u->mr_local = mm & FI_MR_LOCAL;

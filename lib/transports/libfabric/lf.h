@@ -135,6 +135,9 @@ extern struct nxl_lf_sym {
 #define PROBE_AFTER_US 50000                  /* posts refused this long: probe the peer's address */
 #define PROBE_EVERY_US 250000                 /* ... and again at most this often */
 #define PROBE_WAIT_S 2                        /* a probe's connect given up (no conclusion) */
+#define SHUT_HOLD_US 1000000                  /* sockets: posts to an address whose connections
+                                               * were shut wait at most this long for the
+                                               * aborted operations (conn.c) */
 #define LF_PEER_CLOSED "the agent, of this process, was destroyed (its endpoint closed)"
 
 enum { CTX_OP = 0x6f70, CTX_RX = 0x7278 };
@@ -184,7 +187,8 @@ typedef struct lf_op {
     bool checkq;                /* on the check queue */
     bool side;                  /* the transport's own message (a revoke): no engine op */
     bool aborted;               /* its connection was closed at a deadline (conn.c): its
-                                 * provider operations end as canceled, no disconnect */
+                                 * provider operations end in errors (rxm: canceled;
+                                 * sockets: EIO), no disconnect */
     LIST_ENTRY(lf_op) link;
     TAILQ_ENTRY(lf_op) wlink;
     TAILQ_ENTRY(lf_op) clink;
@@ -196,6 +200,9 @@ typedef struct lf_op {
 typedef struct lf_addr {
     fi_addr_t fa;
     int refs;
+    unsigned shut_left;         /* sockets: provider operations of the ops aborted at a deadline
+                                 * (conn.c, sock_abort) not handed back yet; posts to the
+                                 * address wait for them (hold_until_us) */
     size_t len;
     LIST_ENTRY(lf_addr) link;
     unsigned char name[];
@@ -308,7 +315,9 @@ struct lf_state {
     LIST_HEAD(, lf_hold) holds;
     uint64_t hold_us;           /* rxm: how long a failed peer's address is held (0: never) */
     bool can_abort;             /* rxm with FI_AV_REMOVE_CLEANUP: fi_av_remove closes the
-                                 * connection to a peer and cancels its operations */
+                                 * connection to a peer and cancels its operations; sockets */
+    bool abort_shut;            /* sockets: ... by shutdown() of its TCP connections to the
+                                 * peer's address (conn.c, sock_abort) */
     bool deadline_due;          /* an op's deadline passed (nxl_lf_on_deadline) */
     /* receives */
     lf_rx_t rx[NRX];
@@ -356,6 +365,7 @@ void nxl_lf_post_refused(lf_conn_t *c);
 void nxl_lf_probe_end(lf_conn_t *c);
 void nxl_lf_probe_start(lf_conn_t *c);
 void nxl_lf_conn_fail(lf_conn_t *c, int err, const char *text, bool stalled);
+void nxl_lf_shut_done(lf_op_t *o);
 
 /* mr.c */
 nxl_status_t nxl_lf_mr_reg(lf_t *u, void *addr, size_t len, uint64_t access, struct fid_mr **mr,

@@ -74,7 +74,10 @@ void nxl_lf_op_check(lf_op_t *o)
                 nxl_lf_op_report(o, NXL_ERR_CANCELED, "LIBFABRIC: canceled");
         } else if (o->aborted) {
             o->stopped = true;
-            if (idle) {
+            if (idle && !o->err && o->next == o->n && (!o->want_notif || o->notif_counted)) {
+                /* every provider operation of it completed before the close */
+                nxl_lf_op_report(o, NXL_SUCCESS, NULL);
+            } else if (idle) {
                 char why[400];
                 snprintf(why, sizeof(why), "LIBFABRIC: %s to agent '%s' aborted with its "
                          "connection: the deadline of another transfer to it passed while the "

@@ -11,6 +11,7 @@ static void op_elem_done(lf_op_t *o, int err, const char *text)
     if (o->conn->tx_out)
         o->conn->tx_out--;
     o->conn->net.progress_us = nxlt_now_us();
+    nxl_lf_shut_done(o);
     if (err) {
         if (!o->err) {
             o->err = err;
