@@ -1014,15 +1014,16 @@ typedef struct nxl_xfer_opts {
      * transport waits for a cancel, when it reports the transfer ended: the
      * callback may come later than the deadline by that much). A peer that
      * does not answer (stopped, hung) does not hold it: UCX, and LIBFABRIC
-     * over tcp;ofi_rxm, abort the connection to that peer that holds the
-     * buffers, and the TIMEOUT comes once they reported them released (a
+     * over tcp;ofi_rxm and sockets, abort the connection to that peer that
+     * holds the buffers, and the TIMEOUT comes once they reported them released (a
      * few ms). Every other transfer or notification in flight on that
      * connection completes then too, once, with NXL_ERR_TIMEOUT and a
      * sentence saying it was aborted with the connection (not
      * NXL_ERR_REMOTE_DISCONNECT: the peer is not lost, no DOWN event);
      * the connection is made again (posts meanwhile wait for it), and only
-     * a failure then is a disconnect. LIBFABRIC's sockets provider still waits for the peer
-     * (nxl-libfabric(7)). The data may have moved in part. The transports'
+     * a failure then is a disconnect (nxl-libfabric(7) says when the
+     * sockets provider cannot tell the connection apart and waits as
+     * before). The data may have moved in part. The transports'
      * own stall timeouts stay as the backstop. The agent keeps one timer for all the deadlines of its
      * transfers, armed only while one is pending. Added after the first
      * fields: an older caller's smaller @c size reads as no deadline.
