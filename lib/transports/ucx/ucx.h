@@ -209,6 +209,8 @@ struct ucx_conn {
     unsigned nrails;            /* endpoints to the peer's rails, one per rail of ours (rails.c) */
     ucp_ep_h rail_ep[NXL_UCX_RAILS_MAX]; /* NULL: that rail was taken out */
     unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
+    struct ucx_conn_rails *rx;  /* the peer's rail addresses, retries of rails taken out
+                                 * (rails.c); NULL without rails */
     LIST_ENTRY(ucx_conn) link;
 };
 
@@ -224,7 +226,8 @@ typedef struct ucx_rkey {
     unsigned char *packed;
     LIST_ENTRY(ucx_rkey) link;  /* on conn->rkeys */
     unsigned nrails;            /* the key on each rail's endpoint (rails.c) */
-    ucp_rkey_h rail_rk[NXL_UCX_RAILS_MAX];
+    ucp_rkey_h rail_rk[NXL_UCX_RAILS_MAX]; /* NULL: its rail is out (unpacked when it is back) */
+    uint32_t rail_at[NXL_UCX_RAILS_MAX]; /* where each rail's key is in packed */
 } ucx_rkey_t;
 
 /* a region registered here (the engine keeps its address and length) */
