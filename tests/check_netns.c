@@ -15,7 +15,9 @@
  * not asserted). t_rails_slow: the second link 4 times slower (its share
  * shrinks: the times of successive WRITEs printed). t_rails_cut: the
  * second link cut during a WRITE: it completes once on the first, every
- * byte right, and a READ after it too.
+ * byte right, and a READ after it too; the link brought back, the rail is
+ * tried again and later WRITEs are striped over both (their shares
+ * printed).
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -36,6 +38,7 @@ static char ns_a[32], ns_b[32], if_a[16], if_b[16], ip_a[32], ip_b[32];
 static char if_a2[16], if_b2[16];       /* t_rails: the second pair */
 static char rails_a[40], rails_b[40];   /* t_rails: the rails parameters of a and b */
 static const char *rails_param;         /* the agent made next: its rails, or NULL */
+static nxl_log_cb host_log;             /* the agent made next: its log (all of it), or none */
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
@@ -108,6 +111,10 @@ static nxl_agent_t *host_agent(const char *name, const char *dev, const char *li
     nxl_agent_config_init(&c);
     c.name = name;
     c.listen_addr = listen;
+    if (host_log) {
+        c.log_level = NXL_LOG_TRACE; /* DEBUG lines need TRACE (util.c) */
+        c.log_cb = host_log;
+    }
     nxl_agent_t *a;
     if (nxl_agent_create(&c, &a) != NXL_SUCCESS)
         _exit(91);
@@ -659,13 +666,36 @@ static void rails(const char *rate2)
                 TBUF >> 20, ms[k].w[0], ms[k].w[1], ms[k].w[2], ms[k].w[3]);
 }
 
+/* the initiator's log in t_rails_cut: the rail back, each striped
+ * WRITE's share of the second rail (the DEBUG line of its post); its
+ * warnings and INFO lines printed */
+static int cut_back;
+static size_t cut_share = (size_t)-1;
+
+static void cut_log(nxl_log_level_t level, const char *msg, void *arg)
+{
+    const char *p = strstr(msg, "over rails: ");
+    size_t a, b;
+    if (p && strstr(msg, "a WRITE") && strstr(msg, "(from byte 0)") &&
+        sscanf(p + 12, "%*s %zu, %*s %zu", &a, &b) == 2)
+        cut_share = b;
+    if (strstr(msg, "is back"))
+        cut_back++;
+    if (level <= NXL_LOG_INFO)
+        fprintf(stderr, "initiator: %s\n", msg);
+}
+
 /* Failover: a WRITE of TBUF bytes posted, then the parent told to cut the
  * second link (to_parent), which it does at once: the WRITE completes once,
- * on the first link, every byte right; so does a READ after it. */
+ * on the first link, every byte right; so does a READ after it. Then the
+ * parent brings the link back: the rail is tried again (capped backoff)
+ * and WRITEs use both rails again: the second rail's share of each WRITE
+ * printed, and at least one with a quarter of the bytes on it required. */
 static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     rails_param = rails_a;
+    host_log = cut_log;
     i_setup(port, &raddr);
     double ms[2];
     for (unsigned k = 0; k < 2; k++) /* both rails measured */
@@ -696,6 +726,25 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
             wms, rms);
     nxl_xfer_release(w);
     nxl_xfer_release(r);
+    /* the link back: WRITEs until two in a row put a quarter of their
+     * bytes or more on the second rail (20 s at most) */
+    REQUIRE(write(to_parent, &b, 1) == 1, 92);
+    REQUIRE(read(from_parent, &b, 1) == 1, 93);
+    uint64_t tu = now_us();
+    char line[512];
+    int at = 0, both = 0;
+    for (unsigned k = 0; both < 2 && now_us() - tu < 20000000; k++) {
+        cut_share = (size_t)-1;
+        rails_round(raddr, TBUF, false, 150 + k % 50, ms);
+        both = cut_share != (size_t)-1 && cut_share >= TBUF / 4 ? both + 1 : 0;
+        if (at < (int)sizeof(line) - 64)
+            at += snprintf(line + at, sizeof(line) - at, "%s%.0f ms (%.0f%%)", k ? ", " : "",
+                           ms[0], cut_share == (size_t)-1 ? -1.0 : 100.0 * cut_share / TBUF);
+    }
+    fprintf(stderr, "check_netns: rails: the second link back: the rail back %s, after %.1f s "
+            "the WRITEs of %u MiB took (the second rail's share): %s\n",
+            cut_back ? "once or more" : "NOT", (double)(now_us() - tu) / 1e6, TBUF >> 20, line);
+    REQUIRE(cut_back >= 1 && both == 2, 94);
     nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
     nxl_agent_run_once(I, 100);
     nxl_agent_destroy(I);
@@ -717,6 +766,10 @@ static void rails_cut(void)
     char b;
     if (read(up[0], &b, 1) == 1) {
         ck_assert(sh("ip -n %s link set %s down", ns_a, if_a2) == 0);
+        ck_assert(write(down[1], &b, 1) == 1);
+    }
+    if (read(up[0], &b, 1) == 1) { /* the link back */
+        ck_assert(sh("ip -n %s link set %s up", ns_a, if_a2) == 0);
         ck_assert(write(down[1], &b, 1) == 1);
     }
     int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
