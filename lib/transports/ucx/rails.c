@@ -608,7 +608,7 @@ void nxl_ucx_rails_unload_key(ucx_rkey_t *k)
  * have done it (rma.c, flush_done) */
 static void op_pieces_done(ucx_op_t *o)
 {
-    if (o->st != UCS_OK || !o->notif || (o->op && nxlt_op_canceled(o->op)))
+    if (o->st != UCS_OK || !o->notif || o->aborted || (o->op && nxlt_op_canceled(o->op)))
         nxl_ucx_op_finish(o, o->st);
     else
         nxl_ucx_send_notif(o);
@@ -828,6 +828,88 @@ static void rail_retry(ucx_t *u, ucx_conn_t *c, unsigned i)
     u->in_ucx--;
 }
 
+/* ------------------------------------------------ aborts at a deadline */
+
+/* UCX holds nothing of c's rails any more (their closes completed): the
+ * pieces of its aborted ops are detached (a late callback frees only the
+ * piece), the ops done with UCX once their last piece is; then the abort
+ * may complete (conn.c) */
+static void rails_aborted(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    ucx_piece_t *pc, *next;
+    ucx_op_t *o;
+    for (pc = LIST_FIRST(&u->rails->pieces); pc; pc = next) {
+        next = LIST_NEXT(pc, link);
+        if (pc->c != c || !(o = pc->o) || !o->aborted)
+            continue;
+        pc->o = NULL;
+        if (pc->done) { /* its flush came back already */
+            LIST_REMOVE(pc, link);
+            free(pc);
+        }
+        if (--o->pieces == 0)
+            op_pieces_done(o); /* the op waits for the abort (rma.c, op_finish) */
+    }
+    nxl_ucx_abort_done(c);
+}
+
+static void rail_abort_cb(void *req, ucs_status_t st, void *arg)
+{
+    ucx_conn_t *c = arg;
+    c->u->rails->nclosing--;
+    ucp_request_free(req);
+    if (--c->rail_aborts == 0)
+        rails_aborted(c);
+    nxl_ucx_conn_put(c);
+}
+
+/* At a deadline (conn.c, conn_abort, before the main endpoint's close):
+ * c's rail endpoints are closed by force too, so that UCX lets go of the
+ * aborted ops' pieces; the abort completes once these closes did too
+ * (c->rail_aborts). The rails are tried again as rails taken out are. */
+void nxl_ucx_rails_abort(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    struct ucx_conn_rails *rx = c->rx;
+    if (!rx)
+        return;
+    unsigned n = 0;
+    for (unsigned i = 0; i < c->nrails; i++) {
+        c->rail_failed &= ~(1u << i);
+        if (rx->probe_ep[i]) /* a try under way: over, it is tried again below */
+            probe_fail(u, c, i, "its connection aborted at a deadline");
+        if (!c->rail_ep[i])
+            continue;
+        ucp_ep_h ep = c->rail_ep[i];
+        c->rail_ep[i] = NULL;
+        ucp_request_param_t p = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                            UCP_OP_ATTR_FIELD_FLAGS,
+            .flags = UCP_EP_CLOSE_FLAG_FORCE,
+            .cb.send = rail_abort_cb,
+            .user_data = c,
+        };
+        u->in_ucx++;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+        u->in_ucx--;
+        if (UCS_PTR_IS_PTR(r)) {
+            u->rails->nclosing++;
+            c->rail_aborts++;
+            c->refs++; /* until rail_abort_cb */
+        }
+        rx->tries[i] = 0;
+        retry_later(u, c, i);
+        n++;
+    }
+    if (n)
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: %u rail(s) to agent '%s' closed by force with its "
+                 "connection, at a deadline; tried again as rails taken out are", n, c->name);
+    if (!c->rail_aborts)
+        rails_aborted(c);
+    nxl_ucx_kick(u);
+}
+
 /* the limit on a piece's time before its rail is taken out */
 static uint64_t piece_limit(ucx_t *u, ucx_piece_t *pc)
 {
@@ -999,6 +1081,10 @@ static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total)
 int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
     if (!u->rails || c->nrails < 2 || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM)
+        return 0;
+    /* aborted at a deadline, its new main endpoint not through: the main
+     * path's (what waits for the endpoint waits there, rma.c) */
+    if (c->aborted || c->wiring || c->abort_req || !c->ep)
         return 0;
     unsigned n = c->nrails, live = 0;
     for (unsigned r = 0; r < n; r++)
