@@ -22,7 +22,10 @@
  * t_rails_deadline: a striped WRITE to a stopped target times out at its
  * deadline; the target continued, transfers and the rails come back.
  * t_rails_threaded: a threaded-mode initiator, two of its application's
- * threads posting striped WRITEs and READs at once.
+ * threads posting striped WRITEs and READs at once. t_rails_cut_main: the
+ * main path's link (also the first rail) cut during a striped WRITE: it
+ * and a striped READ complete on the second rail; a 4 KiB WRITE (the main
+ * path) fails with the connection at the stall timeout (printed).
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -844,6 +847,93 @@ static void rails_cut(void)
     ck_assert_msg(rt == 0, "target exit %d", rt);
 }
 
+/* The main path's link cut (the first pair: the main endpoint, the first
+ * rail) during a striped WRITE without notification: what completes. The
+ * WRITE (on the second rail), a READ of the same bytes after it, every
+ * byte compared; then a WRITE of 4 KiB (below rail_min: the main path):
+ * each one's status and time printed; the striped ones required to
+ * succeed while the connection stands. */
+static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    rails_param = rails_a;
+    host_log = cut_log;
+    i_setup(port, &raddr);
+    double ms[2];
+    for (unsigned k = 0; k < 2; k++) /* both rails measured */
+        rails_round(raddr, TBUF, false, 190 + k, ms);
+    tl_fill(ibuf, TBUF, 192);
+    nxl_xfer_t *w = mk(NXL_WRITE, raddr, TBUF);
+    nxl_future_t *f;
+    uint64_t t0 = now_us();
+    REQUIRE(nxl_xfer_post(w, NULL, NULL, &f) == NXL_SUCCESS, 110);
+    char b = 'c';
+    REQUIRE(write(to_parent, &b, 1) == 1, 111);
+    nxl_status_t st = nxl_future_wait(f, 20000);
+    fprintf(stderr, "check_netns: rails: the main link cut during a striped %u MiB WRITE: %s "
+            "after %.1f ms%s%s\n", TBUF >> 20, nxl_strerror(st), (now_us() - t0) / 1000.0,
+            st ? ": " : "", st ? nxl_future_error(f) : "");
+    nxl_future_release(f);
+    nxl_xfer_release(w);
+    REQUIRE(read(from_parent, &b, 1) == 1, 112);
+    nxl_status_t rst = NXL_ERR_UNKNOWN;
+    if (st == NXL_SUCCESS) {
+        unsigned char *keep = malloc(TBUF);
+        REQUIRE(keep, 113);
+        memcpy(keep, ibuf, TBUF);
+        memset(ibuf, 0, TBUF);
+        nxl_xfer_t *r = mk(NXL_READ, raddr, TBUF);
+        t0 = now_us();
+        REQUIRE(nxl_xfer_post(r, NULL, NULL, &f) == NXL_SUCCESS, 114);
+        rst = nxl_future_wait(f, 20000);
+        fprintf(stderr, "check_netns: rails: then a striped READ of it: %s after %.1f ms%s%s%s\n",
+                nxl_strerror(rst), (now_us() - t0) / 1000.0, rst ? ": " : "",
+                rst ? nxl_future_error(f) : "",
+                rst ? "" : memcmp(keep, ibuf, TBUF) ? " (bytes WRONG)" : ", every byte right");
+        if (rst == NXL_SUCCESS)
+            REQUIRE(memcmp(keep, ibuf, TBUF) == 0, 115);
+        nxl_future_release(f);
+        nxl_xfer_release(r);
+        free(keep);
+    }
+    nxl_xfer_t *s4 = mk(NXL_WRITE, raddr, 4096);
+    t0 = now_us();
+    REQUIRE(nxl_xfer_post(s4, NULL, NULL, &f) == NXL_SUCCESS, 116);
+    nxl_status_t sst = nxl_future_wait(f, 20000);
+    fprintf(stderr, "check_netns: rails: then a WRITE of 4 KiB (the main path): %s after %.1f "
+            "ms%s%s\n", nxl_strerror(sst), (now_us() - t0) / 1000.0, sst ? ": " : "",
+            sst ? nxl_future_error(f) : "");
+    nxl_future_release(f);
+    nxl_xfer_release(s4);
+    REQUIRE(st == NXL_SUCCESS && rst == NXL_SUCCESS, 117);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+static void rails_cut_main(void)
+{
+    rails_up(2, RAIL_RATE);
+    int p[2], up[2], down[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    ck_assert(pipe(up) == 0 && pipe(down) == 0);
+    pid_t i = fork();
+    if (i == 0)
+        _exit(initiator_rails_cut_main(port, up[1], down[0]));
+    close(up[1]);
+    char b;
+    if (read(up[0], &b, 1) == 1) {
+        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
+        ck_assert(write(down[1], &b, 1) == 1);
+    }
+    int ri = wait_exit(i, 60);
+    kill(t, SIGKILL); /* it cannot be told to quit: the main link is down */
+    wait_exit(t, 5);
+    hosts_down();
+    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+}
+
 /* A deadline on a striped WRITE: the target stopped (SIGSTOP, by the
  * parent), a WRITE of TBUF bytes with a deadline of 400 ms completes with
  * NXL_ERR_TIMEOUT (the main endpoint and the rails' closed by force, the
@@ -1061,6 +1151,8 @@ START_TEST(t_rails_deadline) { rails_deadline(); }
 END_TEST
 START_TEST(t_rails_threaded) { rails_threaded(); }
 END_TEST
+START_TEST(t_rails_cut_main) { rails_cut_main(); }
+END_TEST
 START_TEST(t_link_recover_libfabric)
 {
     if (use("LIBFABRIC"))
@@ -1199,7 +1291,7 @@ int main(void)
     Suite *s = suite_create("netns");
     TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut, t_link_recover);
     TL_TCASE(s, "rails", 120, NULL, NULL, t_rails, t_rails_slow, t_rails_cut,
-             t_rails4, t_rails_deadline, t_rails_threaded);
+             t_rails4, t_rails_deadline, t_rails_threaded, t_rails_cut_main);
     TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
              t_link_recover_libfabric);
     return tl_run(s);
