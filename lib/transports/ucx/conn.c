@@ -258,6 +258,8 @@ static ucs_status_t ep_create(ucx_conn_t *c)
  * the abort until that endpoint's first message is through waits in the
  * transport (nxl_ucx_reconnects, rma.c's wire_wait); only a failure then
  * is a disconnect.
+ * With rails (rails.c) the peer's rail endpoints are closed by force too,
+ * and the abort completes once those closes did as well (c->rail_aborts).
  * Copies by cross-memory attach are not aborted: they stop between two
  * system calls on their own (cma.c), stopped peer or not. */
 
@@ -266,6 +268,12 @@ static ucs_status_t ep_create(ucx_conn_t *c)
 static void abort_done(ucx_conn_t *c)
 {
     c->abort_req = NULL;
+    if (c->rail_aborts) {
+        /* its rails' closes not complete yet: the last calls us again
+         * (rails.c); meanwhile the abort is still under way (abort_req) */
+        c->abort_req = c;
+        return;
+    }
     c->refs++;
     ucx_op_t *o, *next;
     for (o = LIST_FIRST(&c->u->ops); o; o = next) {
@@ -308,6 +316,7 @@ static void conn_abort(ucx_conn_t *c)
     c->aborted = true;
     c->wiring = true; /* posts wait for the new endpoint (nxl_ucx_reconnects) */
     c->refs++; /* until abort_done */
+    nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
     void *r = nxl_ucx_ep_close(u, c->ep, true);
     c->ep = NULL;
     if (r)
@@ -315,6 +324,12 @@ static void conn_abort(ucx_conn_t *c)
     else
         abort_done(c);
     nxl_ucx_conn_put(c);
+}
+
+void nxl_ucx_abort_done(ucx_conn_t *c)
+{
+    if (c->abort_req == c)
+        abort_done(c);
 }
 
 void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)

@@ -47,8 +47,16 @@
  * (a late completion frees only the piece) and their byte ranges posted
  * again on the rails left (the op keeps its elements for that). With no
  * rail left the op fails. The main endpoint (the devices parameter) is
- * not failed over: it carries the notifications. A rail taken out is not
- * retried yet; reloading the peer's metadata connects it again. */
+ * not failed over: it carries the notifications.
+ *
+ * Retries: a rail taken out is tried again after RAIL_RETRY_MIN_MS, then
+ * after twice as long each time a try fails, RAIL_RETRY_MAX_MS at most (a
+ * timer of the transport's wakes the loop for it): a new endpoint (the
+ * peer's rail addresses are kept with the connection), every key of the
+ * peer's unpacked on it, and a probe: a GET of one byte where a striped
+ * transfer went last, then a flush, through within RAIL_PROBE_US. Then
+ * the rail carries pieces again (its throughput as measured before); its
+ * back-off starts again once a piece of it completes. */
 #include "config.h"
 #include "ucx.h"
 
@@ -56,6 +64,9 @@
 #define RAIL_WINDOW (4u << 20) /* bytes of past pieces the throughput weighs at most */
 #define KEY_TAG 'R'
 #define RAIL_STALL_MIN_US 1000000 /* a piece not done after this long may be on a dead rail */
+#define RAIL_RETRY_MIN_MS 500  /* a rail taken out is tried again after this long, */
+#define RAIL_RETRY_MAX_MS 8000 /* ... then after twice as long each time, up to this */
+#define RAIL_PROBE_US 1000000  /* a try whose probe is not through after this long failed */
 
 typedef struct ucx_rail {
     char dev[64];
@@ -77,9 +88,26 @@ typedef struct ucx_piece {
     unsigned rail;
     size_t start, bytes;        /* its byte range in the transfer */
     bool done;                  /* its flush failed and came back: waits for take_out */
+    bool probe;                 /* a rail's probe (rail_retry), not a transfer's piece */
+    unsigned char buf[8];       /* ... the byte it reads */
     uint64_t t0;
     LIST_ENTRY(ucx_piece) link;
 } ucx_piece_t;
+
+/* a connection's rails, beyond its endpoints (ucx.h) */
+struct ucx_conn_rails {
+    void *addr[NXL_UCX_RAILS_MAX];      /* the peer's rails' worker addresses */
+    size_t addr_len[NXL_UCX_RAILS_MAX];
+    ucp_ep_h probe_ep[NXL_UCX_RAILS_MAX]; /* a rail taken out, connected again: not used
+                                         * until its probe is through */
+    ucx_piece_t *probe[NXL_UCX_RAILS_MAX]; /* that probe (a GET of a byte, a flush) */
+    unsigned probe_ok;                  /* probes through: rails to put back (the loop) */
+    uint64_t retry_at[NXL_UCX_RAILS_MAX]; /* a rail taken out: when it is tried again */
+    unsigned backoff_ms[NXL_UCX_RAILS_MAX]; /* the wait after its next failed try */
+    unsigned tries[NXL_UCX_RAILS_MAX];  /* tries since it was taken out */
+    ucx_rkey_t *probe_k;                /* a key of the peer's, and an address in it, */
+    uint64_t probe_raddr;               /* that a striped transfer used: probes read there */
+};
 
 struct ucx_rails {
     unsigned n;
@@ -87,6 +115,7 @@ struct ucx_rails {
     ucx_rail_t r[NXL_UCX_RAILS_MAX];
     LIST_HEAD(, ucx_piece) pieces; /* flushes UCX holds */
     unsigned nclosing;          /* endpoint closes UCX holds */
+    nxlt_timer_t *timer;        /* the next retry, probe or stall check due */
 };
 
 /* ------------------------------------------------------------ progress */
@@ -125,6 +154,13 @@ void nxl_ucx_rails_progress(ucx_t *u)
     for (unsigned i = 0; i < u->rails->n; i++)
         rail_progress(u, &u->rails->r[i]);
     rails_check(u);
+}
+
+static void on_rail_timer(nxlt_timer_t *t, void *arg)
+{
+    ucx_t *u = arg;
+    nxl_ucx_rails_progress(u);
+    nxl_ucx_deferred_failures(u);
 }
 
 /* ------------------------------------------------------------ life */
@@ -199,6 +235,8 @@ nxl_status_t nxl_ucx_rails_open(ucx_t *u, const nxl_param_t *params, size_t n)
     rs->min = (size_t)min;
     LIST_INIT(&rs->pieces);
     u->rails = rs;
+    if (!(rs->timer = nxlt_timer_new(u->ctx, on_rail_timer, u)))
+        return NXL_ERR_UNKNOWN;
     for (const char *p = list; *p;) {
         size_t l = strcspn(p, ",");
         if (l == 0 || l >= sizeof(rs->r[0].dev) || rs->n == NXL_UCX_RAILS_MAX) {
@@ -236,6 +274,8 @@ void nxl_ucx_rails_destroy(ucx_t *u)
         if (!k)
             usleep(1000);
     }
+    if (rs->timer)
+        nxlt_timer_free(rs->timer);
     for (unsigned i = 0; i < rs->n; i++) {
         ucx_rail_t *r = &rs->r[i];
         nxlt_io_free(r->ev);
@@ -315,9 +355,27 @@ static void rail_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucx_conn_t *c = arg;
     for (unsigned i = 0; i < c->nrails; i++)
-        if (c->rail_ep[i] == ep)
+        if (c->rail_ep[i] == ep || (c->rx && c->rx->probe_ep[i] == ep))
             c->rail_failed |= 1u << i; /* taken out from the loop (nxl_ucx_rails_progress) */
     nxl_ucx_kick(c->u);
+}
+
+/* An endpoint from our rail i to the peer's (its address in c->rx) */
+static ucs_status_t rail_ep_create(ucx_t *u, ucx_conn_t *c, unsigned i, ucp_ep_h *ep)
+{
+    ucp_ep_params_t p = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)c->rx->addr[i],
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = rail_ep_error, .arg = c},
+    };
+    u->in_ucx++;
+    ucs_status_t st = ucp_ep_create(u->rails->r[i].w, &p, ep);
+    u->in_ucx--;
+    if (st != UCS_OK)
+        *ep = NULL;
+    return st;
 }
 
 /* Endpoints from our rails to the peer's (rail i to rail i) */
@@ -328,6 +386,10 @@ void nxl_ucx_rails_connect(ucx_t *u, ucx_conn_t *c, const void *rails, size_t le
     const unsigned char *b = rails;
     unsigned n = b[2] < u->rails->n ? b[2] : u->rails->n;
     size_t at = 3;
+    struct ucx_conn_rails *rx = c->rx ? c->rx : calloc(1, sizeof(*rx));
+    if (!rx)
+        return;
+    c->rx = rx;
     for (unsigned i = 0; i < n; i++) {
         size_t al = (size_t)ucx_ci_get(b + at, 2);
         unsigned char *addr = malloc(al + UCX_ADDR_PAD);
@@ -336,17 +398,10 @@ void nxl_ucx_rails_connect(ucx_t *u, ucx_conn_t *c, const void *rails, size_t le
         memcpy(addr, b + at + 2, al);
         memset(addr + al, 0xff, UCX_ADDR_PAD);
         at += 2 + al;
-        ucp_ep_params_t ep = {
-            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                          UCP_EP_PARAM_FIELD_ERR_HANDLER,
-            .address = (const ucp_address_t *)addr,
-            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-            .err_handler = {.cb = rail_ep_error, .arg = c},
-        };
-        u->in_ucx++;
-        ucs_status_t st = ucp_ep_create(u->rails->r[i].w, &ep, &c->rail_ep[i]);
-        u->in_ucx--;
-        free(addr);
+        rx->addr[i] = addr; /* kept: a rail taken out connects again (rail_retry) */
+        rx->addr_len[i] = al;
+        rx->backoff_ms[i] = RAIL_RETRY_MIN_MS;
+        ucs_status_t st = rail_ep_create(u, c, i, &c->rail_ep[i]);
         if (st != UCS_OK) {
             nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: rail '%s' does not reach agent '%s' (%s): "
                      "%u rail(s) to it", u->rails->r[i].dev, c->name, ucs_status_string(st), i);
@@ -369,6 +424,24 @@ static void rail_close_cb(void *req, ucs_status_t st, void *arg)
     ucp_request_free(req);
 }
 
+/* Closes a rail's endpoint by force (a flushing close would wait on a
+ * peer that may be gone) */
+static void rail_ep_close(ucx_t *u, ucp_ep_h ep)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_EP_CLOSE_FLAG_FORCE,
+        .cb.send = rail_close_cb,
+        .user_data = u->rails,
+    };
+    u->in_ucx++;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    u->in_ucx--;
+    if (UCS_PTR_IS_PTR(r))
+        u->rails->nclosing++; /* until rail_close_cb */
+}
+
 /* Closes c's rail endpoints, by force: they are closed when the connection
  * fails, is unloaded or the transport goes, after its transfers were
  * reported (quiesce waits for those in flight); a flushing close would
@@ -377,25 +450,26 @@ void nxl_ucx_rails_close(ucx_conn_t *c)
 {
     ucx_t *u = c->u;
     bool closed = false;
+    struct ucx_conn_rails *rx = c->rx;
     for (unsigned i = 0; i < NXL_UCX_RAILS_MAX; i++) {
+        if (rx && rx->probe[i])
+            rx->probe[i]->c = NULL; /* detached: freed when UCX calls back, or at destroy */
+        if (rx && rx->probe_ep[i]) {
+            rail_ep_close(u, rx->probe_ep[i]);
+            closed = true;
+        }
+        if (rx)
+            free(rx->addr[i]);
         if (!c->rail_ep[i])
             continue;
-        ucp_request_param_t p = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                            UCP_OP_ATTR_FIELD_FLAGS,
-            .flags = UCP_EP_CLOSE_FLAG_FORCE,
-            .cb.send = rail_close_cb,
-            .user_data = u->rails,
-        };
-        u->in_ucx++;
-        ucs_status_ptr_t r = ucp_ep_close_nbx(c->rail_ep[i], &p);
-        u->in_ucx--;
-        if (UCS_PTR_IS_PTR(r))
-            u->rails->nclosing++; /* until rail_close_cb */
+        rail_ep_close(u, c->rail_ep[i]);
         c->rail_ep[i] = NULL;
         closed = true;
     }
+    free(rx);
+    c->rx = NULL;
     c->nrails = 0;
+    c->rail_failed = 0;
     if (closed)
         nxl_ucx_kick(u);
 }
@@ -468,6 +542,23 @@ nxl_status_t nxl_ucx_rails_pack_key(ucx_t *u, ucx_md_t *m, void **buf, size_t *l
     return ns;
 }
 
+/* k's key for rail i (at k->rail_at[i] in k->packed) on ep */
+static ucs_status_t rail_key_unpack(ucp_ep_h ep, ucx_rkey_t *k, unsigned i)
+{
+    const unsigned char *b = k->packed + k->rail_at[i];
+    size_t kl = (size_t)ucx_ci_get(b, 2);
+    unsigned char *copy = malloc(kl + UCX_RKEY_PAD);
+    if (!copy)
+        return UCS_ERR_NO_MEMORY;
+    memcpy(copy, b + 2, kl);
+    memset(copy + kl, 0xff, UCX_RKEY_PAD);
+    ucs_status_t st = ucp_ep_rkey_unpack(ep, copy, &k->rail_rk[i]);
+    free(copy);
+    if (st != UCS_OK)
+        k->rail_rk[i] = NULL;
+    return st;
+}
+
 /* The trailer after UCX's key (at bytes into buf): each rail's key on its
  * endpoint. A key without one, or one that does not unpack, leaves the
  * region to the main path. */
@@ -485,14 +576,11 @@ void nxl_ucx_rails_load_key(ucx_t *u, ucx_conn_t *c, const unsigned char *buf, s
         size_t kl = (size_t)ucx_ci_get(buf + at, 2);
         if (at + 2 + kl > len || !ucx_rkey_need(buf + at + 2, kl))
             break;
-        unsigned char *copy = malloc(kl + UCX_RKEY_PAD);
-        if (!copy)
-            break;
-        memcpy(copy, buf + at + 2, kl);
-        memset(copy + kl, 0xff, UCX_RKEY_PAD);
-        ucs_status_t st = ucp_ep_rkey_unpack(c->rail_ep[i], copy, &k->rail_rk[i]);
-        free(copy);
-        if (st != UCS_OK)
+        k->rail_at[i] = (uint32_t)at; /* the same in k->packed, a copy of buf */
+        /* a rail taken out: its key is unpacked when it is back (rail_retry) */
+        ucp_ep_h ep = c->rail_ep[i] ? c->rail_ep[i] : c->rx ? c->rx->probe_ep[i] : NULL;
+        k->rail_rk[i] = NULL;
+        if (ep && rail_key_unpack(ep, k, i) != UCS_OK)
             break;
         k->nrails = i + 1;
         at += 2 + kl;
@@ -506,8 +594,11 @@ void nxl_ucx_rails_load_key(ucx_t *u, ucx_conn_t *c, const unsigned char *buf, s
 
 void nxl_ucx_rails_unload_key(ucx_rkey_t *k)
 {
+    if (k->conn && k->conn->rx && k->conn->rx->probe_k == k)
+        k->conn->rx->probe_k = NULL;
     for (unsigned i = 0; i < k->nrails; i++)
-        ucp_rkey_destroy(k->rail_rk[i]);
+        if (k->rail_rk[i])
+            ucp_rkey_destroy(k->rail_rk[i]);
     k->nrails = 0;
 }
 
@@ -517,13 +608,14 @@ void nxl_ucx_rails_unload_key(ucx_rkey_t *k)
  * have done it (rma.c, flush_done) */
 static void op_pieces_done(ucx_op_t *o)
 {
-    if (o->st != UCS_OK || !o->notif || (o->op && nxlt_op_canceled(o->op)))
+    if (o->st != UCS_OK || !o->notif || o->aborted || (o->op && nxlt_op_canceled(o->op)))
         nxl_ucx_op_finish(o, o->st);
     else
         nxl_ucx_send_notif(o);
 }
 
 static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total);
+static void retry_later(ucx_t *u, ucx_conn_t *c, unsigned i);
 
 static void piece_done(void *req, ucs_status_t st, void *arg)
 {
@@ -537,6 +629,8 @@ static void piece_done(void *req, ucs_status_t st, void *arg)
         return;
     }
     ucx_t *u = o->u;
+    if (st == UCS_OK && pc->c->rx)
+        pc->c->rx->backoff_ms[pc->rail] = RAIL_RETRY_MIN_MS; /* it carries pieces */
     if (st == UCS_OK && pc->bytes) {
         ucx_rail_t *r = &u->rails->r[pc->rail];
         uint64_t dt = nxlt_now_us() - pc->t0;
@@ -601,45 +695,270 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
         if (o->pieces == 0)
             op_pieces_done(o);
     }
-    ucp_request_param_t p = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = UCP_EP_CLOSE_FLAG_FORCE,
-        .cb.send = rail_close_cb,
-        .user_data = rs,
-    };
-    u->in_ucx++;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-    u->in_ucx--;
-    if (UCS_PTR_IS_PTR(r))
-        rs->nclosing++;
+    rail_ep_close(u, ep);
+    if (c->rx) {
+        c->rx->tries[i] = 0;
+        retry_later(u, c, i);
+    }
     nxl_ucx_kick(u);
 }
 
-/* Rails that failed, or whose oldest piece stalls, are taken out */
+/* ------------------------------------------------------------ retries */
+
+/* A rail taken out is tried again RAIL_RETRY_MIN_MS later, then after
+ * twice as long each time a try fails, RAIL_RETRY_MAX_MS at most: a new
+ * endpoint to the peer's rail, the keys unpacked on it, and a probe (a
+ * GET of one byte where a striped transfer read or wrote last, and a
+ * flush); once the probe is through, the rail carries pieces again. */
+static void retry_later(ucx_t *u, ucx_conn_t *c, unsigned i)
+{
+    struct ucx_conn_rails *rx = c->rx;
+    rx->retry_at[i] = nxlt_now_us() + (uint64_t)rx->backoff_ms[i] * 1000;
+    rx->backoff_ms[i] = rx->backoff_ms[i] * 2 < RAIL_RETRY_MAX_MS ? rx->backoff_ms[i] * 2
+                                                                  : RAIL_RETRY_MAX_MS;
+}
+
+/* a try failed: its endpoint closed, the next one later */
+static void probe_fail(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
+{
+    struct ucx_conn_rails *rx = c->rx;
+    if (rx->probe[i]) {
+        rx->probe[i]->c = NULL; /* detached: freed when UCX calls back, or at destroy */
+        rx->probe[i] = NULL;
+    }
+    rx->probe_ok &= ~(1u << i);
+    c->rail_failed &= ~(1u << i);
+    if (rx->probe_ep[i])
+        rail_ep_close(u, rx->probe_ep[i]);
+    rx->probe_ep[i] = NULL;
+    unsigned wait = rx->backoff_ms[i];
+    retry_later(u, c, i);
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: rail '%s' to agent '%s' still out (try %u: %s); "
+             "tried again in %u ms", u->rails->r[i].dev, c->name, rx->tries[i], why, wait);
+}
+
+static void probe_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_piece_t *pc = arg;
+    if (req)
+        ucp_request_free(req);
+    LIST_REMOVE(pc, link);
+    ucx_conn_t *c = pc->c;
+    unsigned i = pc->rail;
+    free(pc);
+    if (!c) /* detached: that try is over */
+        return;
+    c->rx->probe[i] = NULL;
+    if (st == UCS_OK)
+        c->rx->probe_ok |= 1u << i; /* back, from the loop (rails_check) */
+    else
+        c->rail_failed |= 1u << i;
+    nxl_ucx_kick(c->u);
+}
+
+/* the probe through (or none to make): rail i carries pieces again */
+static void put_back(ucx_t *u, ucx_conn_t *c, unsigned i)
+{
+    struct ucx_conn_rails *rx = c->rx;
+    c->rail_ep[i] = rx->probe_ep[i];
+    rx->probe_ep[i] = NULL;
+    unsigned live = 0;
+    for (unsigned k = 0; k < c->nrails; k++)
+        live += c->rail_ep[k] != NULL;
+    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: rail '%s' to agent '%s' is back (try %u%s): %u "
+             "rail(s) carry its transfers", u->rails->r[i].dev, c->name, rx->tries[i],
+             rx->probe_k ? "" : ", without a probe: no striped transfer to read from yet",
+             live);
+}
+
+/* a try: a new endpoint, the keys on it, the probe */
+static void rail_retry(ucx_t *u, ucx_conn_t *c, unsigned i)
+{
+    struct ucx_conn_rails *rx = c->rx;
+    rx->tries[i]++;
+    ucs_status_t st = rail_ep_create(u, c, i, &rx->probe_ep[i]);
+    if (st != UCS_OK) {
+        probe_fail(u, c, i, ucs_status_string(st));
+        return;
+    }
+    ucx_rkey_t *k;
+    LIST_FOREACH(k, &c->rkeys, link)
+    if (i < k->nrails) {
+        if (k->rail_rk[i])
+            ucp_rkey_destroy(k->rail_rk[i]); /* unpacked on the endpoint closed */
+        k->rail_rk[i] = NULL;
+        if ((st = rail_key_unpack(rx->probe_ep[i], k, i)) != UCS_OK) {
+            probe_fail(u, c, i, "a key does not unpack on it");
+            return;
+        }
+    }
+    if (!(k = rx->probe_k) || i >= k->nrails) {
+        put_back(u, c, i);
+        return;
+    }
+    ucx_piece_t *pc = calloc(1, sizeof(*pc));
+    if (!pc) {
+        probe_fail(u, c, i, "out of memory");
+        return;
+    }
+    pc->probe = true;
+    pc->c = c;
+    pc->rail = i;
+    pc->t0 = nxlt_now_us();
+    LIST_INSERT_HEAD(&u->rails->pieces, pc, link);
+    rx->probe[i] = pc;
+    ucp_request_param_t p = {0};
+    u->in_ucx++;
+    ucs_status_ptr_t q = ucp_get_nbx(rx->probe_ep[i], pc->buf, 1, rx->probe_raddr,
+                                     k->rail_rk[i], &p);
+    if (UCS_PTR_IS_ERR(q)) {
+        probe_done(NULL, UCS_PTR_STATUS(q), pc);
+    } else {
+        if (UCS_PTR_IS_PTR(q))
+            ucp_request_free(q); /* the flush waits for it */
+        ucp_request_param_t fp = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.send = probe_done,
+            .user_data = pc,
+        };
+        q = ucp_ep_flush_nbx(rx->probe_ep[i], &fp);
+        if (!UCS_PTR_IS_PTR(q))
+            probe_done(NULL, UCS_PTR_STATUS(q), pc);
+    }
+    u->in_ucx--;
+}
+
+/* ------------------------------------------------ aborts at a deadline */
+
+/* UCX holds nothing of c's rails any more (their closes completed): the
+ * pieces of its aborted ops are detached (a late callback frees only the
+ * piece), the ops done with UCX once their last piece is; then the abort
+ * may complete (conn.c) */
+static void rails_aborted(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    ucx_piece_t *pc, *next;
+    ucx_op_t *o;
+    for (pc = LIST_FIRST(&u->rails->pieces); pc; pc = next) {
+        next = LIST_NEXT(pc, link);
+        if (pc->c != c || !(o = pc->o) || !o->aborted)
+            continue;
+        pc->o = NULL;
+        if (pc->done) { /* its flush came back already */
+            LIST_REMOVE(pc, link);
+            free(pc);
+        }
+        if (--o->pieces == 0)
+            op_pieces_done(o); /* the op waits for the abort (rma.c, op_finish) */
+    }
+    nxl_ucx_abort_done(c);
+}
+
+static void rail_abort_cb(void *req, ucs_status_t st, void *arg)
+{
+    ucx_conn_t *c = arg;
+    c->u->rails->nclosing--;
+    ucp_request_free(req);
+    if (--c->rail_aborts == 0)
+        rails_aborted(c);
+    nxl_ucx_conn_put(c);
+}
+
+/* At a deadline (conn.c, conn_abort, before the main endpoint's close):
+ * c's rail endpoints are closed by force too, so that UCX lets go of the
+ * aborted ops' pieces; the abort completes once these closes did too
+ * (c->rail_aborts). The rails are tried again as rails taken out are. */
+void nxl_ucx_rails_abort(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    struct ucx_conn_rails *rx = c->rx;
+    if (!rx)
+        return;
+    unsigned n = 0;
+    for (unsigned i = 0; i < c->nrails; i++) {
+        c->rail_failed &= ~(1u << i);
+        if (rx->probe_ep[i]) /* a try under way: over, it is tried again below */
+            probe_fail(u, c, i, "its connection aborted at a deadline");
+        if (!c->rail_ep[i])
+            continue;
+        ucp_ep_h ep = c->rail_ep[i];
+        c->rail_ep[i] = NULL;
+        ucp_request_param_t p = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                            UCP_OP_ATTR_FIELD_FLAGS,
+            .flags = UCP_EP_CLOSE_FLAG_FORCE,
+            .cb.send = rail_abort_cb,
+            .user_data = c,
+        };
+        u->in_ucx++;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+        u->in_ucx--;
+        if (UCS_PTR_IS_PTR(r)) {
+            u->rails->nclosing++;
+            c->rail_aborts++;
+            c->refs++; /* until rail_abort_cb */
+        }
+        rx->tries[i] = 0;
+        retry_later(u, c, i);
+        n++;
+    }
+    if (n)
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: %u rail(s) to agent '%s' closed by force with its "
+                 "connection, at a deadline; tried again as rails taken out are", n, c->name);
+    if (!c->rail_aborts)
+        rails_aborted(c);
+    nxl_ucx_kick(u);
+}
+
+/* the limit on a piece's time before its rail is taken out */
+static uint64_t piece_limit(ucx_t *u, ucx_piece_t *pc)
+{
+    uint64_t cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
+    double bps = u->rails->r[pc->rail].bps;
+    uint64_t lim = bps > 0 ? (uint64_t)(4e6 * (double)pc->bytes / bps) : 0;
+    if (lim < RAIL_STALL_MIN_US)
+        lim = RAIL_STALL_MIN_US;
+    return lim > cap ? cap : lim;
+}
+
+/* Rails that failed, or whose oldest piece stalls, are taken out; rails
+ * out are tried again when due; the timer set for what is due next */
 static void rails_check(ucx_t *u)
 {
     struct ucx_rails *rs = u->rails;
+    uint64_t now = nxlt_now_us(), next = UINT64_MAX;
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
-    for (unsigned i = 0; c->rail_failed && i < c->nrails; i++)
-        if (c->rail_failed & (1u << i))
-            take_out(u, c, i, "its endpoint failed");
-    if (LIST_EMPTY(&rs->pieces))
-        return;
-    uint64_t now = nxlt_now_us(), cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
+    for (unsigned i = 0; i < c->nrails; i++) {
+        struct ucx_conn_rails *rx = c->rx;
+        if (c->rail_failed & (1u << i)) {
+            if (rx && rx->probe_ep[i])
+                probe_fail(u, c, i, "its endpoint failed");
+            else
+                take_out(u, c, i, "its endpoint failed");
+        }
+        if (!rx || c->failed || c->unloaded)
+            continue;
+        if ((rx->probe_ok & (1u << i)) && rx->probe_ep[i]) {
+            rx->probe_ok &= ~(1u << i);
+            put_back(u, c, i);
+        }
+        if (rx->probe[i] && now - rx->probe[i]->t0 > RAIL_PROBE_US)
+            probe_fail(u, c, i, "its probe not through after 1 s");
+        if (!c->rail_ep[i] && !rx->probe_ep[i] && now >= rx->retry_at[i])
+            rail_retry(u, c, i);
+        if (rx->probe[i] && rx->probe[i]->t0 + RAIL_PROBE_US < next)
+            next = rx->probe[i]->t0 + RAIL_PROBE_US;
+        else if (!c->rail_ep[i] && !rx->probe_ep[i] && rx->retry_at[i] < next)
+            next = rx->retry_at[i];
+    }
     ucx_piece_t *pc;
 again:
     LIST_FOREACH(pc, &rs->pieces, link)
     {
         if (!pc->o || !pc->c->rail_ep[pc->rail] || pc->c->failed)
             continue;
-        double bps = rs->r[pc->rail].bps;
-        uint64_t lim = bps > 0 ? (uint64_t)(4e6 * (double)pc->bytes / bps) : 0;
-        if (lim < RAIL_STALL_MIN_US)
-            lim = RAIL_STALL_MIN_US;
-        if (lim > cap)
-            lim = cap;
+        uint64_t lim = piece_limit(u, pc);
         if (now > pc->t0 && now - pc->t0 > lim) { /* (pieces posted again after now: not) */
             char why[96];
             snprintf(why, sizeof(why), "a piece of %zu bytes not done after %llu ms", pc->bytes,
@@ -647,7 +966,11 @@ again:
             take_out(u, pc->c, pc->rail, why);
             goto again; /* the list changed */
         }
+        if (pc->t0 + lim + 1000 < next)
+            next = pc->t0 + lim + 1000;
     }
+    if (next != UINT64_MAX)
+        nxlt_timer_start(rs->timer, next > now ? next - now : 0);
 }
 
 /* Each rail's share of total bytes (in proportion to its throughput, at
@@ -689,6 +1012,12 @@ static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total)
     unsigned n = c->nrails;
     size_t share[NXL_UCX_RAILS_MAX];
     shares(u, c, total, share);
+    char say[NXL_UCX_RAILS_MAX * 48] = "";
+    for (unsigned r = 0, l = 0; r < n && l < sizeof(say); r++)
+        l += (unsigned)snprintf(say + l, sizeof(say) - l, "%s%s %zu", r ? ", " : "",
+                                u->rails->r[r].dev, share[r]);
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: a %s of %zu bytes (from byte %zu) to agent '%s' over "
+             "rails: %s", o->read ? "READ" : "WRITE", total, start, c->name, say);
     ucx_piece_t *pcs[NXL_UCX_RAILS_MAX] = {0};
     for (unsigned r = 0; r < n; r++)
         if (share[r] && !(pcs[r] = calloc(1, sizeof(ucx_piece_t)))) {
@@ -753,6 +1082,10 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
 {
     if (!u->rails || c->nrails < 2 || x->ltype != NXL_DRAM || x->rtype != NXL_DRAM)
         return 0;
+    /* aborted at a deadline, its new main endpoint not through: the main
+     * path's (what waits for the endpoint waits there, rma.c) */
+    if (c->aborted || c->wiring || c->abort_req || !c->ep)
+        return 0;
     unsigned n = c->nrails, live = 0;
     for (unsigned r = 0; r < n; r++)
         live += c->rail_ep[r] != NULL;
@@ -767,6 +1100,9 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
     }
     if (total < u->rails->min)
         return 0;
+    /* where a rail's probe reads a byte (rail_retry) */
+    c->rx->probe_k = x->iov[0].rkey;
+    c->rx->probe_raddr = x->iov[0].raddr;
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
                                  x->notif_len, x->notif != NULL);
     if (!o)

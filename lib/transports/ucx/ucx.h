@@ -189,7 +189,8 @@ struct ucx_conn {
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     bool aborted;               /* its endpoint was closed by force at a deadline (conn.c,
                                  * nxl_ucx_deadlines): the next use makes a new one */
-    void *abort_req;            /* that close, until UCX completes it (its ops wait for it) */
+    void *abort_req;            /* that close, until UCX completes it (its ops wait for it);
+                                 * c itself while its rails' closes are held (rails.c) */
     bool wiring;                /* aborted, and a new endpoint not through yet (its first
                                  * message): puts and gets wait (rma.c, wire_wait) */
     bool reconnect;             /* the abort completed: a new endpoint is due */
@@ -209,6 +210,10 @@ struct ucx_conn {
     unsigned nrails;            /* endpoints to the peer's rails, one per rail of ours (rails.c) */
     ucp_ep_h rail_ep[NXL_UCX_RAILS_MAX]; /* NULL: that rail was taken out */
     unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
+    struct ucx_conn_rails *rx;  /* the peer's rail addresses, retries of rails taken out
+                                 * (rails.c); NULL without rails */
+    unsigned rail_aborts;       /* rail endpoints' closes at an abort UCX still holds: the
+                                 * abort completes after them too (rails.c) */
     LIST_ENTRY(ucx_conn) link;
 };
 
@@ -224,7 +229,8 @@ typedef struct ucx_rkey {
     unsigned char *packed;
     LIST_ENTRY(ucx_rkey) link;  /* on conn->rkeys */
     unsigned nrails;            /* the key on each rail's endpoint (rails.c) */
-    ucp_rkey_h rail_rk[NXL_UCX_RAILS_MAX];
+    ucp_rkey_h rail_rk[NXL_UCX_RAILS_MAX]; /* NULL: its rail is out (unpacked when it is back) */
+    uint32_t rail_at[NXL_UCX_RAILS_MAX]; /* where each rail's key is in packed */
 } ucx_rkey_t;
 
 /* a region registered here (the engine keeps its address and length) */
@@ -309,6 +315,7 @@ void *nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force);
 nxl_status_t nxl_ucx_rkey_unpack(ucx_conn_t *c, ucx_rkey_t *k);
 void nxl_ucx_on_deadline(void *state, nxlt_op_t *op);
 void nxl_ucx_deadlines(ucx_t *u);
+void nxl_ucx_abort_done(ucx_conn_t *c);
 void nxl_ucx_reconnects(ucx_t *u);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
@@ -369,6 +376,7 @@ int nxl_ucx_rails_info_parse(const void **info, size_t *len, const void **rails,
                              size_t *rails_len);
 void nxl_ucx_rails_connect(ucx_t *u, ucx_conn_t *c, const void *rails, size_t len);
 void nxl_ucx_rails_close(ucx_conn_t *c);
+void nxl_ucx_rails_abort(ucx_conn_t *c);
 void nxl_ucx_rails_reg(ucx_t *u, ucx_md_t *m, void *addr, size_t len);
 void nxl_ucx_rails_dereg(ucx_t *u, ucx_md_t *m);
 nxl_status_t nxl_ucx_rails_pack_key(ucx_t *u, ucx_md_t *m, void **buf, size_t *len);
