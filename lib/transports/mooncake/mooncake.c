@@ -280,7 +280,8 @@ struct mc {
     LIST_HEAD(, mc_conn) conns;
     uint64_t min_us, max_us, cur_us, stall_us;
     size_t window, inflight; /* requests in the engine at most, and now */
-    size_t lanes;       /* the engine's connections per peer: requests to one peer at most */
+    size_t lanes;       /* the engine's connections per peer */
+    size_t peer_max;    /* requests to one peer in the engine at most (peer_window) */
     bool throttled;     /* requests wait for room among a peer's lanes (submit_more) */
     uint8_t scratch[8]; /* where the flushes' READs land */
     char desc[256];
@@ -1099,9 +1100,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_BACKEND;
     }
     uint64_t pmin = DEF_POLL_MIN_US, pmax = DEF_POLL_MAX_US, stall_ms = 30000;
-    uint64_t window = DEF_WINDOW;
+    uint64_t window = DEF_WINDOW, peer_window = 0;
     nxl_status_t st;
     if ((st = nxlt_param_uint(ctx, params, n, "window", 1, 1024, &window)) != NXL_SUCCESS ||
+        (st = nxlt_param_uint(ctx, params, n, "peer_window", 0, 1024, &peer_window)) !=
+            NXL_SUCCESS ||
         (st = nxlt_param_uint(ctx, params, n, "poll_min_us", 1, 1000000, &pmin)) != NXL_SUCCESS ||
         (st = nxlt_param_uint(ctx, params, n, "poll_max_us", 1, 1000000, &pmax)) != NXL_SUCCESS ||
         (st = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, 3600000, &stall_ms)) !=
@@ -1166,6 +1169,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
      * default it opens one connection per request */
     setenv("MC_TCP_ENABLE_CONNECTION_POOL", "1", 0);
     m->lanes = engine_lanes();
+    m->peer_max = peer_window ? (size_t)peer_window : m->lanes;
     ports_t before = {.n = 0};
     each_socket(add_listener, &before);
     m->eng = L->create("P2PHANDSHAKE", m->ip, m->ip, 0, 0);
@@ -1463,7 +1467,8 @@ static nxl_status_t make_notify(mc_t *m, const void *msg, size_t len, nxl_te_not
  * that none waits in the engine's queue: when a deadline cuts the
  * connections (dl_abort), the engine ends every request of that peer at
  * once. A request queued there behind them would wait for the engine's
- * reconnect cooldown (1 s, on no socket), then for the next cut. */
+ * reconnect cooldown (1 s, on no socket), then for the next cut. The
+ * peer_window parameter trades that for throughput (m->peer_max). */
 static bool submit_more(mc_t *m)
 {
     bool any = false;
@@ -1489,12 +1494,12 @@ static bool submit_more(mc_t *m)
         if (k > m->window - m->inflight)
             k = m->window - m->inflight;
         if (c->dport) {
-            if (c->inflight >= m->lanes) {
+            if (c->inflight >= m->peer_max) {
                 m->throttled = true;
                 continue;
             }
-            if (k > m->lanes - c->inflight) {
-                k = m->lanes - c->inflight;
+            if (k > m->peer_max - c->inflight) {
+                k = m->peer_max - c->inflight;
                 m->throttled = true;
             }
         }
@@ -1699,6 +1704,10 @@ static const nxl_param_info_t mc_params[] = {
                                            "(it doubles up to it while nothing moves)"},
     {"window", PSTR(DEF_WINDOW), "requests handed to the engine at once, at most (1 to 1024: its "
                                  "TCP transport queues 1024 per peer and fails more)"},
+    {"peer_window", "0", "requests to one peer handed to the engine at once, at most (0: one per "
+                         "connection the engine keeps to it, MC_TCP_LANES_PER_PEER, so that a "
+                         "deadline's abort ends them all at once; more: a deadline may come up "
+                         "to about 1 s late)"},
     {"stall_timeout", "30s", "a transfer with no progress for this long is given up and its "
                              "peer considered lost (0: never)"},
 };
