@@ -31,9 +31,13 @@
  * batch with a request running), and its TCP transport writes a READ's
  * buffer until the request ends. A peer given up (lost, stall_timeout)
  * has the engine's connections to it shut down (conn_abort), which ends
- * those requests; a canceled transfer (nxl_future_cancel, a deadline)
- * waits for them. Teardown waits, bounded, then destroys the engine (its
- * thread joined) before reporting what is left.
+ * those requests; so has the peer of a transfer whose deadline passed
+ * (dl_abort: every transfer to that peer ends with NXL_ERR_TIMEOUT, the
+ * peer is not lost). To make that prompt, a peer has at most one request
+ * per engine connection in the engine (submit_more): none waits in the
+ * engine's queue, where a cut does not reach. A transfer canceled with
+ * nxl_future_cancel waits for its requests. Teardown waits, bounded, then
+ * destroys the engine (its thread joined) before reporting what is left.
  *
  * Notifications are strings for the engine: their bytes travel in base64.
  * openSegment (in load_conn) and a standalone notification
@@ -104,6 +108,8 @@ _Static_assert(NXL_TE_OPCODE_READ == OPCODE_READ && NXL_TE_OPCODE_WRITE == OPCOD
 #define DEAD_GRACE_US 1000000u      /* a dead peer's transfers: given up after this */
 #define ZOMBIE_POLL_US 100000u      /* transfers given up, still in the engine */
 #define ABORT_POLL_US 2000u         /* ... while their peer's connections are aborted */
+#define HOLD_US 1000000u            /* after an abort at a deadline: the engine's reconnect cooldown */
+#define THROTTLE_POLL_US 100u       /* polled at least this often while requests wait for a lane */
 #define QUIESCE_MAX_US 10000000u    /* teardown waits this long for the engine, */
 #define QUIESCE_IDLE_US 1000000u    /* or this long without a request ending */
 #define SEG_MAX 128
@@ -204,6 +210,11 @@ typedef struct mc_conn {
     bool dead;          /* the socket closed, or the connection was unloaded */
     bool unloaded;
     bool aborting;      /* its connections cut in this poll's turn already */
+    bool dl_abort;      /* cut at a deadline: cut again on each poll until inflight is 0 */
+    uint64_t hold_us;   /* nothing of it handed to the engine before this (after a dl_abort) */
+    size_t inflight;    /* its requests handed to the engine, not seen ended */
+    struct mc_op *flush; /* after a dl_abort: the flush (flush_new) waiting or in the engine */
+    uint64_t flush_raddr; /* an address of the peer's that a request last read or wrote */
     uint64_t dead_us;
     char dead_why[160];
     unsigned refs;      /* transfers holding it, and 1 while loaded */
@@ -219,6 +230,9 @@ typedef struct mc_op {
     nxl_te_notify_t nt; /* its notification (nt.msg malloc'd), or none */
     bool notif;         /* a notification follows the batch */
     bool given_up;      /* failed by nxl (peer lost, stall): reported once the engine ends it */
+    bool dl;            /* its deadline passed (on_deadline) */
+    bool read;
+    bool is_flush;      /* nxl's own (flush_new): no op, no buffer of the application's */
     nxl_status_t st;    /* the first failure */
     char why[240];
     uint64_t post_us, moved_us;
@@ -266,6 +280,10 @@ struct mc {
     LIST_HEAD(, mc_conn) conns;
     uint64_t min_us, max_us, cur_us, stall_us;
     size_t window, inflight; /* requests in the engine at most, and now */
+    size_t lanes;       /* the engine's connections per peer */
+    size_t peer_max;    /* requests to one peer in the engine at most (peer_window) */
+    bool throttled;     /* requests wait for room among a peer's lanes (submit_more) */
+    uint8_t scratch[8]; /* where the flushes' READs land */
     char desc[256];
 };
 
@@ -489,6 +507,20 @@ static int conn_abort(mc_conn_t *c)
     return each_socket(shut_if_peer, &p);
 }
 
+/* The engine's TCP connections per peer, read as its TcpTransport does
+ * (MC_TCP_LANES_PER_PEER, else MC_TCP_MAX_CONNECTIONS_PER_PEER: 1 to 16;
+ * 4 when not given or not valid) */
+static size_t engine_lanes(void)
+{
+    const char *v = getenv("MC_TCP_LANES_PER_PEER");
+    if (!v)
+        v = getenv("MC_TCP_MAX_CONNECTIONS_PER_PEER");
+    if (!v || !*v || strspn(v, "0123456789") != strlen(v) || strlen(v) > 2)
+        return 4;
+    long n = strtol(v, NULL, 10);
+    return n >= 1 && n <= 16 ? (size_t)n : 4;
+}
+
 /* Polls in @p us (0: on the next turn). The delay is a timerfd of our own,
  * watched as a descriptor: a libevent base's timers run on its coarse
  * monotonic clock (4 ms steps here), far coarser than the poll. */
@@ -593,10 +625,28 @@ static void op_fail(mc_op_t *o, nxl_status_t st, const char *fmt, const char *ar
     snprintf(o->why, sizeof(o->why), fmt, arg);
 }
 
+/* @p k requests of @p o ended in the engine (or went with it). A peer
+ * whose connections were cut at a deadline gets nothing more for HOLD_US
+ * once none of its requests is left: after a cut, the engine's TCP
+ * transport opens no connection to the peer for 1 s
+ * (tcp_transport_lane_impl.h, kReconnectRoundCooldown): a request handed
+ * to it meanwhile would wait in its queue, on no socket that a later
+ * deadline could cut; held here, its deadline ends it at once. */
+static void ended(mc_t *m, mc_op_t *o, size_t k)
+{
+    mc_conn_t *c = o->conn;
+    m->inflight -= k;
+    c->inflight -= k;
+    if (!c->inflight && c->dl_abort) {
+        c->dl_abort = false;
+        c->hold_us = nxlt_now_us() + HOLD_US;
+    }
+}
+
 static void op_finish(mc_t *m, mc_op_t *o)
 {
     TAILQ_REMOVE(&m->ops, o, q);
-    m->inflight -= o->sub - o->next;
+    ended(m, o, o->sub - o->next);
     free(o->rq);
     free(o->nt.msg);
     /* every request handed over has ended (the engine holds no buffer of
@@ -612,7 +662,18 @@ static void op_finish(mc_t *m, mc_op_t *o)
         ring(o->conn);
     if (o->st != NXL_SUCCESS)
         nxlt_log(m->ctx, NXL_LOG_DEBUG, "%s", o->why);
-    nxlt_op_done(o->op, o->st, o->st == NXL_SUCCESS ? NULL : o->why);
+    if (o->op)
+        nxlt_op_done(o->op, o->st, o->st == NXL_SUCCESS ? NULL : o->why);
+    if (o->is_flush && o->conn->flush == o) {
+        o->conn->flush = NULL;
+        /* connections found cut: the engine's cooldown again */
+        if (o->st != NXL_SUCCESS && !o->conn->dead) {
+            o->conn->hold_us = nxlt_now_us() + HOLD_US;
+            nxlt_log(m->ctx, NXL_LOG_INFO, "MOONCAKE: connections to '%s' cut while idle at a "
+                     "deadline's abort are closed now; the next post to it waits %u ms more",
+                     o->conn->agent, HOLD_US / 1000);
+        }
+    }
     conn_put(o->conn);
     free(o);
 }
@@ -636,6 +697,100 @@ static void op_give_up(mc_t *m, mc_op_t *o, nxl_status_t st, const char *why, bo
         nxlt_log(m->ctx, NXL_LOG_WARN, "MOONCAKE: %s: its engine's connections cannot be "
                  "aborted (its data port is not known): the transfer is reported when the "
                  "engine ends it", o->conn->agent);
+}
+
+static mc_op_t *op_new(mc_t *m, nxlt_op_t *op, mc_conn_t *c);
+
+/* A cut (dl_abort) also shuts the engine's idle connections to the peer,
+ * and the engine does not see it: it hands the next request to such a
+ * connection, where it fails (TcpTransport::runGroupPump takes an IDLE
+ * lane whose asio socket is open; nothing reads an idle socket). Before
+ * anything else goes to the peer, nxl hands the engine @p k one-byte
+ * READs of its own (into m->scratch, from an address of the peer's that
+ * a transfer used): the connections cut while idle take them and fail,
+ * and close; the others, or new ones, complete them. Queued first, sent
+ * after the hold (submit_more); the peer's transfers wait for its end,
+ * and for the engine's cooldown again if one failed (op_finish). With one
+ * connection per peer, one flush also after a cut that found it busy:
+ * the engine fails the next request then (runGroupPump: every connection
+ * of the round tried, none usable, no cooldown started), which starts the
+ * cooldown. */
+static mc_op_t *flush_new(mc_t *m, mc_conn_t *c, size_t k)
+{
+    mc_op_t *o = op_new(m, NULL, c);
+    if (!o)
+        return NULL;
+    o->is_flush = o->read = true;
+    if (!(o->rq = calloc(k, sizeof(*o->rq))) ||
+        (o->batch = m->L->alloc_batch(m->eng, k)) == NXL_TE_INVALID_BATCH || !o->batch) {
+        nxlt_log(m->ctx, NXL_LOG_WARN, "MOONCAKE: no flush of the connections to '%s' (out of "
+                 "memory or batches): the next request%s to it may fail", c->agent,
+                 k == 1 ? "" : "s");
+        free(o->rq);
+        conn_put(c);
+        free(o);
+        return NULL;
+    }
+    for (size_t i = 0; i < k; i++) {
+        o->rq[i].opcode = NXL_TE_OPCODE_READ;
+        o->rq[i].source = m->scratch;
+        o->rq[i].target_id = c->sid;
+        o->rq[i].target_offset = c->flush_raddr;
+        o->rq[i].length = 1;
+    }
+    o->n = k;
+    TAILQ_INSERT_HEAD(&m->ops, o, q);
+    return o;
+}
+
+/* A transfer's deadline passed (on_deadline) with requests of it in the
+ * engine, which cannot cancel them: its peer's connections are cut
+ * (conn_abort), and cut again on each poll until the engine has ended
+ * every request to that peer (submit_more leaves none waiting in its
+ * queue). Every transfer to the peer with anything left goes with them:
+ * the timed-out one (its future completes with NXL_ERR_TIMEOUT and the
+ * engine's sentence), the others with NXL_ERR_TIMEOUT and a sentence
+ * saying so; each is reported once its requests ended (the cancel rule).
+ * The peer is not lost: the next post after HOLD_US reconnects. */
+static void dl_abort(mc_t *m, mc_conn_t *c)
+{
+    unsigned n = 0;
+    size_t reqs = c->inflight;
+    mc_op_t *o;
+    TAILQ_FOREACH(o, &m->ops, q) {
+        if (o->conn != c || o->given_up || o->batch == NXL_TE_INVALID_BATCH || o->next >= o->n)
+            continue;
+        char b[sizeof(o->why)];
+        snprintf(b, sizeof(b), "MOONCAKE: a %s to %.60s ended with its connection, cut at the "
+                 "deadline of another transfer to it: the peer did not answer (stopped, hung or "
+                 "overloaded); its buffers are free", o->read ? "READ" : "WRITE", c->agent);
+        op_give_up(m, o, NXL_ERR_TIMEOUT, b, false);
+        n++;
+    }
+    c->dl_abort = c->inflight > 0;
+    c->aborting = true;
+    if ((c->inflight < m->lanes || m->lanes == 1) && !c->flush)
+        c->flush = flush_new(m, c, c->inflight < m->lanes ? m->lanes - c->inflight : 1);
+    int cut = conn_abort(c);
+    nxlt_log(m->ctx, NXL_LOG_INFO, "MOONCAKE: a deadline passed with %zu request%s to '%s' in "
+             "the engine: %d connection%s to its engine cut, %u transfer%s to it end with them; "
+             "the next post to it waits %u ms (the engine's reconnect cooldown)",
+             reqs, reqs == 1 ? "" : "s", c->agent, cut, cut == 1 ? "" : "s", n,
+             n == 1 ? "" : "s", HOLD_US / 1000);
+}
+
+/* the engine's hook: the deadline of @p op passed (nxlt_op_canceled reads
+ * 1 from now on); on_poll aborts what holds it */
+static void on_deadline(void *state, nxlt_op_t *op)
+{
+    mc_t *m = state;
+    mc_op_t *o;
+    TAILQ_FOREACH(o, &m->ops, q)
+        if (o->op == op) {
+            o->dl = true;
+            poll_arm(m, 0);
+            break;
+        }
 }
 
 static const char *st_name(int s)
@@ -662,7 +817,7 @@ static bool op_poll(mc_t *m, mc_op_t *o)
             char b[32];
             snprintf(b, sizeof(b), "%d", rc);
             op_fail(o, NXL_ERR_BACKEND, "MOONCAKE: getTransferStatus failed (%s)", b);
-            m->inflight -= o->sub - o->next;
+            ended(m, o, o->sub - o->next);
             o->n = o->sub = o->next; /* the engine knows nothing more of it */
             break;
         }
@@ -673,7 +828,7 @@ static bool op_poll(mc_t *m, mc_op_t *o)
             /* once per op (its first failed request): a kill's end of stream
              * may trail the engine's reset by a few ms, the wait for it is
              * bounded (10 x 1 ms) and not paid again for each request */
-            if (!o->conn->dead && o->st == NXL_SUCCESS) {
+            if (!o->conn->dead && o->st == NXL_SUCCESS && !o->is_flush) {
                 conn_check(o->conn);
                 if (!o->conn->dead)
                     for (int i = 0; i < 10 && !o->conn->dead; i++) {
@@ -688,7 +843,7 @@ static bool op_poll(mc_t *m, mc_op_t *o)
             op_fail(o, o->conn->dead ? NXL_ERR_REMOTE_DISCONNECT : NXL_ERR_BACKEND, "%s", b);
         }
         o->next++;
-        m->inflight--;
+        ended(m, o, 1);
         moved = true;
     }
     if (moved)
@@ -705,6 +860,19 @@ static void on_poll(nxlt_timer_t *t, void *arg)
     mc_op_t *o, *tmp;
     TAILQ_FOREACH(o, &m->ops, q) /* each peer's connections cut once a turn */
         o->conn->aborting = false;
+    TAILQ_FOREACH(o, &m->ops, q) { /* deadlines passed: abort what holds them */
+        if (!o->dl)
+            continue;
+        if (o->sub < o->n)
+            o->n = o->sub; /* start nothing more of it */
+        if (op_poll(m, o))
+            moved = true;
+        mc_conn_t *c = o->conn;
+        if (!o->given_up && o->next < o->sub && c->dport && !c->dead && !c->dl_abort) {
+            dl_abort(m, c);
+            aborting = true;
+        }
+    }
     TAILQ_FOREACH_SAFE(o, &m->ops, q, tmp) {
         if (op_poll(m, o))
             moved = true;
@@ -715,7 +883,8 @@ static void on_poll(nxlt_timer_t *t, void *arg)
         if (o->given_up) {
             /* waits for the engine; a lost peer's connections are cut
              * again (requests that were queued behind the ones cut) */
-            if (o->conn->dead && !o->conn->unloaded && o->conn->dport) {
+            if (((o->conn->dead && !o->conn->unloaded) || o->conn->dl_abort) &&
+                o->conn->dport) {
                 if (!o->conn->aborting) {
                     o->conn->aborting = true;
                     conn_abort(o->conn);
@@ -733,6 +902,8 @@ static void on_poll(nxlt_timer_t *t, void *arg)
                 aborting = true;
             continue;
         }
+        if (o->is_flush)
+            continue; /* the peer's transfers wait for it, and their stall_timeout */
         if (m->stall_us && now > o->moved_us && now - o->moved_us >= m->stall_us) {
             char b[240];
             snprintf(b, sizeof(b), "MOONCAKE: no progress to %s for %llu ms (stall_timeout)",
@@ -759,6 +930,9 @@ static void on_poll(nxlt_timer_t *t, void *arg)
         m->cur_us = m->max_us;
     if (aborting && m->cur_us > ABORT_POLL_US)
         m->cur_us = ABORT_POLL_US;
+    /* a connection of the engine's idles until the next request arrives */
+    if (m->throttled && m->cur_us > THROTTLE_POLL_US)
+        m->cur_us = THROTTLE_POLL_US;
     /* a dead peer's grace period ends on time */
     poll_arm(m, m->cur_us);
     (void)t;
@@ -926,9 +1100,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return NXL_ERR_BACKEND;
     }
     uint64_t pmin = DEF_POLL_MIN_US, pmax = DEF_POLL_MAX_US, stall_ms = 30000;
-    uint64_t window = DEF_WINDOW;
+    uint64_t window = DEF_WINDOW, peer_window = 0;
     nxl_status_t st;
     if ((st = nxlt_param_uint(ctx, params, n, "window", 1, 1024, &window)) != NXL_SUCCESS ||
+        (st = nxlt_param_uint(ctx, params, n, "peer_window", 0, 1024, &peer_window)) !=
+            NXL_SUCCESS ||
         (st = nxlt_param_uint(ctx, params, n, "poll_min_us", 1, 1000000, &pmin)) != NXL_SUCCESS ||
         (st = nxlt_param_uint(ctx, params, n, "poll_max_us", 1, 1000000, &pmax)) != NXL_SUCCESS ||
         (st = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, 3600000, &stall_ms)) !=
@@ -992,6 +1168,8 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     /* the TCP transport's pooled connections (a few per peer, reused): by
      * default it opens one connection per request */
     setenv("MC_TCP_ENABLE_CONNECTION_POOL", "1", 0);
+    m->lanes = engine_lanes();
+    m->peer_max = peer_window ? (size_t)peer_window : m->lanes;
     ports_t before = {.n = 0};
     each_socket(add_listener, &before);
     m->eng = L->create("P2PHANDSHAKE", m->ip, m->ip, 0, 0);
@@ -1021,6 +1199,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     snprintf(m->desc, sizeof(m->desc), "Mooncake TE (%s): tcp, segment %s, notifications on "
              "port %u, polled every %llu-%llu us while busy", lib.name, m->seg, m->lport,
              (unsigned long long)m->min_us, (unsigned long long)m->max_us);
+    nxlt_on_deadline(ctx, on_deadline); /* aborts (dl_abort) */
     *out = m;
     return NXL_SUCCESS;
 }
@@ -1281,10 +1460,20 @@ static nxl_status_t make_notify(mc_t *m, const void *msg, size_t len, nxl_te_not
  * its TCP transport queues at most 1024 requests per peer (and 1024
  * waiting admission), and fails the rest. The last part of a transfer
  * that carries a notification goes with it (submitTransferWithNotify), so
- * that the engine sends it once every part has completed. */
+ * that the engine sends it once every part has completed.
+ *
+ * A peer whose connections can be cut (its data port known) has at most
+ * one request per engine connection to it (m->lanes) in the engine, so
+ * that none waits in the engine's queue: when a deadline cuts the
+ * connections (dl_abort), the engine ends every request of that peer at
+ * once. A request queued there behind them would wait for the engine's
+ * reconnect cooldown (1 s, on no socket), then for the next cut. The
+ * peer_window parameter trades that for throughput (m->peer_max). */
 static bool submit_more(mc_t *m)
 {
     bool any = false;
+    uint64_t now = nxlt_now_us();
+    m->throttled = false;
     for (mc_op_t *o = TAILQ_FIRST(&m->ops); o && m->inflight < m->window;
          o = TAILQ_NEXT(o, q)) {
         if (o->batch == NXL_TE_INVALID_BATCH || o->sub >= o->n)
@@ -1298,9 +1487,22 @@ static bool submit_more(mc_t *m)
             o->n = o->sub; /* canceled: start nothing more of it */
             continue;
         }
+        mc_conn_t *c = o->conn;
+        if (c->dl_abort || c->hold_us > now || (c->flush && c->flush != o))
+            continue;
         size_t k = o->n - o->sub;
         if (k > m->window - m->inflight)
             k = m->window - m->inflight;
+        if (c->dport) {
+            if (c->inflight >= m->peer_max) {
+                m->throttled = true;
+                continue;
+            }
+            if (k > m->peer_max - c->inflight) {
+                k = m->peer_max - c->inflight;
+                m->throttled = true;
+            }
+        }
         bool last = o->sub + k == o->n;
         int rc = last && o->nt.msg
                      ? m->L->submit_notify(m->eng, o->batch, o->rq + o->sub, k, o->nt)
@@ -1314,8 +1516,11 @@ static bool submit_more(mc_t *m)
             o->n = o->sub; /* what was submitted still ends in the engine */
             continue;
         }
+        if (!o->is_flush)
+            c->flush_raddr = o->rq[o->sub + k - 1].target_offset;
         o->sub += k;
         m->inflight += k;
+        c->inflight += k;
         any = true;
         if (last) {
             free(o->rq);
@@ -1378,6 +1583,7 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     }
     o->n = x->n;
     o->notif = x->notif != NULL;
+    o->read = x->op == NXL_READ;
     op_queue(m, o, false);
     submit_more(m);
     if (!o->sub && o->st != NXL_SUCCESS) {
@@ -1498,6 +1704,10 @@ static const nxl_param_info_t mc_params[] = {
                                            "(it doubles up to it while nothing moves)"},
     {"window", PSTR(DEF_WINDOW), "requests handed to the engine at once, at most (1 to 1024: its "
                                  "TCP transport queues 1024 per peer and fails more)"},
+    {"peer_window", "0", "requests to one peer handed to the engine at once, at most (0: one per "
+                         "connection the engine keeps to it, MC_TCP_LANES_PER_PEER, so that a "
+                         "deadline's abort ends them all at once; more: a deadline may come up "
+                         "to about 1 s late)"},
     {"stall_timeout", "30s", "a transfer with no progress for this long is given up and its "
                              "peer considered lost (0: never)"},
 };
