@@ -321,6 +321,13 @@ typedef void (*nxlt_deadline_cb)(void *state, nxlt_op_t *op);
  * the op completes when the transport reports it done on its own.
  */
 NXL_API void nxlt_on_deadline(nxlt_ctx_t *ctx, nxlt_deadline_cb cb);
+/**
+ * The deadline the op was posted with, in milliseconds from its post (0:
+ * none; nxl_xfer_opts_t.deadline_ms), known from post() on: a transport
+ * may keep what a deadline's abort needs (e.g. fewer requests queued where
+ * an abort cannot reach them) for the ops that carry one.
+ */
+NXL_API unsigned nxlt_op_deadline_ms(const nxlt_op_t *op);
 
 /* ---- The loop: watches and timers ----
  *

@@ -451,6 +451,11 @@ int nxlt_op_canceled(const nxlt_op_t *op)
     return op->future && op->future->cancel_wait;
 }
 
+unsigned nxlt_op_deadline_ms(const nxlt_op_t *op)
+{
+    return op->deadline_ms;
+}
+
 void nxlt_on_deadline(nxlt_ctx_t *ctx, nxlt_deadline_cb cb)
 {
     ctx->backend->on_deadline = cb;

@@ -234,6 +234,7 @@ struct nxlt_op {
      * call failed (an error return starts nothing) */
     bool in_call;
     bool reported;
+    unsigned deadline_ms;   /* of the post that made it (0: none): nxlt_op_deadline_ms */
     nxl_status_t early_st;
     char *early_why;
     struct nxli_relay *relay; /* the notification the engine sends after it (relay.c) */

@@ -914,6 +914,7 @@ static nxl_status_t post_start(nxl_xfer_t *x, nxl_future_t *f)
         nxli_op_free(op);
         return st;
     }
+    op->deadline_ms = deadline_ms;
     /* a transport without notifications: the engine sends it afterwards */
     bool relay = x->notif && !(x->backend->ops->caps & NXLT_CAP_NOTIF);
     if (relay && (st = nxli_relay_attach(op, x->remote, x->notif, x->notif_len)) != NXL_SUCCESS) {

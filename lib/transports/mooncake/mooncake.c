@@ -213,6 +213,7 @@ typedef struct mc_conn {
     bool dl_abort;      /* cut at a deadline: cut again on each poll until inflight is 0 */
     uint64_t hold_us;   /* nothing of it handed to the engine before this (after a dl_abort) */
     size_t inflight;    /* its requests handed to the engine, not seen ended */
+    size_t dl_ops;      /* transfers to it posted with a deadline, not finished */
     struct mc_op *flush; /* after a dl_abort: the flush (flush_new) waiting or in the engine */
     uint64_t flush_raddr; /* an address of the peer's that a request last read or wrote */
     uint64_t dead_us;
@@ -231,6 +232,7 @@ typedef struct mc_op {
     bool notif;         /* a notification follows the batch */
     bool given_up;      /* failed by nxl (peer lost, stall): reported once the engine ends it */
     bool dl;            /* its deadline passed (on_deadline) */
+    bool has_dl;        /* posted with a deadline (counted in conn->dl_ops) */
     bool read;
     bool is_flush;      /* nxl's own (flush_new): no op, no buffer of the application's */
     nxl_status_t st;    /* the first failure */
@@ -282,6 +284,7 @@ struct mc {
     size_t window, inflight; /* requests in the engine at most, and now */
     size_t lanes;       /* the engine's connections per peer */
     size_t peer_max;    /* requests to one peer in the engine at most (peer_window) */
+    bool peer_fixed;    /* peer_window given: peer_max holds always, not only with deadlines */
     bool throttled;     /* requests wait for room among a peer's lanes (submit_more) */
     uint8_t scratch[8]; /* where the flushes' READs land */
     char desc[256];
@@ -674,6 +677,8 @@ static void op_finish(mc_t *m, mc_op_t *o)
                      o->conn->agent, HOLD_US / 1000);
         }
     }
+    if (o->has_dl)
+        o->conn->dl_ops--;
     conn_put(o->conn);
     free(o);
 }
@@ -1170,6 +1175,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     setenv("MC_TCP_ENABLE_CONNECTION_POOL", "1", 0);
     m->lanes = engine_lanes();
     m->peer_max = peer_window ? (size_t)peer_window : m->lanes;
+    m->peer_fixed = peer_window != 0;
     ports_t before = {.n = 0};
     each_socket(add_listener, &before);
     m->eng = L->create("P2PHANDSHAKE", m->ip, m->ip, 0, 0);
@@ -1422,6 +1428,10 @@ static mc_op_t *op_new(mc_t *m, nxlt_op_t *op, mc_conn_t *c)
     o->op = op;
     o->conn = c;
     c->refs++;
+    if (op && nxlt_op_deadline_ms(op)) {
+        o->has_dl = true;
+        c->dl_ops++;
+    }
     o->batch = NXL_TE_INVALID_BATCH;
     o->post_us = o->moved_us = nxlt_now_us();
     return o;
@@ -1462,13 +1472,15 @@ static nxl_status_t make_notify(mc_t *m, const void *msg, size_t len, nxl_te_not
  * that carries a notification goes with it (submitTransferWithNotify), so
  * that the engine sends it once every part has completed.
  *
- * A peer whose connections can be cut (its data port known) has at most
- * one request per engine connection to it (m->lanes) in the engine, so
- * that none waits in the engine's queue: when a deadline cuts the
- * connections (dl_abort), the engine ends every request of that peer at
- * once. A request queued there behind them would wait for the engine's
- * reconnect cooldown (1 s, on no socket), then for the next cut. The
- * peer_window parameter trades that for throughput (m->peer_max). */
+ * While a transfer posted with a deadline is in flight to a peer whose
+ * connections can be cut (its data port known), that peer has at most one
+ * request per engine connection to it (m->lanes) in the engine, so that
+ * none waits in the engine's queue: when a deadline cuts the connections
+ * (dl_abort), the engine ends every request of that peer at once. A
+ * request queued there behind them would wait for the engine's reconnect
+ * cooldown (1 s, on no socket), then for the next cut. Transfers without
+ * deadlines keep the engine's queue full (throughput); the peer_window
+ * parameter sets a limit that holds always (m->peer_max). */
 static bool submit_more(mc_t *m)
 {
     bool any = false;
@@ -1493,7 +1505,7 @@ static bool submit_more(mc_t *m)
         size_t k = o->n - o->sub;
         if (k > m->window - m->inflight)
             k = m->window - m->inflight;
-        if (c->dport) {
+        if (c->dport && (m->peer_fixed || c->dl_ops)) {
             if (c->inflight >= m->peer_max) {
                 m->throttled = true;
                 continue;
@@ -1598,6 +1610,8 @@ static nxl_status_t post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
 fail:
     free(o->nt.msg);
     free(o->rq);
+    if (o->has_dl)
+        c->dl_ops--;
     conn_put(c);
     free(o);
     return st;
@@ -1704,10 +1718,11 @@ static const nxl_param_info_t mc_params[] = {
                                            "(it doubles up to it while nothing moves)"},
     {"window", PSTR(DEF_WINDOW), "requests handed to the engine at once, at most (1 to 1024: its "
                                  "TCP transport queues 1024 per peer and fails more)"},
-    {"peer_window", "0", "requests to one peer handed to the engine at once, at most (0: one per "
-                         "connection the engine keeps to it, MC_TCP_LANES_PER_PEER, so that a "
-                         "deadline's abort ends them all at once; more: a deadline may come up "
-                         "to about 1 s late)"},
+    {"peer_window", "0", "requests to one peer handed to the engine at once, at most (0: while a "
+                         "transfer with a deadline is in flight to it, one per connection the "
+                         "engine keeps to it, MC_TCP_LANES_PER_PEER, so that a deadline's abort "
+                         "ends them all at once, and the window otherwise; more: always that, and "
+                         "a deadline may come up to about 1 s late)"},
     {"stall_timeout", "30s", "a transfer with no progress for this long is given up and its "
                              "peer considered lost (0: never)"},
 };
