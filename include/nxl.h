@@ -1123,10 +1123,21 @@ NXL_API const char *nxl_future_peer(const nxl_future_t *f);
 /**
  * Cancels the operation: the future completes with NXL_ERR_CANCELED (the
  * data may have moved in part) on the next turn; with transports whose I/O
- * runs on its own (POSIX: the kernel or worker threads), once the reads and
- * writes already started have ended, so that the buffers are free when the
- * callback runs. No effect on a complete future. A transfer's deadline
- * (nxl_xfer_opts_t.deadline_ms) cancels it the same way, with
+ * runs on its own (POSIX: the kernel or worker threads) or that wait for a
+ * cancel (UCX, LIBFABRIC), once the reads and writes already started have
+ * ended, so that the buffers are free when the callback runs. A transfer
+ * over the network whose cancel is not through 200 ms after this call (a
+ * peer stopped or hung does not take or answer what was sent; or the rest
+ * of a large transfer is still moving) is aborted as at a deadline
+ * (nxl_xfer_opts_t.deadline_ms): UCX, and LIBFABRIC over tcp;ofi_rxm,
+ * abort the connection to that peer that holds the buffers, and the
+ * callback comes once they reported them released (a few ms after those
+ * 200 ms); every other transfer or notification in flight on that
+ * connection completes then too, with NXL_ERR_TIMEOUT and a sentence
+ * saying it went with the connection (no DOWN: the next post reconnects).
+ * LIBFABRIC's sockets provider and MOONCAKE still wait for the peer (or
+ * their stall timeout). Exactly one callback either way. No effect on a
+ * complete future. A transfer's deadline cancels it the same way, with
  * NXL_ERR_TIMEOUT instead.
  */
 NXL_API void nxl_future_cancel(nxl_future_t *f);

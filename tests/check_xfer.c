@@ -76,26 +76,29 @@ typedef struct conf {
     "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
     "drop path: check_libfabric t_one_message_write_checked)"
 
-#define UCX_STOPPED_TEARDOWN                                                                   \
-    "UCX 1.13 aborts the process in nxl_agent_destroy() with a READ in flight to a stopped "   \
-    "peer (ucp_worker_destroy: ucp_ep.c:437 Assertion "                                       \
-    "`ucs_hlist_is_empty(&ucp_ep_ext_gen(ep)->proto_reqs)' failed): found by this test, open"
+
+/* "cancel_slow" is not a skip either: t_stopped_cancel accepts the
+ * callback up to CANCEL_SLOW_MS after the cancel, the target still stopped */
+#define MC_CANCEL_SLOW                                                                         \
+    "a transfer without a deadline is not limited to one request per engine connection "      \
+    "(peer_window 0): its requests queued in the engine, which the cut does not reach, wait "  \
+    "for the engine's reconnect cooldown (1 s) and the next cut (nxl-mooncake(7))"
+#define CANCEL_SLOW_MS 5000
 
 /* "deadline_held" is not a skip: t_deadline still runs, and accepts a
- * TIMEOUT delivered when the peer resumes (the deadline itself on time) */
+ * TIMEOUT delivered when the peer resumes (the deadline itself on time);
+ * t_stopped_cancel the same of a cancel's CANCELED */
 static const conf_t confs[] = {
     {"ucx_shm", "UCX", {{0}}, 0, true, {{"dereg_untold", UNCHECKED}, {0}}},
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
-      {"stopped_teardown", UCX_STOPPED_TEARDOWN},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
       {"dereg_race", RACING_PUTS},
-      {"stopped_teardown", UCX_STOPPED_TEARDOWN},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
@@ -112,6 +115,7 @@ static const conf_t confs[] = {
      * NXL_MOONCAKE_LIB); required where NXL_TEST_REQUIRE_MOONCAKE is set (CI) */
     {"mooncake", "MOONCAKE", {{"ip", "127.0.0.1"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", "the test speaks UCX's one-message WRITE format; MOONCAKE has none"},
+      {"cancel_slow", MC_CANCEL_SLOW},
       {0}}},
 };
 #define NCONFS (sizeof(confs) / sizeof(confs[0]))
@@ -1090,6 +1094,145 @@ START_TEST(t_stopped_read)
     ck_assert_int_eq(c_calls, 1);
     nxl_future_release(f);
     nxl_xfer_release(x);
+}
+END_TEST
+
+/* Cancel with the target stopped (SIGSTOP): a 32 MiB WRITE, then a 32 MiB
+ * READ, canceled in flight complete once, NXL_ERR_CANCELED, within
+ * DL_SLACK_MS of nxl_future_cancel(): a transport whose cancel waits for
+ * the peer (NXLT_CAP_CANCEL_WAITS) and is not through after the engine's
+ * grace (200 ms) aborts what holds the buffers, as at a deadline. Once the
+ * callback ran the buffers are the application's: the WRITE's source,
+ * marked then, never reaches the target; the READ's destination keeps the
+ * checksum it had then after the target resumed (SIGCONT) and answered.
+ * The same transfer posted again moves every byte; no DOWN. Where the
+ * transport holds the cancel until the peer resumes ("deadline_held"), the
+ * callback comes after SIGCONT, and the buffers are checked from then on.
+ * A transfer that completed before the cancel (cross-memory attach needs
+ * no target) is said and passed. The times are printed ("STOPPED_CANCEL"),
+ * with, first, the time the transport's own cancel of the same transfer
+ * takes with the target running (not asserted). */
+START_TEST(t_stopped_cancel)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    const size_t n = 32, blk = 1u << 20;
+    const char *held = NULL, *slow = NULL;
+    for (const skip_t *k = C->skips; k->test; k++) {
+        if (!strcmp(k->test, "deadline_held"))
+            held = k->reason;
+        if (!strcmp(k->test, "cancel_slow"))
+            slow = k->reason;
+    }
+    const uint64_t slack_us = (uint64_t)(slow ? CANCEL_SLOW_MS : DL_SLACK_MS) * 1000u;
+    dl_downs = 0;
+    nxl_agent_on_peer(I.a, dl_on_peer, NULL);
+    for (int k = 0; k < 2; k++) {
+        const bool rd = k == 1;
+        const char *what = rd ? "READ" : "WRITE";
+        ck_assert_str_eq(ask("fill 93", 10000), "ok");
+        nxl_xfer_t *x = make(rd ? NXL_READ : NXL_WRITE, n, blk, blk, NULL);
+        nxl_future_t *f;
+        /* the transport's own cancel, the target running (no abort within
+         * the grace: printed, not asserted) */
+        c_calls = 0;
+        ck_assert(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS);
+        nxl_agent_run_once(I.a, 0);
+        uint64_t tr = dl_now_us();
+        nxl_future_cancel(f);
+        ck_assert(tl_run_until(I.a, &c_calls, 1, 20000));
+        printf("STOPPED_CANCEL: %s: %s canceled with the target running: %s %.1f ms after the "
+               "cancel\n", C->label, what, nxl_status_name(nxl_future_status(f)),
+               (dl_now_us() - tr) / 1000.0);
+        nxl_future_release(f);
+        if (rd)
+            memset(I.buf, 0x5A, n * blk);
+        else
+            tl_fill(I.buf, n * blk, 720);
+        ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+        c_calls = 0;
+        DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+                 nxl_agent_last_error(I.a));
+        /* in flight: what the transport sends before the peer stops answering */
+        for (int i = 0; i < 4 && !c_calls; i++)
+            nxl_agent_run_once(I.a, 5);
+        if (c_calls) {
+            printf("STOPPED_CANCEL: %s: the %s completed (%s) before the cancel with the target "
+                   "stopped (one-sided): nothing to cancel\n", C->label, what,
+                   nxl_status_name(nxl_future_status(f)));
+            kill(I.pid, SIGCONT);
+            DL_CHECK(nxl_future_status(f) == NXL_SUCCESS, "%s: %s", C->label,
+                     nxl_future_error(f));
+            nxl_future_release(f);
+            nxl_xfer_release(x);
+            continue;
+        }
+        uint64_t t0 = dl_now_us();
+        nxl_future_cancel(f);
+        DL_CHECK(c_calls == 0, "%s: a callback inside nxl_future_cancel()", C->label);
+        while (!c_calls && dl_now_us() - t0 < slack_us)
+            nxl_agent_run_once(I.a, 5);
+        uint64_t t = dl_now_us() - t0;
+        bool resumed = false;
+        if (!c_calls) {
+            DL_CHECK(held, "%s: no callback %llu ms after the cancel of a %s with the target "
+                           "stopped", C->label, (unsigned long long)(slack_us / 1000), what);
+            ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+            resumed = true;
+            uint64_t tc = dl_now_us();
+            while (!c_calls && dl_now_us() - t0 < 30000000u)
+                nxl_agent_run_once(I.a, 5);
+            ck_assert_msg(c_calls == 1, "%s: no callback after SIGCONT", C->label);
+            printf("STOPPED_CANCEL: %s: %s canceled: callback %.1f ms after the target resumed "
+                   "(%.1f ms after the cancel): %s\n", C->label, what,
+                   (dl_now_us() - tc) / 1000.0, (dl_now_us() - t0) / 1000.0, held);
+        } else {
+            printf("STOPPED_CANCEL: %s: %s canceled with the target stopped: callback %.1f ms "
+                   "after the cancel%s%s\n", C->label, what, t / 1000.0, slow ? ": " : "",
+                   slow ? slow : "");
+        }
+        fflush(stdout);
+        DL_CHECK(c_calls == 1 && nxl_future_status(f) == NXL_ERR_CANCELED, "%s: %d callbacks, %s "
+                 "(%s)", C->label, c_calls, nxl_status_name(nxl_future_status(f)),
+                 nxl_future_error(f));
+        /* the buffers are the application's from the callback on */
+        uint64_t at_cb = sr_sum(I.buf, n * blk);
+        if (!rd)
+            memset(I.buf, 0xEE, n * blk);
+        for (int i = 0; i < 20; i++)
+            nxl_agent_run_once(I.a, 5);
+        if (!resumed)
+            ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+        /* the target answers what it got meanwhile */
+        for (int i = 0; i < 100; i++)
+            nxl_agent_run_once(I.a, 5);
+        usleep(200000);
+        for (int i = 0; i < 40; i++)
+            nxl_agent_run_once(I.a, 5);
+        ck_assert_int_eq(c_calls, 1);
+        if (rd)
+            ck_assert_msg(sr_sum(I.buf, n * blk) == at_cb,
+                          "%s: the READ's buffer changed after its callback", C->label);
+        else
+            ck_assert_str_eq(ask("nomark 33554432", 20000), "ok");
+        nxl_future_cancel(f); /* no effect on a complete future */
+        nxl_future_release(f);
+        /* posted again, it moves every byte */
+        if (rd) {
+            ck_assert_str_eq(ask("fill 94", 10000), "ok");
+            ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
+            ck_assert(tl_check(I.buf, n * blk, 94) < 0);
+        } else {
+            tl_fill(I.buf, n * blk, 721);
+            ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
+            ck_assert_str_eq(ask("chk 721 32 1048576 1048576", 10000), "ok");
+        }
+        ck_assert_int_eq(c_calls, 1);
+        nxl_xfer_release(x);
+    }
+    /* an abort is no loss of the peer (its metadata is still good) */
+    nxl_agent_on_peer(I.a, NULL, NULL);
+    ck_assert_msg(held || dl_downs == 0, "%s: %d DOWN events", C->label, dl_downs);
 }
 END_TEST
 
@@ -2366,6 +2509,7 @@ int main(void)
         tcase_add_test(tc, t_deadline);
         if (!strcmp(confs[i].transport, "MOONCAKE"))
             tcase_add_test(tc, t_deadline_idle);
+        tcase_add_test(tc, t_stopped_cancel);
         tcase_add_test(tc, t_stopped_read);
         tcase_add_test(tc, t_stopped_teardown);
         tcase_add_test(tc, t_teardown_inflight);

@@ -311,14 +311,17 @@ NXL_API int nxlt_op_canceled(const nxlt_op_t *op);
 typedef void (*nxlt_deadline_cb)(void *state, nxlt_op_t *op);
 /**
  * Asks to be told when the deadline of an op of this transport passed
- * (nxl_xfer_set_deadline) while its future waits for it (transports with
- * NXLT_CAP_CANCEL_WAITS; nxlt_op_canceled() reads 1 from then on): @p cb
- * runs on the reactor, from the engine's timer, never inside a call of
- * this transport. A transport whose cancel would wait for a peer that does
- * not answer may then abort what holds the op's buffers (its connection to
- * that peer), and report the op done once nothing reads or writes them
- * any more. Call it from create(); NULL stops it. Optional: without it
- * the op completes when the transport reports it done on its own.
+ * (nxl_xfer_set_deadline) while its future waits for it, or when an op
+ * canceled by nxl_future_cancel() (or a release in flight) is still not
+ * reported done 200 ms after the cancel (transports with
+ * NXLT_CAP_CANCEL_WAITS; nxlt_op_canceled() reads 1 from the deadline or
+ * the cancel on): @p cb runs on the reactor, from the engine's timer,
+ * never inside a call of this transport. A transport whose cancel would
+ * wait for a peer that does not answer may then abort what holds the op's
+ * buffers (its connection to that peer), and report the op done once
+ * nothing reads or writes them any more. Call it from create(); NULL stops
+ * it. Optional: without it the op completes when the transport reports it
+ * done on its own.
  */
 NXL_API void nxlt_on_deadline(nxlt_ctx_t *ctx, nxlt_deadline_cb cb);
 /**

@@ -531,6 +531,25 @@ void nxli_future_abort(nxl_future_t *f, nxl_status_t st, const char *why)
     future_unref(f);
 }
 
+/* A cancel the transport waits for: if the op is still not reported done
+ * NXLI_CANCEL_GRACE_MS from now (a peer that does not take or answer what
+ * was sent holds it, or the rest of a large transfer still moves), the
+ * transport's abort hook is called as at a deadline (deadline_cb). The
+ * future waits on the deadlines list meanwhile, in place of its deadline:
+ * that one no longer matters, its status is CANCELED. */
+static void cancel_grace_start(nxl_future_t *f)
+{
+    nxl_agent_t *a = f->agent;
+    deadline_remove(f);
+    if (nxli_deadline_timer(a) != NXL_SUCCESS) {
+        nxl_backend_t *b = f->op->backend;
+        b->on_deadline(b->state, f->op); /* no timer: the abort at once */
+        return;
+    }
+    f->cancel_grace = true;
+    nxli_deadline_add(f, nxli_now_us() + NXLI_CANCEL_GRACE_MS * 1000u);
+}
+
 /* now: complete at once, even where the transport still holds the op's
  * buffers (teardown, after the transports were quiesced) */
 static void cancel_impl(nxl_future_t *f, bool now)
@@ -549,7 +568,10 @@ static void cancel_impl(nxl_future_t *f, bool now)
         return;
     }
     if (!now && f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {
+        bool first = !f->cancel_wait; /* (a deadline's cancel already asked for the abort) */
         f->cancel_wait = true; /* nxlt_op_done completes it, its buffers free */
+        if (first && f->op->backend->on_deadline)
+            cancel_grace_start(f);
         return;
     }
     nxli_future_abort(f, NXL_ERR_CANCELED, "operation canceled before it completed");
@@ -605,7 +627,9 @@ nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
  * leaves the list when it completes. When one falls due it is canceled as
  * nxl_future_cancel() does, its status to be NXL_ERR_TIMEOUT: at once on a
  * transport whose ops finish on their own, when the transport reports the
- * op ended on one that waits for a cancel (NXLT_CAP_CANCEL_WAITS). */
+ * op ended on one that waits for a cancel (NXLT_CAP_CANCEL_WAITS). A
+ * future canceled on such a transport waits on the list too, for its
+ * grace (cancel_grace_start): the same hook then, its status unchanged. */
 
 void nxli_future_complete_canceled(nxl_future_t *f)
 {
@@ -670,8 +694,24 @@ static void deadline_cb(nxlt_timer_t *t, void *arg)
     while ((f = TAILQ_FIRST(&a->deadlines)) && f->deadline_us <= now) {
         TAILQ_REMOVE(&a->deadlines, f, tlink);
         f->in_deadlines = false;
-        if (f->done || f->settled || f->cancel_wait)
-            continue; /* completed, or canceled already: its status stays */
+        if (f->done || f->settled)
+            continue; /* completed: its status stays */
+        if (f->cancel_wait) {
+            /* canceled, and its transport's cancel not through within the
+             * grace: the transport aborts what holds the op */
+            if (f->cancel_grace && f->op && f->op->backend->on_deadline) {
+                nxl_backend_t *b = f->op->backend;
+                nxli_log(a, NXL_LOG_DEBUG, "nxl_future_cancel: a %s over %s not through %d ms "
+                         "after its cancel: the transport aborts what holds it",
+                         f->kind != NXLI_F_XFER ? "notification"
+                         : f->st_op == NXL_READ ? "READ"
+                                                : "WRITE",
+                         b->ops->name, NXLI_CANCEL_GRACE_MS);
+                b->on_deadline(b->state, f->op);
+            }
+            f->cancel_grace = false;
+            continue; /* its status stays: CANCELED, or the deadline's TIMEOUT */
+        }
         deadline_sentence(f, now);
         f->refs++;
         if (f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)) {

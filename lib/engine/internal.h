@@ -22,6 +22,10 @@
 #define NXLI_MD_MAX_REGIONS (1u << 20)
 #define NXLI_MD_MAX_KEY (64u << 10)
 #define NXLI_LABEL_MAX 255 /* bytes of a region's label (nxl_md_label) */
+/* a cancel that waits for its transport (NXLT_CAP_CANCEL_WAITS) and is not
+ * through after this long: the transport's abort hook (nxlt_on_deadline)
+ * is called, as at a deadline (future.c) */
+#define NXLI_CANCEL_GRACE_MS 200
 #define NXLI_MD_VERSION 1
 
 #define NXLI_UNUSED(x) ((void)(x))
@@ -219,6 +223,8 @@ struct nxl_future {
     uint64_t deadline_us;   /* when (nxli_now_us), 0: none */
     bool in_deadlines;      /* on the agent's deadlines list */
     char *timeout_why;      /* its deadline canceled it: completes with NXL_ERR_TIMEOUT */
+    bool cancel_grace;      /* canceled, and on the deadlines list until its grace ends
+                             * (deadline_us): then its transport is asked to abort */
     TAILQ_ENTRY(nxl_future) tlink;  /* the agent's deadlines, soonest first */
 };
 TAILQ_HEAD(nxli_fq, nxl_future);

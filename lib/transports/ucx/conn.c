@@ -238,8 +238,9 @@ static ucs_status_t ep_create(ucx_conn_t *c)
 
 /* ------------------------------------------------ aborts at a deadline
  *
- * A transfer's deadline passed (the engine's hook, nxl_ucx_on_deadline)
- * while UCX still holds its buffers: puts and gets that a stopped or hung
+ * A transfer's deadline passed, or its cancel is not through after the
+ * engine's grace (the engine's hook, nxl_ucx_on_deadline), while UCX still
+ * holds its buffers: puts and gets that a stopped or hung
  * peer does not take or answer, and a flush that waits for them. UCX 1.13
  * cannot cancel those one by one, so the endpoint to that peer is closed
  * by force (UCP_EP_CLOSE_FLAG_FORCE): UCX discards its transport
@@ -249,7 +250,8 @@ static ucs_status_t ep_create(ucx_conn_t *c)
  * were sent, and a get's reply for the closed endpoint is dropped. Once
  * that close completed, UCX no longer reads or writes the buffers of any
  * op on the endpoint: the ops are reported then, the timed-out one (its
- * future completes with NXL_ERR_TIMEOUT) and every other op on it (with
+ * future completes with NXL_ERR_TIMEOUT; a canceled one with
+ * NXL_ERR_CANCELED) and every other op on it (with
  * NXL_ERR_TIMEOUT too, and a sentence saying that it went with the
  * connection). The connection stays loaded, as the peer's metadata is
  * still good: a new endpoint to its address is made from the loop right
@@ -298,9 +300,9 @@ static void conn_abort(ucx_conn_t *c)
     ucx_t *u = c->u;
     char why[400];
     snprintf(why, sizeof(why), "UCX: transfer to agent '%s' aborted with its connection: the "
-             "deadline of another transfer to it passed while the peer did not take or answer "
-             "what was sent (stopped, hung or overloaded); its buffers are free, and the next "
-             "post to the peer reconnects", c->name);
+             "deadline of another transfer to it passed, or its cancel did not complete, while "
+             "the peer did not take or answer what was sent (stopped, hung or overloaded); its "
+             "buffers are free, and the next post to the peer reconnects", c->name);
     unsigned n = 0;
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
@@ -310,9 +312,9 @@ static void conn_abort(ucx_conn_t *c)
         if (!nxlt_op_canceled(o->op) && !o->why)
             o->why = strdup(why);
     }
-    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a deadline passed with %u operation%s to agent '%s' "
-             "held by UCX: its endpoint is closed by force, and the next post reconnects",
-             n, n == 1 ? "" : "s", c->name);
+    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a deadline passed, or a cancel did not complete, with "
+             "%u operation%s to agent '%s' held by UCX: its endpoint is closed by force, and the "
+             "next post reconnects", n, n == 1 ? "" : "s", c->name);
     c->aborted = true;
     c->wiring = true; /* posts wait for the new endpoint (nxl_ucx_reconnects) */
     c->refs++; /* until abort_done */
@@ -339,8 +341,8 @@ void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)
     nxl_ucx_kick(u);
 }
 
-/* From progress, after a deadline passed: the connections that hold a
- * timed-out op in UCX are aborted */
+/* From progress, after a deadline passed or a cancel's grace ended: the
+ * connections that hold a timed-out or canceled op in UCX are aborted */
 void nxl_ucx_deadlines(ucx_t *u)
 {
     u->deadline_due = false;

@@ -374,6 +374,50 @@ static bool holds_requests(ucx_t *u)
     return false;
 }
 
+/* o is with UCX: a put or get, its flush, its notification, an AM_WRITE
+ * not sent yet (not: copies queued for cross-memory attach, ops waiting for
+ * a new endpoint, AM_WRITEs sent, whose acknowledgement is the peer's,
+ * pieces on the rails' workers, rails.c) */
+static bool op_with_ucx(const ucx_op_t *o)
+{
+    return !o->queued && !o->wire_wait && !(o->amw && o->amw_sent) && !o->pieces;
+}
+
+/* Ops UCX has not given back on the endpoints the teardown closed by force
+ * (quiesce). ucp_ep_close_nbx(FORCE) discards the endpoint's transport
+ * endpoints in the background (ucp_worker_discard_uct_ep), and UCX 1.13
+ * completes the endpoint's requests (its software gets, over TCP and over
+ * shared memory without cross-memory attach, and the flushes that wait
+ * for them) as it does; over TCP and shared memory here they came back
+ * within the close or the first progress (0.0-0.2 ms). */
+static bool holds_torn(ucx_t *u)
+{
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn->torn && op_with_ucx(o))
+        return true;
+    return false;
+}
+
+/* Progresses the worker, asleep on its fd between rounds, until @p held
+ * reads false or @p until (nxlt_now_us) passed: false then */
+static bool progress_while(ucx_t *u, bool (*held)(ucx_t *), uint64_t until)
+{
+    uint64_t now;
+    while (held(u) && (now = nxlt_now_us()) < until) {
+        for (int k = 0; k < 64 && ucp_worker_progress(u->w); k++)
+            ;
+        if (!held(u))
+            break;
+        int ms = (int)((until - now) / 1000) + 1;
+        if (ucp_worker_arm(u->w) != UCS_OK)
+            ms = 1; /* busy (sends queued on shared memory): look again soon */
+        struct pollfd pf = {.fd = u->efd, .events = POLLIN};
+        poll(&pf, 1, ms < 50 ? ms : 50);
+    }
+    return !held(u);
+}
+
 /* Transfers still in flight to a peer that is alive and progressed, on
  * endpoints not closed: another process, or an agent of this process run
  * by another thread (one on this thread cannot answer while this one
@@ -394,7 +438,19 @@ static bool live_ops(ucx_t *u)
  * UCX 1.13 aborts the target's process (ucp_request_try_send: "unexpected
  * error: Endpoint timeout", from ucp_put_handler) when that answer finds
  * the initiator's endpoint gone. Then every op not reported yet is
- * reported CANCELED. */
+ * reported CANCELED (its callback runs after this returns), and the
+ * endpoints that still hold some (a peer stopped or hung) are closed by
+ * force here, and the worker progressed until UCX gave their requests
+ * back (holds_torn; at most DESTROY_WAIT_MS more): no callback runs while
+ * UCX may still write a READ's reply into its buffer. Not those to
+ * another agent of this process (the engine's unload closes them by
+ * force): not progressed while this one tears down, it never takes what
+ * fills its shared-memory FIFO, and UCX keeps those requests until the
+ * worker is destroyed (check_ucx t_destroy_inflight). Left to the
+ * engine's unload (a flushing close, which a stopped peer never answers),
+ * UCX 1.13 kept the gets until ucp_worker_destroy(), which aborted the
+ * process (ucp_ep_destroy_base: "Assertion `ucs_hlist_is_empty(
+ * &ucp_ep_ext_gen(ep)->proto_reqs)' failed"). */
 static void quiesce(void *state)
 {
     ucx_t *u = state;
@@ -418,6 +474,34 @@ static void quiesce(void *state)
         nxl_netop_unstart(&u->net, &o->conn->net);
         nxlt_op_done(op, NXL_ERR_CANCELED, "UCX: transport destroyed");
     }
+    if (!u->w)
+        return;
+    unsigned n = 0;
+    for (;;) {
+        ucx_conn_t *c = NULL;
+        LIST_FOREACH(o, &u->ops, link)
+        if (op_with_ucx(o) && o->conn->ep && !o->conn->self && !o->conn->local) {
+            c = o->conn;
+            break;
+        }
+        if (!c)
+            break;
+        ucp_ep_h ep = c->ep;
+        c->ep = NULL;
+        c->forced = true;
+        c->torn = true;
+        nxl_ucx_ep_close(u, ep, true); /* (its callbacks may free ops) */
+        n++;
+    }
+    uint64_t t0 = nxlt_now_us();
+    if (n && !progress_while(u, holds_torn, t0 + DESTROY_WAIT_MS * 1000ull))
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: teardown: %u endpoint%s closed by force with "
+                 "transfers in flight; UCX did not give all their requests back within %d ms",
+                 n, n == 1 ? "" : "s", DESTROY_WAIT_MS);
+    else if (n)
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: teardown: %u endpoint%s with transfers in flight "
+                 "closed by force; UCX gave their requests back in %.1f ms", n,
+                 n == 1 ? "" : "s", (nxlt_now_us() - t0) / 1000.0);
 }
 
 static void destroy(void *state)
@@ -443,19 +527,7 @@ static void destroy(void *state)
          * notifications of ops already reported) as the worker progresses:
          * wait for them, asleep on the worker's fd, up to a deadline (a
          * peer that vanished without a word may never answer a close) */
-        uint64_t until = nxlt_now_us() + DESTROY_WAIT_MS * 1000ull;
-        uint64_t now;
-        while (holds_requests(u) && (now = nxlt_now_us()) < until) {
-            for (int k = 0; k < 64 && ucp_worker_progress(u->w); k++)
-                ;
-            if (!holds_requests(u))
-                break;
-            int ms = (int)((until - now) / 1000) + 1;
-            if (ucp_worker_arm(u->w) != UCS_OK)
-                ms = 1; /* busy (sends queued on shared memory): look again soon */
-            struct pollfd pf = {.fd = u->efd, .events = POLLIN};
-            poll(&pf, 1, ms < 50 ? ms : 50);
-        }
+        progress_while(u, holds_requests, nxlt_now_us() + DESTROY_WAIT_MS * 1000ull);
         if (holds_requests(u))
             nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: %u endpoint closes or flushes still pending "
                      "after %d ms at teardown (a peer that does not answer); giving up on "

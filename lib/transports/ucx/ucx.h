@@ -186,6 +186,8 @@ struct ucx_conn {
     bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
+    bool torn;                  /* ... by the teardown, transfers in flight on it (init.c,
+                                 * quiesce): those UCX gives back are waited for */
     bool fail_deferred;         /* UCX failed it inside one of our calls: handled from the loop */
     bool aborted;               /* its endpoint was closed by force at a deadline (conn.c,
                                  * nxl_ucx_deadlines): the next use makes a new one */
