@@ -12,6 +12,8 @@
 
 #include <nxl/kv.h>
 
+#include "kv_fixture.h"
+
 #include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,42 +23,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* a packed layout of one rank (len: exactly what it needs) */
-static nxl_kv_layout_t mk(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads,
-                          uint32_t hs, uint32_t es, uint32_t tp, uint32_t rank,
-                          nxl_kv_order_t order, uintptr_t base)
-{
-    nxl_kv_layout_t l;
-    nxl_kv_layout_init(&l);
-    l.layers = layers;
-    l.blocks = blocks;
-    l.block_tokens = bt;
-    l.heads = heads;
-    l.head_size = hs;
-    l.elem_size = es;
-    l.tp_size = tp;
-    l.tp_rank = rank;
-    l.order = order;
-    l.base = base;
-    l.len = (size_t)layers * blocks * bt * (heads / tp) * hs * es;
-    return l;
-}
-
-/* The reference: the byte offset in l of (plane, block, slot, global head,
- * byte of the row), written from the definition in nxl/kv.h */
-static uint64_t ref_off(const nxl_kv_layout_t *l, uint32_t p, uint32_t b, uint32_t t, uint32_t g,
-                        uint32_t k)
-{
-    uint64_t row = (uint64_t)l->head_size * l->elem_size, hl = l->heads / l->tp_size;
-    uint64_t bb = l->block_tokens * hl * row;
-    uint64_t bs = l->block_stride ? l->block_stride : bb;
-    uint64_t ls = l->layer_stride ? l->layer_stride : bs * l->blocks;
-    uint64_t h = g - l->tp_rank * hl;
-    uint64_t in = l->order == NXL_KV_HEADS_OUTER ? (h * l->block_tokens + t) * row
-                                                 : (t * hl + h) * row;
-    return p * ls + b * bs + in + k;
 }
 
 static int holds(const nxl_kv_layout_t *l, uint32_t g)
