@@ -26,7 +26,9 @@ static inline char *ring_alloc(size_t len, int thp)
     size_t alen = (len + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
     if (posix_memalign(&p, 2u << 20, alen))
         return NULL;
+#ifdef MADV_HUGEPAGE
     madvise(p, alen, MADV_HUGEPAGE);
+#endif
     return p;
 }
 
