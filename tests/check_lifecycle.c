@@ -152,11 +152,7 @@ static nxl_agent_t *target_agent(uint16_t port, const char *etcd)
 
 static nxl_agent_t *target(uint16_t port, uintptr_t addr, size_t len, size_t nregs)
 {
-    nxl_agent_config_t c;
-    tl_config(&c, "T", 0);
-    c.listen_port = port;
-    nxl_agent_t *t = tl_agent_cfg(&c, 1);
-    tl_backend(t, "UCX");
+    nxl_agent_t *t = target_agent(port, NULL);
     for (size_t i = 0; i < nregs; i++)
         tl_reg_dram(t, (void *)(addr + i * len), len);
     return t;
@@ -183,17 +179,9 @@ static nxl_status_t post1(nxl_agent_t *i, nxl_agent_t *t, nxl_xfer_t *x)
 
 START_TEST(t_events_rebind)
 {
-    nxl_plugin_info_t info[16];
-    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
-    if (!ucx || !ucx->available) {
-        printf("SKIP: events_rebind: UCX is not available here\n");
+    if (ucx_missing("events_rebind"))
         return;
-    }
-    memset(&E, 0, sizeof(E));
-    nxl_agent_t *i = tl_agent_bare("I", 0);
-    tl_backend(i, "UCX");
-    nxl_agent_on_peer(i, on_peer, NULL);
-    tl_reg_dram(i, lb, sizeof(lb));
+    nxl_agent_t *i = initiator(NULL);
     nxl_agent_t *t = target(0, (uintptr_t)tb, 8 << 10, 1);
     uint16_t port = nxl_agent_listen_port(t);
 
@@ -298,17 +286,9 @@ END_TEST
  * is still there, refused with a sentence when it is gone. */
 START_TEST(t_strided_rebind)
 {
-    nxl_plugin_info_t info[16];
-    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
-    if (!ucx || !ucx->available) {
-        printf("SKIP: strided_rebind: UCX is not available here\n");
+    if (ucx_missing("strided_rebind"))
         return;
-    }
-    memset(&E, 0, sizeof(E));
-    nxl_agent_t *i = tl_agent_bare("I", 0);
-    tl_backend(i, "UCX");
-    nxl_agent_on_peer(i, on_peer, NULL);
-    tl_reg_dram(i, lb, sizeof(lb));
+    nxl_agent_t *i = initiator(NULL);
     nxl_agent_t *t = target(0, (uintptr_t)tb, 8 << 10, 1);
     uint16_t port = nxl_agent_listen_port(t);
     fetch(i, t);
