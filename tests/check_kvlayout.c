@@ -487,6 +487,25 @@ static void teardown_ucx(void)
     nxl_agent_destroy(P);
 }
 
+/* d and p given memory of their own: their bases set, d's region (and
+ * *sm, p->len bytes, where sm is not NULL) registered at D, p's at P, and
+ * P's metadata loaded into D */
+static void kv_regions(nxl_kv_layout_t *d, nxl_kv_layout_t *p, unsigned char **dm,
+                       unsigned char **pm, unsigned char **sm)
+{
+    *dm = tl_xalloc(d->len);
+    *pm = tl_xalloc(p->len);
+    if (sm)
+        *sm = tl_xalloc(p->len);
+    d->base = (uintptr_t)*dm;
+    p->base = (uintptr_t)*pm;
+    tl_reg_dram(D, *dm, d->len);
+    tl_reg_dram(P, *pm, p->len);
+    if (sm)
+        tl_reg_dram(D, *sm, p->len);
+    tl_learn(D, P);
+}
+
 /* the byte k of row (plane, token, global head) */
 static unsigned char val(uint32_t l, size_t i, uint32_t g, uint32_t k)
 {
@@ -948,13 +967,8 @@ START_TEST(t_xfer_refused)
 {
     nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_HEADS_OUTER, 0);
     nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_TOKENS_OUTER, 0);
-    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len), *sm = tl_xalloc(p.len);
-    d.base = (uintptr_t)dm;
-    p.base = (uintptr_t)pm;
-    tl_reg_dram(D, dm, d.len);
-    tl_reg_dram(P, pm, p.len);
-    tl_reg_dram(D, sm, p.len);
-    tl_learn(D, P);
+    unsigned char *dm, *pm, *sm;
+    kv_regions(&d, &p, &dm, &pm, &sm);
     uint32_t ids[4] = {0, 1, 2, 3};
     nxl_kv_seq_t s = {ids, 4, ids, 4, 64};
     nxl_kv_opts_t o;
