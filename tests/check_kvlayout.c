@@ -798,17 +798,12 @@ START_TEST(t_xfer_read_less)
 {
     nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 4, 1, NXL_KV_TOKENS_OUTER, 0);
     nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_HEADS_OUTER, 0);
-    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len), *sm = tl_xalloc(p.len);
+    unsigned char *dm, *pm, *sm;
+    kv_regions(&d, &p, &dm, &pm, &sm);
     unsigned char *want = tl_xalloc(d.len);
     tl_fill(pm, p.len, 5);
     memset(dm, 0xEE, d.len);
     memset(want, 0xEE, d.len);
-    d.base = (uintptr_t)dm;
-    p.base = (uintptr_t)pm;
-    tl_reg_dram(D, dm, d.len);
-    tl_reg_dram(P, pm, p.len);
-    tl_reg_dram(D, sm, p.len);
-    tl_learn(D, P);
     uint32_t di[4] = {2, 0, 3, 1}, pi[4] = {1, 3, 0, 2};
     nxl_kv_seq_t s = {di, 4, pi, 4, 60};
     nxl_kv_opts_t o;
@@ -907,14 +902,10 @@ START_TEST(t_xfer_left_at_destroy)
 {
     nxl_kv_layout_t d = mk(4, 8, 16, 8, 16, 2, 2, 0, NXL_KV_TOKENS_OUTER, 0);
     nxl_kv_layout_t p = mk(4, 8, 16, 8, 16, 2, 4, 0, NXL_KV_HEADS_OUTER, 0);
-    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len);
+    unsigned char *dm, *pm;
+    kv_regions(&d, &p, &dm, &pm, NULL);
     tl_fill(pm, p.len, 3);
     memset(dm, 0, d.len);
-    d.base = (uintptr_t)dm;
-    p.base = (uintptr_t)pm;
-    tl_reg_dram(D, dm, d.len);
-    tl_reg_dram(P, pm, p.len);
-    tl_learn(D, P);
     uint32_t ids[7] = {6, 5, 4, 3, 2, 1, 0};
     nxl_kv_seq_t s = {ids, 7, ids, 7, 100};
     nxl_kv_opts_t o;
@@ -1050,14 +1041,10 @@ START_TEST(t_threshold_bench)
         uint32_t blocks = (uint32_t)((tokens + bt - 1) / bt);
         nxl_kv_layout_t d = mk(planes, blocks, bt, 8, hs, 2, 2, 0, NXL_KV_HEADS_OUTER, 0);
         nxl_kv_layout_t p = mk(planes, blocks, bt, 8, hs, 2, 2, 0, NXL_KV_TOKENS_OUTER, 0);
-        unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len);
+        unsigned char *dm, *pm;
+        kv_regions(&d, &p, &dm, &pm, NULL);
         memset(dm, 0, d.len);
         memset(pm, 3, p.len);
-        d.base = (uintptr_t)dm;
-        p.base = (uintptr_t)pm;
-        tl_reg_dram(D, dm, d.len);
-        tl_reg_dram(P, pm, p.len);
-        tl_learn(D, P);
         uint32_t *ids = malloc(blocks * sizeof(*ids));
         for (uint32_t i = 0; i < blocks; i++)
             ids[i] = i;
