@@ -26,32 +26,7 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static char *ring_alloc(size_t len, int thp)
-{
-    void *p = NULL;
-    if (!thp)
-        return malloc(len);
-    size_t alen = (len + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
-    if (posix_memalign(&p, 2u << 20, alen))
-        return NULL;
-    madvise(p, alen, MADV_HUGEPAGE);
-    return p;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof(s), &s);
-}
+#include "ref_common.h"
 
 /* copy len bytes between local l and remote r of pid, chunk bytes a call */
 static int cma(pid_t pid, int wr, char *l, char *r, size_t len, size_t chunk)

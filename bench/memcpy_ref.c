@@ -16,26 +16,7 @@
 #include <time.h>
 #include <sys/mman.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static char *ring_alloc(size_t len, int thp)
-{
-    void *p = NULL;
-    if (!thp)
-        return malloc(len);
-    size_t alen = (len + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
-    if (posix_memalign(&p, 2u << 20, alen))
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, alen, MADV_HUGEPAGE);
-#endif
-    return p;
-}
+#include "ref_common.h"
 
 int main(int argc, char **argv)
 {

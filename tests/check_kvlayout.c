@@ -12,6 +12,8 @@
 
 #include <nxl/kv.h>
 
+#include "kv_fixture.h"
+
 #include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,42 +23,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* a packed layout of one rank (len: exactly what it needs) */
-static nxl_kv_layout_t mk(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t heads,
-                          uint32_t hs, uint32_t es, uint32_t tp, uint32_t rank,
-                          nxl_kv_order_t order, uintptr_t base)
-{
-    nxl_kv_layout_t l;
-    nxl_kv_layout_init(&l);
-    l.layers = layers;
-    l.blocks = blocks;
-    l.block_tokens = bt;
-    l.heads = heads;
-    l.head_size = hs;
-    l.elem_size = es;
-    l.tp_size = tp;
-    l.tp_rank = rank;
-    l.order = order;
-    l.base = base;
-    l.len = (size_t)layers * blocks * bt * (heads / tp) * hs * es;
-    return l;
-}
-
-/* The reference: the byte offset in l of (plane, block, slot, global head,
- * byte of the row), written from the definition in nxl/kv.h */
-static uint64_t ref_off(const nxl_kv_layout_t *l, uint32_t p, uint32_t b, uint32_t t, uint32_t g,
-                        uint32_t k)
-{
-    uint64_t row = (uint64_t)l->head_size * l->elem_size, hl = l->heads / l->tp_size;
-    uint64_t bb = l->block_tokens * hl * row;
-    uint64_t bs = l->block_stride ? l->block_stride : bb;
-    uint64_t ls = l->layer_stride ? l->layer_stride : bs * l->blocks;
-    uint64_t h = g - l->tp_rank * hl;
-    uint64_t in = l->order == NXL_KV_HEADS_OUTER ? (h * l->block_tokens + t) * row
-                                                 : (t * hl + h) * row;
-    return p * ls + b * bs + in + k;
 }
 
 static int holds(const nxl_kv_layout_t *l, uint32_t g)
@@ -521,6 +487,25 @@ static void teardown_ucx(void)
     nxl_agent_destroy(P);
 }
 
+/* d and p given memory of their own: their bases set, d's region (and
+ * *sm, p->len bytes, where sm is not NULL) registered at D, p's at P, and
+ * P's metadata loaded into D */
+static void kv_regions(nxl_kv_layout_t *d, nxl_kv_layout_t *p, unsigned char **dm,
+                       unsigned char **pm, unsigned char **sm)
+{
+    *dm = tl_xalloc(d->len);
+    *pm = tl_xalloc(p->len);
+    if (sm)
+        *sm = tl_xalloc(p->len);
+    d->base = (uintptr_t)*dm;
+    p->base = (uintptr_t)*pm;
+    tl_reg_dram(D, *dm, d->len);
+    tl_reg_dram(P, *pm, p->len);
+    if (sm)
+        tl_reg_dram(D, *sm, p->len);
+    tl_learn(D, P);
+}
+
 /* the byte k of row (plane, token, global head) */
 static unsigned char val(uint32_t l, size_t i, uint32_t g, uint32_t k)
 {
@@ -813,17 +798,12 @@ START_TEST(t_xfer_read_less)
 {
     nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 4, 1, NXL_KV_TOKENS_OUTER, 0);
     nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_HEADS_OUTER, 0);
-    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len), *sm = tl_xalloc(p.len);
+    unsigned char *dm, *pm, *sm;
+    kv_regions(&d, &p, &dm, &pm, &sm);
     unsigned char *want = tl_xalloc(d.len);
     tl_fill(pm, p.len, 5);
     memset(dm, 0xEE, d.len);
     memset(want, 0xEE, d.len);
-    d.base = (uintptr_t)dm;
-    p.base = (uintptr_t)pm;
-    tl_reg_dram(D, dm, d.len);
-    tl_reg_dram(P, pm, p.len);
-    tl_reg_dram(D, sm, p.len);
-    tl_learn(D, P);
     uint32_t di[4] = {2, 0, 3, 1}, pi[4] = {1, 3, 0, 2};
     nxl_kv_seq_t s = {di, 4, pi, 4, 60};
     nxl_kv_opts_t o;
@@ -922,14 +902,10 @@ START_TEST(t_xfer_left_at_destroy)
 {
     nxl_kv_layout_t d = mk(4, 8, 16, 8, 16, 2, 2, 0, NXL_KV_TOKENS_OUTER, 0);
     nxl_kv_layout_t p = mk(4, 8, 16, 8, 16, 2, 4, 0, NXL_KV_HEADS_OUTER, 0);
-    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len);
+    unsigned char *dm, *pm;
+    kv_regions(&d, &p, &dm, &pm, NULL);
     tl_fill(pm, p.len, 3);
     memset(dm, 0, d.len);
-    d.base = (uintptr_t)dm;
-    p.base = (uintptr_t)pm;
-    tl_reg_dram(D, dm, d.len);
-    tl_reg_dram(P, pm, p.len);
-    tl_learn(D, P);
     uint32_t ids[7] = {6, 5, 4, 3, 2, 1, 0};
     nxl_kv_seq_t s = {ids, 7, ids, 7, 100};
     nxl_kv_opts_t o;
@@ -982,13 +958,8 @@ START_TEST(t_xfer_refused)
 {
     nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_HEADS_OUTER, 0);
     nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_TOKENS_OUTER, 0);
-    unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len), *sm = tl_xalloc(p.len);
-    d.base = (uintptr_t)dm;
-    p.base = (uintptr_t)pm;
-    tl_reg_dram(D, dm, d.len);
-    tl_reg_dram(P, pm, p.len);
-    tl_reg_dram(D, sm, p.len);
-    tl_learn(D, P);
+    unsigned char *dm, *pm, *sm;
+    kv_regions(&d, &p, &dm, &pm, &sm);
     uint32_t ids[4] = {0, 1, 2, 3};
     nxl_kv_seq_t s = {ids, 4, ids, 4, 64};
     nxl_kv_opts_t o;
@@ -1070,14 +1041,10 @@ START_TEST(t_threshold_bench)
         uint32_t blocks = (uint32_t)((tokens + bt - 1) / bt);
         nxl_kv_layout_t d = mk(planes, blocks, bt, 8, hs, 2, 2, 0, NXL_KV_HEADS_OUTER, 0);
         nxl_kv_layout_t p = mk(planes, blocks, bt, 8, hs, 2, 2, 0, NXL_KV_TOKENS_OUTER, 0);
-        unsigned char *dm = tl_xalloc(d.len), *pm = tl_xalloc(p.len);
+        unsigned char *dm, *pm;
+        kv_regions(&d, &p, &dm, &pm, NULL);
         memset(dm, 0, d.len);
         memset(pm, 3, p.len);
-        d.base = (uintptr_t)dm;
-        p.base = (uintptr_t)pm;
-        tl_reg_dram(D, dm, d.len);
-        tl_reg_dram(P, pm, p.len);
-        tl_learn(D, P);
         uint32_t *ids = malloc(blocks * sizeof(*ids));
         for (uint32_t i = 0; i < blocks; i++)
             ids[i] = i;

@@ -110,13 +110,49 @@ static void turn2(nxl_agent_t *a, nxl_agent_t *b, int ms)
 static unsigned char tb[64 << 10] __attribute__((aligned(4096)));
 static unsigned char lb[16 << 10] __attribute__((aligned(4096)));
 
-static nxl_agent_t *target(uint16_t port, uintptr_t addr, size_t len, size_t nregs)
+/* true, with a SKIP line for the case name, when UCX is not available */
+static bool ucx_missing(const char *name)
+{
+    nxl_plugin_info_t info[16];
+    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
+    if (!ucx || !ucx->available) {
+        printf("SKIP: %s: UCX is not available here\n", name);
+        return true;
+    }
+    return false;
+}
+
+/* the initiator I over UCX (etcd: its endpoints, or NULL), its events
+ * recorded in E from empty, lb registered */
+static nxl_agent_t *initiator(const char *etcd)
+{
+    memset(&E, 0, sizeof(E));
+    nxl_agent_config_t c;
+    tl_config(&c, "I", 0);
+    c.etcd_endpoints = etcd;
+    nxl_agent_t *i = tl_agent_cfg(&c, 0);
+    tl_backend(i, "UCX");
+    nxl_agent_on_peer(i, on_peer, NULL);
+    tl_reg_dram(i, lb, sizeof(lb));
+    return i;
+}
+
+/* the agent of a new incarnation of T over UCX, listening on port (0: an
+ * ephemeral one), with etcd's endpoints or NULL; nothing registered */
+static nxl_agent_t *target_agent(uint16_t port, const char *etcd)
 {
     nxl_agent_config_t c;
     tl_config(&c, "T", 0);
     c.listen_port = port;
+    c.etcd_endpoints = etcd;
     nxl_agent_t *t = tl_agent_cfg(&c, 1);
     tl_backend(t, "UCX");
+    return t;
+}
+
+static nxl_agent_t *target(uint16_t port, uintptr_t addr, size_t len, size_t nregs)
+{
+    nxl_agent_t *t = target_agent(port, NULL);
     for (size_t i = 0; i < nregs; i++)
         tl_reg_dram(t, (void *)(addr + i * len), len);
     return t;
@@ -143,17 +179,9 @@ static nxl_status_t post1(nxl_agent_t *i, nxl_agent_t *t, nxl_xfer_t *x)
 
 START_TEST(t_events_rebind)
 {
-    nxl_plugin_info_t info[16];
-    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
-    if (!ucx || !ucx->available) {
-        printf("SKIP: events_rebind: UCX is not available here\n");
+    if (ucx_missing("events_rebind"))
         return;
-    }
-    memset(&E, 0, sizeof(E));
-    nxl_agent_t *i = tl_agent_bare("I", 0);
-    tl_backend(i, "UCX");
-    nxl_agent_on_peer(i, on_peer, NULL);
-    tl_reg_dram(i, lb, sizeof(lb));
+    nxl_agent_t *i = initiator(NULL);
     nxl_agent_t *t = target(0, (uintptr_t)tb, 8 << 10, 1);
     uint16_t port = nxl_agent_listen_port(t);
 
@@ -258,17 +286,9 @@ END_TEST
  * is still there, refused with a sentence when it is gone. */
 START_TEST(t_strided_rebind)
 {
-    nxl_plugin_info_t info[16];
-    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
-    if (!ucx || !ucx->available) {
-        printf("SKIP: strided_rebind: UCX is not available here\n");
+    if (ucx_missing("strided_rebind"))
         return;
-    }
-    memset(&E, 0, sizeof(E));
-    nxl_agent_t *i = tl_agent_bare("I", 0);
-    tl_backend(i, "UCX");
-    nxl_agent_on_peer(i, on_peer, NULL);
-    tl_reg_dram(i, lb, sizeof(lb));
+    nxl_agent_t *i = initiator(NULL);
     nxl_agent_t *t = target(0, (uintptr_t)tb, 8 << 10, 1);
     uint16_t port = nxl_agent_listen_port(t);
     fetch(i, t);
@@ -338,12 +358,7 @@ static tl_etcd_t L_etcd;
 static nxl_agent_t *ltarget(nxl_agent_t *i, uint16_t port, const size_t *off, const size_t *len,
                             size_t n, const char *label, const size_t *loff, size_t nl)
 {
-    nxl_agent_config_t c;
-    tl_config(&c, "T", 0);
-    c.listen_port = port;
-    c.etcd_endpoints = L_etcd.pid ? L_etcd.endpoint : NULL;
-    nxl_agent_t *t = tl_agent_cfg(&c, 1);
-    tl_backend(t, "UCX");
+    nxl_agent_t *t = target_agent(port, L_etcd.pid ? L_etcd.endpoint : NULL);
     nxl_desc_t d[4];
     for (size_t k = 0; k < n; k++)
         tl_reg_dram(t, tb + off[k], len[k]);
@@ -406,12 +421,8 @@ static void lfill(uint32_t seed)
 static void label_rebind(bool etcd)
 {
     const char *name = etcd ? "label_rebind_etcd" : "label_rebind";
-    nxl_plugin_info_t info[16];
-    const nxl_plugin_info_t *ucx = tl_plugin("UCX", info, 16);
-    if (!ucx || !ucx->available) {
-        printf("SKIP: %s: UCX is not available here\n", name);
+    if (ucx_missing(name))
         return;
-    }
     memset(&L_etcd, 0, sizeof(L_etcd));
     if (etcd) {
         nxl_build_info_t bi = {.size = sizeof(bi)};
@@ -424,15 +435,8 @@ static void label_rebind(bool etcd)
         ck_assert_msg(tl_etcd_start(&L_etcd) == 0, "etcd did not start (see %s/etcd.log)",
                       L_etcd.dir);
     }
-    memset(&E, 0, sizeof(E));
     memset(tb, 0, sizeof(tb));
-    nxl_agent_config_t c;
-    tl_config(&c, "I", 0);
-    c.etcd_endpoints = etcd ? L_etcd.endpoint : NULL;
-    nxl_agent_t *i = tl_agent_cfg(&c, 0);
-    tl_backend(i, "UCX");
-    nxl_agent_on_peer(i, on_peer, NULL);
-    tl_reg_dram(i, lb, sizeof(lb));
+    nxl_agent_t *i = initiator(etcd ? L_etcd.endpoint : NULL);
 
     /* incarnation 1: A at 0, B at 16 KiB, labelled kv */
     const size_t off1[2] = {0, 16 << 10}, len[2] = {LREG, LREG};

@@ -18,6 +18,8 @@
 
 #include <nxl/kv.h>
 
+#include "../kv_fixture.h"
+
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,32 +35,14 @@
         }                                                                                       \
     } while (0)
 
-static nxl_kv_layout_t mk(uint32_t layers, uint32_t blocks, uint32_t bt, uint32_t tp,
-                          uint32_t rank, nxl_kv_order_t order)
-{
-    nxl_kv_layout_t l;
-    nxl_kv_layout_init(&l);
-    l.layers = layers;
-    l.blocks = blocks;
-    l.block_tokens = bt;
-    l.heads = 8;
-    l.head_size = 128;
-    l.elem_size = 2;
-    l.order = order;
-    l.tp_size = tp;
-    l.tp_rank = rank;
-    l.len = (size_t)layers * blocks * bt * (8 / tp) * 128 * 2;
-    return l;
-}
-
 /* one case: 0 when every byte is right; the kernel's and the copy's times in t */
 static int run_case(uint32_t tpd, uint32_t tpp, uint32_t rd, uint32_t rp, uint32_t btd,
                     uint32_t btp, nxl_kv_order_t od, nxl_kv_order_t op, uint32_t layers,
                     size_t tokens, double *tk, double *tm, size_t *bytes_out)
 {
     uint32_t nd = (uint32_t)((tokens + btd - 1) / btd), np = (uint32_t)((tokens + btp - 1) / btp);
-    nxl_kv_layout_t d = mk(layers, nd + 1, btd, tpd, rd, od);
-    nxl_kv_layout_t p = mk(layers, np + 2, btp, tpp, rp, op);
+    nxl_kv_layout_t d = mk(layers, nd + 1, btd, 8, 128, 2, tpd, rd, od, 0);
+    nxl_kv_layout_t p = mk(layers, np + 2, btp, 8, 128, 2, tpp, rp, op, 0);
     uint32_t *di = (uint32_t *)malloc(nd * sizeof(uint32_t));
     uint32_t *pi = (uint32_t *)malloc(np * sizeof(uint32_t));
     for (uint32_t i = 0; i < nd; i++)
