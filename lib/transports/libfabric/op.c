@@ -80,8 +80,8 @@ void nxl_lf_op_check(lf_op_t *o)
             } else if (idle) {
                 char why[400];
                 snprintf(why, sizeof(why), "LIBFABRIC: %s to agent '%s' aborted with its "
-                         "connection: the deadline of another transfer to it passed while the "
-                         "peer did not take or answer what was sent (stopped, hung or "
+                         "connection: the deadline of another transfer to it passed, or its "
+                         "cancel did not complete, while the peer did not take or answer what was sent (stopped, hung or "
                          "overloaded); its buffers are free, and the next post to the peer "
                          "reconnects", o->is_xfer ? (o->dir == NXL_WRITE ? "WRITE" : "READ")
                                                   : "notification", o->conn->name);
