@@ -57,20 +57,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!lf_ci_parse(in, n, &c)) {
             CHECK(c.name >= in && c.name_len && c.name + c.name_len <= in + n);
             CHECK(strlen(c.prov) < LF_PROV_MAX);
-            CHECK(!c.bell_len || (c.bell > c.name && c.bell + c.bell_len == in + n &&
+            CHECK(!c.bell_len || (c.bell > c.name && c.bell + c.bell_len <= in + n &&
                                   c.bell_len <= LF_BELL_MAX && !c.bell[0]));
+            CHECK(!c.nrails == !(c.flags & LF_CI_RAILS) && c.nrails <= LF_RAILS_MAX);
             /* packed again (always LFC2): the same fields, and for an
              * LFC2 input the same bytes */
-            size_t l = lf_ci_size(c.prov, c.name_len, c.bell_len);
-            CHECK(l && (!c.v2 || l == n));
+            size_t lens[LF_RAILS_MAX];
+            for (unsigned i = 0; i < c.nrails; i++) {
+                CHECK(c.rail_name[i] > c.name && c.rail_name[i] + c.rail_name_len[i] <= in + n);
+                lens[i] = c.rail_name_len[i];
+            }
+            size_t rl = c.nrails ? lf_ci_rails_size(c.nrails, lens) : 0;
+            CHECK(!c.nrails || rl);
+            size_t l = lf_ci_size(c.prov, c.name_len, c.bell_len) + rl;
+            CHECK(l > rl && (!c.v2 || l == n));
             uint8_t *out = malloc(l);
             CHECK(out);
             lf_ci_pack(out, c.af, c.prov, c.name, c.name_len, c.flags, c.bell, c.bell_len);
+            if (c.nrails)
+                lf_ci_rails_pack(out + l - rl, c.nrails, c.rail_name, lens);
             CHECK(!c.v2 || !memcmp(out, in, n));
             lf_ci_t d;
             CHECK(!lf_ci_parse(out, l, &d) && d.af == c.af && !strcmp(d.prov, c.prov) &&
                   d.name_len == c.name_len && !memcmp(d.name, c.name, c.name_len) &&
-                  d.flags == c.flags && d.bell_len == c.bell_len);
+                  d.flags == c.flags && d.bell_len == c.bell_len && d.nrails == c.nrails);
             free(out);
         }
         break;
@@ -78,9 +88,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2: {
         lf_wkey_t k;
         if (!lf_key_parse(in, n, &k)) {
-            uint8_t out[LF_KEY_LEN];
+            uint8_t out[LF_KEY_LEN + 2 + 8 * LF_RAILS_MAX];
             lf_key_pack(out, &k);
-            CHECK(n == LF_KEY_LEN && !memcmp(out, in, n));
+            if (k.nrails)
+                lf_key_rails_pack(out + LF_KEY_LEN, &k);
+            CHECK(n == LF_KEY_LEN + lf_key_rails_size(k.nrails) && !memcmp(out, in, n));
         }
         break;
     }

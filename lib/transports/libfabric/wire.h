@@ -8,9 +8,14 @@
  *              (no NUL, < 64 bytes), u16 name length (> 0), the endpoint name,
  *              u8 flags, u8 length + the doorbell's abstract socket name
  *              (0: none; else a leading NUL, at most sun_path's 108 bytes).
- *              Flags: 1 takes one-message WRITEs, 2 sends revokes.
+ *              Flags: 1 takes one-message WRITEs, 2 sends revokes, 4 has
+ *              rails: then, after the doorbell, u8 n (1 to LF_RAILS_MAX) and
+ *              n x (u16 length (> 0), the rail endpoint's name). Only an agent
+ *              with rails sets 4 (an older peer refuses that info).
  *              "LFC1" ended after the endpoint name (flags 0, no doorbell).
- *   key:       "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base
+ *   key:       "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base;
+ *              with rails, then 'R', u8 n (1 to LF_RAILS_MAX), n x u64: the
+ *              region's key in each rail's domain (same base)
  *   revoke:    'R', u8 name length (> 0), the sending agent's name (no NUL),
  *              u8 memory type, u64 device, u64 address, u64 length: that
  *              agent deregistered the region. It arrives in the receive
@@ -30,6 +35,9 @@
 #define LF_PROV_MAX 64
 #define LF_KEY_LEN 24
 #define LF_BELL_MAX 108 /* sizeof(sockaddr_un.sun_path) */
+#define LF_CI_RAILS 4    /* conn info flag: a rails block follows the doorbell */
+#define LF_RAILS_MAX 8
+#define LF_KEY_RAILS_TAG 'R'
 
 typedef struct lf_ci {
     bool v2;                     /* LFC2 (else LFC1) */
@@ -40,11 +48,16 @@ typedef struct lf_ci {
     unsigned flags;
     const unsigned char *bell;   /* the doorbell's name (inside the info), bell_len 0: none */
     size_t bell_len;
+    unsigned nrails;             /* with LF_CI_RAILS: its rails' endpoint names (inside the info) */
+    const unsigned char *rail_name[LF_RAILS_MAX];
+    uint16_t rail_name_len[LF_RAILS_MAX];
 } lf_ci_t;
 
 typedef struct lf_wkey {
     bool virt;
     uint64_t key, base;
+    unsigned nrails;             /* keys in the rails' domains (0: none) */
+    uint64_t rail_key[LF_RAILS_MAX];
 } lf_wkey_t;
 
 /* big-endian integers of n bytes (../common/be.h) */
@@ -77,6 +90,32 @@ static inline void lf_ci_pack(unsigned char *b, uint32_t af, const char *prov, c
         memcpy(b + 13 + pl + name_len, bell, bell_len);
 }
 
+/* bytes a rails block of n names (lens[i] bytes each) takes: 0 when it does not fit */
+static inline size_t lf_ci_rails_size(unsigned n, const size_t *lens)
+{
+    size_t l = 1;
+    if (n < 1 || n > LF_RAILS_MAX)
+        return 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (!lens[i] || lens[i] > 0xffff)
+            return 0;
+        l += 2 + lens[i];
+    }
+    return l;
+}
+
+/* the rails block, at the end of an info packed with LF_CI_RAILS in its flags */
+static inline void lf_ci_rails_pack(unsigned char *b, unsigned n, const unsigned char *const *names,
+                                    const size_t *lens)
+{
+    *b++ = (unsigned char)n;
+    for (unsigned i = 0; i < n; i++) {
+        lf_put_be(b, lens[i], 2);
+        memcpy(b + 2, names[i], lens[i]);
+        b += 2 + lens[i];
+    }
+}
+
 /* NULL, or what is wrong with it */
 static inline const char *lf_ci_parse(const void *info, size_t len, lf_ci_t *c)
 {
@@ -98,16 +137,37 @@ static inline const char *lf_ci_parse(const void *info, size_t len, lf_ci_t *c)
     c->flags = 0;
     c->bell = NULL;
     c->bell_len = 0;
+    c->nrails = 0;
     if (c->v2) {
         if (end + 2 > len)
             return "no flags and doorbell after the endpoint name";
         c->flags = b[end];
         c->bell_len = b[end + 1];
-        if (end + 2 + c->bell_len != len)
+        bool rails = c->flags & LF_CI_RAILS;
+        if (rails ? end + 2 + c->bell_len >= len : end + 2 + c->bell_len != len)
             return "a doorbell name whose length does not match";
         if (c->bell_len == 1 || c->bell_len > LF_BELL_MAX || (c->bell_len && b[end + 2] != 0))
             return "a doorbell name that is not an abstract socket's";
         c->bell = c->bell_len ? b + end + 2 : NULL;
+        if (rails) {
+            size_t at = end + 2 + c->bell_len;
+            unsigned n = b[at++];
+            if (n < 1 || n > LF_RAILS_MAX)
+                return "a rails block of no rails or too many";
+            for (unsigned i = 0; i < n; i++) {
+                if (at + 2 > len)
+                    return "a rails block shorter than its count";
+                size_t nl = (size_t)lf_get_be(b + at, 2);
+                if (!nl || at + 2 + nl > len)
+                    return "a rail's endpoint name whose length does not match";
+                c->rail_name[i] = b + at + 2;
+                c->rail_name_len[i] = (uint16_t)nl;
+                at += 2 + nl;
+            }
+            if (at != len)
+                return "bytes after the rails block";
+            c->nrails = n;
+        }
     }
     return NULL;
 }
@@ -120,9 +180,34 @@ static inline void lf_key_pack(unsigned char *b, const lf_wkey_t *k)
     lf_put_be(b + 16, k->base, 8);
 }
 
+/* bytes the rails trailer of n keys takes after a key */
+static inline size_t lf_key_rails_size(unsigned n)
+{
+    return n ? 2 + 8 * (size_t)n : 0;
+}
+
+/* the trailer of k's rail keys, at b (LF_KEY_LEN bytes into the key) */
+static inline void lf_key_rails_pack(unsigned char *b, const lf_wkey_t *k)
+{
+    b[0] = LF_KEY_RAILS_TAG;
+    b[1] = (unsigned char)k->nrails;
+    for (unsigned i = 0; i < k->nrails; i++)
+        lf_put_be(b + 2 + 8 * i, k->rail_key[i], 8);
+}
+
 static inline const char *lf_key_parse(const void *buf, size_t len, lf_wkey_t *k)
 {
     const unsigned char *b = buf;
+    k->nrails = 0;
+    if (len > LF_KEY_LEN + 2 && b[LF_KEY_LEN] == LF_KEY_RAILS_TAG) {
+        unsigned n = b[LF_KEY_LEN + 1];
+        if (n < 1 || n > LF_RAILS_MAX || len != LF_KEY_LEN + lf_key_rails_size(n))
+            return "a rails trailer whose length does not match";
+        for (unsigned i = 0; i < n; i++)
+            k->rail_key[i] = lf_get_be(b + LF_KEY_LEN + 2 + 8 * i, 8);
+        k->nrails = n;
+        len = LF_KEY_LEN;
+    }
     if (len != LF_KEY_LEN || memcmp(b, "LFK1", 4))
         return "not 24 bytes starting LFK1";
     uint64_t fl = lf_get_be(b + 4, 4);
