@@ -116,12 +116,15 @@ nxl_status_t nxl_lf_conn_info(void *state, void **buf, size_t *len)
 {
     lf_t *u = state;
     size_t bl = u->bell_fd >= 0 ? u->bell_name_len : 0;
-    size_t l = lf_ci_size(u->prov, u->name_len, bl);
-    unsigned char *b = l ? malloc(l) : NULL;
+    size_t l = lf_ci_size(u->prov, u->name_len, bl), rl = nxl_lf_rails_info_len(u);
+    unsigned char *b = l ? malloc(l + rl) : NULL;
     if (!b)
         return NXL_ERR_UNKNOWN;
-    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len, CI_AMW | CI_REVOKE,
-               u->bell_name, bl);
+    lf_ci_pack(b, u->addr_format, u->prov, u->name, u->name_len,
+               CI_AMW | CI_REVOKE | (rl ? LF_CI_RAILS : 0), u->bell_name, bl);
+    if (rl)
+        nxl_lf_rails_info_pack(u, b + l); /* only with rails: older peers refuse the flag */
+    l += rl;
     *buf = b;
     *len = l;
     return NXL_SUCCESS;
@@ -258,6 +261,7 @@ nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, 
         c->av_entry = e;
         c->addr = e->fa;
         c->hold_until_us = hold_find(u, name, nl);
+        nxl_lf_rails_connect(u, c, &ci);
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     *out = c;

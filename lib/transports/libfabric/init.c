@@ -326,6 +326,10 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     if ((st = events_start(u, o.poll_max_ms != 0)) != NXL_SUCCESS)
         return st;
     announce(u, mm);
+    if ((st = nxl_lf_rails_open(u, params, n)) != NXL_SUCCESS) {
+        destroy(u);
+        return st;
+    }
     *out = u;
     return NXL_SUCCESS;
 }
@@ -374,6 +378,7 @@ static void quiesce(void *state)
                      "teardown (a peer that does not answer); closing the endpoint under them",
                      DESTROY_WAIT_MS);
     }
+    nxl_lf_rails_quiesce(u); /* the rails' endpoints closed, their pieces gone */
     LIST_FOREACH(o, &u->ops, link)
     if (o->op) {
         o->stopped = true;
@@ -404,6 +409,7 @@ static void destroy(void *state)
     if (u->bell_fd >= 0)
         close(u->bell_fd);
     nxlt_timer_free(u->tm_retry);
+    nxl_lf_rails_destroy(u);
     while (!LIST_EMPTY(&u->ops)) {
         lf_op_t *o = LIST_FIRST(&u->ops);
         o->completed = o->posted;
@@ -459,6 +465,10 @@ static const nxl_param_info_t lf_params[] = {
     {"am_write_max", PSTR(AMW_DEFAULT), "WRITEs with a notification up to this many bytes (and "
      "64 elements) go as one message (on shm, when not given, also within its inject size; "
      "\"0\" off)"},
+    {"rails", NULL, "network interfaces (\"eth0,eth1\", 2 to " PSTR(LF_RAILS_MAX) "): an "
+     "endpoint of the provider on each; large transfers to a peer with rails are striped over "
+     "them, weighted by each one's measured throughput, and a rail that fails is taken out"},
+    {"rail_min", "262144", "transfers of at least this many bytes are striped over the rails"},
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {

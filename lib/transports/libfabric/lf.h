@@ -189,6 +189,9 @@ typedef struct lf_op {
     bool aborted;               /* its connection was closed at a deadline (conn.c): its
                                  * provider operations end in errors (rxm: canceled;
                                  * sockets: EIO), no disconnect */
+    unsigned rail_pieces;       /* striped (rails.c): its pieces not done yet */
+    nxlt_iov_t *rail_iov;       /* ... and its elements, kept to post a range again */
+    size_t rail_n;
     LIST_ENTRY(lf_op) link;
     TAILQ_ENTRY(lf_op) wlink;
     TAILQ_ENTRY(lf_op) clink;
@@ -235,6 +238,10 @@ struct lf_conn {
     int probe_fd;               /* its socket */
     bool am_write;              /* it takes a WRITE with its notification as one message */
     bool revokes;               /* it tells this agent of the regions it deregisters */
+    unsigned nrails;            /* rails to it (rails.c; 0: none, else at least 2) */
+    unsigned rail_live;         /* a bit per rail not taken out */
+    unsigned rail_failed;       /* a bit per rail whose post failed: taken out from the loop */
+    fi_addr_t rail_addr[LF_RAILS_MAX];
     LIST_ENTRY(lf_conn) link;
 };
 
@@ -252,12 +259,18 @@ typedef struct lf_md {
     uint64_t key;
     uintptr_t base;
     size_t len;
+    unsigned nrails;            /* registered in the rails' domains too (rails.c) */
+    struct fid_mr *rail_mr[LF_RAILS_MAX];
+    void *rail_desc[LF_RAILS_MAX];
+    uint64_t rail_key[LF_RAILS_MAX];
 } lf_md_t;
 
 typedef struct lf_rkey {
     uint64_t key;
     uint64_t base;
     bool virt;
+    unsigned nrails;            /* the peer's keys in its rails' domains */
+    uint64_t rail_key[LF_RAILS_MAX];
 } lf_rkey_t;
 
 /* An endpoint's objects (NULL: not open), as an agent holds them and as a
@@ -325,6 +338,7 @@ struct lf_state {
     void *rx_desc;
     unsigned rx_unposted;
     unsigned long ctx_less_errors;
+    struct lf_rails *rails;     /* the rails parameter (rails.c); NULL: none */
     char desc[320];
 };
 
@@ -415,6 +429,19 @@ void nxl_lf_on_kick(nxlt_timer_t *t, void *arg);
 void nxl_lf_on_poll(nxlt_timer_t *t, void *arg);
 void nxl_lf_on_retry(nxlt_timer_t *t, void *arg);
 void nxl_lf_on_watch(nxlt_timer_t *t, void *arg);
+
+/* rails.c: one transfer striped over several endpoints to the same peer */
+nxl_status_t nxl_lf_rails_open(lf_t *u, const nxl_param_t *params, size_t n);
+void nxl_lf_rails_quiesce(lf_t *u);
+void nxl_lf_rails_destroy(lf_t *u);
+size_t nxl_lf_rails_info_len(lf_t *u);
+void nxl_lf_rails_info_pack(lf_t *u, unsigned char *b);
+void nxl_lf_rails_connect(lf_t *u, lf_conn_t *c, const lf_ci_t *ci);
+void nxl_lf_rails_reg(lf_t *u, lf_md_t *m);
+void nxl_lf_rails_dereg(lf_t *u, lf_md_t *m);
+void nxl_lf_rails_key(lf_t *u, lf_md_t *m, lf_wkey_t *w);
+void nxl_lf_rails_load_key(lf_conn_t *c, const lf_wkey_t *w, lf_rkey_t *k);
+int nxl_lf_rails_post(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const nxlt_xfer_t *x);
 
 /* info.c */
 int nxl_lf_probe(char *why, size_t cap);

@@ -57,6 +57,7 @@ nxl_status_t nxl_lf_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     m->desc = fi_mr_desc(m->mr);
     m->base = d->addr;
     m->len = d->len;
+    nxl_lf_rails_reg(u, m);
     *out = m;
     return NXL_SUCCESS;
 }
@@ -64,21 +65,28 @@ nxl_status_t nxl_lf_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
 void nxl_lf_dereg(void *state, void *md)
 {
     lf_md_t *m = md;
+    nxl_lf_rails_dereg(state, m);
     fi_close(&m->mr->fid);
     free(m);
 }
 
-/* packed key: "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base */
+/* packed key: "LFK1", u32 flags (1: virtual addressing), u64 key, u64 base
+ * (with rails, their keys after it: wire.h) */
 nxl_status_t nxl_lf_pack_key(void *state, void *md, void **buf, size_t *len)
 {
     lf_t *u = state;
     lf_md_t *m = md;
-    unsigned char *b = malloc(24);
+    lf_wkey_t w = {.virt = u->mr_virt, .key = m->key, .base = m->base};
+    nxl_lf_rails_key(u, m, &w); /* its keys in the rails' domains, if any */
+    size_t l = LF_KEY_LEN + lf_key_rails_size(w.nrails);
+    unsigned char *b = malloc(l);
     if (!b)
         return NXL_ERR_UNKNOWN;
-    lf_key_pack(b, &(lf_wkey_t){.virt = u->mr_virt, .key = m->key, .base = m->base});
+    lf_key_pack(b, &w);
+    if (w.nrails)
+        lf_key_rails_pack(b + LF_KEY_LEN, &w);
     *buf = b;
-    *len = LF_KEY_LEN;
+    *len = l;
     return NXL_SUCCESS;
 }
 
@@ -99,6 +107,7 @@ nxl_status_t nxl_lf_load_key(void *state, void *conn, const void *buf, size_t le
     k->virt = w.virt;
     k->key = w.key;
     k->base = w.base;
+    nxl_lf_rails_load_key(c, &w, k);
     *rkey = k;
     return NXL_SUCCESS;
 }

@@ -33,6 +33,7 @@ void nxl_lf_op_free(lf_op_t *o)
         fi_close(&o->msg_mr->fid);
     nxl_lf_conn_put(o->conn);
     free(o->segs);
+    free(o->rail_iov);
     free(o->msg);
     free(o->errtxt);
     free(o);
@@ -67,7 +68,7 @@ void nxl_lf_op_check(lf_op_t *o)
 {
     lf_t *u = o->u;
     if (o->op) {
-        bool idle = o->posted == o->completed;
+        bool idle = o->posted == o->completed && !o->rail_pieces;
         if (nxlt_op_canceled(o->op)) {
             o->stopped = true;
             if (idle)
@@ -96,7 +97,7 @@ void nxl_lf_op_check(lf_op_t *o)
             nxl_lf_op_report(o, NXL_SUCCESS, NULL);
         }
     }
-    if (!o->op && o->posted == o->completed)
+    if (!o->op && o->posted == o->completed && !o->rail_pieces)
         nxl_lf_op_free(o);
     (void)u;
 }

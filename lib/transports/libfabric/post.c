@@ -93,6 +93,12 @@ nxl_status_t nxl_lf_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     nxl_status_t st = check_conn(u, c, "post");
     if (st != NXL_SUCCESS)
         return st;
+    int striped = nxl_lf_rails_post(u, op, c, x); /* over the rails (rails.c) */
+    if (striped) {
+        if (striped < 0)
+            nxlt_error(u->ctx, "LIBFABRIC: post: out of memory");
+        return striped > 0 ? NXL_SUCCESS : NXL_ERR_UNKNOWN;
+    }
     size_t amw_len = 0;
     /* only to a peer that tells of its deregistrations (a post into a region
      * it gave up is then refused here, not dropped there) */
