@@ -29,7 +29,8 @@
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
- * makes and deletes; nothing leaves them. */
+ * makes and deletes; nothing leaves them. t_lf_rails, t_lf_rails_cut: the
+ * rails cases over LIBFABRIC (its rails parameter). */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -137,9 +138,10 @@ static nxl_agent_t *host_agent(const char *name, const char *dev, const char *li
      * seen once in CI with 10 s, never with 1 s (nxl-ucx(7) LIMITATIONS) */
     nxl_param_t ucx[5] = {{"tls", "tcp"}, {"devices", dev}, {"stall_timeout", "2s"},
                           {"keepalive", "1s"}, {"rails", rails_param}};
-    nxl_param_t lf[3] = {{"provider", "tcp;ofi_rxm"}, {"iface", dev}, {"stall_timeout", "2s"}};
+    nxl_param_t lf[4] = {{"provider", "tcp;ofi_rxm"}, {"iface", dev}, {"stall_timeout", "2s"},
+                         {"rails", rails_param}};
     int ucx_n = strcmp(transport, "UCX") == 0;
-    if (nxl_backend_create(a, transport, ucx_n ? ucx : lf, ucx_n ? (rails_param ? 5 : 4) : 3,
+    if (nxl_backend_create(a, transport, ucx_n ? ucx : lf, (ucx_n ? 4 : 3) + (rails_param != NULL),
                            NULL) !=
         NXL_SUCCESS) {
         fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(a));
@@ -806,6 +808,15 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
             wms, rms);
     nxl_xfer_release(w);
     nxl_xfer_release(r);
+    if (!strcmp(transport, "LIBFABRIC")) {
+        /* LIBFABRIC's rails do not try a rail taken out again (nxl-libfabric(7)) */
+        fprintf(stderr, "check_netns: rails: LIBFABRIC: a rail taken out is not retried: the "
+                "link-back part not run\n");
+        nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+        nxl_agent_run_once(I, 100);
+        nxl_agent_destroy(I);
+        return 0;
+    }
     /* the link back. READs only: over TCP, what the kernel still held of
      * the cut rail's piece is sent when the link is back (UCX's forced
      * close does not reset the connection), and lands at the target then,
@@ -1275,6 +1286,28 @@ static void link_recover(void)
                   "%u notifications for %d successes of %d posts", nw, counts[0], counts[1]);
 }
 
+/* The same over LIBFABRIC's tcp;ofi_rxm with its rails parameter (one
+ * endpoint per interface): t_lf_rails, 2 rails, WRITEs and READs of 8 MiB
+ * (and smaller, and of 4 elements), every byte checked, the ratio against
+ * one rail printed, not asserted; t_lf_rails_cut, the second link cut
+ * during a WRITE: it completes once on the first, every byte right. */
+START_TEST(t_lf_rails)
+{
+    if (use("LIBFABRIC")) {
+        fprintf(stderr, "check_netns: the rails lines below: LIBFABRIC (tcp;ofi_rxm)\n");
+        rails(2, RAIL_RATE);
+    }
+}
+END_TEST
+START_TEST(t_lf_rails_cut)
+{
+    if (use("LIBFABRIC")) {
+        fprintf(stderr, "check_netns: the rails lines below: LIBFABRIC (tcp;ofi_rxm)\n");
+        rails_cut();
+    }
+}
+END_TEST
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -1294,5 +1327,6 @@ int main(void)
              t_rails4, t_rails_deadline, t_rails_threaded, t_rails_cut_main);
     TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
              t_link_recover_libfabric);
+    TL_TCASE(s, "rails_libfabric", 120, NULL, NULL, t_lf_rails, t_lf_rails_cut);
     return tl_run(s);
 }
