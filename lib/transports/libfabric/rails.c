@@ -41,10 +41,11 @@
  * stall timeout, which gives up the whole connection), is taken out for
  * that peer: its pieces are detached from their ops (a late completion
  * frees only the piece) and their byte ranges posted again on the rails
- * left; with FI_AV_REMOVE_CLEANUP (util.c), the peer's address is removed
- * from the rail's address vector, which closes rxm's connection on that
- * rail and hands back what it held (so a write of the old rail does not
- * land after the op completed). With no rail left the op fails. A rail
+ * left (a rail to a peer whose connection failed is let go the same way,
+ * its ops reported already); with FI_AV_REMOVE_CLEANUP (util.c), the
+ * peer's address is removed from the rail's address vector, which closes
+ * rxm's connection on that rail and hands back what it held (so a write of
+ * the old rail does not land after the op completed). With no rail left the op fails. A rail
  * taken out is not retried: reloading the peer's metadata connects it
  * again. */
 #include "lf.h"
@@ -524,8 +525,12 @@ static void take_out(lf_t *u, lf_conn_t *c, unsigned i, const char *why)
         return;
     c->rail_live &= ~(1u << i);
     unsigned left = (unsigned)__builtin_popcount(c->rail_live);
-    nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: rail '%s' to agent '%s' taken out (%s); its "
-             "pieces go again on the %u rail(s) left", rs->r[i].dev, c->name, why, left);
+    if (c->failed)
+        nxlt_log(u->ctx, NXL_LOG_INFO, "LIBFABRIC: rail '%s' to agent '%s' let go (%s)",
+                 rs->r[i].dev, c->name, why);
+    else
+        nxlt_log(u->ctx, NXL_LOG_WARN, "LIBFABRIC: rail '%s' to agent '%s' taken out (%s); its "
+                 "pieces go again on the %u rail(s) left", rs->r[i].dev, c->name, why, left);
     c->refs++;
     lf_piece_t *p, *next;
     lf_op_t *o;
@@ -649,8 +654,12 @@ again:
     uint64_t now = nxlt_now_us(), cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
     LIST_FOREACH(p, &rs->pieces, link)
     {
-        if (!p->o || !(p->c->rail_live >> p->rail & 1) || p->c->failed)
+        if (!p->o || !(p->c->rail_live >> p->rail & 1))
             continue;
+        if (p->c->failed) { /* its ops were reported: what the rail holds of them is let go */
+            take_out(u, p->c, p->rail, "the connection to the peer failed");
+            goto again;
+        }
         uint64_t lim = nxl_rail_stall_us(&rs->r[p->rail].rate, p->bytes, RAIL_STALL_MIN_US, cap);
         if (now > p->t0 && now - p->t0 > lim) {
             char why[96];
