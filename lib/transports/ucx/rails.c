@@ -59,9 +59,9 @@
  * back-off starts again once a piece of it completes. */
 #include "config.h"
 #include "ucx.h"
+#include "../common/railshare.h" /* throughput, shares, stall limit: as LIBFABRIC's */
 
 #define RAIL_MIN_DEFAULT (256u << 10)
-#define RAIL_WINDOW (4u << 20) /* bytes of past pieces the throughput weighs at most */
 #define KEY_TAG 'R'
 #define RAIL_STALL_MIN_US 1000000 /* a piece not done after this long may be on a dead rail */
 #define RAIL_RETRY_MIN_MS 500  /* a rail taken out is tried again after this long, */
@@ -76,9 +76,7 @@ typedef struct ucx_rail {
     nxlt_io_t *ev;
     void *addr;
     size_t addr_len;
-    double bps;                 /* observed bytes per second, 0: not measured */
-    double seen;                /* bytes behind bps, RAIL_WINDOW at most */
-    uint64_t bytes, pieces;     /* statistics */
+    nxl_rail_rate_t rate;       /* observed throughput */
 } ucx_rail_t;
 
 /* a transfer's share on one rail: its puts or gets, then the rail's flush */
@@ -632,16 +630,9 @@ static void piece_done(void *req, ucs_status_t st, void *arg)
     if (st == UCS_OK && pc->c->rx)
         pc->c->rx->backoff_ms[pc->rail] = RAIL_RETRY_MIN_MS; /* it carries pieces */
     if (st == UCS_OK && pc->bytes) {
-        ucx_rail_t *r = &u->rails->r[pc->rail];
-        uint64_t dt = nxlt_now_us() - pc->t0;
-        double bps = (double)pc->bytes * 1e6 / (double)(dt ? dt : 1);
         /* a moving mean weighted by bytes: a piece of b bytes counts
          * b / (seen + b), small ones (latency more than rate) little */
-        double b = (double)pc->bytes;
-        r->bps = (r->bps * r->seen + bps * b) / (r->seen + b);
-        r->seen = r->seen + b < RAIL_WINDOW ? r->seen + b : RAIL_WINDOW;
-        r->bytes += pc->bytes;
-        r->pieces++;
+        nxl_rail_rate_add(&u->rails->r[pc->rail].rate, pc->bytes, nxlt_now_us() - pc->t0);
     } else if (st != UCS_OK && pc->c->rail_ep[pc->rail] && !pc->c->failed) {
         /* its rail failed: taken out, and this piece posted again (rails_check) */
         pc->c->rail_failed |= 1u << pc->rail;
@@ -914,11 +905,7 @@ void nxl_ucx_rails_abort(ucx_conn_t *c)
 static uint64_t piece_limit(ucx_t *u, ucx_piece_t *pc)
 {
     uint64_t cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
-    double bps = u->rails->r[pc->rail].bps;
-    uint64_t lim = bps > 0 ? (uint64_t)(4e6 * (double)pc->bytes / bps) : 0;
-    if (lim < RAIL_STALL_MIN_US)
-        lim = RAIL_STALL_MIN_US;
-    return lim > cap ? cap : lim;
+    return nxl_rail_stall_us(&u->rails->r[pc->rail].rate, pc->bytes, RAIL_STALL_MIN_US, cap);
 }
 
 /* Rails that failed, or whose oldest piece stalls, are taken out; rails
@@ -977,30 +964,14 @@ again:
  * least 1/(16n) each), summing to total; 0 for rails taken out */
 static void shares(ucx_t *u, ucx_conn_t *c, size_t total, size_t *share)
 {
-    unsigned n = c->nrails, live = 0, last = 0;
-    double w[NXL_UCX_RAILS_MAX], known = 0, sum = 0;
-    unsigned nk = 0;
-    for (unsigned i = 0; i < n; i++)
-        if (c->rail_ep[i] && u->rails->r[i].bps > 0)
-            known += u->rails->r[i].bps, nk++;
-    for (unsigned i = 0; i < n; i++) {
-        w[i] = !c->rail_ep[i] ? 0 : u->rails->r[i].bps > 0 ? u->rails->r[i].bps
-                                  : nk                      ? known / nk
-                                                            : 1;
-        sum += w[i];
+    nxl_rail_rate_t r[NXL_UCX_RAILS_MAX];
+    unsigned live = 0;
+    for (unsigned i = 0; i < c->nrails; i++) {
+        r[i] = u->rails->r[i].rate;
         if (c->rail_ep[i])
-            live++, last = i;
+            live |= 1u << i;
     }
-    double floor = 1.0 / (16.0 * live), left = 1.0 - floor * live;
-    size_t given = 0;
-    for (unsigned i = 0; i < n; i++) {
-        share[i] = 0;
-        if (!c->rail_ep[i] || i == last)
-            continue;
-        share[i] = (size_t)((double)total * (floor + left * w[i] / sum));
-        given += share[i];
-    }
-    share[last] = total - given;
+    nxl_rail_shares(r, c->nrails, live, total, share);
 }
 
 /* Posts bytes [start, start + total) of o's transfer (its elements in
