@@ -6,8 +6,10 @@
  * and which hint to relax, the info line naming provider, fabric, domain
  * and progress mode, VRAM refused, loopback transfers and notifications
  * within one agent, two agents of one process over tcp;ofi_rxm and shm,
- * nothing on standard output, an idle agent that sleeps, and shm's doorbell
- * waking an idle target. */
+ * nothing on standard output, an idle agent that sleeps, shm's doorbell
+ * waking an idle target, and rails over loopback (t_rails_lo: two agents
+ * with rails=lo,lo stripe their transfers, and reach an agent without
+ * rails over the main path). */
 #define _GNU_SOURCE
 #include "testlib.h"
 #include "b64.h"
@@ -617,6 +619,108 @@ START_TEST(t_idle_sleeps)
 }
 END_TEST
 
+/* an agent on tcp;ofi_rxm over lo, with rails (NULL: none) */
+static nxl_status_t lf_rails(nxl_agent_t *a, const char *rails)
+{
+    nxl_param_t p[4] = {{"provider", "tcp;ofi_rxm"}, {"iface", "lo"}, {"rail_min", "65536"},
+                        {"rails", rails}};
+    return nxl_backend_create(a, "LIBFABRIC", p, rails ? 4 : 2, NULL);
+}
+
+/* a WRITE with a notification from a to b (its data there when the
+ * notification comes), then a READ back, of @p n elements over len bytes */
+static void rails_round(nxl_agent_t *a, nxl_agent_t *b, const char *bn, unsigned char *pa,
+                        unsigned char *pb, size_t len, int n, unsigned seed)
+{
+    nxl_desc_t da[2] = {{.addr = (uintptr_t)pa, .len = len / 2 + 5},
+                        {.addr = (uintptr_t)pa + len / 2 + 5, .len = len / 2 - 5}};
+    nxl_desc_t db[2] = {{.addr = (uintptr_t)pb, .len = len / 2 + 5},
+                        {.addr = (uintptr_t)pb + len / 2 + 5, .len = len / 2 - 5}};
+    if (n == 1)
+        da[0].len = db[0].len = len;
+    nxl_dlist_t la = {NXL_DRAM, da, (size_t)n}, lb = {NXL_DRAM, db, (size_t)n};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.notif = "data";
+    o.notif_len = 4;
+    nxl_xfer_t *w, *r;
+    tl_fill(pa, len, seed);
+    memset(pb, 0, len);
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_WRITE, &la, &lb, bn, &o, &w), NXL_SUCCESS);
+    ndone = nnotif = 0;
+    ck_assert_int_eq(nxl_xfer_post(w, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(run_pair_until(a, b, &nnotif, 1, 20000));
+    ck_assert_msg(tl_check(pb, len, seed) < 0, "data not there at the notification");
+    ck_assert(run_pair_until(a, b, &ndone, 1, 20000));
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    memset(pa, 0, len);
+    ck_assert_int_eq(nxl_xfer_create(a, NXL_READ, &la, &lb, bn, NULL, &r), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_xfer_post(r, done_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(run_pair_until(a, b, &ndone, 2, 20000));
+    ck_assert_int_eq(last_st, NXL_SUCCESS);
+    ck_assert(tl_check(pa, len, seed) < 0);
+    nxl_xfer_release(w);
+    nxl_xfer_release(r);
+}
+
+/* Rails over loopback (two endpoints on lo per agent): the parameter's
+ * refusals, striped WRITEs and READs between two agents with rails, and an
+ * agent with rails reaching one without (the main path, both ways). */
+START_TEST(t_rails_lo)
+{
+    nxl_agent_t *a = agent("a"), *b = agent("b");
+    if (lf_rails(a, NULL) != NXL_SUCCESS) {
+        printf("SKIP: rails_lo: tcp;ofi_rxm on lo: %s\n", nxl_agent_last_error(a));
+        nxl_agent_destroy(a);
+        nxl_agent_destroy(b);
+        return;
+    }
+    nxl_agent_destroy(a);
+    a = agent("a");
+    ck_assert_int_ne(lf_rails(a, "lo"), NXL_SUCCESS);
+    ck_assert_msg(strstr(nxl_agent_last_error(a), "2 to 8"), "%s", nxl_agent_last_error(a));
+    ck_assert_int_ne(lf_rails(a, "lo,nxl-no-such-if"), NXL_SUCCESS);
+    ck_assert_msg(strstr(nxl_agent_last_error(a), "nxl-no-such-if"), "%s",
+                  nxl_agent_last_error(a));
+    ck_assert_int_eq(lf_rails(a, "lo,lo"), NXL_SUCCESS);
+    ck_assert_int_eq(lf_rails(b, "lo,lo"), NXL_SUCCESS);
+    size_t len = 4u << 20;
+    unsigned char *pa = malloc(len), *pb = calloc(1, len);
+    nxl_desc_t da = {.addr = (uintptr_t)pa, .len = len}, db = {.addr = (uintptr_t)pb, .len = len};
+    ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &da, 1, NULL), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_register(b, NXL_DRAM, &db, 1, NULL), NXL_SUCCESS);
+    loglen = 0;
+    logbuf[0] = 0;
+    tl_learn(a, b);
+    tl_learn(b, a);
+    nxl_agent_on_notif(b, notif_cb, NULL);
+    ck_assert_msg(strstr(logbuf, "2 rails to agent 'b'"), "%s", logbuf);
+    for (unsigned k = 0; k < 3; k++)
+        rails_round(a, b, "b", pa, pb, k == 2 ? 100000 : len, k == 1 ? 2 : 1, 60 + k);
+    ck_assert_msg(!warnlen, "%s", warnbuf);
+    /* an agent without rails: it loads a's info (with rails), a loads its
+     * (without), and each reaches the other over the main path */
+    nxl_agent_t *c = agent("c");
+    ck_assert_int_eq(lf_rails(c, NULL), NXL_SUCCESS);
+    unsigned char *pc = calloc(1, len);
+    nxl_desc_t dc = {.addr = (uintptr_t)pc, .len = len};
+    ck_assert_int_eq(nxl_mem_register(c, NXL_DRAM, &dc, 1, NULL), NXL_SUCCESS);
+    loglen = 0;
+    logbuf[0] = 0;
+    tl_learn(a, c);
+    tl_learn(c, a);
+    nxl_agent_on_notif(c, notif_cb, NULL);
+    nxl_agent_on_notif(a, notif_cb, NULL);
+    ck_assert_msg(!strstr(logbuf, "rails to agent"), "%s", logbuf);
+    rails_round(a, c, "c", pa, pc, len, 1, 70);
+    rails_round(c, a, "a", pc, pa, len, 2, 71);
+    ck_assert_msg(!warnlen, "%s", warnbuf);
+    nxl_agent_destroy(c);
+    free(pc);
+    pair_end(a, b, pa, pb);
+}
+END_TEST
+
 int main(void)
 {
     nxl_plugin_info_t p[8];
@@ -628,6 +732,6 @@ int main(void)
     TL_TCASE(s, "transport", 60, NULL, NULL, t_plugin_info, t_bad_params, t_info_line,
              t_shm_stale_region, t_loopback, t_two_agents, t_short_names, t_quiet_stdout,
              t_idle_sleeps, t_doorbell, t_one_message_write_checked, t_revoke,
-             t_orderly_close_quiet);
+             t_orderly_close_quiet, t_rails_lo);
     return tl_run(s);
 }
