@@ -553,6 +553,17 @@ static void pair_up(int k, const char *a, const char *b, const char *rate)
     ck_assert(sh("ip -n %s addr add 10.%d.%d.2/24 dev %s", ns_b, 213 + k, id, b) == 0);
     ck_assert(sh("ip -n %s link set %s up", ns_a, a) == 0);
     ck_assert(sh("ip -n %s link set %s up", ns_b, b) == 0);
+    /* both ends running (carrier) before an agent looks for the device:
+     * UCX lists only interfaces that are up and running, and a target
+     * started at once found no such device (seen once under load) */
+    int up = 1;
+    for (int t = 0; t < 30 && up; t++) {
+        up = sh("ip -n %s link show %s | grep -q 'state UP'", ns_a, a) ||
+             sh("ip -n %s link show %s | grep -q 'state UP'", ns_b, b);
+        if (up)
+            usleep(100000);
+    }
+    ck_assert_msg(up == 0, "the link %s-%s did not come up in 3 s", a, b);
     const char *nss[2] = {ns_a, ns_b}, *ifs[2] = {a, b};
     for (int j = 0; j < 2; j++)
         ck_assert_msg(sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
