@@ -299,6 +299,16 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
     }
     l->io_left = 0;
     run_timers(l);
+    /* A timer this turn's callbacks left due already (a transport's
+     * zero-delay kick: progress once more, arm its descriptor) runs now,
+     * in one more batch without another epoll_wait. Left for the next
+     * turn, it would cost under another loop two waits (the application's
+     * on the backend fd, then this one's) and a return to that loop, on
+     * the path of a reply that this progress brings in; libevent's next
+     * turn costs one wait. Once per turn: a transport that keeps kicking
+     * itself still hands the loop back (backend_timeout then says 0). */
+    if (l->nheap && l->heap[0]->due_us <= nxli_now_us())
+        run_timers(l);
     l->dispatching--;
     tfd_sync_at(l, true);
     nxli_loop_reap(l);
