@@ -80,6 +80,7 @@ struct nxli_loop {
     nxlt_timer_t **heap;     /* epoll: pending timers, soonest first */
     size_t nheap, heap_cap;
     uint64_t tfd_due;        /* epoll: what the timerfd is armed for (0: disarmed) */
+    uint64_t turn_us;        /* epoll: when this turn's epoll_wait returned (0: no turn) */
     int dispatching;         /* >0 inside callbacks: frees are deferred */
     unsigned io_left;        /* epoll: descriptors of this turn still to run */
     unsigned timers_left;    /* epoll: due timers of this turn still to run */

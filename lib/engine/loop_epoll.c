@@ -272,6 +272,7 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
         return -1;
     }
     l->dispatching++;
+    l->turn_us = nxli_now_us();
     for (int i = 0; i < n; i++) {
         nxlt_io_t *io = evs[i].data.ptr;
         if (!io)
@@ -299,6 +300,17 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
     }
     l->io_left = 0;
     run_timers(l);
+    /* A timer this turn's callbacks left due already (a transport's
+     * zero-delay kick: progress once more, arm its descriptor) runs now,
+     * in one more batch without another epoll_wait. Left for the next
+     * turn, it would cost under another loop two waits (the application's
+     * on the backend fd, then this one's) and a return to that loop, on
+     * the path of a reply that this progress brings in; libevent's next
+     * turn costs one wait. Once per turn: a transport that keeps kicking
+     * itself still hands the loop back (backend_timeout then says 0). */
+    if (l->nheap && l->heap[0]->due_us <= nxli_now_us())
+        run_timers(l);
+    l->turn_us = 0;
     l->dispatching--;
     tfd_sync_at(l, true);
     nxli_loop_reap(l);
@@ -308,11 +320,17 @@ static int ep_run_once(nxli_loop_t *l, int timeout_ms)
 static void ep_stop(nxli_loop_t *l) { l->stop_req = true; }
 
 /* what libevent counts as active: descriptors and due timers of this turn
- * not yet run, and timers activated (due at 1 us); a timer armed for 0 us
- * is not (it runs next turn, as libevent's does) */
+ * not yet run, timers activated (due at 1 us), and inside a turn the timers
+ * due when its epoll_wait returned (libevent's timeout_process() makes them
+ * active before the first callback: a transport's progress from its
+ * descriptor then leaves its arming, several system calls, for after them,
+ * and a reply they post goes out first); a timer armed for 0 us during the
+ * turn is not (it runs in the turn's batch of due timers, but a transport
+ * that waited for it would wait for itself) */
 static int ep_busy(const nxli_loop_t *l)
 {
-    return l->io_left || l->timers_left || (l->nheap && l->heap[0]->due_us == 1);
+    return l->io_left || l->timers_left ||
+           (l->nheap && (l->heap[0]->due_us == 1 || l->heap[0]->due_us <= l->turn_us));
 }
 
 static int ep_timeout_ms(const nxli_loop_t *l) { return ep_wait_ms(l, -1); }
