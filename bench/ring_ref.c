@@ -27,7 +27,10 @@
  * which); wait: how a side waits for a slot or a request, busy-waiting
  * with pause (spin, the default), on a futex at once (futex), or spinning
  * 20 us before the futex (hybrid); the side that moves a counter wakes
- * the futex only when the other side sleeps on it. */
+ * the futex only when the other side sleeps on it. Also printed: each
+ * process's CPU time in the timed part, and the bytes over the larger one
+ * (with futex waits: the rate two otherwise idle CPUs would give, where
+ * other tasks share these). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/futex.h>
@@ -61,6 +64,7 @@ struct ctl {
     struct word drained; /* chunks taken out of slots, ever */
     struct word req;     /* requests posted by the initiator, ever */
     size_t block;        /* the request's block index in the rings */
+    _Atomic double target_cpu; /* the target's CPU time (s), as of its last chunk */
     int quit;
 };
 
@@ -71,6 +75,23 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int is_target;
+static struct ctl *ctl_g;
+
+/* the target's CPU time, before it hands a chunk over */
+static void note_cpu(void)
+{
+    if (is_target)
+        atomic_store_explicit(&ctl_g->target_cpu, cpu_s(), memory_order_relaxed);
 }
 
 static inline void cpu_relax(void)
@@ -137,6 +158,7 @@ static void produce(struct ctl *c, char *slots, size_t nslots, size_t chunk, con
         /* a free slot: fewer than nslots chunks filled and not drained */
         wait_for(&c->drained, f - (uint32_t)nslots, 1);
         memcpy(slots + (f % nslots) * chunk, src + at, n);
+        note_cpu();
         post(&c->filled, f + 1);
     }
 }
@@ -149,6 +171,7 @@ static void consume(struct ctl *c, char *slots, size_t nslots, size_t chunk, cha
         size_t n = len - at < chunk ? len - at : chunk;
         wait_for(&c->filled, d, 1);
         memcpy(dst + at, slots + (d % nslots) * chunk, n);
+        note_cpu();
         post(&c->drained, d + 1);
     }
 }
@@ -259,6 +282,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct ctl *c = (struct ctl *)sh;
+    ctl_g = c;
     char *slots = sh + 4096;
     /* each process's ring allocated and faulted in by itself after the fork,
      * as cma_ref's */
@@ -267,6 +291,7 @@ int main(int argc, char **argv)
         return 1;
     pid_t pid = fork();
     if (pid == 0) { /* the target */
+        is_target = 1;
         pin(ct);
         char *theirs = ring_alloc(len, thp);
         if (!theirs)
@@ -300,10 +325,12 @@ int main(int argc, char **argv)
         return 1;
     uint32_t rq = 0;
     size_t n = 0, nch = (block + chunk - 1) / chunk;
-    double t0 = 0, t = 0;
+    double t0 = 0, t = 0, ci0 = 0, ct0 = 0;
     for (int pass = 0; pass < 2; pass++) { /* a warm-up pass over the ring, then the timed part */
         n = 0;
         t0 = now_s();
+        ci0 = cpu_s();
+        ct0 = atomic_load_explicit(&c->target_cpu, memory_order_relaxed);
         do {
             size_t i = n % ring;
             c->block = i;
@@ -319,11 +346,13 @@ int main(int argc, char **argv)
             t = now_s();
         } while (pass ? t - t0 < secs || n < 8 : n < ring);
     }
+    double cpu_i = cpu_s() - ci0, cpu_t = 0;
     long pmd = shmem_pmd_kb();
     c->quit = 1;
     post(&c->req, ++rq);
     int st = 0;
     waitpid(pid, &st, 0);
+    cpu_t = atomic_load_explicit(&c->target_cpu, memory_order_relaxed) - ct0;
     /* the blocks arrived: checked by the target for a write, here for a read */
     char *last = mine + (n - 1) % ring * block;
     if (!WIFEXITED(st) || WEXITSTATUS(st) || (!wr && (last[0] != 2 || last[block - 1] != 2))) {
@@ -331,9 +360,14 @@ int main(int argc, char **argv)
         return 1;
     }
     static const char *wn[] = {"spin", "futex", "hybrid"};
-    printf("%.3f GB/s %s %zu x %zu B, chunk %zu, %zu slots, wait %s%s, ring %s%s in %.3f s\n",
+    /* the CPU time each process had: under load (other tasks on the two
+     * CPUs) bytes / the larger one says what two free CPUs would reach,
+     * with waits that sleep (futex); spinning counts as CPU time */
+    double cmax = cpu_i > cpu_t ? cpu_i : cpu_t;
+    printf("%.3f GB/s %s %zu x %zu B, chunk %zu, %zu slots, wait %s%s, ring %s%s in %.3f s; "
+           "CPU s initiator %.3f target %.3f: %.3f GB/s per CPU s of the busier\n",
            (double)n * block / (t - t0) / 1e9, wr ? "write" : "read", n, block, chunk, nslots,
-           wn[wait_mode], thp ? ", thp" : "", how,
-           pmd > 0 ? " (huge pages mapped)" : "", t - t0);
+           wn[wait_mode], thp ? ", thp" : "", how, pmd > 0 ? " (huge pages mapped)" : "",
+           t - t0, cpu_i, cpu_t, cmax > 0 ? (double)n * block / cmax / 1e9 : 0.0);
     return 0;
 }
