@@ -45,6 +45,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include "ref_common.h"
 
 #ifndef MFD_HUGETLB
 #define MFD_HUGETLB 4U
@@ -69,13 +70,6 @@ struct ctl {
 };
 
 static int wait_mode = W_SPIN;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double cpu_s(void)
 {
@@ -176,18 +170,6 @@ static void consume(struct ctl *c, char *slots, size_t nslots, size_t chunk, cha
     }
 }
 
-static char *ring_alloc(size_t len, int thp)
-{
-    void *p = NULL;
-    if (!thp)
-        return malloc(len);
-    size_t alen = (len + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
-    if (posix_memalign(&p, 2u << 20, alen))
-        return NULL;
-    madvise(p, alen, MADV_HUGEPAGE);
-    return p;
-}
-
 /* the shared ring: a memfd both processes map (before the fork) */
 static void *shared_alloc(size_t len, int thp, const char **how)
 {
@@ -230,14 +212,6 @@ static long shmem_pmd_kb(void)
             break;
     fclose(f);
     return kb;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof(s), &s);
 }
 
 int main(int argc, char **argv)
