@@ -67,11 +67,6 @@ typedef struct conf {
 #define UNCHECKED                                                                              \
     "UCX's target does not check puts: a peer it never told of the deregistration would "     \
     "write into the unmapped pages (doc/security.md, Remote access)"
-#define RACING_PUTS                                                                            \
-    "with the one-message WRITE off (am_write_max 0, the default) UCX sends a small WRITE "    \
-    "with a notification as puts, which its target does not check, and the deregistration's " \
-    "word may still be unread when it is posted: it writes into the unmapped pages (doc/security.md, "  \
-    "Remote access: the window is one message's flight); the drop path is am_write_drops"
 #define NOT_UCX                                                                                \
     "the test speaks UCX's one-message WRITE format through a bare UCX worker (LIBFABRIC's " \
     "drop path: check_libfabric t_one_message_write_checked)"
@@ -92,13 +87,11 @@ static const conf_t confs[] = {
     {"ucx_shm", "UCX", {{0}}, 0, true, {{"dereg_untold", UNCHECKED}, {0}}},
     {"ucx_tcp", "UCX", {{"tls", "tcp"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
-      {"dereg_race", RACING_PUTS},
       {0}}},
     /* shared memory without cross-memory attach: UCX's own puts and gets
      * (software emulated into malloc'd memory on UCX 1.13) */
     {"ucx_shm_nocma", "UCX", {{"cma", "off"}}, 1, true,
      {{"dereg_untold", UNCHECKED},
-      {"dereg_race", RACING_PUTS},
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
@@ -618,7 +611,7 @@ END_TEST
 
 /* Small WRITEs with a notification travel as one message that the target
  * copies into place before delivering the notification (UCX: up to
- * am_write_max, 8 KiB by default); larger ones as puts, a flush and the
+ * am_write_max, 4 KiB by default); larger ones as puts, a flush and the
  * notification. Sizes across the threshold, 1 to 64 elements, strided:
  * the notification, asking the target to check, always finds every byte. */
 START_TEST(t_small_writes_notif)

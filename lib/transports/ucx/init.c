@@ -4,7 +4,7 @@
 #include "../common/pstr.h"
 
 /* off unless asked for: the acknowledgement needs UCX's reply endpoint (am.c) */
-#define AM_WRITE_MAX_DEFAULT 0
+#define AM_WRITE_MAX_DEFAULT 4096
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */

@@ -277,7 +277,10 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     nxl_status_t ns = nxl_ucx_check_conn(u, c, "post");
     if (ns != NXL_SUCCESS)
         return ns;
-    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max && !c->wiring)
+    /* DRAM on both sides: the initiator packs the bytes with memcpy, the
+     * target copies only into DRAM regions */
+    bool dram = x->ltype == NXL_DRAM && x->rtype == NXL_DRAM;
+    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max && !c->wiring && dram)
         switch (nxl_ucx_post_am_write(u, op, c, x)) {
         case 1:
             return NXL_SUCCESS;
