@@ -80,6 +80,10 @@ typedef struct conf {
     "for the engine's reconnect cooldown (1 s) and the next cut (nxl-mooncake(7))"
 #define CANCEL_SLOW_MS 5000
 
+#define NOT_UCX_READ                                                                           \
+    "the test proves UCX's one-message READ (am_read_max) by a READ that only the target's "   \
+    "answer completes; this transport has none"
+
 /* "deadline_held" is not a skip: t_deadline still runs, and accepts a
  * TIMEOUT delivered when the peer resumes (the deadline itself on time);
  * t_stopped_cancel the same of a cancel's CANCELED */
@@ -95,13 +99,16 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_tcp", "LIBFABRIC", {{"provider", "tcp;ofi_rxm"}, {"stall_timeout", "3s"}}, 2, true,
      {{"am_write_drops", NOT_UCX},
+      {"am_read", NOT_UCX_READ},
       {0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
       {"killed_large", "shm notices a killed peer by stall_timeout only (nxl-libfabric(7))"},
+      {"am_read", NOT_UCX_READ},
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
+      {"am_read", NOT_UCX_READ},
       {0}}},
     /* Mooncake's Transfer Engine over its TCP transport, when
      * libtransfer_engine.so is found (tests/mooncake/build; make check sets
@@ -109,6 +116,7 @@ static const conf_t confs[] = {
     {"mooncake", "MOONCAKE", {{"ip", "127.0.0.1"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", "the test speaks UCX's one-message WRITE format; MOONCAKE has none"},
       {"cancel_slow", MC_CANCEL_SLOW},
+      {"am_read", NOT_UCX_READ},
       {0}}},
 };
 #define NCONFS (sizeof(confs) / sizeof(confs[0]))
@@ -1677,6 +1685,136 @@ START_TEST(t_peer_killed)
 }
 END_TEST
 
+/* UCX's one-message READ (am_read_max, 4 KiB by default): a READ of at most
+ * that many bytes that the target would have to serve anyway (TCP, UCX's
+ * gets into malloc'd memory: not cross-memory attach, which reads
+ * one-sided) is a request the target answers with the bytes in one
+ * message. Every byte right for one and several elements, below, at and
+ * above the limit; with the target stopped (SIGSTOP) a 4 KiB READ with a
+ * deadline ends with NXL_ERR_TIMEOUT at it, once, no DOWN; the target's
+ * answer, which comes once it resumes, is dropped: the buffer is not
+ * written after the callback; the next READ moves every byte; and a READ
+ * in flight when the target is killed fails once, its buffer untouched.
+ * ucx_shm (cross-memory attach): the READ from the stopped target
+ * completes, one-sided. */
+START_TEST(t_am_read)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    ck_assert_str_eq(ask("fill 61", 10000), "ok");
+    static const struct {
+        size_t n, blk, stride;
+    } rs[] = {{1, 1, 1}, {1, 8, 8}, {1, 4096, 4096}, {4, 1024, 8192}, {3, 100, 1000},
+              {1, 4097, 4097}, {2, 4096, 4096}};
+    size_t span = 8 * 8192;
+    unsigned char *want = malloc(span);
+    tl_fill(want, span, 61);
+    for (size_t k = 0; k < sizeof(rs) / sizeof(*rs); k++) {
+        for (int rep = 0; rep < 3; rep++) {
+            memset(I.buf, 0, rs[k].n * rs[k].blk);
+            nxl_xfer_t *x = make(NXL_READ, rs[k].n, rs[k].blk, rs[k].stride, NULL);
+            ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
+            for (size_t i = 0; i < rs[k].n; i++)
+                ck_assert_msg(!memcmp(I.buf + i * rs[k].blk, want + i * rs[k].stride, rs[k].blk),
+                              "READ of %zu x %zu B: element %zu wrong", rs[k].n, rs[k].blk, i);
+            nxl_xfer_release(x);
+        }
+    }
+
+    /* cross-memory attach (ucx_shm) reads one-sided, without the target:
+     * no request to answer, the READ completes with the target stopped */
+    if (!strcmp(C->label, "ucx_shm")) {
+        nxl_xfer_t *x = make_dl(NXL_READ, 1, 4096, 4096, NULL, DL_MS);
+        memset(I.buf, 0x5A, 4096);
+        ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+        nxl_status_t st = post_wait(x, 5000);
+        kill(I.pid, SIGCONT);
+        ck_assert_msg(st == NXL_SUCCESS, "%s: a 4 KiB READ from the stopped target: %s",
+                      C->label, nxl_status_name(st));
+        ck_assert(!memcmp(I.buf, want, 4096));
+        printf("AM_READ: %s: 4 KiB READ from the stopped target: one-sided (cross-memory "
+               "attach), no one-message READ\n", C->label);
+        nxl_xfer_release(x);
+        free(want);
+        return;
+    }
+    /* the target stopped: TIMEOUT at the deadline, its late answer dropped */
+    dl_downs = 0;
+    nxl_agent_on_peer(I.a, dl_on_peer, NULL);
+    nxl_xfer_t *x = make_dl(NXL_READ, 1, 4096, 4096, NULL, DL_MS);
+    memset(I.buf, 0x5A, 4096);
+    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+    c_calls = 0;
+    nxl_future_t *f;
+    uint64_t t0 = dl_now_us();
+    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    while (!c_calls && dl_now_us() - t0 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
+        nxl_agent_run_once(I.a, 5);
+    uint64_t t = dl_now_us() - t0;
+    DL_CHECK(c_calls == 1, "%s: a 4 KiB READ to the stopped target: no callback %.1f ms after "
+             "the post (deadline %d ms)", C->label, t / 1000.0, DL_MS);
+    DL_CHECK(nxl_future_status(f) == NXL_ERR_TIMEOUT, "%s: a 4 KiB READ to the stopped target: "
+             "%s (%s): the one-message READ was not taken?", C->label,
+             nxl_status_name(nxl_future_status(f)), nxl_future_error(f));
+    printf("AM_READ: %s: 4 KiB READ to the stopped target: TIMEOUT at %.1f ms: %s\n", C->label,
+           t / 1000.0, nxl_future_error(f));
+    fflush(stdout);
+    for (size_t i = 0; i < 4096; i++)
+        DL_CHECK(I.buf[i] == 0x5A, "%s: byte %zu written before the callback", C->label, i);
+    ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+    /* the target answers now: the answer must find no READ to write for */
+    for (int i = 0; i < 100; i++)
+        nxl_agent_run_once(I.a, 5);
+    usleep(200000);
+    for (int i = 0; i < 40; i++)
+        nxl_agent_run_once(I.a, 5);
+    for (size_t i = 0; i < 4096; i++)
+        ck_assert_msg(I.buf[i] == 0x5A, "%s: the READ's buffer written after its callback "
+                      "(byte %zu)", C->label, i);
+    ck_assert_int_eq(c_calls, 1);
+    nxl_future_release(f);
+    ck_assert_msg(dl_downs == 0, "%s: %d DOWN events", C->label, dl_downs);
+    nxl_agent_on_peer(I.a, NULL, NULL);
+    /* posted again (no deadline): every byte */
+    nxl_xfer_set_deadline(x, 0);
+    ck_assert_int_eq(post_wait(x, 20000), NXL_SUCCESS);
+    ck_assert_msg(!memcmp(I.buf, want, 4096), "%s: the READ after the late answer", C->label);
+
+    /* the target killed with the READ in flight: it fails once */
+    memset(I.buf, 0x5A, 4096);
+    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+    c_calls = 0;
+    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    for (int i = 0; i < 10; i++)
+        nxl_agent_run_once(I.a, 5);
+    ck_assert_int_eq(c_calls, 0);
+    kill(I.pid, SIGKILL);
+    waitpid(I.pid, NULL, 0);
+    I.pid = 0;
+    t0 = dl_now_us();
+    while (!c_calls && dl_now_us() - t0 < 30000000u)
+        nxl_agent_run_once(I.a, 5);
+    ck_assert_msg(c_calls == 1, "%s: the READ to the killed target: %d callbacks", C->label,
+                  c_calls);
+    printf("AM_READ: %s: target killed mid-READ: %s after %.1f ms: %s\n", C->label,
+           nxl_status_name(nxl_future_status(f)), (dl_now_us() - t0) / 1000.0,
+           nxl_future_error(f));
+    ck_assert_msg(nxl_future_status(f) == NXL_ERR_REMOTE_DISCONNECT ||
+                      nxl_future_status(f) == NXL_ERR_BACKEND,
+                  "%s: %s", C->label, nxl_status_name(nxl_future_status(f)));
+    for (int i = 0; i < 20; i++)
+        nxl_agent_run_once(I.a, 5);
+    ck_assert_int_eq(c_calls, 1);
+    for (size_t i = 0; i < 4096; i++)
+        ck_assert_msg(I.buf[i] == 0x5A, "%s: byte %zu of the failed READ written", C->label, i);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    free(want);
+}
+END_TEST
+
 /* ------------------------------------------ remote access: only what is registered */
 
 static uintptr_t G_addr; /* the target's guarded region, once asked for */
@@ -2508,6 +2646,7 @@ int main(void)
         tcase_add_test(tc, t_teardown_inflight);
         tcase_add_loop_test(tc, t_inproc_destroy, 0, 2);
         tcase_add_test(tc, t_peer_killed);
+        tcase_add_test(tc, t_am_read);
         tcase_add_test(tc, t_killed_large);
         tcase_add_test(tc, t_killed_quiet);
         tcase_add_test(tc, t_killed_quiet_close);

@@ -91,7 +91,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
     }
     ucx_op_t *o;
     LIST_FOREACH(o, &u->acks, ack_link)
-    if (!memcmp(o->amw_hdr, b, 8))
+    if (!o->amr && !memcmp(o->amw_hdr, b, 8))
         break;
     if (!o)
         return UCS_OK; /* its op was reported and freed: the connection failed */
@@ -220,6 +220,229 @@ drop:
              "and its notification with it: %s", len, from, bad);
     amw_ack(u, header, hlen, param, bad, nk ? from : NULL);
     return UCS_OK;
+}
+
+/* ---- small READs: a request and its answer
+ *
+ * A READ of at most am_read_max bytes (DRAM on both sides, no
+ * notification) from a peer that says CI_AM_READ and that holds an
+ * endpoint to us (c->heard), that neither cross-memory attach nor UCX's
+ * own mapping reads one-sided (both without the target: its READ needs
+ * no answer from it, stopped or asleep), is one request:
+ *
+ *   header: its number (8); [u16 name length][name]
+ *   [u32 n][n x (u64 remote address, u32 length)]
+ *
+ * The target checks every element (inside a DRAM region registered with
+ * this transport, as an AM_WRITE's) and answers, from its progress, on its
+ * own endpoint to the sender found by name:
+ *
+ *   [the number (8)][u8 0: the bytes follow, 1: refused, why follows]
+ *
+ * The initiator copies the bytes into the op's local elements and
+ * completes it, once UCX also completed the request's send (it holds the
+ * op's buffer). The answer is matched by its number on u->acks: an op that
+ * was canceled at its deadline leaves that list then (nxl_ucx_am_reads_due),
+ * so an answer that comes after the op was reported writes nothing — a
+ * READ's buffer is never written after its callback; an answer for an op
+ * canceled otherwise is not copied either. A peer that fails fails the op
+ * once (conn.c, with the others), and its answer, should one still come,
+ * finds no op reported by then to write for. */
+
+/* 1: sent (or failed and reported); 0: not for this path; -1: no memory */
+int nxl_ucx_post_am_read(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    if (!c->am_read || !c->heard || !x->n)
+        return 0;
+    size_t data = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        data += x->iov[i].len;
+        if (data > u->am_read_max || x->iov[i].len > UINT32_MAX)
+            return 0;
+        /* memory UCX maps here itself (it allocated it, on shared memory):
+         * its gets are one-sided, without the target */
+        ucx_rkey_t *k = x->iov[i].rkey;
+        if (k->mapped < 0 && k->rk) {
+            void *ptr;
+            k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
+        }
+        if (k->mapped > 0)
+            return 0;
+    }
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me), total = 2 + nl + 4 + 12 * x->n;
+    ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
+    unsigned char *b = o ? nxl_ucx_op_buf(o, total) : NULL;
+    nxlt_iov_t *iov = !b ? NULL : o->iov_cap >= x->n ? o->iov : malloc(x->n * sizeof(*iov));
+    if (!iov) {
+        if (o)
+            nxl_ucx_op_drop(o);
+        return -1;
+    }
+    if (iov != o->iov) {
+        free(o->iov);
+        o->iov = iov;
+        o->iov_cap = x->n;
+    }
+    memcpy(iov, x->iov, x->n * sizeof(*iov)); /* where the answer's bytes go */
+    o->n = x->n;
+    o->read = true;
+    unsigned char *w = nxl_ucx_name_put(b, me, nl);
+    ucx_ci_put(w, x->n, 4), w += 4;
+    for (size_t i = 0; i < x->n; i++, w += 12) {
+        ucx_ci_put(w, x->iov[i].raddr, 8);
+        ucx_ci_put(w + 8, x->iov[i].len, 4);
+    }
+    o->amw = o->amr = true;
+    o->amw_st = UCS_OK;
+    ucx_ci_put(o->amw_hdr, ++u->am_seq, 8);
+    LIST_INSERT_HEAD(&u->acks, o, ack_link);
+    u->in_ucx++;
+    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_READ, o->amw_hdr, sizeof(o->amw_hdr),
+                                         b, total, 0, amw_sent, o);
+    if (!UCS_PTR_IS_PTR(r))
+        amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its answer completes it */
+    nxl_ucx_kick(u);
+    u->in_ucx--;
+    return 1;
+}
+
+/* the initiator's side: the answer to an AM_READ */
+ucs_status_t nxl_ucx_am_recv_read_reply(void *arg, const void *header, size_t hlen, void *data,
+                                        size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data;
+    if (len < 9 || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: malformed READ answer of %zu bytes dropped", len);
+        return UCS_OK;
+    }
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->acks, ack_link)
+    if (o->amr && !memcmp(o->amw_hdr, b, 8))
+        break;
+    if (!o) {
+        /* given up at its deadline (or its connection failed): nothing
+         * of it is written */
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: the answer to READ number %llu came after the "
+                 "READ was given up; dropped", (unsigned long long)ucx_ci_get(b, 8));
+        return UCS_OK;
+    }
+    LIST_REMOVE(o, ack_link);
+    o->amw_acked = true;
+    u->net.hit = true;
+    size_t want = 0;
+    for (size_t i = 0; i < o->n; i++)
+        want += o->iov[i].len;
+    char why[400];
+    why[0] = 0;
+    if (!o->op || nxlt_op_canceled(o->op)) {
+        o->amw_st = UCS_ERR_CANCELED; /* reported, or canceled: its buffer is not written */
+    } else if (b[8]) {
+        snprintf(why, sizeof(why), "UCX: READ from agent '%s' failed: the target refused it "
+                 "(nothing read): %.*s", o->conn->name, (int)(len - 9 < 200 ? len - 9 : 200),
+                 (const char *)b + 9);
+        o->amw_st = UCS_ERR_INVALID_ADDR;
+    } else if (len - 9 != want) {
+        snprintf(why, sizeof(why), "UCX: READ from agent '%s' failed: its answer holds %zu "
+                 "bytes, %zu asked", o->conn->name, len - 9, want);
+        o->amw_st = UCS_ERR_INVALID_ADDR;
+    } else {
+        const unsigned char *r = b + 9;
+        for (size_t i = 0; i < o->n; r += o->iov[i].len, i++)
+            memcpy(o->iov[i].laddr, r, o->iov[i].len);
+    }
+    if (why[0]) {
+        free(o->why);
+        o->why = strdup(why);
+    }
+    if (o->amw_sent)
+        nxl_ucx_op_finish(o, o->amw_st);
+    return UCS_OK;
+}
+
+/* the target's side: an AM_READ's request, answered with the bytes (or
+ * why not) on our endpoint to its sender */
+ucs_status_t nxl_ucx_am_recv_read(void *arg, const void *header, size_t hlen, void *data,
+                                  size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_t *u = arg;
+    const unsigned char *b = data, *end = b + len;
+    char from[256] = "?";
+    size_t nk = hlen == 8 && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+                    ? nxl_ucx_name_get(b, len, from)
+                    : 0;
+    ucx_conn_t *c = nk ? nxl_ucx_conn_named(u, from) : NULL;
+    if (!c) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a READ request of %zu bytes from agent '%s' "
+                 "cannot be answered: %s; it fails there by its deadline or stall timeout", len,
+                 from, nk ? "no connection to it here (its metadata was unloaded?)"
+                          : "malformed");
+        return UCS_OK;
+    }
+    c->heard = true;
+    const char *bad = NULL;
+    b += nk;
+    uint64_t n = (size_t)(end - b) >= 4 ? ucx_ci_get(b, 4) : 0;
+    size_t total = 0;
+    if ((size_t)(end - b) < 4 || (size_t)(end - b - 4) / 12 != n || (end - b - 4) % 12)
+        bad = "malformed request";
+    b += 4;
+    for (uint64_t i = 0; !bad && i < n; i++) {
+        uint64_t ra = ucx_ci_get(b + 12 * i, 8), l = ucx_ci_get(b + 12 * i + 8, 4);
+        if ((total += l) > (1u << 20))
+            bad = "more bytes than a READ request may ask";
+        else if (!nxlt_mem_registered(u->ctx, NXL_DRAM, 0, ra, l))
+            bad = "an element outside every region registered here (deregistered meanwhile?)";
+    }
+    size_t bl = bad ? strlen(bad) : total;
+    ucx_side_t *m = malloc(sizeof(*m) + 9 + bl);
+    if (!m) {
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: a READ request of agent '%s' was "
+                 "not answered (it fails there by its deadline or stall timeout)", from);
+        return UCS_OK;
+    }
+    m->len = 9 + bl;
+    memcpy(m->buf, header, 8);
+    m->buf[8] = bad != NULL;
+    if (bad) {
+        memcpy(m->buf + 9, bad, bl);
+        nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a READ request from agent '%s' was refused: %s",
+                 from, bad);
+    } else {
+        unsigned char *w = m->buf + 9;
+        for (uint64_t i = 0; i < n; i++) {
+            size_t l = ucx_ci_get(b + 12 * i + 8, 4);
+            memcpy(w, (const void *)(uintptr_t)ucx_ci_get(b + 12 * i, 8), l);
+            w += l;
+        }
+    }
+    u->net.hit = true;
+    nxl_ucx_side_send(u, c->ep, NXL_UCX_AM_READ_REPLY, m);
+    return UCS_OK;
+}
+
+/* From progress, after a deadline passed: AM_READs canceled and not
+ * answered are given up — reported now (nothing of UCX's holds their
+ * buffers: the request is the op's own), off u->acks, so that an answer
+ * that still comes writes nothing; freed once UCX sent the request */
+void nxl_ucx_am_reads_due(ucx_t *u)
+{
+    ucx_op_t *o, *next;
+    for (o = LIST_FIRST(&u->acks); o; o = next) {
+        next = LIST_NEXT(o, ack_link);
+        if (!o->amr || !o->op || !nxlt_op_canceled(o->op) || o->aborted)
+            continue;
+        LIST_REMOVE(o, ack_link);
+        o->amw_acked = true;
+        if (!o->why)
+            o->why = strdup("UCX: READ canceled before its answer came (an answer coming later "
+                            "is dropped)");
+        if (o->amw_sent)
+            nxl_ucx_op_finish(o, UCS_ERR_CANCELED);
+        else
+            nxl_ucx_op_report(o, UCS_ERR_CANCELED); /* freed once the request is sent */
+    }
 }
 
 /* ---- loopback messages

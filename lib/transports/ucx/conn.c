@@ -346,6 +346,7 @@ void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)
 void nxl_ucx_deadlines(ucx_t *u)
 {
     u->deadline_due = false;
+    nxl_ucx_am_reads_due(u); /* given up without an abort: their answer is dropped (am.c) */
     /* waiting for a new endpoint (rma.c): nothing of them is with UCX */
     ucx_op_t *w, *wn;
     for (w = LIST_FIRST(&u->ops); w; w = wn) {
@@ -471,6 +472,7 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
      * would leave the WRITE complete before its bytes are there: not those */
     c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
     c->am_ack_name = c->am_write && (flags & CI_AM_ACK_NAME);
+    c->am_read = c->am_ack_name && (flags & CI_AM_READ);
     c->u = u;
     c->refs = 1;
     c->pidfd = -1;
@@ -488,7 +490,8 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
      * error handling. */
     c->self = len == u->addr_len && !memcmp(info, u->addr, len);
     if (c->self)
-        c->am_write = false; /* puts are copies there: no one-message WRITE to itself */
+        c->am_write = c->am_read = false; /* puts are copies there: no one-message WRITE
+                                           * or READ to itself */
     c->addr = addr; /* UCX keeps nothing of it past ucp_ep_create; kept for a new one */
     c->addr_len = len;
     ucs_status_t st = ep_create(c);
@@ -539,7 +542,7 @@ void nxl_ucx_unload_conn(void *state, void *conn)
 nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    unsigned flags = CI_AM_WRITE | CI_AM_ACK | CI_AM_ACK_NAME |
+    unsigned flags = CI_AM_WRITE | CI_AM_ACK | CI_AM_ACK_NAME | CI_AM_READ |
                      (u->cma_here ? CI_CMA | (u->cma_mode == CMA_OFF ? CI_NO_CMA : 0) : 0) |
                      (u->rails ? CI_RAILS : 0);
     size_t rl = nxl_ucx_rails_info_len(u), h = ucx_ci_hdr(flags);

@@ -5,6 +5,7 @@
 
 /* off unless asked for: the acknowledgement needs UCX's reply endpoint (am.c) */
 #define AM_WRITE_MAX_DEFAULT 4096
+#define AM_READ_MAX_DEFAULT 4096
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
@@ -146,12 +147,15 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     static const int cma_modes[] = {CMA_AUTO, CMA_ON,  CMA_OFF, CMA_ON, CMA_ON,
                                     CMA_ON,   CMA_OFF, CMA_OFF, CMA_OFF};
     nxlt_ctx_t *ctx = u->ctx;
-    uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, chunk = CMA_CHUNK_DEFAULT, cmax = 0;
+    uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, am_rmax = AM_READ_MAX_DEFAULT,
+             chunk = CMA_CHUNK_DEFAULT, cmax = 0;
     int cma = 0;
     nxl_status_t ns = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, UINT64_MAX,
                                           &stall_ms);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_uint(ctx, params, n, "am_write_max", 0, 1u << 20, &am_max);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "am_read_max", 0, 1u << 20, &am_rmax);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_choice(ctx, params, n, "cma", cma_words, &cma);
     if (ns == NXL_SUCCESS)
@@ -162,6 +166,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
         return ns;
     u->net.stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
     u->am_write_max = (size_t)am_max;
+    u->am_read_max = (size_t)am_rmax;
     u->cma_mode = cma_modes[cma];
     u->cma_chunk = (size_t)chunk;
     u->cma_max = (size_t)cmax;
@@ -284,6 +289,8 @@ static nxl_status_t listen_open(ucx_t *u)
         {NXL_UCX_AM_WRITE, nxl_ucx_am_recv_write},
         {NXL_UCX_AM_REVOKE, nxl_ucx_am_recv_revoke},
         {NXL_UCX_AM_WRITE_ACK, nxl_ucx_am_recv_ack},
+        {NXL_UCX_AM_READ, nxl_ucx_am_recv_read},
+        {NXL_UCX_AM_READ_REPLY, nxl_ucx_am_recv_read_reply},
     };
     ucs_status_t st = UCS_OK;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(*handlers) && st == UCS_OK; i++) {
@@ -604,6 +611,9 @@ static const nxl_param_info_t ucx_params[] = {
      "(\"500ms\", \"0\" never)"},
     {"am_write_max", PSTR(AM_WRITE_MAX_DEFAULT),
      "WRITEs with a notification up to this many bytes go as one message (\"0\" off)"},
+    {"am_read_max", PSTR(AM_READ_MAX_DEFAULT),
+     "READs (without a notification) up to this many bytes go as a request the target "
+     "answers with the bytes in one message (\"0\" off)"},
     {"cma", "auto", "cross-memory attach to peers on this host: auto (when tls includes shared "
      "memory), on, off"},
     {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},

@@ -291,6 +291,17 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         }
     if (!c->wiring && nxl_ucx_cma_usable(u, c, x))
         return nxl_ucx_post_cma(u, op, c, x);
+    /* a small READ the target would have to serve anyway (UCX's gets into
+     * malloc'd memory, TCP): one request, one answer (am.c) */
+    if (x->op == NXL_READ && !x->notif && u->am_read_max && !c->wiring && dram)
+        switch (nxl_ucx_post_am_read(u, op, c, x)) {
+        case 1:
+            return NXL_SUCCESS;
+        case -1:
+            return NXL_ERR_UNKNOWN;
+        default:
+            break; /* too large, or the peer cannot answer by name (yet) */
+        }
     switch (nxl_ucx_rails_post(u, op, c, x)) {
     case 1:
         return NXL_SUCCESS;

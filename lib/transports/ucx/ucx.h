@@ -71,6 +71,8 @@
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
+#define NXL_UCX_AM_READ 0x6e7d /* a small READ's request: the target answers with the bytes */
+#define NXL_UCX_AM_READ_REPLY 0x6e7e /* ... the answer: the bytes (or why not) */
 #ifndef IOV_MAX
 #define IOV_MAX 1024
 #endif
@@ -137,8 +139,9 @@ typedef struct ucx_state {
     bool backoff_said;          /* the backoff was logged */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
-    uint64_t am_seq;            /* the last AM_WRITE's number (its acknowledgement names it) */
-    LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs waiting for their acknowledgement */
+    size_t am_read_max;         /* READs up to this size go as a request and its answer */
+    uint64_t am_seq;            /* the last AM_WRITE's or AM_READ's number (its answer names it) */
+    LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs and AM_READs waiting for their answer */
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
     int cma_mode;               /* CMA_OFF, CMA_AUTO, CMA_ON */
     bool cma_here;              /* our identity is known: advertised in the connection info
@@ -183,6 +186,7 @@ struct ucx_conn {
     size_t peer_addr_len;
     bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
     bool am_ack_name;           /* ... by our name, on its own endpoint to us (CI_AM_ACK_NAME) */
+    bool am_read;               /* the peer answers AM_READ requests (CI_AM_READ) */
     bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
@@ -259,8 +263,11 @@ typedef struct ucx_op {
     unsigned char *buf;         /* buf_cap bytes, kept with the op: the message it sends */
     size_t buf_cap, iov_cap;
     struct ucx_op *next_free;   /* on the instance's spares */
-    /* an AM_WRITE: done when UCX sent it and the target acknowledged it */
-    bool amw, amw_sent, amw_acked;
+    /* an AM_WRITE: done when UCX sent it and the target acknowledged it;
+     * an AM_READ (amr, amw set too): when UCX sent its request and the
+     * answer came, or the op was given up (a deadline): amw_acked then,
+     * and an answer that comes later finds no op of its number */
+    bool amw, amw_sent, amw_acked, amr;
     bool aborted;               /* failed with its connection, aborted at a deadline */
     bool ucx_done;              /* ... and UCX gave it back before the abort completed */
     bool wire_wait;             /* posted while its connection was wiring: its elements in
@@ -395,6 +402,12 @@ void nxl_ucx_later_free(ucx_t *u);
 ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, void *data,
                                  size_t len, const ucp_am_recv_param_t *param);
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+int nxl_ucx_post_am_read(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+ucs_status_t nxl_ucx_am_recv_read(void *arg, const void *header, size_t hlen, void *data,
+                                  size_t len, const ucp_am_recv_param_t *param);
+ucs_status_t nxl_ucx_am_recv_read_reply(void *arg, const void *header, size_t hlen, void *data,
+                                        size_t len, const ucp_am_recv_param_t *param);
+void nxl_ucx_am_reads_due(ucx_t *u);
 ucx_conn_t *nxl_ucx_conn_named(ucx_t *u, const char *name);
 ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, void *data,
                                    size_t len, const ucp_am_recv_param_t *param);

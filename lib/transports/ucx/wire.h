@@ -42,6 +42,8 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
                           * [u16 block length][u8 n][n x ([u16 length][worker address])].
                           * Sent only with the rails parameter; an nxl that does not know
                           * it takes the block for the worker address and fails to connect */
+#define CI_AM_READ 0x40  /* with CI_AM_ACK_NAME: answers AM_READ requests with the bytes,
+                          * on its own endpoint to the sender found by name (am.c) */
 #define CI_CMA_LEN 52
 
 /* A peer's identity for cross-memory attach: same host (boot id), same pid
