@@ -1129,14 +1129,16 @@ NXL_API const char *nxl_future_peer(const nxl_future_t *f);
  * over the network whose cancel is not through 200 ms after this call (a
  * peer stopped or hung does not take or answer what was sent; or the rest
  * of a large transfer is still moving) is aborted as at a deadline
- * (nxl_xfer_opts_t.deadline_ms): UCX, and LIBFABRIC over tcp;ofi_rxm,
- * abort the connection to that peer that holds the buffers, and the
- * callback comes once they reported them released (a few ms after those
- * 200 ms); every other transfer or notification in flight on that
+ * (nxl_xfer_opts_t.deadline_ms): UCX, and LIBFABRIC over tcp;ofi_rxm
+ * and sockets, abort the connection to that peer that holds the buffers,
+ * and the callback comes once they reported them released (a few ms after
+ * those 200 ms); every other transfer or notification in flight on that
  * connection completes then too, with NXL_ERR_TIMEOUT and a sentence
  * saying it went with the connection (no DOWN: the next post reconnects).
- * LIBFABRIC's sockets provider and MOONCAKE still wait for the peer (or
- * their stall timeout). Exactly one callback either way. No effect on a
+ * MOONCAKE cuts its engine's connections to the peer the same way, but a
+ * transfer without a deadline may have requests queued in the engine,
+ * which end only after its reconnect cooldown: up to about 2 s after the
+ * cancel (nxl-mooncake(7)). Exactly one callback either way. No effect on a
  * complete future. A transfer's deadline cancels it the same way, with
  * NXL_ERR_TIMEOUT instead.
  */
