@@ -194,6 +194,11 @@ struct ucx_conn {
     bool wiring;                /* aborted, and a new endpoint not through yet (its first
                                  * message): puts and gets wait (rma.c, wire_wait) */
     bool reconnect;             /* the abort completed: a new endpoint is due */
+    bool renew_due;             /* the peer made a new endpoint to us after its abort: ours
+                                 * is renewed from the loop (conn.c, nxl_ucx_peer_renewed) */
+    bool renewing;              /* renewed for the peer (its abort, or a reset): a failure
+                                 * of the new endpoint's first message is the peer's loss */
+    uint64_t reset_renewed_us;  /* when it was last renewed on a reset (conn.c, conn_renew) */
     unsigned char *addr;        /* the peer's worker address (UCX_ADDR_PAD bytes of 0xff
                                  * after it), for a new endpoint after an abort */
     size_t addr_len;
@@ -317,6 +322,7 @@ void nxl_ucx_on_deadline(void *state, nxlt_op_t *op);
 void nxl_ucx_deadlines(ucx_t *u);
 void nxl_ucx_abort_done(ucx_conn_t *c);
 void nxl_ucx_reconnects(ucx_t *u);
+void nxl_ucx_peer_renewed(ucx_t *u, const char *from);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
                              uint32_t flags);
