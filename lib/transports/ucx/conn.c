@@ -249,9 +249,11 @@ static ucs_status_t ep_create(ucx_conn_t *c)
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
     };
+    void *before = c->self ? NULL : nxl_ucx_socks_before(); /* tcpreset.c */
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
     u->in_ucx--;
+    nxl_ucx_socks_after(before, &c->socks);
     return st;
 }
 
@@ -346,6 +348,7 @@ static void ep_renew(ucx_conn_t *c)
     c->wiring = true; /* posts wait for the new endpoint (nxl_ucx_reconnects) */
     c->refs++; /* until abort_done */
     nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
+    nxl_ucx_socks_reset(&c->socks); /* over TCP, what the kernel holds is dropped */
     void *r = nxl_ucx_ep_close(u, c->ep, true);
     c->ep = NULL;
     if (r)

@@ -370,9 +370,11 @@ static ucs_status_t rail_ep_create(ucx_t *u, ucx_conn_t *c, unsigned i, ucp_ep_h
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = rail_ep_error, .arg = c},
     };
+    void *before = nxl_ucx_socks_before(); /* tcpreset.c */
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->rails->r[i].w, &p, ep);
     u->in_ucx--;
+    nxl_ucx_socks_after(before, &c->rail_socks[i]);
     if (st != UCS_OK)
         *ep = NULL;
     return st;
@@ -695,6 +697,9 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
         if (o->pieces == 0)
             op_pieces_done(o);
     }
+    /* over TCP, what the kernel still holds of its pieces is dropped, not
+     * sent when the link is back (tcpreset.c) */
+    nxl_ucx_socks_reset(&c->rail_socks[i]);
     rail_ep_close(u, ep);
     if (c->rx) {
         c->rx->tries[i] = 0;
@@ -883,6 +888,7 @@ void nxl_ucx_rails_abort(ucx_conn_t *c)
             continue;
         ucp_ep_h ep = c->rail_ep[i];
         c->rail_ep[i] = NULL;
+        nxl_ucx_socks_reset(&c->rail_socks[i]); /* tcpreset.c */
         ucp_request_param_t p = {
             .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                             UCP_OP_ATTR_FIELD_FLAGS,

@@ -39,6 +39,7 @@
  *   rma.c     ops, puts and gets, the flush
  *   am.c      one-message WRITEs, notifications
  *   rails.c   several rails to a peer: large transfers striped over them
+ *   tcpreset.c an endpoint's TCP sockets, reset when it is closed by force
  *   init.c    create, quiesce, destroy; the ops table */
 #ifndef NXL_UCX_H
 #define NXL_UCX_H
@@ -80,6 +81,14 @@ enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
 typedef struct ucx_conn ucx_conn_t;
+
+#define NXL_UCX_EP_SOCKS 4 /* an endpoint's TCP sockets tracked at most (tcpreset.c) */
+
+/* the TCP sockets this process opened for an endpoint (their inodes) */
+typedef struct ucx_socks {
+    unsigned n;
+    unsigned long ino[NXL_UCX_EP_SOCKS];
+} ucx_socks_t;
 
 /* a message of the transport's own (a region revoked): its bytes live
  * until UCX is done with them */
@@ -217,6 +226,8 @@ struct ucx_conn {
     unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
     struct ucx_conn_rails *rx;  /* the peer's rail addresses, retries of rails taken out
                                  * (rails.c); NULL without rails */
+    ucx_socks_t socks;          /* its endpoint's TCP sockets (tcpreset.c) */
+    ucx_socks_t rail_socks[NXL_UCX_RAILS_MAX]; /* each rail's (or its probe's) */
     unsigned rail_aborts;       /* rail endpoints' closes at an abort UCX still holds: the
                                  * abort completes after them too (rails.c) */
     LIST_ENTRY(ucx_conn) link;
@@ -297,6 +308,11 @@ static inline size_t nxl_ucx_name_get(const unsigned char *b, size_t len, char *
     return 2 + nl;
 }
 
+
+/* tcpreset.c */
+void *nxl_ucx_socks_before(void);
+void nxl_ucx_socks_after(void *before, ucx_socks_t *out);
+unsigned nxl_ucx_socks_reset(ucx_socks_t *s);
 
 /* worker.c */
 void nxl_ucx_live_add(ucx_t *u);
