@@ -314,7 +314,7 @@ static void abort_done(ucx_conn_t *c)
     nxl_ucx_conn_put(c);
 }
 
-static void ep_renew(ucx_conn_t *c);
+static void ep_renew(ucx_conn_t *c, bool rails);
 
 static void conn_abort(ucx_conn_t *c)
 {
@@ -336,18 +336,20 @@ static void conn_abort(ucx_conn_t *c)
     nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a deadline passed with %u operation%s to agent '%s' "
              "held by UCX: its endpoint is closed by force, and the next post reconnects",
              n, n == 1 ? "" : "s", c->name);
-    ep_renew(c);
+    ep_renew(c, true);
 }
 
-/* c's endpoint (and its rails') closed by force; a new one made once UCX
- * completed the closes (abort_done, nxl_ucx_reconnects) */
-static void ep_renew(ucx_conn_t *c)
+/* c's endpoint (and with @p rails its rails') closed by force; a new one
+ * made once UCX completed the closes (abort_done, nxl_ucx_reconnects) */
+static void ep_renew(ucx_conn_t *c, bool rails)
 {
     ucx_t *u = c->u;
     c->aborted = true;
+    c->renew_due = false; /* this renews it */
     c->wiring = true; /* posts wait for the new endpoint (nxl_ucx_reconnects) */
     c->refs++; /* until abort_done */
-    nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
+    if (rails)
+        nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
     nxl_ucx_socks_reset(&c->socks); /* over TCP, what the kernel holds is dropped */
     void *r = nxl_ucx_ep_close(u, c->ep, true);
     c->ep = NULL;
@@ -371,11 +373,12 @@ void nxl_ucx_abort_done(ucx_conn_t *c)
  * send on ours then is for an endpoint the peer no longer has (our
  * endpoint fails, CONNECTION_RESET or ENDPOINT_TIMEOUT, when UCX reads the
  * reset or when we send). The peer is not lost: its new endpoint's first
- * message (nxl_ucx_reconnects) carries its name, and on it our endpoint
- * to it is renewed as at an abort here (ep_renew: closed by force, a new
- * one to its address, the keys unpacked again; posts wait meanwhile); what
- * of ours was in flight on the old one fails (NXL_ERR_BACKEND, a sentence
- * saying so; the peer is not DOWN). Without that message (a peer of an
+ * message (nxl_ucx_reconnects) carries its name; our posts to it wait
+ * from then on, and our endpoint to it is renewed as at an abort here
+ * (ep_renew: closed by force, a new one to its address, the keys unpacked
+ * again) once it fails (RENEW_WAIT_US at most); what of ours was in
+ * flight on the old one fails (NXL_ERR_BACKEND, a sentence saying so; the
+ * peer is not DOWN). Without that message (a peer of an
  * older nxl, or our endpoint's failure read first), an endpoint that fails
  * so with nothing of ours on it is renewed the same way, and the peer is
  * lost only if the new endpoint's first message fails too. A failure with
@@ -385,6 +388,13 @@ void nxl_ucx_abort_done(ucx_conn_t *c)
 /* a peer's message asking for a renewal this soon after a renewal on a
  * reset is that reset's abort */
 #define RESET_SEEN_US 10000000u
+/* asked by the peer, the endpoint is renewed when it fails (the peer's
+ * abort reset the connection: UCX reads what the kernel received before
+ * the reset first), or this long after the message at the latest: closed
+ * at once, the puts still queued on the old connection reached an
+ * endpoint closed here, on which UCX 1.13 aborts the process
+ * (ucp_put_handler: "unexpected error") */
+#define RENEW_WAIT_US 1000000u
 
 /* the endpoint failure @p status of c renews it (above) */
 static bool renew_takes(ucx_conn_t *c, ucs_status_t status)
@@ -413,7 +423,7 @@ static void conn_renew(ucx_conn_t *c, ucs_status_t status)
     c->renewing = true;
     c->reset_renewed_us = nxlt_now_us();
     c->refs++;
-    ep_renew(c);
+    ep_renew(c, false); /* nothing in flight: its rails fail on their own */
     nxl_ucx_conn_put(c);
 }
 
@@ -432,6 +442,7 @@ void nxl_ucx_peer_renewed(ucx_t *u, const char *from)
         return;
     }
     c->renew_due = true;
+    c->renew_at_us = nxlt_now_us() + RENEW_WAIT_US;
     c->wiring = true;
     u->reconnect_due = true;
     nxl_ucx_kick(u);
@@ -445,11 +456,13 @@ static void peer_renew(ucx_conn_t *c)
              "closed its end (an abort at a deadline there) and reconnected; its buffers are "
              "free, and the next post goes over the new connection", c->name);
     unsigned n = 0;
+    bool striped = false;
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
     if (o->conn == c && o->op && !o->queued && !o->aborted && !o->wire_wait) {
         o->aborted = true;
         n++;
+        striped |= o->pieces > 0;
         if (!nxlt_op_canceled(o->op) && !o->why)
             o->why = strdup(why);
     }
@@ -457,7 +470,9 @@ static void peer_renew(ucx_conn_t *c)
              "last one at a deadline): ours to it is renewed%s", c->name,
              n ? ", the operations in flight on it failed" : "");
     c->renewing = true;
-    ep_renew(c);
+    /* its rails fail on their own (what their connections received read
+     * first), unless they hold pieces of the ops failed here */
+    ep_renew(c, striped);
 }
 
 void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)
@@ -506,12 +521,15 @@ void nxl_ucx_reconnects(ucx_t *u)
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         c->refs++;
-        if (c->renew_due) {
+        if (c->renew_due && c->ep && !c->failed && !c->fail_deferred && !c->unloaded &&
+            nxlt_now_us() < c->renew_at_us) {
+            u->reconnect_due = true; /* not yet: its old endpoint's failure, or the time */
+        } else if (c->renew_due) {
             c->renew_due = false;
             if (c->ep && !c->failed && !c->fail_deferred && !c->unloaded) {
                 peer_renew(c);
-            } else {
-                c->wiring = false;
+            } else if (!c->aborted && !c->abort_req && !c->reconnect) {
+                c->wiring = false; /* failed or unloaded meanwhile: what waits fails */
                 nxl_ucx_wired(c);
             }
         }

@@ -205,6 +205,7 @@ struct ucx_conn {
     bool reconnect;             /* the abort completed: a new endpoint is due */
     bool renew_due;             /* the peer made a new endpoint to us after its abort: ours
                                  * is renewed from the loop (conn.c, nxl_ucx_peer_renewed) */
+    uint64_t renew_at_us;       /* ... when it fails, or at this time at the latest */
     bool renewing;              /* renewed for the peer (its abort, or a reset): a failure
                                  * of the new endpoint's first message is the peer's loss */
     uint64_t reset_renewed_us;  /* when it was last renewed on a reset (conn.c, conn_renew) */
