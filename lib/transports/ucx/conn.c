@@ -249,11 +249,9 @@ static ucs_status_t ep_create(ucx_conn_t *c)
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
     };
-    void *before = c->self ? NULL : nxl_ucx_socks_before(); /* tcpreset.c */
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
     u->in_ucx--;
-    nxl_ucx_socks_after(before, &c->socks);
     return st;
 }
 
@@ -350,7 +348,6 @@ static void ep_renew(ucx_conn_t *c, bool rails)
     c->refs++; /* until abort_done */
     if (rails)
         nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
-    nxl_ucx_socks_reset(&c->socks); /* over TCP, what the kernel holds is dropped */
     void *r = nxl_ucx_ep_close(u, c->ep, true);
     c->ep = NULL;
     if (r)
@@ -389,8 +386,8 @@ void nxl_ucx_abort_done(ucx_conn_t *c)
  * reset is that reset's abort */
 #define RESET_SEEN_US 10000000u
 /* asked by the peer, the endpoint is renewed when it fails (the peer's
- * abort reset the connection: UCX reads what the kernel received before
- * the reset first), or this long after the message at the latest: closed
+ * abort closed the connection: UCX reads what the kernel received before
+ * that first), or this long after the message at the latest: closed
  * at once, the puts still queued on the old connection reached an
  * endpoint closed here, on which UCX 1.13 aborts the process
  * (ucp_put_handler: "unexpected error") */

@@ -888,7 +888,6 @@ void nxl_ucx_rails_abort(ucx_conn_t *c)
             continue;
         ucp_ep_h ep = c->rail_ep[i];
         c->rail_ep[i] = NULL;
-        nxl_ucx_socks_reset(&c->rail_socks[i]); /* tcpreset.c */
         ucp_request_param_t p = {
             .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                             UCP_OP_ATTR_FIELD_FLAGS,

@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* UCX: the TCP sockets of an endpoint, reset when it is closed by force.
+/* UCX: a rail's TCP sockets, reset when it is taken out.
  *
- * Over TCP, UCX's forced close (UCP_EP_CLOSE_FLAG_FORCE: a deadline's
- * abort, a rail taken out) leaves what the kernel still holds of the
- * endpoint's socket to the kernel: UCX keeps the socket open when it also
- * carries the peer's endpoint to us (UCX matches the two directions
- * between two workers onto one connection), and a close without linger
- * sends the unsent queue anyway. It goes out when it can (a cut link back,
- * a stopped peer resumed), and the peer's UCX, whose side of the
- * connection is still open, writes it into place then, over whatever was
- * written there since (seen: 1.2 MiB of a rail's piece over a later
- * WRITE). So before such a close the endpoint's sockets are disconnected
+ * Over TCP, UCX's forced close of a rail's endpoint (a rail taken out,
+ * rails.c) leaves what the kernel still holds of its socket to the kernel:
+ * UCX keeps the socket open when it also carries the peer's endpoint to us
+ * (UCX matches the two directions between two workers onto one
+ * connection), and a close without linger sends the unsent queue anyway.
+ * It goes out when the cut link is back, and the peer's UCX, whose side of
+ * the connection is still open, writes it into place then, over whatever
+ * was written there since (seen: 0.15 to 1.2 MiB of a rail's piece over a
+ * later WRITE). So before that close the rail's sockets are disconnected
  * (reset_if_ours): the kernel drops both queues and sends a RST, and UCX's
  * use of the socket after fails. What the peer's kernel had received
  * already is still read by its UCX (Linux hands a socket's received bytes
- * to the reader before the reset's error): a stopped peer's receive queue
- * (up to its socket buffer) still lands when it resumes. The peer's side
- * of the connection fails (conn.c: it renews its endpoint to us).
+ * to the reader before the reset's error).
+ *
+ * Not at a deadline's abort (conn.c): there the peer is stopped, and a
+ * reset it finds on resuming made UCX 1.13 abort it (ucp_put_handler:
+ * "unexpected error: Endpoint timeout", the puts queued before the reset
+ * read for an endpoint already failed: seen in check_xfer t_deadline over
+ * TCP and check_netns t_rails_deadline).
  *
  * UCX does not say which sockets an endpoint uses: the ones this process
  * opened inside ucp_ep_create (the walk of /proc/self/fd before and after,

@@ -39,7 +39,7 @@
  *   rma.c     ops, puts and gets, the flush
  *   am.c      one-message WRITEs, notifications
  *   rails.c   several rails to a peer: large transfers striped over them
- *   tcpreset.c an endpoint's TCP sockets, reset when it is closed by force
+ *   tcpreset.c a rail's TCP sockets, reset when it is taken out
  *   init.c    create, quiesce, destroy; the ops table */
 #ifndef NXL_UCX_H
 #define NXL_UCX_H
@@ -227,8 +227,8 @@ struct ucx_conn {
     unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
     struct ucx_conn_rails *rx;  /* the peer's rail addresses, retries of rails taken out
                                  * (rails.c); NULL without rails */
-    ucx_socks_t socks;          /* its endpoint's TCP sockets (tcpreset.c) */
-    ucx_socks_t rail_socks[NXL_UCX_RAILS_MAX]; /* each rail's (or its probe's) */
+    ucx_socks_t rail_socks[NXL_UCX_RAILS_MAX]; /* each rail's TCP sockets, or its probe's
+                                                * (tcpreset.c) */
     unsigned rail_aborts;       /* rail endpoints' closes at an abort UCX still holds: the
                                  * abort completes after them too (rails.c) */
     LIST_ENTRY(ucx_conn) link;
