@@ -29,6 +29,10 @@
  *   "dereg"                 deregisters it and unmaps its pages: any later
  *                           access to them kills the target
  *   "ci"                    reports its UCX connection info (base64)
+ *   "downs"                 reports the peer events DOWN it saw ("downs N")
+ *   "tput ADDR SEED"        WRITEs 1 MiB of pattern SEED to the initiator's
+ *                           ADDR (from its buffer's last MiB), then answers
+ *                           "ok" or "bad ..." (the status and sentence)
  *   "quit"                  exits
  * and answers "ok", "bad ..." or "cnt ..." with a notification of its own. */
 #include "testlib.h"
@@ -179,6 +183,9 @@ static struct {
     size_t nseen, maxseq, dups;
     unsigned char *g, *gmap; /* the guarded region, its mapping with the guard pages */
     size_t gmaplen;
+    int downs;               /* peer events DOWN seen */
+    nxl_xfer_t *tput;        /* "tput": its WRITE to the initiator */
+    nxl_future_t *tput_f;
 } T;
 
 /* "guard": GLEN bytes between two inaccessible pages, registered */
@@ -248,8 +255,50 @@ static size_t marked_blocks(const unsigned char *buf, size_t len)
     return k;
 }
 
+static void t_on_peer(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
+{
+    if (ev->kind == NXL_PEER_DOWN) {
+        T.downs++;
+        fprintf(stderr, "target: peer '%s' DOWN: %s\n", ev->peer, ev->why ? ev->why : "");
+    }
+}
+
+static void t_tput_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    char out[600];
+    if (st == NXL_SUCCESS)
+        snprintf(out, sizeof(out), "ok");
+    else
+        snprintf(out, sizeof(out), "bad %s: %s", nxl_status_name(st), nxl_future_error(f));
+    t_reply(out);
+}
+
+/* "tput ADDR SEED": the target's own WRITE to the initiator */
+static void t_tput(unsigned long long addr, unsigned seed)
+{
+    const size_t len = 1u << 20;
+    unsigned char *src = T.buf + TBUF - len;
+    tl_fill(src, len, seed);
+    if (T.tput_f) {
+        nxl_future_release(T.tput_f);
+        T.tput_f = NULL;
+    }
+    if (T.tput)
+        nxl_xfer_release(T.tput);
+    T.tput = NULL;
+    nxl_desc_t l = {.addr = (uintptr_t)src, .len = len}, r = {.addr = (uintptr_t)addr, .len = len};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    char out[600];
+    if (nxl_xfer_create(T.a, NXL_WRITE, &ll, &rl, "I", NULL, &T.tput) != NXL_SUCCESS ||
+        nxl_xfer_post(T.tput, t_tput_done, NULL, &T.tput_f) != NXL_SUCCESS) {
+        snprintf(out, sizeof(out), "bad post: %s", nxl_agent_last_error(T.a));
+        t_reply(out);
+    }
+}
+
 static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
 {
+    unsigned long long ua;
     char m[256], out[4096];
     snprintf(m, sizeof(m), "%.*s", (int)(len < 255 ? len : 255), (const char *)msg);
     unsigned seed;
@@ -313,6 +362,11 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
     } else if (!strcmp(m, "ci")) {
         t_ci(out, sizeof(out));
         t_reply(out);
+    } else if (!strcmp(m, "downs")) {
+        snprintf(out, sizeof(out), "downs %d", T.downs);
+        t_reply(out);
+    } else if (sscanf(m, "tput %llu %u", &ua, &seed) == 2) {
+        t_tput(ua, seed);
     } else if (!strcmp(m, "quit")) {
         T.quit = 1;
     }
@@ -338,6 +392,7 @@ static void target_main(int wfd)
     if (nxl_mem_register(T.a, NXL_DRAM, &d, 1, NULL) != NXL_SUCCESS)
         _exit(12);
     nxl_agent_on_notif(T.a, t_notif, NULL);
+    nxl_agent_on_peer(T.a, t_on_peer, NULL);
     uint16_t port = nxl_agent_listen_port(T.a);
     if (write(wfd, &port, sizeof(port)) != sizeof(port))
         _exit(13);
@@ -762,7 +817,8 @@ END_TEST
  * callback once, its sentence naming the peer, the transport and the bytes;
  * the source is not read after the callback (the mark written then never
  * reaches the target, resumed with SIGCONT); the next post to the peer
- * moves every byte. The lateness is printed ("DEADLINE: ..."). A transport
+ * moves every byte; the target, never sent our metadata again, WRITEs to us and
+ * answers, and saw no DOWN. The lateness is printed ("DEADLINE: ..."). A transport
  * that moves the data without the target (cross-memory attach) completes
  * it instead: said and passed. */
 #define DL_MS 300
@@ -934,6 +990,17 @@ START_TEST(t_deadline)
     nxl_future_release(f);
     ck_assert_str_eq(ask("nomark 33554432", 20000), "ok");
     ck_assert_int_eq(c_calls, 1);
+    /* the target goes on serving us without our metadata sent again: its
+     * notifications (the answers above) and a WRITE of its own to us */
+    const size_t toff = 34u << 20;
+    memset(I.buf + toff, 0, 1u << 20);
+    char tput[64];
+    snprintf(tput, sizeof(tput), "tput %llu 703", (unsigned long long)(uintptr_t)(I.buf + toff));
+    const char *tr = ask(tput, 20000);
+    ck_assert_msg(!strcmp(tr, "ok"), "%s: the target's WRITE to us after the abort: %s", C->label,
+                  tr);
+    ck_assert_msg(tl_check(I.buf + toff, 1u << 20, 703) < 0, "%s: the target's WRITE: bytes",
+                  C->label);
     /* the peer and the transfer work again, no deadline now */
     nxl_xfer_set_deadline(x, 0);
     tl_fill(I.buf, n * blk, 702);
@@ -943,6 +1010,10 @@ START_TEST(t_deadline)
     /* the abort was no loss of the peer (its metadata is still good) */
     nxl_agent_on_peer(I.a, NULL, NULL);
     ck_assert_msg(held || dl_downs == 0, "%s: %d DOWN events", C->label, dl_downs);
+    /* nor for the target, whose connection to us the abort closed */
+    tr = ask("downs", 10000);
+    ck_assert_msg(held || !strcmp(tr, "downs 0"), "%s: the target saw %s (DOWN events)", C->label,
+                  tr);
 }
 END_TEST
 

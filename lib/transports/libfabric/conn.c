@@ -2,11 +2,7 @@
 /* LIBFABRIC: connections: peers' addresses, the rxm hold after a failure,
  * probing a peer whose posts are refused, failing a connection */
 #include "lf.h"
-
-#include <dirent.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <sys/stat.h>
+#include "../common/tcpsock.h" /* this process's TCP sockets, by their peer */
 
 void nxl_lf_conn_put(lf_conn_t *c)
 {
@@ -455,54 +451,6 @@ void nxl_lf_on_deadline(void *state, nxlt_op_t *op)
     nxl_lf_kick(u);
 }
 
-/* Calls @p fn on a duplicate of each TCP socket of this process (the
- * provider's among them) and sums what it returns. A duplicate shares the
- * socket, not the number: what fn does is done to that socket even if its
- * owner closes its descriptor meanwhile, and a number reused meanwhile is
- * not touched. */
-static unsigned each_tcp_socket(unsigned (*fn)(int fd, const void *arg), const void *arg)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return 0;
-    unsigned sum = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end;
-        long n = strtol(de->d_name, &end, 10);
-        if (*end || end == de->d_name || n < 0 || n > INT_MAX || n == dirfd(d))
-            continue;
-        int fd = fcntl((int)n, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        struct stat st;
-        int type = 0;
-        socklen_t tl = sizeof(type);
-        if (!fstat(fd, &st) && S_ISSOCK(st.st_mode) &&
-            !getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM)
-            sum += fn(fd, arg);
-        close(fd);
-    }
-    closedir(d);
-    return sum;
-}
-
-static bool same_sockaddr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return false;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-        return x->sin6_port == y->sin6_port &&
-               !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
-    }
-    return false;
-}
-
 /* 1 when @p fd is connected to @p arg (a struct sockaddr_storage) and was
  * shut down */
 static unsigned shut_if_peer(int fd, const void *arg)
@@ -510,7 +458,7 @@ static unsigned shut_if_peer(int fd, const void *arg)
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     memset(&ss, 0, sizeof(ss));
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !same_sockaddr(&ss, arg))
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !nxl_same_sockaddr(&ss, arg))
         return 0;
     return !shutdown(fd, SHUT_RDWR);
 }
@@ -522,7 +470,7 @@ static unsigned sock_abort(lf_addr_t *e)
     struct sockaddr_storage ss;
     if (!addr_sockaddr(e, &ss))
         return 0;
-    return each_tcp_socket(shut_if_peer, &ss);
+    return nxl_each_tcp_socket(shut_if_peer, &ss);
 }
 
 /* the ops an abort of @p e takes: the application's, and over sockets

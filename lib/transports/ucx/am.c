@@ -89,6 +89,13 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
                  "dropped", len);
         return UCS_OK;
     }
+    static const unsigned char zero[9];
+    char from[256];
+    if (len > 9 && !memcmp(b, zero, 9) && nxl_ucx_name_get(b + 9, len - 9, from)) {
+        /* number 0 with a name: a peer's new endpoint after its abort */
+        nxl_ucx_peer_renewed(u, from);
+        return UCS_OK;
+    }
     ucx_op_t *o;
     LIST_FOREACH(o, &u->acks, ack_link)
     if (!o->amr && !memcmp(o->amw_hdr, b, 8))

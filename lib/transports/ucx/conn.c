@@ -87,6 +87,9 @@ static void hello_done(ucx_conn_t *c, ucs_status_t st)
     if (st != UCS_OK)
         nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: the first message on the new endpoint to agent "
                  "'%s' failed: %s", c->name, ucs_status_string(st));
+    if (st != UCS_OK && c->renewing && !c->failed)
+        nxl_ucx_conn_fail(c, st, false); /* the peer is not there: lost */
+    c->renewing = false;
     nxl_ucx_wired(c); /* what waited goes out, or fails with the connection */
 }
 
@@ -164,10 +167,26 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 
+static bool renew_takes(ucx_conn_t *c, ucs_status_t status);
+static void conn_renew(ucx_conn_t *c, ucs_status_t status);
+static void peer_renew(ucx_conn_t *c);
+
 void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
 {
     if (c->failed)
         return;
+    if (!stalled && c->renew_due && c->ep && !c->unloaded) {
+        /* the peer's new endpoint came first: renewed now */
+        c->renew_due = false;
+        c->fail_deferred = false;
+        peer_renew(c);
+        return;
+    }
+    if (!stalled && renew_takes(c, status)) {
+        c->fail_deferred = false;
+        conn_renew(c, status);
+        return;
+    }
     if (c->peer_destroyed || (c->pidfd >= 0 && nxl_ucx_pidfd_exited(c->pidfd))) {
         /* a peer on this host: say what happened to it */
         char why[300];
@@ -295,6 +314,8 @@ static void abort_done(ucx_conn_t *c)
     nxl_ucx_conn_put(c);
 }
 
+static void ep_renew(ucx_conn_t *c, bool rails);
+
 static void conn_abort(ucx_conn_t *c)
 {
     ucx_t *u = c->u;
@@ -315,10 +336,20 @@ static void conn_abort(ucx_conn_t *c)
     nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a deadline passed, or a cancel did not complete, with "
              "%u operation%s to agent '%s' held by UCX: its endpoint is closed by force, and the "
              "next post reconnects", n, n == 1 ? "" : "s", c->name);
+    ep_renew(c, true);
+}
+
+/* c's endpoint (and with @p rails its rails') closed by force; a new one
+ * made once UCX completed the closes (abort_done, nxl_ucx_reconnects) */
+static void ep_renew(ucx_conn_t *c, bool rails)
+{
+    ucx_t *u = c->u;
     c->aborted = true;
+    c->renew_due = false; /* this renews it */
     c->wiring = true; /* posts wait for the new endpoint (nxl_ucx_reconnects) */
     c->refs++; /* until abort_done */
-    nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
+    if (rails)
+        nxl_ucx_rails_abort(c); /* its rails' endpoints too (their pieces) */
     void *r = nxl_ucx_ep_close(u, c->ep, true);
     c->ep = NULL;
     if (r)
@@ -332,6 +363,115 @@ void nxl_ucx_abort_done(ucx_conn_t *c)
 {
     if (c->abort_req == c)
         abort_done(c);
+}
+
+/* ------------------------------------------- the peer's abort, seen here
+ *
+ * The peer's abort closes its end of our connection too: over TCP UCX
+ * shares one socket between its endpoint to us and ours to it, and what we
+ * send on ours then is for an endpoint the peer no longer has (our
+ * endpoint fails, CONNECTION_RESET or ENDPOINT_TIMEOUT, when UCX reads the
+ * reset or when we send). The peer is not lost: its new endpoint's first
+ * message (nxl_ucx_reconnects) carries its name; our posts to it wait
+ * from then on, and our endpoint to it is renewed as at an abort here
+ * (ep_renew: closed by force, a new one to its address, the keys unpacked
+ * again) once it fails (RENEW_WAIT_US at most); what of ours was in
+ * flight on the old one fails (NXL_ERR_BACKEND, a sentence saying so; the
+ * peer is not DOWN). Without that message (a peer of an
+ * older nxl, or our endpoint's failure read first), an endpoint that fails
+ * so with nothing of ours on it is renewed the same way, and the peer is
+ * lost only if the new endpoint's first message fails too. A failure with
+ * transfers in flight fails them and the connection, as before: a peer
+ * that died cannot be told from one that aborted then. */
+
+/* a peer's message asking for a renewal this soon after a renewal on a
+ * reset is that reset's abort */
+#define RESET_SEEN_US 10000000u
+/* asked by the peer, the endpoint is renewed when it fails (the peer's
+ * abort closed the connection: UCX reads what the kernel received before
+ * that first), or this long after the message at the latest: closed
+ * at once, the puts still queued on the old connection reached an
+ * endpoint closed here, on which UCX 1.13 aborts the process
+ * (ucp_put_handler: "unexpected error") */
+#define RENEW_WAIT_US 1000000u
+
+/* the endpoint failure @p status of c renews it (above) */
+static bool renew_takes(ucx_conn_t *c, ucs_status_t status)
+{
+    if (c->self || c->local || c->unloaded || c->renewing || c->aborted || c->wiring ||
+        !c->ep || c->abort_req || c->peer_destroyed)
+        return false;
+    if (status != UCS_ERR_CONNECTION_RESET && status != UCS_ERR_ENDPOINT_TIMEOUT &&
+        status != UCS_ERR_NOT_CONNECTED)
+        return false;
+    if (c->pidfd >= 0 && nxl_ucx_pidfd_exited(c->pidfd))
+        return false;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &c->u->ops, link)
+    if (o->conn == c && o->op)
+        return false; /* they fail with the connection */
+    return true;
+}
+
+static void conn_renew(ucx_conn_t *c, ucs_status_t status)
+{
+    nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: the endpoint to agent '%s' failed (%s) with nothing "
+             "of ours on it: the peer may have closed its end (an abort at a deadline there); a "
+             "new endpoint to its address is made, and the peer is lost only if that one fails",
+             c->name, ucs_status_string(status));
+    c->renewing = true;
+    c->reset_renewed_us = nxlt_now_us();
+    c->refs++;
+    ep_renew(c, false); /* nothing in flight: its rails fail on their own */
+    nxl_ucx_conn_put(c);
+}
+
+/* From a message (UCX's callback): agent @p from made a new endpoint to us
+ * after an abort; ours to it is renewed from the loop, posts wait now */
+void nxl_ucx_peer_renewed(ucx_t *u, const char *from)
+{
+    ucx_conn_t *c = nxl_ucx_conn_named(u, from);
+    if (!c || c->self || c->local || c->wiring || c->aborted || c->abort_req || c->renew_due)
+        return;
+    if (c->reset_renewed_us && nxlt_now_us() - c->reset_renewed_us < RESET_SEEN_US) {
+        /* renewed already on the reset of this abort (conn_renew): the
+         * endpoint made then shares the peer's new connection, which a
+         * second renewal would close */
+        c->reset_renewed_us = 0;
+        return;
+    }
+    c->renew_due = true;
+    c->renew_at_us = nxlt_now_us() + RENEW_WAIT_US;
+    c->wiring = true;
+    u->reconnect_due = true;
+    nxl_ucx_kick(u);
+}
+
+static void peer_renew(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    char why[400];
+    snprintf(why, sizeof(why), "UCX: transfer to agent '%s' failed with its connection: the peer "
+             "closed its end (an abort at a deadline there) and reconnected; its buffers are "
+             "free, and the next post goes over the new connection", c->name);
+    unsigned n = 0;
+    bool striped = false;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    if (o->conn == c && o->op && !o->queued && !o->aborted && !o->wire_wait) {
+        o->aborted = true;
+        n++;
+        striped |= o->pieces > 0;
+        if (!nxlt_op_canceled(o->op) && !o->why)
+            o->why = strdup(why);
+    }
+    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s' made a new endpoint to us (it aborted its "
+             "last one at a deadline): ours to it is renewed%s", c->name,
+             n ? ", the operations in flight on it failed" : "");
+    c->renewing = true;
+    /* its rails fail on their own (what their connections received read
+     * first), unless they hold pieces of the ops failed here */
+    ep_renew(c, striped);
 }
 
 void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)
@@ -380,6 +520,23 @@ void nxl_ucx_reconnects(ucx_t *u)
     u->reconnect_due = false;
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
+        c->refs++;
+        if (c->renew_due && c->ep && !c->failed && !c->fail_deferred && !c->unloaded &&
+            nxlt_now_us() < c->renew_at_us) {
+            u->reconnect_due = true; /* not yet: its old endpoint's failure, or the time */
+        } else if (c->renew_due) {
+            c->renew_due = false;
+            if (c->ep && !c->failed && !c->fail_deferred && !c->unloaded) {
+                peer_renew(c);
+            } else if (!c->aborted && !c->abort_req && !c->reconnect) {
+                c->wiring = false; /* failed or unloaded meanwhile: what waits fails */
+                nxl_ucx_wired(c);
+            }
+        }
+        next = LIST_NEXT(c, link);
+        nxl_ucx_conn_put(c);
+    }
+    for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
         if (!c->reconnect || c->abort_req)
             continue;
@@ -397,7 +554,9 @@ void nxl_ucx_reconnects(ucx_t *u)
         if (st != UCS_OK) {
             c->ep = NULL;
             nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: agent '%s': ucp_ep_create failed after its "
-                     "connection was aborted at a deadline: %s", c->name, ucs_status_string(st));
+                     "connection was %s: %s", c->name,
+                     c->renewing ? "closed at the peer" : "aborted at a deadline",
+                     ucs_status_string(st));
             nxl_ucx_conn_fail(c, st, false);
             c->wiring = false;
             nxl_ucx_wired(c);
@@ -406,6 +565,7 @@ void nxl_ucx_reconnects(ucx_t *u)
             continue;
         }
         c->aborted = false;
+        bool renewed = c->renewing;
         ucx_rkey_t *k;
         LIST_FOREACH(k, &c->rkeys, link)
         nxl_ucx_rkey_unpack(c, k); /* a failure: that key's posts fail (UCX says why) */
@@ -419,18 +579,26 @@ void nxl_ucx_reconnects(ucx_t *u)
          * UCX completed that message (the peer answered) puts and gets
          * wait here (rma.c): on an endpoint still wiring up they went out
          * without the id. */
-        ucx_side_t *m = calloc(1, sizeof(*m) + 9);
+        /* after our own abort, our name follows: the peer renews its
+         * endpoint to us (nxl_ucx_peer_renewed) */
+        const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+        size_t nl = c->renewing ? 0 : strlen(me);
+        ucx_side_t *m = calloc(1, sizeof(*m) + 9 + (nl ? 2 + nl : 0));
         if (m) {
-            m->len = 9;
+            m->len = 9 + (nl ? 2 + nl : 0);
+            if (nl)
+                nxl_ucx_name_put(m->buf + 9, me, nl);
             m->hello = c;
             nxl_ucx_side_send_flags(u, c->ep, NXL_UCX_AM_WRITE_ACK, m, UCP_AM_SEND_FLAG_REPLY);
         } else {
             c->wiring = false;
         }
-        if (!c->wiring)
+        if (!c->wiring) {
+            c->renewing = false;
             nxl_ucx_wired(c);
+        }
         nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a new endpoint to agent '%s' (the last one was "
-                 "aborted at a deadline)", c->name);
+                 "%s)", c->name, renewed ? "closed at the peer" : "aborted at a deadline");
         next = LIST_NEXT(c, link);
         nxl_ucx_conn_put(c);
     }

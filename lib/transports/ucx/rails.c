@@ -368,9 +368,11 @@ static ucs_status_t rail_ep_create(ucx_t *u, ucx_conn_t *c, unsigned i, ucp_ep_h
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = rail_ep_error, .arg = c},
     };
+    void *before = nxl_ucx_socks_before(); /* tcpreset.c */
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->rails->r[i].w, &p, ep);
     u->in_ucx--;
+    nxl_ucx_socks_after(before, &c->rail_socks[i]);
     if (st != UCS_OK)
         *ep = NULL;
     return st;
@@ -686,6 +688,9 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
         if (o->pieces == 0)
             op_pieces_done(o);
     }
+    /* over TCP, what the kernel still holds of its pieces is dropped, not
+     * sent when the link is back (tcpreset.c) */
+    nxl_ucx_socks_reset(&c->rail_socks[i]);
     rail_ep_close(u, ep);
     if (c->rx) {
         c->rx->tries[i] = 0;

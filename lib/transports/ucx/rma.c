@@ -30,9 +30,11 @@ void nxl_ucx_op_report(ucx_op_t *o, ucs_status_t st)
     char why[512];
     nxl_status_t ns = map_status(o->conn, o->st);
     if (o->aborted) {
-        /* with its connection, at a deadline: not a disconnect (the peer
-         * is not DOWN; the next post reconnects) */
-        nxl_netop_report(&o->op, &o->u->net, &o->conn->net, nxl_ucx_coarse_us, NXL_ERR_TIMEOUT,
+        /* with its connection, at a deadline (or the peer's: renewing,
+         * conn.c): not a disconnect (the peer is not DOWN; the next post
+         * reconnects) */
+        nxl_netop_report(&o->op, &o->u->net, &o->conn->net, nxl_ucx_coarse_us,
+                         o->conn->renewing ? NXL_ERR_BACKEND : NXL_ERR_TIMEOUT,
                          o->why ? o->why : "UCX: aborted at its deadline");
         return;
     }

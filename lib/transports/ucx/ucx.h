@@ -39,6 +39,7 @@
  *   rma.c     ops, puts and gets, the flush
  *   am.c      one-message WRITEs, notifications
  *   rails.c   several rails to a peer: large transfers striped over them
+ *   tcpreset.c a rail's TCP sockets, reset when it is taken out
  *   init.c    create, quiesce, destroy; the ops table */
 #ifndef NXL_UCX_H
 #define NXL_UCX_H
@@ -82,6 +83,14 @@ enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
 typedef struct ucx_conn ucx_conn_t;
+
+#define NXL_UCX_EP_SOCKS 4 /* an endpoint's TCP sockets tracked at most (tcpreset.c) */
+
+/* the TCP sockets this process opened for an endpoint (their inodes) */
+typedef struct ucx_socks {
+    unsigned n;
+    unsigned long ino[NXL_UCX_EP_SOCKS];
+} ucx_socks_t;
 
 /* a message of the transport's own (a region revoked): its bytes live
  * until UCX is done with them */
@@ -200,6 +209,12 @@ struct ucx_conn {
     bool wiring;                /* aborted, and a new endpoint not through yet (its first
                                  * message): puts and gets wait (rma.c, wire_wait) */
     bool reconnect;             /* the abort completed: a new endpoint is due */
+    bool renew_due;             /* the peer made a new endpoint to us after its abort: ours
+                                 * is renewed from the loop (conn.c, nxl_ucx_peer_renewed) */
+    uint64_t renew_at_us;       /* ... when it fails, or at this time at the latest */
+    bool renewing;              /* renewed for the peer (its abort, or a reset): a failure
+                                 * of the new endpoint's first message is the peer's loss */
+    uint64_t reset_renewed_us;  /* when it was last renewed on a reset (conn.c, conn_renew) */
     unsigned char *addr;        /* the peer's worker address (UCX_ADDR_PAD bytes of 0xff
                                  * after it), for a new endpoint after an abort */
     size_t addr_len;
@@ -218,6 +233,8 @@ struct ucx_conn {
     unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
     struct ucx_conn_rails *rx;  /* the peer's rail addresses, retries of rails taken out
                                  * (rails.c); NULL without rails */
+    ucx_socks_t rail_socks[NXL_UCX_RAILS_MAX]; /* each rail's TCP sockets, or its probe's
+                                                * (tcpreset.c) */
     unsigned rail_aborts;       /* rail endpoints' closes at an abort UCX still holds: the
                                  * abort completes after them too (rails.c) */
     LIST_ENTRY(ucx_conn) link;
@@ -302,6 +319,11 @@ static inline size_t nxl_ucx_name_get(const unsigned char *b, size_t len, char *
 }
 
 
+/* tcpreset.c */
+void *nxl_ucx_socks_before(void);
+void nxl_ucx_socks_after(void *before, ucx_socks_t *out);
+unsigned nxl_ucx_socks_reset(ucx_socks_t *s);
+
 /* worker.c */
 void nxl_ucx_live_add(ucx_t *u);
 void nxl_ucx_live_remove(ucx_t *u);
@@ -326,6 +348,7 @@ void nxl_ucx_on_deadline(void *state, nxlt_op_t *op);
 void nxl_ucx_deadlines(ucx_t *u);
 void nxl_ucx_abort_done(ucx_conn_t *c);
 void nxl_ucx_reconnects(ucx_t *u);
+void nxl_ucx_peer_renewed(ucx_t *u, const char *from);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
                              uint32_t flags);
