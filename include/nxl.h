@@ -838,8 +838,8 @@ NXL_API nxl_status_t nxl_md_send(nxl_agent_t *a, const char *host, uint16_t port
  * loads it. @p remote, when not NULL, is the name expected there (a
  * different name completes with NXL_ERR_MISMATCH). The loaded name is then
  * available from nxl_future_peer(). Its wait is bounded by
- * nxl_agent_config_t.io_timeout_ms; it takes no deadline of its own (no
- * options to carry one).
+ * nxl_agent_config_t.io_timeout_ms; nxl_future_set_deadline() on its
+ * future sets a shorter one.
  */
 NXL_API nxl_status_t nxl_md_fetch(nxl_agent_t *a, const char *remote, const char *host,
                                   uint16_t port, nxl_done_cb cb, void *arg, nxl_future_t **out);
@@ -1144,6 +1144,23 @@ NXL_API const char *nxl_future_peer(const nxl_future_t *f);
  */
 NXL_API void nxl_future_cancel(nxl_future_t *f);
 /**
+ * Sets a deadline @p ms milliseconds from now on a pending future of a
+ * transfer post (as nxl_xfer_opts_t.deadline_ms, whose deadline it
+ * replaces), a notification send (nxl_notif_send()) or a metadata fetch or
+ * send (nxl_md_fetch(), nxl_md_send(), nxl_md_send_invalidate(),
+ * nxl_md_fetch_etcd()). Not complete by then, the operation is canceled as
+ * nxl_future_cancel() says and the future completes with NXL_ERR_TIMEOUT
+ * and a sentence naming what it waited for (the agent a notification went
+ * to, the host:port of a metadata request), once its buffers are free.
+ * @p ms 0 removes the future's deadline. Called again, the new deadline
+ * replaces the old.
+ * @return NXL_SUCCESS, also for a complete future or one already canceled
+ *         (no effect); NXL_ERR_INVALID_PARAM (@p f NULL);
+ *         NXL_ERR_NOT_SUPPORTED (a future of another kind: nxl_future_all(),
+ *         an event, a KV transfer, an etcd publish), with a sentence.
+ */
+NXL_API nxl_status_t nxl_future_set_deadline(nxl_future_t *f, unsigned ms);
+/**
  * A future completed when all of @p fs are: with NXL_SUCCESS, or with the
  * first failure's status in array order. The inputs keep their owners.
  */
@@ -1203,9 +1220,8 @@ typedef void (*nxl_notif_cb)(nxl_agent_t *a, const char *from, const void *msg, 
  */
 NXL_API void nxl_agent_on_notif(nxl_agent_t *a, nxl_notif_cb cb, void *arg);
 /**
- * Sends a standalone notification to a loaded remote agent. It takes no
- * deadline (no options to carry one): bound the wait with
- * nxl_future_wait()'s timeout and nxl_future_cancel().
+ * Sends a standalone notification to a loaded remote agent. A deadline is
+ * set on its future with nxl_future_set_deadline().
  * @return NXL_SUCCESS; NXL_ERR_NOT_FOUND (unknown agent);
  *         NXL_ERR_INVALID_PARAM (too long); NXL_ERR_NOT_SUPPORTED (no
  *         backend with notifications reaches it); NXL_ERR_REMOTE_DISCONNECT.

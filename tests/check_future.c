@@ -1184,6 +1184,103 @@ START_TEST(t_deadline_timer)
 }
 END_TEST
 
+/* nxl_future_set_deadline(): a metadata fetch from a socket that accepts
+ * and never answers times out at its deadline (200 ms, before the
+ * request's own io_timeout_ms of 500), its callback once, its sentence
+ * naming host:port; the agent then fetches normally. A deadline cleared
+ * (ms 0) or replaced leaves the request to its own timeout. */
+START_TEST(t_set_deadline_md)
+{
+    uint16_t port = silent_listener();
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%u", port);
+    ctr_t m = {0};
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_md_fetch(A, NULL, "127.0.0.1", port, ctr_cb, &m, &f), NXL_SUCCESS);
+    uint64_t t0 = tl_now_ms();
+    ck_assert_int_eq(nxl_future_set_deadline(f, 200), NXL_SUCCESS);
+    while (!m.n && tl_now_ms() - t0 < 2000)
+        nxl_agent_run_once(A, 5);
+    uint64_t took = tl_now_ms() - t0;
+    printf("SET_DEADLINE: metadata fetch: %s after %llu ms: %s\n", nxl_status_name(m.st),
+           (unsigned long long)took, m.err);
+    ck_assert_int_eq(m.n, 1);
+    ck_assert_int_eq(m.st, NXL_ERR_TIMEOUT);
+    ck_assert_msg(took >= 199 && took <= 700, "TIMEOUT after %llu ms for a deadline of 200",
+                  (unsigned long long)took);
+    ck_sentence(m.err, where);
+    ck_sentence(nxl_future_error(f), "metadata fetch");
+    spin(500); /* past io_timeout_ms: no second callback */
+    ck_assert_int_eq(m.n, 1);
+    ck_assert_int_eq(nxl_future_status(f), NXL_ERR_TIMEOUT);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 50), NXL_SUCCESS); /* complete: no effect */
+    nxl_future_release(f);
+
+    /* cleared: the request's own timeout (io_timeout_ms 500) ends it */
+    ctr_t c = {0};
+    ck_assert_int_eq(nxl_md_send(A, "127.0.0.1", port, ctr_cb, &c, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 100), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 0), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 5000), NXL_ERR_REMOTE_DISCONNECT);
+    ck_assert_int_eq(c.n, 1);
+    nxl_future_release(f);
+    close(silent_fd);
+
+    /* the agent works after: a normal fetch from a listening agent */
+    nxl_agent_t *b = tl_agent("B", 1);
+    ctr_t ok = {0};
+    ck_assert_int_eq(nxl_md_fetch(A, "B", "127.0.0.1", nxl_agent_listen_port(b), ctr_cb, &ok, &f),
+                     NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 5000), NXL_SUCCESS);
+    ck_assert(tl_run2_until(A, b, &ok.n, 1, 5000, 5));
+    ck_assert_msg(ok.st == NXL_SUCCESS, "fetch: %s", ok.err);
+    ck_assert_str_eq(nxl_future_peer(f), "B");
+    nxl_future_release(f);
+    spin(50);
+    ck_assert_int_eq(ok.n, 1);
+    nxl_agent_destroy(b);
+}
+END_TEST
+
+/* nxl_future_set_deadline(): NULL, a complete future, kinds it does not
+ * take */
+START_TEST(t_set_deadline_bad)
+{
+    ck_assert_int_eq(nxl_future_set_deadline(NULL, 100), NXL_ERR_INVALID_PARAM);
+    /* complete (a loopback notification, delivered): no effect */
+    nxl_future_t *f;
+    ck_assert_int_eq(nxl_notif_send(A, "A", "x", 1, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 5000), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 100), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 0), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_status(f), NXL_SUCCESS);
+    nxl_future_release(f);
+    /* nxl_future_all() over a pending request: not supported, said */
+    uint16_t port = silent_listener();
+    ck_assert_int_eq(nxl_md_fetch(A, NULL, "127.0.0.1", port, NULL, NULL, &f), NXL_SUCCESS);
+    nxl_future_t *all;
+    ck_assert_int_eq(nxl_future_all(A, &f, 1, NULL, NULL, &all), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_status(all), NXL_IN_PROG);
+    ck_assert_int_eq(nxl_future_set_deadline(all, 100), NXL_ERR_NOT_SUPPORTED);
+    ck_sentence(nxl_agent_last_error(A), "nxl_future_all");
+    spin(300); /* nothing was set: the request still pending */
+    ck_assert_int_eq(nxl_future_status(all), NXL_IN_PROG);
+    nxl_future_cancel(f);
+    ck_assert_int_eq(nxl_future_wait(all, 5000), NXL_ERR_CANCELED);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 100), NXL_SUCCESS); /* complete */
+    nxl_future_release(all);
+    nxl_future_release(f);
+    close(silent_fd);
+    /* a transfer post: as deadline_ms (a loopback WRITE completes first) */
+    nxl_xfer_t *x = mkx(0, 0, 4096, NULL);
+    ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(f, 5000), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 5000), NXL_SUCCESS);
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("future");
@@ -1191,7 +1288,7 @@ int main(void)
              t_wait, t_wait_in_callback, t_release_in_callback, t_all_success, t_all_failure,
              t_cancel, t_release_inflight, t_repost_active, t_repost, t_destroy_pending,
              t_status_follows_callbacks, t_chain_one_per_turn, t_failed_calls, t_recycled_clean,
-             t_recycled_outlive_agent, t_deadline_timer);
+             t_recycled_outlive_agent, t_deadline_timer, t_set_deadline_md, t_set_deadline_bad);
     TL_TCASE(s, "notif", 30, setup, teardown, t_notif_callback, t_notif_drain, t_notif_with_write);
     return tl_run(s);
 }

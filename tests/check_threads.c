@@ -658,6 +658,33 @@ START_TEST(foreign_wait)
     nxl_future_release(f);
     close(lfd);
 
+    /* a deadline set from this thread (not the reactor's): the request
+     * completes with NXL_ERR_TIMEOUT at it, once; a kind it does not take
+     * is refused with a sentence for this thread */
+    lfd = silent_listener(&port);
+    w_calls = 0;
+    ck_assert_int_eq(nxl_md_fetch(I, NULL, "127.0.0.1", port, w_done, NULL, &f), NXL_SUCCESS);
+    t0 = tl_now_ms();
+    ck_assert_int_eq(nxl_future_set_deadline(f, 200), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_wait(f, 5000), NXL_ERR_TIMEOUT);
+    uint64_t took = tl_now_ms() - t0;
+    ck_assert_msg(took >= 190 && took <= 700, "TIMEOUT after %llu ms", (unsigned long long)took);
+    ck_assert_int_eq(load_int(&w_calls), 1);
+    ck_sentence(nxl_future_error(f), "127.0.0.1");
+    ck_assert_int_eq(nxl_future_set_deadline(f, 100), NXL_SUCCESS); /* complete */
+    ck_assert_int_eq(nxl_future_set_deadline(NULL, 100), NXL_ERR_INVALID_PARAM);
+    nxl_future_release(f);
+    nxl_future_t *g, *all;
+    ck_assert_int_eq(nxl_md_fetch(I, NULL, "127.0.0.1", port, NULL, NULL, &g), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_all(I, &g, 1, NULL, NULL, &all), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_future_set_deadline(all, 100), NXL_ERR_NOT_SUPPORTED);
+    ck_sentence(nxl_agent_last_error(I), "nxl_future_set_deadline");
+    nxl_future_cancel(g);
+    ck_assert_int_eq(nxl_future_wait(all, 5000), NXL_ERR_CANCELED);
+    nxl_future_release(all);
+    nxl_future_release(g);
+    close(lfd);
+
     /* errors reach the calling thread's nxl_agent_last_error() */
     nxl_desc_t bad = {.addr = 16, .len = 16};
     nxl_prepped_t *p;

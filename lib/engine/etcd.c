@@ -944,6 +944,8 @@ nxl_status_t nxl_md_fetch_etcd(nxl_agent_t *a, const char *remote, const char *l
             w->labels[i] = strdup(q->key);
     f->owner = q;
     f->on_cancel = fetch_cancel;
+    f->dl_what = nxli_sprintf("a metadata fetch (nxl_md_fetch_etcd) of agent '%s' from etcd "
+                              "key %s", remote, q->key ? q->key : "?");
     q->w = w;
     LIST_INSERT_HEAD(&w->waiters, q, link);
     nxlt_timer_start(q->timeout, (uint64_t)timeout_ms * 1000);

@@ -883,6 +883,10 @@ static nxl_status_t request(nxl_agent_t *a, const char *call, int type, const ch
     c->port = port;
     f->owner = c;
     f->on_cancel = client_cancel;
+    /* for a deadline's sentence (nxl_future_set_deadline); NULL: a plainer one */
+    f->dl_what = nxli_sprintf(strchr(host, ':') ? "%s (%s) %s [%s]:%u" : "%s (%s) %s %s:%u",
+                              type == T_FETCH_MD ? "a metadata fetch" : "a metadata send", call,
+                              type == T_FETCH_MD ? "from" : "to", host, port);
     LIST_INSERT_HEAD(&a->ex->clients, c, link);
     if (!c->rq)
         connect_next(c);

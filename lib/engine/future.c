@@ -60,6 +60,7 @@ static void future_free(nxl_future_t *f)
 {
     deadline_remove(f);
     free(f->timeout_why);
+    free(f->dl_what);
     if (f->mt) {
         nxli_thread_settled(f); /* a waiter of a future released meanwhile */
         LIST_REMOVE(f, alink);
@@ -667,6 +668,24 @@ static void deadline_sentence(nxl_future_t *f, uint64_t now)
 {
     const nxl_xfer_t *x = f->owner;
     char buf[NXLI_ERR_MAX];
+    if (f->kind == NXLI_F_NOTIF || f->kind == NXLI_F_MD) {
+        unsigned set_ms = f->dl_set_us && f->deadline_us > f->dl_set_us
+                              ? (unsigned)((f->deadline_us - f->dl_set_us + 500) / 1000)
+                              : 0;
+        snprintf(buf, sizeof(buf),
+                 "nxl_future_set_deadline: deadline of %u ms passed: %s was still pending; "
+                 "canceled%s",
+                 set_ms,
+                 f->dl_what ? f->dl_what
+                 : f->kind == NXLI_F_NOTIF ? "a notification"
+                                           : "a metadata request",
+                 f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)
+                     ? ", completed once the transport let go of its buffers"
+                     : "");
+        free(f->timeout_why);
+        f->timeout_why = nxli_strdup(buf);
+        return;
+    }
     unsigned ms = f->st_post_us && f->deadline_us > f->st_post_us
                       ? (unsigned)((f->deadline_us - f->st_post_us + 500) / 1000)
                       : 0;
@@ -753,6 +772,44 @@ void nxli_deadline_add(nxl_future_t *f, uint64_t due_us)
     f->in_deadlines = true;
     if (TAILQ_FIRST(&a->deadlines) == f)
         deadline_arm(a);
+}
+
+nxl_status_t nxl_future_set_deadline(nxl_future_t *f, unsigned ms)
+{
+    if (f && nxli_future_foreign(f))
+        return nxli_rpc_future_set_deadline(f, ms);
+    if (!f)
+        return NXL_ERR_INVALID_PARAM;
+    nxl_agent_t *a = f->agent;
+    if (f->done || f->settled)
+        return NXL_SUCCESS; /* complete: nothing to bound */
+    bool ok = f->attached && !f->cancel_hook &&
+              (f->kind == NXLI_F_XFER || f->kind == NXLI_F_NOTIF ||
+               (f->kind == NXLI_F_MD && f->on_cancel));
+    if (!ok) {
+        nxli_err(a, "nxl_future_set_deadline: a deadline is taken by the future of a transfer "
+                    "post, a notification send or a metadata fetch or send (not by %s)",
+                 f->cancel_hook             ? "a KV transfer's"
+                 : f->kind == NXLI_F_ALL    ? "nxl_future_all()'s"
+                 : f->kind == NXLI_F_EVENT  ? "an event's"
+                 : f->kind == NXLI_F_MD     ? "an etcd publish's or unpublish's"
+                                            : "a post not started yet");
+        return NXL_ERR_NOT_SUPPORTED;
+    }
+    if (f->cancel_wait)
+        return NXL_SUCCESS; /* canceled already (or its deadline passed): it ends on its own */
+    if (!ms) {
+        deadline_remove(f);
+        f->dl_set_us = 0;
+        return NXL_SUCCESS;
+    }
+    nxl_status_t st = nxli_deadline_timer(a);
+    if (st != NXL_SUCCESS)
+        return st;
+    deadline_remove(f);
+    f->dl_set_us = nxli_now_us();
+    nxli_deadline_add(f, f->dl_set_us + (uint64_t)ms * 1000u);
+    return NXL_SUCCESS;
 }
 
 /* ---- nxl_future_all */

@@ -116,6 +116,7 @@ const char *nxli_rpc_future_error(const nxl_future_t *f);
 const char *nxli_rpc_future_peer(const nxl_future_t *f);
 void nxli_rpc_future_release(nxl_future_t *f);
 void nxli_rpc_future_cancel(nxl_future_t *f);
+nxl_status_t nxli_rpc_future_set_deadline(nxl_future_t *f, unsigned ms);
 nxl_status_t nxli_rpc_future_all(nxl_agent_t *a, nxl_future_t *const *fs, size_t n,
                                  nxl_done_cb cb, void *arg, nxl_future_t **out);
 nxl_status_t nxli_rpc_md_check(nxl_agent_t *a, const char *remote);
