@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* This process's TCP sockets, found by walking /proc/self/fd: what a
  * transport does to the connections its library opened to a peer (which
- * it cannot reach through the library). Header-only: LIBFABRIC, UCX. */
+ * it cannot reach through the library). Header-only: LIBFABRIC, UCX,
+ * MOONCAKE. */
 #ifndef NXL_TCPSOCK_H
 #define NXL_TCPSOCK_H
 
@@ -21,8 +22,7 @@
  * socket, not the number: what fn does is done to that socket even if its
  * owner closes its descriptor meanwhile, and a number reused meanwhile is
  * not touched. */
-static inline unsigned nxl_each_tcp_socket(unsigned (*fn)(int fd, const void *arg),
-                                           const void *arg)
+static inline unsigned nxl_each_tcp_socket(unsigned (*fn)(int fd, void *arg), void *arg)
 {
     DIR *d = opendir("/proc/self/fd");
     if (!d)

@@ -453,7 +453,7 @@ void nxl_lf_on_deadline(void *state, nxlt_op_t *op)
 
 /* 1 when @p fd is connected to @p arg (a struct sockaddr_storage) and was
  * shut down */
-static unsigned shut_if_peer(int fd, const void *arg)
+static unsigned shut_if_peer(int fd, void *arg)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);

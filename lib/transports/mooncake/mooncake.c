@@ -74,6 +74,7 @@
 #include "../../common/base64.h"
 #include "../common/dlload.h"
 #include "../common/pstr.h"
+#include "../common/tcpsock.h"
 #include "te_abi.h"
 
 #ifdef NXL_HAVE_TE_HEADER /* configure --with-mooncake: te_abi.h checked against the API */
@@ -366,38 +367,6 @@ static void seg_host(const char *seg, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)n, seg);
 }
 
-/* Calls fn on a duplicate of each socket this process holds (the engine's
- * among them: it runs in this process). A duplicate shares the socket, not
- * the number: what fn sees and does is the same socket even if its owner
- * closes its descriptor meanwhile, and a number reused meanwhile is not
- * touched. Returns what fn summed. */
-static int each_socket(int (*fn)(int fd, void *arg), void *arg)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return 0;
-    int sum = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        long n = strtol(e->d_name, &end, 10);
-        if (*end || end == e->d_name || n < 0 || n == dirfd(d))
-            continue;
-        int fd = fcntl((int)n, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        struct stat st;
-        int type = 0;
-        socklen_t tl = sizeof(type);
-        if (!fstat(fd, &st) && S_ISSOCK(st.st_mode) &&
-            !getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM)
-            sum += fn(fd, arg);
-        close(fd);
-    }
-    closedir(d);
-    return sum;
-}
-
 /* a socket's port and IPv4 address (an IPv4-mapped IPv6 one too); false
  * for other families */
 static bool sa_v4(const struct sockaddr_storage *ss, struct in_addr *a, uint16_t *port)
@@ -427,7 +396,7 @@ typedef struct {
     int n;
 } ports_t;
 
-static int add_listener(int fd, void *arg)
+static unsigned add_listener(int fd, void *arg)
 {
     ports_t *p = arg;
     int on = 0;
@@ -452,7 +421,7 @@ static int add_listener(int fd, void *arg)
 static uint16_t data_port(const ports_t *before, const char *seg)
 {
     ports_t now = {.n = 0};
-    each_socket(add_listener, &now);
+    nxl_each_tcp_socket(add_listener, &now);
     const char *c = strrchr(seg, ':');
     long hs = c ? strtol(c + 1, NULL, 10) : -1;
     uint16_t found = 0;
@@ -474,7 +443,7 @@ typedef struct {
     uint16_t port;
 } peer_addr_t;
 
-static int shut_if_peer(int fd, void *arg)
+static unsigned shut_if_peer(int fd, void *arg)
 {
     const peer_addr_t *p = arg;
     struct sockaddr_storage ss;
@@ -507,7 +476,7 @@ static int conn_abort(mc_conn_t *c)
     seg_host(c->seg, host, sizeof(host));
     if (inet_pton(AF_INET, host, &p.host) != 1)
         return -1;
-    return each_socket(shut_if_peer, &p);
+    return (int)nxl_each_tcp_socket(shut_if_peer, &p);
 }
 
 /* The engine's TCP connections per peer, read as its TcpTransport does
@@ -1177,7 +1146,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     m->peer_max = peer_window ? (size_t)peer_window : m->lanes;
     m->peer_fixed = peer_window != 0;
     ports_t before = {.n = 0};
-    each_socket(add_listener, &before);
+    nxl_each_tcp_socket(add_listener, &before);
     m->eng = L->create("P2PHANDSHAKE", m->ip, m->ip, 0, 0);
     if (!m->eng) {
         nxlt_error(ctx, "MOONCAKE: createTransferEngine(P2PHANDSHAKE, %s) failed (its log says "

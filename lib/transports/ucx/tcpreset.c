@@ -34,9 +34,9 @@ typedef struct {
     size_t n, cap;
 } ino_set_t;
 
-static unsigned ino_add(int fd, const void *arg)
+static unsigned ino_add(int fd, void *arg)
 {
-    ino_set_t *s = (ino_set_t *)arg;
+    ino_set_t *s = arg;
     struct stat st;
     if (fstat(fd, &st))
         return 0;
@@ -85,7 +85,7 @@ void nxl_ucx_socks_after(void *before, ucx_socks_t *out)
  * once (tcp_disconnect: a RST, the queues dropped) whoever holds it: UCX
  * keeps a socket that also carries the peer's endpoint to us open after
  * its forced close, and closing our duplicate closes nothing */
-static unsigned reset_if_ours(int fd, const void *arg)
+static unsigned reset_if_ours(int fd, void *arg)
 {
     const ucx_socks_t *s = arg;
     struct stat st;
