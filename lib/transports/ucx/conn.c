@@ -379,8 +379,9 @@ void nxl_ucx_abort_done(ucx_conn_t *c)
  * flight on the old one fails (NXL_ERR_BACKEND, a sentence saying so; the
  * peer is not DOWN). Without that message (a peer of an
  * older nxl, or our endpoint's failure read first), an endpoint that fails
- * so with nothing of ours on it is renewed the same way, and the peer is
- * lost only if the new endpoint's first message fails too. A failure with
+ * with CONNECTION_RESET with nothing of ours on it is renewed the same
+ * way, and the peer is lost only if the new endpoint's first message fails
+ * too (an ENDPOINT_TIMEOUT is a link cut or a hung peer: lost, as before). A failure with
  * transfers in flight fails them and the connection, as before: a peer
  * that died cannot be told from one that aborted then. */
 
@@ -401,8 +402,11 @@ static bool renew_takes(ucx_conn_t *c, ucs_status_t status)
     if (c->self || c->local || c->unloaded || c->renewing || c->aborted || c->wiring ||
         !c->ep || c->abort_req || c->peer_destroyed)
         return false;
-    if (status != UCS_ERR_CONNECTION_RESET && status != UCS_ERR_ENDPOINT_TIMEOUT &&
-        status != UCS_ERR_NOT_CONNECTED)
+    /* a reset only: the peer's abort resets the connection; a timeout is
+     * a link cut or a hung peer, where the peer is lost as before (renewing
+     * there, UCX 1.13 hit tcp_cm.c:408 destroying the old endpoint once
+     * the link was back: check_netns t_link_recover) */
+    if (status != UCS_ERR_CONNECTION_RESET)
         return false;
     if (c->pidfd >= 0 && nxl_ucx_pidfd_exited(c->pidfd))
         return false;
