@@ -469,7 +469,11 @@ NXL_API void nxl_agent_stop(nxl_agent_t *a);
  *   ready). When it is readable, or when nxl_agent_backend_timeout()
  *   milliseconds have passed, call nxl_agent_run_once(a, 0): it runs what
  *   is ready (completions, notifications, transports' work, due timers)
- *   and returns without waiting.
+ *   and returns without waiting. While a transport polls (work left ready
+ *   at once after every turn, as UCX's worker spins for a while after
+ *   activity), it runs further turns for up to 50 microseconds before it
+ *   returns, as libevent's loop would: the application's loop then wakes
+ *   once per such slice rather than once per turn.
  * - Ask nxl_agent_backend_timeout() again after every run_once and after
  *   every call on the agent (a post may arm a timer): it is the time until
  *   the next timer (0: work is ready now; -1: no timer). It must be

@@ -412,6 +412,17 @@ nxl_status_t nxl_agent_run_once(nxl_agent_t *a, int timeout_ms)
         return st;
     a->loop_depth++;
     int rc = a->loop->ops->run_once(a->loop, timeout_ms);
+    /* NXL_LOOP_FD: while a transport polls (a zero-delay timer comes due
+     * again after each turn: UCX's spin after activity), further turns run
+     * here for up to one slice, as libevent's loop would run them, instead
+     * of a return to the application's loop, its epoll_wait(0) on the
+     * backend fd and this call again for every pass */
+    if (a->loop_kind == NXL_LOOP_FD && rc == 0) {
+        uint64_t end = nxli_now_us() + NXLI_FD_SLICE_US;
+        while (rc == 0 && !a->stopping && a->loop->ops->timeout_ms(a->loop) == 0 &&
+               nxli_now_us() < end)
+            rc = a->loop->ops->run_once(a->loop, 0);
+    }
     return loop_ran(a, rc, "nxl_agent_run_once");
 }
 

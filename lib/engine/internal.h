@@ -26,6 +26,7 @@
  * through after this long: the transport's abort hook (nxlt_on_deadline)
  * is called, as at a deadline (future.c) */
 #define NXLI_CANCEL_GRACE_MS 200
+#define NXLI_FD_SLICE_US 50 /* NXL_LOOP_FD: longest run of turns in one nxl_agent_run_once */
 #define NXLI_MD_VERSION 1
 
 #define NXLI_UNUSED(x) ((void)(x))
