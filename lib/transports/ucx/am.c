@@ -156,6 +156,22 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
     nxl_ucx_side_send(u, ep, NXL_UCX_AM_WRITE_ACK, m);
 }
 
+/* does UCX map an element's remote memory here itself (it allocated it, on
+ * shared memory)? Then its puts and gets are one-sided, without the target */
+static bool rkeys_mapped(const nxlt_xfer_t *x)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        ucx_rkey_t *k = x->iov[i].rkey;
+        if (k->mapped < 0 && k->rk) {
+            void *ptr;
+            k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
+        }
+        if (k->mapped > 0)
+            return true;
+    }
+    return false;
+}
+
 /* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
@@ -266,16 +282,9 @@ int nxl_ucx_post_am_read(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         data += x->iov[i].len;
         if (data > u->am_read_max || x->iov[i].len > UINT32_MAX)
             return 0;
-        /* memory UCX maps here itself (it allocated it, on shared memory):
-         * its gets are one-sided, without the target */
-        ucx_rkey_t *k = x->iov[i].rkey;
-        if (k->mapped < 0 && k->rk) {
-            void *ptr;
-            k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
-        }
-        if (k->mapped > 0)
-            return 0;
     }
+    if (rkeys_mapped(x))
+        return 0; /* UCX's gets are one-sided there, without the target */
     const char *me = nxl_agent_name(nxlt_agent(u->ctx));
     size_t nl = strlen(me), total = 2 + nl + 4 + 12 * x->n;
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
