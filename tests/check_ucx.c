@@ -827,6 +827,171 @@ START_TEST(t_cma_window)
 }
 END_TEST
 
+/* ---- the one-message WRITE without a notification
+ *
+ * A WRITE of at most am_write_max bytes (4 KiB) without a notification,
+ * between DRAM regions, where cross-memory attach does not take it (here:
+ * two agents of one process, over shared memory or TCP), goes as one
+ * message once the target was heard from: it completes only once its
+ * bytes are in the target's memory, checked in the initiator's callback
+ * against the target (a threaded agent, its reactor on its own thread).
+ * Before the target was heard from it goes as puts and a flush, and
+ * lands as well; into memory UCX allocated and maps here itself, as puts
+ * too. The path is proved by a WRITE into a region the target
+ * deregistered (its word not read yet here): the target checks the
+ * message's elements and drops it, the WRITE fails with the reason and
+ * the region's bytes stay as they were (puts would have written them:
+ * UCX does not check software puts on malloc'd memory). No notification
+ * reaches the target for any of them. */
+
+static struct {
+    const unsigned char *tbuf; /* the target's bytes, as the callback looks at them */
+    const unsigned char *want;
+    size_t len;
+    int calls, wrong;
+    nxl_status_t st;
+    char why[600];
+} BW;
+static volatile int bw_notifs;
+
+static void bw_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    BW.calls++;
+    BW.st = st;
+    snprintf(BW.why, sizeof(BW.why), "%s", nxl_future_error(f));
+    /* the moment completion is claimed: every byte at the target */
+    if (st == NXL_SUCCESS && memcmp(BW.tbuf, BW.want, BW.len))
+        BW.wrong++;
+}
+
+static void bw_hello(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg) {}
+
+static void bw_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    __atomic_add_fetch(&bw_notifs, 1, __ATOMIC_SEQ_CST);
+}
+
+/* one WRITE of len bytes from src to the target's tbuf (at raddr, whose
+ * bytes are at tview here), no notification; its status */
+static nxl_status_t bw_write(nxl_agent_t *w, const unsigned char *src, uintptr_t raddr,
+                             const unsigned char *tview, size_t len)
+{
+    nxl_xfer_t *x;
+    ck_assert_msg(tl_xfer1(w, NXL_WRITE, (uintptr_t)src, raddr, len, "V", NULL, &x) ==
+                      NXL_SUCCESS, "%s", nxl_agent_last_error(w));
+    BW.tbuf = tview;
+    BW.want = src;
+    BW.len = len;
+    BW.calls = 0;
+    BW.st = NXL_IN_PROG;
+    ck_assert_msg(nxl_xfer_post(x, bw_done, NULL, NULL) == NXL_SUCCESS, "post: %s",
+                  nxl_agent_last_error(w));
+    ck_assert_msg(tl_run_until(w, &BW.calls, 1, 20000), "%s: WRITE of %zu B not done",
+                  tls ? tls : "shm", len);
+    for (int i = 0; i < 3; i++)
+        nxl_agent_run_once(w, 0);
+    ck_assert_int_eq(BW.calls, 1);
+    nxl_xfer_release(x);
+    return BW.st;
+}
+
+#define BW_LEN 65536
+
+START_TEST(t_bare_write)
+{
+    const char *how = tls ? tls : "shared memory";
+    nxl_param_t p = {"tls", tls};
+    nxl_agent_config_t c;
+    nxl_agent_config_init(&c);
+    c.name = "V";
+    c.threaded = 1;
+    nxl_agent_t *v, *w = agent("W");
+    ck_assert(nxl_agent_create(&c, &v) == NXL_SUCCESS);
+    ck_assert_msg(nxl_backend_create(v, "UCX", tls ? &p : NULL, tls ? 1 : 0, NULL) ==
+                      NXL_SUCCESS, "%s", nxl_agent_last_error(v));
+    nxl_agent_on_notif(v, bw_notif, NULL);
+    bw_notifs = 0;
+    unsigned char *t1 = tl_xalloc(BW_LEN), *t2 = tl_xalloc(BW_LEN), *src = tl_xalloc(BW_LEN);
+    memset(t1, 0, BW_LEN);
+    memset(t2, 0x5A, BW_LEN);
+    reg(v, t1, BW_LEN);
+    reg(v, t2, BW_LEN);
+    void *ta = NULL;
+    ck_assert_msg(nxl_mem_alloc(v, NXL_DRAM, BW_LEN, 0, &ta) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    memset(ta, 0, BW_LEN);
+    reg(w, src, BW_LEN);
+    tl_learn(w, v);
+    tl_learn(v, w);
+
+    /* not heard from yet: puts and a flush; every byte there */
+    unsigned seed = 70;
+    tl_fill(src, 4096, ++seed);
+    ck_assert_int_eq(bw_write(w, src, (uintptr_t)t1, t1, 4096), NXL_SUCCESS);
+    ck_assert_msg(!BW.wrong, "%s: a WRITE before the target was heard from completed before "
+                  "its bytes were there", how);
+
+    /* heard from: a notification of the target's first */
+    ck_assert(nxl_notif_send(v, "W", "hi", 2, NULL, NULL, NULL) == NXL_SUCCESS);
+    uint64_t end = tl_now_ms() + 10000;
+    while (!nxl_notifs_drain(w, bw_hello, NULL) && tl_now_ms() < end)
+        nxl_agent_run_once(w, 10);
+
+    /* one message each, below, at and above am_write_max; repeated (a
+     * late copy is a race the target's thread may win) */
+    static const size_t sizes[] = {1, 64, 1000, 4095, 4096, 4097, 16384};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(*sizes); k++)
+        for (int r = 0; r < 20; r++) {
+            size_t off = (size_t)r * 64;
+            tl_fill(src + off, sizes[k], ++seed);
+            nxl_status_t st = bw_write(w, src + off, (uintptr_t)t1 + off, t1 + off, sizes[k]);
+            ck_assert_msg(st == NXL_SUCCESS, "%s: WRITE of %zu B: %s (%s)", how, sizes[k],
+                          nxl_status_name(st), BW.why);
+            ck_assert_msg(!BW.wrong, "%s: a WRITE of %zu B completed before its bytes were at "
+                          "the target", how, sizes[k]);
+        }
+    /* into memory UCX maps here itself (nxl_mem_alloc): its puts */
+    tl_fill(src, 4096, ++seed);
+    ck_assert_int_eq(bw_write(w, src, (uintptr_t)ta, ta, 4096), NXL_SUCCESS);
+    ck_assert_msg(!BW.wrong, "%s: a WRITE into UCX's memory completed before its bytes were "
+                  "there", how);
+
+    /* the path: into t2, deregistered by the target (its word unread here) */
+    nxl_desc_t d2 = {.addr = (uintptr_t)t2, .len = BW_LEN};
+    ck_assert_int_eq(nxl_mem_deregister(v, NXL_DRAM, &d2, 1), NXL_SUCCESS);
+    tl_fill(src, 4096, ++seed);
+    nxl_xfer_t *x;
+    ck_assert_int_eq(tl_xfer1(w, NXL_WRITE, (uintptr_t)src, (uintptr_t)t2, 4096, "V", NULL, &x),
+                     NXL_SUCCESS);
+    BW.calls = 0;
+    BW.tbuf = t2;
+    BW.want = src;
+    BW.len = 4096;
+    nxl_status_t st = nxl_xfer_post(x, bw_done, NULL, NULL);
+    if (st == NXL_SUCCESS) {
+        ck_assert(tl_run_until(w, &BW.calls, 1, 20000));
+        st = BW.st;
+    }
+    printf("%s: 4 KiB WRITE, no notification, into a region the target deregistered: %s (%s)\n",
+           how, nxl_status_name(st), BW.why);
+    ck_assert_msg(st != NXL_SUCCESS && strstr(BW.why, "the target dropped it"),
+                  "%s: the WRITE into the deregistered region: %s (%s): not one message?", how,
+                  nxl_status_name(st), BW.why);
+    for (size_t i = 0; i < BW_LEN; i++)
+        ck_assert_msg(t2[i] == 0x5A, "%s: byte %zu of the deregistered region written", how, i);
+    nxl_xfer_release(x);
+
+    /* and no notification came of any of them */
+    run_both(w, NULL, 100);
+    ck_assert_msg(bw_notifs == 0, "%s: %d notifications delivered for WRITEs without one", how,
+                  bw_notifs);
+    nxl_agent_destroy(w);
+    nxl_mem_free(v, ta);
+    nxl_agent_destroy(v);
+    free(t1), free(t2), free(src);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -835,8 +1000,8 @@ int main(void)
     unsetenv("UCX_LOG_LEVEL");
     unsetenv("UCX_LOG_FILE");
     Suite *s = suite_create("ucx");
-    TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed);
-    TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed);
+    TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed, t_bare_write);
+    TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed, t_bare_write);
     TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_peer_killed,
              t_cma_refused, t_cma_bounds_revoked, t_cma_window);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);

@@ -32,7 +32,8 @@ static inline size_t nxl_amw_body_size(const nxlt_xfer_t *x, size_t data)
 static inline unsigned char *nxl_amw_body_pack(unsigned char *w, const nxlt_xfer_t *x)
 {
     nxl_be_put(w, x->notif_len, 4), w += 4;
-    memcpy(w, x->notif, x->notif_len), w += x->notif_len;
+    if (x->notif_len)
+        memcpy(w, x->notif, x->notif_len), w += x->notif_len;
     nxl_be_put(w, x->n, 4), w += 4;
     for (size_t i = 0; i < x->n; i++, w += 12) {
         nxl_be_put(w, x->iov[i].raddr, 8);

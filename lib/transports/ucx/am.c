@@ -40,7 +40,16 @@
  * such a peer is sent them only once a message of its own arrived here
  * (c->heard: it holds an endpoint to us). Before that, and to a peer
  * without the flag, a WRITE goes the other ways (or, CI_AM_ACK only, with
- * the reply flag as before). */
+ * the reply flag as before).
+ *
+ * A WRITE without a notification goes this way too, where cross-memory
+ * attach does not take it (rma.c), to a peer that says CI_AM_BARE (and
+ * CI_AM_ACK_NAME) once heard from, into memory UCX does not map here: its
+ * header is 9 bytes, the number and AMW_BARE, its notification empty; the
+ * target copies and acknowledges it as any other and delivers nothing. An
+ * older nxl would deliver an empty notification: it is not sent one. */
+
+#define AMW_BARE 1 /* the 9th byte of an AM_WRITE's header: no notification */
 
 /* the connection to the agent of this name that messages go out on */
 ucx_conn_t *nxl_ucx_conn_named(ucx_t *u, const char *name)
@@ -126,7 +135,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
 static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv_param_t *param,
                     const char *bad, const char *from)
 {
-    if (hlen != 8)
+    if (hlen != 8 && hlen != 9)
         return; /* not asked */
     ucp_ep_h ep = NULL;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
@@ -156,18 +165,38 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
     nxl_ucx_side_send(u, ep, NXL_UCX_AM_WRITE_ACK, m);
 }
 
+/* does UCX map an element's remote memory here itself (it allocated it, on
+ * shared memory)? Then its puts and gets are one-sided, without the target */
+static bool rkeys_mapped(const nxlt_xfer_t *x)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        ucx_rkey_t *k = x->iov[i].rkey;
+        if (k->mapped < 0 && k->rk) {
+            void *ptr;
+            k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
+        }
+        if (k->mapped > 0)
+            return true;
+    }
+    return false;
+}
+
 /* 1: sent (or failed and reported); 0: not for this path (too large); -1: no memory */
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
     const char *me = nxl_agent_name(nxlt_agent(u->ctx));
     size_t nl = strlen(me), data = 0;
-    if (c->am_ack_name && !c->heard)
-        return 0; /* it may hold no endpoint to us to answer on */
+    bool bare = !x->notif;
+    if ((c->am_ack_name && !c->heard) || (bare && !c->am_bare))
+        return 0; /* it may hold no endpoint to us to answer on; or it would deliver an
+                   * empty notification */
     for (size_t i = 0; i < x->n; i++) {
         data += x->iov[i].len;
         if (data > u->am_write_max || x->iov[i].len > UINT32_MAX)
             return 0;
     }
+    if (bare && rkeys_mapped(x))
+        return 0; /* UCX's puts are copies here, its flush without the target */
     size_t total = 2 + nl + nxl_amw_body_size(x, data);
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? nxl_ucx_op_buf(o, total) : NULL;
@@ -182,10 +211,11 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     o->amw = true;
     o->amw_st = UCS_OK;
     ucx_ci_put(o->amw_hdr, ++u->am_seq, 8);
+    o->amw_hdr[8] = AMW_BARE;
     LIST_INSERT_HEAD(&u->acks, o, ack_link);
     u->in_ucx++;
-    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, sizeof(o->amw_hdr),
-                                         b, total, c->am_ack_name ? 0 : UCP_AM_SEND_FLAG_REPLY,
+    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, bare ? 9 : 8, b,
+                                         total, c->am_ack_name ? 0 : UCP_AM_SEND_FLAG_REPLY,
                                          amw_sent, o);
     if (!UCS_PTR_IS_PTR(r))
         amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its acknowledgement completes it */
@@ -215,12 +245,18 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     /* every element checked before any byte is written, then copied */
     const unsigned char *msg;
     size_t ml;
+    bool bare = hlen == 9 && ((const unsigned char *)header)[8] == AMW_BARE;
+    if (hlen == 9 && !bare) {
+        bad = "malformed header";
+        goto drop;
+    }
     bad = nxl_amw_body_apply(u->ctx, b + nk, end, &msg, &ml);
     if (bad)
         goto drop;
     u->net.hit = true;
     amw_ack(u, header, hlen, param, NULL, from); /* every byte is in place */
-    nxlt_notif_recv(u->ctx, from, msg, ml);
+    if (!bare)
+        nxlt_notif_recv(u->ctx, from, msg, ml);
     return UCS_OK;
 drop:
     nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
@@ -266,16 +302,9 @@ int nxl_ucx_post_am_read(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
         data += x->iov[i].len;
         if (data > u->am_read_max || x->iov[i].len > UINT32_MAX)
             return 0;
-        /* memory UCX maps here itself (it allocated it, on shared memory):
-         * its gets are one-sided, without the target */
-        ucx_rkey_t *k = x->iov[i].rkey;
-        if (k->mapped < 0 && k->rk) {
-            void *ptr;
-            k->mapped = ucp_rkey_ptr(k->rk, x->iov[i].raddr, &ptr) == UCS_OK;
-        }
-        if (k->mapped > 0)
-            return 0;
     }
+    if (rkeys_mapped(x))
+        return 0; /* UCX's gets are one-sided there, without the target */
     const char *me = nxl_agent_name(nxlt_agent(u->ctx));
     size_t nl = strlen(me), total = 2 + nl + 4 + 12 * x->n;
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
@@ -305,7 +334,7 @@ int nxl_ucx_post_am_read(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer
     ucx_ci_put(o->amw_hdr, ++u->am_seq, 8);
     LIST_INSERT_HEAD(&u->acks, o, ack_link);
     u->in_ucx++;
-    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_READ, o->amw_hdr, sizeof(o->amw_hdr),
+    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_READ, o->amw_hdr, 8,
                                          b, total, 0, amw_sent, o);
     if (!UCS_PTR_IS_PTR(r))
         amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its answer completes it */

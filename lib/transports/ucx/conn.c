@@ -645,6 +645,7 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
     c->am_ack_name = c->am_write && (flags & CI_AM_ACK_NAME);
     c->am_read = c->am_ack_name && (flags & CI_AM_READ);
+    c->am_bare = c->am_ack_name && (flags & CI_AM_BARE);
     c->u = u;
     c->refs = 1;
     c->pidfd = -1;
@@ -714,7 +715,7 @@ void nxl_ucx_unload_conn(void *state, void *conn)
 nxl_status_t nxl_ucx_conn_info(void *state, void **buf, size_t *len)
 {
     ucx_t *u = state;
-    unsigned flags = CI_AM_WRITE | CI_AM_ACK | CI_AM_ACK_NAME | CI_AM_READ |
+    unsigned flags = CI_AM_WRITE | CI_AM_ACK | CI_AM_ACK_NAME | CI_AM_READ | CI_AM_BARE |
                      (u->cma_here ? CI_CMA | (u->cma_mode == CMA_OFF ? CI_NO_CMA : 0) : 0) |
                      (u->rails ? CI_RAILS : 0);
     size_t rl = nxl_ucx_rails_info_len(u), h = ucx_ci_hdr(flags);

@@ -610,7 +610,8 @@ static const nxl_param_info_t ucx_params[] = {
     {"stall_timeout", "10s", "give a peer up when none of its transfers completed for this long "
      "(\"500ms\", \"0\" never)"},
     {"am_write_max", PSTR(AM_WRITE_MAX_DEFAULT),
-     "WRITEs with a notification up to this many bytes go as one message (\"0\" off)"},
+     "WRITEs up to this many bytes go as one message: with a notification, and without one "
+     "where cross-memory attach and UCX's own mapping do not take them (\"0\" off)"},
     {"am_read_max", PSTR(AM_READ_MAX_DEFAULT),
      "READs (without a notification) up to this many bytes go as a request the target "
      "answers with the bytes in one message (\"0\" off)"},

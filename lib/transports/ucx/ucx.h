@@ -196,6 +196,7 @@ struct ucx_conn {
     bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
     bool am_ack_name;           /* ... by our name, on its own endpoint to us (CI_AM_ACK_NAME) */
     bool am_read;               /* the peer answers AM_READ requests (CI_AM_READ) */
+    bool am_bare;               /* ... and takes AM_WRITEs without a notification (CI_AM_BARE) */
     bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
@@ -291,7 +292,8 @@ typedef struct ucx_op {
                                  * iov, posted when the new endpoint is ready */
     bool wire_notif;            /* ... a notification of its own, sent then */
     ucs_status_t amw_st;        /* what the acknowledgement said */
-    unsigned char amw_hdr[8];   /* its number, the message's header */
+    unsigned char amw_hdr[9];   /* its number, the message's header; an AM_WRITE without a
+                                 * notification: and AMW_BARE (9 bytes) */
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
     unsigned pieces;            /* striped over rails: pieces not completed yet (rails.c) */
 } ucx_op_t;

@@ -44,6 +44,9 @@ static const unsigned char CI_MAGIC[8] = {'n', 'x', 'l', 'u', 'c', 'x', 0, 1};
                           * it takes the block for the worker address and fails to connect */
 #define CI_AM_READ 0x40  /* with CI_AM_ACK_NAME: answers AM_READ requests with the bytes,
                           * on its own endpoint to the sender found by name (am.c) */
+#define CI_AM_BARE 0x80  /* with CI_AM_ACK_NAME: takes an AM_WRITE without a notification
+                          * (a 9-byte header, am.c); an nxl that does not know this flag
+                          * would deliver an empty notification for it: not sent one */
 #define CI_CMA_LEN 52
 
 /* A peer's identity for cross-memory attach: same host (boot id), same pid
