@@ -139,14 +139,19 @@ static int wait_count(const int *p, int target, int timeout_ms)
 }
 
 /* starts n threads of fn (each given its index) into th, then waits until
- * *ok >= want (20 s at most): the transfers flow, else the test fails */
+ * *ok >= want and every thread made its transfers (*ready >= n; 20 s at
+ * most): the transfers flow, else the test fails. A thread that made its
+ * transfers only once its peer was lost would have them refused
+ * (NXL_ERR_NOT_FOUND: nothing is known of the peer any more), which is
+ * not what these tests are about. */
 static void start_flowing(pthread_t *th, int n, void *(*fn)(void *), const int *ok,
-                          const int *bad, int want)
+                          const int *bad, const int *ready, int want)
 {
     for (int k = 0; k < n; k++)
         pthread_create(&th[k], NULL, fn, (void *)(intptr_t)k);
-    ck_assert_msg(wait_count(ok, want, 20000), "transfers did not flow: %d ok, %d bad",
-                  load_int(ok), load_int(bad));
+    ck_assert_msg(wait_count(ok, want, 20000) && wait_count(ready, n, 20000),
+                  "transfers did not flow: %d ok, %d bad, %d of %d threads made their "
+                  "transfers", load_int(ok), load_int(bad), load_int(ready), n);
 }
 
 /* ---------------------------------------------------------------- many threads */
@@ -1006,6 +1011,7 @@ static struct {
     uintptr_t raddr;
     int stop;
     int ok, lost, refused, other, calls, posts, bad;
+    int ready; /* threads that made their transfer (or failed to) */
 } KP;
 
 static void kp_done(nxl_future_t *f, nxl_status_t st, void *arg)
@@ -1025,6 +1031,7 @@ static void *kp_thread(void *arg)
     nxl_xfer_t *x;
     nxl_status_t cst = write_xfer(KP.I, "T", (uintptr_t)KP.ib + (size_t)k * K_BLK,
                                   KP.raddr + (size_t)k * K_BLK, K_BLK, &x);
+    add_int(&KP.ready);
     if (cst != NXL_SUCCESS) {
         unexpected(&KP.bad, "killed_peer", k, "nxl_xfer_create", cst, nxl_agent_last_error(KP.I));
         return NULL;
@@ -1231,7 +1238,7 @@ static void killed_peer(const char *tls)
     KP.ib = mem(KP.I, (size_t)K_THREADS * K_BLK);
 
     pthread_t th[K_THREADS];
-    start_flowing(th, K_THREADS, kp_thread, &KP.ok, &KP.bad, 200);
+    start_flowing(th, K_THREADS, kp_thread, &KP.ok, &KP.bad, &KP.ready, 200);
     kp_end(&tg, true);
     uint64_t t0 = tl_now_ms();
     for (int k = 0; k < K_THREADS; k++)
@@ -1349,6 +1356,7 @@ static struct {
     unsigned char *ib;
     uintptr_t raddr;
     int ok, lost, refused, calls, posts, bad, done;
+    int ready; /* threads that made their transfers (or failed to) */
     int nsent, ncalls, nlost; /* standalone notifications */
     pthread_t reactor;
     int reactor_set;
@@ -1424,10 +1432,12 @@ static void *kn_thread(void *arg)
         if (cst != NXL_SUCCESS) {
             unexpected(&KN.bad, "killed_peer_notif", k, "nxl_xfer_create", cst,
                        nxl_agent_last_error(KN.I));
+            add_int(&KN.ready);
             add_int(&KN.done);
             return NULL;
         }
     }
+    add_int(&KN.ready);
     for (unsigned r = 0;; r++) {
         int i = (int)(r % KN_WIN);
         if (f[i]) {
@@ -1508,7 +1518,7 @@ static void killed_peer_notif_run(const char *backend, const char *provider)
     KN.ib = mem(KN.I, (size_t)KN_THREADS * KN_WIN * KN_BLK);
     tl_fill(KN.ib, (size_t)KN_THREADS * KN_WIN * KN_BLK, 5);
     pthread_t th[KN_THREADS];
-    start_flowing(th, KN_THREADS, kn_thread, &KN.ok, &KN.bad, 2000);
+    start_flowing(th, KN_THREADS, kn_thread, &KN.ok, &KN.bad, &KN.ready, 2000);
     kp_end(&t1, true);
     uint64_t t0 = tl_now_ms();
     /* a thread that hangs cannot be joined: its count says so */
