@@ -217,8 +217,10 @@ static nxli_remote_t *remote_get_locked(nxl_agent_t *a, const char *name)
     } else {
         r = nxli_remote_find(a, name);
         if (!r) {
-            nxli_err(a, "no metadata of agent '%s' is loaded in agent '%s'; load it first "
-                        "(nxl_md_load, nxl_md_fetch)", name, a->name);
+            nxli_err(a, "no metadata of agent '%s' is loaded in agent '%s' (never loaded, or "
+                        "dropped: the peer was lost or invalidated); load it (nxl_md_load, "
+                        "nxl_md_fetch), or for a lost peer wait for its BACK event "
+                        "(nxl_agent_on_peer)", name, a->name);
             return NULL;
         }
     }
