@@ -653,6 +653,62 @@ static void rails_round(uintptr_t raddr, size_t len, bool multi, unsigned seed, 
     nxl_xfer_release(r);
 }
 
+/* A rails case: nr links (the second at rate2), the target started, then
+ * runs initiators one after the other, each fork()ed as
+ * initiator(port, k, to_parent, from_parent); each byte an initiator
+ * writes to_parent is answered (answer(t, nth, byte): the link cut or
+ * back, the target stopped or continued), then the byte written back to
+ * it. An initiator that fails takes the target and the hosts down. At
+ * the end a stopped target is continued, then waited for (kill_target:
+ * killed, it cannot be told to quit); the hosts taken down. */
+typedef int (*rails_initiator_fn)(uint16_t port, unsigned k, int to_parent, int from_parent);
+typedef void (*rails_answer_fn)(pid_t t, unsigned nth, char b);
+
+static void rails_case(unsigned nr, const char *rate2, unsigned runs, rails_initiator_fn initiator,
+                       rails_answer_fn answer, bool kill_target)
+{
+    rails_up(nr, rate2);
+    int p[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    for (unsigned k = 0; k < runs; k++) {
+        /* made after the target's fork: the initiator's exit ends the loop */
+        int up[2], down[2];
+        ck_assert(pipe(up) == 0 && pipe(down) == 0);
+        pid_t i = fork();
+        if (i == 0)
+            _exit(initiator(port, k, up[1], down[0]));
+        close(up[1]);
+        close(down[0]);
+        char b;
+        for (unsigned nth = 0; read(up[0], &b, 1) == 1; nth++) {
+            if (answer)
+                answer(t, nth, b);
+            ck_assert(write(down[1], &b, 1) == 1);
+        }
+        close(up[0]);
+        close(down[1]);
+        int ri = wait_exit(i, 60);
+        if (ri != 0) {
+            kill(t, SIGCONT);
+            wait_exit(t, 1);
+            hosts_down();
+        }
+        ck_assert_msg(ri == 0, "initiator %u of %u exit %d", k + 1, runs, ri);
+    }
+    kill(t, SIGCONT); /* (stopped by an answer) */
+    if (kill_target) {
+        kill(t, SIGKILL);
+        wait_exit(t, 5);
+        hosts_down();
+        return;
+    }
+    int rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(rt == 0, "target exit %d", rt);
+}
+
 /* what an initiator reports (ms): the medians of 3 WRITEs and 3 READs of
  * TBUF bytes, and every WRITE of TBUF bytes in order */
 typedef struct rails_res {
@@ -694,32 +750,26 @@ static int initiator_rails(uint16_t port, bool striped, bool last, int out)
     return 0;
 }
 
+static int rails_res_fd; /* rails(): where its initiators write their rails_res_t */
+
+/* alternated: striped, one rail, striped, one rail */
+static int initiator_rails_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails(port, !(k & 1), k == 3, rails_res_fd);
+}
+
 /* rate2: the second link's rate (the first's is RAIL_RATE) */
 static void rails(unsigned nr, const char *rate2)
 {
-    rails_up(nr, rate2);
-    int p[2], res[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
+    int res[2];
     ck_assert(pipe(res) == 0);
-    /* alternated: striped, one rail, striped, one rail */
+    rails_res_fd = res[1];
+    rails_case(nr, rate2, 4, initiator_rails_k, NULL, false);
     rails_res_t ms[4];
-    for (int k = 0; k < 4; k++) {
-        pid_t i = fork();
-        if (i == 0)
-            _exit(initiator_rails(port, !(k & 1), k == 3, res[1]));
-        int ri = wait_exit(i, 60);
-        if (ri != 0) {
-            wait_exit(t, 1);
-            hosts_down();
-        }
-        ck_assert_msg(ri == 0, "initiator %d (%s) exit %d", k, k & 1 ? "one rail" : "rails", ri);
+    for (int k = 0; k < 4; k++)
         ck_assert(read(res[0], &ms[k], sizeof(ms[k])) == (ssize_t)sizeof(ms[k]));
-    }
-    int rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    close(res[0]);
+    close(res[1]);
     double mb = (double)TBUF / 1e6;
     for (int j = 0; j < 2; j++) {
         double s = (ms[0].med[j] + ms[2].med[j]) / 2, o = (ms[1].med[j] + ms[3].med[j]) / 2;
@@ -864,31 +914,20 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
     return 0;
 }
 
+/* the second link cut, then back */
+static void cut_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a2, nth ? "up" : "down") == 0);
+}
+
+static int initiator_rails_cut_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_cut(port, to_parent, from_parent);
+}
+
 static void rails_cut(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2], up[2], down[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    ck_assert(pipe(up) == 0 && pipe(down) == 0);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_cut(port, up[1], down[0]));
-    close(up[1]);
-    char b;
-    if (read(up[0], &b, 1) == 1) {
-        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a2) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    if (read(up[0], &b, 1) == 1) { /* the link back */
-        ck_assert(sh("ip -n %s link set %s up", ns_a, if_a2) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_k, cut_answer, false);
 }
 
 /* The main path's link cut (the first pair: the main endpoint, the first
@@ -954,28 +993,21 @@ static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_paren
     return 0;
 }
 
+/* the main link cut */
+static void cut_main_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
+}
+
+static int initiator_rails_cut_main_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_cut_main(port, to_parent, from_parent);
+}
+
+/* the target cannot be told to quit: the main link is down */
 static void rails_cut_main(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2], up[2], down[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    ck_assert(pipe(up) == 0 && pipe(down) == 0);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_cut_main(port, up[1], down[0]));
-    close(up[1]);
-    char b;
-    if (read(up[0], &b, 1) == 1) {
-        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    int ri = wait_exit(i, 60);
-    kill(t, SIGKILL); /* it cannot be told to quit: the main link is down */
-    wait_exit(t, 5);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main_k, cut_main_answer, true);
 }
 
 /* A deadline on a striped WRITE: the target stopped (SIGSTOP, by the
@@ -1034,28 +1066,20 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     return 0;
 }
 
+/* the target stopped ('s') or continued */
+static void stop_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(kill(t, b == 's' ? SIGSTOP : SIGCONT) == 0);
+}
+
+static int initiator_rails_deadline_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_deadline(port, to_parent, from_parent);
+}
+
 static void rails_deadline(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2], up[2], down[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    ck_assert(pipe(up) == 0 && pipe(down) == 0);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_deadline(port, up[1], down[0]));
-    close(up[1]);
-    char b;
-    while (read(up[0], &b, 1) == 1) {
-        ck_assert(kill(t, b == 's' ? SIGSTOP : SIGCONT) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    kill(t, SIGCONT);
-    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_deadline_k, stop_answer, false);
 }
 
 /* Threaded mode: two application threads post striped WRITEs (then
@@ -1131,20 +1155,14 @@ static int initiator_rails_threaded(uint16_t port)
     return 0;
 }
 
+static int initiator_rails_threaded_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_threaded(port);
+}
+
 static void rails_threaded(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_threaded(port));
-    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_threaded_k, NULL, false);
 }
 
 static int wait_exit(pid_t pid, int secs)
