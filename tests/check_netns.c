@@ -30,8 +30,12 @@
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
- * makes and deletes; nothing leaves them. t_lf_rails, t_lf_rails_cut: the
- * rails cases over LIBFABRIC (its rails parameter). */
+ * makes and deletes; nothing leaves them. t_lf_rails, t_lf_rails_cut,
+ * t_lf_rails_deadline: the rails cases over LIBFABRIC (its rails
+ * parameter); there the deadline's TIMEOUT is required at 400 +- 50 ms and
+ * both rails back after it. t_lf_rails_retry: the second link down, WRITEs
+ * and READs on the first rail alone; the link back, the rail is back
+ * within RETRY_BACK_MS and striped WRITEs use both again. */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -184,8 +188,13 @@ static void t_notif(nxl_agent_t *a, const char *from, const void *msg, size_t le
         snprintf(out, sizeof(out), "nw %u", t_nw);
     else if (!strcmp(m, "downs"))
         snprintf(out, sizeof(out), "downs %d", t_downs);
-    else if (sscanf(m, "chk %u %zu", &seed, &n) == 2)
-        snprintf(out, sizeof(out), "%s", tl_check(tbuf, n, seed) < 0 ? "ok" : "bad");
+    else if (sscanf(m, "chk %u %zu", &seed, &n) == 2) {
+        long at = (long)tl_check(tbuf, n, seed);
+        if (at < 0)
+            snprintf(out, sizeof(out), "ok");
+        else
+            snprintf(out, sizeof(out), "bad (byte %ld the first wrong)", at);
+    }
     else if (!strcmp(m, "quit")) {
         t_quit = 1;
         return;
@@ -642,7 +651,10 @@ static void rails_round(uintptr_t raddr, size_t len, bool multi, unsigned seed, 
     ms[0] = (double)(now_us() - t0) / 1000;
     char m[64];
     snprintf(m, sizeof(m), "chk %u %zu", seed, len);
-    REQUIRE(!strcmp(ask(m), "ok"), 81);
+    const char *ok = ask(m);
+    if (strcmp(ok, "ok"))
+        fprintf(stderr, "initiator: the target's bytes after a WRITE (%s): %s\n", m, ok);
+    REQUIRE(!strcmp(ok, "ok"), 81);
     memset(ibuf, 0, len);
     nxl_xfer_t *r = multi ? mk_multi(NXL_READ, raddr) : mk(NXL_READ, raddr, len);
     t0 = now_us();
@@ -651,6 +663,62 @@ static void rails_round(uintptr_t raddr, size_t len, bool multi, unsigned seed, 
     REQUIRE(tl_check(ibuf, len, seed) < 0, 83);
     nxl_xfer_release(w);
     nxl_xfer_release(r);
+}
+
+/* A rails case: nr links (the second at rate2), the target started, then
+ * runs initiators one after the other, each fork()ed as
+ * initiator(port, k, to_parent, from_parent); each byte an initiator
+ * writes to_parent is answered (answer(t, nth, byte): the link cut or
+ * back, the target stopped or continued), then the byte written back to
+ * it. An initiator that fails takes the target and the hosts down. At
+ * the end a stopped target is continued, then waited for (kill_target:
+ * killed, it cannot be told to quit); the hosts taken down. */
+typedef int (*rails_initiator_fn)(uint16_t port, unsigned k, int to_parent, int from_parent);
+typedef void (*rails_answer_fn)(pid_t t, unsigned nth, char b);
+
+static void rails_case(unsigned nr, const char *rate2, unsigned runs, rails_initiator_fn initiator,
+                       rails_answer_fn answer, bool kill_target)
+{
+    rails_up(nr, rate2);
+    int p[2];
+    ck_assert(pipe(p) == 0);
+    pid_t t;
+    uint16_t port = start_target(p, &t);
+    for (unsigned k = 0; k < runs; k++) {
+        /* made after the target's fork: the initiator's exit ends the loop */
+        int up[2], down[2];
+        ck_assert(pipe(up) == 0 && pipe(down) == 0);
+        pid_t i = fork();
+        if (i == 0)
+            _exit(initiator(port, k, up[1], down[0]));
+        close(up[1]);
+        close(down[0]);
+        char b;
+        for (unsigned nth = 0; read(up[0], &b, 1) == 1; nth++) {
+            if (answer)
+                answer(t, nth, b);
+            ck_assert(write(down[1], &b, 1) == 1);
+        }
+        close(up[0]);
+        close(down[1]);
+        int ri = wait_exit(i, 60);
+        if (ri != 0) {
+            kill(t, SIGCONT);
+            wait_exit(t, 1);
+            hosts_down();
+        }
+        ck_assert_msg(ri == 0, "initiator %u of %u exit %d", k + 1, runs, ri);
+    }
+    kill(t, SIGCONT); /* (stopped by an answer) */
+    if (kill_target) {
+        kill(t, SIGKILL);
+        wait_exit(t, 5);
+        hosts_down();
+        return;
+    }
+    int rt = wait_exit(t, 10);
+    hosts_down();
+    ck_assert_msg(rt == 0, "target exit %d", rt);
 }
 
 /* what an initiator reports (ms): the medians of 3 WRITEs and 3 READs of
@@ -694,32 +762,26 @@ static int initiator_rails(uint16_t port, bool striped, bool last, int out)
     return 0;
 }
 
+static int rails_res_fd; /* rails(): where its initiators write their rails_res_t */
+
+/* alternated: striped, one rail, striped, one rail */
+static int initiator_rails_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails(port, !(k & 1), k == 3, rails_res_fd);
+}
+
 /* rate2: the second link's rate (the first's is RAIL_RATE) */
 static void rails(unsigned nr, const char *rate2)
 {
-    rails_up(nr, rate2);
-    int p[2], res[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
+    int res[2];
     ck_assert(pipe(res) == 0);
-    /* alternated: striped, one rail, striped, one rail */
+    rails_res_fd = res[1];
+    rails_case(nr, rate2, 4, initiator_rails_k, NULL, false);
     rails_res_t ms[4];
-    for (int k = 0; k < 4; k++) {
-        pid_t i = fork();
-        if (i == 0)
-            _exit(initiator_rails(port, !(k & 1), k == 3, res[1]));
-        int ri = wait_exit(i, 60);
-        if (ri != 0) {
-            wait_exit(t, 1);
-            hosts_down();
-        }
-        ck_assert_msg(ri == 0, "initiator %d (%s) exit %d", k, k & 1 ? "one rail" : "rails", ri);
+    for (int k = 0; k < 4; k++)
         ck_assert(read(res[0], &ms[k], sizeof(ms[k])) == (ssize_t)sizeof(ms[k]));
-    }
-    int rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    close(res[0]);
+    close(res[1]);
     double mb = (double)TBUF / 1e6;
     for (int j = 0; j < 2; j++) {
         double s = (ms[0].med[j] + ms[2].med[j]) / 2, o = (ms[1].med[j] + ms[3].med[j]) / 2;
@@ -741,6 +803,7 @@ static void rails(unsigned nr, const char *rate2)
  * transfer's share of the second rail (the DEBUG line of its post); its
  * warnings and INFO lines printed */
 static int cut_back;
+static uint64_t cut_back_us; /* when the first "is back" came (0: none since it was reset) */
 static size_t cut_share = (size_t)-1;
 
 static void cut_log(nxl_log_level_t level, const char *msg, void *arg)
@@ -750,9 +813,13 @@ static void cut_log(nxl_log_level_t level, const char *msg, void *arg)
     if (p && strstr(msg, "(from byte 0)") &&
         sscanf(p + 12, "%*s %zu, %*s %zu", &a, &b) == 2)
         __atomic_store_n(&cut_share, b, __ATOMIC_RELEASE); /* (threaded: the reactor's) */
-    if (strstr(msg, "is back"))
+    if (strstr(msg, "is back")) {
+        uint64_t none = 0;
+        __atomic_compare_exchange_n(&cut_back_us, &none, now_us(), false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
         __atomic_add_fetch(&cut_back, 1, __ATOMIC_RELEASE);
-    if (level <= NXL_LOG_INFO)
+    }
+    if (level <= NXL_LOG_INFO || strstr(msg, "still out"))
         fprintf(stderr, "initiator: %s\n", msg);
 }
 
@@ -835,15 +902,6 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
             wms, rms);
     nxl_xfer_release(w);
     nxl_xfer_release(r);
-    if (!strcmp(transport, "LIBFABRIC")) {
-        /* LIBFABRIC's rails do not try a rail taken out again (nxl-libfabric(7)) */
-        fprintf(stderr, "check_netns: rails: LIBFABRIC: a rail taken out is not retried: the "
-                "link-back part not run\n");
-        nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-        nxl_agent_run_once(I, 100);
-        nxl_agent_destroy(I);
-        return 0;
-    }
     /* the link back: WRITEs of other bytes, every byte checked. What the
      * kernel still held of the cut rail's piece is not sent then (the rail
      * taken out reset its connection: nxl-ucx(7)), so nothing lands over
@@ -864,31 +922,20 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
     return 0;
 }
 
+/* the second link cut, then back */
+static void cut_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a2, nth ? "up" : "down") == 0);
+}
+
+static int initiator_rails_cut_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_cut(port, to_parent, from_parent);
+}
+
 static void rails_cut(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2], up[2], down[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    ck_assert(pipe(up) == 0 && pipe(down) == 0);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_cut(port, up[1], down[0]));
-    close(up[1]);
-    char b;
-    if (read(up[0], &b, 1) == 1) {
-        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a2) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    if (read(up[0], &b, 1) == 1) { /* the link back */
-        ck_assert(sh("ip -n %s link set %s up", ns_a, if_a2) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_k, cut_answer, false);
 }
 
 /* The main path's link cut (the first pair: the main endpoint, the first
@@ -954,28 +1001,21 @@ static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_paren
     return 0;
 }
 
+/* the main link cut */
+static void cut_main_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
+}
+
+static int initiator_rails_cut_main_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_cut_main(port, to_parent, from_parent);
+}
+
+/* the target cannot be told to quit: the main link is down */
 static void rails_cut_main(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2], up[2], down[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    ck_assert(pipe(up) == 0 && pipe(down) == 0);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_cut_main(port, up[1], down[0]));
-    close(up[1]);
-    char b;
-    if (read(up[0], &b, 1) == 1) {
-        ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
-    }
-    int ri = wait_exit(i, 60);
-    kill(t, SIGKILL); /* it cannot be told to quit: the main link is down */
-    wait_exit(t, 5);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main_k, cut_main_answer, true);
 }
 
 /* A deadline on a striped WRITE: the target stopped (SIGSTOP, by the
@@ -1000,6 +1040,7 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     REQUIRE(read(from_parent, &b, 1) == 1, 96); /* stopped */
     tl_fill(ibuf, TBUF, 170);
     cut_share = (size_t)-1;
+    cut_back = 0;
     nxl_xfer_t *w = mk(NXL_WRITE, raddr, TBUF);
     nxl_xfer_set_deadline(w, 400);
     nxl_future_t *f;
@@ -1017,6 +1058,9 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     REQUIRE(write(to_parent, &b, 1) == 1, 98);
     REQUIRE(read(from_parent, &b, 1) == 1, 99); /* continued */
     REQUIRE(st == NXL_ERR_TIMEOUT && cut_share != (size_t)-1, 100);
+    bool lf = !strcmp(transport, "LIBFABRIC");
+    if (lf) /* the pieces handed back at the deadline (the rails' connections closed) */
+        REQUIRE(tms >= 350 && tms <= 450, 120);
     /* the target renews its endpoint to us (the abort closed its end
      * too) on its own: no metadata sent again; rails_round's checks are
      * the target's answers, notifications to us */
@@ -1024,6 +1068,10 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     fprintf(stderr, "check_netns: rails: the target continued: a WRITE of %u MiB %.0f ms, a "
             "READ %.0f ms, every byte right\n", TBUF >> 20, ms[0], ms[1]);
     REQUIRE(rails_again(raddr, "after the deadline", 0, 172), 101);
+    if (lf) { /* every rail: both taken out at the deadline */
+        fprintf(stderr, "check_netns: rails: %d rail(s) back after the deadline\n", cut_back);
+        REQUIRE(cut_back >= 2, 121);
+    }
     const char *downs = ask("downs");
     if (strcmp(downs, "downs 0"))
         fprintf(stderr, "initiator: the target saw %s\n", downs);
@@ -1034,28 +1082,78 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     return 0;
 }
 
+/* the target stopped ('s') or continued */
+static void stop_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(kill(t, b == 's' ? SIGSTOP : SIGCONT) == 0);
+}
+
+static int initiator_rails_deadline_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_deadline(port, to_parent, from_parent);
+}
+
 static void rails_deadline(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2], up[2], down[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    ck_assert(pipe(up) == 0 && pipe(down) == 0);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_deadline(port, up[1], down[0]));
-    close(up[1]);
-    char b;
-    while (read(up[0], &b, 1) == 1) {
-        ck_assert(kill(t, b == 's' ? SIGSTOP : SIGCONT) == 0);
-        ck_assert(write(down[1], &b, 1) == 1);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_deadline_k, stop_answer, false);
+}
+
+/* Retries: both rails measured, the second link cut, a WRITE and a READ
+ * of TBUF bytes (the second rail taken out after its piece's stall; they
+ * complete on the first), then another on the first rail alone (the link
+ * still down: its tries fail); the link back: the rail tried again is
+ * back (its probe through) within RETRY_BACK_MS of the link's return, and
+ * gets its share again (rails_again: a quarter of the bytes or more, two
+ * transfers in a row). The time printed. */
+#define RETRY_BACK_MS 2500
+
+static int initiator_rails_retry(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    rails_param = rails_a;
+    host_log = cut_log;
+    i_setup(port, &raddr);
+    double ms[2], cut_ms[2][2];
+    for (unsigned j = 0; j < 2; j++) /* both rails measured */
+        rails_round(raddr, TBUF, false, 200 + j, ms);
+    char b = 'd';
+    REQUIRE(write(to_parent, &b, 1) == 1, 122);
+    REQUIRE(read(from_parent, &b, 1) == 1, 123); /* the second link down */
+    for (unsigned j = 0; j < 2; j++) {
+        cut_share = (size_t)-1;
+        rails_round(raddr, TBUF, false, 202 + j, cut_ms[j]);
     }
-    kill(t, SIGCONT);
-    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    size_t out_share = cut_share; /* the second: 0 on the rail out */
+    cut_back = 0;
+    cut_back_us = 0;
+    b = 'u';
+    REQUIRE(write(to_parent, &b, 1) == 1, 124);
+    REQUIRE(read(from_parent, &b, 1) == 1, 125); /* back */
+    uint64_t tu = now_us();
+    int again = rails_again(raddr, "the second link back (retry)", 0, 210);
+    uint64_t tb = __atomic_load_n(&cut_back_us, __ATOMIC_ACQUIRE);
+    double back_ms = tb ? (double)(tb - tu) / 1000 : -1;
+    fprintf(stderr, "check_netns: rails: the second link down: a WRITE and READ of %u MiB %.0f / "
+            "%.0f ms (the rail taken out), then %.0f / %.0f ms (%zu bytes on the rail out); the "
+            "link back: the rail back after %.0f ms (at most %d)\n", TBUF >> 20, cut_ms[0][0],
+            cut_ms[0][1], cut_ms[1][0], cut_ms[1][1], out_share, back_ms, RETRY_BACK_MS);
+    REQUIRE(out_share == 0, 126);
+    REQUIRE(again && tb && back_ms <= RETRY_BACK_MS, 127);
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+/* the second link down ('d') or up */
+static void retry_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a2, b == 'd' ? "down" : "up") == 0);
+}
+
+static void rails_retry(void)
+{
+    rails_case(2, RAIL_RATE, 1, initiator_rails_retry, retry_answer, false);
 }
 
 /* Threaded mode: two application threads post striped WRITEs (then
@@ -1131,20 +1229,14 @@ static int initiator_rails_threaded(uint16_t port)
     return 0;
 }
 
+static int initiator_rails_threaded_k(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    return initiator_rails_threaded(port);
+}
+
 static void rails_threaded(void)
 {
-    rails_up(2, RAIL_RATE);
-    int p[2];
-    ck_assert(pipe(p) == 0);
-    pid_t t;
-    uint16_t port = start_target(p, &t);
-    pid_t i = fork();
-    if (i == 0)
-        _exit(initiator_rails_threaded(port));
-    int ri = wait_exit(i, 60), rt = wait_exit(t, 10);
-    hosts_down();
-    ck_assert_msg(ri == 0, "initiator exit %d", ri);
-    ck_assert_msg(rt == 0, "target exit %d", rt);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_threaded_k, NULL, false);
 }
 
 static int wait_exit(pid_t pid, int secs)
@@ -1340,6 +1432,22 @@ START_TEST(t_lf_rails_cut)
     }
 }
 END_TEST
+START_TEST(t_lf_rails_retry)
+{
+    if (use("LIBFABRIC")) {
+        fprintf(stderr, "check_netns: the rails lines below: LIBFABRIC (tcp;ofi_rxm)\n");
+        rails_retry();
+    }
+}
+END_TEST
+START_TEST(t_lf_rails_deadline)
+{
+    if (use("LIBFABRIC")) {
+        fprintf(stderr, "check_netns: the rails lines below: LIBFABRIC (tcp;ofi_rxm)\n");
+        rails_deadline();
+    }
+}
+END_TEST
 
 int main(void)
 {
@@ -1360,6 +1468,7 @@ int main(void)
              t_rails4, t_rails_deadline, t_rails_threaded, t_rails_cut_main);
     TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
              t_link_recover_libfabric);
-    TL_TCASE(s, "rails_libfabric", 120, NULL, NULL, t_lf_rails, t_lf_rails_cut);
+    TL_TCASE(s, "rails_libfabric", 120, NULL, NULL, t_lf_rails, t_lf_rails_cut, t_lf_rails_retry,
+             t_lf_rails_deadline);
     return tl_run(s);
 }

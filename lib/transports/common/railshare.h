@@ -15,6 +15,11 @@
  * least 1/(16n) of a transfer, so that a rail that was slow once is
  * measured again and regains its share.
  *
+ * Retries: a rail taken out is tried again after NXL_RAIL_RETRY_MIN_MS,
+ * then after twice as long each time a try fails, NXL_RAIL_RETRY_MAX_MS at
+ * most; a try's probe (a read of one byte where a striped transfer went
+ * last) not through after NXL_RAIL_PROBE_US failed.
+ *
  * Header-only (static inline), compiled into each transport. */
 #ifndef NXL_RAILSHARE_H
 #define NXL_RAILSHARE_H
@@ -23,6 +28,9 @@
 #include <stdint.h>
 
 #define NXL_RAIL_WINDOW (4u << 20) /* bytes of past pieces the throughput weighs at most */
+#define NXL_RAIL_RETRY_MIN_MS 500  /* a rail taken out is tried again after this long, */
+#define NXL_RAIL_RETRY_MAX_MS 8000 /* ... then after twice as long each time, up to this */
+#define NXL_RAIL_PROBE_US 1000000  /* a try whose probe is not through after this long failed */
 
 typedef struct nxl_rail_rate {
     double bps;                 /* observed bytes per second, 0: not measured */
@@ -80,6 +88,14 @@ static inline uint64_t nxl_rail_stall_us(const nxl_rail_rate_t *r, size_t bytes,
     if (lim < min_us)
         lim = min_us;
     return lim > cap_us ? cap_us : lim;
+}
+
+/* A rail's next try: @p *backoff_ms after @p now_us, into @p *at_us; the
+ * wait after that one twice as long, NXL_RAIL_RETRY_MAX_MS at most */
+static inline void nxl_rail_retry_later(uint64_t *at_us, unsigned *backoff_ms, uint64_t now_us)
+{
+    *at_us = now_us + (uint64_t)*backoff_ms * 1000;
+    *backoff_ms = *backoff_ms * 2 < NXL_RAIL_RETRY_MAX_MS ? *backoff_ms * 2 : NXL_RAIL_RETRY_MAX_MS;
 }
 
 #endif /* NXL_RAILSHARE_H */

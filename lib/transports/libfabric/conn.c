@@ -25,6 +25,7 @@ void nxl_lf_conn_put(lf_conn_t *c)
     LIST_REMOVE(c, link);
     free(c->name);
     free(c->why);
+    free(c->rx);
     free(c);
 }
 
@@ -548,6 +549,7 @@ static void conn_abort(lf_t *u, lf_addr_t *e)
             c->hold_until_us = until;
     } else {
         av_abort(u, e);
+        nxl_lf_rails_abort(u, e); /* the rails' connections to it too (rails.c) */
     }
     /* not posted yet: nothing of them is with the provider */
     lf_op_t *on;
@@ -587,7 +589,8 @@ void nxl_lf_deadlines(lf_t *u)
         lf_op_t *o;
         LIST_FOREACH(o, &u->ops, link)
         if (o->conn->av_entry == e && o->op && !o->aborted && !o->conn->failed &&
-            !o->conn->self && o->posted > o->completed && nxlt_op_canceled(o->op))
+            !o->conn->self && (o->posted > o->completed || o->rail_pieces) &&
+            nxlt_op_canceled(o->op))
             break;
         if (o)
             conn_abort(u, e);

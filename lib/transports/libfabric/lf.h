@@ -242,6 +242,7 @@ struct lf_conn {
     unsigned rail_live;         /* a bit per rail not taken out */
     unsigned rail_failed;       /* a bit per rail whose post failed: taken out from the loop */
     fi_addr_t rail_addr[LF_RAILS_MAX];
+    struct lf_conn_rails *rx;   /* rails.c: the peer's rail addresses, retries (NULL: none) */
     LIST_ENTRY(lf_conn) link;
 };
 
@@ -442,6 +443,7 @@ void nxl_lf_rails_dereg(lf_t *u, lf_md_t *m);
 void nxl_lf_rails_key(lf_t *u, lf_md_t *m, lf_wkey_t *w);
 void nxl_lf_rails_load_key(lf_conn_t *c, const lf_wkey_t *w, lf_rkey_t *k);
 int nxl_lf_rails_post(lf_t *u, nxlt_op_t *op, lf_conn_t *c, const nxlt_xfer_t *x);
+void nxl_lf_rails_abort(lf_t *u, lf_addr_t *e);
 
 /* info.c */
 int nxl_lf_probe(char *why, size_t cap);

@@ -59,14 +59,14 @@
  * back-off starts again once a piece of it completes. */
 #include "config.h"
 #include "ucx.h"
-#include "../common/railshare.h" /* throughput, shares, stall limit: as LIBFABRIC's */
+#include "../common/railshare.h" /* throughput, shares, stall limit, retries: as LIBFABRIC's */
 
 #define RAIL_MIN_DEFAULT (256u << 10)
 #define KEY_TAG 'R'
 #define RAIL_STALL_MIN_US 1000000 /* a piece not done after this long may be on a dead rail */
-#define RAIL_RETRY_MIN_MS 500  /* a rail taken out is tried again after this long, */
-#define RAIL_RETRY_MAX_MS 8000 /* ... then after twice as long each time, up to this */
-#define RAIL_PROBE_US 1000000  /* a try whose probe is not through after this long failed */
+#define RAIL_RETRY_MIN_MS NXL_RAIL_RETRY_MIN_MS /* retries, probes: ../common/railshare.h */
+#define RAIL_RETRY_MAX_MS NXL_RAIL_RETRY_MAX_MS
+#define RAIL_PROBE_US NXL_RAIL_PROBE_US
 
 typedef struct ucx_rail {
     char dev[64];
@@ -709,9 +709,7 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
 static void retry_later(ucx_t *u, ucx_conn_t *c, unsigned i)
 {
     struct ucx_conn_rails *rx = c->rx;
-    rx->retry_at[i] = nxlt_now_us() + (uint64_t)rx->backoff_ms[i] * 1000;
-    rx->backoff_ms[i] = rx->backoff_ms[i] * 2 < RAIL_RETRY_MAX_MS ? rx->backoff_ms[i] * 2
-                                                                  : RAIL_RETRY_MAX_MS;
+    nxl_rail_retry_later(&rx->retry_at[i], &rx->backoff_ms[i], nxlt_now_us());
 }
 
 /* a try failed: its endpoint closed, the next one later */
