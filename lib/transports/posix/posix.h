@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The POSIX transport's private structures, shared by posix.c and thp.c.
+/* The POSIX transport's private structures, shared by posix.c and ../common/thp.c.
  *
  * Transfers run on the file-I/O core (../common/fileio.h) with its io_uring
  * or thread-pool engine: the core turns a transfer into segments, an

@@ -26,7 +26,7 @@
  * Nothing is undone at deregistration: collapsing memory that the
  * application has freed and reused is as harmless as collapsing it before
  * (contents are kept), and on an unmapped range the kernel refuses. */
-#include "posix.h"
+#include "../posix/posix.h"
 
 #include <errno.h>
 #include <pthread.h>
