@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The POSIX transport: registered DRAM onto 2 MiB pages (MADV_COLLAPSE).
+/* Registered DRAM onto 2 MiB pages (MADV_COLLAPSE), for the transports
+ * that take a thp_collapse parameter (thp.h): POSIX.
  *
- * An O_DIRECT request hands the device one scatter-gather segment per
+ * POSIX: an O_DIRECT request hands the device one scatter-gather segment per
  * physically contiguous run of its buffer. Memory the application
  * allocated itself (malloc, posix_memalign: 4 KiB pages) gives one segment
  * per page, 256 for a 1 MiB block, and on a virtio disk without indirect
@@ -26,7 +27,7 @@
  * Nothing is undone at deregistration: collapsing memory that the
  * application has freed and reused is as harmless as collapsing it before
  * (contents are kept), and on an unmapped range the kernel refuses. */
-#include "../posix/posix.h"
+#include "thp.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -50,7 +51,7 @@ typedef struct thp_range {
     struct thp_range *next;
 } thp_range_t;
 
-struct px_thp {
+struct nxlt_thp {
     pthread_t th;
     bool started, stop;
     pthread_mutex_t mu;
@@ -70,7 +71,7 @@ static int thp_one(uintptr_t p)
 
 /* collapses [r->a, r->e) from r->a on; returns with r->a past what is done,
  * or at the range that said EAGAIN (to be tried again); mu not held */
-static void thp_walk(px_thp_t *t, thp_range_t *r, bool *again)
+static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again)
 {
     *again = false;
     while (r->a < r->e) {
@@ -101,7 +102,7 @@ static void thp_walk(px_thp_t *t, thp_range_t *r, bool *again)
 }
 
 /* r at the back of the thread's queue (t->mu held) */
-static void thp_queue(px_thp_t *t, thp_range_t *r)
+static void thp_queue(nxlt_thp_t *t, thp_range_t *r)
 {
     r->next = NULL;
     if (t->tail)
@@ -113,7 +114,7 @@ static void thp_queue(px_thp_t *t, thp_range_t *r)
 
 static void *thp_main(void *arg)
 {
-    px_thp_t *t = arg;
+    nxlt_thp_t *t = arg;
     for (;;) {
         pthread_mutex_lock(&t->mu);
         while (!t->stop && !t->head)
@@ -151,19 +152,20 @@ static bool thp_span(uint64_t addr, size_t len, uintptr_t *a, uintptr_t *e)
     return *a >= (uintptr_t)addr && *e > *a;
 }
 
-void px_thp_add(px_t *u, uint64_t addr, size_t len)
+void nxlt_thp_add(nxlt_thp_t **tp, nxlt_ctx_t *ctx, const char *who, int mode,
+                  size_t sync_max, uint64_t addr, size_t len)
 {
     uintptr_t a, e;
-    if (u->thp == PX_THP_OFF || !thp_span(addr, len, &a, &e))
+    if (mode == NXLT_THP_OFF || !thp_span(addr, len, &a, &e))
         return;
-    px_thp_t *t = u->thp_state;
+    nxlt_thp_t *t = *tp;
     if (!t) {
         t = calloc(1, sizeof(*t));
         if (!t)
             return;
         pthread_mutex_init(&t->mu, NULL);
         pthread_cond_init(&t->cv, NULL);
-        u->thp_state = t;
+        *tp = t;
     }
     pthread_mutex_lock(&t->mu);
     bool unsupported = t->unsupported;
@@ -173,7 +175,7 @@ void px_thp_add(px_t *u, uint64_t addr, size_t len)
     if (unsupported)
         return;
     thp_range_t r0 = {.a = a, .e = e};
-    if (u->thp == PX_THP_SYNC || (u->thp == PX_THP_AUTO && e - a <= PX_THP_SYNC_MAX)) {
+    if (mode == NXLT_THP_SYNC || (mode == NXLT_THP_AUTO && e - a <= sync_max)) {
         bool again;
         do {
             thp_walk(t, &r0, &again);
@@ -185,9 +187,9 @@ void px_thp_add(px_t *u, uint64_t addr, size_t len)
         uint64_t done = t->done, asked = t->asked;
         int err = t->last_err;
         pthread_mutex_unlock(&t->mu);
-        nxlt_log(u->ctx, NXL_LOG_DEBUG, "POSIX: DRAM %#llx+%zu: 2 MiB pages for %llu of %llu "
-                                        "bytes so far (MADV_COLLAPSE%s%s)",
-                 (unsigned long long)addr, len, (unsigned long long)done,
+        nxlt_log(ctx, NXL_LOG_DEBUG, "%s: DRAM %#llx+%zu: 2 MiB pages for %llu of %llu "
+                                     "bytes so far (MADV_COLLAPSE%s%s)",
+                 who, (unsigned long long)addr, len, (unsigned long long)done,
                  (unsigned long long)asked, err ? ": " : "", err ? strerror(err) : "");
         return;
     }
@@ -200,8 +202,8 @@ void px_thp_add(px_t *u, uint64_t addr, size_t len)
         if (pthread_create(&t->th, NULL, thp_main, t) != 0) {
             pthread_mutex_unlock(&t->mu);
             free(r);
-            nxlt_log(u->ctx, NXL_LOG_INFO, "POSIX: no thread for 2 MiB pages (%s); registered "
-                                           "DRAM keeps its pages", strerror(errno));
+            nxlt_log(ctx, NXL_LOG_INFO, "%s: no thread for 2 MiB pages (%s); registered "
+                                        "DRAM keeps its pages", who, strerror(errno));
             return;
         }
         t->started = true;
@@ -211,9 +213,9 @@ void px_thp_add(px_t *u, uint64_t addr, size_t len)
     pthread_mutex_unlock(&t->mu);
 }
 
-void px_thp_stop(px_t *u, char *stats, size_t cap)
+void nxlt_thp_stop(nxlt_thp_t **tp, char *stats, size_t cap)
 {
-    px_thp_t *t = u->thp_state;
+    nxlt_thp_t *t = *tp;
     if (!t) {
         snprintf(stats, cap, "none asked");
         return;
@@ -234,5 +236,5 @@ void px_thp_stop(px_t *u, char *stats, size_t cap)
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);
-    u->thp_state = NULL;
+    *tp = NULL;
 }
