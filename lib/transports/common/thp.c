@@ -22,7 +22,10 @@
  * by I/O in flight is refused (EAGAIN) and tried again later, up to 20
  * times over a second. Failure is never an error: the memory stays as
  * it was (kernels before 6.1, file mappings, no huge page free, pages
- * pinned by I/O in flight: retried a few times).
+ * pinned by I/O in flight: retried a few times). A range none of whose
+ * pages the application has written yet (registered right after malloc)
+ * is left alone: the kernel refuses it as it refuses a kernel that cannot,
+ * and mincore tells the two apart.
  *
  * Nothing is undone at deregistration: collapsing memory that the
  * application has freed and reused is as harmless as collapsing it before
@@ -59,14 +62,29 @@ struct nxlt_thp {
     thp_range_t *head, *tail;
     /* under mu: statistics (read at destroy) */
     uint64_t asked, done, us;
+    uint64_t untouched;      /* ranges none of whose pages were in memory: left alone */
     int last_err;            /* errno of the last refusal, 0 if none */
     bool unsupported;        /* EINVAL: this kernel or this memory cannot: stop asking */
 };
 
-/* one 2 MiB range: 0, or the errno */
+/* one 2 MiB range: 0, or the errno; ENODATA: none of its pages is in
+ * memory yet (the kernel says EINVAL: nothing to collapse, as it says to
+ * a kernel or a mapping that cannot; memory registered before the
+ * application first wrote it) */
 static int thp_one(uintptr_t p)
 {
-    return madvise((void *)p, THP_SIZE, MADV_COLLAPSE) == 0 ? 0 : errno;
+    if (madvise((void *)p, THP_SIZE, MADV_COLLAPSE) == 0)
+        return 0;
+    int e = errno;
+    unsigned char vec[THP_SIZE / 4096];
+    if (e == EINVAL && mincore((void *)p, THP_SIZE, vec) == 0) {
+        size_t i = 0;
+        while (i < sizeof(vec) && !(vec[i] & 1))
+            i++;
+        if (i == sizeof(vec))
+            return ENODATA;
+    }
+    return e;
 }
 
 /* collapses [r->a, r->e) from r->a on; returns with r->a past what is done,
@@ -87,6 +105,8 @@ static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again)
         t->us += dt;
         if (!e)
             t->done += THP_SIZE;
+        else if (e == ENODATA)
+            t->untouched += THP_SIZE;
         else
             t->last_err = e;
         if (e == EINVAL)
@@ -226,8 +246,9 @@ void nxlt_thp_stop(nxlt_thp_t **tp, char *stats, size_t cap)
     pthread_mutex_unlock(&t->mu);
     if (t->started)
         pthread_join(t->th, NULL);
-    snprintf(stats, cap, "%llu of %llu bytes in %.1f ms%s%s%s", (unsigned long long)t->done,
-             (unsigned long long)t->asked, t->us / 1e3, t->last_err ? " (last refusal: " : "",
+    snprintf(stats, cap, "%llu of %llu bytes in %.1f ms, %llu never written%s%s%s",
+             (unsigned long long)t->done, (unsigned long long)t->asked, t->us / 1e3,
+             (unsigned long long)t->untouched, t->last_err ? " (last refusal: " : "",
              t->last_err ? strerror(t->last_err) : "", t->last_err ? ")" : "");
     for (thp_range_t *r = t->head, *n; r; r = n) {
         n = r->next;
