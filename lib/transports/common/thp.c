@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Registered DRAM onto 2 MiB pages (MADV_COLLAPSE), for the transports
- * that take a thp_collapse parameter (thp.h): POSIX.
+ * that take a thp_collapse parameter (thp.h): POSIX, UCX.
  *
  * POSIX: an O_DIRECT request hands the device one scatter-gather segment per
  * physically contiguous run of its buffer. Memory the application

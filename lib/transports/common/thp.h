@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Registered DRAM onto 2 MiB pages in place (madvise MADV_COLLAPSE), the
- * thp_collapse parameter of the transports that take it (POSIX):
+ * thp_collapse parameter of the transports that take it (POSIX, UCX):
  * thp.c. Never an error: the memory keeps its addresses and contents, and
  * where the kernel cannot (before 6.1, file mappings, no huge page free)
  * its pages stay as they were. */
