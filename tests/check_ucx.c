@@ -831,8 +831,9 @@ START_TEST(t_cma_window)
 END_TEST
 
 /* kB of AnonHugePages that process pid (0: this one) has in the
- * mappings overlapping [addr, addr + len) */
-static long huge_kb(pid_t pid, uint64_t addr, size_t len)
+ * mappings overlapping [addr, addr + len) (inside: only those that lie
+ * within it) */
+static long huge_kb(pid_t pid, uint64_t addr, size_t len, int inside)
 {
     char path[64], line[256];
     snprintf(path, sizeof(path), pid ? "/proc/%d/smaps" : "/proc/self/smaps", (int)pid);
@@ -843,7 +844,7 @@ static long huge_kb(pid_t pid, uint64_t addr, size_t len)
     while (fgets(line, sizeof(line), f)) {
         unsigned long a, e, v;
         if (sscanf(line, "%lx-%lx ", &a, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
-            in = a < addr + len && e > addr;
+            in = inside ? a >= addr && e <= addr + len : a < addr + len && e > addr;
         else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
             kb += (long)v;
     }
@@ -888,8 +889,8 @@ START_TEST(t_thp)
     long got, tgot;
     do {
         nxl_agent_run_once(A, 10);
-        got = huge_kb(0, (uintptr_t)buf, len);
-        tgot = huge_kb(p.pid, p.addr, len);
+        got = huge_kb(0, (uintptr_t)buf, len, 0);
+        tgot = huge_kb(p.pid, p.addr, len, 0);
     } while ((got < want || tgot < twant) && tl_now_ms() < end);
     if (_i == 2) {
         ck_assert_msg(got == 0 && tgot == 0, "thp_collapse=off: %ld kB here, %ld kB at the "
@@ -901,6 +902,18 @@ START_TEST(t_thp)
                       "pages", mode ? mode : "auto", tgot, twant);
     }
     ck_assert(tl_check(buf, len, 5) < 0);
+    /* the region registered before it was written: its first writes
+     * fault in 2 MiB pages (the advice splits its mapping: those parts
+     * alone, not a neighbour merged with the rest) */
+    memset(fresh, 7, len);
+    long fgot = huge_kb(0, (uintptr_t)fresh, len, _i != 2);
+    if (_i == 2)
+        ck_assert_msg(fgot == 0, "thp_collapse=off: %ld kB of a fresh region on 2 MiB pages",
+                      fgot);
+    else
+        ck_assert_msg(fgot >= huge_want_kb((uintptr_t)fresh, len), "thp_collapse=%s: %ld kB "
+                      "of a region registered before it was written on 2 MiB pages",
+                      mode ? mode : "auto", fgot);
     /* the bytes move, and stay, where they were on both sides */
     ndone = 0;
     nxl_xfer_t *x = write_to(A, &p, buf, len);

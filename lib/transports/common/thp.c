@@ -24,8 +24,9 @@
  * it was (kernels before 6.1, file mappings, no huge page free, pages
  * pinned by I/O in flight: retried a few times). A range none of whose
  * pages the application has written yet (registered right after malloc)
- * is left alone: the kernel refuses it as it refuses a kernel that cannot,
- * and mincore tells the two apart.
+ * is not collapsed (the kernel refuses it as it refuses a kernel that
+ * cannot; mincore tells the two apart) but advised MADV_HUGEPAGE: its
+ * first writes fault in a 2 MiB page where one is free.
  *
  * Nothing is undone at deregistration: collapsing memory that the
  * application has freed and reused is as harmless as collapsing it before
@@ -70,7 +71,8 @@ struct nxlt_thp {
 /* one 2 MiB range: 0, or the errno; ENODATA: none of its pages is in
  * memory yet (the kernel says EINVAL: nothing to collapse, as it says to
  * a kernel or a mapping that cannot; memory registered before the
- * application first wrote it) */
+ * application first wrote it): advised MADV_HUGEPAGE instead, so that its
+ * first write faults in a 2 MiB page */
 static int thp_one(uintptr_t p)
 {
     if (madvise((void *)p, THP_SIZE, MADV_COLLAPSE) == 0)
@@ -81,8 +83,10 @@ static int thp_one(uintptr_t p)
         size_t i = 0;
         while (i < sizeof(vec) && !(vec[i] & 1))
             i++;
-        if (i == sizeof(vec))
+        if (i == sizeof(vec)) {
+            madvise((void *)p, THP_SIZE, MADV_HUGEPAGE);
             return ENODATA;
+        }
     }
     return e;
 }
@@ -246,7 +250,7 @@ void nxlt_thp_stop(nxlt_thp_t **tp, char *stats, size_t cap)
     pthread_mutex_unlock(&t->mu);
     if (t->started)
         pthread_join(t->th, NULL);
-    snprintf(stats, cap, "%llu of %llu bytes in %.1f ms, %llu never written%s%s%s",
+    snprintf(stats, cap, "%llu of %llu bytes in %.1f ms, %llu advised (never written)%s%s%s",
              (unsigned long long)t->done, (unsigned long long)t->asked, t->us / 1e3,
              (unsigned long long)t->untouched, t->last_err ? " (last refusal: " : "",
              t->last_err ? strerror(t->last_err) : "", t->last_err ? ")" : "");
