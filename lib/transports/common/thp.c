@@ -14,8 +14,12 @@
  * madvise(MADV_COLLAPSE) (Linux 6.1) moves the whole, aligned 2 MiB ranges
  * of a region onto huge pages in place: same addresses, same contents, the
  * application sees nothing but the layout. It copies each range, so it
- * costs 0.3-10 ms per 2 MiB here (more under load); a thread of its own
- * does it after the registration returns (thp_collapse=background), or
+ * costs 0.3-10 ms per 2 MiB here (more under load), holding the
+ * process's mmap lock (page faults and cross-memory attach into the
+ * process wait); a thread of its own does it after the registration
+ * returns (thp_collapse=background: at SCHED_IDLE, a pause of 3 times a
+ * range's time after each, so that transfers right after a large
+ * registration are not held up), or
  * the registration does it before returning (sync); auto, the default
  * with direct=1, does regions up to 64 MiB at registration and larger
  * ones in the background. In the background a range whose pages are pinned
@@ -35,6 +39,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +53,7 @@
 #define THP_SIZE (2u << 20)
 #define THP_TRIES 20         /* per range, when the kernel says EAGAIN (pinned by I/O, busy) */
 #define THP_RETRY_US 50000   /* between those tries */
+#define THP_PACE 3           /* in the background: after a range that took t, a pause of 3 t */
 
 typedef struct thp_range {
     uintptr_t a, e;
@@ -92,8 +98,9 @@ static int thp_one(uintptr_t p)
 }
 
 /* collapses [r->a, r->e) from r->a on; returns with r->a past what is done,
- * or at the range that said EAGAIN (to be tried again); mu not held */
-static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again)
+ * or at the range that said EAGAIN (to be tried again); mu not held.
+ * paced: a pause after each range collapsed (THP_PACE) */
+static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again, bool paced)
 {
     *again = false;
     while (r->a < r->e) {
@@ -122,6 +129,8 @@ static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again)
         }
         r->tries = 0;
         r->a += THP_SIZE;
+        if (paced && !e && r->a < r->e)
+            usleep((useconds_t)(dt * THP_PACE < 100000 ? dt * THP_PACE : 100000));
     }
 }
 
@@ -139,6 +148,9 @@ static void thp_queue(nxlt_thp_t *t, thp_range_t *r)
 static void *thp_main(void *arg)
 {
     nxlt_thp_t *t = arg;
+    /* runs where the CPU would idle: not in the way of the transfers */
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     for (;;) {
         pthread_mutex_lock(&t->mu);
         while (!t->stop && !t->head)
@@ -153,7 +165,7 @@ static void *thp_main(void *arg)
             t->tail = NULL;
         pthread_mutex_unlock(&t->mu);
         bool again;
-        thp_walk(t, r, &again);
+        thp_walk(t, r, &again, true);
         if (again) {
             /* pinned by I/O in flight, or busy: back of the queue, a little later */
             usleep(THP_RETRY_US);
@@ -202,7 +214,7 @@ void nxlt_thp_add(nxlt_thp_t **tp, nxlt_ctx_t *ctx, const char *who, int mode,
     if (mode == NXLT_THP_SYNC || (mode == NXLT_THP_AUTO && e - a <= sync_max)) {
         bool again;
         do {
-            thp_walk(t, &r0, &again);
+            thp_walk(t, &r0, &again, false);
             if (again)
                 usleep(THP_RETRY_US / 10);
         } while (again);
