@@ -48,6 +48,8 @@
 
 #define MAX_TP 64
 
+static const char *thp_collapse; /* --thp_collapse: UCX's parameter, NULL: its default */
+
 typedef struct opts {
     unsigned tpp, tpd, btp, btd, layers, heads, head_size, tokens, timeout_s;
     unsigned slice;  /* staged: bytes per group (0: the library's default) */
@@ -66,6 +68,7 @@ static void usage(FILE *f)
 "                    [--layers L (4 planes)] [--heads H (8)] [--head_size S (64 x 2 B)]\n"
 "                    [--tokens T (100)] [--mode auto|zcopy|staged (auto)] [--timeout S (30)]\n"
 "                    [--slice BYTES (0: 1 MiB)] [--spread] [--bench S (0)]\n"
+"                    [--thp_collapse auto|background|sync|off (UCX's default)]\n"
 "P prefill processes and D decode processes (H divisible by both); each decode\n"
 "rank READs its heads of the sequence from the prefill ranks that hold them and\n"
 "checks every byte of its region. Exit 0 when all are right. The sequence's\n"
@@ -183,7 +186,8 @@ static nxl_agent_t *agent(const char *name, bool listen)
         fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(NULL));
         return NULL;
     }
-    if (nxl_backend_create(a, "UCX", NULL, 0, NULL) != NXL_SUCCESS) {
+    nxl_param_t thp = {"thp_collapse", thp_collapse};
+    if (nxl_backend_create(a, "UCX", &thp, thp_collapse ? 1 : 0, NULL) != NXL_SUCCESS) {
         fprintf(stderr, "%s: %s\n", name, nxl_agent_last_error(a));
         nxl_agent_destroy(a);
         return NULL;
@@ -442,6 +446,7 @@ int main(int argc, char **argv)
         V("timeout", cli_set_uint, &o.timeout_s, .min = 1, .max = 3600),
         V("slice", cli_set_uint, &o.slice, .min = 0, .max = 1u << 30),
         V("bench", cli_set_double, &o.bench_s, .min = 0),
+        V("thp_collapse", cli_set_str, &thp_collapse),
         {.name = "spread", .arg = CLI_SWITCH, .set = cli_set_true, .field = &o.spread},
         {0},
     };

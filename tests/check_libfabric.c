@@ -721,6 +721,57 @@ START_TEST(t_rails_lo)
 }
 END_TEST
 
+/* kB of AnonHugePages of this process's mappings overlapping
+ * [addr, addr + len) */
+static long huge_kb(uintptr_t addr, size_t len)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert(f);
+    char line[256];
+    long kb = 0;
+    int in = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi, v;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            in = lo < addr + len && hi > addr;
+        else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
+            kb += (long)v;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* thp_collapse on shm: a registered, written malloc'd 8 MiB region ends
+ * up on 2 MiB pages (auto, the default there: in the background) with its
+ * bytes; off leaves it alone */
+START_TEST(t_thp)
+{
+    nxl_agent_t *a = agent("thp");
+    ck_assert_msg(lf(a, "provider", "shm", _i ? "thp_collapse" : NULL, "off") == NXL_SUCCESS,
+                  "%s", nxl_agent_last_error(a));
+    size_t len = 8u << 20;
+    unsigned char *p = malloc(len);
+    tl_fill(p, len, 21);
+    tl_reg_dram(a, p, len);
+    uintptr_t lo = ((uintptr_t)p + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
+    uintptr_t hi = ((uintptr_t)p + len) & ~(uintptr_t)((2u << 20) - 1);
+    long want = (long)((hi - lo) >> 10), got;
+    uint64_t end = tl_now_ms() + (_i ? 300 : 5000);
+    do {
+        nxl_agent_run_once(a, 10);
+        got = huge_kb((uintptr_t)p, len);
+    } while (got < want && tl_now_ms() < end);
+    if (_i)
+        ck_assert_msg(got == 0, "thp_collapse=off: %ld kB on 2 MiB pages", got);
+    else
+        ck_assert_msg(got >= want, "shm, thp_collapse=auto: %ld of %ld kB on 2 MiB pages", got,
+                      want);
+    ck_assert(tl_check(p, len, 21) < 0);
+    nxl_agent_destroy(a);
+    free(p);
+}
+END_TEST
+
 int main(void)
 {
     nxl_plugin_info_t p[8];
@@ -729,9 +780,10 @@ int main(void)
         return 77;
     }
     Suite *s = suite_create("libfabric");
-    TL_TCASE(s, "transport", 60, NULL, NULL, t_plugin_info, t_bad_params, t_info_line,
+    TCase *tc = TL_TCASE(s, "transport", 60, NULL, NULL, t_plugin_info, t_bad_params, t_info_line,
              t_shm_stale_region, t_loopback, t_two_agents, t_short_names, t_quiet_stdout,
              t_idle_sleeps, t_doorbell, t_one_message_write_checked, t_revoke,
              t_orderly_close_quiet, t_rails_lo);
+    tcase_add_loop_test(tc, t_thp, 0, 2);
     return tl_run(s);
 }

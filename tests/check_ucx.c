@@ -12,7 +12,8 @@
  * data; a target killed mid-transfer fails it; a kernel that refuses
  * (seccomp here) sends the transfer back to UCX; bounds and revocation
  * are still refused. A target's process is watched with cross-memory
- * attach off or refused too: its death is noticed at once. */
+ * attach off or refused too: its death is noticed at once. Registered
+ * malloc'd DRAM goes onto 2 MiB pages on both sides (thp_collapse). */
 #define _GNU_SOURCE
 #include "testlib.h"
 
@@ -236,6 +237,7 @@ static void xread(int fd, void *p, size_t n)
 }
 
 static int peer_cma_off; /* the next peer_start()'s target has cma=off */
+static const char *peer_thp; /* the next peer_start()'s target has thp_collapse=this */
 
 static peer_t peer_start(size_t len, uint32_t seed)
 {
@@ -248,10 +250,11 @@ static peer_t peer_start(size_t len, uint32_t seed)
         close(c[1]);
         close(r[0]);
         T.ans = r[1];
-        if (peer_cma_off) {
+        if (peer_cma_off || peer_thp) {
             T.a = tl_agent_bare("T", 0);
-            nxl_param_t off = {"cma", "off"};
-            if (nxl_backend_create(T.a, "UCX", &off, 1, NULL) != NXL_SUCCESS)
+            nxl_param_t prm = peer_thp ? (nxl_param_t){"thp_collapse", peer_thp}
+                                       : (nxl_param_t){"cma", "off"};
+            if (nxl_backend_create(T.a, "UCX", &prm, 1, NULL) != NXL_SUCCESS)
                 _exit(6);
         } else {
             T.a = tl_agent("T", 0);
@@ -992,6 +995,107 @@ START_TEST(t_bare_write)
 }
 END_TEST
 
+/* kB of AnonHugePages that process pid (0: this one) has in the
+ * mappings overlapping [addr, addr + len) (inside: only those that lie
+ * within it) */
+static long huge_kb(pid_t pid, uint64_t addr, size_t len, int inside)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), pid ? "/proc/%d/smaps" : "/proc/self/smaps", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "%s: %s", path, strerror(errno));
+    long kb = 0;
+    int in = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long a, e, v;
+        if (sscanf(line, "%lx-%lx ", &a, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = inside ? a >= addr && e <= addr + len : a < addr + len && e > addr;
+        else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
+            kb += (long)v;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* kB of 2 MiB pages the whole aligned 2 MiB ranges of [addr, addr + len)
+ * can hold */
+static long huge_want_kb(uint64_t addr, size_t len)
+{
+    uint64_t a = (addr + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+    uint64_t e = (addr + len) & ~(uint64_t)((2u << 20) - 1);
+    return e > a ? (long)((e - a) >> 10) : 0;
+}
+
+/* thp_collapse: a registered malloc'd 8 MiB region, on both sides, ends up
+ * on 2 MiB pages (sync: when the registration returns; auto, the default
+ * with cross-memory attach: soon after, in the background) with the same
+ * bytes at the same addresses; off leaves it alone. A region registered
+ * before anything was written to it is no error and does not stop later
+ * ones. */
+START_TEST(t_thp)
+{
+    static const char *const modes[] = {"sync", NULL, "off"};
+    const char *mode = modes[_i];
+    size_t len = 8u << 20;
+    peer_thp = mode ? mode : "auto";
+    peer_t p = peer_start(len, 12);
+    peer_thp = NULL;
+    nxl_param_t prm = {"thp_collapse", mode};
+    nxl_agent_t *A = initiator(&prm, mode ? 1 : 0);
+    peer_learn(A, &p);
+    unsigned char *fresh = malloc(len); /* never written */
+    reg(A, fresh, len);
+    unsigned char *buf = malloc(len);
+    tl_fill(buf, len, 5);
+    reg(A, buf, len);
+    long want = huge_want_kb((uintptr_t)buf, len), twant = huge_want_kb(p.addr, len);
+    ck_assert(want >= 6144 && twant >= 6144);
+    uint64_t end = tl_now_ms() + (mode ? 0 : 5000);
+    long got, tgot;
+    do {
+        nxl_agent_run_once(A, 10);
+        got = huge_kb(0, (uintptr_t)buf, len, 0);
+        tgot = huge_kb(p.pid, p.addr, len, 0);
+    } while ((got < want || tgot < twant) && tl_now_ms() < end);
+    if (_i == 2) {
+        ck_assert_msg(got == 0 && tgot == 0, "thp_collapse=off: %ld kB here, %ld kB at the "
+                      "target on 2 MiB pages", got, tgot);
+    } else {
+        ck_assert_msg(got >= want, "thp_collapse=%s: %ld of %ld kB on 2 MiB pages",
+                      mode ? mode : "auto", got, want);
+        ck_assert_msg(tgot >= twant, "thp_collapse=%s: the target has %ld of %ld kB on 2 MiB "
+                      "pages", mode ? mode : "auto", tgot, twant);
+    }
+    ck_assert(tl_check(buf, len, 5) < 0);
+    /* the region registered before it was written: its first writes
+     * fault in 2 MiB pages (the advice splits its mapping: those parts
+     * alone, not a neighbour merged with the rest) */
+    memset(fresh, 7, len);
+    long fgot = huge_kb(0, (uintptr_t)fresh, len, _i != 2);
+    if (_i == 2)
+        ck_assert_msg(fgot == 0, "thp_collapse=off: %ld kB of a fresh region on 2 MiB pages",
+                      fgot);
+    else
+        ck_assert_msg(fgot >= huge_want_kb((uintptr_t)fresh, len), "thp_collapse=%s: %ld kB "
+                      "of a region registered before it was written on 2 MiB pages",
+                      mode ? mode : "auto", fgot);
+    /* the bytes move, and stay, where they were on both sides */
+    ndone = 0;
+    nxl_xfer_t *x = write_to(A, &p, buf, len);
+    ck_assert_int_eq(nxl_xfer_post(x, st_cb, NULL, NULL), NXL_SUCCESS);
+    ck_assert(tl_run_until(A, &ndone, 1, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    nxl_xfer_release(x);
+    unsigned char *got_b = malloc(len);
+    peek(&p, 0, got_b, len);
+    ck_assert(tl_check(got_b, len, 5) < 0);
+    ck_assert(tl_check(buf, len, 5) < 0);
+    free(got_b);
+    finish(A, &p, buf);
+    free(fresh);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -1006,5 +1110,6 @@ int main(void)
              t_cma_refused, t_cma_bounds_revoked, t_cma_window);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
     tcase_add_loop_test(tm, t_pid_watched, 0, 3);
+    tcase_add_loop_test(tm, t_thp, 0, 3);
     return tl_run(s);
 }

@@ -26,6 +26,7 @@ typedef struct lf_opts {
     uint64_t am_max;
     bool am_given;
     int pm, dcm;
+    int thp;              /* thp_collapse: NXLT_THP_* */
 } lf_opts_t;
 
 static nxl_status_t opts_read(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
@@ -33,7 +34,8 @@ static nxl_status_t opts_read(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t
 {
     static const char *const modes[] = {"auto", "fd", "timer", NULL};
     static const char *const dcs[] = {"auto", "yes", "no", NULL};
-    *o = (lf_opts_t){.stall_ms = 10000, .am_max = AMW_DEFAULT, .pm = PM_AUTO, .dcm = DC_AUTO};
+    *o = (lf_opts_t){.stall_ms = 10000, .am_max = AMW_DEFAULT, .pm = PM_AUTO, .dcm = DC_AUTO,
+                      .thp = NXLT_THP_AUTO};
     o->prov = nxlt_param(params, n, "provider");
     o->domain = nxlt_param(params, n, "domain");
     o->iface = nxlt_param(params, n, "iface");
@@ -47,7 +49,8 @@ static nxl_status_t opts_read(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t
         (st = nxlt_param_size(ctx, params, n, "am_write_max", 0, AMW_MAX, &o->am_max)) !=
             NXL_SUCCESS ||
         (st = nxlt_param_choice(ctx, params, n, "delivery_complete", dcs, &o->dcm)) !=
-            NXL_SUCCESS)
+            NXL_SUCCESS ||
+        (st = nxlt_thp_param(ctx, params, n, &o->thp)) != NXL_SUCCESS)
         return st;
     if (o->prov && !*o->prov)
         o->prov = NULL;
@@ -88,6 +91,9 @@ static lf_t *state_new(nxlt_ctx_t *ctx, const lf_opts_t *o, struct fi_info *fi, 
     snprintf(u->prov, sizeof(u->prov), "%s", fi->fabric_attr->prov_name);
     u->hold_us = nxl_lf_rxm_hold_us(u->prov);
     u->abort_shut = !strcmp(u->prov, "sockets");
+    /* thp_collapse=auto: on shm, whose large messages and RMA go by
+     * cross-memory attach (the kernel pins each page of both sides) */
+    u->thp = o->thp == NXLT_THP_AUTO && strcmp(u->prov, "shm") ? NXLT_THP_OFF : o->thp;
     u->can_abort = (strstr(u->prov, "ofi_rxm") && nxl_lf_av_remove_cleanup()) || u->abort_shut;
     u->addr_format = fi->addr_format;
     uint64_t mm = (uint64_t)fi->domain_attr->mr_mode;
@@ -396,6 +402,11 @@ static void destroy(void *state)
 {
     lf_t *u = state;
     quiesce(u);
+    if (u->thp_state) {
+        char thp[160];
+        nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: registered DRAM onto 2 MiB pages: %s", thp);
+    }
     lf_shm_list_t reap = LIST_HEAD_INITIALIZER(reap);
     if (u->shm_ep && !nxl_lf_shm_unregister(u, &reap) && u->fids.ep) {
         fi_close(&u->fids.ep->fid);
@@ -469,6 +480,9 @@ static const nxl_param_info_t lf_params[] = {
      "endpoint of the provider on each; large transfers to a peer with rails are striped over "
      "them, weighted by each one's measured throughput, and a rail that fails is taken out"},
     {"rail_min", "262144", "transfers of at least this many bytes are striped over the rails"},
+    {"thp_collapse", "auto", "registered DRAM regions onto 2 MiB pages in place (MADV_COLLAPSE): "
+     "auto (on shm, in the background), background, sync (before the registration returns), "
+     "off"},
 };
 
 NXLT_MODULE_EXPORT const nxlt_ops_t nxlt_libfabric_ops = {

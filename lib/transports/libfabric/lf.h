@@ -71,6 +71,7 @@
 
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
+#include "../common/thp.h" /* registered DRAM onto 2 MiB pages */
 #include "wire.h" /* conn info and keys as they travel */
 
 /* libfabric, as loaded (util.c: nxl_lf_loaded) */
@@ -299,6 +300,8 @@ struct lf_state {
     char prov[64];
     uint32_t addr_format;
     /* memory registration */
+    int thp;                    /* NXLT_THP_*: registered DRAM onto 2 MiB pages (mr.c) */
+    nxlt_thp_t *thp_state;      /* ../common/thp.c, made on first use */
     bool mr_local, mr_virt, mr_prov_key, mr_endpoint;
     uint64_t next_key;
     size_t max_msg;

@@ -47,6 +47,9 @@ nxl_status_t nxl_lf_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
     lf_md_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NXL_ERR_UNKNOWN;
+    /* before the provider registers it: a device that pins the pages
+     * would leave them where they are */
+    nxlt_thp_add(&u->thp_state, u->ctx, "LIBFABRIC", u->thp, 0, d->addr, d->len);
     nxl_status_t st = nxl_lf_mr_reg(u, (void *)d->addr, d->len,
                                     FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE,
                                     &m->mr, &m->key, nxl_mem_name(type));

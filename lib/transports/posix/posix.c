@@ -113,7 +113,8 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
 {
     px_t *u = state;
     if (type == NXL_DRAM) {
-        px_thp_add(u, d->addr, d->len);
+        nxlt_thp_add(&u->thp_state, u->ctx, "POSIX", u->thp, PX_THP_SYNC_MAX, d->addr,
+                     d->len);
         *out = &px_dram_md;
         return NXL_SUCCESS;
     }
@@ -355,16 +356,13 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     /* the engine has refused keys px_params does not list */
     static const char *const engines[] = {"auto", "uring", "threads", NULL};
     enum { ENGINE_AUTO, ENGINE_URING, ENGINE_THREADS };
-    static const char *const thps[] = {"auto", "off", "background", "sync", "0", NULL};
-    static const int thp_of[] = {PX_THP_AUTO, PX_THP_OFF, PX_THP_BACKGROUND, PX_THP_SYNC,
-                                 PX_THP_OFF};
     bool direct = false, coop = true;
-    int thp = 0, engine = ENGINE_AUTO;
+    int thp = NXLT_THP_AUTO, engine = ENGINE_AUTO;
     uint64_t depth = PX_DEF_DEPTH, nthreads = PX_DEF_THREADS, chunk = PX_DEF_CHUNK;
     nxl_status_t st;
     if ((st = nxlt_param_bool(ctx, params, n, "direct", &direct)) != NXL_SUCCESS ||
         (st = nxlt_param_bool(ctx, params, n, "coop_taskrun", &coop)) != NXL_SUCCESS ||
-        (st = nxlt_param_choice(ctx, params, n, "thp_collapse", thps, &thp)) != NXL_SUCCESS ||
+        (st = nxlt_thp_param(ctx, params, n, &thp)) != NXL_SUCCESS ||
         (st = nxlt_param_uint(ctx, params, n, "queue_depth", 1, 32768, &depth)) != NXL_SUCCESS ||
         (st = nxlt_param_uint(ctx, params, n, "threads", 1, 64, &nthreads)) != NXL_SUCCESS ||
         (st = nxlt_param_size(ctx, params, n, "chunk", PX_ALIGN, PX_MAX_IO, &chunk)) !=
@@ -390,9 +388,9 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     fio->coop = coop;
     u->direct = direct;
     /* auto: registered DRAM onto 2 MiB pages when O_DIRECT is asked for */
-    u->thp = thp_of[thp];
-    if (u->thp == PX_THP_AUTO && !u->direct)
-        u->thp = PX_THP_OFF;
+    u->thp = thp;
+    if (u->thp == NXLT_THP_AUTO && !u->direct)
+        u->thp = NXLT_THP_OFF;
     int regs = nxlt_regtab_init(&u->regs);
     if (nxl_fio_init(fio, ctx, &px_fio_ops, u) < 0 || regs < 0) {
         nxlt_error(ctx, "POSIX: out of memory");
@@ -445,7 +443,7 @@ static void destroy(void *state)
     px_t *u = state;
     nxl_fio_quiesce(&u->fio);
     char thp[160];
-    px_thp_stop(u, thp, sizeof(thp));
+    nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
     nxlt_log(u->ctx, NXL_LOG_INFO,
              "POSIX statistics: %llu transfers, %llu I/Os (%llu direct, %llu buffered, %llu "
              "short) in %llu submissions; DRAM onto 2 MiB pages: %s",

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The POSIX transport's private structures, shared by posix.c and thp.c.
+/* The POSIX transport's private structures, shared by the files of posix/.
  *
  * Transfers run on the file-I/O core (../common/fileio.h) with its io_uring
  * or thread-pool engine: the core turns a transfer into segments, an
@@ -14,6 +14,7 @@
 
 #include "../common/fileio.h"
 #include "../common/regtab.h"
+#include "../common/thp.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,10 +28,8 @@
 #define PX_DEF_THREADS 4u
 
 typedef struct px px_t;
-typedef struct px_thp px_thp_t;
 
-/* registered DRAM onto 2 MiB pages (thp.c; backend parameter thp_collapse) */
-enum { PX_THP_OFF, PX_THP_AUTO, PX_THP_BACKGROUND, PX_THP_SYNC };
+/* registered DRAM onto 2 MiB pages (../common/thp.c; backend parameter thp_collapse) */
 #define PX_THP_SYNC_MAX (64u << 20) /* auto: up to this much at registration, more in the background */
 
 /* A registered file or block device range, shared by its registration,
@@ -54,18 +53,11 @@ struct px {
                               * (coop_taskrun=1, default), nthreads; token */
     nxlt_ctx_t *ctx;
     bool direct;             /* backend parameter direct=1 */
-    int thp;                 /* PX_THP_*: registered DRAM onto 2 MiB pages */
-    px_thp_t *thp_state;     /* thp.c, made on first use */
+    int thp;                 /* NXLT_THP_*: registered DRAM onto 2 MiB pages */
+    nxlt_thp_t *thp_state;   /* ../common/thp.c, made on first use */
     uint64_t next_regid;
     nxlt_regtab_t regs;      /* registry of FILE/BLK regions, by regid */
     uint64_t n_direct, n_buffered; /* statistics */
 };
-
-/* thp.c: the whole 2 MiB ranges of a DRAM registration onto huge pages, in
- * the background or before returning (u->thp); never fails */
-void px_thp_add(px_t *u, uint64_t addr, size_t len);
-/* ends the thread (waits for the 2 MiB range it is on), writes what was
- * done into @p stats and frees */
-void px_thp_stop(px_t *u, char *stats, size_t cap);
 
 #endif

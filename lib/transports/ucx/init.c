@@ -149,7 +149,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     nxlt_ctx_t *ctx = u->ctx;
     uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, am_rmax = AM_READ_MAX_DEFAULT,
              chunk = CMA_CHUNK_DEFAULT, cmax = 0;
-    int cma = 0;
+    int cma = 0, thp = NXLT_THP_AUTO;
     nxl_status_t ns = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, UINT64_MAX,
                                           &stall_ms);
     if (ns == NXL_SUCCESS)
@@ -162,8 +162,11 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
         ns = nxlt_param_uint(ctx, params, n, "cma_chunk", 1, 1u << 30, &chunk);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_uint(ctx, params, n, "cma_max", 0, UINT64_MAX, &cmax);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_thp_param(ctx, params, n, &thp);
     if (ns != NXL_SUCCESS)
         return ns;
+    u->thp = thp;
     u->net.stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
     u->am_write_max = (size_t)am_max;
     u->am_read_max = (size_t)am_rmax;
@@ -179,6 +182,10 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
                                               strstr(tl, "posix") || strstr(tl, "sysv"));
     if (u->cma_mode == CMA_AUTO && !cma_tls)
         u->cma_mode = CMA_OFF;
+    /* thp_collapse=auto: for cross-memory attach, whose copies pin the
+     * pages of both sides one by one (none asked for without it) */
+    if (u->thp == NXLT_THP_AUTO && u->cma_mode == CMA_OFF)
+        u->thp = NXLT_THP_OFF;
     return NXL_SUCCESS;
 }
 
@@ -515,6 +522,11 @@ static void destroy(void *state)
 {
     ucx_t *u = state;
     quiesce(u);
+    if (u->thp_state) {
+        char thp[160];
+        nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: registered DRAM onto 2 MiB pages: %s", thp);
+    }
     nxl_ucx_rails_destroy(u);
     /* copies not done: nothing of theirs is in UCX or the kernel */
     while (!TAILQ_EMPTY(&u->cma_q))
@@ -620,6 +632,9 @@ static const nxl_param_info_t ucx_params[] = {
     {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},
     {"cma_max", "0", "transfers of more bytes go through UCX instead of cross-memory attach "
      "(0: no limit)"},
+    {"thp_collapse", "auto", "registered DRAM regions onto 2 MiB pages in place (MADV_COLLAPSE): "
+     "auto (with cross-memory attach, in the background), background, sync (before the "
+     "registration returns), off"},
     {"rails", NULL, "network devices, one rail each (\"eth0,eth1\"): READs and WRITEs of at "
      "least rail_min bytes to a peer with rails are striped over them, in proportion to each "
      "rail's observed throughput"},

@@ -22,6 +22,10 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
     ucx_md_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NXL_ERR_UNKNOWN;
+    /* before UCX maps it: a device that pins the pages would leave them
+     * where they are */
+    if (type == NXL_DRAM)
+        nxlt_thp_add(&u->thp_state, u->ctx, "UCX", u->thp, UCX_THP_SYNC_MAX, d->addr, d->len);
     ucp_mem_map_params_t mp = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
         .address = (void *)d->addr,

@@ -68,6 +68,7 @@
 #define NXL_UCX_AM_WRITE 0x6e79 /* a small WRITE and its notification in one message */
 #include "../common/netop.h" /* ops in flight, reported once, the stall timeout */
 #include "../common/amwrite.h" /* the one-message WRITE's body */
+#include "../common/thp.h" /* registered DRAM onto 2 MiB pages */
 #include "../../common/clock_us.h" /* nxl_clock_us */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
@@ -80,6 +81,9 @@
 #define NXL_UCX_RAILS_MAX 8 /* rails (the rails parameter's devices) at most */
 
 enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
+/* thp_collapse=auto: registered DRAM up to this much onto 2 MiB pages
+ * before the registration returns, larger regions in the background */
+#define UCX_THP_SYNC_MAX 0
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
 typedef struct ucx_conn ucx_conn_t;
@@ -173,6 +177,8 @@ typedef struct ucx_state {
     bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
     struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
     uint64_t cma_xfers, cma_bytes; /* statistics */
+    int thp;                    /* NXLT_THP_*: registered DRAM onto 2 MiB pages (mr.c) */
+    nxlt_thp_t *thp_state;      /* ../common/thp.c, made on first use */
     struct ucx_rails *rails;    /* the rails parameter's contexts and workers, or NULL (rails.c) */
     bool is_live;               /* on live_list */
     unsigned long live_gen_seen; /* live_gen when this agent last looked */
