@@ -209,14 +209,14 @@ void nxl_ucx_kick(ucx_t *u)
  * that found something is not followed by another here: the deliveries it
  * activated run first (a ping-pong's reply waits on them, and a progress
  * costs a poll of every transport), and the chain progresses again right
- * behind them. *now: the clock as last read (16 rounds ago at most), for
- * the caller's bound: no read between the message and its delivery (one
- * costs ~30 ns here, a tenth of a one-way trip). */
+ * behind them. *now: the clock, read by the caller just before; on return
+ * as last read (16 rounds ago at most), for the caller's bound: no read
+ * between the message and its delivery (one costs ~30 ns here, a tenth of
+ * a one-way trip). */
 static bool spin(ucx_t *u, unsigned bp, uint64_t end, uint64_t *now)
 {
     if (nxlt_loop_busy(u->ctx))
         return false;
-    *now = nxlt_now_us();
     if (end > u->busy_until_us)
         end = u->busy_until_us;
     u->net.hit = false;
