@@ -151,6 +151,24 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
         ep = c->ep;
     }
     size_t bl = bad ? strlen(bad) : 0;
+    if (!bad) {
+        /* the common case, sent at once from here if UCX can (no copy
+         * kept, nothing to complete later) */
+        unsigned char ok[9];
+        memcpy(ok, header, 8);
+        ok[8] = 0;
+        ucp_request_param_t p = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+            .flags = UCP_AM_SEND_FLAG_EAGER,
+        };
+        u->in_ucx++;
+        ucs_status_ptr_t r = ucp_am_send_nbx(ep, NXL_UCX_AM_WRITE_ACK, NULL, 0, ok, 9, &p);
+        u->in_ucx--;
+        if (r == NULL)
+            return;
+        /* not at once (NO_RESOURCE: the peer's FIFO is full), or an error
+         * the side message below logs */
+    }
     ucx_side_t *m = malloc(sizeof(*m) + 9 + bl);
     if (!m) {
         nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: out of memory: a WRITE's acknowledgement was not "
