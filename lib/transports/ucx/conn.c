@@ -104,6 +104,88 @@ static void side_done(void *req, ucs_status_t st, void *arg)
         hello_done(hello, st);
 }
 
+/* Messages of the transport's own above AM_COPY_MIN bytes go out copied
+ * (UCX's bcopy), never zero-copy: UCP sends a buffer of a generic datatype
+ * by copying it, the same bytes on the wire. Over TCP UCX 1.13.1 cannot
+ * abort a zero-copy message. A forced close (ep_renew) of an endpoint whose
+ * connection also carries the peer's endpoint to us keeps its transport
+ * endpoint for the peer's end, its FIN queued behind what it was sending
+ * (tcp_ep.c:452-465, tcp_cm.c:203); its purge completes a zero-copy message
+ * written in part but leaves it in the send buffer (tcp_ep.c:361-365),
+ * which never empties again: the endpoint stays armed for writing
+ * (tcp_ep.c:1265-1268) and its FIN is never sent. When the peer's FIN
+ * comes (the peer renewing its endpoint after this abort), UCX frees that
+ * endpoint while reading it (tcp_cm.c:666) and then calls its write handler
+ * (tcp_iface.c:313): a call through a freed endpoint's stale or NULL
+ * pointer, or a double free. A copied message in flight is written once
+ * the peer reads again, then the FIN, and the endpoint is armed for
+ * reading only. */
+#define AM_COPY_MIN 256
+
+typedef struct {
+    const void *buf;
+    size_t len;
+    bool *taken; /* the sender's, until UCX takes it */
+} am_copy_t;
+
+/* inside ucp_am_send_nbx: from here on am_copy_finish frees it */
+static void *am_copy_start(void *context, const void *buffer, size_t count)
+{
+    am_copy_t *s = (void *)buffer;
+    *s->taken = true;
+    s->taken = NULL;
+    return s;
+}
+
+static void *am_copy_start_unpack(void *context, void *buffer, size_t count)
+{
+    return NULL; /* sending only */
+}
+
+static size_t am_copy_size(void *state)
+{
+    return ((am_copy_t *)state)->len;
+}
+
+static size_t am_copy_pack(void *state, size_t offset, void *dest, size_t max)
+{
+    am_copy_t *s = state;
+    size_t n = offset < s->len ? s->len - offset : 0;
+    if (n > max)
+        n = max;
+    memcpy(dest, (const char *)s->buf + offset, n);
+    return n;
+}
+
+static ucs_status_t am_copy_unpack(void *state, size_t offset, const void *src, size_t len)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static void am_copy_finish(void *state)
+{
+    free(state);
+}
+
+static const ucp_generic_dt_ops_t am_copy_ops = {
+    .start_pack = am_copy_start,
+    .start_unpack = am_copy_start_unpack,
+    .packed_size = am_copy_size,
+    .pack = am_copy_pack,
+    .unpack = am_copy_unpack,
+    .finish = am_copy_finish,
+};
+
+static ucp_datatype_t am_copy_dt;
+static bool am_copy_ok;
+static pthread_once_t am_copy_once = PTHREAD_ONCE_INIT;
+
+static void am_copy_init(void)
+{
+    /* one for the process, never destroyed (UCX keeps only its ops) */
+    am_copy_ok = ucp_dt_create_generic(&am_copy_ops, NULL, &am_copy_dt) == UCS_OK;
+}
+
 /* An eager active message (with @p flags) on @p ep; @p cb with @p arg when
  * UCX holds it and is done with it */
 ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
@@ -117,7 +199,22 @@ ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size
         .cb.send = cb,
         .user_data = arg,
     };
-    return ucp_am_send_nbx(ep, id, hdr, hlen, buf, len, &p);
+    am_copy_t *s = NULL;
+    bool taken = false;
+    if (len > AM_COPY_MIN) {
+        pthread_once(&am_copy_once, am_copy_init);
+        if (am_copy_ok && (s = malloc(sizeof(*s)))) {
+            *s = (am_copy_t){.buf = buf, .len = len, .taken = &taken};
+            p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+            p.datatype = am_copy_dt;
+        }
+    }
+    if (!s) /* a short message (or no memory): UCX's own choice */
+        return ucp_am_send_nbx(ep, id, hdr, hlen, buf, len, &p);
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, hdr, hlen, s, 1, &p);
+    if (!taken)
+        free(s); /* refused before UCX looked at it */
+    return r;
 }
 
 /* Sends a message of the transport's own on @p ep (no op behind it: its
