@@ -892,6 +892,98 @@ static nxl_status_t wait2(nxl_future_t *f)
     return nxl_future_status(f);
 }
 
+/* staged from every other prefill block (a prefill rank of TP 4, heads
+ * outer: blocks of 1 KiB, each a unit of staging), with NXL_KV_READ_GAP
+ * 1024: the gaps between them, a block each, are READ too into the staging
+ * (one descriptor per plane and group, the planes' gap of one block too);
+ * with the application's staging sized for the blocks alone, or with the
+ * peer's blocks registered one by one (a gap not registered), the blocks
+ * alone; without NXL_KV_READ_GAP, the blocks alone. Every byte of the
+ * decode region as nxl_kv_copy() of nxl_kv_plan()'s pieces puts them. */
+static void gaps_run(const nxl_kv_layout_t *d, const nxl_kv_layout_t *p, const nxl_kv_seq_t *s,
+                     const nxl_desc_t *sd, unsigned char *dm, const unsigned char *want,
+                     const char *what)
+{
+    nxl_kv_opts_t o;
+    nxl_kv_opts_init(&o);
+    o.mode = NXL_KV_STAGED;
+    nxl_kv_xfer_t *kx = NULL;
+    ck_assert_msg(nxl_kv_xfer_make(D, "P", d, p, s, sd, &o, &kx) == NXL_SUCCESS, "%s: %s", what,
+                  nxl_agent_last_error(D));
+    for (int k = 0; k < 2; k++) {
+        memset(dm, 0xEE, d->len);
+        nxl_future_t *f;
+        ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
+        ck_assert_int_eq(wait2(f), NXL_SUCCESS);
+        nxl_future_release(f);
+        long bad = tl_first_diff(dm, want, d->len);
+        ck_assert_msg(bad < 0, "%s, post %d: byte %ld differs", what, k, bad);
+    }
+    nxl_kv_xfer_release(kx);
+}
+
+START_TEST(t_xfer_gaps)
+{
+    nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_TOKENS_OUTER, 0);
+    nxl_kv_layout_t p = mk(2, 8, 16, 8, 16, 2, 4, 1, NXL_KV_HEADS_OUTER, 0);
+    unsigned char *dm, *pm, *sm;
+    kv_regions(&d, &p, &dm, &pm, &sm);
+    unsigned char *want = tl_xalloc(d.len);
+    tl_fill(pm, p.len, 9);
+    memset(want, 0xEE, d.len);
+    uint32_t di[4] = {2, 0, 3, 1}, pi[4] = {6, 0, 4, 2};
+    nxl_kv_seq_t s = {di, 4, pi, 4, 60};
+    nxl_kv_piece_t *pc;
+    size_t n;
+    nxl_kv_layout_t w = d;
+    w.base = (uintptr_t)want;
+    ck_assert_int_eq(nxl_kv_plan(&w, &p, &s, &pc, &n, NULL, 0), NXL_SUCCESS);
+    nxl_kv_copy(pc, n);
+    nxl_free(pc);
+    /* the transfer's own staging; the application's of 15 KiB (2 planes of
+     * 4 blocks and 3 gaps, the gap between them); of 8 KiB, the blocks */
+    gaps_run(&d, &p, &s, NULL, dm, want, "no NXL_KV_READ_GAP");
+    setenv("NXL_KV_READ_GAP", "1024", 1);
+    gaps_run(&d, &p, &s, NULL, dm, want, "own staging");
+    nxl_desc_t sd = {.addr = (uintptr_t)sm, .len = 15 * 1024};
+    gaps_run(&d, &p, &s, &sd, dm, want, "staging of 15 KiB");
+    sd.len = 15 * 1024 - 1;
+    gaps_run(&d, &p, &s, &sd, dm, want, "staging of 15 KiB - 1");
+    sd.len = 8 * 1024;
+    gaps_run(&d, &p, &s, &sd, dm, want, "staging of 8 KiB");
+    sd.len = 8 * 1024 - 1;
+    nxl_kv_opts_t o;
+    nxl_kv_opts_init(&o);
+    o.mode = NXL_KV_STAGED;
+    nxl_kv_xfer_t *kx = NULL;
+    ck_assert_int_eq(nxl_kv_xfer_make(D, "P", &d, &p, &s, &sd, &o, &kx), NXL_ERR_INVALID_PARAM);
+    ck_sentence(nxl_agent_last_error(D), "need 8192");
+    /* the peer's blocks registered one by one, the sequence's only */
+    ck_assert_int_eq(nxl_md_invalidate(D, "P"), NXL_SUCCESS);
+    nxl_desc_t r2 = {.addr = p.base, .len = p.len};
+    ck_assert_int_eq(nxl_mem_deregister(P, NXL_DRAM, &r2, 1), NXL_SUCCESS);
+    for (uint32_t l = 0; l < 2; l++)
+        for (int j = 0; j < 4; j++)
+            tl_reg_dram(P, pm + (size_t)(l * 8 + pi[j]) * 1024, 1024);
+    tl_learn(D, P);
+    gaps_run(&d, &p, &s, NULL, dm, want, "blocks registered one by one");
+    unsetenv("NXL_KV_READ_GAP");
+    ck_assert_int_eq(nxl_md_invalidate(D, "P"), NXL_SUCCESS);
+    for (uint32_t l = 0; l < 2; l++)
+        for (int j = 0; j < 4; j++) {
+            nxl_desc_t r = {.addr = (uintptr_t)pm + (size_t)(l * 8 + pi[j]) * 1024, .len = 1024};
+            ck_assert_int_eq(nxl_mem_deregister(P, NXL_DRAM, &r, 1), NXL_SUCCESS);
+        }
+    nxl_desc_t r1 = {.addr = d.base, .len = d.len}, r3 = {.addr = (uintptr_t)sm, .len = p.len};
+    ck_assert_int_eq(nxl_mem_deregister(D, NXL_DRAM, &r1, 1), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_deregister(D, NXL_DRAM, &r3, 1), NXL_SUCCESS);
+    free(dm);
+    free(pm);
+    free(sm);
+    free(want);
+}
+END_TEST
+
 /* KV transfers left at nxl_agent_destroy(): one staged in flight (its own
  * staging, many groups), one zero copy done, one staged never posted; the
  * agent releases them (valgrind / ASan: no leak, no use after free), the
@@ -1212,7 +1304,7 @@ int main(void)
     TL_TCASE(s, "plan", 120, NULL, NULL, t_layout_refused, t_plan_reference, t_plan_merges,
              t_plan_time, t_copy_rate);
     TL_TCASE(s, "ucx", 120, setup_ucx, teardown_ucx, t_xfer_zcopy, t_xfer_staged,
-             t_xfer_other_tp, t_xfer_read_less, t_xfer_refused);
+             t_xfer_other_tp, t_xfer_read_less, t_xfer_gaps, t_xfer_refused);
     nxl_plugin_info_t info[16];
     const nxl_plugin_info_t *lf = tl_plugin("LIBFABRIC", info, 16);
     if (lf && lf->available)

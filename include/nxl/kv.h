@@ -202,6 +202,16 @@ typedef struct nxl_kv_xfer nxl_kv_xfer_t;
  *                      (for VRAM: VRAM where a transport READs the peer's
  *                      blocks into it, else pinned DRAM).
  *                      Held by the transfer until it is released.
+ *                      $NXL_KV_READ_GAP (bytes; unset or 0: none): staged,
+ *                      a gap of at most that many bytes (and one staged
+ *                      block) between two prefill blocks of a group is
+ *                      READ too, the two one descriptor (over cross-memory
+ *                      attach 1.3-1.5 times the rate of spread blocks of
+ *                      4-8 KiB on 2 MiB pages, 0.6-0.65 times on 4 KiB
+ *                      pages: lib/engine/kvlayout.c); the staging then
+ *                      holds the gaps too, unless the application's is
+ *                      sized for the blocks alone (or the peer has not
+ *                      registered a gap): then the blocks alone.
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM (see nxl_kv_plan(), staging
  *         too short); NXL_ERR_NOT_SUPPORTED (staged with a decode region
  *         that is not DRAM and no transport of the agent that re-lays it

@@ -14,7 +14,11 @@
 
 /* staged: the bytes of one group (one READ, then its re-layout) unless
  * opts.slice_bytes says otherwise; two groups' staging at most (the copy
- * of one while the READ of the next is in flight) */
+ * of one while the READ of the next is in flight). 64 KiB to 1 MiB
+ * measured within the noise of each other (bench/kv-assembly --spread,
+ * thp auto: 5.0-6.0 GB per CPU second; over cross-memory attach the READ
+ * posted from the callback is copied after the re-layout, so each group
+ * is re-laid out from cache, just written: 1 MiB of L2, 32 MiB of L3) */
 #define KV_SLICE_DEFAULT (1u * 1024 * 1024)
 #define KV_RING 2
 
@@ -778,6 +782,40 @@ static int kv_unit_cmp(const void *a, const void *b)
     return x->src < y->src ? -1 : x->src > y->src;
 }
 
+/* the bytes from end (of one unit, on the prefill side) to src (the next
+ * one's, in address order) that the READ takes too: all of a gap of at
+ * most max bytes, else none */
+static inline uint64_t kv_gap(uint64_t end, uint64_t src, uint64_t max)
+{
+    return src > end && src - end <= max ? src - end : 0;
+}
+
+/* staged: the longest gap between two prefill units of a group that the
+ * READ takes too ($NXL_KV_READ_GAP, bytes; 0, the default: none), into
+ * its place in the staging, the two then one descriptor. Over cross-memory
+ * attach each descriptor costs the kernel a page-table walk and a pin; the
+ * gaps' bytes cost a copy and pins of their own. Measured (bench/kv-assembly
+ * --spread: prefill blocks of 4 and 8 KiB, 4 and 2 prefill ranks, every
+ * other block; NXL_KV_READ_GAP=8192; the decode process's rate per CPU
+ * second, medians of 3, 2 shared cores): with the prefill's memory on
+ * 2 MiB pages (UCX's thp_collapse=auto) 1.3-1.5 times that of the blocks
+ * alone (2 ranks 5.9-7.1 -> 8.2-9.6 GB, 4 ranks 5.0 -> 7.4-7.5), on 4 KiB
+ * pages (thp off) 0.6-0.65 times (4.7-4.8 -> 3.0-3.1, 3.9-4.3 -> 2.6-2.8:
+ * the gaps' pages are pinned one by one too). Which of the two a peer's
+ * region is, this side does not know: off unless asked for. */
+static uint64_t kv_read_gap(void)
+{
+    const char *e = getenv("NXL_KV_READ_GAP");
+    if (e && *e) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (!errno && !*end)
+            return (uint64_t)v;
+    }
+    return 0;
+}
+
 /* staged: the READs into a ring of two groups' staging and the re-layout
  * from there, group by group. One unit of staging is what the READ brings
  * of one prefill block of one plane: the whole block, or, prefill heads
@@ -814,9 +852,53 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     if (per > units)
         per = units;
     size_t ng = (size_t)((units + per - 1) / per);
-    uint64_t gb = per * ub; /* one group's staging */
     kx->hot = true;
-    uint64_t need = ng > KV_RING ? KV_RING * gb : full;
+    /* where each unit lands in its group's half of the ring: in the order
+     * of its address on the prefill side, so that prefill blocks next to
+     * each other (in either order of the sequence) make one descriptor of
+     * the READ, not one each (fewer, longer pieces for the transport) */
+    kv_unit_t *us = malloc(units * sizeof(*us));
+    uint64_t *slot = malloc(units * sizeof(*slot));
+    if (!us || !slot) {
+        free(us);
+        free(slot);
+        nxli_err(a, "nxl_kv_xfer_make: out of memory");
+        return NXL_ERR_UNKNOWN;
+    }
+    for (uint64_t u = 0; u < units; u++)
+        us[u] = (kv_unit_t){prefill->base + (u / np) * gp.ls +
+                                (uint64_t)seq->prefill_blocks[u % np] * gp.bs + skip, u};
+    for (size_t g = 0; g < ng; g++) {
+        uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
+        qsort(us + u0, u1 - u0, sizeof(*us), kv_unit_cmp);
+    }
+    /* ... with the gaps between them read too where they are short
+     * (kv_gap()): slot[u] is unit u's offset in its group's staging */
+    uint64_t gapmax = kv_read_gap();
+    if (gapmax > ub) /* (no more bytes read in vain than staged) */
+        gapmax = ub;
+    uint64_t gb, span, need; /* the largest group's staging, the last one's, the ring's */
+    for (;;) {
+        gb = span = 0;
+        for (size_t g = 0; g < ng; g++) {
+            uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
+            uint64_t off = 0;
+            for (uint64_t k = u0; k < u1; k++) {
+                if (k > u0)
+                    off += kv_gap(us[k - 1].src + ub, us[k].src, gapmax);
+                slot[us[k].u] = off;
+                off += ub;
+            }
+            span = off;
+            if (off > gb)
+                gb = off;
+        }
+        need = ng > KV_RING ? KV_RING * gb : (ng - 1) * gb + span;
+        /* (an application's staging sized for the blocks alone: no gaps) */
+        if (!gapmax || !staging || staging->len >= need)
+            break;
+        gapmax = 0;
+    }
     uintptr_t sbase;
     nxl_status_t st;
     /* smem: DRAM, or into device memory that device's memory, re-laid out
@@ -825,6 +907,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     *unreachable = false;
     if (staging) {
         if (staging->len < need) {
+            free(us);
+            free(slot);
             nxli_err(a, "nxl_kv_xfer_make: the staging area of %zu bytes is too small: %zu "
                         "groups of %llu bytes (%u layers x %zu prefill blocks of %llu bytes "
                         "staged, slice_bytes %llu) need %llu", staging->len,
@@ -838,6 +922,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         /* (DRAM: pinned by the device's transport, which the kernel reads) */
         st = nxl_mem_alloc(a, smem, need, sdev, &kx->own);
         if (st != NXL_SUCCESS) {
+            free(us);
+            free(slot);
             kx->own = NULL;
             return st;
         }
@@ -846,6 +932,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         sbase = (uintptr_t)kx->own;
     } else {
         if (posix_memalign(&kx->own, 4096, need)) {
+            free(us);
+            free(slot);
             kx->own = NULL;
             nxli_err(a, "nxl_kv_xfer_make: out of memory for a staging area of %llu bytes",
                      (unsigned long long)need);
@@ -854,6 +942,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         nxl_desc_t d = {.addr = (uintptr_t)kx->own, .len = need};
         st = nxl_mem_register(a, NXL_DRAM, &d, 1, opts ? opts->backend : NULL);
         if (st != NXL_SUCCESS) {
+            free(us);
+            free(slot);
             free(kx->own);
             kx->own = NULL;
             return st;
@@ -870,6 +960,8 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     sl.mem = smem;
     uint32_t *ids = malloc(np * sizeof(*ids));
     if (!ids) {
+        free(us);
+        free(slot);
         nxli_err(a, "nxl_kv_xfer_make: out of memory");
         return NXL_ERR_UNKNOWN;
     }
@@ -882,31 +974,11 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     st = kv_plan(decode, &sl, &ss, &cp, why, sizeof(why));
     free(ids);
     if (st != NXL_SUCCESS) {
-        free(cp.p);
-        nxli_err(a, "nxl_kv_xfer_make: %s", st == NXL_ERR_UNKNOWN ? "out of memory" : why);
-        return st;
-    }
-    /* where each unit lands in its group's half of the ring: in the order
-     * of its address on the prefill side, so that prefill blocks next to
-     * each other (in either order of the sequence) make one descriptor of
-     * the READ, not one each (fewer, longer pieces for the transport) */
-    kv_unit_t *us = malloc(units * sizeof(*us));
-    uint64_t *slot = malloc(units * sizeof(*slot));
-    if (!us || !slot) {
         free(us);
         free(slot);
         free(cp.p);
-        nxli_err(a, "nxl_kv_xfer_make: out of memory");
-        return NXL_ERR_UNKNOWN;
-    }
-    for (uint64_t u = 0; u < units; u++)
-        us[u] = (kv_unit_t){prefill->base + (u / np) * gp.ls +
-                                (uint64_t)seq->prefill_blocks[u % np] * gp.bs + skip, u};
-    for (size_t g = 0; g < ng; g++) {
-        uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
-        qsort(us + u0, u1 - u0, sizeof(*us), kv_unit_cmp);
-        for (uint64_t k = u0; k < u1; k++)
-            slot[us[k].u] = k - u0;
+        nxli_err(a, "nxl_kv_xfer_make: %s", st == NXL_ERR_UNKNOWN ? "out of memory" : why);
+        return st;
     }
     /* the re-layout's pieces cut at the units' edges, grouped (in order
      * within a group), moved to their unit's place in the ring */
@@ -946,7 +1018,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
             if (take > len)
                 take = len;
             kx->copy[pos[g]++] = (nxl_kv_piece_t){
-                .src = sbase + (g % KV_RING) * gb + slot[u] * ub + (off - u * ub), .dst = dst,
+                .src = sbase + (g % KV_RING) * gb + slot[u] + (off - u * ub), .dst = dst,
                 .len = take};
             off += take;
             dst += take;
@@ -954,7 +1026,6 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         }
     }
     free(pos);
-    free(slot);
     free(cp.p);
     if (kx->dev_b) { /* the pieces go to the device once */
         a->err[0] = 0;
@@ -963,6 +1034,7 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
         if (st != NXL_SUCCESS) {
             kx->plan = NULL;
             free(us);
+            free(slot);
             if (a->err[0]) {
                 char e[NXLI_ERR_MAX];
                 snprintf(e, sizeof(e), "%s", a->err);
@@ -976,9 +1048,10 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     }
     /* the READs: group g's units into half g % KV_RING of the ring, in
      * their order on the prefill side (runs that touch merged) */
-    kv_out_t rd = {.p = malloc(per * sizeof(*rd.p))};
+    kv_out_t rd = {.p = malloc(2 * per * sizeof(*rd.p))}; /* (and the gaps read) */
     if (!rd.p) {
         free(us);
+        free(slot);
         nxli_err(a, "nxl_kv_xfer_make: out of memory");
         return NXL_ERR_UNKNOWN;
     }
@@ -987,14 +1060,32 @@ static nxl_status_t kv_make_staged(nxl_kv_xfer_t *kx, nxl_agent_t *a, const char
     for (size_t g = 0; g < ng && st == NXL_SUCCESS; g++) {
         rd.n = 0;
         uint64_t u0 = g * per, u1 = (g + 1) * per < units ? (g + 1) * per : units;
-        for (uint64_t k = u0; k < u1; k++)
-            kv_put(&rd, us[k].src, sbase + (g % KV_RING) * gb + (k - u0) * ub, ub);
+        uintptr_t at = sbase + (g % KV_RING) * gb;
+        bool gaps = false;
+        for (uint64_t k = u0; k < u1; k++) {
+            uint64_t gap = k > u0 ? kv_gap(us[k - 1].src + ub, us[k].src, gapmax) : 0;
+            if (gap) { /* read too, into its place between the two */
+                kv_put(&rd, us[k - 1].src + ub, at + slot[us[k].u] - gap, gap);
+                gaps = true;
+            }
+            kv_put(&rd, us[k].src, at + slot[us[k].u], ub);
+        }
         st = kv_make_read(a, peer, smem, sdev, prefill->mem, prefill->dev_id, rd.p, rd.n, opts,
                           &kx->x[g]);
+        if (st != NXL_SUCCESS && gaps && st != NXL_ERR_NOT_SUPPORTED) {
+            /* a gap the peer has not registered (its blocks registered
+             * apart, say): the blocks alone, each in its place */
+            rd.n = 0;
+            for (uint64_t k = u0; k < u1; k++)
+                kv_put(&rd, us[k].src, at + slot[us[k].u], ub);
+            st = kv_make_read(a, peer, smem, sdev, prefill->mem, prefill->dev_id, rd.p, rd.n,
+                              opts, &kx->x[g]);
+        }
         if (g == 0 && st == NXL_ERR_NOT_SUPPORTED)
             *unreachable = true; /* no transport READs the peer's blocks into smem */
     }
     free(us);
+    free(slot);
     free(rd.p);
     return st;
 }
