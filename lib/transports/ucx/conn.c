@@ -637,8 +637,13 @@ static bool fence_holds(ucx_conn_t *c)
  * connection is applied there; what waits goes out from the loop */
 void nxl_ucx_peer_drained(ucx_t *u, const char *from)
 {
-    ucx_conn_t *c = nxl_ucx_conn_named(u, from);
-    if (!c || !c->fence)
+    /* not nxl_ucx_conn_named: the word may come before our new endpoint
+     * is made (c->ep NULL meanwhile) */
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->fence && !c->unloaded && !c->failed && !strcmp(c->name, from))
+        break;
+    if (!c)
         return;
     c->fence = false;
     if (c->fence_only) {
