@@ -1027,7 +1027,12 @@ typedef struct nxl_xfer_opts {
      * the connection is made again (posts meanwhile wait for it), and only
      * a failure then is a disconnect (nxl-libfabric(7) says when the
      * sockets provider cannot tell the connection apart and waits as
-     * before). The data may have moved in part. The transports'
+     * before). The data may have moved in part, and over TCP what the
+     * kernels still held of it may land when the peer resumes: UCX holds
+     * the posts to that peer after the abort until the peer says it is
+     * done with the old connection (about 1 s after it resumed, 3 s at
+     * most), so that those bytes do not land over them (nxl-ucx(7),
+     * LIMITATIONS, says what that does not cover). The transports'
      * own stall timeouts stay as the backstop. The agent keeps one timer for all the deadlines of its
      * transfers, armed only while one is pending. Added after the first
      * fields: an older caller's smaller @c size reads as no deadline.

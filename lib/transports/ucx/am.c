@@ -105,6 +105,13 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
         nxl_ucx_peer_renewed(u, from);
         return UCS_OK;
     }
+    if (len > 9 && !memcmp(b, zero, 8) && b[8] == NXL_UCX_DRAINED &&
+        nxl_ucx_name_get(b + 9, len - 9, from)) {
+        /* with the drained mark: the peer renewed its endpoint to us, the
+         * old connection read or closed there (conn.c, the fence) */
+        nxl_ucx_peer_drained(u, from);
+        return UCS_OK;
+    }
     ucx_op_t *o;
     LIST_FOREACH(o, &u->acks, ack_link)
     if (!o->amr && !memcmp(o->amw_hdr, b, 8))

@@ -81,6 +81,8 @@ void *nxl_ucx_ep_close(ucx_t *u, ucp_ep_h ep, bool force)
     return UCS_PTR_IS_PTR(r) ? r : NULL;
 }
 
+static bool fence_holds(ucx_conn_t *c);
+
 static void hello_done(ucx_conn_t *c, ucs_status_t st)
 {
     c->wiring = false;
@@ -90,6 +92,8 @@ static void hello_done(ucx_conn_t *c, ucs_status_t st)
     if (st != UCS_OK && c->renewing && !c->failed)
         nxl_ucx_conn_fail(c, st, false); /* the peer is not there: lost */
     c->renewing = false;
+    if (st == UCS_OK && fence_holds(c))
+        return; /* until the peer said the old connection is drained */
     nxl_ucx_wired(c); /* what waited goes out, or fails with the connection */
 }
 
@@ -433,6 +437,11 @@ static void conn_abort(ucx_conn_t *c)
     nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a deadline passed, or a cancel did not complete, with "
              "%u operation%s to agent '%s' held by UCX: its endpoint is closed by force, and the "
              "next post reconnects", n, n == 1 ? "" : "s", c->name);
+    /* what the kernels still hold of the old connection must reach the
+     * peer before anything of ours on the new one (the fence, below) */
+    c->fence = true; /* over TCP only: nxl_ucx_reconnects */
+    c->fence_only = false;
+    c->fence_until_us = 0;
     ep_renew(c, true);
 }
 
@@ -545,6 +554,7 @@ void nxl_ucx_peer_renewed(ucx_t *u, const char *from)
     c->renew_at_us = nxlt_now_us() + RENEW_WAIT_US;
     c->wiring = true;
     u->reconnect_due = true;
+    nxl_ucx_watch_start(u); /* its time looked at, the agent idle or not */
     nxl_ucx_kick(u);
 }
 
@@ -573,6 +583,98 @@ static void peer_renew(ucx_conn_t *c)
     /* its rails fail on their own (what their connections received read
      * first), unless they hold pieces of the ops failed here */
     ep_renew(c, striped);
+}
+
+/* ------------------------------------------ the fence after our abort
+ *
+ * Over TCP our forced close leaves the old connection's bytes to the
+ * kernels: this side's unsent queue still goes out (UCX keeps the socket
+ * open when it also carries the peer's endpoint to us: 4 MiB of a WRITE
+ * were still queued there after the TIMEOUT, check_xfer t_deadline_late
+ * on loopback), and the peer's unread receive queue stays; a stopped peer
+ * reads both when it resumes, and its UCX applies their puts, over what
+ * our new endpoint wrote to the same bytes meanwhile if it reads the two
+ * connections at once. So after our abort what is posted to the peer
+ * waits, as for the new endpoint, until the peer said that it is done
+ * with the old connection: its endpoint back to us failed (its UCX read the close, after every byte
+ * before it) or, RENEW_WAIT_US after our new endpoint's first message
+ * (the socket left open here: the usual case), it closed that endpoint by
+ * force; either way it renews its endpoint to us, and that endpoint's
+ * first message, with the drained mark and its name, is the word
+ * (nxl_ucx_peer_drained). A new endpoint that opened no TCP socket (not
+ * over TCP: shared memory keeps the order of its FIFO) is not fenced. The
+ * word not come FENCE_WAIT_US after the new endpoint's first message was
+ * through (the peer runs then: one of an nxl without the word), what
+ * waits goes out anyway, said at INFO. Posts to other peers are not held. Not covered: the rails' connections
+ * (rails.c), and bytes of the old connection still arriving at the peer
+ * after its forced close there (a link slower than this side's queue per
+ * RENEW_WAIT_US), should its UCX still read the socket for the other
+ * direction. */
+
+/* the peer renews after RENEW_WAIT_US at the latest, then makes an
+ * endpoint and sends the word on it */
+#define FENCE_WAIT_US (RENEW_WAIT_US + 2000000u)
+
+/* the new endpoint's first message is through: true while the fence
+ * holds what waits (c->wiring stays set, nxl_ucx_reconnects lets it go) */
+static bool fence_holds(ucx_conn_t *c)
+{
+    if (!c->fence || c->failed || c->fail_deferred || c->unloaded || !c->ep) {
+        c->fence = false;
+        return false;
+    }
+    c->wiring = true;
+    c->fence_only = true;
+    c->fence_until_us = nxlt_now_us() + FENCE_WAIT_US;
+    c->u->reconnect_due = true; /* its bound is looked at there */
+    nxl_ucx_watch_start(c->u);
+    nxl_ucx_kick(c->u);
+    return true;
+}
+
+/* From a message (UCX's callback): agent @p from renewed its endpoint to
+ * us after its old one failed or was closed: nothing more of the old
+ * connection is applied there; what waits goes out from the loop */
+void nxl_ucx_peer_drained(ucx_t *u, const char *from)
+{
+    /* not nxl_ucx_conn_named: the word may come before our new endpoint
+     * is made (c->ep NULL meanwhile) */
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->fence && !c->unloaded && !c->failed && !strcmp(c->name, from))
+        break;
+    if (!c)
+        return;
+    c->fence = false;
+    if (c->fence_only) {
+        u->reconnect_due = true;
+        nxl_ucx_kick(u);
+    }
+}
+
+/* From nxl_ucx_reconnects: c's fence ends (the word came, the bound
+ * passed, or the connection failed) */
+static void fence_ends(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    if (!c->fence_only)
+        return;
+    bool bad = c->failed || c->fail_deferred || c->unloaded;
+    if (c->fence && !bad && nxlt_now_us() < c->fence_until_us) {
+        u->reconnect_due = true; /* not yet */
+        return;
+    }
+    if (c->fence && !bad)
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s' did not say within %u ms that the "
+                 "connection aborted at a deadline is drained: what waits goes out on the new "
+                 "one (bytes of the aborted transfers may still land after it)", c->name,
+                 FENCE_WAIT_US / 1000u);
+    c->fence = c->fence_only = false;
+    c->fence_until_us = 0;
+    if (c->renew_due || c->aborted || c->abort_req || c->reconnect)
+        return; /* a renewal since: what waits waits for it */
+    c->wiring = false;
+    nxl_ucx_wired(c);
 }
 
 void nxl_ucx_on_deadline(void *state, nxlt_op_t *op)
@@ -622,6 +724,7 @@ void nxl_ucx_reconnects(ucx_t *u)
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         c->refs++;
+        fence_ends(c);
         if (c->renew_due && c->ep && !c->failed && !c->fail_deferred && !c->unloaded &&
             nxlt_now_us() < c->renew_at_us) {
             u->reconnect_due = true; /* not yet: its old endpoint's failure, or the time */
@@ -650,7 +753,14 @@ void nxl_ucx_reconnects(ucx_t *u)
             nxl_ucx_conn_put(c);
             continue;
         }
+        /* fenced: only over TCP (the new endpoint opened a socket) */
+        void *socks = c->fence ? nxl_ucx_socks_before() : NULL;
         ucs_status_t st = ep_create(c);
+        if (socks) {
+            ucx_socks_t opened;
+            nxl_ucx_socks_after(socks, &opened);
+            c->fence = st == UCS_OK && opened.n > 0;
+        }
         c->refs++;
         if (st != UCS_OK) {
             c->ep = NULL;
@@ -680,15 +790,19 @@ void nxl_ucx_reconnects(ucx_t *u)
          * UCX completed that message (the peer answered) puts and gets
          * wait here (rma.c): on an endpoint still wiring up they went out
          * without the id. */
-        /* after our own abort, our name follows: the peer renews its
-         * endpoint to us (nxl_ucx_peer_renewed) */
+        /* our name follows: after our own abort, the peer renews its
+         * endpoint to us (nxl_ucx_peer_renewed); renewed for the peer
+         * (its old endpoint failed or was closed here), the drained mark
+         * before it (status byte NXL_UCX_DRAINED) ends the peer's fence
+         * (nxl_ucx_peer_drained; an nxl without it finds no WRITE number 0
+         * and ignores it) */
         const char *me = nxl_agent_name(nxlt_agent(u->ctx));
-        size_t nl = c->renewing ? 0 : strlen(me);
-        ucx_side_t *m = calloc(1, sizeof(*m) + 9 + (nl ? 2 + nl : 0));
+        size_t nl = strlen(me);
+        ucx_side_t *m = nl < 256 ? calloc(1, sizeof(*m) + 9 + 2 + nl) : NULL;
         if (m) {
-            m->len = 9 + (nl ? 2 + nl : 0);
-            if (nl)
-                nxl_ucx_name_put(m->buf + 9, me, nl);
+            m->len = 9 + 2 + nl;
+            m->buf[8] = c->renewing ? NXL_UCX_DRAINED : 0;
+            nxl_ucx_name_put(m->buf + 9, me, nl);
             m->hello = c;
             nxl_ucx_side_send_flags(u, c->ep, NXL_UCX_AM_WRITE_ACK, m, UCP_AM_SEND_FLAG_REPLY);
         } else {
@@ -696,10 +810,13 @@ void nxl_ucx_reconnects(ucx_t *u)
         }
         if (!c->wiring) {
             c->renewing = false;
-            nxl_ucx_wired(c);
+            if (!fence_holds(c))
+                nxl_ucx_wired(c);
         }
         nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: a new endpoint to agent '%s' (the last one was "
-                 "%s)", c->name, renewed ? "closed at the peer" : "aborted at a deadline");
+                 "%s)%s", c->name, renewed ? "closed at the peer" : "aborted at a deadline",
+                 c->fence ? "; posts wait until the peer says the old connection is drained"
+                          : "");
         next = LIST_NEXT(c, link);
         nxl_ucx_conn_put(c);
     }

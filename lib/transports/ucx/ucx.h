@@ -75,6 +75,10 @@
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
 #define NXL_UCX_AM_READ 0x6e7d /* a small READ's request: the target answers with the bytes */
 #define NXL_UCX_AM_READ_REPLY 0x6e7e /* ... the answer: the bytes (or why not) */
+/* the status byte of an AM_WRITE_ACK numbered 0 (a new endpoint's first
+ * message, conn.c): renewed after the old connection to the sender failed
+ * or was closed here, nothing more of it applied (the sender's name follows) */
+#define NXL_UCX_DRAINED 2
 #ifndef IOV_MAX
 #define IOV_MAX 1024
 #endif
@@ -216,6 +220,13 @@ struct ucx_conn {
     bool wiring;                /* aborted, and a new endpoint not through yet (its first
                                  * message): puts and gets wait (rma.c, wire_wait) */
     bool reconnect;             /* the abort completed: a new endpoint is due */
+    bool fence;                 /* our abort at a deadline, to such a peer: posts wait (wiring)
+                                 * until it said the old connection is drained (conn.c,
+                                 * nxl_ucx_peer_drained), or fence_until_us */
+    bool fence_only;            /* ... the new endpoint's first message is through: only the
+                                 * fence holds them */
+    uint64_t fence_until_us;    /* ... given up then (0: not yet set: the first message is
+                                 * not through) */
     bool renew_due;             /* the peer made a new endpoint to us after its abort: ours
                                  * is renewed from the loop (conn.c, nxl_ucx_peer_renewed) */
     uint64_t renew_at_us;       /* ... when it fails, or at this time at the latest */
@@ -357,6 +368,7 @@ void nxl_ucx_deadlines(ucx_t *u);
 void nxl_ucx_abort_done(ucx_conn_t *c);
 void nxl_ucx_reconnects(ucx_t *u);
 void nxl_ucx_peer_renewed(ucx_t *u, const char *from);
+void nxl_ucx_peer_drained(ucx_t *u, const char *from);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
                              uint32_t flags);

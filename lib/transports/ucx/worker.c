@@ -424,8 +424,10 @@ void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg)
 
     /* armed while ops are in flight; the first op after an idle period
      * re-arms it (an op started meanwhile keeps it going: no timer is
-     * added and removed for each op of a one-at-a-time stream) */
-    u->watch_on = u->net.inflight > 0;
+     * added and removed for each op of a one-at-a-time stream); and while
+     * a renewal or a fence waits for its time (conn.c: an idle agent
+     * would look at it only when woken) */
+    u->watch_on = u->net.inflight > 0 || u->reconnect_due;
     if (u->watch_on)
         nxlt_timer_start(u->ev_watch, WATCH_MS * 1000);
 }
