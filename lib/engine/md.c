@@ -243,9 +243,13 @@ static void remote_lost_locked(nxl_agent_t *a, const char *name, const char *why
     if (!r)
         return;
     nxl_xfer_t *x;
-    LIST_FOREACH(x, &a->xfers, link)
-    if (x->remote == r && x->active && x->active != a->unposted)
-        nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT, why);
+    LIST_FOREACH(x, &a->xfers, link) {
+        /* acquire: a foreign thread may claim x for a post at this moment
+         * (claim() in xfer.c); its future's fields are then seen whole */
+        nxl_future_t *f = __atomic_load_n(&x->active, __ATOMIC_ACQUIRE);
+        if (x->remote == r && f && f != a->unposted)
+            nxli_future_abort(f, NXL_ERR_REMOTE_DISCONNECT, why);
+    }
     a->st.peers_lost++;
     char who[NXLI_NAME_MAX];
     snprintf(who, sizeof(who), "%s", r->name);
@@ -1098,11 +1102,14 @@ static nxl_status_t md_commit(md_in_t *m)
             /* transfers in flight to the old process fail (never moved
              * over silently) */
             nxl_xfer_t *x;
-            LIST_FOREACH(x, &a->xfers, link)
-            if (x->remote == o && x->active)
-                nxli_future_abort(x->active, NXL_ERR_REMOTE_DISCONNECT,
-                                  "the remote agent was replaced by a new incarnation (it "
-                                  "restarted) while the transfer was in flight");
+            LIST_FOREACH(x, &a->xfers, link) {
+                /* acquire: as in remote_lost_locked() */
+                nxl_future_t *f = __atomic_load_n(&x->active, __ATOMIC_ACQUIRE);
+                if (x->remote == o && f)
+                    nxli_future_abort(f, NXL_ERR_REMOTE_DISCONNECT,
+                                      "the remote agent was replaced by a new incarnation (it "
+                                      "restarted) while the transfer was in flight");
+            }
         }
         remote_unlink(o);
     }
