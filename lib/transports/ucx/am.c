@@ -61,12 +61,14 @@ ucx_conn_t *nxl_ucx_conn_named(ucx_t *u, const char *name)
     return NULL;
 }
 
-/* a message of agent @p from arrived: it holds an endpoint to us */
-static void heard_from(ucx_t *u, const char *from)
+/* a message of agent @p from arrived: it holds an endpoint to us; its
+ * connection, or NULL */
+static ucx_conn_t *heard_from(ucx_t *u, const char *from)
 {
     ucx_conn_t *c = nxl_ucx_conn_named(u, from);
     if (c)
         c->heard = true;
+    return c;
 }
 
 /* UCX sent it, or the target acknowledged it: done when both happened */
@@ -137,10 +139,10 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
 
 /* the target's side: acknowledges an AM_WRITE that asks for it (its
  * number in the header), copied or dropped (bad): on the reply endpoint
- * when it came with one, else on our endpoint to its sender @p from (NULL:
- * unknown) */
+ * when it came with one, else on our endpoint to its sender, connection
+ * @p c (NULL: unknown; @p from: its name, for the log) */
 static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv_param_t *param,
-                    const char *bad, const char *from)
+                    const char *bad, ucx_conn_t *c, const char *from)
 {
     if (hlen != 8 && hlen != 9)
         return; /* not asked */
@@ -148,7 +150,6 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
         ep = param->reply_ep;
     } else {
-        ucx_conn_t *c = from ? nxl_ucx_conn_named(u, from) : NULL;
         if (!c) {
             nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE from agent '%s' cannot be "
                      "acknowledged: no connection to it here (its metadata was unloaded?); "
@@ -256,17 +257,18 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     const unsigned char *b = data, *end = b + len;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a small WRITE arrived by rendezvous; dropped");
-        amw_ack(u, header, hlen, param, "it arrived by rendezvous", NULL);
+        amw_ack(u, header, hlen, param, "it arrived by rendezvous", NULL, NULL);
         return UCS_OK;
     }
     char from[256] = "?";
     const char *bad = NULL;
     size_t nk = nxl_ucx_name_get(b, len, from);
+    ucx_conn_t *c = NULL;
     if (!nk) {
         bad = "malformed header";
         goto drop;
     }
-    heard_from(u, from);
+    c = heard_from(u, from);
     /* every element checked before any byte is written, then copied */
     const unsigned char *msg;
     size_t ml;
@@ -279,14 +281,14 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
     if (bad)
         goto drop;
     u->net.hit = true;
-    amw_ack(u, header, hlen, param, NULL, from); /* every byte is in place */
+    amw_ack(u, header, hlen, param, NULL, c, from); /* every byte is in place */
     if (!bare)
         nxlt_notif_recv(u->ctx, from, msg, ml);
     return UCS_OK;
 drop:
     nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: a WRITE of %zu bytes from agent '%s' was dropped, "
              "and its notification with it: %s", len, from, bad);
-    amw_ack(u, header, hlen, param, bad, nk ? from : NULL);
+    amw_ack(u, header, hlen, param, bad, c, nk ? from : NULL);
     return UCS_OK;
 }
 
