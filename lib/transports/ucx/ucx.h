@@ -153,6 +153,8 @@ typedef struct ucx_state {
     uint64_t busy_idle_us;      /* since when arm answers BUSY with nothing moving (0: not) */
     unsigned backoff_us;        /* the kick timer's delay meanwhile (0: none) */
     bool kick_later;            /* ev_kick is pending with that delay */
+    bool kick_on;               /* ev_kick is pending (worker.c, nxl_ucx_kick) */
+    bool chain_on;              /* ev_chain is activated */
     bool backoff_said;          /* the backoff was logged */
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */

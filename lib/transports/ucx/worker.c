@@ -190,11 +190,15 @@ uint64_t nxl_ucx_coarse_us(void)
     return nxl_clock_us(CLOCK_MONOTONIC_COARSE);
 }
 
-/* progress on the next turn (one already set for later is brought forward) */
+/* progress on the next turn (one already set for later is brought forward).
+ * Not when the busy-polling chain is activated: it progresses in this pass.
+ * Whether the kick is pending is kept here (kick_on): asking the loop costs
+ * a call through its table on every post */
 void nxl_ucx_kick(ucx_t *u)
 {
-    if (u->kick_later || !nxlt_timer_pending(u->ev_kick)) {
+    if (u->kick_later || (!u->kick_on && !u->chain_on)) {
         u->kick_later = false;
+        u->kick_on = true;
         nxlt_timer_start(u->ev_kick, 0);
     }
 }
@@ -300,7 +304,7 @@ static void busy_kick(ucx_t *u, unsigned n)
                     : u->backoff_us >= BUSY_BACKOFF_MAX_US / 2 ? BUSY_BACKOFF_MAX_US
                     : u->backoff_us * 2;
     nxlt_timer_start(u->ev_kick, u->backoff_us);
-    u->kick_later = true;
+    u->kick_on = u->kick_later = true;
     if (u->backoff_us == BUSY_BACKOFF_MAX_US && !u->backoff_said) {
         u->backoff_said = true;
         nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: the worker cannot sleep on its event fd: "
@@ -351,9 +355,10 @@ static void progress(ucx_t *u, bool chained)
                 u->chain_end_us = now + SPIN_SLICE_US;
             bool cma_waits = !TAILQ_EMPTY(&u->cma_q) || nxlt_timer_pending(u->ev_cma);
             bool got = n || (!(u->chaining && cma_waits) && spin(u, bp, u->chain_end_us, &now));
-            if (got && !cma_waits && now < u->chain_end_us)
+            if (got && !cma_waits && now < u->chain_end_us) {
+                u->chain_on = true;
                 nxlt_timer_activate(u->ev_chain);
-            else
+            } else
                 nxl_ucx_kick(u);
             return;
         }
@@ -399,11 +404,17 @@ static void progress(ucx_t *u, bool chained)
 }
 
 void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg) { progress(arg, false); }
-void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg) { progress(arg, false); }
+void nxl_ucx_on_kick(nxlt_timer_t *t, void *arg)
+{
+    ucx_t *u = arg;
+    u->kick_on = false;
+    progress(u, false);
+}
 void nxl_ucx_on_arm(nxlt_timer_t *t, void *arg) { progress(arg, true); }
 void nxl_ucx_on_chain(nxlt_timer_t *t, void *arg)
 {
     ucx_t *u = arg;
+    u->chain_on = false;
     u->chaining = true;
     progress(u, false);
     u->chaining = false;
