@@ -995,6 +995,175 @@ START_TEST(t_bare_write)
 }
 END_TEST
 
+/* ---- the one-message WRITE's acknowledgement, answered from its callback
+ *
+ * A ping-pong of 8-byte WRITEs with a notification between two agents of
+ * one process (one message each way: cross-memory attach is not used
+ * between them): the target's notification callback answers with a WRITE
+ * and a notification, with a notification only, with nothing, with a
+ * READ, or with a WRITE to a third agent. Every WRITE completes once, its
+ * bytes at the target at that moment, and before the answer to it is
+ * delivered at the initiator (its acknowledgement goes ahead of the
+ * answer). */
+
+enum { CA_WRITE, CA_NOTIF, CA_NOTHING, CA_READ, CA_OTHER, CA_MODES };
+static const char *const ca_mode_name[] = {"WRITE+notification", "notification", "nothing",
+                                           "READ", "WRITE to another agent"};
+
+#define CA_LEN 8
+static struct {
+    nxl_agent_t *a, *b, *c;
+    unsigned char *abuf, *bbuf, *cbuf; /* each agent's target region */
+    unsigned char *asrc, *bsrc;        /* what A writes, what B answers with */
+    int mode;
+    int a_done, a_wrong, a_pongs, pong_early, b_done, b_notifs, c_notifs;
+    nxl_xfer_t *reply;                 /* B's answer, reposted */
+} CA;
+
+static void ca_a_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ck_assert_msg(st == NXL_SUCCESS, "A's WRITE: %s", nxl_future_error(f));
+    CA.a_done++;
+    /* the moment completion is claimed: every byte at the target */
+    if (memcmp(CA.bbuf, CA.asrc, CA_LEN))
+        CA.a_wrong++;
+}
+
+static void ca_b_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ck_assert_msg(st == NXL_SUCCESS, "B's answer: %s", nxl_future_error(f));
+    CA.b_done++;
+}
+
+static void ca_a_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    if (len != 4 || memcmp(msg, "pong", 4))
+        return; /* the hello */
+    CA.a_pongs++;
+    if (CA.a_done != CA.a_pongs)
+        CA.pong_early++; /* the answer came before the WRITE it answers completed */
+}
+
+static void ca_c_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    CA.c_notifs++;
+}
+
+static void ca_b_notif(nxl_agent_t *b, const char *from, const void *msg, size_t len, void *arg)
+{
+    if (len != 4 || memcmp(msg, "ping", 4))
+        return;
+    CA.b_notifs++;
+    nxl_status_t st = NXL_SUCCESS;
+    switch (CA.mode) {
+    case CA_WRITE:
+    case CA_READ:
+    case CA_OTHER:
+        if (CA.reply)
+            nxl_xfer_release(CA.reply);
+        st = tl_xfer1(b, CA.mode == CA_READ ? NXL_READ : NXL_WRITE, (uintptr_t)CA.bsrc,
+                      (uintptr_t)(CA.mode == CA_OTHER ? CA.cbuf : CA.abuf), CA_LEN,
+                      CA.mode == CA_OTHER ? "C" : "A", CA.mode == CA_READ ? NULL : "pong",
+                      &CA.reply);
+        if (st == NXL_SUCCESS)
+            st = nxl_xfer_post(CA.reply, ca_b_done, NULL, NULL);
+        break;
+    case CA_NOTIF:
+        st = nxl_notif_send(b, "A", "pong", 4, NULL, NULL, NULL);
+        break;
+    }
+    ck_assert_msg(st == NXL_SUCCESS, "B's answer (%s): %s", ca_mode_name[CA.mode],
+                  nxl_agent_last_error(b));
+}
+
+static void ca_run(int ms, const int *counter, int want)
+{
+    uint64_t end = tl_now_ms() + (uint64_t)ms;
+    while ((!counter || *counter < want) && tl_now_ms() < end) {
+        nxl_agent_run_once(CA.a, 0);
+        nxl_agent_run_once(CA.b, 0);
+        nxl_agent_run_once(CA.c, 0);
+    }
+}
+
+START_TEST(t_ack_answered)
+{
+    const char *how = tls ? tls : "shared memory";
+    memset(&CA, 0, sizeof(CA));
+    CA.a = agent("A"), CA.b = agent("B"), CA.c = agent("C");
+    CA.abuf = tl_xalloc(4096), CA.bbuf = tl_xalloc(4096), CA.cbuf = tl_xalloc(4096);
+    CA.asrc = tl_xalloc(4096), CA.bsrc = tl_xalloc(4096);
+    reg(CA.a, CA.abuf, 4096), reg(CA.a, CA.asrc, 4096);
+    reg(CA.b, CA.bbuf, 4096), reg(CA.b, CA.bsrc, 4096);
+    reg(CA.c, CA.cbuf, 4096);
+    tl_learn(CA.a, CA.b), tl_learn(CA.b, CA.a);
+    tl_learn(CA.b, CA.c), tl_learn(CA.c, CA.b);
+    nxl_agent_on_notif(CA.a, ca_a_notif, NULL);
+    nxl_agent_on_notif(CA.b, ca_b_notif, NULL);
+    nxl_agent_on_notif(CA.c, ca_c_notif, NULL);
+    /* each heard from the other: one message each way */
+    ck_assert(nxl_notif_send(CA.a, "B", "hi", 2, NULL, NULL, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_notif_send(CA.b, "A", "hi", 2, NULL, NULL, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_notif_send(CA.c, "B", "hi", 2, NULL, NULL, NULL) == NXL_SUCCESS);
+    ck_assert(nxl_notif_send(CA.b, "C", "hi", 2, NULL, NULL, NULL) == NXL_SUCCESS);
+    ca_run(300, NULL, 0);
+
+    nxl_xfer_t *x;
+    ck_assert_msg(tl_xfer1(CA.a, NXL_WRITE, (uintptr_t)CA.asrc, (uintptr_t)CA.bbuf, CA_LEN, "B",
+                           "ping", &x) == NXL_SUCCESS, "%s", nxl_agent_last_error(CA.a));
+    unsigned seed = 900;
+    for (int mode = 0; mode < CA_MODES; mode++) {
+        CA.mode = mode;
+        CA.a_done = CA.a_wrong = CA.a_pongs = CA.pong_early = CA.b_done = CA.b_notifs = 0;
+        CA.c_notifs = 0;
+        const int rounds = 200;
+        for (int r = 0; r < rounds; r++) {
+            tl_fill(CA.asrc, CA_LEN, ++seed);
+            tl_fill(CA.bsrc, CA_LEN, ++seed);
+            ck_assert_msg(nxl_xfer_post(x, ca_a_done, NULL, NULL) == NXL_SUCCESS, "%s",
+                          nxl_agent_last_error(CA.a));
+            ca_run(20000, &CA.a_done, r + 1);
+            ck_assert_msg(CA.a_done == r + 1, "%s, answer %s: A's WRITE %d not done", how,
+                          ca_mode_name[mode], r);
+            /* B's answer done before the next ping (a transfer is not reposted in flight) */
+            if (mode != CA_NOTHING && mode != CA_NOTIF)
+                ca_run(20000, &CA.b_done, r + 1);
+            if (mode == CA_WRITE || mode == CA_NOTIF)
+                ca_run(20000, &CA.a_pongs, r + 1);
+            if (mode == CA_WRITE || mode == CA_READ)
+                ck_assert_msg(!memcmp(mode == CA_WRITE ? CA.abuf : CA.bsrc,
+                                      mode == CA_WRITE ? CA.bsrc : CA.abuf, CA_LEN),
+                              "%s: %s answer %d: bytes wrong", how, ca_mode_name[mode], r);
+        }
+        ca_run(100, NULL, 0);
+        printf("%s: 8 B WRITE+notification, answered with %s: %d done, %d answers came before "
+               "the WRITE they answer completed\n", how, ca_mode_name[mode], CA.a_done,
+               CA.pong_early);
+        ck_assert_msg(CA.a_done == rounds && !CA.a_wrong, "%s, answer %s: %d WRITEs done of %d, "
+                      "%d before their bytes were at the target", how, ca_mode_name[mode],
+                      CA.a_done, rounds, CA.a_wrong);
+        ck_assert_int_eq(CA.b_notifs, rounds);
+        if (mode == CA_WRITE || mode == CA_NOTIF) {
+            ck_assert_int_eq(CA.a_pongs, rounds);
+            /* the acknowledgement went ahead of the answer: completed before its delivery */
+            ck_assert_msg(!CA.pong_early, "%s, answer %s: %d of %d answers delivered before the "
+                          "WRITE they answer completed", how,
+                          ca_mode_name[mode], CA.pong_early, rounds);
+        }
+        if (mode == CA_OTHER)
+            ck_assert_int_eq(CA.c_notifs, rounds);
+    }
+    nxl_xfer_release(x);
+    if (CA.reply)
+        nxl_xfer_release(CA.reply);
+    CA.reply = NULL;
+    nxl_agent_destroy(CA.a);
+    nxl_agent_destroy(CA.b);
+    nxl_agent_destroy(CA.c);
+    free(CA.abuf), free(CA.bbuf), free(CA.cbuf), free(CA.asrc), free(CA.bsrc);
+}
+END_TEST
+
 /* kB of AnonHugePages that process pid (0: this one) has in the
  * mappings overlapping [addr, addr + len) (inside: only those that lie
  * within it) */
@@ -1104,8 +1273,10 @@ int main(void)
     unsetenv("UCX_LOG_LEVEL");
     unsetenv("UCX_LOG_FILE");
     Suite *s = suite_create("ucx");
-    TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed, t_bare_write);
-    TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed, t_bare_write);
+    TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed, t_bare_write,
+             t_ack_answered);
+    TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed, t_bare_write,
+             t_ack_answered);
     TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_peer_killed,
              t_cma_refused, t_cma_bounds_revoked, t_cma_window);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
