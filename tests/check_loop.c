@@ -8,6 +8,7 @@
  * timer of the engine (an etcd fetch's timeout) seen in
  * nxl_agent_backend_timeout() and run on time. Every run_once here is the
  * library's own, whatever NXL_TEST_LOOP says. */
+#include "engine/internal.h"
 #include "testlib.h"
 
 #include <event2/event.h>
@@ -213,6 +214,66 @@ START_TEST(t_no_reentry)
     ck_assert_int_eq(d.n, 1);
     ck_assert_int_eq(c.n, 1);
     nxl_future_release(f);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
+/* ------------------------------------- timers activated run in that order */
+
+/* What a transport's timers see (nxl/transport.h): nxlt_timer_activate()
+ * runs them in the order they were activated, in the same turn, as
+ * libevent's active queue does (the engine's deliveries and the
+ * transports' kicks are activated behind each other and rely on it); and
+ * timers armed for the same moment run in the order they were armed. */
+static struct nxl_backend order_be;
+static const nxlt_ops_t order_ops = {.abi_version = NXLT_ABI_VERSION, .name = "ORDER"};
+static int order_ran[8], order_n;
+
+static void order_cb(nxlt_timer_t *t, void *arg)
+{
+    (void)t;
+    if (order_n < 8)
+        order_ran[order_n++] = (int)(intptr_t)arg;
+}
+
+static void activation_order(nxl_agent_t *a)
+{
+    order_be.agent = a;
+    order_be.ops = &order_ops;
+    order_be.ctx.agent = a;
+    order_be.ctx.backend = &order_be;
+    nxlt_timer_t *t[5];
+    for (int i = 0; i < 5; i++)
+        ck_assert_ptr_nonnull(t[i] = nxlt_timer_new(&order_be.ctx, order_cb, (void *)(intptr_t)i));
+    static const int orders[3][5] = {{0, 1, 2, 3, 4}, {4, 2, 0, 3, 1}, {1, 3, 0, 4, 2}};
+    for (int k = 0; k < 3; k++) {
+        order_n = 0;
+        for (int i = 0; i < 5; i++)
+            nxlt_timer_activate(t[orders[k][i]]);
+        for (int turns = 0; order_n < 5 && turns < 10; turns++)
+            ck_assert_int_eq(run_once_lib(a, 0), NXL_SUCCESS);
+        ck_assert_int_eq(order_n, 5);
+        for (int i = 0; i < 5; i++)
+            ck_assert_msg(order_ran[i] == orders[k][i],
+                          "activation order %d: timer %d ran %d-th, timer %d was activated "
+                          "then", k, order_ran[i], i + 1, orders[k][i]);
+    }
+    for (int i = 0; i < 5; i++)
+        nxlt_timer_free(t[i]);
+}
+
+START_TEST(t_activate_order_fd)
+{
+    nxl_agent_t *a = fd_agent("A", NULL);
+    activation_order(a);
+    nxl_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(t_activate_order_libevent)
+{
+    nxl_agent_t *a = tl_agent("A", 0);
+    activation_order(a);
     nxl_agent_destroy(a);
 }
 END_TEST
@@ -443,7 +504,8 @@ int main(void)
 {
     Suite *s = suite_create("loop");
     TL_TCASE(s, "refused", 10, NULL, NULL, t_fd_refused, t_env, t_attach_twice);
-    TL_TCASE(s, "fd", 10, NULL, NULL, t_future_fd, t_no_reentry);
+    TL_TCASE(s, "fd", 10, NULL, NULL, t_future_fd, t_no_reentry, t_activate_order_fd,
+             t_activate_order_libevent);
     TL_TCASE(s, "fd_timer", 10, silent_setup, silent_teardown, t_timer_fd, t_driver);
 #ifdef NXL_TEST_HAVE_UV
     TL_TCASE(s, "uv", 10, NULL, NULL, t_uv_attach, t_uv_future);

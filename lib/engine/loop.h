@@ -33,6 +33,7 @@ struct nxlt_timer {
     void *arg;
     void *bk;         /* libevent: struct event * */
     uint64_t due_us;  /* epoll: when (0: not pending) */
+    uint64_t seq;     /* epoll: order of arming: timers due at the same time run in it */
     size_t heap_i;    /* epoll: its index in the heap, +1 (0: not there) */
     bool batch;       /* epoll: due, in the batch being run */
     bool dead;
@@ -79,6 +80,7 @@ struct nxli_loop {
     bool woken;              /* epoll: wfd written and not read yet */
     nxlt_timer_t **heap;     /* epoll: pending timers, soonest first */
     size_t nheap, heap_cap;
+    uint64_t armed;          /* epoll: timers armed so far (nxlt_timer.seq) */
     uint64_t tfd_due;        /* epoll: what the timerfd is armed for (0: disarmed) */
     uint64_t turn_us;        /* epoll: when this turn's epoll_wait returned (0: no turn) */
     int dispatching;         /* >0 inside callbacks: frees are deferred */

@@ -20,7 +20,12 @@
 
 /* ---- the timer heap: soonest due at [0]; heap_i is the index + 1 */
 
-static bool before(const nxlt_timer_t *a, const nxlt_timer_t *b) { return a->due_us < b->due_us; }
+/* timers due at the same time, activated ones (due at 1 us) above all,
+ * run in the order they were armed, as libevent runs its active queue */
+static bool before(const nxlt_timer_t *a, const nxlt_timer_t *b)
+{
+    return a->due_us < b->due_us || (a->due_us == b->due_us && a->seq < b->seq);
+}
 
 static void heap_set(nxli_loop_t *l, size_t i, nxlt_timer_t *t)
 {
@@ -190,6 +195,7 @@ static void arm_at(nxli_loop_t *l, nxlt_timer_t *t, uint64_t due)
     heap_remove(l, t);
     t->batch = false;
     t->due_us = due ? due : 1;
+    t->seq = ++l->armed;
     if (heap_insert(l, t) < 0) {
         t->due_us = 0;
         nxli_log(l->agent, NXL_LOG_ERROR, "agent loop: out of memory arming a timer; it will "
