@@ -321,6 +321,16 @@ void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
         nxl_ucx_op_report(o, status);
     nxl_ucx_rails_close(c); /* its pieces were reported with its ops */
     if (stalled && c->ep) {
+        /* over TCP on a cut link, what the kernel still holds of the
+         * endpoint's socket (UCX's keepalive messages among it) is
+         * dropped, not sent once the link is back (tcpreset.c): a keepalive
+         * message arriving after the peer dropped its endpoint for ours
+         * makes its UCX answer from a new endpoint to us, which UCX 1.13.1
+         * can match onto our closed connection and then destroy off its
+         * connection matching (tcp_cm.c:408, nxl-ucx(7) LIMITATIONS) */
+        if (nxl_ucx_socks_reset_unacked(&c->socks))
+            nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: agent '%s': its connection's unacknowledged "
+                     "bytes dropped (a TCP reset), not sent once the link is back", c->name);
         /* stop UCX retrying: its requests on the endpoint end as canceled
          * (loopback's closes flushing: see nxl_ucx_load_conn) */
         c->forced = !c->self;
@@ -350,9 +360,17 @@ static ucs_status_t ep_create(ucx_conn_t *c)
         .err_mode = UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = c},
     };
+    /* the TCP sockets it opens (tcpreset.c): reset at a stall on a cut
+     * link (nxl_ucx_conn_fail) */
+    void *before = c->self ? NULL : nxl_ucx_socks_before();
     u->in_ucx++;
     ucs_status_t st = ucp_ep_create(u->w, &ep, &c->ep);
     u->in_ucx--;
+    c->socks.n = 0;
+    if (before)
+        nxl_ucx_socks_after(before, &c->socks);
+    if (st != UCS_OK)
+        c->socks.n = 0;
     return st;
 }
 
@@ -754,13 +772,9 @@ void nxl_ucx_reconnects(ucx_t *u)
             continue;
         }
         /* fenced: only over TCP (the new endpoint opened a socket) */
-        void *socks = c->fence ? nxl_ucx_socks_before() : NULL;
         ucs_status_t st = ep_create(c);
-        if (socks) {
-            ucx_socks_t opened;
-            nxl_ucx_socks_after(socks, &opened);
-            c->fence = st == UCS_OK && opened.n > 0;
-        }
+        if (c->fence)
+            c->fence = st == UCS_OK && c->socks.n > 0;
         c->refs++;
         if (st != UCS_OK) {
             c->ep = NULL;

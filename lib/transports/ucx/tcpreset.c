@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* UCX: a rail's TCP sockets, reset when it is taken out.
+/* UCX: a rail's TCP sockets, reset when it is taken out, and the main
+ * endpoint's, reset at a stall on a cut link (conn.c, nxl_ucx_conn_fail).
  *
  * Over TCP, UCX's forced close of a rail's endpoint (a rail taken out,
  * rails.c) leaves what the kernel still holds of its socket to the kernel:
@@ -28,6 +29,8 @@
 #include "config.h"
 #include "ucx.h"
 #include "../common/tcpsock.h"
+
+#include <netinet/tcp.h>
 
 typedef struct {
     unsigned long *ino;
@@ -80,19 +83,33 @@ void nxl_ucx_socks_after(void *before, ucx_socks_t *out)
     free(b);
 }
 
-/* 1 when fd is one of s and was reset: SO_LINGER {1, 0} for UCX's close,
- * and a connect() to AF_UNSPEC, which makes Linux disconnect the socket at
- * once (tcp_disconnect: a RST, the queues dropped) whoever holds it: UCX
- * keeps a socket that also carries the peer's endpoint to us open after
- * its forced close, and closing our duplicate closes nothing */
+typedef struct {
+    const ucx_socks_t *s;
+    bool unacked_only;
+} reset_arg_t;
+
+/* 1 when fd is one of a->s (with unacked_only: one whose peer's kernel
+ * is not acknowledging what it sent: TCP retransmitting) and was reset:
+ * SO_LINGER {1, 0} for UCX's close, and a connect() to AF_UNSPEC, which
+ * makes Linux disconnect the socket at once (tcp_disconnect: a RST, the
+ * queues dropped) whoever holds it: UCX keeps a socket that also carries
+ * the peer's endpoint to us open after its forced close, and closing our
+ * duplicate closes nothing */
 static unsigned reset_if_ours(int fd, void *arg)
 {
-    const ucx_socks_t *s = arg;
+    const reset_arg_t *r = arg;
     struct stat st;
     if (fstat(fd, &st))
         return 0;
-    for (unsigned i = 0; i < s->n; i++)
-        if (s->ino[i] == (unsigned long)st.st_ino) {
+    for (unsigned i = 0; i < r->s->n; i++)
+        if (r->s->ino[i] == (unsigned long)st.st_ino) {
+            if (r->unacked_only) {
+                struct tcp_info ti;
+                socklen_t tl = sizeof(ti);
+                if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) ||
+                    !ti.tcpi_unacked || !ti.tcpi_retransmits)
+                    return 0;
+            }
             struct linger l = {.l_onoff = 1, .l_linger = 0};
             struct sockaddr sa = {.sa_family = AF_UNSPEC};
             int a = setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
@@ -104,7 +121,19 @@ static unsigned reset_if_ours(int fd, void *arg)
 
 unsigned nxl_ucx_socks_reset(ucx_socks_t *s)
 {
-    unsigned n = s->n ? nxl_each_tcp_socket(reset_if_ours, s) : 0;
+    reset_arg_t r = {s, false};
+    unsigned n = s->n ? nxl_each_tcp_socket(reset_if_ours, &r) : 0;
+    s->n = 0;
+    return n;
+}
+
+/* The same for those of s whose peer's kernel does not acknowledge what
+ * they hold (a cut link: a stopped peer's kernel still does, and its
+ * sockets are closed as before, see above) */
+unsigned nxl_ucx_socks_reset_unacked(ucx_socks_t *s)
+{
+    reset_arg_t r = {s, true};
+    unsigned n = s->n ? nxl_each_tcp_socket(reset_if_ours, &r) : 0;
     s->n = 0;
     return n;
 }

@@ -39,7 +39,8 @@
  *   rma.c     ops, puts and gets, the flush
  *   am.c      one-message WRITEs, notifications
  *   rails.c   several rails to a peer: large transfers striped over them
- *   tcpreset.c a rail's TCP sockets, reset when it is taken out
+ *   tcpreset.c a rail's TCP sockets, reset when it is taken out (and the main
+ *              endpoint's at a stall on a cut link)
  *   init.c    create, quiesce, destroy; the ops table */
 #ifndef NXL_UCX_H
 #define NXL_UCX_H
@@ -253,6 +254,8 @@ struct ucx_conn {
     unsigned rail_failed;       /* rails whose endpoint failed, to take out from the loop */
     struct ucx_conn_rails *rx;  /* the peer's rail addresses, retries of rails taken out
                                  * (rails.c); NULL without rails */
+    ucx_socks_t socks;          /* the TCP sockets its endpoint opened (tcpreset.c): reset
+                                 * at a stall on a cut link (nxl_ucx_conn_fail) */
     ucx_socks_t rail_socks[NXL_UCX_RAILS_MAX]; /* each rail's TCP sockets, or its probe's
                                                 * (tcpreset.c) */
     unsigned rail_aborts;       /* rail endpoints' closes at an abort UCX still holds: the
@@ -344,6 +347,7 @@ static inline size_t nxl_ucx_name_get(const unsigned char *b, size_t len, char *
 void *nxl_ucx_socks_before(void);
 void nxl_ucx_socks_after(void *before, ucx_socks_t *out);
 unsigned nxl_ucx_socks_reset(ucx_socks_t *s);
+unsigned nxl_ucx_socks_reset_unacked(ucx_socks_t *s);
 
 /* worker.c */
 void nxl_ucx_live_add(ucx_t *u);
