@@ -126,19 +126,22 @@ static void side_done(void *req, ucs_status_t st, void *arg)
  * reading only. */
 #define AM_COPY_MIN 256
 
+/* A copied message's state: the sender's callback in front of it. UCX 1.13
+ * calls a generic datatype's finish before a request's completion, or
+ * never (a request purged from an endpoint closed by force completes
+ * without it: ucp_ep.c), so the state is freed at the completion
+ * (am_copy_done), or by nxl_ucx_am_send() when there is none (completed at
+ * once, or refused), never by finish. */
 typedef struct {
     const void *buf;
     size_t len;
-    bool *taken; /* the sender's, until UCX takes it */
+    ucp_send_nbx_callback_t cb;
+    void *arg;
 } am_copy_t;
 
-/* inside ucp_am_send_nbx: from here on am_copy_finish frees it */
 static void *am_copy_start(void *context, const void *buffer, size_t count)
 {
-    am_copy_t *s = (void *)buffer;
-    *s->taken = true;
-    s->taken = NULL;
-    return s;
+    return (void *)buffer;
 }
 
 static void *am_copy_start_unpack(void *context, void *buffer, size_t count)
@@ -166,9 +169,16 @@ static ucs_status_t am_copy_unpack(void *state, size_t offset, const void *src, 
     return UCS_ERR_UNSUPPORTED;
 }
 
-static void am_copy_finish(void *state)
+static void am_copy_finish(void *state) {}
+
+static void am_copy_done(void *req, ucs_status_t status, void *user_data)
 {
-    free(state);
+    am_copy_t *s = user_data;
+    ucp_send_nbx_callback_t cb = s->cb;
+    void *arg = s->arg;
+    free(s);
+    if (cb)
+        cb(req, status, arg);
 }
 
 static const ucp_generic_dt_ops_t am_copy_ops = {
@@ -204,20 +214,21 @@ ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size
         .user_data = arg,
     };
     am_copy_t *s = NULL;
-    bool taken = false;
     if (len > AM_COPY_MIN) {
         pthread_once(&am_copy_once, am_copy_init);
         if (am_copy_ok && (s = malloc(sizeof(*s)))) {
-            *s = (am_copy_t){.buf = buf, .len = len, .taken = &taken};
+            *s = (am_copy_t){.buf = buf, .len = len, .cb = cb, .arg = arg};
             p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
             p.datatype = am_copy_dt;
+            p.cb.send = am_copy_done;
+            p.user_data = s;
         }
     }
     if (!s) /* a short message (or no memory): UCX's own choice */
         return ucp_am_send_nbx(ep, id, hdr, hlen, buf, len, &p);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, hdr, hlen, s, 1, &p);
-    if (!taken)
-        free(s); /* refused before UCX looked at it */
+    if (!UCS_PTR_IS_PTR(r))
+        free(s); /* completed at once, or refused: no completion callback */
     return r;
 }
 
