@@ -2,6 +2,9 @@
 #include "config.h"
 #include "ucx.h"
 
+/* the status of a post another path took (1) or failed (-1) */
+#define TAKEN(r) ((r) > 0 ? NXL_SUCCESS : NXL_ERR_UNKNOWN)
+
 /* Ops done are kept for the next ones, with their buffers up to these sizes */
 #define OP_SPARES 256
 #define OP_SPARE_BUF (16u << 10)
@@ -282,15 +285,12 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     /* DRAM on both sides: the initiator packs the bytes with memcpy, the
      * target copies only into DRAM regions */
     bool dram = x->ltype == NXL_DRAM && x->rtype == NXL_DRAM;
-    if (x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max && !c->wiring && dram)
-        switch (nxl_ucx_post_am_write(u, op, c, x)) {
-        case 1:
-            return NXL_SUCCESS;
-        case -1:
-            return NXL_ERR_UNKNOWN;
-        default:
-            break; /* too large: puts, a flush, then the notification */
-        }
+    bool one = dram && !c->wiring; /* the one-message paths may take it */
+    int r; /* another path's answer: 1 posted, -1 failed, 0 not taken */
+    /* not taken: too large (puts, a flush, then the notification) */
+    if (one && x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max &&
+        (r = nxl_ucx_post_am_write(u, op, c, x)) != 0)
+        return TAKEN(r);
     if (!c->wiring && nxl_ucx_cma_usable(u, c, x))
         return nxl_ucx_post_cma(u, op, c, x);
     /* a small WRITE without a notification that cross-memory attach does
@@ -301,34 +301,19 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
      * target to wake (a 4 KiB WRITE one at a time to an idle target, the
      * message first: 49 us, against 5.5 us by cross-memory attach; busy
      * polling both sides: no faster either) */
-    if (x->op == NXL_WRITE && !x->notif && c->am_write && u->am_write_max && !c->wiring && dram)
-        switch (nxl_ucx_post_am_write(u, op, c, x)) {
-        case 1:
-            return NXL_SUCCESS;
-        case -1:
-            return NXL_ERR_UNKNOWN;
-        default:
-            break; /* too large, the peer not heard from yet, or an older nxl */
-        }
+    /* not taken: too large, the peer not heard from yet, or an older nxl */
+    if (one && x->op == NXL_WRITE && !x->notif && c->am_write && u->am_write_max &&
+        (r = nxl_ucx_post_am_write(u, op, c, x)) != 0)
+        return TAKEN(r);
     /* a small READ the target would have to serve anyway (UCX's gets into
      * malloc'd memory, TCP): one request, one answer (am.c) */
-    if (x->op == NXL_READ && !x->notif && u->am_read_max && !c->wiring && dram)
-        switch (nxl_ucx_post_am_read(u, op, c, x)) {
-        case 1:
-            return NXL_SUCCESS;
-        case -1:
-            return NXL_ERR_UNKNOWN;
-        default:
-            break; /* too large, or the peer cannot answer by name (yet) */
-        }
-    switch (nxl_ucx_rails_post(u, op, c, x)) {
-    case 1:
-        return NXL_SUCCESS;
-    case -1:
-        return NXL_ERR_UNKNOWN;
-    default:
-        break; /* below rail_min, or no rails: the main path */
-    }
+    /* not taken: too large, or the peer cannot answer by name (yet) */
+    if (one && x->op == NXL_READ && !x->notif && u->am_read_max &&
+        (r = nxl_ucx_post_am_read(u, op, c, x)) != 0)
+        return TAKEN(r);
+    /* not taken: below rail_min, or no rails (the main path) */
+    if ((r = nxl_ucx_rails_post(u, op, c, x)) != 0)
+        return TAKEN(r);
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), x->notif,
                                  x->notif_len, x->notif != NULL);
     if (!o)
