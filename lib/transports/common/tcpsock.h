@@ -66,4 +66,20 @@ static inline bool nxl_same_sockaddr(const struct sockaddr_storage *a,
     return false;
 }
 
+/* Makes @p fd's close reset its connection: SO_LINGER {1, 0} (the kernel
+ * drops what it still holds and sends a RST instead of the unsent queue).
+ * With @p now, a connect() to AF_UNSPEC as well, which makes Linux
+ * disconnect the socket at once (tcp_disconnect: a RST, the queues
+ * dropped), whoever holds it. true when either took. */
+static inline bool nxl_tcp_reset(int fd, bool now)
+{
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    int a = setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    if (!now)
+        return !a;
+    struct sockaddr sa = {.sa_family = AF_UNSPEC};
+    int b = connect(fd, &sa, sizeof(sa));
+    return !a || !b;
+}
+
 #endif

@@ -679,11 +679,10 @@ static unsigned linger0_if_peer(int fd, void *arg)
     memset(&ss, 0, sizeof(ss));
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !nxl_same_sockaddr(&ss, &d->peer))
         return 0;
-    struct linger l = {.l_onoff = 1, .l_linger = 0};
     d->local_len = sizeof(d->local);
     if (getsockname(fd, (struct sockaddr *)&d->local, &d->local_len))
         d->local_len = 0;
-    return !setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    return nxl_tcp_reset(fd, false);
 }
 
 /* Before rail i's connection to c is closed (its address removed): over

@@ -89,10 +89,9 @@ typedef struct {
 } reset_arg_t;
 
 /* 1 when fd is one of a->s (with unacked_only: one whose peer's kernel
- * is not acknowledging what it sent: TCP retransmitting) and was reset:
- * SO_LINGER {1, 0} for UCX's close, and a connect() to AF_UNSPEC, which
- * makes Linux disconnect the socket at once (tcp_disconnect: a RST, the
- * queues dropped) whoever holds it: UCX keeps a socket that also carries
+ * is not acknowledging what it sent: TCP retransmitting) and was reset
+ * (nxl_tcp_reset, SO_LINGER 0 for UCX's close, and a disconnect at once
+ * whoever holds it): UCX keeps a socket that also carries
  * the peer's endpoint to us open after its forced close, and closing our
  * duplicate closes nothing */
 static unsigned reset_if_ours(int fd, void *arg)
@@ -110,11 +109,7 @@ static unsigned reset_if_ours(int fd, void *arg)
                     !ti.tcpi_unacked || !ti.tcpi_retransmits)
                     return 0;
             }
-            struct linger l = {.l_onoff = 1, .l_linger = 0};
-            struct sockaddr sa = {.sa_family = AF_UNSPEC};
-            int a = setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-            int b = connect(fd, &sa, sizeof(sa));
-            return !a || !b;
+            return nxl_tcp_reset(fd, true);
         }
     return 0;
 }
