@@ -849,6 +849,54 @@ static void dl_on_peer(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
         }                                                                                          \
     } while (0)
 
+/* the reason the table gives @p note ("deadline_held", "cancel_slow") for
+ * this configuration; NULL: none */
+static const char *conf_note(const char *note)
+{
+    for (const skip_t *k = C->skips; k->test; k++)
+        if (!strcmp(k->test, note))
+            return k->reason;
+    return NULL;
+}
+
+/* The target stopped, @p x posted (its callback counts c_calls): waits for
+ * the callback until @p wait_ms after the post. Returns the post's time. */
+static uint64_t stopped_post(nxl_xfer_t *x, nxl_future_t **f, unsigned wait_ms)
+{
+    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
+    c_calls = 0;
+    uint64_t t0 = dl_now_us();
+    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, f) == NXL_SUCCESS, "post: %s",
+             nxl_agent_last_error(I.a));
+    while (!c_calls && dl_now_us() - t0 < (uint64_t)wait_ms * 1000u)
+        nxl_agent_run_once(I.a, 5);
+    return t0;
+}
+
+/* The target resumed; waits for the callback until @p until_ms after @p t0.
+ * Returns the time it resumed. */
+static uint64_t resume_wait(uint64_t t0, unsigned until_ms)
+{
+    ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+    uint64_t tc = dl_now_us();
+    while (!c_calls && dl_now_us() - t0 < (uint64_t)until_ms * 1000u)
+        nxl_agent_run_once(I.a, 5);
+    return tc;
+}
+
+/* The target resumed (@p resumed: it was already) and what it answers then
+ * taken in: anything that waited for it would arrive now */
+static void resume_settle(bool resumed)
+{
+    if (!resumed)
+        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+    for (int i = 0; i < 100; i++)
+        nxl_agent_run_once(I.a, 5);
+    usleep(200000);
+    for (int i = 0; i < 40; i++)
+        nxl_agent_run_once(I.a, 5);
+}
+
 START_TEST(t_deadline)
 {
     SKIP_UNLESS_SUPPORTED();
@@ -895,19 +943,13 @@ START_TEST(t_deadline)
         nxl_xfer_release(x);
         return;
     }
-    const char *held = NULL;
-    for (const skip_t *k = C->skips; k->test; k++)
-        if (!strcmp(k->test, "deadline_held"))
-            held = k->reason;
+    const char *held = conf_note("deadline_held");
     if (!c_calls) {
         /* the transport holds the source until the peer acknowledges what
          * it sent (the cancel rule): the TIMEOUT comes when it lets go */
         DL_CHECK(held, "%s: no callback %d ms after a deadline of %d ms with the target "
                        "stopped", C->label, DL_SLACK_MS, DL_MS);
-        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
-        uint64_t tc = dl_now_us() - t0;
-        while (!c_calls && dl_now_us() - t0 < 30000000u)
-            nxl_agent_run_once(I.a, 5);
+        uint64_t tc = resume_wait(t0, 30000) - t0;
         t = dl_now_us() - t0;
         ck_assert_msg(c_calls == 1, "%s: no callback after SIGCONT", C->label);
         printf("DEADLINE: %s: callback %.1f ms after the target resumed (%.1f ms after the "
@@ -1037,18 +1079,9 @@ START_TEST(t_deadline_late)
     const size_t n = 32, blk = 1u << 20;
     nxl_xfer_t *x = make_dl(NXL_WRITE, n, blk, blk, NULL, DL_MS);
     tl_fill(I.buf, n * blk, 711); /* pattern A */
-    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
-    c_calls = 0;
     nxl_future_t *f;
-    uint64_t t0 = dl_now_us();
-    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
-             nxl_agent_last_error(I.a));
-    while (!c_calls && dl_now_us() - t0 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
-        nxl_agent_run_once(I.a, 5);
-    const char *held = NULL;
-    for (const skip_t *k = C->skips; k->test; k++)
-        if (!strcmp(k->test, "deadline_held"))
-            held = k->reason;
+    stopped_post(x, &f, DL_MS + DL_SLACK_MS);
+    const char *held = conf_note("deadline_held");
     DL_CHECK(c_calls || held, "%s: no callback %d ms after a deadline of %d ms with the target "
              "stopped", C->label, DL_SLACK_MS, DL_MS);
     /* at once: resumed, and B posted to the same bytes */
@@ -1305,29 +1338,18 @@ START_TEST(t_stopped_read)
     need_raddr();
     const size_t n = 32, blk = 1u << 20;
     ck_assert_str_eq(ask("fill 91", 10000), "ok");
-    const char *held = NULL;
-    for (const skip_t *k = C->skips; k->test; k++)
-        if (!strcmp(k->test, "deadline_held"))
-            held = k->reason;
+    const char *held = conf_note("deadline_held");
     nxl_xfer_t *x = make_dl(NXL_READ, n, blk, blk, NULL, DL_MS);
     memset(I.buf, 0x5A, n * blk);
-    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
-    c_calls = 0;
     nxl_future_t *f;
-    uint64_t t0 = dl_now_us();
-    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
-             nxl_agent_last_error(I.a));
-    bool resumed = false;
     /* the deadline, then the stall timeout (3 s where the table sets one) */
-    while (!c_calls && dl_now_us() - t0 < 8000000u)
-        nxl_agent_run_once(I.a, 5);
+    uint64_t t0 = stopped_post(x, &f, 8000);
+    bool resumed = false;
     if (!c_calls) {
         DL_CHECK(held, "%s: no callback 8 s after the READ's deadline, the target stopped",
                  C->label);
-        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+        resume_wait(t0, 40000);
         resumed = true;
-        while (!c_calls && dl_now_us() - t0 < 40000000u)
-            nxl_agent_run_once(I.a, 5);
     }
     DL_CHECK(c_calls == 1, "%s: %d callbacks", C->label, c_calls);
     uint64_t t_cb = dl_now_us() - t0;
@@ -1340,15 +1362,7 @@ START_TEST(t_stopped_read)
              "%s: %s at %.1f ms for a deadline of %d ms", C->label, nxl_status_name(tl_last),
              t_cb / 1000.0, DL_MS);
     uint64_t at_cb = sr_sum(I.buf, n * blk);
-    if (!resumed)
-        ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
-    /* the target answers what it got: the READ's data, if anything waited
-     * for it, would arrive now */
-    for (int i = 0; i < 100; i++)
-        nxl_agent_run_once(I.a, 5);
-    usleep(200000);
-    for (int i = 0; i < 40; i++)
-        nxl_agent_run_once(I.a, 5);
+    resume_settle(resumed); /* the READ's data, if anything waited for it */
     ck_assert_msg(sr_sum(I.buf, n * blk) == at_cb,
                   "%s: the READ's buffer changed after its callback (%s)", C->label,
                   nxl_status_name(tl_last));
@@ -1378,13 +1392,7 @@ START_TEST(t_stopped_cancel)
     SKIP_UNLESS_SUPPORTED();
     need_raddr();
     const size_t n = 32, blk = 1u << 20;
-    const char *held = NULL, *slow = NULL;
-    for (const skip_t *k = C->skips; k->test; k++) {
-        if (!strcmp(k->test, "deadline_held"))
-            held = k->reason;
-        if (!strcmp(k->test, "cancel_slow"))
-            slow = k->reason;
-    }
+    const char *held = conf_note("deadline_held"), *slow = conf_note("cancel_slow");
     const uint64_t slack_us = (uint64_t)(slow ? CANCEL_SLOW_MS : DL_SLACK_MS) * 1000u;
     dl_downs = 0;
     nxl_agent_on_peer(I.a, dl_on_peer, NULL);
@@ -1438,11 +1446,8 @@ START_TEST(t_stopped_cancel)
         if (!c_calls) {
             DL_CHECK(held, "%s: no callback %llu ms after the cancel of a %s with the target "
                            "stopped", C->label, (unsigned long long)(slack_us / 1000), what);
-            ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
+            uint64_t tc = resume_wait(t0, 30000);
             resumed = true;
-            uint64_t tc = dl_now_us();
-            while (!c_calls && dl_now_us() - t0 < 30000000u)
-                nxl_agent_run_once(I.a, 5);
             ck_assert_msg(c_calls == 1, "%s: no callback after SIGCONT", C->label);
             printf("STOPPED_CANCEL: %s: %s canceled: callback %.1f ms after the target resumed "
                    "(%.1f ms after the cancel): %s\n", C->label, what,
@@ -1462,14 +1467,7 @@ START_TEST(t_stopped_cancel)
             memset(I.buf, 0xEE, n * blk);
         for (int i = 0; i < 20; i++)
             nxl_agent_run_once(I.a, 5);
-        if (!resumed)
-            ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
-        /* the target answers what it got meanwhile */
-        for (int i = 0; i < 100; i++)
-            nxl_agent_run_once(I.a, 5);
-        usleep(200000);
-        for (int i = 0; i < 40; i++)
-            nxl_agent_run_once(I.a, 5);
+        resume_settle(resumed); /* what the target got meanwhile, answered */
         ck_assert_int_eq(c_calls, 1);
         if (rd)
             ck_assert_msg(sr_sum(I.buf, n * blk) == at_cb,
@@ -2003,14 +2001,8 @@ START_TEST(t_am_read)
     nxl_agent_on_peer(I.a, dl_on_peer, NULL);
     nxl_xfer_t *x = make_dl(NXL_READ, 1, 4096, 4096, NULL, DL_MS);
     memset(I.buf, 0x5A, 4096);
-    ck_assert_int_eq(kill(I.pid, SIGSTOP), 0);
-    c_calls = 0;
     nxl_future_t *f;
-    uint64_t t0 = dl_now_us();
-    DL_CHECK(nxl_xfer_post(x, tl_count_int_cb, &c_calls, &f) == NXL_SUCCESS, "post: %s",
-             nxl_agent_last_error(I.a));
-    while (!c_calls && dl_now_us() - t0 < (uint64_t)(DL_MS + DL_SLACK_MS) * 1000u)
-        nxl_agent_run_once(I.a, 5);
+    uint64_t t0 = stopped_post(x, &f, DL_MS + DL_SLACK_MS);
     uint64_t t = dl_now_us() - t0;
     DL_CHECK(c_calls == 1, "%s: a 4 KiB READ to the stopped target: no callback %.1f ms after "
              "the post (deadline %d ms)", C->label, t / 1000.0, DL_MS);
@@ -2022,13 +2014,7 @@ START_TEST(t_am_read)
     fflush(stdout);
     for (size_t i = 0; i < 4096; i++)
         DL_CHECK(I.buf[i] == 0x5A, "%s: byte %zu written before the callback", C->label, i);
-    ck_assert_int_eq(kill(I.pid, SIGCONT), 0);
-    /* the target answers now: the answer must find no READ to write for */
-    for (int i = 0; i < 100; i++)
-        nxl_agent_run_once(I.a, 5);
-    usleep(200000);
-    for (int i = 0; i < 40; i++)
-        nxl_agent_run_once(I.a, 5);
+    resume_settle(false); /* its answer must find no READ to write for */
     for (size_t i = 0; i < 4096; i++)
         ck_assert_msg(I.buf[i] == 0x5A, "%s: the READ's buffer written after its callback "
                       "(byte %zu)", C->label, i);
