@@ -506,6 +506,28 @@ static void kv_regions(nxl_kv_layout_t *d, nxl_kv_layout_t *p, unsigned char **d
     tl_learn(D, P);
 }
 
+/* A staged transfer's set-up (t_xfer_read_less, t_xfer_gaps): the regions
+ * (kv_regions), the prefill's filled with @p seed; returns what the decode
+ * region holds once @p s moved: 0xEE where nothing lands, the rest as
+ * nxl_kv_copy() of nxl_kv_plan()'s pieces puts it */
+static unsigned char *staged_regions(nxl_kv_layout_t *d, nxl_kv_layout_t *p,
+                                     const nxl_kv_seq_t *s, uint32_t seed, unsigned char **dm,
+                                     unsigned char **pm, unsigned char **sm)
+{
+    kv_regions(d, p, dm, pm, sm);
+    unsigned char *want = tl_xalloc(d->len);
+    tl_fill(*pm, p->len, seed);
+    memset(want, 0xEE, d->len);
+    nxl_kv_piece_t *pc;
+    size_t n;
+    nxl_kv_layout_t w = *d;
+    w.base = (uintptr_t)want;
+    ck_assert_int_eq(nxl_kv_plan(&w, p, s, &pc, &n, NULL, 0), NXL_SUCCESS);
+    nxl_kv_copy(pc, n);
+    nxl_free(pc);
+    return want;
+}
+
 /* the byte k of row (plane, token, global head) */
 static unsigned char val(uint32_t l, size_t i, uint32_t g, uint32_t k)
 {
@@ -798,14 +820,11 @@ START_TEST(t_xfer_read_less)
 {
     nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 4, 1, NXL_KV_TOKENS_OUTER, 0);
     nxl_kv_layout_t p = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_HEADS_OUTER, 0);
-    unsigned char *dm, *pm, *sm;
-    kv_regions(&d, &p, &dm, &pm, &sm);
-    unsigned char *want = tl_xalloc(d.len);
-    tl_fill(pm, p.len, 5);
-    memset(dm, 0xEE, d.len);
-    memset(want, 0xEE, d.len);
     uint32_t di[4] = {2, 0, 3, 1}, pi[4] = {1, 3, 0, 2};
     nxl_kv_seq_t s = {di, 4, pi, 4, 60};
+    unsigned char *dm, *pm, *sm;
+    unsigned char *want = staged_regions(&d, &p, &s, 5, &dm, &pm, &sm);
+    memset(dm, 0xEE, d.len);
     nxl_kv_opts_t o;
     nxl_kv_opts_init(&o);
     o.mode = NXL_KV_STAGED;
@@ -822,13 +841,6 @@ START_TEST(t_xfer_read_less)
     ck_assert_int_eq(nxl_kv_xfer_post(kx, NULL, NULL, &f), NXL_SUCCESS);
     ck_assert_int_eq(wait2(f), NXL_SUCCESS);
     nxl_future_release(f);
-    nxl_kv_piece_t *pc;
-    size_t n;
-    nxl_kv_layout_t w = d;
-    w.base = (uintptr_t)want;
-    ck_assert_int_eq(nxl_kv_plan(&w, &p, &s, &pc, &n, NULL, 0), NXL_SUCCESS);
-    nxl_kv_copy(pc, n);
-    nxl_free(pc);
     long bad = tl_first_diff(dm, want, d.len);
     ck_assert_msg(bad < 0, "byte %ld differs", bad);
     /* eight groups of 1 KiB, a ring of 2 KiB */
@@ -926,20 +938,10 @@ START_TEST(t_xfer_gaps)
 {
     nxl_kv_layout_t d = mk(2, 4, 16, 8, 16, 2, 1, 0, NXL_KV_TOKENS_OUTER, 0);
     nxl_kv_layout_t p = mk(2, 8, 16, 8, 16, 2, 4, 1, NXL_KV_HEADS_OUTER, 0);
-    unsigned char *dm, *pm, *sm;
-    kv_regions(&d, &p, &dm, &pm, &sm);
-    unsigned char *want = tl_xalloc(d.len);
-    tl_fill(pm, p.len, 9);
-    memset(want, 0xEE, d.len);
     uint32_t di[4] = {2, 0, 3, 1}, pi[4] = {6, 0, 4, 2};
     nxl_kv_seq_t s = {di, 4, pi, 4, 60};
-    nxl_kv_piece_t *pc;
-    size_t n;
-    nxl_kv_layout_t w = d;
-    w.base = (uintptr_t)want;
-    ck_assert_int_eq(nxl_kv_plan(&w, &p, &s, &pc, &n, NULL, 0), NXL_SUCCESS);
-    nxl_kv_copy(pc, n);
-    nxl_free(pc);
+    unsigned char *dm, *pm, *sm;
+    unsigned char *want = staged_regions(&d, &p, &s, 9, &dm, &pm, &sm);
     /* the transfer's own staging; the application's of 15 KiB (2 planes of
      * 4 blocks and 3 gaps, the gap between them); of 8 KiB, the blocks */
     gaps_run(&d, &p, &s, NULL, dm, want, "no NXL_KV_READ_GAP");
