@@ -469,12 +469,20 @@ void **nxlt_op_priv(nxlt_op_t *op)
 
 /* ---- public */
 
+/* The first step of a public call on @p f that answers a status: from a
+ * thread other than its agent's the call is that thread's (@p rpc, whose
+ * answer it returns); a NULL @p f, or @p bad, is NXL_ERR_INVALID_PARAM */
+#define FUTURE_CALL_BEGIN(f, bad, rpc)                                                             \
+    do {                                                                                           \
+        if ((f) && nxli_future_foreign(f))                                                         \
+            return rpc;                                                                            \
+        if (!(f) || (bad))                                                                         \
+            return NXL_ERR_INVALID_PARAM;                                                          \
+    } while (0)
+
 nxl_status_t nxl_future_then(nxl_future_t *f, nxl_done_cb cb, void *arg)
 {
-    if (f && nxli_future_foreign(f))
-        return nxli_rpc_future_then(f, cb, arg);
-    if (!f || !cb)
-        return NXL_ERR_INVALID_PARAM;
+    FUTURE_CALL_BEGIN(f, !cb, nxli_rpc_future_then(f, cb, arg));
     if (add_cb(f, cb, arg) != NXL_SUCCESS) {
         nxli_err(f->agent, "nxl_future_then: out of memory");
         return NXL_ERR_UNKNOWN;
@@ -589,10 +597,7 @@ void nxl_future_cancel(nxl_future_t *f)
 
 nxl_status_t nxl_future_wait(nxl_future_t *f, int timeout_ms)
 {
-    if (f && nxli_future_foreign(f))
-        return nxli_thread_wait(f, timeout_ms);
-    if (!f)
-        return NXL_ERR_INVALID_PARAM;
+    FUTURE_CALL_BEGIN(f, false, nxli_thread_wait(f, timeout_ms));
     nxl_agent_t *a = f->agent;
     if (a->cb_depth > 0 || a->loop_depth > 0) {
         nxli_err(a, "nxl_future_wait: called from inside a callback; the reactor cannot be "
@@ -776,10 +781,7 @@ void nxli_deadline_add(nxl_future_t *f, uint64_t due_us)
 
 nxl_status_t nxl_future_set_deadline(nxl_future_t *f, unsigned ms)
 {
-    if (f && nxli_future_foreign(f))
-        return nxli_rpc_future_set_deadline(f, ms);
-    if (!f)
-        return NXL_ERR_INVALID_PARAM;
+    FUTURE_CALL_BEGIN(f, false, nxli_rpc_future_set_deadline(f, ms));
     nxl_agent_t *a = f->agent;
     if (f->done || f->settled)
         return NXL_SUCCESS; /* complete: nothing to bound */
