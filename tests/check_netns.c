@@ -25,8 +25,12 @@
  * t_rails_threaded: a threaded-mode initiator, two of its application's
  * threads posting striped WRITEs and READs at once. t_rails_cut_main: the
  * main path's link (also the first rail) cut during a striped WRITE: it
- * and a striped READ complete on the second rail; a 4 KiB WRITE (the main
- * path) fails with the connection at the stall timeout (printed).
+ * and a striped READ complete on the second rail; WRITEs of 4 KiB (one
+ * with a notification) and READs (the main path's) too, over the second
+ * rail once the main endpoint is taken out, the notification delivered
+ * once; the link back, the main endpoint back and the same again.
+ * t_rails_cut_all: both links cut: a 4 KiB WRITE fails and the peer is
+ * DOWN (the failover keeps no peer that nothing reaches).
  *
  * Needs root (ip netns); otherwise the suite is skipped with the reason.
  * Addresses are 10.213.N.1 and 10.213.N.2 inside the namespaces this test
@@ -939,17 +943,93 @@ static void rails_cut(void)
 }
 
 /* The main path's link cut (the first pair: the main endpoint, the first
- * rail) during a striped WRITE without notification: what completes. The
- * WRITE (on the second rail), a READ of the same bytes after it, every
- * byte compared; then a WRITE of 4 KiB (below rail_min: the main path):
- * each one's status and time printed; the striped ones required to
- * succeed while the connection stands. */
+ * rail) during a striped WRITE without notification: the WRITE completes
+ * on the second rail, a READ of the same bytes after it, every byte
+ * compared. Then transfers below rail_min, which the main endpoint
+ * carries: a WRITE of 4 KiB, a WRITE of 4 KiB with a notification, READs
+ * of both, each one's bytes checked when it completes: the main endpoint
+ * taken out (1 s), they go over the second rail; the notification
+ * delivered once (the target's count), the target's answers come back the
+ * same way. The link back: the main endpoint is back (its retry), and the
+ * same again over it; nobody saw the other DOWN. */
+static int cut_main_back;   /* "the main endpoint ... is back" lines */
+static int cut_main_downs;  /* peer events DOWN at the initiator */
+
+static void cut_main_log(nxl_log_level_t level, const char *msg, void *arg)
+{
+    if (strstr(msg, "main endpoint to agent") && strstr(msg, "is back (try"))
+        __atomic_add_fetch(&cut_main_back, 1, __ATOMIC_RELEASE);
+    cut_log(level, msg, arg);
+}
+
+static void cut_main_peer(nxl_agent_t *a, const nxl_peer_event_t *ev, void *arg)
+{
+    if (ev->kind == NXL_PEER_DOWN) {
+        cut_main_downs++;
+        fprintf(stderr, "initiator: peer '%s' DOWN: %s\n", ev->peer, ev->why ? ev->why : "");
+    }
+}
+
+/* len bytes between ibuf + loff and raddr, with notification notif or none */
+static nxl_xfer_t *mk_at(nxl_op_t op, size_t loff, uintptr_t raddr, size_t len,
+                         const char *notif)
+{
+    nxl_desc_t l = {.addr = (uintptr_t)ibuf + loff, .len = len}, r = {.addr = raddr, .len = len};
+    nxl_dlist_t ll = {NXL_DRAM, &l, 1}, rl = {NXL_DRAM, &r, 1};
+    nxl_xfer_opts_t o = {.size = sizeof(o), .notif = notif, .notif_len = notif ? strlen(notif) : 0};
+    nxl_xfer_t *x;
+    REQUIRE(nxl_xfer_create(I, op, &ll, &rl, "T", notif ? &o : NULL, &x) == NXL_SUCCESS, 66);
+    return x;
+}
+
+/* one transfer, its time printed; SUCCESS required */
+static double small_one(nxl_xfer_t *x, const char *what, const char *when)
+{
+    nxl_future_t *f;
+    uint64_t t0 = now_us();
+    REQUIRE(nxl_xfer_post(x, NULL, NULL, &f) == NXL_SUCCESS, 120);
+    nxl_status_t st = nxl_future_wait(f, 20000);
+    double ms = (now_us() - t0) / 1000.0;
+    fprintf(stderr, "check_netns: rails: %s: %s: %s after %.1f ms%s%s\n", when, what,
+            nxl_strerror(st), ms, st ? ": " : "", st ? nxl_future_error(f) : "");
+    nxl_future_release(f);
+    nxl_xfer_release(x);
+    REQUIRE(st == NXL_SUCCESS, 121);
+    return ms;
+}
+
+/* Below rail_min: a WRITE of 4 KiB (seed) at raddr, one with a
+ * notification (seed + 1) at raddr + 8 KiB, READs of both into ibuf + 1
+ * MiB, every byte checked as each READ completes; the longest time (ms) */
+static double small_round(uintptr_t raddr, unsigned seed, const char *when)
+{
+    const size_t k4 = 4096, back = 1u << 20;
+    double ms, most = 0;
+    tl_fill(ibuf, k4, seed);
+    tl_fill(ibuf + 8192, k4, seed + 1);
+    memset(ibuf + back, 0, 3 * k4);
+    ms = small_one(mk_at(NXL_WRITE, 0, raddr, k4, NULL), "a WRITE of 4 KiB", when);
+    most = ms > most ? ms : most;
+    ms = small_one(mk_at(NXL_WRITE, 8192, raddr + 8192, k4, "w"),
+                   "a WRITE of 4 KiB with a notification", when);
+    most = ms > most ? ms : most;
+    ms = small_one(mk_at(NXL_READ, back, raddr, k4, NULL), "a READ of the first", when);
+    most = ms > most ? ms : most;
+    REQUIRE(tl_check(ibuf + back, k4, seed) < 0, 122);
+    ms = small_one(mk_at(NXL_READ, back + 8192, raddr + 8192, k4, NULL),
+                   "a READ of the second", when);
+    most = ms > most ? ms : most;
+    REQUIRE(tl_check(ibuf + back + 8192, k4, seed + 1) < 0, 123);
+    return most;
+}
+
 static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     rails_param = rails_a;
-    host_log = cut_log;
+    host_log = cut_main_log;
     i_setup(port, &raddr);
+    nxl_agent_on_peer(I, cut_main_peer, NULL);
     double ms[2];
     for (unsigned k = 0; k < 2; k++) /* both rails measured */
         rails_round(raddr, TBUF, false, 190 + k, ms);
@@ -967,44 +1047,59 @@ static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_paren
     nxl_future_release(f);
     nxl_xfer_release(w);
     REQUIRE(read(from_parent, &b, 1) == 1, 112);
-    nxl_status_t rst = NXL_ERR_UNKNOWN;
-    if (st == NXL_SUCCESS) {
-        unsigned char *keep = malloc(TBUF);
-        REQUIRE(keep, 113);
-        memcpy(keep, ibuf, TBUF);
-        memset(ibuf, 0, TBUF);
-        nxl_xfer_t *r = mk(NXL_READ, raddr, TBUF);
-        t0 = now_us();
-        REQUIRE(nxl_xfer_post(r, NULL, NULL, &f) == NXL_SUCCESS, 114);
-        rst = nxl_future_wait(f, 20000);
-        fprintf(stderr, "check_netns: rails: then a striped READ of it: %s after %.1f ms%s%s%s\n",
-                nxl_strerror(rst), (now_us() - t0) / 1000.0, rst ? ": " : "",
-                rst ? nxl_future_error(f) : "",
-                rst ? "" : memcmp(keep, ibuf, TBUF) ? " (bytes WRONG)" : ", every byte right");
-        if (rst == NXL_SUCCESS)
-            REQUIRE(memcmp(keep, ibuf, TBUF) == 0, 115);
-        nxl_future_release(f);
-        nxl_xfer_release(r);
-        free(keep);
-    }
-    nxl_xfer_t *s4 = mk(NXL_WRITE, raddr, 4096);
+    REQUIRE(st == NXL_SUCCESS, 117);
+    unsigned char *keep = malloc(TBUF);
+    REQUIRE(keep, 113);
+    memcpy(keep, ibuf, TBUF);
+    memset(ibuf, 0, TBUF);
+    nxl_xfer_t *r = mk(NXL_READ, raddr, TBUF);
     t0 = now_us();
-    REQUIRE(nxl_xfer_post(s4, NULL, NULL, &f) == NXL_SUCCESS, 116);
-    nxl_status_t sst = nxl_future_wait(f, 20000);
-    fprintf(stderr, "check_netns: rails: then a WRITE of 4 KiB (the main path): %s after %.1f "
-            "ms%s%s\n", nxl_strerror(sst), (now_us() - t0) / 1000.0, sst ? ": " : "",
-            sst ? nxl_future_error(f) : "");
+    REQUIRE(nxl_xfer_post(r, NULL, NULL, &f) == NXL_SUCCESS, 114);
+    nxl_status_t rst = nxl_future_wait(f, 20000);
+    fprintf(stderr, "check_netns: rails: then a striped READ of it: %s after %.1f ms%s%s%s\n",
+            nxl_strerror(rst), (now_us() - t0) / 1000.0, rst ? ": " : "",
+            rst ? nxl_future_error(f) : "",
+            rst ? "" : memcmp(keep, ibuf, TBUF) ? " (bytes WRONG)" : ", every byte right");
+    REQUIRE(rst == NXL_SUCCESS && memcmp(keep, ibuf, TBUF) == 0, 115);
     nxl_future_release(f);
-    nxl_xfer_release(s4);
-    REQUIRE(st == NXL_SUCCESS && rst == NXL_SUCCESS, 117);
+    nxl_xfer_release(r);
+    free(keep);
+    /* below rail_min: the main endpoint's, taken out after 1 s */
+    double most = small_round(raddr, 200, "the main link down");
+    REQUIRE(most < 4000, 124);
+    const char *nw = ask("nw");
+    fprintf(stderr, "check_netns: rails: the main link down: the target's answer: %s\n", nw);
+    REQUIRE(!strcmp(nw, "nw 1"), 125);
+    /* the link back: the main endpoint tried again until it is through */
+    REQUIRE(write(to_parent, &b, 1) == 1, 126);
+    REQUIRE(read(from_parent, &b, 1) == 1, 127);
+    t0 = now_us();
+    while (now_us() - t0 < 20000000 && !__atomic_load_n(&cut_main_back, __ATOMIC_ACQUIRE))
+        nxl_agent_run_once(I, 100);
+    fprintf(stderr, "check_netns: rails: the main link back: the main endpoint %s after %.1f "
+            "ms\n", cut_main_back ? "back" : "NOT back", (now_us() - t0) / 1000.0);
+    REQUIRE(cut_main_back, 128);
+    small_round(raddr, 210, "the main link back");
+    rails_round(raddr, TBUF, false, 212, ms);
+    fprintf(stderr, "check_netns: rails: the main link back: a striped WRITE %.1f ms, READ %.1f "
+            "ms, every byte right\n", ms[0], ms[1]);
+    char nw2[64];
+    snprintf(nw2, sizeof(nw2), "%s", ask("nw")); /* (ask's answer is overwritten by the next) */
+    const char *downs = ask("downs");
+    fprintf(stderr, "check_netns: rails: at the end the target says %s, %s; %d DOWN here\n", nw2,
+            downs, cut_main_downs);
+    REQUIRE(!strcmp(nw2, "nw 2"), 129);
+    REQUIRE(!strcmp(downs, "downs 0") && cut_main_downs == 0, 130);
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
     nxl_agent_destroy(I);
     return 0;
 }
 
-/* the main link cut */
+/* the main link cut, then back */
 static void cut_main_answer(pid_t t, unsigned nth, char b)
 {
-    ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
+    ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a, nth ? "up" : "down") == 0);
 }
 
 static int initiator_rails_cut_main_k(uint16_t port, unsigned k, int to_parent, int from_parent)
@@ -1012,10 +1107,58 @@ static int initiator_rails_cut_main_k(uint16_t port, unsigned k, int to_parent, 
     return initiator_rails_cut_main(port, to_parent, from_parent);
 }
 
-/* the target cannot be told to quit: the main link is down */
 static void rails_cut_main(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main_k, cut_main_answer, true);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main_k, cut_main_answer, false);
+}
+
+/* Every path cut (both links): a WRITE of 4 KiB (the main endpoint's,
+ * taken out after 1 s, then the rails' pieces after 1 s more) fails, and
+ * the peer is DOWN, within a few seconds (the stall timeout is 2 s): the
+ * failover does not keep a peer that nothing reaches. */
+static int initiator_rails_cut_all(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    rails_param = rails_a;
+    host_log = cut_main_log;
+    i_setup(port, &raddr);
+    nxl_agent_on_peer(I, cut_main_peer, NULL);
+    double ms[2];
+    rails_round(raddr, TBUF, false, 220, ms);
+    char b = 'c';
+    REQUIRE(write(to_parent, &b, 1) == 1, 140);
+    REQUIRE(read(from_parent, &b, 1) == 1, 141);
+    nxl_xfer_t *w = mk(NXL_WRITE, raddr, 4096);
+    nxl_future_t *f;
+    uint64_t t0 = now_us();
+    REQUIRE(nxl_xfer_post(w, NULL, NULL, &f) == NXL_SUCCESS, 142);
+    nxl_status_t st = nxl_future_wait(f, 20000);
+    double wms = (now_us() - t0) / 1000.0;
+    while (now_us() - t0 < 10000000 && !cut_main_downs)
+        nxl_agent_run_once(I, 100);
+    fprintf(stderr, "check_netns: rails: every link cut: a WRITE of 4 KiB: %s after %.1f ms%s%s; "
+            "the peer %s after %.1f ms\n", nxl_strerror(st), wms, st ? ": " : "",
+            st ? nxl_future_error(f) : "", cut_main_downs ? "DOWN" : "NOT DOWN",
+            (now_us() - t0) / 1000.0);
+    nxl_future_release(f);
+    nxl_xfer_release(w);
+    REQUIRE(st != NXL_SUCCESS && st != NXL_ERR_TIMEOUT && wms < 8000, 143);
+    REQUIRE(cut_main_downs == 1, 144);
+    nxl_agent_destroy(I);
+    return 0;
+}
+
+/* both links cut */
+static void cut_all_answer(pid_t t, unsigned nth, char b)
+{
+    ck_assert(sh("ip -n %s link set %s down", ns_a, if_a) == 0);
+    ck_assert(sh("ip -n %s link set %s down", ns_a, if_a2) == 0);
+}
+
+/* the target cannot be told to quit: every link is down */
+static void rails_cut_all(void)
+{
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_all, cut_all_answer, true);
 }
 
 /* A deadline on a striped WRITE: the target stopped (SIGSTOP, by the
@@ -1289,6 +1432,8 @@ START_TEST(t_rails_threaded) { rails_threaded(); }
 END_TEST
 START_TEST(t_rails_cut_main) { rails_cut_main(); }
 END_TEST
+START_TEST(t_rails_cut_all) { rails_cut_all(); }
+END_TEST
 START_TEST(t_link_recover_libfabric)
 {
     if (use("LIBFABRIC"))
@@ -1465,7 +1610,7 @@ int main(void)
     Suite *s = suite_create("netns");
     TL_TCASE(s, "hosts", 120, NULL, NULL, t_two_hosts_tcp, t_link_cut, t_link_recover);
     TL_TCASE(s, "rails", 120, NULL, NULL, t_rails, t_rails_slow, t_rails_cut,
-             t_rails4, t_rails_deadline, t_rails_threaded, t_rails_cut_main);
+             t_rails4, t_rails_deadline, t_rails_threaded, t_rails_cut_main, t_rails_cut_all);
     TL_TCASE(s, "hosts_libfabric", 120, NULL, NULL, t_two_hosts_libfabric, t_link_cut_libfabric,
              t_link_recover_libfabric);
     TL_TCASE(s, "rails_libfabric", 120, NULL, NULL, t_lf_rails, t_lf_rails_cut, t_lf_rails_retry,

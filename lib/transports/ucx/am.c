@@ -87,6 +87,8 @@ static void amw_step(ucx_op_t *o, ucs_status_t st)
 static void amw_sent(void *req, ucs_status_t st, void *arg)
 {
     ucp_request_free(req);
+    if (nxl_ucx_main_moved(arg))
+        return; /* its main endpoint was taken out: the rails carry it (rails.c) */
     amw_step(arg, st);
 }
 
@@ -226,7 +228,7 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     size_t total = 2 + nl + nxl_amw_body_size(x, data);
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? nxl_ucx_op_buf(o, total) : NULL;
-    if (!b) {
+    if (!b || (c->nrails && nxl_ucx_op_keep_iov(o, x) != 0)) { /* kept: rails.c */
         if (o)
             nxl_ucx_op_drop(o);
         return -1;
@@ -562,12 +564,15 @@ void nxl_ucx_later_free(ucx_t *u)
 
 static void am_done(void *req, ucs_status_t st, void *arg)
 {
-    nxl_ucx_op_finish(arg, st);
+    if (!nxl_ucx_main_moved(arg)) /* moved: the rails carry it (rails.c) */
+        nxl_ucx_op_finish(arg, st);
     ucp_request_free(req);
 }
 
 void nxl_ucx_send_notif(ucx_op_t *o)
 {
+    if (o->conn->main_out && nxl_ucx_rails_notif(o))
+        return; /* its main endpoint taken out: on a rail (rails.c) */
     if (!o->conn->ep) {
         nxl_ucx_op_finish(o, UCS_ERR_CANCELED); /* the connection was given up meanwhile */
         return;
@@ -592,7 +597,7 @@ nxl_status_t nxl_ucx_notif_send(void *state, nxlt_op_t *op, void *conn, const vo
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, nxl_agent_name(nxlt_agent(u->ctx)), msg, len, true);
     if (!o)
         return NXL_ERR_UNKNOWN;
-    if (c->wiring) {
+    if (c->wiring && !c->main_out) {
         /* sent once the new endpoint is through (rma.c, nxl_ucx_wired) */
         o->wire_wait = o->wire_notif = true;
         return NXL_SUCCESS;

@@ -85,6 +85,10 @@ static bool fence_holds(ucx_conn_t *c);
 
 static void hello_done(ucx_conn_t *c, ucs_status_t st)
 {
+    if (c->main_out) { /* a try of the main endpoint taken out (rails.c) */
+        nxl_ucx_main_hello(c, st);
+        return;
+    }
     c->wiring = false;
     if (st != UCS_OK)
         nxlt_log(c->u->ctx, NXL_LOG_INFO, "UCX: the first message on the new endpoint to agent "
@@ -287,6 +291,14 @@ void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled)
 {
     if (c->failed)
         return;
+    /* with a rail up, UCX's failure of the main endpoint takes it out
+     * (rails.c), not the connection */
+    bool gone = c->peer_destroyed || (c->pidfd >= 0 && nxl_ucx_pidfd_exited(c->pidfd));
+    if (!stalled && !gone && (c->main_out || !renew_takes(c, status)) &&
+        nxl_ucx_main_fail(c, status)) {
+        c->fail_deferred = false;
+        return;
+    }
     if (!stalled && c->renew_due && c->ep && !c->unloaded) {
         /* the peer's new endpoint came first: renewed now */
         c->renew_due = false;
@@ -731,7 +743,9 @@ void nxl_ucx_deadlines(ucx_t *u)
     ucx_conn_t *c, *next;
     for (c = LIST_FIRST(&u->conns); c; c = next) {
         next = LIST_NEXT(c, link);
-        if (c->failed || c->fail_deferred || c->self || !c->ep)
+        /* its main endpoint out (rails.c): nothing on it to abort; the
+         * rails' stall rule takes a rail that holds a piece out */
+        if (c->failed || c->fail_deferred || c->self || !c->ep || c->main_out)
             continue;
         ucx_op_t *o;
         LIST_FOREACH(o, &u->ops, link)
@@ -845,6 +859,51 @@ void nxl_ucx_reconnects(ucx_t *u)
         next = LIST_NEXT(c, link);
         nxl_ucx_conn_put(c);
     }
+}
+
+/* rails.c: a try of c's main endpoint, taken out: a new endpoint, the keys
+ * unpacked on it, and the message of a new endpoint (nxl_ucx_reconnects;
+ * the peer renews its endpoint to us); back once UCX completed that
+ * message (hello_done). UCS_OK, or why not (no endpoint then). */
+ucs_status_t nxl_ucx_main_try(ucx_conn_t *c)
+{
+    ucx_t *u = c->u;
+    ucs_status_t st = ep_create(c);
+    if (st != UCS_OK) {
+        c->ep = NULL;
+        return st;
+    }
+    ucx_rkey_t *k;
+    LIST_FOREACH(k, &c->rkeys, link)
+    nxl_ucx_rkey_unpack(c, k);
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me);
+    ucx_side_t *m = nl < 256 ? calloc(1, sizeof(*m) + 9 + 2 + nl) : NULL;
+    if (!m)
+        return UCS_ERR_NO_MEMORY; /* the caller closes the endpoint */
+    m->len = 9 + 2 + nl;
+    /* the drained mark: the peer ends a fence of its own with it, and
+     * renews nothing (its endpoint to us, should it have failed, is
+     * failed over there as ours was) */
+    m->buf[8] = NXL_UCX_DRAINED;
+    nxl_ucx_name_put(m->buf + 9, me, nl);
+    m->hello = c;
+    c->wiring = true;
+    nxl_ucx_side_send_flags(u, c->ep, NXL_UCX_AM_WRITE_ACK, m, UCP_AM_SEND_FLAG_REPLY);
+    if (!c->wiring) /* through at once */
+        nxl_ucx_main_hello(c, UCS_OK);
+    return UCS_OK;
+}
+
+/* rails.c: a try over (its endpoint closed by force there): its message's
+ * completion, if it ever comes, names no connection */
+void nxl_ucx_main_try_over(ucx_conn_t *c)
+{
+    ucx_side_t *m;
+    LIST_FOREACH(m, &c->u->sides, link)
+    if (m->hello == c)
+        m->hello = NULL;
+    c->wiring = false;
 }
 
 nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info, size_t len,

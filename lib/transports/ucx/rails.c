@@ -47,7 +47,7 @@
  * (a late completion frees only the piece) and their byte ranges posted
  * again on the rails left (the op keeps its elements for that). With no
  * rail left the op fails. The main endpoint (the devices parameter) is
- * not failed over: it carries the notifications.
+ * failed over the same way while a rail is up: at the end of this file.
  *
  * Retries: a rail taken out is tried again after RAIL_RETRY_MIN_MS, then
  * after twice as long each time a try fails, RAIL_RETRY_MAX_MS at most (a
@@ -69,6 +69,8 @@
 #define RAIL_PROBE_US NXL_RAIL_PROBE_US
 
 typedef struct ucx_rail {
+    ucx_t *u;
+    unsigned idx;               /* its index in the rails */
     char dev[64];
     ucp_context_h ucp;
     ucp_worker_h w;
@@ -87,6 +89,7 @@ typedef struct ucx_piece {
     size_t start, bytes;        /* its byte range in the transfer */
     bool done;                  /* its flush failed and came back: waits for take_out */
     bool probe;                 /* a rail's probe (rail_retry), not a transfer's piece */
+    bool notif;                 /* o's notification, the main endpoint out (main_out) */
     unsigned char buf[8];       /* ... the byte it reads */
     uint64_t t0;
     LIST_ENTRY(ucx_piece) link;
@@ -103,6 +106,7 @@ struct ucx_conn_rails {
     uint64_t retry_at[NXL_UCX_RAILS_MAX]; /* a rail taken out: when it is tried again */
     unsigned backoff_ms[NXL_UCX_RAILS_MAX]; /* the wait after its next failed try */
     unsigned tries[NXL_UCX_RAILS_MAX];  /* tries since it was taken out */
+    uint64_t ok_us[NXL_UCX_RAILS_MAX];  /* when a piece of each last completed */
     ucx_rkey_t *probe_k;                /* a key of the peer's, and an address in it, */
     uint64_t probe_raddr;               /* that a striped transfer used: probes read there */
 };
@@ -144,6 +148,7 @@ static void on_rail_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg)
 }
 
 static void rails_check(ucx_t *u);
+static uint64_t main_retry(ucx_t *u, ucx_conn_t *c, uint64_t now);
 
 void nxl_ucx_rails_progress(ucx_t *u)
 {
@@ -163,6 +168,11 @@ static void on_rail_timer(nxlt_timer_t *t, void *arg)
 
 /* ------------------------------------------------------------ life */
 
+static ucs_status_t rail_am_notif(void *arg, const void *header, size_t hlen, void *data,
+                                  size_t len, const ucp_am_recv_param_t *param);
+static ucs_status_t rail_am_main_out(void *arg, const void *header, size_t hlen, void *data,
+                                     size_t len, const ucp_am_recv_param_t *param);
+
 static nxl_status_t rail_open(ucx_t *u, ucx_rail_t *r, const nxl_param_t *params, size_t n)
 {
     ucp_config_t *cfg;
@@ -178,7 +188,7 @@ static nxl_status_t rail_open(ucx_t *u, ucx_rail_t *r, const nxl_param_t *params
     }
     ucp_params_t up = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-        .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
         .mt_workers_shared = 0,
     };
     st = ucp_init(&up, cfg, &r->ucp);
@@ -195,6 +205,22 @@ static nxl_status_t rail_open(ucx_t *u, ucx_rail_t *r, const nxl_param_t *params
         r->w = NULL;
         goto fail;
     }
+    /* notifications come on a rail while the sender's main endpoint is
+     * out, and the word that it is (below: main_out); they name their
+     * sender, as on the main worker */
+    ucp_am_handler_param_t ap = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = NXL_UCX_AM_NOTIF,
+        .cb = rail_am_notif,
+        .arg = r,
+    };
+    if ((st = ucp_worker_set_am_recv_handler(r->w, &ap)) != UCS_OK)
+        goto fail;
+    ap.id = NXL_UCX_AM_MAIN_OUT;
+    ap.cb = rail_am_main_out;
+    if ((st = ucp_worker_set_am_recv_handler(r->w, &ap)) != UCS_OK)
+        goto fail;
     ucp_address_t *a;
     if ((st = ucp_worker_get_efd(r->w, &r->efd)) != UCS_OK ||
         (st = ucp_worker_get_address(r->w, &a, &r->addr_len)) != UCS_OK)
@@ -243,6 +269,8 @@ nxl_status_t nxl_ucx_rails_open(ucx_t *u, const nxl_param_t *params, size_t n)
             return NXL_ERR_INVALID_PARAM;
         }
         ucx_rail_t *r = &rs->r[rs->n++];
+        r->u = u;
+        r->idx = rs->n - 1;
         memcpy(r->dev, p, l);
         r->efd = -1;
         if ((ns = rail_open(u, r, params, n)) != NXL_SUCCESS)
@@ -616,6 +644,7 @@ static void op_pieces_done(ucx_op_t *o)
 
 static int post_range(ucx_t *u, ucx_op_t *o, size_t start, size_t total);
 static void retry_later(ucx_t *u, ucx_conn_t *c, unsigned i);
+static void notif_again(ucx_op_t *o, unsigned left);
 
 static void piece_done(void *req, ucs_status_t st, void *arg)
 {
@@ -629,8 +658,10 @@ static void piece_done(void *req, ucs_status_t st, void *arg)
         return;
     }
     ucx_t *u = o->u;
-    if (st == UCS_OK && pc->c->rx)
+    if (st == UCS_OK && pc->c->rx) {
         pc->c->rx->backoff_ms[pc->rail] = RAIL_RETRY_MIN_MS; /* it carries pieces */
+        pc->c->rx->ok_us[pc->rail] = nxlt_now_us();
+    }
     if (st == UCS_OK && pc->bytes) {
         /* a moving mean weighted by bytes: a piece of b bytes counts
          * b / (seen + b), small ones (latency more than rate) little */
@@ -665,6 +696,8 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
         left += c->rail_ep[k] != NULL;
     nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: rail '%s' to agent '%s' taken out (%s); its pieces go "
              "again on the %u rail(s) left", rs->r[i].dev, c->name, why, left);
+    if (left) /* its pieces start again on the rails left: not a stall of the peer */
+        c->net.progress_us = nxl_ucx_coarse_us();
     ucx_piece_t *pc, *next;
     ucx_op_t *o;
     for (pc = LIST_FIRST(&rs->pieces); pc; pc = next) {
@@ -672,6 +705,10 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
         if (pc->c != c || pc->rail != i || !(o = pc->o))
             continue;
         pc->o = NULL; /* detached; freed when (if) UCX calls back, or at destroy */
+        if (pc->notif) { /* sent again on another rail (its bytes here dropped: below) */
+            notif_again(o, left);
+            continue;
+        }
         o->pieces++; /* held while its range is posted again */
         if (left == 0 || !o->op) {
             if (o->st == UCS_OK)
@@ -697,6 +734,8 @@ static void take_out(ucx_t *u, ucx_conn_t *c, unsigned i, const char *why)
         retry_later(u, c, i);
     }
     nxl_ucx_kick(u);
+    if (!left && c->main_out && !c->failed) /* every path down: the peer lost */
+        nxl_ucx_conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
 }
 
 /* ------------------------------------------------------------ retries */
@@ -838,6 +877,10 @@ static void rails_aborted(ucx_conn_t *c)
         if (pc->c != c || !(o = pc->o) || !o->aborted)
             continue;
         pc->o = NULL;
+        if (pc->notif) { /* UCX let go of it with the rail's close */
+            nxl_ucx_op_finish(o, UCS_ERR_CANCELED);
+            continue;
+        }
         if (pc->done) { /* its flush came back already */
             LIST_REMOVE(pc, link);
             free(pc);
@@ -918,6 +961,12 @@ static void rails_check(ucx_t *u)
     struct ucx_rails *rs = u->rails;
     uint64_t now = nxlt_now_us(), next = UINT64_MAX;
     ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    {
+        uint64_t m = main_retry(u, c, now);
+        if (m < next)
+            next = m;
+    }
     LIST_FOREACH(c, &u->conns, link)
     for (unsigned i = 0; i < c->nrails; i++) {
         struct ucx_conn_rails *rx = c->rx;
@@ -1058,7 +1107,7 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
         return 0;
     /* aborted at a deadline, its new main endpoint not through: the main
      * path's (what waits for the endpoint waits there, rma.c) */
-    if (c->aborted || c->wiring || c->abort_req || !c->ep)
+    if (!c->main_out && (c->aborted || c->wiring || c->abort_req || !c->ep))
         return 0;
     unsigned n = c->nrails, live = 0;
     for (unsigned r = 0; r < n; r++)
@@ -1072,7 +1121,7 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
             return 0;
         total += v->len;
     }
-    if (total < u->rails->min)
+    if (total < u->rails->min && !c->main_out) /* the main endpoint out: every size */
         return 0;
     /* where a rail's probe reads a byte (rail_retry) */
     c->rx->probe_k = x->iov[0].rkey;
@@ -1104,4 +1153,450 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
         op_pieces_done(o);
     nxl_ucx_kick(u);
     return 1;
+}
+
+/* ------------------------------------------- the main endpoint out
+ *
+ * The main endpoint (the devices parameter) carries a connection's
+ * notifications, the transport's own messages and the transfers below
+ * rail_min. When an op on it is not done after RAIL_STALL_MIN_US (at most
+ * half the stall timeout, as a rail's piece) while a rail to the peer is
+ * up, the main endpoint is taken out as a rail is (main_out): what the
+ * kernel still holds of its TCP socket is dropped (tcpreset.c: not sent
+ * once the link is back, so that nothing moved below lands twice), the
+ * endpoint is closed by force, and its ops are moved onto the rails: their
+ * elements (kept with every main-path op of a connection with rails) are
+ * posted again as a striped transfer of any size, their notification sent
+ * on a rail once those pieces' flushes are through (the bytes at the
+ * target before the notification, as on the main path). Until the main
+ * endpoint is back every transfer and notification to the peer goes over
+ * the rails. UCX's requests on the closed endpoint still name the ops:
+ * an op is freed at the last of its two ends (main_held, moved_done). The
+ * one-message paths answer on the main endpoints: not used while it is
+ * out, nor afterwards until the peer's own message is heard again.
+ *
+ * The side whose op stalls tells the peer on a rail (NXL_UCX_AM_MAIN_OUT):
+ * the peer's notifications complete into its kernel's socket buffer and
+ * never stall, and its main endpoint shares the connection reset here; it
+ * takes its own main endpoint out (from the loop), and both answer over
+ * the rail that last carried something (a piece, or a message of the
+ * peer's: rail_best). A stall is detected by the rails' rule (1 s or 4
+ * times what the fastest rail's rate predicts, at most half the stall
+ * timeout); UCX's error on the main endpoint takes it out too (from the
+ * loop: main_due), what UCX failed before that failing.
+ *
+ * The main endpoint is tried again as a rail is (nxl_rail_retry_later): a
+ * new endpoint to the peer's worker, the keys unpacked on it, and the
+ * first message of a new endpoint (conn.c), with the drained mark: the
+ * peer renews nothing for it. Once UCX completed that message (within
+ * RAIL_PROBE_US) the main endpoint carries again. A try that fails (or
+ * UCX's error on it) is closed by force from the loop, and the next one
+ * waits. With no rail left either, the connection fails (the peer DOWN),
+ * as the stall timeout does with no rails. While the main endpoint is
+ * out, deadlines abort nothing on the connection (conn.c): the rails'
+ * stall rule takes out a rail that holds a piece. */
+
+static unsigned rail_best(const ucx_conn_t *c);
+
+static unsigned rails_live(const ucx_conn_t *c)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < c->nrails; i++)
+        n += c->rail_ep[i] != NULL;
+    return n;
+}
+
+/* o waits on its connection's main endpoint */
+static bool on_main(const ucx_op_t *o, const ucx_conn_t *c)
+{
+    return o->conn == c && o->op && !o->pieces && !o->queued && !o->wire_wait && !o->aborted &&
+           !o->main_held;
+}
+
+/* a UCX callback of the main endpoint's for o: true when o was moved
+ * onto the rails (nothing more to do there; freed if the rails are done) */
+bool nxl_ucx_main_moved(ucx_op_t *o)
+{
+    if (!o->main_held)
+        return false;
+    o->main_held = false;
+    if (o->moved_done)
+        nxl_ucx_op_free(o);
+    return true;
+}
+
+static void rail_notif_done(void *req, ucs_status_t st, void *arg)
+{
+    ucx_piece_t *pc = arg;
+    ucx_op_t *o = pc->o;
+    if (req)
+        ucp_request_free(req);
+    LIST_REMOVE(pc, link);
+    if (!o) { /* detached: sent again on another rail */
+        free(pc);
+        return;
+    }
+    ucx_conn_t *c = pc->c;
+    unsigned i = pc->rail;
+    free(pc);
+    if (st == UCS_OK && c->rx)
+        c->rx->ok_us[i] = nxlt_now_us();
+    if (st != UCS_OK && c->rail_ep[i] && !c->failed) {
+        /* its rail failed: taken out from the loop; sent again on another
+         * one (the failed send's bytes were not delivered) */
+        c->rail_failed |= 1u << i;
+        nxl_ucx_kick(o->u);
+        unsigned left = rails_live(c) - 1;
+        if (left) {
+            ucp_ep_h keep = c->rail_ep[i];
+            c->rail_ep[i] = NULL; /* not chosen again */
+            notif_again(o, left);
+            c->rail_ep[i] = keep;
+            return;
+        }
+    }
+    nxl_ucx_op_finish(o, st);
+}
+
+/* o's notification on the live rail that last completed a piece (as a
+ * piece: taken out with its rail when it stalls, sent again on another):
+ * false when the main endpoint is not out, or no rail is up */
+bool nxl_ucx_rails_notif(ucx_op_t *o)
+{
+    ucx_conn_t *c = o->conn;
+    if (!c->main_out)
+        return false;
+    unsigned i = rail_best(c);
+    if (i == NXL_UCX_RAILS_MAX)
+        return false;
+    ucx_t *u = o->u;
+    ucx_piece_t *pc = calloc(1, sizeof(*pc));
+    if (!pc)
+        return false;
+    pc->o = o;
+    pc->c = c;
+    pc->rail = i;
+    pc->notif = true;
+    pc->t0 = nxlt_now_us();
+    LIST_INSERT_HEAD(&u->rails->pieces, pc, link);
+    o->rail_notif = true;
+    u->in_ucx++;
+    ucs_status_ptr_t r = nxl_ucx_am_send(c->rail_ep[i], NXL_UCX_AM_NOTIF, NULL, 0, o->notif,
+                                         o->notif_len, 0, rail_notif_done, pc);
+    u->in_ucx--;
+    if (!UCS_PTR_IS_PTR(r))
+        rail_notif_done(NULL, UCS_PTR_STATUS(r), pc);
+    nxl_ucx_kick(u);
+    return true;
+}
+
+/* o's notification, its rail taken out (@p left rails up) */
+static void notif_again(ucx_op_t *o, unsigned left)
+{
+    if (!left || !o->op || !nxl_ucx_rails_notif(o))
+        nxl_ucx_op_finish(o, o->op ? UCS_ERR_ENDPOINT_TIMEOUT : UCS_ERR_CANCELED);
+}
+
+/* o (moved off the main endpoint) posted again on the rails */
+static void main_move(ucx_t *u, ucx_conn_t *c, ucx_op_t *o)
+{
+    if (o->amw) { /* a one-message WRITE or READ: its answer would come on the main path */
+        if (!o->amw_acked)
+            LIST_REMOVE(o, ack_link);
+        o->amw_acked = true;
+        o->amw = o->amr = false;
+        o->notif = NULL; /* the message (a WRITE with a notification is not sent so here) */
+        o->notif_len = 0;
+    }
+    size_t total = 0;
+    bool railed = o->n > 0;
+    for (size_t i = 0; i < o->n; i++) {
+        const nxlt_iov_t *v = &o->iov[i];
+        total += v->len;
+        railed &= ((ucx_md_t *)v->lmd)->nrails >= c->nrails &&
+                  ((ucx_rkey_t *)v->rkey)->nrails >= c->nrails;
+    }
+    if (o->n == 0 && o->notif) { /* a notification alone */
+        if (!nxl_ucx_rails_notif(o))
+            nxl_ucx_op_finish(o, UCS_ERR_ENDPOINT_TIMEOUT);
+        return;
+    }
+    if (!railed || !total) {
+        if (!o->why)
+            o->why = strdup("UCX: the main path to the peer stalled, and this transfer's "
+                            "regions are not registered with every rail");
+        nxl_ucx_op_finish(o, UCS_ERR_ENDPOINT_TIMEOUT);
+        return;
+    }
+    o->t0 = nxl_ucx_coarse_us();
+    o->pieces = 1; /* held while posted */
+    if (post_range(u, o, 0, total) != 0 && o->st == UCS_OK)
+        o->st = UCS_ERR_NO_MEMORY;
+    if (--o->pieces == 0)
+        op_pieces_done(o);
+}
+
+/* the live rail of c that last carried something (a piece, a message
+ * of the peer's), or NXL_UCX_RAILS_MAX when none is up */
+static unsigned rail_best(const ucx_conn_t *c)
+{
+    unsigned i = NXL_UCX_RAILS_MAX;
+    for (unsigned k = 0; k < c->nrails; k++)
+        if (c->rail_ep[k] && (i == NXL_UCX_RAILS_MAX || c->rx->ok_us[k] > c->rx->ok_us[i]))
+            i = k;
+    return i;
+}
+
+/* The peer is told on a rail (NXL_UCX_AM_MAIN_OUT, our name): a link cut
+ * on the main path is seen by the side whose ops stall there, while the
+ * other side's notifications complete into its kernel's socket buffer and
+ * never stall; its main endpoint shares the connection ours reset. */
+static void main_out_tell(ucx_t *u, ucx_conn_t *c)
+{
+    unsigned i = rail_best(c);
+    const char *me = nxl_agent_name(nxlt_agent(u->ctx));
+    size_t nl = strlen(me);
+    ucx_side_t *m = i < NXL_UCX_RAILS_MAX && nl < 256 ? malloc(sizeof(*m) + 2 + nl) : NULL;
+    if (!m)
+        return;
+    m->len = 2 + nl;
+    nxl_ucx_name_put(m->buf, me, nl);
+    nxl_ucx_side_send(u, c->rail_ep[i], NXL_UCX_AM_MAIN_OUT, m);
+}
+
+static void main_out(ucx_t *u, ucx_conn_t *c, const char *why, bool tell);
+
+/* the connection to agent @p from that has rails (not failed, not unloaded;
+ * its main endpoint may be out), or NULL */
+static ucx_conn_t *rails_conn_named(ucx_t *u, const char *from)
+{
+    ucx_conn_t *c;
+    LIST_FOREACH(c, &u->conns, link)
+    if (c->nrails && c->rx && !c->failed && !c->unloaded && !strcmp(c->name, from))
+        return c;
+    return NULL;
+}
+
+/* a message of the peer's on rail r: that rail carries (rail_best) */
+static ucx_conn_t *rail_heard(ucx_rail_t *r, const void *data, size_t len)
+{
+    char from[256];
+    ucx_conn_t *c = nxl_ucx_name_get(data, len, from) ? rails_conn_named(r->u, from) : NULL;
+    if (c && r->idx < c->nrails)
+        c->rx->ok_us[r->idx] = nxlt_now_us();
+    return c;
+}
+
+static ucs_status_t rail_am_notif(void *arg, const void *header, size_t hlen, void *data,
+                                  size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_rail_t *r = arg;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+        rail_heard(r, data, len);
+    return nxl_ucx_am_recv(r->u, header, hlen, data, len, param);
+}
+
+static ucs_status_t rail_am_main_out(void *arg, const void *header, size_t hlen, void *data,
+                                     size_t len, const ucp_am_recv_param_t *param)
+{
+    ucx_rail_t *r = arg;
+    ucx_t *u = r->u;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        return UCS_OK;
+    ucx_conn_t *c = rail_heard(r, data, len);
+    if (!c || c->main_out || !c->ep || c->wiring || c->aborted || c->abort_req ||
+        c->renew_due || !rails_live(c))
+        return UCS_OK;
+    c->main_due = UCS_ERR_CANCELED; /* taken out from the loop (nxl_ucx_main_due), not
+                                     * inside UCX's call */
+    nxl_ucx_kick(u);
+    return UCS_OK;
+}
+
+/* c's main endpoint out: closed, its ops onto the rails; the peer told
+ * (@p tell) */
+/* From the loop, or a post (rma.c): c's main endpoint taken out if its
+ * failure (UCX's error, or the peer's word) waits for it (c->main_due) */
+void nxl_ucx_main_due(ucx_conn_t *c)
+{
+    ucs_status_t st = c->main_due;
+    if (st == UCS_OK)
+        return;
+    c->main_due = UCS_OK;
+    if (!c->main_out && c->ep && !c->failed && !c->unloaded && !c->wiring && !c->aborted &&
+        !c->abort_req && rails_live(c))
+        main_out(c->u, c, st == UCS_ERR_CANCELED ? "the peer took its main endpoint to us out"
+                                                 : ucs_status_string(st),
+                 st != UCS_ERR_CANCELED);
+    else if (st != UCS_ERR_CANCELED && !c->main_out && !c->failed)
+        nxl_ucx_conn_fail(c, st, false); /* no rail up meanwhile: as without rails */
+}
+
+static void main_out(ucx_t *u, ucx_conn_t *c, const char *why, bool tell)
+{
+    c->main_due = UCS_OK;
+    size_t n = 0, k = 0;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    n += on_main(o, c);
+    ucx_op_t **mv = n ? malloc(n * sizeof(*mv)) : NULL;
+    if (n && !mv)
+        return; /* the stall timeout decides, as without rails */
+    LIST_FOREACH(o, &u->ops, link)
+    if (on_main(o, c)) {
+        /* UCX's request on the main endpoint still names it (not a
+         * one-message WRITE or READ sent, waiting for its answer) */
+        o->main_held = !(o->amw && o->amw_sent);
+        mv[k++] = o;
+    }
+    c->main_out = true;
+    c->heard = false; /* the one-message paths wait for the peer's word again */
+    c->fence = c->fence_only = false;
+    c->main_tries = 0;
+    if (!c->main_backoff_ms)
+        c->main_backoff_ms = RAIL_RETRY_MIN_MS;
+    nxl_rail_retry_later(&c->main_retry_at, &c->main_backoff_ms, nxlt_now_us());
+    nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: the main endpoint to agent '%s' taken out (%s): its "
+             "%zu operation(s) and every transfer and notification to it go over the %u "
+             "rail(s) up until it is back", c->name, why, n, rails_live(c));
+    c->net.progress_us = nxl_ucx_coarse_us(); /* its ops start again: not a stall of the peer */
+    if (tell)
+        main_out_tell(u, c);
+    c->refs++;
+    /* over TCP what the kernel holds of it is dropped, never delivered
+     * after what is posted again on the rails (tcpreset.c) */
+    nxl_ucx_socks_reset_unacked(&c->socks);
+    if (c->ep) {
+        c->forced = true;
+        nxl_ucx_ep_close(u, c->ep, true);
+        c->ep = NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        main_move(u, c, mv[i]);
+    free(mv);
+    nxl_ucx_conn_put(c);
+    nxl_ucx_kick(u);
+}
+
+/* From the watch (worker.c), while ops are in flight: c's main endpoint
+ * stalled while a rail is up? */
+void nxl_ucx_main_check(ucx_t *u, ucx_conn_t *c, uint64_t now)
+{
+    if (!u->rails || c->main_out || c->nrails < 2 || c->failed || c->fail_deferred ||
+        c->unloaded || !c->ep || c->wiring || c->aborted || c->abort_req || c->renew_due ||
+        !rails_live(c))
+        return;
+    /* the rule of a rail's piece, at the fastest rail's measured rate (the
+     * main path has none of its own) */
+    uint64_t cap = u->net.stall_us ? u->net.stall_us / 2 : UINT64_MAX;
+    const nxl_rail_rate_t *rate = &u->rails->r[0].rate;
+    for (unsigned i = 1; i < c->nrails; i++)
+        if (u->rails->r[i].rate.bps > rate->bps)
+            rate = &u->rails->r[i].rate;
+    uint64_t lo = RAIL_STALL_MIN_US < cap ? RAIL_STALL_MIN_US : cap;
+    ucx_op_t *o;
+    LIST_FOREACH(o, &u->ops, link)
+    {
+        if (!on_main(o, c) || now <= o->t0 || now - o->t0 <= lo)
+            continue;
+        size_t bytes = 0;
+        for (size_t i = 0; i < o->n; i++)
+            bytes += o->iov[i].len;
+        if (now - o->t0 <= nxl_rail_stall_us(rate, bytes, RAIL_STALL_MIN_US, cap))
+            continue;
+        char why[96];
+        snprintf(why, sizeof(why), "an operation on it not done after %llu ms",
+                 (unsigned long long)((now - o->t0) / 1000));
+        main_out(u, c, why, true);
+        return;
+    }
+}
+
+/* conn.c: UCX failed c's main endpoint (@p status): true when a rail is up,
+ * the endpoint then taken out (or its try over), not the connection */
+bool nxl_ucx_main_fail(ucx_conn_t *c, ucs_status_t status)
+{
+    ucx_t *u = c->u;
+    if (!u->rails || c->nrails < 2 || c->unloaded || c->self || c->local || !rails_live(c))
+        return false;
+    /* closed from the loop (main_retry): not inside UCX's error callback,
+     * whose caller goes on with the endpoint (UCX 1.13 asserted in
+     * wireup_ep.c:494 on a try's endpoint closed there) */
+    if (c->main_out) { /* a try's endpoint failed */
+        if (c->ep)
+            c->main_try_failed = status;
+        nxl_ucx_kick(u);
+        return true;
+    }
+    if (c->wiring || c->aborted || c->abort_req || c->renew_due || !c->ep)
+        return false;
+    c->main_due = status;
+    nxl_ucx_kick(u);
+    return true;
+}
+
+/* a try of the main endpoint over, failed: closed by force, the next later */
+static void main_try_fail(ucx_t *u, ucx_conn_t *c, const char *why)
+{
+    nxl_ucx_main_try_over(c);
+    if (c->ep) {
+        nxl_ucx_socks_reset_unacked(&c->socks);
+        c->forced = true;
+        nxl_ucx_ep_close(u, c->ep, true);
+        c->ep = NULL;
+    }
+    unsigned wait = c->main_backoff_ms;
+    nxl_rail_retry_later(&c->main_retry_at, &c->main_backoff_ms, nxlt_now_us());
+    nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: the main endpoint to agent '%s' still out (try %u: "
+             "%s); tried again in %u ms", c->name, c->main_tries, why, wait);
+    nxl_ucx_kick(u);
+}
+
+/* conn.c: the try's message completed (@p st) */
+void nxl_ucx_main_hello(ucx_conn_t *c, ucs_status_t st)
+{
+    ucx_t *u = c->u;
+    if (!c->main_out || !c->wiring)
+        return;
+    if (st != UCS_OK) {
+        main_try_fail(u, c, ucs_status_string(st));
+        return;
+    }
+    c->wiring = false;
+    c->main_out = false;
+    c->main_backoff_ms = RAIL_RETRY_MIN_MS;
+    nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: the main endpoint to agent '%s' is back (try %u): it "
+             "carries notifications and transfers below rail_min again", c->name, c->main_tries);
+    nxl_ucx_kick(u);
+}
+
+/* From rails_check: c's main endpoint out: tried when due, a try not
+ * through after RAIL_PROBE_US failed; the time due next */
+static uint64_t main_retry(ucx_t *u, ucx_conn_t *c, uint64_t now)
+{
+    nxl_ucx_main_due(c);
+    if (!c->main_out || c->failed || c->unloaded)
+        return UINT64_MAX;
+    if (c->main_try_failed != UCS_OK) {
+        ucs_status_t st = c->main_try_failed;
+        c->main_try_failed = UCS_OK;
+        if (c->ep)
+            main_try_fail(u, c, ucs_status_string(st));
+    }
+    if (c->ep) { /* a try under way, since main_retry_at */
+        if (now - c->main_retry_at > RAIL_PROBE_US)
+            main_try_fail(u, c, "its first message not through after 1 s");
+        else
+            return c->main_retry_at + RAIL_PROBE_US;
+    }
+    if (c->ep || now < c->main_retry_at)
+        return c->ep ? UINT64_MAX : c->main_retry_at;
+    c->main_tries++;
+    c->main_retry_at = now;
+    ucs_status_t st = nxl_ucx_main_try(c);
+    if (st != UCS_OK) {
+        main_try_fail(u, c, ucs_status_string(st));
+        return c->main_retry_at;
+    }
+    return c->main_out && c->ep ? now + RAIL_PROBE_US : UINT64_MAX;
 }

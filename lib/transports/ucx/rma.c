@@ -132,6 +132,11 @@ void nxl_ucx_op_finish(ucx_op_t *o, ucs_status_t st)
         o->ucx_done = true; /* freed once the abort completed (conn.c, abort_done) */
         return;
     }
+    if (o->main_held) { /* moved onto the rails: freed at its main request's end (rails.c) */
+        nxl_ucx_op_report(o, st);
+        o->moved_done = true;
+        return;
+    }
     nxl_ucx_op_report(o, st);
     nxl_ucx_op_free(o);
 }
@@ -141,6 +146,8 @@ static void flush_done(void *req, ucs_status_t st, void *arg)
     ucx_op_t *o = arg;
     if (req)
         ucp_request_free(req);
+    if (nxl_ucx_main_moved(o))
+        return; /* its main endpoint was taken out: the rails carry it (rails.c) */
     /* canceled (NXLT_CAP_CANCEL_WAITS): the flush saw every put and get of
      * it through, so its buffers are free now; its notification stays */
     if (st != UCS_OK || o->st != UCS_OK || !o->notif || (o->op && nxlt_op_canceled(o->op)))
@@ -176,16 +183,38 @@ ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me,
     o->conn = c;
     c->refs++;
     bool first = nxl_netop_start(&u->net, &c->net, nxl_ucx_coarse_us);
+    if (c->nrails)
+        o->t0 = nxl_ucx_coarse_us(); /* its main endpoint's stall (rails.c) */
     LIST_INSERT_HEAD(&u->ops, o, link);
     if (first)
         nxl_ucx_watch_start(u);
     return o;
 }
 
+/* x's elements kept with o (o->iov, o->n, o->read): posted again elsewhere
+ * should its path fail (rails.c). 0, or -1 out of memory */
+int nxl_ucx_op_keep_iov(ucx_op_t *o, const nxlt_xfer_t *x)
+{
+    if (o->iov_cap < x->n) {
+        nxlt_iov_t *v = malloc(x->n * sizeof(*v));
+        if (!v)
+            return -1;
+        free(o->iov);
+        o->iov = v;
+        o->iov_cap = x->n;
+    }
+    memcpy(o->iov, x->iov, x->n * sizeof(*o->iov));
+    o->n = x->n;
+    o->read = x->op == NXL_READ;
+    return 0;
+}
+
 nxl_status_t nxl_ucx_check_conn(ucx_t *u, ucx_conn_t *c, const char *call)
 {
     nxl_ucx_local_gone(u);
-    if (!c->failed && !c->fail_deferred && (c->ep || c->wiring))
+    if (c->main_due != UCS_OK)
+        nxl_ucx_main_due(c); /* its main endpoint failed: out before this post (rails.c) */
+    if (!c->failed && !c->fail_deferred && (c->ep || c->wiring || c->main_out))
         return NXL_SUCCESS;
     nxlt_error(u->ctx, "UCX: %s: the connection to agent '%s' failed earlier (%s); reload its "
                "metadata once it is back", call, c->name,
@@ -287,8 +316,19 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
     bool dram = x->ltype == NXL_DRAM && x->rtype == NXL_DRAM;
     bool one = dram && !c->wiring; /* the one-message paths may take it */
     int r; /* another path's answer: 1 posted, -1 failed, 0 not taken */
-    /* not taken: too large (puts, a flush, then the notification) */
-    if (one && x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max &&
+    if (c->main_out) {
+        /* its main endpoint taken out: the rails carry every transfer
+         * (rails.c); not taken (regions without rails): it fails */
+        if ((r = nxl_ucx_rails_post(u, op, c, x)) != 0)
+            return TAKEN(r);
+        nxlt_error(u->ctx, "UCX: the main path to agent '%s' is out and this transfer cannot "
+                   "go over its rails (not DRAM, or regions not registered with every rail)",
+                   c->name);
+        return NXL_ERR_REMOTE_DISCONNECT;
+    }
+    /* not taken: too large (puts, a flush, then the notification); not to
+     * a peer with rails (its message could not be failed over: rails.c) */
+    if (one && x->op == NXL_WRITE && x->notif && c->am_write && u->am_write_max && !c->nrails &&
         (r = nxl_ucx_post_am_write(u, op, c, x)) != 0)
         return TAKEN(r);
     if (!c->wiring && nxl_ucx_cma_usable(u, c, x))
@@ -336,6 +376,10 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         o->read = x->op == NXL_READ;
         o->wire_wait = true;
         return NXL_SUCCESS;
+    }
+    if (c->nrails && nxl_ucx_op_keep_iov(o, x) != 0) {
+        nxl_ucx_op_drop(o);
+        return NXL_ERR_UNKNOWN;
     }
     u->in_ucx++;
     ucs_status_t st = nxl_ucx_post_rma(u, o, x->op == NXL_WRITE, x->iov, x->n, 0);

@@ -76,6 +76,7 @@
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
 #define NXL_UCX_AM_READ 0x6e7d /* a small READ's request: the target answers with the bytes */
 #define NXL_UCX_AM_READ_REPLY 0x6e7e /* ... the answer: the bytes (or why not) */
+#define NXL_UCX_AM_MAIN_OUT 0x6e7f /* on a rail: the sender took its main endpoint to us out */
 /* the status byte of an AM_WRITE_ACK numbered 0 (a new endpoint's first
  * message, conn.c): renewed after the old connection to the sender failed
  * or was closed here, nothing more of it applied (the sender's name follows) */
@@ -260,6 +261,16 @@ struct ucx_conn {
                                                 * (tcpreset.c) */
     unsigned rail_aborts;       /* rail endpoints' closes at an abort UCX still holds: the
                                  * abort completes after them too (rails.c) */
+    bool main_out;              /* its main endpoint stalled with a rail up: closed, and every
+                                 * transfer and notification goes over the rails (rails.c) */
+    ucp_ep_h main_probe;        /* ... a new main endpoint, tried: back once its first
+                                 * message is through (rails.c, main_retry) */
+    uint64_t main_retry_at;     /* ... when the main endpoint is tried again */
+    unsigned main_backoff_ms;   /* ... the wait after the next failed try */
+    unsigned main_tries;
+    ucs_status_t main_due;      /* UCX failed the main endpoint, or the peer said its main
+                                 * endpoint to us is out (CANCELED): taken out from the loop */
+    ucs_status_t main_try_failed; /* ... a try's endpoint failed: closed from the loop */
     LIST_ENTRY(ucx_conn) link;
 };
 
@@ -318,6 +329,11 @@ typedef struct ucx_op {
                                  * notification: and AMW_BARE (9 bytes) */
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
     unsigned pieces;            /* striped over rails: pieces not completed yet (rails.c) */
+    uint64_t t0;                /* posted (nxl_ucx_coarse_us): its main endpoint's stall */
+    bool main_held;             /* moved off a stalled main endpoint onto the rails (rails.c):
+                                 * UCX's request there still names it (freed at its callback) */
+    bool moved_done;            /* ... and the rails completed it: freed at that callback */
+    bool rail_notif;            /* its notification went on a rail (rails.c) */
 } ucx_op_t;
 
 /* The sender's name that begins the transport's messages (a notification,
@@ -382,6 +398,8 @@ ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size
                                  const void *buf, size_t len, uint32_t flags,
                                  ucp_send_nbx_callback_t cb, void *arg);
 void nxl_ucx_conn_fail(ucx_conn_t *c, ucs_status_t status, bool stalled);
+ucs_status_t nxl_ucx_main_try(ucx_conn_t *c);
+void nxl_ucx_main_try_over(ucx_conn_t *c);
 nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info, size_t len,
                                void **out);
 void nxl_ucx_unload_conn(void *state, void *conn);
@@ -418,6 +436,7 @@ unsigned char *nxl_ucx_op_buf(ucx_op_t *o, size_t len);
 void nxl_ucx_op_finish(ucx_op_t *o, ucs_status_t st);
 ucx_op_t *nxl_ucx_op_new(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const char *me, const void *msg,
                          size_t len, bool with_notif);
+int nxl_ucx_op_keep_iov(ucx_op_t *o, const nxlt_xfer_t *x);
 nxl_status_t nxl_ucx_check_conn(ucx_t *u, ucx_conn_t *c, const char *call);
 ucs_status_t nxl_ucx_post_rma(ucx_t *u, ucx_op_t *o, bool write, const nxlt_iov_t *iov, size_t n,
                               size_t skip);
@@ -442,6 +461,12 @@ void nxl_ucx_rails_load_key(ucx_t *u, ucx_conn_t *c, const unsigned char *buf, s
                             size_t at, ucx_rkey_t *k);
 void nxl_ucx_rails_unload_key(ucx_rkey_t *k);
 int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+bool nxl_ucx_main_moved(ucx_op_t *o);
+bool nxl_ucx_rails_notif(ucx_op_t *o);
+void nxl_ucx_main_check(ucx_t *u, ucx_conn_t *c, uint64_t now);
+bool nxl_ucx_main_fail(ucx_conn_t *c, ucs_status_t status);
+void nxl_ucx_main_hello(ucx_conn_t *c, ucs_status_t st);
+void nxl_ucx_main_due(ucx_conn_t *c);
 
 /* am.c */
 bool nxl_ucx_later(ucx_t *u, ucp_am_recv_callback_t cb, const void *data, size_t len,

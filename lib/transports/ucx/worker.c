@@ -430,8 +430,11 @@ void nxl_ucx_on_watch(nxlt_timer_t *t, void *arg)
     uint64_t now = nxl_ucx_coarse_us();
     ucx_conn_t *c;
     LIST_FOREACH(c, &u->conns, link)
-    if (!c->failed && nxl_netop_stalled(&u->net, &c->net, now))
-        nxl_ucx_conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
+    {
+        nxl_ucx_main_check(u, c, now); /* with rails: its main endpoint stalled (rails.c) */
+        if (!c->failed && nxl_netop_stalled(&u->net, &c->net, now))
+            nxl_ucx_conn_fail(c, UCS_ERR_ENDPOINT_TIMEOUT, true);
+    }
 
     /* armed while ops are in flight; the first op after an idle period
      * re-arms it (an op started meanwhile keeps it going: no timer is
