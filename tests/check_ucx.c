@@ -613,8 +613,9 @@ START_TEST(t_cma_peer_killed)
 }
 END_TEST
 
-/* this process's threads named nxl-cma (cmasplit.c's copy thread) */
-static int copy_threads(void)
+/* this process's threads named nxl-cma (cmasplit.c's copy thread); with
+ * @p csw, the last one's context switches (voluntary and not) */
+static int copy_threads_csw(long *csw)
 {
     DIR *d = opendir("/proc/self/task");
     ck_assert(d);
@@ -626,8 +627,19 @@ static int copy_threads(void)
             continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
         FILE *f = fopen(path, "r");
-        if (f && fgets(name, sizeof(name), f) && !strncmp(name, "nxl-cma", 7))
+        if (f && fgets(name, sizeof(name), f) && !strncmp(name, "nxl-cma", 7)) {
             n++;
+            snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+            FILE *st = csw ? fopen(path, "r") : NULL;
+            char line[128];
+            long v;
+            for (*(csw ? csw : &v) = 0; st && fgets(line, sizeof(line), st);)
+                if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+                    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+                    *csw += v;
+            if (st)
+                fclose(st);
+        }
         if (f)
             fclose(f);
     }
@@ -635,12 +647,15 @@ static int copy_threads(void)
     return n;
 }
 
+static int copy_threads(void) { return copy_threads_csw(NULL); }
+
 /* Copies shared with the copy thread (cma_split; 0: a call of at least
  * 4 KiB, so that pieces end inside elements; 1: the default, 512 KiB): to
  * a stopped target, WRITEs and READs of odd sizes at odd offsets move every
  * byte right by their completion; a 64 MiB WRITE canceled at once, and one
- * with a deadline of 1 ms, end canceled and timed out; the copy thread is
- * joined at the agent's destroy (the suite under valgrind or ASan) */
+ * with a deadline of 1 ms, end canceled and timed out; the copy thread
+ * sleeps between copies, and is joined at the agent's destroy (the suite
+ * under valgrind or ASan) */
 START_TEST(t_cma_split)
 {
     peer_t p = peer_start(TLEN, 19);
@@ -691,14 +706,28 @@ START_TEST(t_cma_split)
                 ck_abort_msg("round %d: READ element %zu wrong", round, i);
         tl_fill(buf, TLEN, 40 + (uint32_t)round);
     }
-    if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
+    if (sysconf(_SC_NPROCESSORS_ONLN) > 1) {
         ck_assert_msg(copy_threads() == 1, "%d copy threads (nxl-cma) running", copy_threads());
-    /* canceled at once, and past a deadline of 1 ms: 16 MiB calls in
-     * slices of the loop, far from done */
+        /* asleep between copies: not one wake-up in 300 ms without any */
+        long c0, c1;
+        copy_threads_csw(&c0);
+        usleep(300000);
+        copy_threads_csw(&c1);
+        ck_assert_msg(c1 == c0, "the copy thread woke %ld times in 300 ms of no copies",
+                      c1 - c0);
+    }
+    /* canceled at once, and past a deadline of 1 ms: the whole region 16
+     * times over (384 calls of 1 MiB in slices of the loop), far from done */
     nxl_xfer_t *x;
     nxl_future_t *f;
-    ck_assert_int_eq(tl_xfer1(A, NXL_WRITE, (uintptr_t)buf, p.addr, TLEN, "T", NULL, &x),
-                     NXL_SUCCESS);
+    nxl_desc_t ld[16], rd[16];
+    for (int k = 0; k < 16; k++) {
+        ld[k] = (nxl_desc_t){.addr = (uintptr_t)buf, .len = TLEN};
+        rd[k] = (nxl_desc_t){.addr = p.addr, .len = TLEN};
+    }
+    nxl_dlist_t ll = {NXL_DRAM, ld, 16}, rl = {NXL_DRAM, rd, 16};
+    ck_assert_msg(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(A));
     for (int k = 0; k < 2; k++) {
         if (k)
             nxl_xfer_set_deadline(x, 1);
