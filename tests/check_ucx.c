@@ -622,7 +622,7 @@ static int copy_threads_csw(long *csw)
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        char path[64], name[32] = "";
+        char path[300], name[32] = "";
         if (e->d_name[0] == '.')
             continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);

@@ -223,7 +223,7 @@ ssize_t nxl_ucx_split_copy(ucx_t *u, pid_t pid, bool read, const struct iovec *l
     /* the copy thread's last piece (a piece is tens of microseconds; a
      * copy thread descheduled meanwhile gets the CPU back) */
     for (unsigned spins = 0; atomic_load_explicit(&s->pending, memory_order_acquire); spins++)
-        if (spins < 1u << 16)
+        if (spins < 1u << 12)
             cpu_relax();
         else
             sched_yield();
