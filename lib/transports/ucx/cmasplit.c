@@ -48,6 +48,7 @@ typedef struct piece {
 
 struct ucx_split {
     pthread_t th;
+    pid_t owner; /* the process that started it (a child forked since has no copy thread) */
     _Atomic uint32_t gen; /* futex word: a new copy, or stop */
     _Atomic bool stop;
     _Atomic int next;    /* the next piece to take (CLOSED between copies) */
@@ -114,7 +115,8 @@ void nxl_ucx_split_fini(ucx_t *u)
     ucx_split_t *s = u->cma_split_state;
     if (!s)
         return;
-    stop_thread(s);
+    if (s->owner == getpid())
+        stop_thread(s);
     free(s->liov);
     free(s);
     u->cma_split_state = NULL;
@@ -123,8 +125,10 @@ void nxl_ucx_split_fini(ucx_t *u)
 /* the copy thread, started on first use; NULL when it cannot be (said once) */
 static ucx_split_t *split_get(ucx_t *u)
 {
-    if (u->cma_split_state || u->cma_split_failed)
-        return u->cma_split_state;
+    if (u->cma_split_failed)
+        return NULL;
+    if (u->cma_split_state)
+        return u->cma_split_state->owner == getpid() ? u->cma_split_state : NULL;
     ucx_split_t *s = calloc(1, sizeof(*s));
     if (s)
         s->liov = malloc(2 * (IOV_MAX + PIECES) * sizeof(struct iovec));
@@ -150,6 +154,7 @@ static ucx_split_t *split_get(ucx_t *u)
 #ifdef __GLIBC__
     pthread_setname_np(s->th, "nxl-cma");
 #endif
+    s->owner = getpid();
     u->cma_split_state = s;
     nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: copy thread started: cross-memory attach calls of "
              "at least %zu bytes are shared with it", u->cma_split);
