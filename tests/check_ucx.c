@@ -12,11 +12,13 @@
  * data; a target killed mid-transfer fails it; a kernel that refuses
  * (seccomp here) sends the transfer back to UCX; bounds and revocation
  * are still refused. A target's process is watched with cross-memory
- * attach off or refused too: its death is noticed at once. Registered
+ * attach off or refused too: its death is noticed at once. Large copies
+ * shared with the agent's copy thread move every byte right. Registered
  * malloc'd DRAM goes onto 2 MiB pages on both sides (thp_collapse). */
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -570,15 +572,17 @@ START_TEST(t_cma_off)
 }
 END_TEST
 
-/* the target dies during a WRITE (copied 4 KiB a system call, so that it
- * spans many loop turns): the transfer fails, its sentence says why */
+/* the target dies during a WRITE (copied 4 KiB a system call, or 64 KiB
+ * shared with the copy thread, so that it spans many loop turns): the
+ * transfer fails once, its sentence says why */
 START_TEST(t_cma_peer_killed)
 {
     size_t len = 64u << 20;
     peer_t p = peer_start(len, 1);
-    nxl_param_t prm = {"cma_chunk", "4096"};
+    /* 1: 64 KiB calls, each shared with the copy thread (cma_split) */
+    nxl_param_t prm[2] = {{"cma_chunk", _i ? "65536" : "4096"}, {"cma_split", "4096"}};
     unsigned char *buf = calloc(1, len);
-    nxl_agent_t *A = initiator_to(&p, &prm, 1, buf, len);
+    nxl_agent_t *A = initiator_to(&p, prm, _i ? 2 : 1, buf, len);
     nxl_xfer_t *x = write_to(A, &p, buf, len);
     ndone = 0;
     last_st = NXL_IN_PROG;
@@ -606,6 +610,140 @@ START_TEST(t_cma_peer_killed)
     close(p.cmd);
     close(p.ans);
     free(buf);
+}
+END_TEST
+
+/* this process's threads named nxl-cma (cmasplit.c's copy thread); with
+ * @p csw, the last one's context switches (voluntary and not) */
+static int copy_threads_csw(long *csw)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[300], name[32] = "";
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(name, sizeof(name), f) && !strncmp(name, "nxl-cma", 7)) {
+            n++;
+            snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+            FILE *st = csw ? fopen(path, "r") : NULL;
+            char line[128];
+            long v;
+            for (*(csw ? csw : &v) = 0; st && fgets(line, sizeof(line), st);)
+                if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+                    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+                    *csw += v;
+            if (st)
+                fclose(st);
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+static int copy_threads(void) { return copy_threads_csw(NULL); }
+
+/* Copies shared with the copy thread (cma_split; 0: a call of at least
+ * 4 KiB, so that pieces end inside elements; 1: the default, 512 KiB): to
+ * a stopped target, WRITEs and READs of odd sizes at odd offsets move every
+ * byte right by their completion; a 64 MiB WRITE canceled at once, and one
+ * with a deadline of 1 ms, end canceled and timed out; the copy thread
+ * sleeps between copies, and is joined at the agent's destroy (the suite
+ * under valgrind or ASan) */
+START_TEST(t_cma_split)
+{
+    peer_t p = peer_start(TLEN, 19);
+    unsigned char *buf = malloc(TLEN), *got = malloc(TLEN), *want = malloc(TLEN);
+    tl_fill(buf, TLEN, 23);
+    nxl_param_t prm = {"cma_split", "4096"};
+    nxl_agent_t *A = initiator_to(&p, &prm, _i ? 0 : 1, buf, TLEN);
+    static const size_t len[] = {(5u << 20) + 3, 4099, 1, (1u << 20) + 1, 524288, 65539, 4096,
+                                 (2u << 20) - 7};
+    size_t n = sizeof(len) / sizeof(*len), loff[8], roff[8], at = 0;
+    for (size_t i = 0; i < n; i++) {
+        loff[i] = at + 3 * i + 1;
+        roff[i] = at + 5 * i + 2;
+        at += len[i] + 64;
+    }
+    ck_assert(at < TLEN);
+    kill(p.pid, SIGSTOP);
+    tl_fill(want, TLEN, 19);
+    for (int round = 0; round < 3; round++) {
+        /* one transfer of all, then each alone */
+        if (!round) {
+            ck_assert_msg(xfer(A, NXL_WRITE, buf, p.addr, loff, roff, len, n, NULL, 10000),
+                          "a WRITE shared with the copy thread did not complete; log:\n%s",
+                          logbuf);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                ck_assert(xfer(A, NXL_WRITE, buf, p.addr, &loff[i], &roff[i], &len[i], 1, NULL,
+                               10000));
+                ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+            }
+        }
+        ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+        for (size_t i = 0; i < n; i++)
+            memcpy(want + roff[i], buf + loff[i], len[i]);
+        peek(&p, 0, got, TLEN);
+        if (memcmp(got, want, TLEN)) {
+            size_t i = 0;
+            while (got[i] == want[i])
+                i++;
+            ck_abort_msg("round %d: target byte %zu wrong after the WRITE", round, i);
+        }
+        /* READ back into other bytes */
+        memset(buf, 0, TLEN);
+        ck_assert(xfer(A, NXL_READ, buf, p.addr, loff, roff, len, n, NULL, 10000));
+        ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(buf + loff[i], want + roff[i], len[i]))
+                ck_abort_msg("round %d: READ element %zu wrong", round, i);
+        tl_fill(buf, TLEN, 40 + (uint32_t)round);
+    }
+    if (sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+        ck_assert_msg(copy_threads() == 1, "%d copy threads (nxl-cma) running", copy_threads());
+        /* asleep between copies: not one wake-up in 300 ms without any */
+        long c0, c1;
+        copy_threads_csw(&c0);
+        usleep(300000);
+        copy_threads_csw(&c1);
+        ck_assert_msg(c1 == c0, "the copy thread woke %ld times in 300 ms of no copies",
+                      c1 - c0);
+    }
+    /* canceled at once, and past a deadline of 1 ms: the whole region 16
+     * times over (384 calls of 1 MiB in slices of the loop), far from done */
+    nxl_xfer_t *x;
+    nxl_future_t *f;
+    nxl_desc_t ld[16], rd[16];
+    for (int k = 0; k < 16; k++) {
+        ld[k] = (nxl_desc_t){.addr = (uintptr_t)buf, .len = TLEN};
+        rd[k] = (nxl_desc_t){.addr = p.addr, .len = TLEN};
+    }
+    nxl_dlist_t ll = {NXL_DRAM, ld, 16}, rl = {NXL_DRAM, rd, 16};
+    ck_assert_msg(nxl_xfer_create(A, NXL_WRITE, &ll, &rl, "T", NULL, &x) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(A));
+    for (int k = 0; k < 2; k++) {
+        if (k)
+            nxl_xfer_set_deadline(x, 1);
+        ck_assert_int_eq(nxl_xfer_post(x, NULL, NULL, &f), NXL_SUCCESS);
+        if (!k)
+            nxl_future_cancel(f);
+        nxl_status_t st = nxl_future_wait(f, 10000);
+        ck_assert_msg(st == (k ? NXL_ERR_TIMEOUT : NXL_ERR_CANCELED), "%s: %s",
+                      k ? "past its deadline" : "canceled", nxl_status_name(st));
+        nxl_future_release(f);
+    }
+    nxl_xfer_release(x);
+    kill(p.pid, SIGCONT);
+    finish(A, &p, buf);
+    ck_assert_msg(copy_threads() == 0, "the copy thread outlived its agent");
+    free(got), free(want);
 }
 END_TEST
 
@@ -1277,8 +1415,10 @@ int main(void)
              t_ack_answered);
     TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed, t_bare_write,
              t_ack_answered);
-    TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_peer_killed,
-             t_cma_refused, t_cma_bounds_revoked, t_cma_window);
+    TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_refused,
+             t_cma_bounds_revoked, t_cma_window);
+    tcase_add_loop_test(tm, t_cma_peer_killed, 0, 2);
+    tcase_add_loop_test(tm, t_cma_split, 0, 2);
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
     tcase_add_loop_test(tm, t_pid_watched, 0, 3);
     tcase_add_loop_test(tm, t_thp, 0, 3);

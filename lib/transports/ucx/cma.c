@@ -394,8 +394,7 @@ static void cma_step(ucx_t *u, uint64_t now)
         }
         if (now - c->pid_seen_us >= CMA_PID_CHECK_US)
             c->pid_seen_us = now;
-        k = h->read ? process_vm_readv(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0)
-                    : process_vm_writev(c->pid, u->cma_liov, cnt, u->cma_riov, cnt, 0);
+        k = nxl_ucx_split_copy(u, c->pid, h->read, u->cma_liov, u->cma_riov, cnt, bytes);
         if (k <= 0) { /* the first piece, the head's, failed */
             int err = k < 0 ? errno : EFAULT;
             if (err == EPERM || err == EACCES) {

@@ -9,6 +9,7 @@
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
+#define CMA_SPLIT_DEFAULT (512u << 10) /* calls of this many bytes share the copy (cmasplit.c) */
 /* UCX's keepalive: each interval UCX checks its endpoints (over shared
  * memory it reads the peer's /proc/PID/stat and wakes it), one wake-up of
  * this process and one of each peer's. Peers on this host are watched by
@@ -148,7 +149,8 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
                                     CMA_ON,   CMA_OFF, CMA_OFF, CMA_OFF};
     nxlt_ctx_t *ctx = u->ctx;
     uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, am_rmax = AM_READ_MAX_DEFAULT,
-             chunk = CMA_CHUNK_DEFAULT, cmax = 0;
+             chunk = CMA_CHUNK_DEFAULT, cmax = 0,
+             split = CMA_SPLIT_DEFAULT;
     int cma = 0, thp = NXLT_THP_AUTO;
     nxl_status_t ns = nxlt_param_duration(ctx, params, n, "stall_timeout", 0, UINT64_MAX,
                                           &stall_ms);
@@ -163,6 +165,8 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_uint(ctx, params, n, "cma_max", 0, UINT64_MAX, &cmax);
     if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "cma_split", 0, 1u << 30, &split);
+    if (ns == NXL_SUCCESS)
         ns = nxlt_thp_param(ctx, params, n, &thp);
     if (ns != NXL_SUCCESS)
         return ns;
@@ -173,6 +177,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     u->cma_mode = cma_modes[cma];
     u->cma_chunk = (size_t)chunk;
     u->cma_max = (size_t)cmax;
+    u->cma_split = (size_t)split;
     /* cma=auto follows the UCX transports asked for: with shared memory
      * left out (tls=tcp: a network, or hosts in network namespaces, to go
      * through) nothing goes around it */
@@ -572,6 +577,7 @@ static void destroy(void *state)
     nxlt_timer_free(u->ev_watch);
     nxlt_timer_free(u->ev_cma);
     nxlt_timer_free(u->ev_cma_now);
+    nxl_ucx_split_fini(u);
     free(u->cma_liov);
     if (u->w)
         ucp_worker_destroy(u->w);
@@ -608,6 +614,7 @@ static const char *describe(void *state)
 /* What create() takes: the engine refuses other keys, nxl_info -v lists
  * these (keep them with create()'s parsing) */
 _Static_assert(CMA_CHUNK_DEFAULT == 1048576, "ucx_params says cma_chunk=1048576");
+_Static_assert(CMA_SPLIT_DEFAULT == 524288, "ucx_params says cma_split=524288");
 static const nxl_param_info_t ucx_params[] = {
     {"tls", NULL, "UCX transports, as UCX_TLS (\"shm,self\", \"tcp\"); not given: UCX_TLS or all"},
     {"devices", NULL, "network devices, as UCX_NET_DEVICES; not given: UCX_NET_DEVICES or all"},
@@ -632,6 +639,9 @@ static const nxl_param_info_t ucx_params[] = {
     {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},
     {"cma_max", "0", "transfers of more bytes go through UCX instead of cross-memory attach "
      "(0: no limit)"},
+    {"cma_split", "524288", "a process_vm_writev/readv of at least this many bytes is cut in "
+     "pieces copied by this thread and a copy thread of the agent's, on the CPUs of this thread "
+     "and of the peer's process (0: never)"},
     {"thp_collapse", "auto", "registered DRAM regions onto 2 MiB pages in place (MADV_COLLAPSE): "
      "auto (with cross-memory attach, in the background), background, sync (before the "
      "registration returns), off"},

@@ -185,6 +185,10 @@ typedef struct ucx_state {
     bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
     struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
     uint64_t cma_xfers, cma_bytes; /* statistics */
+    size_t cma_split;           /* calls of this many bytes share the copy with a thread (0: never) */
+    struct ucx_split *cma_split_state; /* cmasplit.c: its copy thread, started on first use */
+    bool cma_split_failed;      /* no copy thread could be started: not tried again */
+    uint64_t cma_split_calls;   /* statistics: copies shared */
     int thp;                    /* NXLT_THP_*: registered DRAM onto 2 MiB pages (mr.c) */
     nxlt_thp_t *thp_state;      /* ../common/thp.c, made on first use */
     struct ucx_rails *rails;    /* the rails parameter's contexts and workers, or NULL (rails.c) */
@@ -414,6 +418,13 @@ bool nxl_ucx_cma_usable(ucx_t *u, ucx_conn_t *c, const nxlt_xfer_t *x);
 void nxl_ucx_on_cma(nxlt_timer_t *t, void *arg);
 void nxl_ucx_on_cma_now(nxlt_timer_t *t, void *arg);
 nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+
+/* cmasplit.c */
+#define CMA_SPLIT_PIECES 4 /* pieces of a shared copy, taken in turn by two threads */
+typedef struct ucx_split ucx_split_t;
+ssize_t nxl_ucx_split_copy(ucx_t *u, pid_t pid, bool read, const struct iovec *l,
+                           const struct iovec *r, size_t cnt, size_t bytes);
+void nxl_ucx_split_fini(ucx_t *u);
 
 /* mr.c */
 nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out);
