@@ -24,27 +24,29 @@
  * In the background, one 2 MiB range at a time, each at normal priority
  * (a thread at SCHED_IDLE that holds the mmap lock is preempted by any
  * other thread of the machine, and every copy into the process waits for
- * it: 6 ranges took 1.7 s that way on a loaded host), a pause twice as
+ * it: 6 ranges took 1.7 s that way on a loaded host), a pause 3 times as
  * long as the range took after each (the copies of a peer into this memory
- * get the lock two thirds of the time; with no pause they starve, and the
- * ranges take 10 ms each). When the rest of the process is busy (it used
- * more than half a CPU since the last range: it is the one copying) a
- * range waits first until the CPUs the thread may run on were idle half a
- * CPU's time or more (/proc/stat, looked at every 50 ms: a thread at
- * SCHED_IDLE would find such a CPU, but an unprivileged one cannot leave
- * SCHED_IDLE for the collapse, nor be woken promptly at the end), and the
- * pause is 3 times the range's time. The target of cross-memory attach
- * (the side whose pages the kernel pins one by one, where 2 MiB pages
- * count: 2.4-3.3 times the throughput here, against 1.0-1.4 for the
- * initiator's) is waiting meanwhile, so its ranges go at once. A range
- * whose pages are pinned by I/O in flight is refused (EAGAIN) and tried
- * again later, up to 20 times over a second. Failure is never an error:
- * the memory stays as it was (kernels before 6.1, file mappings, no huge
- * page free, pinned by I/O in flight: retried a few times). A range none
- * of whose pages the application has written yet (registered right after
- * malloc) is not collapsed (the kernel refuses it as it refuses a kernel
- * that cannot; mincore tells the two apart) but advised MADV_HUGEPAGE: its
- * first writes fault in a 2 MiB page where one is free.
+ * get the lock three quarters of the time; with no pause they starve, and
+ * the ranges take 10 ms each; with a pause of 2 t, 16 transfers in flight
+ * over a 256 MiB ring fresh from its registration moved less in their
+ * first second). While the rest of the process is busy (it used more
+ * than half a CPU over the last 5 ms: it is the one copying) a range
+ * waits first until the CPUs the thread may run on were idle half a CPU's
+ * time or more (/proc/stat, looked at every 50 ms: a thread at SCHED_IDLE
+ * would find such a CPU, but an unprivileged one cannot leave SCHED_IDLE
+ * for the collapse, nor be woken promptly at the end). The target of
+ * cross-memory attach (the side whose pages the kernel pins one by one,
+ * where 2 MiB pages count: 2.4-3.3 times the throughput here, against
+ * 1.0-1.4 for the initiator's) is waiting meanwhile, so its ranges go at
+ * once. A range whose pages are pinned by I/O in flight is refused
+ * (EAGAIN) and tried again later, up to 20 times over a second. Failure
+ * is never an error: the memory stays as it was (kernels before 6.1, file
+ * mappings, no huge page free, pinned by I/O in flight: retried a few
+ * times). A range none of whose pages the application has written yet
+ * (registered right after malloc) is not collapsed (the kernel refuses it
+ * as it refuses a kernel that cannot; mincore tells the two apart) but
+ * advised MADV_HUGEPAGE: its first writes fault in a 2 MiB page where one
+ * is free.
  *
  * At deregistration (nxlt_thp_drop) the region's ranges still queued are
  * dropped, and the one being collapsed is waited for: nothing is collapsed
@@ -68,8 +70,7 @@
 #define THP_SIZE (2u << 20)
 #define THP_TRIES 20         /* per range, when the kernel says EAGAIN (pinned by I/O, busy) */
 #define THP_RETRY_US 50000   /* between those tries */
-#define THP_PACE 2           /* in the background: after a range that took t, a pause of 2 t */
-#define THP_PACE_BUSY 3      /* the same when the rest of the process is busy */
+#define THP_PACE 3           /* in the background: after a range that took t, a pause of 3 t */
 #define THP_BUSY_WINDOW_US 5000 /* the process's CPU time is judged over at least this */
 #define THP_IDLE_WINDOW_US 50000 /* the CPUs' idle time (/proc/stat, in 10 ms ticks): this */
 
@@ -182,12 +183,13 @@ static unsigned thp_stat(uint64_t *idle, uint64_t *total)
     return n;
 }
 
-/* (the thread) waits until the CPUs it may run on have half a CPU idle,
- * looking every THP_IDLE_WINDOW_US; false when stopping */
-static bool thp_wait_idle(nxlt_thp_t *t, thp_load_t *l)
+/* (the thread) while the rest of the process is busy, waits until the
+ * CPUs it may run on have half a CPU idle, looking every
+ * THP_IDLE_WINDOW_US; *busy: whether it still is; false when stopping */
+static bool thp_wait_idle(nxlt_thp_t *t, thp_load_t *l, bool *busy)
 {
     bool waited = false;
-    for (;;) {
+    while ((*busy = thp_busy(l))) {
         uint64_t wall = thp_clock_ns(CLOCK_MONOTONIC);
         if (!l->st_wall || wall - l->st_wall >= THP_IDLE_WINDOW_US * 1000u) {
             uint64_t idle, total;
@@ -224,13 +226,13 @@ static bool thp_wait_idle(nxlt_thp_t *t, thp_load_t *l)
  * or at the range that said EAGAIN (to be tried again); mu not held.
  * bg: the thread, on t->walking (nxlt_thp_drop may shorten it meanwhile):
  * each range at normal priority, after an idle CPU when the rest of the
- * process is busy, a pause after each (THP_PACE, THP_PACE_BUSY) */
+ * process is busy, a pause after each (THP_PACE) */
 static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again, bool bg)
 {
     *again = false;
     for (;;) {
-        bool busy = bg && thp_busy(&t->load);
-        if (busy && !thp_wait_idle(t, &t->load))
+        bool busy = false;
+        if (bg && !thp_wait_idle(t, &t->load, &busy))
             return;
         pthread_mutex_lock(&t->mu);
         bool stop = t->stop || t->unsupported || r->a >= r->e;
@@ -269,7 +271,7 @@ static void thp_walk(nxlt_thp_t *t, thp_range_t *r, bool *again, bool bg)
             return;
         }
         if (bg && !e && more) {
-            uint64_t pause = dt * (busy ? THP_PACE_BUSY : THP_PACE);
+            uint64_t pause = dt * THP_PACE;
             usleep((useconds_t)(pause < 100000 ? pause : 100000));
         }
     }
