@@ -903,6 +903,52 @@ START_TEST(t_thp_collapse)
 }
 END_TEST
 
+/* thp_collapse=background: a region deregistered while the thread works
+ * on it is left alone once nxl_mem_deregister returned: memory mapped
+ * again at its addresses and written stays on plain pages */
+START_TEST(t_thp_dereg)
+{
+    const char *why = collapse_works();
+    if (why) {
+        printf("check_posix: t_thp_dereg skipped: this kernel cannot (%s)\n", why);
+        return;
+    }
+    extra_key = "thp_collapse";
+    extra_val = "background";
+    nxl_agent_t *a = px_agent("px", "threads", "0");
+    extra_key = NULL;
+    size_t len = 32 * MiB;
+    for (int round = 0; round < 4; round++) {
+        char *m = mmap(NULL, len + 2 * MiB, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ck_assert(m != MAP_FAILED);
+        char *p = (char *)(((uintptr_t)m + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+        memset(p, 1, len);
+        nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
+        ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
+        usleep((useconds_t)round * 2000);
+        ck_assert_int_eq(nxl_mem_deregister(a, NXL_DRAM, &d, 1), NXL_SUCCESS);
+        munmap(m, len + 2 * MiB);
+        char *q = mmap(p, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (q != p) {
+            if (q != MAP_FAILED)
+                munmap(q, len);
+            continue;
+        }
+        memset(q, 2, len);
+        uint64_t end = tl_now_ms() + 100;
+        while (tl_now_ms() < end)
+            nxl_agent_run_once(a, 10);
+        long kb = thp_kb(q);
+        munmap(q, len);
+        ck_assert_msg(kb == 0, "round %d: %ld kB of memory mapped after the deregistration "
+                      "collapsed onto 2 MiB pages", round, kb);
+    }
+    nxl_agent_destroy(a);
+}
+END_TEST
+
 /* Transfers posted from a completion callback are submitted together at
  * the end of the loop turn while they are small (one system call for 16
  * reads of 4 KiB), and one by one when large (64 KiB each: the block layer
@@ -1547,6 +1593,7 @@ int main(void)
     tcase_add_loop_test(tc, t_efbig, 0, 2);
     tcase_add_loop_test(tc, t_eio, 0, 2);
     tcase_add_loop_test(tc, t_thp_collapse, 0, 4);
+    tcase_add_test(tc, t_thp_dereg);
     tcase_add_loop_test(tc, t_batch_from_callbacks, 0, 2);
     tcase_add_loop_test(tc, t_full_fs, 0, 2);
     tcase_add_loop_test(tc, t_many_inflight, 0, 5);

@@ -43,6 +43,10 @@ static inline nxl_status_t nxlt_thp_param(nxlt_ctx_t *ctx, const nxl_param_t *pa
  * who names the transport in sentences; never fails. */
 void nxlt_thp_add(nxlt_thp_t **tp, nxlt_ctx_t *ctx, const char *who, int mode,
                   size_t sync_max, uint64_t addr, size_t len);
+/* the application gives [addr, addr + len) up: its 2 MiB ranges still
+ * queued are dropped, the one being collapsed now waited for (t: NULL,
+ * none asked) */
+void nxlt_thp_drop(nxlt_thp_t *t, uint64_t addr, size_t len);
 /* ends the thread (waits for the 2 MiB range it is on), writes what was
  * done into @p stats and frees *tp (NULL: "none asked") */
 void nxlt_thp_stop(nxlt_thp_t **tp, char *stats, size_t cap);

@@ -403,7 +403,7 @@ static void destroy(void *state)
     lf_t *u = state;
     quiesce(u);
     if (u->thp_state) {
-        char thp[160];
+        char thp[256];
         nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
         nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: registered DRAM onto 2 MiB pages: %s", thp);
     }

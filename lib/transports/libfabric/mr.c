@@ -54,6 +54,7 @@ nxl_status_t nxl_lf_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
                                     FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE,
                                     &m->mr, &m->key, nxl_mem_name(type));
     if (st != NXL_SUCCESS) {
+        nxlt_thp_drop(u->thp_state, d->addr, d->len);
         free(m);
         return st;
     }
@@ -67,7 +68,10 @@ nxl_status_t nxl_lf_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
 
 void nxl_lf_dereg(void *state, void *md)
 {
+    lf_t *u = state;
     lf_md_t *m = md;
+    /* nothing collapsed in it once the application may free it */
+    nxlt_thp_drop(u->thp_state, m->base, m->len);
     nxl_lf_rails_dereg(state, m);
     fi_close(&m->mr->fid);
     free(m);

@@ -57,8 +57,24 @@
 #define KEY_MAGIC 0x314b5850u  /* "PXK1" */
 #define CONN_MAGIC 0x31435850u /* "PXC1" */
 
-/* The md of a DRAM registration: nothing to keep. */
+/* The md of a DRAM registration: nothing to keep, or, when its 2 MiB
+ * ranges go onto huge pages in the background, the region (px_t.drams),
+ * whose ranges still queued are dropped at deregistration. */
 static char px_dram_md;
+typedef struct px_dram {
+    uint64_t addr;
+    size_t len;
+    struct px_dram *next;
+} px_dram_t;
+
+/* md is one of u->drams: its link to it, NULL otherwise */
+static px_dram_t **px_dram_find(px_t *u, const void *md)
+{
+    for (px_dram_t **pp = &u->drams; *pp; pp = &(*pp)->next)
+        if (*pp == md)
+            return pp;
+    return NULL;
+}
 
 #include "../common/blob_wire.h" /* conn info and keys: magic, token, registration id */
 typedef nxlt_blob24_t px_blob_t;
@@ -116,6 +132,17 @@ static nxl_status_t reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void *
         nxlt_thp_add(&u->thp_state, u->ctx, "POSIX", u->thp, PX_THP_SYNC_MAX, d->addr,
                      d->len);
         *out = &px_dram_md;
+        if (u->thp == NXLT_THP_BACKGROUND ||
+            (u->thp == NXLT_THP_AUTO && d->len > PX_THP_SYNC_MAX)) {
+            px_dram_t *r = malloc(sizeof(*r));
+            if (!r) { /* no way to drop them later: none in the background */
+                nxlt_thp_drop(u->thp_state, d->addr, d->len);
+                return NXL_SUCCESS;
+            }
+            *r = (px_dram_t){.addr = d->addr, .len = d->len, .next = u->drams};
+            u->drams = r;
+            *out = r;
+        }
         return NXL_SUCCESS;
     }
     const char *tn = nxl_mem_name(type);
@@ -205,6 +232,14 @@ static void dereg(void *state, void *md)
     px_t *u = state;
     if (!md || md == &px_dram_md)
         return;
+    px_dram_t **pp = px_dram_find(u, md);
+    if (pp) { /* nothing collapsed in it once the application may free it */
+        px_dram_t *r = *pp;
+        nxlt_thp_drop(u->thp_state, r->addr, r->len);
+        *pp = r->next;
+        free(r);
+        return;
+    }
     px_file_t *f = md;
     nxlt_regtab_del(&u->regs, &f->reg);
     file_put(f);
@@ -215,7 +250,7 @@ static nxl_status_t pack_key(void *state, void *md, void **buf, size_t *len)
     px_t *u = state;
     *buf = NULL;
     *len = 0;
-    if (md == &px_dram_md)
+    if (md == &px_dram_md || px_dram_find(u, md))
         return NXL_SUCCESS; /* DRAM regions are only ever the local side */
     return nxl_fio_pack_key(&u->fio, ((px_file_t *)md)->reg.regid, buf, len);
 }
@@ -442,8 +477,13 @@ static void destroy(void *state)
 {
     px_t *u = state;
     nxl_fio_quiesce(&u->fio);
-    char thp[160];
+    char thp[256];
     nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
+    for (px_dram_t *r = u->drams, *n; r; r = n) {
+        n = r->next;
+        free(r);
+    }
+    u->drams = NULL;
     nxlt_log(u->ctx, NXL_LOG_INFO,
              "POSIX statistics: %llu transfers, %llu I/Os (%llu direct, %llu buffered, %llu "
              "short) in %llu submissions; DRAM onto 2 MiB pages: %s",

@@ -55,6 +55,7 @@ struct px {
     bool direct;             /* backend parameter direct=1 */
     int thp;                 /* NXLT_THP_*: registered DRAM onto 2 MiB pages */
     nxlt_thp_t *thp_state;   /* ../common/thp.c, made on first use */
+    struct px_dram *drams;   /* DRAM regions with 2 MiB ranges left to the background */
     uint64_t next_regid;
     nxlt_regtab_t regs;      /* registry of FILE/BLK regions, by regid */
     uint64_t n_direct, n_buffered; /* statistics */

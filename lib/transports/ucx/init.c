@@ -528,7 +528,7 @@ static void destroy(void *state)
     ucx_t *u = state;
     quiesce(u);
     if (u->thp_state) {
-        char thp[160];
+        char thp[256];
         nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
         nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: registered DRAM onto 2 MiB pages: %s", thp);
     }

@@ -24,8 +24,11 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
         return NXL_ERR_UNKNOWN;
     /* before UCX maps it: a device that pins the pages would leave them
      * where they are */
-    if (type == NXL_DRAM)
+    if (type == NXL_DRAM) {
         nxlt_thp_add(&u->thp_state, u->ctx, "UCX", u->thp, UCX_THP_SYNC_MAX, d->addr, d->len);
+        m->addr = d->addr;
+        m->len = d->len;
+    }
     ucp_mem_map_params_t mp = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
         .address = (void *)d->addr,
@@ -40,6 +43,7 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
         nxlt_error(u->ctx, "UCX: ucp_mem_map of %s 0x%lx+%zu failed: %s (is the range mapped? "
                    "is the locked-memory limit, ulimit -l, large enough for RDMA devices?)",
                    nxl_mem_name(type), (unsigned long)d->addr, d->len, ucs_status_string(st));
+        nxlt_thp_drop(u->thp_state, m->addr, m->len);
         free(m);
         return NXL_ERR_BACKEND;
     }
@@ -55,6 +59,8 @@ void nxl_ucx_dereg(void *state, void *md)
     ucx_md_t *m = md;
     if (!m)
         return;
+    /* nothing collapsed in it once the application may free it */
+    nxlt_thp_drop(u->thp_state, m->addr, m->len);
     nxl_ucx_rails_dereg(u, m);
     ucp_mem_unmap(u->ucp, m->memh);
     free(m);

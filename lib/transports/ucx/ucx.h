@@ -299,6 +299,8 @@ typedef struct ucx_md {
     ucp_mem_h memh;
     unsigned nrails;            /* registered with each rail's context too (rails.c) */
     ucp_mem_h rail_memh[NXL_UCX_RAILS_MAX];
+    uint64_t addr;              /* DRAM: the region, for thp_collapse (common/thp.c) */
+    size_t len;
 } ucx_md_t;
 
 typedef struct ucx_op {
