@@ -17,17 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The descriptor an entry of /proc/self/fd (opened as @p d) names, or -1
- * (".", "..", d's own) */
-static inline int nxl_proc_fd(DIR *d, const struct dirent *de)
-{
-    char *end;
-    long n = strtol(de->d_name, &end, 10);
-    if (*end || end == de->d_name || n < 0 || n > INT_MAX || n == dirfd(d))
-        return -1;
-    return (int)n;
-}
-
 /* Calls @p fn on a duplicate of each TCP socket of this process (the
  * provider's among them) and sums what it returns. A duplicate shares the
  * socket, not the number: what fn does is done to that socket even if its
@@ -41,10 +30,11 @@ static inline unsigned nxl_each_tcp_socket(unsigned (*fn)(int fd, void *arg), vo
     unsigned sum = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        int n = nxl_proc_fd(d, de);
-        if (n < 0)
+        char *end;
+        long n = strtol(de->d_name, &end, 10);
+        if (*end || end == de->d_name || n < 0 || n > INT_MAX || n == dirfd(d))
             continue;
-        int fd = fcntl(n, F_DUPFD_CLOEXEC, 0);
+        int fd = fcntl((int)n, F_DUPFD_CLOEXEC, 0);
         if (fd < 0)
             continue;
         struct stat st;

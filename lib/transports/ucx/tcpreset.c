@@ -37,73 +37,29 @@ typedef struct {
     size_t n, cap;
 } ino_set_t;
 
-static bool ino_push(ino_set_t *s, unsigned long ino)
+static unsigned ino_add(int fd, void *arg)
 {
+    ino_set_t *s = arg;
+    struct stat st;
+    if (fstat(fd, &st))
+        return 0;
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
         unsigned long *v = realloc(s->ino, cap * sizeof(*v));
         if (!v)
-            return false;
+            return 0;
         s->ino = v;
         s->cap = cap;
     }
-    s->ino[s->n++] = ino;
-    return true;
-}
-
-static bool ino_has(const ino_set_t *s, unsigned long ino)
-{
-    for (size_t k = 0; k < s->n; k++)
-        if (s->ino[k] == ino)
-            return true;
-    return false;
-}
-
-/* The inodes of this process's sockets (fstat() of each descriptor in
- * /proc/self/fd: one call a descriptor, where nxl_each_tcp_socket() takes
- * four or five, a duplicate among them). With @p before, those not in it
- * alone, and of those the TCP ones alone, tested as nxl_each_tcp_socket()
- * tests them, on a duplicate: a socket's type does not change, so these
- * are the sockets that walk would find new since @p before. */
-static void socket_inodes(ino_set_t *out, const ino_set_t *before)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        int n = nxl_proc_fd(d, de);
-        struct stat st;
-        if (n < 0 || fstat(n, &st) || !S_ISSOCK(st.st_mode))
-            continue;
-        unsigned long ino = (unsigned long)st.st_ino;
-        if (before) {
-            if (ino_has(before, ino))
-                continue;
-            int fd = fcntl(n, F_DUPFD_CLOEXEC, 0);
-            if (fd < 0)
-                continue;
-            int type = 0;
-            socklen_t tl = sizeof(type);
-            bool tcp = !fstat(fd, &st) && S_ISSOCK(st.st_mode) &&
-                       !getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM;
-            close(fd);
-            /* (the number taken meanwhile by another socket: that one) */
-            if (!tcp || ((unsigned long)st.st_ino != ino && ino_has(before, st.st_ino)))
-                continue;
-            ino = (unsigned long)st.st_ino;
-        }
-        if (!ino_push(out, ino))
-            break;
-    }
-    closedir(d);
+    s->ino[s->n++] = (unsigned long)st.st_ino;
+    return 1;
 }
 
 void *nxl_ucx_socks_before(void)
 {
     ino_set_t *s = calloc(1, sizeof(*s));
     if (s)
-        socket_inodes(s, NULL);
+        nxl_each_tcp_socket(ino_add, s);
     return s;
 }
 
@@ -114,9 +70,14 @@ void nxl_ucx_socks_after(void *before, ucx_socks_t *out)
     if (!b)
         return;
     ino_set_t now = {0};
-    socket_inodes(&now, b);
-    for (size_t i = 0; i < now.n && out->n < NXL_UCX_EP_SOCKS; i++)
-        out->ino[out->n++] = now.ino[i];
+    nxl_each_tcp_socket(ino_add, &now);
+    for (size_t i = 0; i < now.n && out->n < NXL_UCX_EP_SOCKS; i++) {
+        size_t k = 0;
+        while (k < b->n && b->ino[k] != now.ino[i])
+            k++;
+        if (k == b->n)
+            out->ino[out->n++] = now.ino[i];
+    }
     free(now.ino);
     free(b->ino);
     free(b);
