@@ -1131,19 +1131,10 @@ int nxl_ucx_rails_post(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t
     if (!o)
         return -1;
     /* the elements, kept with the op: a rail taken out has its range posted again */
-    if (o->iov_cap < x->n) {
-        nxlt_iov_t *v = malloc(x->n * sizeof(*v));
-        if (!v) {
-            nxl_ucx_op_drop(o);
-            return -1;
-        }
-        free(o->iov);
-        o->iov = v;
-        o->iov_cap = x->n;
+    if (nxl_ucx_op_keep_iov(o, x) != 0) {
+        nxl_ucx_op_drop(o);
+        return -1;
     }
-    memcpy(o->iov, x->iov, x->n * sizeof(*o->iov));
-    o->n = x->n;
-    o->read = x->op == NXL_READ;
     o->pieces = 1; /* held until every piece is posted */
     if (post_range(u, o, 0, total) != 0) {
         nxl_ucx_op_drop(o);
