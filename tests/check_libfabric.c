@@ -722,26 +722,6 @@ START_TEST(t_rails_lo)
 }
 END_TEST
 
-/* kB of AnonHugePages of this process's mappings overlapping
- * [addr, addr + len) */
-static long huge_kb(uintptr_t addr, size_t len)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    ck_assert(f);
-    char line[256];
-    long kb = 0;
-    int in = 0;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned long lo, hi, v;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
-            in = lo < addr + len && hi > addr;
-        else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
-            kb += (long)v;
-    }
-    fclose(f);
-    return kb;
-}
-
 /* thp_collapse on shm: a registered, written malloc'd 8 MiB region ends
  * up on 2 MiB pages (auto, the default there: in the background) with its
  * bytes; off leaves it alone */
@@ -760,7 +740,7 @@ START_TEST(t_thp)
     uint64_t end = tl_now_ms() + (_i ? 300 : 2000);
     do {
         nxl_agent_run_once(a, 10);
-        got = huge_kb((uintptr_t)p, len);
+        got = tl_huge_kb((uintptr_t)p, len);
     } while (got < want && tl_now_ms() < end);
     if (_i)
         ck_assert_msg(got == 0, "thp_collapse=off: %ld kB on 2 MiB pages", got);
@@ -781,34 +761,7 @@ START_TEST(t_thp_dereg)
     nxl_agent_t *a = agent("thpd");
     ck_assert_msg(lf(a, "provider", "shm", NULL, NULL) == NXL_SUCCESS, "%s",
                   nxl_agent_last_error(a));
-    size_t len = 32u << 20, two = 2u << 20;
-    for (int round = 0; round < 4; round++) {
-        char *m = mmap(NULL, len + two, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-        ck_assert(m != MAP_FAILED);
-        char *p = (char *)(((uintptr_t)m + two - 1) & ~(uintptr_t)(two - 1));
-        memset(p, 1, len);
-        nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
-        ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
-        usleep((useconds_t)round * 2000);
-        ck_assert_int_eq(nxl_mem_deregister(a, NXL_DRAM, &d, 1), NXL_SUCCESS);
-        munmap(m, len + two);
-        char *q = mmap(p, len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-        if (q != p) {
-            if (q != MAP_FAILED)
-                munmap(q, len);
-            continue;
-        }
-        memset(q, 2, len);
-        uint64_t end = tl_now_ms() + 100;
-        while (tl_now_ms() < end)
-            nxl_agent_run_once(a, 10);
-        long kb = huge_kb((uintptr_t)q, len);
-        munmap(q, len);
-        ck_assert_msg(kb == 0, "round %d: %ld kB of memory mapped after the deregistration "
-                      "collapsed onto 2 MiB pages", round, kb);
-    }
+    tl_thp_dereg_rounds(a, 4, 2000);
     nxl_agent_destroy(a);
 }
 END_TEST

@@ -917,34 +917,7 @@ START_TEST(t_thp_dereg)
     extra_val = "background";
     nxl_agent_t *a = px_agent("px", "threads", "0");
     extra_key = NULL;
-    size_t len = 32 * MiB;
-    for (int round = 0; round < 4; round++) {
-        char *m = mmap(NULL, len + 2 * MiB, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        ck_assert(m != MAP_FAILED);
-        char *p = (char *)(((uintptr_t)m + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
-        memset(p, 1, len);
-        nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
-        ck_assert_int_eq(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
-        usleep((useconds_t)round * 2000);
-        ck_assert_int_eq(nxl_mem_deregister(a, NXL_DRAM, &d, 1), NXL_SUCCESS);
-        munmap(m, len + 2 * MiB);
-        char *q = mmap(p, len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-        if (q != p) {
-            if (q != MAP_FAILED)
-                munmap(q, len);
-            continue;
-        }
-        memset(q, 2, len);
-        uint64_t end = tl_now_ms() + 100;
-        while (tl_now_ms() < end)
-            nxl_agent_run_once(a, 10);
-        long kb = thp_kb(q);
-        munmap(q, len);
-        ck_assert_msg(kb == 0, "round %d: %ld kB of memory mapped after the deregistration "
-                      "collapsed onto 2 MiB pages", round, kb);
-    }
+    tl_thp_dereg_rounds(a, 4, 2000);
     nxl_agent_destroy(a);
 }
 END_TEST

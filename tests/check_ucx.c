@@ -1424,35 +1424,9 @@ END_TEST
 START_TEST(t_thp_dereg)
 {
     nxl_agent_t *A = initiator(NULL, 0);
-    size_t len = 32u << 20, two = 2u << 20;
-    for (int round = 0; round < 6; round++) {
-        char *m = mmap(NULL, len + two, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-        ck_assert(m != MAP_FAILED);
-        char *a = (char *)(((uintptr_t)m + two - 1) & ~(uintptr_t)(two - 1));
-        memset(a, 1, len);
-        nxl_desc_t d = {.addr = (uintptr_t)a, .len = len};
-        ck_assert_int_eq(nxl_mem_register(A, NXL_DRAM, &d, 1, NULL), NXL_SUCCESS);
-        usleep((useconds_t)round * 1500); /* (the thread is on its first ranges, or later) */
-        ck_assert_int_eq(nxl_mem_deregister(A, NXL_DRAM, &d, 1), NXL_SUCCESS);
-        munmap(m, len + two);
-        char *q = mmap(a, len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-        if (q != a) { /* (taken meanwhile: nothing to look at this round) */
-            if (q != MAP_FAILED)
-                munmap(q, len);
-            continue;
-        }
-        memset(q, 2, len);
-        uint64_t end = tl_now_ms() + 100;
-        while (tl_now_ms() < end)
-            nxl_agent_run_once(A, 10);
-        long kb = huge_kb(0, (uintptr_t)q, len, 0);
-        munmap(q, len);
-        ck_assert_msg(kb == 0, "round %d: %ld kB of memory mapped after the deregistration "
-                      "collapsed onto 2 MiB pages", round, kb);
-    }
+    tl_thp_dereg_rounds(A, 6, 1500);
     /* the agent goes with a collapse under way */
+    size_t len = 32u << 20;
     char *b = malloc(len);
     memset(b, 3, len);
     reg(A, b, len);

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -434,6 +435,65 @@ static inline uint64_t tl_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* kB of AnonHugePages of this process's mappings overlapping
+ * [addr, addr + len) (/proc/self/smaps) */
+static inline long tl_huge_kb(uintptr_t addr, size_t len)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert_msg(f, "/proc/self/smaps: %s", strerror(errno));
+    char line[256];
+    long kb = 0;
+    int in = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi, v;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = lo < addr + len && hi > addr;
+        else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
+            kb += (long)v;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* The body of each transport's t_thp_dereg: a written, 2 MiB-aligned
+ * 32 MiB region is registered with agent a (whose transport collapses in
+ * the background), deregistered after round x step_us, and unmapped;
+ * memory mapped again at its addresses and written must stay on plain
+ * pages from the moment nxl_mem_deregister returned. A round whose
+ * addresses were taken meanwhile has nothing to look at. */
+static inline void tl_thp_dereg_rounds(nxl_agent_t *a, int rounds, unsigned step_us)
+{
+    size_t len = 32u << 20, two = 2u << 20;
+    for (int round = 0; round < rounds; round++) {
+        char *m = mmap(NULL, len + two, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        ck_assert(m != MAP_FAILED);
+        char *p = (char *)(((uintptr_t)m + two - 1) & ~(uintptr_t)(two - 1));
+        memset(p, 1, len);
+        nxl_desc_t d = {.addr = (uintptr_t)p, .len = len};
+        ck_assert_msg(nxl_mem_register(a, NXL_DRAM, &d, 1, NULL) == NXL_SUCCESS, "%s",
+                      nxl_agent_last_error(a));
+        usleep((useconds_t)round * step_us); /* (the thread on its first ranges, or later) */
+        ck_assert_int_eq(nxl_mem_deregister(a, NXL_DRAM, &d, 1), NXL_SUCCESS);
+        munmap(m, len + two);
+        char *q = mmap(p, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (q != p) {
+            if (q != MAP_FAILED)
+                munmap(q, len);
+            continue;
+        }
+        memset(q, 2, len);
+        uint64_t end = tl_now_ms() + 100;
+        while (tl_now_ms() < end)
+            nxl_agent_run_once(a, 10);
+        long kb = tl_huge_kb((uintptr_t)q, len);
+        munmap(q, len);
+        ck_assert_msg(kb == 0, "round %d: %ld kB of memory mapped after the deregistration "
+                      "collapsed onto 2 MiB pages", round, kb);
+    }
 }
 
 /* Runs a (not waiting) and b (waiting 1 ms; none when NULL) in turn until
