@@ -1315,28 +1315,6 @@ START_TEST(t_ack_answered)
 }
 END_TEST
 
-/* kB of AnonHugePages that process pid (0: this one) has in the
- * mappings overlapping [addr, addr + len) (inside: only those that lie
- * within it) */
-static long huge_kb(pid_t pid, uint64_t addr, size_t len, int inside)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), pid ? "/proc/%d/smaps" : "/proc/self/smaps", (int)pid);
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f, "%s: %s", path, strerror(errno));
-    long kb = 0;
-    int in = 0;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned long a, e, v;
-        if (sscanf(line, "%lx-%lx ", &a, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
-            in = inside ? a >= addr && e <= addr + len : a < addr + len && e > addr;
-        else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
-            kb += (long)v;
-    }
-    fclose(f);
-    return kb;
-}
-
 /* kB of 2 MiB pages the whole aligned 2 MiB ranges of [addr, addr + len)
  * can hold */
 static long huge_want_kb(uint64_t addr, size_t len)
@@ -1374,8 +1352,8 @@ START_TEST(t_thp)
     long got, tgot;
     do {
         nxl_agent_run_once(A, 10);
-        got = huge_kb(0, (uintptr_t)buf, len, 0);
-        tgot = huge_kb(p.pid, p.addr, len, 0);
+        got = tl_huge_kb(0, (uintptr_t)buf, len, 0);
+        tgot = tl_huge_kb(p.pid, p.addr, len, 0);
     } while ((got < want || tgot < twant) && tl_now_ms() < end);
     if (_i == 2) {
         ck_assert_msg(got == 0 && tgot == 0, "thp_collapse=off: %ld kB here, %ld kB at the "
@@ -1391,7 +1369,7 @@ START_TEST(t_thp)
      * fault in 2 MiB pages (the advice splits its mapping: those parts
      * alone, not a neighbour merged with the rest) */
     memset(fresh, 7, len);
-    long fgot = huge_kb(0, (uintptr_t)fresh, len, _i != 2);
+    long fgot = tl_huge_kb(0, (uintptr_t)fresh, len, _i != 2);
     if (_i == 2)
         ck_assert_msg(fgot == 0, "thp_collapse=off: %ld kB of a fresh region on 2 MiB pages",
                       fgot);
