@@ -1023,13 +1023,21 @@ static double small_round(uintptr_t raddr, unsigned seed, const char *when)
     return most;
 }
 
+/* the initiator of t_rails_cut_main and t_rails_cut_all, on both rails,
+ * counting the main endpoint's returns and the peer events DOWN; the
+ * target's buffer at *raddr */
+static void cut_main_setup(uint16_t port, uintptr_t *raddr)
+{
+    rails_param = rails_a;
+    host_log = cut_main_log;
+    i_setup(port, raddr);
+    nxl_agent_on_peer(I, cut_main_peer, NULL);
+}
+
 static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_parent)
 {
     uintptr_t raddr;
-    rails_param = rails_a;
-    host_log = cut_main_log;
-    i_setup(port, &raddr);
-    nxl_agent_on_peer(I, cut_main_peer, NULL);
+    cut_main_setup(port, &raddr);
     double ms[2];
     for (unsigned k = 0; k < 2; k++) /* both rails measured */
         rails_round(raddr, TBUF, false, 190 + k, ms);
@@ -1119,10 +1127,7 @@ static void rails_cut_main(void)
 static int initiator_rails_cut_all(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
-    rails_param = rails_a;
-    host_log = cut_main_log;
-    i_setup(port, &raddr);
-    nxl_agent_on_peer(I, cut_main_peer, NULL);
+    cut_main_setup(port, &raddr);
     double ms[2];
     rails_round(raddr, TBUF, false, 220, ms);
     char b = 'c';
