@@ -319,6 +319,14 @@ static void i_setup(uint16_t port, uintptr_t *raddr)
     *raddr = (uintptr_t)strtoull(r + 5, NULL, 10);
 }
 
+/* the target told to quit (a moment for the word to leave), I destroyed */
+static void i_quit(void)
+{
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+}
+
 /* data both ways across the link, every byte checked */
 static int initiator_data(uint16_t port)
 {
@@ -339,9 +347,7 @@ static int initiator_data(uint16_t port)
         nxl_xfer_release(w);
         nxl_xfer_release(r);
     }
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -390,9 +396,7 @@ static int initiator_cut(uint16_t port, int to_parent, int from_parent)
     REQUIRE(run_x(x, 10000) == NXL_SUCCESS, 82);
     REQUIRE(!strcmp(ask("chk 8 1048576"), "ok"), 83);
     nxl_xfer_release(x);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -549,9 +553,7 @@ static int initiator_recover(uint16_t port, uintptr_t raddr, int to_parent, int 
     REQUIRE(s[R_CUTS - 1] < 5000, 103);
     nxl_xfer_release(x);
     nxl_xfer_release(rb);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -920,9 +922,7 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
     fprintf(stderr, "check_netns: rails: the last WRITE's bytes 3 s after: %s\n",
             strcmp(late, "ok") ? "OVERWRITTEN (late bytes of the cut piece)" : "as written");
     REQUIRE(!strcmp(late, "ok"), 104);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -1098,9 +1098,7 @@ static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_paren
             downs, cut_main_downs);
     REQUIRE(!strcmp(nw2, "nw 2"), 129);
     REQUIRE(!strcmp(downs, "downs 0") && cut_main_downs == 0, 130);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -1224,9 +1222,7 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     if (strcmp(downs, "downs 0"))
         fprintf(stderr, "initiator: the target saw %s\n", downs);
     REQUIRE(!strcmp(downs, "downs 0"), 102);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -1287,9 +1283,7 @@ static int initiator_rails_retry(uint16_t port, unsigned k, int to_parent, int f
             cut_ms[0][1], cut_ms[1][0], cut_ms[1][1], out_share, back_ms, RETRY_BACK_MS);
     REQUIRE(out_share == 0, 126);
     REQUIRE(again && tb && back_ms <= RETRY_BACK_MS, 127);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
