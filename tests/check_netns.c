@@ -873,7 +873,7 @@ static int rails_again(uintptr_t raddr, const char *after, int reads, unsigned s
  * second rail's share of each printed, and two in a row with a quarter of
  * the bytes on it required; the last one's bytes are still there 3 s
  * later (no late bytes of the cut piece). */
-static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
+static int initiator_rails_cut(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     rails_param = rails_a;
@@ -932,14 +932,9 @@ static void cut_answer(pid_t t, unsigned nth, char b)
     ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a2, nth ? "up" : "down") == 0);
 }
 
-static int initiator_rails_cut_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_cut(port, to_parent, from_parent);
-}
-
 static void rails_cut(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_k, cut_answer, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut, cut_answer, false);
 }
 
 /* The main path's link cut (the first pair: the main endpoint, the first
@@ -1034,7 +1029,7 @@ static void cut_main_setup(uint16_t port, uintptr_t *raddr)
     nxl_agent_on_peer(I, cut_main_peer, NULL);
 }
 
-static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_parent)
+static int initiator_rails_cut_main(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     cut_main_setup(port, &raddr);
@@ -1108,14 +1103,9 @@ static void cut_main_answer(pid_t t, unsigned nth, char b)
     ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a, nth ? "up" : "down") == 0);
 }
 
-static int initiator_rails_cut_main_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_cut_main(port, to_parent, from_parent);
-}
-
 static void rails_cut_main(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main_k, cut_main_answer, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main, cut_main_answer, false);
 }
 
 /* Every path cut (both links): a WRITE of 4 KiB (the main endpoint's,
@@ -1172,7 +1162,7 @@ static void rails_cut_all(void)
  * closed, on its own, and answers), the next WRITE and READ succeed, every
  * byte right, the rails come back (striped WRITEs again), and the target
  * saw no DOWN. */
-static int initiator_rails_deadline(uint16_t port, int to_parent, int from_parent)
+static int initiator_rails_deadline(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     rails_param = rails_a;
@@ -1232,14 +1222,9 @@ static void stop_answer(pid_t t, unsigned nth, char b)
     ck_assert(kill(t, b == 's' ? SIGSTOP : SIGCONT) == 0);
 }
 
-static int initiator_rails_deadline_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_deadline(port, to_parent, from_parent);
-}
-
 static void rails_deadline(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_deadline_k, stop_answer, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_deadline, stop_answer, false);
 }
 
 /* Retries: both rails measured, the second link cut, a WRITE and a READ
@@ -1334,7 +1319,7 @@ static void *thr_half(void *arg)
     return NULL;
 }
 
-static int initiator_rails_threaded(uint16_t port)
+static int initiator_rails_threaded(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     rails_param = rails_a;
     host_log = cut_log;
@@ -1371,14 +1356,9 @@ static int initiator_rails_threaded(uint16_t port)
     return 0;
 }
 
-static int initiator_rails_threaded_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_threaded(port);
-}
-
 static void rails_threaded(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_threaded_k, NULL, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_threaded, NULL, false);
 }
 
 static int wait_exit(pid_t pid, int secs)
