@@ -172,6 +172,44 @@ static void destroy_inflight(void)
 START_TEST(t_destroy_inflight) { destroy_inflight(); }
 END_TEST
 
+/* Teardown with WRITEs in flight from this agent to itself, into memory it
+ * allocated (nxl_mem_alloc): over TCP alone (no UCX self transport among
+ * the tls) a put to itself is written by this agent's worker as it
+ * progresses, so the teardown lets them land before the memory goes;
+ * before, the engine unmapped it first and the transport's last progress
+ * wrote into it (SIGSEGV in ucp_put_handler). Every callback once, with
+ * CANCELED (the teardown came first). */
+static int ncanceled;
+static void canceled_cb(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    ndone++;
+    ncanceled += st == NXL_ERR_CANCELED;
+}
+
+START_TEST(t_destroy_loopback)
+{
+    nxl_agent_t *A = agent("A");
+    enum { N = 16 };
+    size_t blk = 65536, len = N * blk;
+    void *p, *q;
+    ck_assert_int_eq(nxl_mem_alloc(A, NXL_DRAM, len, 0, &p), NXL_SUCCESS);
+    ck_assert_int_eq(nxl_mem_alloc(A, NXL_DRAM, len, 0, &q), NXL_SUCCESS);
+    tl_fill(p, len, 3);
+    nxl_xfer_t *x[N];
+    ndone = ncanceled = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(tl_xfer1(A, NXL_WRITE, (uintptr_t)p + i * blk, (uintptr_t)q + i * blk,
+                                  blk, "A", NULL, &x[i]),
+                         NXL_SUCCESS);
+        ck_assert_msg(nxl_xfer_post(x[i], canceled_cb, NULL, NULL) == NXL_SUCCESS, "%s",
+                      nxl_agent_last_error(A));
+    }
+    nxl_agent_destroy(A);
+    ck_assert_int_eq(ndone, N);
+    ck_assert_int_eq(ncanceled, N); /* the teardown came before their callbacks */
+}
+END_TEST
+
 /* A peer that went away: over TCP UCX's connect is refused, and UCX says
  * so in its log — through nxl's log, never on standard output. */
 START_TEST(t_log_routed)
@@ -1423,10 +1461,10 @@ int main(void)
     unsetenv("UCX_LOG_FILE");
     Suite *s = suite_create("ucx");
     TCase *tshm = TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed,
-                           t_bare_write);
+                           t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(tshm, t_ack_answered, 0, 2);
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
-                           t_bare_write);
+                           t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);
     TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_refused,
              t_cma_bounds_revoked, t_cma_window, t_thp_dereg);
