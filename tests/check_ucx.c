@@ -89,6 +89,11 @@ static void run_both(nxl_agent_t *a, nxl_agent_t *b, int ms)
 }
 
 /* standard output into a temporary file from here on; returns its fd */
+/* standard output while captured (-1: not captured): put back when the
+ * capture is checked, for the tests after it in one process (CK_FORK=no,
+ * as under valgrind: Check's summary went to the capture before) */
+static int saved_stdout = -1;
+
 static int capture_stdout(void)
 {
     char path[] = "/tmp/nxl-stdout-XXXXXX";
@@ -96,6 +101,8 @@ static int capture_stdout(void)
     ck_assert(fd >= 0);
     unlink(path);
     fflush(stdout);
+    if (saved_stdout < 0)
+        saved_stdout = dup(STDOUT_FILENO);
     ck_assert(dup2(fd, STDOUT_FILENO) == STDOUT_FILENO);
     return fd;
 }
@@ -103,6 +110,11 @@ static int capture_stdout(void)
 static void assert_nothing_written(int fd, const char *what)
 {
     fflush(stdout);
+    if (saved_stdout >= 0) {
+        dup2(saved_stdout, STDOUT_FILENO);
+        close(saved_stdout);
+        saved_stdout = -1;
+    }
     struct stat st;
     ck_assert(fstat(fd, &st) == 0);
     char head[512] = "";
@@ -455,8 +467,10 @@ static int xfer(nxl_agent_t *a, nxl_op_t op, unsigned char *buf, uint64_t raddr,
     nxl_xfer_opts_init(&o);
     o.notif = notif;
     o.notif_len = notif ? strlen(notif) : 0;
-    ck_assert_msg(nxl_xfer_create(a, op, &ll, &rl, "T", &o, &x) == NXL_SUCCESS, "%s",
-                  nxl_agent_last_error(a));
+    nxl_status_t cst = nxl_xfer_create(a, op, &ll, &rl, "T", &o, &x);
+    free(l); /* (the transfer keeps its own copy) */
+    free(r);
+    ck_assert_msg(cst == NXL_SUCCESS, "%s", nxl_agent_last_error(a));
     ndone = 0;
     last_st = NXL_IN_PROG;
     ck_assert_msg(nxl_xfer_post(x, st_cb, NULL, NULL) == NXL_SUCCESS, "%s",
@@ -467,8 +481,6 @@ static int xfer(nxl_agent_t *a, nxl_op_t op, unsigned char *buf, uint64_t raddr,
         return 0;
     }
     nxl_xfer_release(x);
-    free(l);
-    free(r);
     return 1;
 }
 
