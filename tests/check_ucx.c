@@ -833,6 +833,15 @@ static int count(const char *hay, const char *needle)
 
 START_TEST(t_cma_refused)
 {
+    /* a seccomp filter stays with the process: in one process (CK_FORK=no,
+     * as under valgrind) every later test would find cross-memory attach
+     * refused, and those with a stopped target wait out their time */
+    const char *fork_env = getenv("CK_FORK");
+    if (fork_env && !strcmp(fork_env, "no")) {
+        printf("check_ucx: t_cma_refused skipped: its seccomp filter would stay on every "
+               "later test (CK_FORK=no)\n");
+        return;
+    }
     size_t len = 4u << 20;
     peer_t p = peer_start(len, 6);
     unsigned char *buf = malloc(len);
