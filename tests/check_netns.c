@@ -80,6 +80,23 @@ static void hosts_down(void)
     sh("ip netns del %s", ns_b);
 }
 
+/* Both ends of the veth pair a (in ns_a) - b (in ns_b) running (carrier)
+ * before an agent looks for the device: UCX lists only interfaces that are
+ * up and running, and a target started at once found no such device (seen
+ * under load: on a rails pair, and on the hosts' own in check_netns under
+ * ASan, "ucp_init failed: No such device") */
+static void link_running(const char *a, const char *b)
+{
+    int up = 1;
+    for (int t = 0; t < 30 && up; t++) {
+        up = sh("ip -n %s link show %s | grep -q 'state UP'", ns_a, a) ||
+             sh("ip -n %s link show %s | grep -q 'state UP'", ns_b, b);
+        if (up)
+            usleep(100000);
+    }
+    ck_assert_msg(up == 0, "the link %s-%s did not come up in 3 s", a, b);
+}
+
 static void hosts_up(void)
 {
     int id = getpid() % 250 + 1;
@@ -102,6 +119,7 @@ static void hosts_up(void)
     ck_assert(sh("ip -n %s link set %s up", ns_b, if_b) == 0);
     ck_assert(sh("ip -n %s link set lo up", ns_a) == 0);
     ck_assert(sh("ip -n %s link set lo up", ns_b) == 0);
+    link_running(if_a, if_b);
     ck_assert_msg(sh("ip netns exec %s ping -c1 -W2 %s", ns_a, ip_b) == 0 ||
                       sh("ip netns exec %s true", ns_a) == 0,
                   "namespaces not usable");
@@ -582,17 +600,7 @@ static void pair_up(int k, const char *a, const char *b, const char *rate)
     ck_assert(sh("ip -n %s addr add 10.%d.%d.2/24 dev %s", ns_b, 213 + k, id, b) == 0);
     ck_assert(sh("ip -n %s link set %s up", ns_a, a) == 0);
     ck_assert(sh("ip -n %s link set %s up", ns_b, b) == 0);
-    /* both ends running (carrier) before an agent looks for the device:
-     * UCX lists only interfaces that are up and running, and a target
-     * started at once found no such device (seen once under load) */
-    int up = 1;
-    for (int t = 0; t < 30 && up; t++) {
-        up = sh("ip -n %s link show %s | grep -q 'state UP'", ns_a, a) ||
-             sh("ip -n %s link show %s | grep -q 'state UP'", ns_b, b);
-        if (up)
-            usleep(100000);
-    }
-    ck_assert_msg(up == 0, "the link %s-%s did not come up in 3 s", a, b);
+    link_running(a, b);
     const char *nss[2] = {ns_a, ns_b}, *ifs[2] = {a, b};
     for (int j = 0; j < 2; j++)
         ck_assert_msg(sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
