@@ -1487,6 +1487,20 @@ int main(void)
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);
+    /* the transport's cross-memory attach needs pidfd_open, which valgrind
+     * 3.19 does not know (ENOSYS): every test of the case would fail there */
+    int pf = -1;
+#ifdef SYS_pidfd_open
+    pf = (int)syscall(SYS_pidfd_open, getpid(), 0);
+#else
+    errno = ENOSYS;
+#endif
+    if (pf < 0) {
+        printf("check_ucx: case cma skipped: pidfd_open: %s (the transport attaches to no "
+               "peer's memory without it)\n", strerror(errno));
+        return tl_run(s);
+    }
+    close(pf);
     TCase *tm = TL_TCASE(s, "cma", 60, setup_shm, NULL, t_cma_stopped, t_cma_refused,
              t_cma_bounds_revoked, t_cma_window, t_thp_dereg);
     tcase_add_loop_test(tm, t_cma_peer_killed, 0, 2);
