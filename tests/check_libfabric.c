@@ -740,7 +740,7 @@ START_TEST(t_thp)
     uint64_t end = tl_now_ms() + (_i ? 300 : 2000);
     do {
         nxl_agent_run_once(a, 10);
-        got = tl_huge_kb((uintptr_t)p, len);
+        got = tl_huge_kb(0, (uintptr_t)p, len, 0);
     } while (got < want && tl_now_ms() < end);
     if (_i)
         ck_assert_msg(got == 0, "thp_collapse=off: %ld kB on 2 MiB pages", got);

@@ -80,6 +80,23 @@ static void hosts_down(void)
     sh("ip netns del %s", ns_b);
 }
 
+/* Both ends of the veth pair a (in ns_a) - b (in ns_b) running (carrier)
+ * before an agent looks for the device: UCX lists only interfaces that are
+ * up and running, and a target started at once found no such device (seen
+ * under load: on a rails pair, and on the hosts' own in check_netns under
+ * ASan, "ucp_init failed: No such device") */
+static void link_running(const char *a, const char *b)
+{
+    int up = 1;
+    for (int t = 0; t < 30 && up; t++) {
+        up = sh("ip -n %s link show %s | grep -q 'state UP'", ns_a, a) ||
+             sh("ip -n %s link show %s | grep -q 'state UP'", ns_b, b);
+        if (up)
+            usleep(100000);
+    }
+    ck_assert_msg(up == 0, "the link %s-%s did not come up in 3 s", a, b);
+}
+
 static void hosts_up(void)
 {
     int id = getpid() % 250 + 1;
@@ -102,6 +119,7 @@ static void hosts_up(void)
     ck_assert(sh("ip -n %s link set %s up", ns_b, if_b) == 0);
     ck_assert(sh("ip -n %s link set lo up", ns_a) == 0);
     ck_assert(sh("ip -n %s link set lo up", ns_b) == 0);
+    link_running(if_a, if_b);
     ck_assert_msg(sh("ip netns exec %s ping -c1 -W2 %s", ns_a, ip_b) == 0 ||
                       sh("ip netns exec %s true", ns_a) == 0,
                   "namespaces not usable");
@@ -319,6 +337,14 @@ static void i_setup(uint16_t port, uintptr_t *raddr)
     *raddr = (uintptr_t)strtoull(r + 5, NULL, 10);
 }
 
+/* the target told to quit (a moment for the word to leave), I destroyed */
+static void i_quit(void)
+{
+    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
+    nxl_agent_run_once(I, 100);
+    nxl_agent_destroy(I);
+}
+
 /* data both ways across the link, every byte checked */
 static int initiator_data(uint16_t port)
 {
@@ -339,9 +365,7 @@ static int initiator_data(uint16_t port)
         nxl_xfer_release(w);
         nxl_xfer_release(r);
     }
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -390,9 +414,7 @@ static int initiator_cut(uint16_t port, int to_parent, int from_parent)
     REQUIRE(run_x(x, 10000) == NXL_SUCCESS, 82);
     REQUIRE(!strcmp(ask("chk 8 1048576"), "ok"), 83);
     nxl_xfer_release(x);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -549,9 +571,7 @@ static int initiator_recover(uint16_t port, uintptr_t raddr, int to_parent, int 
     REQUIRE(s[R_CUTS - 1] < 5000, 103);
     nxl_xfer_release(x);
     nxl_xfer_release(rb);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -580,17 +600,7 @@ static void pair_up(int k, const char *a, const char *b, const char *rate)
     ck_assert(sh("ip -n %s addr add 10.%d.%d.2/24 dev %s", ns_b, 213 + k, id, b) == 0);
     ck_assert(sh("ip -n %s link set %s up", ns_a, a) == 0);
     ck_assert(sh("ip -n %s link set %s up", ns_b, b) == 0);
-    /* both ends running (carrier) before an agent looks for the device:
-     * UCX lists only interfaces that are up and running, and a target
-     * started at once found no such device (seen once under load) */
-    int up = 1;
-    for (int t = 0; t < 30 && up; t++) {
-        up = sh("ip -n %s link show %s | grep -q 'state UP'", ns_a, a) ||
-             sh("ip -n %s link show %s | grep -q 'state UP'", ns_b, b);
-        if (up)
-            usleep(100000);
-    }
-    ck_assert_msg(up == 0, "the link %s-%s did not come up in 3 s", a, b);
+    link_running(a, b);
     const char *nss[2] = {ns_a, ns_b}, *ifs[2] = {a, b};
     for (int j = 0; j < 2; j++)
         ck_assert_msg(sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
@@ -871,7 +881,7 @@ static int rails_again(uintptr_t raddr, const char *after, int reads, unsigned s
  * second rail's share of each printed, and two in a row with a quarter of
  * the bytes on it required; the last one's bytes are still there 3 s
  * later (no late bytes of the cut piece). */
-static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
+static int initiator_rails_cut(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     rails_param = rails_a;
@@ -920,9 +930,7 @@ static int initiator_rails_cut(uint16_t port, int to_parent, int from_parent)
     fprintf(stderr, "check_netns: rails: the last WRITE's bytes 3 s after: %s\n",
             strcmp(late, "ok") ? "OVERWRITTEN (late bytes of the cut piece)" : "as written");
     REQUIRE(!strcmp(late, "ok"), 104);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -932,14 +940,9 @@ static void cut_answer(pid_t t, unsigned nth, char b)
     ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a2, nth ? "up" : "down") == 0);
 }
 
-static int initiator_rails_cut_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_cut(port, to_parent, from_parent);
-}
-
 static void rails_cut(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_k, cut_answer, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut, cut_answer, false);
 }
 
 /* The main path's link cut (the first pair: the main endpoint, the first
@@ -1023,13 +1026,21 @@ static double small_round(uintptr_t raddr, unsigned seed, const char *when)
     return most;
 }
 
-static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_parent)
+/* the initiator of t_rails_cut_main and t_rails_cut_all, on both rails,
+ * counting the main endpoint's returns and the peer events DOWN; the
+ * target's buffer at *raddr */
+static void cut_main_setup(uint16_t port, uintptr_t *raddr)
 {
-    uintptr_t raddr;
     rails_param = rails_a;
     host_log = cut_main_log;
-    i_setup(port, &raddr);
+    i_setup(port, raddr);
     nxl_agent_on_peer(I, cut_main_peer, NULL);
+}
+
+static int initiator_rails_cut_main(uint16_t port, unsigned k, int to_parent, int from_parent)
+{
+    uintptr_t raddr;
+    cut_main_setup(port, &raddr);
     double ms[2];
     for (unsigned k = 0; k < 2; k++) /* both rails measured */
         rails_round(raddr, TBUF, false, 190 + k, ms);
@@ -1090,9 +1101,7 @@ static int initiator_rails_cut_main(uint16_t port, int to_parent, int from_paren
             downs, cut_main_downs);
     REQUIRE(!strcmp(nw2, "nw 2"), 129);
     REQUIRE(!strcmp(downs, "downs 0") && cut_main_downs == 0, 130);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -1102,14 +1111,9 @@ static void cut_main_answer(pid_t t, unsigned nth, char b)
     ck_assert(sh("ip -n %s link set %s %s", ns_a, if_a, nth ? "up" : "down") == 0);
 }
 
-static int initiator_rails_cut_main_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_cut_main(port, to_parent, from_parent);
-}
-
 static void rails_cut_main(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main_k, cut_main_answer, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_cut_main, cut_main_answer, false);
 }
 
 /* Every path cut (both links): a WRITE of 4 KiB (the main endpoint's,
@@ -1119,10 +1123,7 @@ static void rails_cut_main(void)
 static int initiator_rails_cut_all(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
-    rails_param = rails_a;
-    host_log = cut_main_log;
-    i_setup(port, &raddr);
-    nxl_agent_on_peer(I, cut_main_peer, NULL);
+    cut_main_setup(port, &raddr);
     double ms[2];
     rails_round(raddr, TBUF, false, 220, ms);
     char b = 'c';
@@ -1169,7 +1170,7 @@ static void rails_cut_all(void)
  * closed, on its own, and answers), the next WRITE and READ succeed, every
  * byte right, the rails come back (striped WRITEs again), and the target
  * saw no DOWN. */
-static int initiator_rails_deadline(uint16_t port, int to_parent, int from_parent)
+static int initiator_rails_deadline(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     uintptr_t raddr;
     rails_param = rails_a;
@@ -1219,9 +1220,7 @@ static int initiator_rails_deadline(uint16_t port, int to_parent, int from_paren
     if (strcmp(downs, "downs 0"))
         fprintf(stderr, "initiator: the target saw %s\n", downs);
     REQUIRE(!strcmp(downs, "downs 0"), 102);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -1231,14 +1230,9 @@ static void stop_answer(pid_t t, unsigned nth, char b)
     ck_assert(kill(t, b == 's' ? SIGSTOP : SIGCONT) == 0);
 }
 
-static int initiator_rails_deadline_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_deadline(port, to_parent, from_parent);
-}
-
 static void rails_deadline(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_deadline_k, stop_answer, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_deadline, stop_answer, false);
 }
 
 /* Retries: both rails measured, the second link cut, a WRITE and a READ
@@ -1282,9 +1276,7 @@ static int initiator_rails_retry(uint16_t port, unsigned k, int to_parent, int f
             cut_ms[0][1], cut_ms[1][0], cut_ms[1][1], out_share, back_ms, RETRY_BACK_MS);
     REQUIRE(out_share == 0, 126);
     REQUIRE(again && tb && back_ms <= RETRY_BACK_MS, 127);
-    nxl_notif_send(I, "T", "quit", 4, NULL, NULL, NULL);
-    nxl_agent_run_once(I, 100);
-    nxl_agent_destroy(I);
+    i_quit();
     return 0;
 }
 
@@ -1335,7 +1327,7 @@ static void *thr_half(void *arg)
     return NULL;
 }
 
-static int initiator_rails_threaded(uint16_t port)
+static int initiator_rails_threaded(uint16_t port, unsigned k, int to_parent, int from_parent)
 {
     rails_param = rails_a;
     host_log = cut_log;
@@ -1372,14 +1364,9 @@ static int initiator_rails_threaded(uint16_t port)
     return 0;
 }
 
-static int initiator_rails_threaded_k(uint16_t port, unsigned k, int to_parent, int from_parent)
-{
-    return initiator_rails_threaded(port);
-}
-
 static void rails_threaded(void)
 {
-    rails_case(2, RAIL_RATE, 1, initiator_rails_threaded_k, NULL, false);
+    rails_case(2, RAIL_RATE, 1, initiator_rails_threaded, NULL, false);
 }
 
 static int wait_exit(pid_t pid, int secs)

@@ -790,28 +790,6 @@ END_TEST
 #define MADV_COLLAPSE 25
 #endif
 
-/* kB of AnonHugePages in the mapping that holds p (/proc/self/smaps); -1 if unreadable */
-static long thp_kb(const void *p)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f)
-        return -1;
-    char line[512];
-    int in = 0;
-    long kb = -1;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-            continue;
-        }
-        if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
-            break;
-    }
-    fclose(f);
-    return kb;
-}
-
 /* Can this kernel move anonymous memory onto huge pages (MADV_COLLAPSE,
  * Linux 6.1)? NULL if so, or why not. */
 static const char *collapse_works(void)
@@ -858,7 +836,9 @@ START_TEST(t_thp_collapse)
     tl_fill(buf, len, 61);
     char *copy = xalloc(len);
     memcpy(copy, buf, len);
-    ck_assert_int_eq(thp_kb(buf), 0); /* plain pages, as malloc gives them */
+    /* plain pages, as malloc gives them (the mapping is the buffer's own:
+     * what overlaps it is what holds it) */
+    ck_assert_int_eq(tl_huge_kb(0, (uintptr_t)buf, len, 0), 0);
     extra_key = "thp_collapse";
     extra_val = mode[_i];
     nxl_agent_t *a = px_agent("px", engine, "1");
@@ -868,9 +848,10 @@ START_TEST(t_thp_collapse)
                                        "2 MiB pages: in the background", "2 MiB pages: off"};
     ck_assert_msg(strstr(engine_line, said[_i]), "%s", engine_line);
     reg_dram(a, buf, len);
-    long kb = thp_kb(buf);
+    long kb = tl_huge_kb(0, (uintptr_t)buf, len, 0);
     if (_i == 2) /* the background thread: wait for it (no timing asserted) */
-        for (uint64_t end = tl_now_ms() + 30000; kb < 4096 && tl_now_ms() < end; kb = thp_kb(buf))
+        for (uint64_t end = tl_now_ms() + 30000; kb < 4096 && tl_now_ms() < end;
+             kb = tl_huge_kb(0, (uintptr_t)buf, len, 0))
             nxl_agent_run_once(a, 20);
     if (_i == 3)
         ck_assert_msg(kb == 0, "thp_collapse=off: %ld kB on huge pages", kb);

@@ -437,19 +437,21 @@ static inline uint64_t tl_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* kB of AnonHugePages of this process's mappings overlapping
- * [addr, addr + len) (/proc/self/smaps) */
-static inline long tl_huge_kb(uintptr_t addr, size_t len)
+/* kB of AnonHugePages that process pid (0: this one) has in the mappings
+ * overlapping [addr, addr + len) (inside: only in those that lie within
+ * it, where a neighbour merged into the mapping must not count) */
+static inline long tl_huge_kb(pid_t pid, uintptr_t addr, size_t len, int inside)
 {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    ck_assert_msg(f, "/proc/self/smaps: %s", strerror(errno));
-    char line[256];
+    char path[64], line[256];
+    snprintf(path, sizeof(path), pid ? "/proc/%d/smaps" : "/proc/self/smaps", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "%s: %s", path, strerror(errno));
     long kb = 0;
     int in = 0;
     while (fgets(line, sizeof(line), f)) {
         unsigned long lo, hi, v;
         if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-            in = lo < addr + len && hi > addr;
+            in = inside ? lo >= addr && hi <= addr + len : lo < addr + len && hi > addr;
         else if (in && sscanf(line, "AnonHugePages: %lu kB", &v) == 1)
             kb += (long)v;
     }
@@ -489,7 +491,7 @@ static inline void tl_thp_dereg_rounds(nxl_agent_t *a, int rounds, unsigned step
         uint64_t end = tl_now_ms() + 100;
         while (tl_now_ms() < end)
             nxl_agent_run_once(a, 10);
-        long kb = tl_huge_kb((uintptr_t)q, len);
+        long kb = tl_huge_kb(0, (uintptr_t)q, len, 0);
         munmap(q, len);
         ck_assert_msg(kb == 0, "round %d: %ld kB of memory mapped after the deregistration "
                       "collapsed onto 2 MiB pages", round, kb);

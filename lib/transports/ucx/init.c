@@ -438,15 +438,19 @@ static bool progress_while(ucx_t *u, bool (*held)(ucx_t *), uint64_t until)
 }
 
 /* Transfers still in flight to a peer that is alive and progressed, on
- * endpoints not closed: another process, or an agent of this process run
- * by another thread (one on this thread cannot answer while this one
- * tears down). */
+ * endpoints not closed: another process, an agent of this process run by
+ * another thread (one on this thread cannot answer while this one tears
+ * down), or this agent itself: without UCX's self transport (tls without
+ * "self", e.g. tcp) a put to itself is written by this worker as it
+ * progresses, and the engine unmaps the memory it allocated once the
+ * transports are quiet (before, the destroy's last progress wrote into it
+ * after: SIGSEGV in ucp_put_handler; check_ucx t_destroy_loopback). */
 static bool live_ops(ucx_t *u)
 {
     ucx_op_t *o;
     LIST_FOREACH(o, &u->ops, link)
     if (o->op && !o->queued && o->conn->ep && !o->conn->failed && !o->conn->fail_deferred &&
-        (!o->conn->local || nxl_ucx_live_elsewhere(o->conn)))
+        (!o->conn->local || o->conn->self || nxl_ucx_live_elsewhere(o->conn)))
         return true;
     return false;
 }

@@ -4,6 +4,23 @@
 
 /* ------------------------------------------------------------- memory */
 
+/* [addr, addr + len), memory the application has, mapped with ucp (the
+ * main context, or a rail's for the same region) */
+ucs_status_t nxl_ucx_mem_map(ucp_context_h ucp, nxl_mem_t type, void *addr, size_t len,
+                             ucp_mem_h *memh)
+{
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .address = addr,
+        .length = len,
+    };
+    if (type == NXL_VRAM) {
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
+    return ucp_mem_map(ucp, &mp, memh);
+}
+
 /* VRAM (only in a build against a UCX with CUDA, NXL_UCX_CUDA): mapped
  * with its memory type, so that UCX's CUDA transports serve it to peers;
  * where this UCX cannot (no CUDA memory type at run time) it is declined
@@ -29,16 +46,7 @@ nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void 
         m->addr = d->addr;
         m->len = d->len;
     }
-    ucp_mem_map_params_t mp = {
-        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-        .address = (void *)d->addr,
-        .length = d->len,
-    };
-    if (type == NXL_VRAM) {
-        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-        mp.memory_type = UCS_MEMORY_TYPE_CUDA;
-    }
-    ucs_status_t st = ucp_mem_map(u->ucp, &mp, &m->memh);
+    ucs_status_t st = nxl_ucx_mem_map(u->ucp, type, (void *)d->addr, d->len, &m->memh);
     if (st != UCS_OK) {
         nxlt_error(u->ctx, "UCX: ucp_mem_map of %s 0x%lx+%zu failed: %s (is the range mapped? "
                    "is the locked-memory limit, ulimit -l, large enough for RDMA devices?)",

@@ -509,12 +509,8 @@ void nxl_ucx_rails_reg(ucx_t *u, ucx_md_t *m, void *addr, size_t len)
     if (!u->rails)
         return;
     for (unsigned i = 0; i < u->rails->n; i++) {
-        ucp_mem_map_params_t mp = {
-            .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-            .address = addr,
-            .length = len,
-        };
-        if (ucp_mem_map(u->rails->r[i].ucp, &mp, &m->rail_memh[i]) != UCS_OK) {
+        if (nxl_ucx_mem_map(u->rails->r[i].ucp, NXL_DRAM, addr, len, &m->rail_memh[i]) !=
+            UCS_OK) {
             nxlt_log(u->ctx, NXL_LOG_WARN, "UCX: a region 0x%lx+%zu could not be registered "
                      "with rail '%s': its transfers take the main path", (unsigned long)addr,
                      len, u->rails->r[i].dev);

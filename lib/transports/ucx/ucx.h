@@ -429,6 +429,8 @@ ssize_t nxl_ucx_split_copy(ucx_t *u, pid_t pid, bool read, const struct iovec *l
 void nxl_ucx_split_fini(ucx_t *u);
 
 /* mr.c */
+ucs_status_t nxl_ucx_mem_map(ucp_context_h ucp, nxl_mem_t type, void *addr, size_t len,
+                             ucp_mem_h *memh);
 nxl_status_t nxl_ucx_reg(void *state, nxl_mem_t type, const nxl_desc_t *d, void **out);
 void nxl_ucx_dereg(void *state, void *md);
 void nxl_ucx_mem_revoke(void *state, nxl_mem_t type, const nxl_desc_t *d, void *md);
