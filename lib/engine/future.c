@@ -27,7 +27,7 @@ static void *spare_take(nxli_spares_t *s, size_t size)
         return calloc(1, size);
     s->first = x->next;
     s->n--;
-    memset(x, 0, size);
+    nxl_zero(x, size); /* not inline `rep stosq` (../common/zero.h) */
     return x;
 }
 

@@ -33,6 +33,7 @@
 
 #include "../common/base64.h"
 #include "../common/clock_us.h"
+#include "../common/zero.h"
 #include "../common/growbuf.h"
 #include "loop.h"
 #include "threads.h"
