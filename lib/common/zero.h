@@ -13,7 +13,13 @@
 #include <stddef.h>
 #include <string.h>
 
-__attribute__((noipa, unused)) static void nxl_zero(void *p, size_t n)
+#if defined(__GNUC__) && !defined(__clang__)
+#define NXL_ZERO_ATTR __attribute__((noipa, unused))
+#else
+#define NXL_ZERO_ATTR __attribute__((noinline, unused)) /* clang: no noipa */
+#endif
+
+NXL_ZERO_ATTR static void nxl_zero(void *p, size_t n)
 {
     memset(p, 0, n);
 }
