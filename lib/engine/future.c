@@ -27,7 +27,7 @@ static void *spare_take(nxli_spares_t *s, size_t size)
         return calloc(1, size);
     s->first = x->next;
     s->n--;
-    memset(x, 0, size);
+    nxl_zero(x, size); /* not inline `rep stosq` (../common/zero.h) */
     return x;
 }
 
@@ -677,13 +677,20 @@ static void deadline_sentence(nxl_future_t *f, uint64_t now)
         unsigned set_ms = f->dl_set_us && f->deadline_us > f->dl_set_us
                               ? (unsigned)((f->deadline_us - f->dl_set_us + 500) / 1000)
                               : 0;
+        char what[NXLI_ERR_MAX / 2];
+        const char *w = f->dl_what ? f->dl_what
+                        : f->kind == NXLI_F_NOTIF ? "a notification"
+                                                  : "a metadata request";
+        if (f->kind == NXLI_F_NOTIF && f->dl_what && f->dl_backend) {
+            /* dl_what is its agent's name (nxl_notif_send) */
+            snprintf(what, sizeof(what), "a notification (nxl_notif_send) of %zu bytes to agent "
+                     "'%s' over %s", f->dl_len, f->dl_what, f->dl_backend->ops->name);
+            w = what;
+        }
         snprintf(buf, sizeof(buf),
                  "nxl_future_set_deadline: deadline of %u ms passed: %s was still pending; "
                  "canceled%s",
-                 set_ms,
-                 f->dl_what ? f->dl_what
-                 : f->kind == NXLI_F_NOTIF ? "a notification"
-                                           : "a metadata request",
+                 set_ms, w,
                  f->op && (f->op->backend->ops->caps & NXLT_CAP_CANCEL_WAITS)
                      ? ", completed once the transport let go of its buffers"
                      : "");

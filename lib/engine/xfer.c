@@ -1256,8 +1256,9 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         return NXL_ERR_UNKNOWN;
     }
     /* for a deadline's sentence (nxl_future_set_deadline); NULL: a plainer one */
-    f->dl_what = nxli_sprintf("a notification (nxl_notif_send) of %zu bytes to agent '%s' over %s",
-                              len, remote, b->ops->name);
+    f->dl_what = nxli_strdup(remote);
+    f->dl_len = len;
+    f->dl_backend = b;
     a->err[0] = 0;
     op->in_call = true;
     nxl_status_t st = b->ops->notif_send(b->state, op, r->conn[b->index], msg, len);

@@ -106,8 +106,16 @@ static ucx_op_t *op_get(ucx_t *u)
         return calloc(1, sizeof(*o));
     u->spare_ops = o->next_free;
     u->nspare_ops--;
-    ucx_op_t keep = {.buf = o->buf, .buf_cap = o->buf_cap, .iov = o->iov, .iov_cap = o->iov_cap};
-    *o = keep;
+    /* its buffers kept, the rest zeroed in place (a zeroed copy assigned
+     * to it was `rep stosq` into the copy: ../../common/zero.h) */
+    unsigned char *buf = o->buf;
+    size_t buf_cap = o->buf_cap, iov_cap = o->iov_cap;
+    nxlt_iov_t *iov = o->iov;
+    nxl_zero(o, sizeof(*o));
+    o->buf = buf;
+    o->buf_cap = buf_cap;
+    o->iov = iov;
+    o->iov_cap = iov_cap;
     return o;
 }
 

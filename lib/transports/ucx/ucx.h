@@ -71,6 +71,7 @@
 #include "../common/amwrite.h" /* the one-message WRITE's body */
 #include "../common/thp.h" /* registered DRAM onto 2 MiB pages */
 #include "../../common/clock_us.h" /* nxl_clock_us */
+#include "../../common/zero.h"     /* nxl_zero */
 #include "wire.h" /* connection info: CI_MAGIC, a flags byte, UCX's worker address */
 #define NXL_UCX_AM_REVOKE 0x6e7b /* a region was deregistered: peers stop using it */
 #define NXL_UCX_AM_WRITE_ACK 0x6e7c /* an AM_WRITE was copied into place (or dropped) */
