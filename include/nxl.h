@@ -683,10 +683,12 @@ NXL_API nxl_status_t nxl_mem_deregister(nxl_agent_t *a, nxl_mem_t type, const nx
 /**
  * Allocates @p len bytes of @p type memory and registers it. DRAM: the
  * first transport (in preference order) that allocates it does: UCX maps
- * it itself, which its shared-memory transports can write one-sided; CUDA
- * allocates pinned host memory (cudaHostAlloc); without either it is
- * page-aligned host memory, and from 2 MiB on 2 MiB-aligned with
- * transparent huge pages advised (fewer DMA segments per O_DIRECT request).
+ * it itself, which its shared-memory transports can write one-sided (from
+ * 2 MiB on, 2 MiB-aligned on 2 MiB pages where the kernel can: nxl-ucx(7),
+ * thp_collapse); CUDA allocates pinned host memory (cudaHostAlloc); without
+ * either it is page-aligned host memory, and from 2 MiB on 2 MiB-aligned
+ * with transparent huge pages advised (fewer DMA segments per O_DIRECT
+ * request).
  * VRAM: device memory of CUDA device @p dev_id (cudaMalloc, through the
  * CUDA transport).
  * @return NXL_SUCCESS; NXL_ERR_INVALID_PARAM; NXL_ERR_NOT_SUPPORTED (no

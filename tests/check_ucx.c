@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
@@ -1473,6 +1474,112 @@ START_TEST(t_thp_dereg)
 }
 END_TEST
 
+/* kB of [addr, addr + len) mapped here by 2 MiB pages of shared memory */
+static long shm_pmd_kb(uint64_t addr, size_t len)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert_msg(f, "/proc/self/smaps: %s", strerror(errno));
+    char line[256];
+    long kb = 0;
+    int in = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long a, e, v;
+        if (sscanf(line, "%lx-%lx ", &a, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = a < addr + len && e > addr;
+        else if (in && sscanf(line, "ShmemPmdMapped: %lu kB", &v) == 1)
+            kb += (long)v;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* whether this kernel collapses a System V segment onto 2 MiB pages
+ * (MADV_COLLAPSE, Linux 6.1; not where shmem_enabled says deny) */
+static int shm_collapses(void)
+{
+    size_t len = 4u << 20;
+    int id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+    if (id < 0)
+        return 0;
+    char *r = mmap(NULL, 2 * len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *a = r == MAP_FAILED ? NULL : (char *)(((uintptr_t)r + len - 1) & ~(uintptr_t)(len - 1));
+    char *p = a ? shmat(id, a, SHM_REMAP) : (char *)-1;
+    shmctl(id, IPC_RMID, NULL);
+    int ok = 0;
+    if (p != (char *)-1) {
+        p[0] = p[2u << 20] = 1;
+        ok = madvise(p, len, 25 /* MADV_COLLAPSE */) == 0 && shm_pmd_kb((uintptr_t)p, len) > 0;
+        shmdt(p);
+    }
+    if (r != MAP_FAILED)
+        munmap(r, 2 * len);
+    return ok;
+}
+
+/* nxl_mem_alloc's DRAM on 2 MiB pages: 2 MiB-aligned, zeroed, mapped by
+ * 2 MiB pages where the kernel can (thp_collapse auto: when the call
+ * returns; background: soon after; the background's region freed at once
+ * is no error), and the bytes of a WRITE and a READ between two agents
+ * there; thp_collapse=off: as UCX allocates it (not asserted: where
+ * shmem_enabled allows, its pages may be huge too) */
+START_TEST(t_alloc_huge)
+{
+    static const char *const modes[] = {NULL, "off", "background"};
+    size_t len = (8u << 20) + 4096; /* not a whole number of 2 MiB */
+    nxl_param_t p = {"thp_collapse", modes[_i]};
+    nxl_agent_t *v = tl_agent_log("V", NXL_LOG_DEBUG, log_cb), *w = agent("W");
+    ck_assert_msg(nxl_backend_create(v, "UCX", &p, _i ? 1 : 0, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    unsigned char *ta = NULL, *src = tl_xalloc(len), *back = tl_xalloc(len);
+    void *gone = NULL;
+    ck_assert_msg(nxl_mem_alloc(v, NXL_DRAM, len, 0, &gone) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    ck_assert_int_eq(nxl_mem_free(v, gone), NXL_SUCCESS);
+    ck_assert_msg(nxl_mem_alloc(v, NXL_DRAM, len, 0, (void **)&ta) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    for (size_t i = 0; i < len; i++)
+        ck_assert_msg(!ta[i], "byte %zu of fresh memory is %u", i, ta[i]);
+    long kb = shm_pmd_kb((uintptr_t)ta, len);
+    uint64_t end = tl_now_ms() + (_i == 2 ? 10000 : 0);
+    while (_i == 2 && kb < 8192 && tl_now_ms() < end) {
+        nxl_agent_run_once(v, 10);
+        kb = shm_pmd_kb((uintptr_t)ta, len);
+    }
+    printf("thp_collapse %s: nxl_mem_alloc of %zu bytes at %p: %ld kB by 2 MiB pages\n",
+           modes[_i] ? modes[_i] : "auto", len, (void *)ta, kb);
+    if (_i != 1) {
+        ck_assert_msg(!((uintptr_t)ta & ((2u << 20) - 1)), "%p is not 2 MiB-aligned",
+                      (void *)ta);
+        if (shm_collapses())
+            ck_assert_msg(kb >= 8192, "thp_collapse=%s: %ld kB of the region on 2 MiB pages, "
+                          "not 8192", modes[_i] ? modes[_i] : "auto", kb);
+    }
+    reg(w, src, len);
+    reg(w, back, len);
+    tl_learn(w, v);
+    tl_learn(v, w);
+    tl_fill(src, len, 33);
+    for (int op = 0; op < 2; op++) {
+        nxl_xfer_t *x;
+        ck_assert_int_eq(tl_xfer1(w, op ? NXL_READ : NXL_WRITE, (uintptr_t)(op ? back : src),
+                                  (uintptr_t)ta, len, "V", NULL, &x),
+                         NXL_SUCCESS);
+        tl_ndone = 0;
+        ck_assert_int_eq(nxl_xfer_post(x, tl_count_cb, NULL, NULL), NXL_SUCCESS);
+        ck_assert(tl_count_until(w, v, 1, 10000));
+        ck_assert_msg(tl_last == NXL_SUCCESS, "%s", tl_last_err);
+        nxl_xfer_release(x);
+    }
+    ck_assert(tl_check(ta, len, 33) < 0);
+    ck_assert(tl_check(back, len, 33) < 0);
+    ck_assert_int_eq(nxl_mem_free(v, ta), NXL_SUCCESS);
+    nxl_agent_destroy(w);
+    nxl_agent_destroy(v);
+    free(src);
+    free(back);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -1484,6 +1591,7 @@ int main(void)
     TCase *tshm = TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(tshm, t_ack_answered, 0, 2);
+    tcase_add_loop_test(tshm, t_alloc_huge, 0, 3);
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);

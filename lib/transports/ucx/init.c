@@ -171,6 +171,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     if (ns != NXL_SUCCESS)
         return ns;
     u->thp = thp;
+    u->thp_alloc = thp; /* as given: with or without cross-memory attach */
     u->net.stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
     u->am_write_max = (size_t)am_max;
     u->am_read_max = (size_t)am_rmax;
@@ -536,6 +537,10 @@ static void destroy(void *state)
         nxlt_thp_stop(&u->thp_state, thp, sizeof(thp));
         nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: registered DRAM onto 2 MiB pages: %s", thp);
     }
+    if (u->huge_allocs)
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: nxl_mem_alloc collapsed onto 2 MiB pages at once: "
+                 "%llu allocations, %llu bytes", (unsigned long long)u->huge_allocs,
+                 (unsigned long long)u->huge_bytes);
     nxl_ucx_rails_destroy(u);
     /* copies not done: nothing of theirs is in UCX or the kernel */
     while (!TAILQ_EMPTY(&u->cma_q))
@@ -648,7 +653,8 @@ static const nxl_param_info_t ucx_params[] = {
      "and of the peer's process (0: never)"},
     {"thp_collapse", "auto", "registered DRAM regions onto 2 MiB pages in place (MADV_COLLAPSE): "
      "auto (with cross-memory attach, in the background), background, sync (before the "
-     "registration returns), off"},
+     "registration returns), off; not off: nxl_mem_alloc's DRAM of 2 MiB or more is shared "
+     "memory on 2 MiB pages (auto: collapsed before it returns up to 1 GiB)"},
     {"rails", NULL, "network devices, one rail each (\"eth0,eth1\"): READs and WRITEs of at "
      "least rail_min bytes to a peer with rails are striped over them, in proportion to each "
      "rail's observed throughput"},

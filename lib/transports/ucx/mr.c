@@ -2,6 +2,8 @@
 #include "config.h"
 #include "ucx.h"
 
+#include <sys/mman.h>
+
 /* ------------------------------------------------------------- memory */
 
 /* [addr, addr + len), memory the application has, mapped with ucp (the
@@ -127,6 +129,112 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
     return UCS_OK;
 }
 
+/* nxl_mem_alloc's DRAM on 2 MiB pages (thp_collapse not off). UCX
+ * allocates it on System V shared memory (POSIX where that fails), which
+ * the peer maps and copies with the CPU; shared memory faults in 4 KiB
+ * pages wherever /sys/kernel/mm/transparent_hugepage/shmem_enabled says
+ * never (Debian's default), and one thread's copy of 16-64 MiB between
+ * such pages ran at 0.7-0.97 of the same copy between 2 MiB pages here
+ * (bench/memcpy_ref shm against thp); one such transfer at a time ran at
+ * 0.66-0.73 of that memcpy on 4 KiB pages, 0.96-1.08 on 2 MiB pages
+ * (doc/perf/README.md). madvise(MADV_COLLAPSE) (Linux 6.1) puts shared
+ * memory on 2 MiB pages whatever shmem_enabled says (but deny); a 2 MiB
+ * page is mapped as one only at a 2 MiB-aligned address, so the segment
+ * is attached at one (UCX attaches at the address it is given: a hole
+ * reserved here first, PROT_NONE), one byte of each 2 MiB is written (the
+ * kernel collapses no range none of whose pages exists) and the whole is
+ * collapsed before the call returns (thp_collapse auto up to
+ * UCX_THP_ALLOC_SYNC_MAX, and sync), or the first 2 MiB so and the rest
+ * by the thread of registered DRAM (background; auto, larger: each 2 MiB
+ * then copies what the application wrote there meanwhile). The memory is
+ * in RAM from then on, zeroed, as the application's first writes would
+ * have had it. The unit is the system's huge page size where larger
+ * (UCX's System V segments try hugetlb pages first: a multiple of it, at
+ * an address aligned to it). Nothing of this is an error: where the
+ * kernel declines (before 6.1, no 2 MiB page free, hugetlb pages already)
+ * the memory is as it would have been. The peer maps the segment where
+ * its kernel chooses, 2 MiB pages there mapped 4 KiB at a time unless
+ * that address is aligned. */
+#define UCX_HUGE ((size_t)2 << 20)
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+/* the system's default huge page size (/proc/meminfo), at least 2 MiB */
+static size_t ucx_huge_unit(void)
+{
+    size_t unit = UCX_HUGE;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long kb;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "Hugepagesize: %lu kB", &kb) == 1) {
+            if ((size_t)kb << 10 > unit && !((kb << 10) & ((kb << 10) - 1)))
+                unit = (size_t)kb << 10;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return unit;
+}
+
+/* UCX's allocation of len bytes at an address aligned to the huge page
+ * unit, then collapsed; UCS_OK with *memh, or UCX's refusal (nothing
+ * left mapped: the caller allocates as before) */
+static ucs_status_t ucx_alloc_huge(ucx_t *u, size_t len, ucx_md_t *m)
+{
+    ucp_mem_h *memh = &m->memh;
+    size_t unit = ucx_huge_unit(), alen = (len + unit - 1) / unit * unit, span = alen + unit;
+    char *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+        return UCS_ERR_NO_MEMORY;
+    char *a = (char *)(((uintptr_t)r + unit - 1) & ~(uintptr_t)(unit - 1));
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .address = a,
+        .length = alen,
+        .flags = UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED,
+    };
+    ucs_status_t st = ucp_mem_map(u->ucp, &mp, memh);
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
+    if (st == UCS_OK && ((st = ucp_mem_query(*memh, &attr)) != UCS_OK || attr.address != a ||
+                         attr.length > span - (size_t)(a - r))) {
+        if (st == UCS_OK)
+            st = UCS_ERR_INVALID_ADDR; /* not where it was asked: not used */
+        ucp_mem_unmap(u->ucp, *memh);
+    }
+    if (st != UCS_OK) {
+        munmap(r, span); /* what is left of the hole */
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: %zu bytes of shared memory at a 2 MiB-aligned "
+                 "address: %s; allocated as before (4 KiB pages)", len, ucs_status_string(st));
+        return st;
+    }
+    if (a > r)
+        munmap(r, (size_t)(a - r));
+    if (a + attr.length < r + span)
+        munmap(a + attr.length, (size_t)(r + span - (a + attr.length)));
+    for (size_t o = 0; o < attr.length; o += UCX_HUGE)
+        ((volatile char *)a)[o] = 0;
+    bool now = u->thp_alloc == NXLT_THP_SYNC ||
+               (u->thp_alloc == NXLT_THP_AUTO && attr.length <= UCX_THP_ALLOC_SYNC_MAX);
+    /* in the background: the first 2 MiB here, so that where the kernel
+     * cannot (EINVAL: before 6.1, hugetlb pages) nothing is queued and the
+     * thread does not conclude that registered DRAM cannot either */
+    if (madvise(a, now ? attr.length : UCX_HUGE, MADV_COLLAPSE) != 0) {
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "UCX: %zu bytes of shared memory stay on their pages: "
+                 "madvise(MADV_COLLAPSE): %s", len, strerror(errno));
+    } else if (now) {
+        u->huge_allocs++;
+        u->huge_bytes += attr.length;
+    } else if (attr.length > UCX_HUGE) {
+        m->addr = (uintptr_t)a + UCX_HUGE; /* dropped at nxl_mem_free (nxl_ucx_dereg) */
+        m->len = attr.length - UCX_HUGE;
+        nxlt_thp_add(&u->thp_state, u->ctx, "UCX", NXLT_THP_BACKGROUND, 0, m->addr, m->len);
+    }
+    return UCS_OK;
+}
+
 nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t dev, void **ptr,
                                void **md)
 {
@@ -147,7 +255,11 @@ nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t
         .length = len,
         .flags = UCP_MEM_MAP_ALLOCATE,
     };
-    ucs_status_t st = ucp_mem_map(u->ucp, &mp, &m->memh);
+    ucs_status_t st = UCS_ERR_UNSUPPORTED;
+    if (u->thp_alloc != NXLT_THP_OFF && len >= UCX_HUGE)
+        st = ucx_alloc_huge(u, len, m);
+    if (st != UCS_OK)
+        st = ucp_mem_map(u->ucp, &mp, &m->memh);
     ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
     if (st == UCS_OK)
         st = ucp_mem_query(m->memh, &attr);

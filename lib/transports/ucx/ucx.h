@@ -91,6 +91,9 @@ enum { CMA_OFF, CMA_AUTO, CMA_ON };        /* the cma parameter */
 /* thp_collapse=auto: registered DRAM up to this much onto 2 MiB pages
  * before the registration returns, larger regions in the background */
 #define UCX_THP_SYNC_MAX 0
+/* ... nxl_mem_alloc's DRAM: up to this much collapsed before the call
+ * returns, larger allocations in the background (mr.c) */
+#define UCX_THP_ALLOC_SYNC_MAX ((size_t)1 << 30)
 enum { CMA_NONE, CMA_READY, CMA_REFUSED }; /* a connection's cross-memory attach */
 
 typedef struct ucx_conn ucx_conn_t;
@@ -191,6 +194,8 @@ typedef struct ucx_state {
     bool cma_split_failed;      /* no copy thread could be started: not tried again */
     uint64_t cma_split_calls;   /* statistics: copies shared */
     int thp;                    /* NXLT_THP_*: registered DRAM onto 2 MiB pages (mr.c) */
+    int thp_alloc;              /* NXLT_THP_*: nxl_mem_alloc's DRAM onto 2 MiB pages (mr.c) */
+    uint64_t huge_allocs, huge_bytes; /* statistics: allocations (bytes) collapsed at once */
     nxlt_thp_t *thp_state;      /* ../common/thp.c, made on first use */
     struct ucx_rails *rails;    /* the rails parameter's contexts and workers, or NULL (rails.c) */
     bool is_live;               /* on live_list */
