@@ -71,6 +71,93 @@ static ucx_conn_t *heard_from(ucx_t *u, const char *from)
     return c;
 }
 
+/* ---- a peer that polls
+ *
+ * To a peer on this host, cross-memory attach copies a small transfer
+ * without the peer: one system call, nothing to wake (a 4 KiB WRITE one
+ * at a time to an idle target: 5.5 us, against 49 us as a message that
+ * wakes it). To a peer that is polling anyway (busy_poll_us, within its
+ * window after activity) a message is faster: a 4 KiB WRITE or READ one
+ * at a time 3.7 GB/s as messages, 1.7 by cross-memory attach (UCX 1.13,
+ * both agents polling, 2026-12). So such a transfer goes as a message
+ * (AM_WRITE without a notification, AM_READ) while the peer polls, and by
+ * cross-memory attach otherwise.
+ *
+ * How the initiator knows: an agent that polls puts its busy_poll_us (u32,
+ * big-endian) as the UCX header of its answers (an AM_WRITE's
+ * acknowledgement, an AM_READ's bytes) and of its notifications. An nxl
+ * that does not know it ignores the header of those messages (it reads
+ * only their bodies); an agent that does not poll, or an older one, sends
+ * none, and its peers keep today's paths. An answer received means that
+ * the peer progressed our message just before: it polls for its
+ * busy_poll_us from then (worker.c, progress). So a transfer posted within
+ * three quarters of that after the last answer (the rest: the answer's
+ * way back, a loaded machine) goes as a message, and its answer keeps the
+ * window open; later, the peer is asleep, most likely: cross-memory
+ * attach, which does not wake it. Only while a stream goes on (POLL_WAKE
+ * transfers in a row, each posted within the peer's busy_poll_us of the
+ * one before) is one sent as a message to wake the peer: one wake-up
+ * (~45 us) against ~1.3 us saved on each transfer of its window after.
+ *
+ * One at a time only (nothing else in flight to the peer): a window of
+ * transfers goes in one system call by cross-memory attach, faster than
+ * as many messages (16 x 4 KiB: 5.8 GB/s against 1.8). And only what the
+ * message paths take (am_write_max, am_read_max; a peer that answers by
+ * name, heard from) and cross-memory attach would: the rest takes its
+ * usual path. */
+
+#define POLL_WAKE 16
+
+/* a message of the peer's with the header @p header: its busy_poll_us;
+ * @p answer: an answer to one of ours (without the header: it does not
+ * poll, or is an older nxl) */
+static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen, bool answer)
+{
+    uint32_t bp = hlen == 4 ? (uint32_t)ucx_ci_get(header, 4) : 0;
+    if (!answer && !bp)
+        return; /* a notification may come without it (handled later, nxl_ucx_later) */
+    if (bp && !c->peer_poll_us)
+        nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s' polls for %u us after activity: "
+                 "small transfers one at a time go to it as messages while it does",
+                 c->name, (unsigned)bp);
+    c->peer_poll_us = bp;
+    if (answer && bp)
+        c->peer_seen_us = nxlt_now_us();
+}
+
+/* A small transfer one at a time, DRAM on both sides, without a
+ * notification, to a peer that polls (above): 1 posted as a message (or
+ * failed and reported), 0 not this way, -1 no memory */
+int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+{
+    if (!c->peer_poll_us || c->net.inflight || !u->polled_max)
+        return 0;
+    size_t max = x->op == NXL_WRITE ? (c->am_write ? u->am_write_max : 0) : u->am_read_max,
+           total = 0;
+    if (max > u->polled_max)
+        max = u->polled_max;
+    for (size_t i = 0; i < x->n && total <= max; i++)
+        total += x->iov[i].len;
+    if (total > max || !nxl_ucx_cma_usable(u, c, x))
+        return 0;
+    uint64_t now = nxlt_now_us(), bp = c->peer_poll_us;
+    if (now - c->peer_seen_us >= bp - bp / 4) {
+        /* asleep, most likely: woken only for a stream */
+        c->small_run = now - c->small_last_us < bp ? c->small_run + 1 : 0;
+        c->small_last_us = now;
+        if (c->small_run < POLL_WAKE)
+            return 0;
+    }
+    c->small_last_us = now;
+    int r = x->op == NXL_WRITE ? nxl_ucx_post_am_write(u, op, c, x)
+                               : nxl_ucx_post_am_read(u, op, c, x);
+    if (r > 0) {
+        c->small_run = 0;
+        u->poll_xfers++;
+    }
+    return r;
+}
+
 /* UCX sent it, or the target acknowledged it: done when both happened */
 static void amw_step(ucx_op_t *o, ucs_status_t st)
 {
@@ -125,6 +212,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
     LIST_REMOVE(o, ack_link);
     o->amw_acked = true;
     u->net.hit = true;
+    poll_heard(u, o->conn, header, hlen, true);
     if (b[8]) {
         char why[400];
         snprintf(why, sizeof(why), "UCX: WRITE to agent '%s' failed: the target dropped it "
@@ -172,7 +260,8 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
             .flags = UCP_AM_SEND_FLAG_EAGER,
         };
         u->in_ucx++;
-        ucs_status_ptr_t r = ucp_am_send_nbx(ep, NXL_UCX_AM_WRITE_ACK, NULL, 0, ok, 9, &p);
+        ucs_status_ptr_t r = ucp_am_send_nbx(ep, NXL_UCX_AM_WRITE_ACK, u->poll_hdr,
+                                             u->poll_hlen, ok, 9, &p);
         u->in_ucx--;
         if (r == NULL)
             return;
@@ -190,7 +279,7 @@ static void amw_ack(ucx_t *u, const void *header, size_t hlen, const ucp_am_recv
     m->buf[8] = bad != NULL;
     if (bl)
         memcpy(m->buf + 9, bad, bl);
-    nxl_ucx_side_send(u, ep, NXL_UCX_AM_WRITE_ACK, m);
+    nxl_ucx_side_answer(u, ep, NXL_UCX_AM_WRITE_ACK, m);
 }
 
 /* does UCX map an element's remote memory here itself (it allocated it, on
@@ -396,6 +485,7 @@ ucs_status_t nxl_ucx_am_recv_read_reply(void *arg, const void *header, size_t hl
     LIST_REMOVE(o, ack_link);
     o->amw_acked = true;
     u->net.hit = true;
+    poll_heard(u, o->conn, header, hlen, true);
     size_t want = 0;
     for (size_t i = 0; i < o->n; i++)
         want += o->iov[i].len;
@@ -483,7 +573,7 @@ ucs_status_t nxl_ucx_am_recv_read(void *arg, const void *header, size_t hlen, vo
         }
     }
     u->net.hit = true;
-    nxl_ucx_side_send(u, c->ep, NXL_UCX_AM_READ_REPLY, m);
+    nxl_ucx_side_answer(u, c->ep, NXL_UCX_AM_READ_REPLY, m);
     return UCS_OK;
 }
 
@@ -578,8 +668,8 @@ void nxl_ucx_send_notif(ucx_op_t *o)
         return;
     }
     ucx_t *u = o->u;
-    ucs_status_ptr_t r = nxl_ucx_am_send(o->conn->ep, NXL_UCX_AM_NOTIF, NULL, 0, o->notif,
-                                         o->notif_len, 0, am_done, o);
+    ucs_status_ptr_t r = nxl_ucx_am_send(o->conn->ep, NXL_UCX_AM_NOTIF, u->poll_hdr,
+                                         u->poll_hlen, o->notif, o->notif_len, 0, am_done, o);
     if (!UCS_PTR_IS_PTR(r))
         nxl_ucx_op_finish(o, UCS_PTR_STATUS(r));
     else
@@ -626,7 +716,9 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
         return UCS_OK;
     }
     u->net.hit = true;
-    heard_from(u, from);
+    ucx_conn_t *c = heard_from(u, from);
+    if (c)
+        poll_heard(u, c, header, hlen, false);
     nxlt_notif_recv(u->ctx, from, b + nk, len - nk);
     return UCS_OK;
 }

@@ -241,6 +241,17 @@ ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
 {
     m->hello = NULL;
+    m->poll = false;
+    nxl_ucx_side_send_flags(u, ep, id, m, 0);
+}
+
+/* the same for an answer to the peer's message (an AM_WRITE's
+ * acknowledgement, an AM_READ's bytes): with our busy_poll_us as its
+ * header when we poll (am.c, "a peer that polls") */
+void nxl_ucx_side_answer(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+{
+    m->hello = NULL;
+    m->poll = true;
     nxl_ucx_side_send_flags(u, ep, id, m, 0);
 }
 
@@ -250,7 +261,10 @@ void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m, 
     m->u = u;
     LIST_INSERT_HEAD(&u->sides, m, link);
     u->in_ucx++;
-    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, NULL, 0, m->buf, m->len, flags, side_done, m);
+    /* the header (u->poll_hdr) lives as long as u: past the send */
+    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, m->poll ? u->poll_hdr : NULL,
+                                         m->poll ? u->poll_hlen : 0, m->buf, m->len, flags,
+                                         side_done, m);
     u->in_ucx--;
     if (UCS_PTR_IS_PTR(r)) {
         m->req = r;
@@ -979,6 +993,18 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     if (c->local && (c->peer_addr = malloc(len))) {
         memcpy(c->peer_addr, info, len);
         c->peer_addr_len = len;
+    }
+    /* metadata of a peer loaded again (the same worker: the same process,
+     * which keeps its endpoint to us and its busy_poll_us): what its
+     * messages told the connection it replaces holds for this one */
+    ucx_conn_t *o;
+    LIST_FOREACH(o, &u->conns, link)
+    if (!o->unloaded && !o->failed && !o->fail_deferred && o->addr_len == len &&
+        !memcmp(o->addr, info, len) && !strcmp(o->name, agent)) {
+        c->heard = o->heard;
+        c->peer_poll_us = o->peer_poll_us;
+        c->peer_seen_us = o->peer_seen_us;
+        break;
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     nxl_ucx_rails_connect(u, c, rails, rails_len);
