@@ -1507,7 +1507,10 @@ START_TEST(t_polled)
     peer_busy_us = 0;
     size_t len = 1 << 20;
     unsigned char *buf = malloc(len), *got = malloc(len);
-    nxl_agent_t *A = initiator_to(&p, NULL, 0, buf, len);
+    /* this initiator does not poll: its answers' time would send them
+     * back to cross-memory attach (polled_slow) */
+    nxl_param_t prm = {"polled_slow", "0"};
+    nxl_agent_t *A = initiator_to(&p, &prm, 1, buf, len);
     nxl_agent_on_notif(A, pw_notif, NULL);
     peer_teach(A, &p);
     pw_hi = 0;

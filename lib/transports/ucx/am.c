@@ -99,6 +99,15 @@ static ucx_conn_t *heard_from(ucx_t *u, const char *from)
  * one before) is one sent as a message to wake the peer: one wake-up
  * (~45 us) against ~1.3 us saved on each transfer of its window after.
  *
+ * A peer that polls answers in 1-3 us over shared memory, but only while
+ * it has its CPU: on a loaded host it loses it for milliseconds, and so
+ * may this agent waiting for the answer, when cross-memory attach needs
+ * neither (load 4-6 on 2 cores: 4 KiB one at a time, both polling, 0.75
+ * GB/s as messages against 1.4 by cross-memory attach). So the answers'
+ * time inside the window is averaged, and above polled_slow (10 us) the
+ * window is taken as closed and the stream that wakes the peer doubled
+ * (up to POLL_WAKE_MAX); an average back under it restores POLL_WAKE.
+ *
  * One at a time only (nothing else in flight to the peer): a window of
  * transfers goes in one system call by cross-memory attach, faster than
  * as many messages (16 x 4 KiB: 5.8 GB/s against 1.8). And only what the
@@ -106,23 +115,44 @@ static ucx_conn_t *heard_from(ucx_t *u, const char *from)
  * name, heard from) and cross-memory attach would: the rest takes its
  * usual path. */
 
-#define POLL_WAKE 16
+#define POLL_WAKE 16 /* transfers in a row that make a stream, at first... */
+#define POLL_WAKE_MAX 4096 /* ... and at most (doubled after each slow answer) */
 
 /* a message of the peer's with the header @p header: its busy_poll_us;
- * @p answer: an answer to one of ours (without the header: it does not
- * poll, or is an older nxl) */
-static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen, bool answer)
+ * @p o: the op it answers (without the header: the peer does not poll, or
+ * is an older nxl), or NULL (a notification) */
+static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen, ucx_op_t *o)
 {
     uint32_t bp = hlen == 4 ? (uint32_t)ucx_ci_get(header, 4) : 0;
-    if (!answer && !bp)
+    if (!o && !bp)
         return; /* a notification may come without it (handled later, nxl_ucx_later) */
-    if (bp && !c->peer_poll_us)
+    if (bp && !c->peer_poll_us) {
         nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s' polls for %u us after activity: "
                  "small transfers one at a time go to it as messages while it does",
                  c->name, (unsigned)bp);
+        c->poll_wake = POLL_WAKE;
+    }
     c->peer_poll_us = bp;
-    if (answer && bp)
-        c->peer_seen_us = nxlt_now_us();
+    if (!o || !bp)
+        return;
+    uint64_t now = nxlt_now_us();
+    c->peer_seen_us = now;
+    if (!o->polled_us)
+        return;
+    /* the average, not each answer: one that waited for a timer tick
+     * does not stop the messages, a peer that often loses its CPU does */
+    c->poll_rtt8 += now - o->polled_us - c->poll_rtt8 / 8;
+    if (!u->polled_slow_us || c->poll_rtt8 <= 8 * (uint64_t)u->polled_slow_us) {
+        c->poll_wake = POLL_WAKE;
+        return;
+    }
+    /* answered slowly inside its window: the peer does not get the CPU
+     * it polls on (a loaded host), or this agent does not poll for the
+     * answer; cross-memory attach, which needs neither, until a longer
+     * stream tries again */
+    c->peer_seen_us = 0;
+    if (c->poll_wake < POLL_WAKE_MAX)
+        c->poll_wake *= 2;
 }
 
 /* A small transfer one at a time, DRAM on both sides, without a
@@ -141,12 +171,15 @@ int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_
     if (total > max || !nxl_ucx_cma_usable(u, c, x))
         return 0;
     uint64_t now = nxlt_now_us(), bp = c->peer_poll_us;
+    bool in_window = false;
     if (now - c->peer_seen_us >= bp - bp / 4) {
         /* asleep, most likely: woken only for a stream */
         c->small_run = now - c->small_last_us < bp ? c->small_run + 1 : 0;
         c->small_last_us = now;
-        if (c->small_run < POLL_WAKE)
+        if (c->small_run < (c->poll_wake ? c->poll_wake : POLL_WAKE))
             return 0;
+    } else {
+        in_window = true;
     }
     c->small_last_us = now;
     int r = x->op == NXL_WRITE ? nxl_ucx_post_am_write(u, op, c, x)
@@ -154,6 +187,9 @@ int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_
     if (r > 0) {
         c->small_run = 0;
         u->poll_xfers++;
+        ucx_op_t *o = LIST_FIRST(&u->acks); /* the op just posted */
+        if (in_window && o && o->op == op)
+            o->polled_us = now;
     }
     return r;
 }
@@ -212,7 +248,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
     LIST_REMOVE(o, ack_link);
     o->amw_acked = true;
     u->net.hit = true;
-    poll_heard(u, o->conn, header, hlen, true);
+    poll_heard(u, o->conn, header, hlen, o);
     if (b[8]) {
         char why[400];
         snprintf(why, sizeof(why), "UCX: WRITE to agent '%s' failed: the target dropped it "
@@ -485,7 +521,7 @@ ucs_status_t nxl_ucx_am_recv_read_reply(void *arg, const void *header, size_t hl
     LIST_REMOVE(o, ack_link);
     o->amw_acked = true;
     u->net.hit = true;
-    poll_heard(u, o->conn, header, hlen, true);
+    poll_heard(u, o->conn, header, hlen, o);
     size_t want = 0;
     for (size_t i = 0; i < o->n; i++)
         want += o->iov[i].len;
@@ -718,7 +754,7 @@ ucs_status_t nxl_ucx_am_recv(void *arg, const void *header, size_t hlen, void *d
     u->net.hit = true;
     ucx_conn_t *c = heard_from(u, from);
     if (c)
-        poll_heard(u, c, header, hlen, false);
+        poll_heard(u, c, header, hlen, NULL);
     nxlt_notif_recv(u->ctx, from, b + nk, len - nk);
     return UCS_OK;
 }

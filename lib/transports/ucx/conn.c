@@ -1004,6 +1004,8 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
         c->heard = o->heard;
         c->peer_poll_us = o->peer_poll_us;
         c->peer_seen_us = o->peer_seen_us;
+        c->poll_wake = o->poll_wake;
+        c->poll_rtt8 = o->poll_rtt8;
         break;
     }
     LIST_INSERT_HEAD(&u->conns, c, link);

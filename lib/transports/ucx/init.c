@@ -7,6 +7,7 @@
 #define AM_WRITE_MAX_DEFAULT 4096
 #define AM_READ_MAX_DEFAULT 4096
 #define POLLED_MAX_DEFAULT 4096 /* am.c, "a peer that polls" */
+#define POLLED_SLOW_DEFAULT 10 /* ... its answers' average time (us) that sends them back */
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
@@ -150,7 +151,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
                                     CMA_ON,   CMA_OFF, CMA_OFF, CMA_OFF};
     nxlt_ctx_t *ctx = u->ctx;
     uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, am_rmax = AM_READ_MAX_DEFAULT,
-             polled = POLLED_MAX_DEFAULT,
+             polled = POLLED_MAX_DEFAULT, polled_slow = POLLED_SLOW_DEFAULT,
              chunk = CMA_CHUNK_DEFAULT, cmax = 0,
              split = CMA_SPLIT_DEFAULT;
     int cma = 0, thp = NXLT_THP_AUTO;
@@ -162,6 +163,8 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
         ns = nxlt_param_uint(ctx, params, n, "am_read_max", 0, 1u << 20, &am_rmax);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_uint(ctx, params, n, "polled_max", 0, 1u << 20, &polled);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "polled_slow", 0, 1000000, &polled_slow);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_choice(ctx, params, n, "cma", cma_words, &cma);
     if (ns == NXL_SUCCESS)
@@ -179,6 +182,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     u->am_write_max = (size_t)am_max;
     u->am_read_max = (size_t)am_rmax;
     u->polled_max = (size_t)polled;
+    u->polled_slow_us = (unsigned)polled_slow;
     u->cma_mode = cma_modes[cma];
     u->cma_chunk = (size_t)chunk;
     u->cma_max = (size_t)cmax;
@@ -648,6 +652,10 @@ static const nxl_param_info_t ucx_params[] = {
      "WRITEs and READs one at a time up to this many bytes (and am_write_max, am_read_max), "
      "to a peer on this host that polls (its busy_poll_us), go as messages while it does, "
      "not by cross-memory attach (\"0\" never)"},
+    {"polled_slow", PSTR(POLLED_SLOW_DEFAULT),
+     "microseconds: when such messages' answers take longer on average (the peer or this agent "
+     "not getting its CPU), small transfers go back to cross-memory attach for a while "
+     "(\"0\": never)"},
     {"cma", "auto", "cross-memory attach to peers on this host: auto (when tls includes shared "
      "memory), on, off"},
     {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},

@@ -164,6 +164,7 @@ typedef struct ucx_state {
     size_t am_read_max;         /* READs up to this size go as a request and its answer */
     size_t polled_max;          /* ... and those one at a time, to a peer that polls, rather
                                  * than by cross-memory attach (am.c) */
+    unsigned polled_slow_us;    /* ... unless their answers take longer on average (0: never) */
     uint64_t am_seq;            /* the last AM_WRITE's or AM_READ's number (its answer names it) */
     LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs and AM_READs waiting for their answer */
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
@@ -232,6 +233,10 @@ struct ucx_conn {
     uint64_t small_last_us;     /* when the last small transfer one at a time was posted... */
     unsigned small_run;         /* ... and how many came in a row, each within peer_poll_us of
                                  * the one before, outside its window */
+    unsigned poll_wake;         /* ... how many make a stream that wakes it (POLL_WAKE, doubled
+                                 * while its answers inside the window come slowly) */
+    uint64_t poll_rtt8;         /* 8 x the moving average of its answers' time inside the
+                                 * window (us) */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool torn;                  /* ... by the teardown, transfers in flight on it (init.c,
@@ -352,6 +357,8 @@ typedef struct ucx_op {
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
     unsigned pieces;            /* striped over rails: pieces not completed yet (rails.c) */
     uint64_t t0;                /* posted (nxl_ucx_coarse_us): its main endpoint's stall */
+    uint64_t polled_us;         /* sent to a peer inside its polling window (am.c): when
+                                 * (nxlt_now_us); 0 otherwise */
     bool main_held;             /* moved off a stalled main endpoint onto the rails (rails.c):
                                  * UCX's request there still names it (freed at its callback) */
     bool moved_done;            /* ... and the rails completed it: freed at that callback */
