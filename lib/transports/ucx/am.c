@@ -104,9 +104,11 @@ static ucx_conn_t *heard_from(ucx_t *u, const char *from)
  * may this agent waiting for the answer, when cross-memory attach needs
  * neither (load 4-6 on 2 cores: 4 KiB one at a time, both polling, 0.75
  * GB/s as messages against 1.4 by cross-memory attach). So the answers'
- * time inside the window is averaged, and above polled_slow (10 us) the
- * window is taken as closed and the stream that wakes the peer doubled
- * (up to POLL_WAKE_MAX); an average back under it restores POLL_WAKE.
+ * time inside the window is averaged (from 0 in each window: one stall
+ * of a timer tick passes, one of a lost CPU does not), and above
+ * polled_slow (10 us) the window is taken as closed and the stream that
+ * wakes the peer doubled (up to POLL_WAKE_MAX); an answer in a window
+ * whose average stays under it restores POLL_WAKE.
  *
  * One at a time only (nothing else in flight to the peer): a window of
  * transfers goes in one system call by cross-memory attach, faster than
@@ -151,6 +153,7 @@ static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen,
      * answer; cross-memory attach, which needs neither, until a longer
      * stream tries again */
     c->peer_seen_us = 0;
+    c->poll_rtt8 = 0; /* the next window is judged afresh */
     if (c->poll_wake < POLL_WAKE_MAX)
         c->poll_wake *= 2;
 }
