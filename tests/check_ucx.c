@@ -1019,7 +1019,7 @@ static void bw_done(nxl_future_t *f, nxl_status_t st, void *arg)
     BW.st = st;
     snprintf(BW.why, sizeof(BW.why), "%s", nxl_future_error(f));
     /* the moment completion is claimed: every byte at the target */
-    if (st == NXL_SUCCESS && memcmp(BW.tbuf, BW.want, BW.len))
+    if (st == NXL_SUCCESS && BW.want && memcmp(BW.tbuf, BW.want, BW.len))
         BW.wrong++;
 }
 
@@ -1109,6 +1109,30 @@ START_TEST(t_bare_write)
             ck_assert_msg(!BW.wrong, "%s: a WRITE of %zu B completed before its bytes were at "
                           "the target", how, sizes[k]);
         }
+    /* three elements in one message, their bytes gathered by UCX from
+     * the initiator's memory (nxl_ucx_am_send_gather): each in place */
+    {
+        static const size_t gl[] = {1000, 1500, 1200}, glo[] = {0, 2000, 5000},
+                            gro[] = {100, 3000, 9000};
+        nxl_desc_t ld[3], rd[3];
+        for (int i = 0; i < 3; i++) {
+            tl_fill(src + glo[i], gl[i], ++seed);
+            ld[i] = (nxl_desc_t){.addr = (uintptr_t)src + glo[i], .len = gl[i]};
+            rd[i] = (nxl_desc_t){.addr = (uintptr_t)t1 + gro[i], .len = gl[i]};
+        }
+        nxl_dlist_t ll = {NXL_DRAM, ld, 3}, rl = {NXL_DRAM, rd, 3};
+        nxl_xfer_t *gx;
+        ck_assert_int_eq(nxl_xfer_create(w, NXL_WRITE, &ll, &rl, "V", NULL, &gx), NXL_SUCCESS);
+        BW.calls = 0;
+        BW.want = NULL; /* checked below, element by element */
+        ck_assert_int_eq(nxl_xfer_post(gx, bw_done, NULL, NULL), NXL_SUCCESS);
+        ck_assert(tl_run_until(w, &BW.calls, 1, 20000));
+        ck_assert_msg(BW.st == NXL_SUCCESS, "%s: WRITE of 3 elements: %s", how, BW.why);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(!memcmp(t1 + gro[i], src + glo[i], gl[i]), "%s: element %d of a "
+                          "WRITE of 3 elements not in place", how, i);
+        nxl_xfer_release(gx);
+    }
     /* into memory UCX maps here itself (nxl_mem_alloc): its puts */
     tl_fill(src, 4096, ++seed);
     ck_assert_int_eq(bw_write(w, src, (uintptr_t)ta, ta, 4096), NXL_SUCCESS);

@@ -356,12 +356,19 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     size_t total = 2 + nl + nxl_amw_body_size(x, data);
     ucx_op_t *o = nxl_ucx_op_new(u, op, c, me, NULL, 0, false);
     unsigned char *b = o ? nxl_ucx_op_buf(o, total) : NULL;
-    if (!b || (c->nrails && nxl_ucx_op_keep_iov(o, x) != 0)) { /* kept: rails.c */
+    /* without rails, the elements' bytes are gathered by UCX from the
+     * application's memory (nxl_ucx_am_send_gather): kept there until the
+     * op completes, as the contract asks; with rails the whole message is
+     * kept with the op, to go again on a rail */
+    bool gather = !c->nrails && data > 256;
+    if (!b || ((c->nrails || gather) && nxl_ucx_op_keep_iov(o, x) != 0)) { /* kept: rails.c */
         if (o)
             nxl_ucx_op_drop(o);
         return -1;
     }
-    nxl_amw_body_pack(nxl_ucx_name_put(b, me, nl), x);
+    unsigned char *d = nxl_amw_body_pack_head(nxl_ucx_name_put(b, me, nl), x);
+    if (!gather)
+        nxl_amw_body_pack_data(d, x);
     o->notif = b; /* kept with the op */
     o->notif_len = total;
     o->amw = true;
@@ -370,9 +377,18 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     o->amw_hdr[8] = AMW_BARE;
     LIST_INSERT_HEAD(&u->acks, o, ack_link);
     u->in_ucx++;
-    ucs_status_ptr_t r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, bare ? 9 : 8, b,
-                                         total, c->am_ack_name ? 0 : UCP_AM_SEND_FLAG_REPLY,
-                                         amw_sent, o);
+    uint32_t fl = c->am_ack_name ? 0 : UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t r = NULL;
+    bool sent = false;
+    if (gather)
+        r = nxl_ucx_am_send_gather(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, bare ? 9 : 8, b,
+                                   (size_t)(d - b), o->iov, o->n, total, fl, amw_sent, o, &sent);
+    if (!sent) {
+        if (gather)
+            nxl_amw_body_pack_data(d, x);
+        r = nxl_ucx_am_send(c->ep, NXL_UCX_AM_WRITE, o->amw_hdr, bare ? 9 : 8, b, total, fl,
+                            amw_sent, o);
+    }
     if (!UCS_PTR_IS_PTR(r))
         amw_step(o, UCS_PTR_STATUS(r)); /* sent at once: its acknowledgement completes it */
     nxl_ucx_kick(u);

@@ -424,6 +424,10 @@ void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_answer(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
                              uint32_t flags);
+ucs_status_ptr_t nxl_ucx_am_send_gather(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                        const void *buf, size_t head, const nxlt_iov_t *iov,
+                                        size_t n, size_t len, uint32_t flags,
+                                        ucp_send_nbx_callback_t cb, void *arg, bool *sent);
 ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
                                  const void *buf, size_t len, uint32_t flags,
                                  ucp_send_nbx_callback_t cb, void *arg);
