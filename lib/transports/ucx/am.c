@@ -163,8 +163,17 @@ static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen,
  * failed and reported), 0 not this way, -1 no memory */
 int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
 {
-    if (!c->peer_poll_us || c->net.inflight || !u->polled_max)
+    if (!c->peer_poll_us || !u->polled_max)
         return 0;
+    if (c->net.inflight) {
+        /* a window of transfers: its refill from a completion's callback
+         * finds nothing in flight for its first post, whose message would
+         * then go ahead of the others' one system call (to a peer whose
+         * notifications told it polls); so not while the last post with
+         * others in flight is within the peer's window */
+        c->window_us = nxlt_now_us();
+        return 0;
+    }
     size_t max = x->op == NXL_WRITE ? (c->am_write ? u->am_write_max : 0) : u->am_read_max,
            total = 0;
     if (max > u->polled_max)
@@ -174,6 +183,8 @@ int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_
     if (total > max || !nxl_ucx_cma_usable(u, c, x))
         return 0;
     uint64_t now = nxlt_now_us(), bp = c->peer_poll_us;
+    if (c->window_us && now - c->window_us < bp)
+        return 0;
     bool in_window = false;
     if (now - c->peer_seen_us >= bp - bp / 4) {
         /* asleep, most likely: woken only for a stream */

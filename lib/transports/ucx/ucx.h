@@ -230,6 +230,7 @@ struct ucx_conn {
                                  * or an older nxl) */
     uint64_t peer_seen_us;      /* when its last answer came (nxlt_now_us): it polls for
                                  * peer_poll_us after that */
+    uint64_t window_us;         /* when a transfer was last posted with others in flight */
     uint64_t small_last_us;     /* when the last small transfer one at a time was posted... */
     unsigned small_run;         /* ... and how many came in a row, each within peer_poll_us of
                                  * the one before, outside its window */
