@@ -258,9 +258,10 @@ END_TEST
 
 /* a target agent "T" in a child process: a malloc'd region filled with
  * pattern `seed`, registered; its metadata and the region's address come
- * back over a pipe. Commands: 'd' deregister (answer 'D'), EOF: leave.
- * A notification "chk SEED OFF LEN" is answered 'k' (the bytes hold the
- * pattern) or 'b'. */
+ * back over a pipe. Commands: 'd' deregister (answer 'D'), 'h' send the
+ * initiator "I" a notification "hi" (once it has I's metadata), EOF:
+ * leave. A notification "chk SEED OFF LEN" is answered 'k' (the bytes hold
+ * the pattern) or 'b'. */
 typedef struct {
     pid_t pid;
     int cmd, ans;
@@ -298,6 +299,7 @@ static void xread(int fd, void *p, size_t n)
 }
 
 static int peer_cma_off; /* the next peer_start()'s target has cma=off */
+static unsigned peer_busy_us; /* the next peer_start()'s target has this busy_poll_us */
 static const char *peer_thp; /* the next peer_start()'s target has thp_collapse=this */
 
 static peer_t peer_start(size_t len, uint32_t seed)
@@ -311,7 +313,13 @@ static peer_t peer_start(size_t len, uint32_t seed)
         close(c[1]);
         close(r[0]);
         T.ans = r[1];
-        if (peer_cma_off || peer_thp) {
+        if (peer_busy_us) {
+            nxl_agent_config_t cfg;
+            tl_config(&cfg, "T", 0);
+            cfg.busy_poll_us = peer_busy_us;
+            T.a = tl_agent_cfg(&cfg, 0);
+            tl_backend(T.a, "UCX");
+        } else if (peer_cma_off || peer_thp) {
             T.a = tl_agent_bare("T", 0);
             nxl_param_t prm = peer_thp ? (nxl_param_t){"thp_collapse", peer_thp}
                                        : (nxl_param_t){"cma", "off"};
@@ -353,6 +361,8 @@ static peer_t peer_start(size_t len, uint32_t seed)
                     _exit(5);
                 free(mb);
             }
+            if (k == 'h' && nxl_notif_send(T.a, "I", "hi", 2, NULL, NULL, NULL) != NXL_SUCCESS)
+                _exit(7);
             if (k == 'd') {
                 nxl_mem_deregister(T.a, NXL_DRAM, &d, 1);
                 nxl_agent_run_once(T.a, 0);
@@ -1069,7 +1079,7 @@ static void bw_done(nxl_future_t *f, nxl_status_t st, void *arg)
     BW.st = st;
     snprintf(BW.why, sizeof(BW.why), "%s", nxl_future_error(f));
     /* the moment completion is claimed: every byte at the target */
-    if (st == NXL_SUCCESS && memcmp(BW.tbuf, BW.want, BW.len))
+    if (st == NXL_SUCCESS && BW.want && memcmp(BW.tbuf, BW.want, BW.len))
         BW.wrong++;
 }
 
@@ -1159,6 +1169,30 @@ START_TEST(t_bare_write)
             ck_assert_msg(!BW.wrong, "%s: a WRITE of %zu B completed before its bytes were at "
                           "the target", how, sizes[k]);
         }
+    /* three elements in one message, their bytes gathered by UCX from
+     * the initiator's memory (nxl_ucx_am_send_gather): each in place */
+    {
+        static const size_t gl[] = {1000, 1500, 1200}, glo[] = {0, 2000, 5000},
+                            gro[] = {100, 3000, 9000};
+        nxl_desc_t ld[3], rd[3];
+        for (int i = 0; i < 3; i++) {
+            tl_fill(src + glo[i], gl[i], ++seed);
+            ld[i] = (nxl_desc_t){.addr = (uintptr_t)src + glo[i], .len = gl[i]};
+            rd[i] = (nxl_desc_t){.addr = (uintptr_t)t1 + gro[i], .len = gl[i]};
+        }
+        nxl_dlist_t ll = {NXL_DRAM, ld, 3}, rl = {NXL_DRAM, rd, 3};
+        nxl_xfer_t *gx;
+        ck_assert_int_eq(nxl_xfer_create(w, NXL_WRITE, &ll, &rl, "V", NULL, &gx), NXL_SUCCESS);
+        BW.calls = 0;
+        BW.want = NULL; /* checked below, element by element */
+        ck_assert_int_eq(nxl_xfer_post(gx, bw_done, NULL, NULL), NXL_SUCCESS);
+        ck_assert(tl_run_until(w, &BW.calls, 1, 20000));
+        ck_assert_msg(BW.st == NXL_SUCCESS, "%s: WRITE of 3 elements: %s", how, BW.why);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(!memcmp(t1 + gro[i], src + glo[i], gl[i]), "%s: element %d of a "
+                          "WRITE of 3 elements not in place", how, i);
+        nxl_xfer_release(gx);
+    }
     /* into memory UCX maps here itself (nxl_mem_alloc): its puts */
     tl_fill(src, 4096, ++seed);
     ck_assert_int_eq(bw_write(w, src, (uintptr_t)ta, ta, 4096), NXL_SUCCESS);
@@ -1580,6 +1614,124 @@ START_TEST(t_alloc_huge)
 }
 END_TEST
 
+/* ---- small transfers one at a time to a target that polls */
+
+static struct {
+    const peer_t *p;
+    const unsigned char *want; /* a WRITE: the target's bytes at roff when it completes */
+    size_t roff, len;
+    int calls, wrong;
+    nxl_status_t st;
+} PW;
+static int pw_hi;
+
+static void pw_notif(nxl_agent_t *a, const char *from, const void *msg, size_t len, void *arg)
+{
+    pw_hi++;
+}
+
+static void pw_done(nxl_future_t *f, nxl_status_t st, void *arg)
+{
+    PW.calls++;
+    PW.st = st;
+    /* the moment completion is claimed: every byte of a WRITE at the target */
+    if (st == NXL_SUCCESS && PW.want) {
+        unsigned char got[4096];
+        peek(PW.p, PW.roff, got, PW.len);
+        PW.wrong += memcmp(got, PW.want, PW.len) != 0;
+    }
+}
+
+/* posts a 4 KiB WRITE (buf + off to the target's off) or READ (the
+ * target's off into buf + off) */
+static nxl_xfer_t *pw_post(nxl_agent_t *A, const peer_t *p, nxl_op_t op, unsigned char *buf,
+                           size_t off)
+{
+    nxl_xfer_t *x;
+    ck_assert_int_eq(tl_xfer1(A, op, (uintptr_t)buf + off, p->addr + off, 4096, "T", NULL, &x),
+                     NXL_SUCCESS);
+    PW.p = p;
+    PW.want = op == NXL_WRITE ? buf + off : NULL;
+    PW.roff = off;
+    PW.len = 4096;
+    PW.calls = 0;
+    PW.st = NXL_IN_PROG;
+    ck_assert_msg(nxl_xfer_post(x, pw_done, NULL, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(A));
+    return x;
+}
+
+/* _i 0: the target polls (busy_poll_us: 2 s after activity), and its
+ * notification said so; _i 1: it does not. A stream of 4 KiB WRITEs and
+ * READs one at a time, every WRITE's bytes at the target when its future
+ * completes, every READ's right. Then, the target stopped: to the one
+ * that polls they go as messages (the next waits for the target to run
+ * again), to the other by cross-memory attach (completes meanwhile) */
+START_TEST(t_polled)
+{
+    int polls = _i == 0;
+    peer_busy_us = polls ? 2000000 : 0;
+    peer_t p = peer_start(1 << 20, 5);
+    peer_busy_us = 0;
+    size_t len = 1 << 20;
+    unsigned char *buf = malloc(len), *got = malloc(len);
+    /* this initiator does not poll: its answers' time would send them
+     * back to cross-memory attach (polled_slow) */
+    nxl_param_t prm = {"polled_slow", "0"};
+    nxl_agent_t *A = initiator_to(&p, &prm, 1, buf, len);
+    nxl_agent_on_notif(A, pw_notif, NULL);
+    peer_teach(A, &p);
+    pw_hi = 0;
+    char h = 'h';
+    ck_assert(write(p.cmd, &h, 1) == 1);
+    ck_assert_msg(tl_run_until(A, &pw_hi, 1, 10000), "no notification from the target");
+    ck_assert_msg(!polls == !strstr(logbuf, "agent 'T' polls for 2000000 us"),
+                  "the initiator %s that the target polls; log:\n%s",
+                  polls ? "did not learn" : "thinks", logbuf);
+    for (int i = 0; i < 60; i++) {
+        nxl_op_t op = i % 3 == 2 ? NXL_READ : NXL_WRITE;
+        size_t off = (size_t)(i % 16) * 4096;
+        if (op == NXL_WRITE)
+            tl_fill(buf + off, 4096, 100 + (uint32_t)i);
+        else
+            memset(buf + off, 0, 4096);
+        nxl_xfer_t *x = pw_post(A, &p, op, buf, off);
+        ck_assert_msg(tl_run_until(A, &PW.calls, 1, 10000), "transfer %d not done", i);
+        ck_assert_msg(PW.st == NXL_SUCCESS, "transfer %d: %s", i, nxl_agent_last_error(A));
+        ck_assert_msg(!PW.wrong, "WRITE %d completed before its bytes were at the target", i);
+        if (op == NXL_READ) {
+            peek(&p, off, got, 4096);
+            ck_assert_msg(!memcmp(buf + off, got, 4096), "READ %d brought other bytes", i);
+        }
+        nxl_xfer_release(x);
+    }
+    /* the target stopped: a WRITE, then a READ */
+    for (int k = 0; k < 2; k++) {
+        nxl_op_t op = k ? NXL_READ : NXL_WRITE;
+        size_t off = 20 * 4096;
+        tl_fill(buf + off, 4096, 300 + (uint32_t)k);
+        kill(p.pid, SIGSTOP);
+        nxl_xfer_t *x = pw_post(A, &p, op, buf, off);
+        tl_run_until(A, &PW.calls, 1, 300);
+        ck_assert_msg(PW.calls == !polls, "a 4 KiB %s one at a time to a stopped target that "
+                      "%s %s: %s", k ? "READ" : "WRITE", polls ? "polls" : "does not poll",
+                      polls ? "completed (cross-memory attach, not a message?)"
+                            : "did not complete (not by cross-memory attach?)",
+                      logbuf);
+        kill(p.pid, SIGCONT);
+        ck_assert(tl_run_until(A, &PW.calls, 1, 10000));
+        ck_assert_msg(PW.st == NXL_SUCCESS && !PW.wrong, "%s", nxl_agent_last_error(A));
+        if (op == NXL_READ) {
+            peek(&p, off, got, 4096);
+            ck_assert(!memcmp(buf + off, got, 4096));
+        }
+        nxl_xfer_release(x);
+    }
+    free(got);
+    finish(A, &p, buf);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -1616,5 +1768,6 @@ int main(void)
     tcase_add_loop_test(tm, t_cma_off, 0, 2);
     tcase_add_loop_test(tm, t_pid_watched, 0, 3);
     tcase_add_loop_test(tm, t_thp, 0, 3);
+    tcase_add_loop_test(tm, t_polled, 0, 2);
     return tl_run(s);
 }

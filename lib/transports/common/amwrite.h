@@ -28,8 +28,9 @@ static inline size_t nxl_amw_body_size(const nxlt_xfer_t *x, size_t data)
     return 4 + x->notif_len + 4 + x->n * 12 + data;
 }
 
-/* writes the body of x at w (nxl_amw_body_size bytes); returns its end */
-static inline unsigned char *nxl_amw_body_pack(unsigned char *w, const nxlt_xfer_t *x)
+/* writes the body of x at w but the elements' bytes (nxl_amw_body_size
+ * of no data); returns its end, where those bytes go */
+static inline unsigned char *nxl_amw_body_pack_head(unsigned char *w, const nxlt_xfer_t *x)
 {
     nxl_be_put(w, x->notif_len, 4), w += 4;
     if (x->notif_len)
@@ -39,6 +40,21 @@ static inline unsigned char *nxl_amw_body_pack(unsigned char *w, const nxlt_xfer
         nxl_be_put(w, x->iov[i].raddr, 8);
         nxl_be_put(w + 8, x->iov[i].len, 4);
     }
+    return w;
+}
+
+/* writes the elements' bytes of x at w; returns their end */
+static inline unsigned char *nxl_amw_body_pack_data(unsigned char *w, const nxlt_xfer_t *x)
+{
+    for (size_t i = 0; i < x->n; i++)
+        memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
+    return w;
+}
+
+/* writes the body of x at w (nxl_amw_body_size bytes); returns its end */
+static inline unsigned char *nxl_amw_body_pack(unsigned char *w, const nxlt_xfer_t *x)
+{
+    w = nxl_amw_body_pack_head(w, x);
     for (size_t i = 0; i < x->n; i++)
         memcpy(w, x->iov[i].laddr, x->iov[i].len), w += x->iov[i].len;
     return w;

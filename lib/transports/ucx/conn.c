@@ -141,6 +141,10 @@ typedef struct {
     size_t len;
     ucp_send_nbx_callback_t cb;
     void *arg;
+    /* gathered (nxl_ucx_am_send_gather): buf holds the first head bytes,
+     * the elements' local bytes follow */
+    size_t head, niov;
+    const nxlt_iov_t *iov;
 } am_copy_t;
 
 static void *am_copy_start(void *context, const void *buffer, size_t count)
@@ -161,6 +165,24 @@ static size_t am_copy_size(void *state)
 static size_t am_copy_pack(void *state, size_t offset, void *dest, size_t max)
 {
     am_copy_t *s = state;
+    if (s->iov) {
+        /* [head bytes of buf][each element's bytes] */
+        size_t done = 0, at = 0;
+        for (size_t i = 0; i <= s->niov && done < max; i++) {
+            const char *src = i ? s->iov[i - 1].laddr : s->buf;
+            size_t l = i ? s->iov[i - 1].len : s->head;
+            if (offset < at + l) {
+                size_t from = offset - at, n = l - from;
+                if (n > max - done)
+                    n = max - done;
+                memcpy((char *)dest + done, src + from, n);
+                done += n;
+                offset += n;
+            }
+            at += l;
+        }
+        return done;
+    }
     size_t n = offset < s->len ? s->len - offset : 0;
     if (n > max)
         n = max;
@@ -236,11 +258,54 @@ ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size
     return r;
 }
 
+/* The same message, its body the @p head bytes at @p buf followed by the
+ * local bytes of @p iov (n elements; len bytes in all), gathered by UCX
+ * straight into its buffer: no copy of the data into ours first (a 4 KiB
+ * WRITE's bytes were copied twice on the initiator). The elements and
+ * buf stay untouched until @p cb. *sent false: not sent, the gathering
+ * datatype is not there (the caller packs the body itself). */
+ucs_status_ptr_t nxl_ucx_am_send_gather(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                        const void *buf, size_t head, const nxlt_iov_t *iov,
+                                        size_t n, size_t len, uint32_t flags,
+                                        ucp_send_nbx_callback_t cb, void *arg, bool *sent)
+{
+    pthread_once(&am_copy_once, am_copy_init);
+    am_copy_t *s = am_copy_ok ? malloc(sizeof(*s)) : NULL;
+    *sent = s != NULL;
+    if (!s)
+        return NULL;
+    *s = (am_copy_t){.buf = buf, .len = len, .cb = cb, .arg = arg, .head = head, .niov = n,
+                     .iov = iov};
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE,
+        .flags = UCP_AM_SEND_FLAG_EAGER | flags,
+        .cb.send = am_copy_done,
+        .user_data = s,
+        .datatype = am_copy_dt,
+    };
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, hdr, hlen, s, 1, &p);
+    if (!UCS_PTR_IS_PTR(r))
+        free(s); /* completed at once, or refused: no completion callback */
+    return r;
+}
+
 /* Sends a message of the transport's own on @p ep (no op behind it: its
  * failure is only logged). m->buf holds len bytes; m is taken. */
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
 {
     m->hello = NULL;
+    m->poll = false;
+    nxl_ucx_side_send_flags(u, ep, id, m, 0);
+}
+
+/* the same for an answer to the peer's message (an AM_WRITE's
+ * acknowledgement, an AM_READ's bytes): with our busy_poll_us as its
+ * header when we poll (am.c, "a peer that polls") */
+void nxl_ucx_side_answer(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m)
+{
+    m->hello = NULL;
+    m->poll = true;
     nxl_ucx_side_send_flags(u, ep, id, m, 0);
 }
 
@@ -250,7 +315,10 @@ void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m, 
     m->u = u;
     LIST_INSERT_HEAD(&u->sides, m, link);
     u->in_ucx++;
-    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, NULL, 0, m->buf, m->len, flags, side_done, m);
+    /* the header (u->poll_hdr) lives as long as u: past the send */
+    ucs_status_ptr_t r = nxl_ucx_am_send(ep, id, m->poll ? u->poll_hdr : NULL,
+                                         m->poll ? u->poll_hlen : 0, m->buf, m->len, flags,
+                                         side_done, m);
     u->in_ucx--;
     if (UCS_PTR_IS_PTR(r)) {
         m->req = r;
@@ -979,6 +1047,20 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     if (c->local && (c->peer_addr = malloc(len))) {
         memcpy(c->peer_addr, info, len);
         c->peer_addr_len = len;
+    }
+    /* metadata of a peer loaded again (the same worker: the same process,
+     * which keeps its endpoint to us and its busy_poll_us): what its
+     * messages told the connection it replaces holds for this one */
+    ucx_conn_t *o;
+    LIST_FOREACH(o, &u->conns, link)
+    if (!o->unloaded && !o->failed && !o->fail_deferred && o->addr_len == len &&
+        !memcmp(o->addr, info, len) && !strcmp(o->name, agent)) {
+        c->heard = o->heard;
+        c->peer_poll_us = o->peer_poll_us;
+        c->peer_seen_us = o->peer_seen_us;
+        c->poll_wake = o->poll_wake;
+        c->poll_rtt8 = o->poll_rtt8;
+        break;
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     nxl_ucx_rails_connect(u, c, rails, rails_len);

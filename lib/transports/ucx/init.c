@@ -6,6 +6,8 @@
 /* off unless asked for: the acknowledgement needs UCX's reply endpoint (am.c) */
 #define AM_WRITE_MAX_DEFAULT 4096
 #define AM_READ_MAX_DEFAULT 4096
+#define POLLED_MAX_DEFAULT 4096 /* am.c, "a peer that polls" */
+#define POLLED_SLOW_DEFAULT 10 /* ... its answers' average time (us) that sends them back */
 #define SHM_FIFO_DEFAULT "256" /* elements of UCX's shared-memory receive FIFO (UCX: 64) */
 #define DESTROY_WAIT_MS 2000 /* destroy: longest wait for UCX to return its requests */
 #define CMA_CHUNK_DEFAULT (1u << 20) /* bytes a system call copies at most */
@@ -149,6 +151,7 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
                                     CMA_ON,   CMA_OFF, CMA_OFF, CMA_OFF};
     nxlt_ctx_t *ctx = u->ctx;
     uint64_t stall_ms = 10000, am_max = AM_WRITE_MAX_DEFAULT, am_rmax = AM_READ_MAX_DEFAULT,
+             polled = POLLED_MAX_DEFAULT, polled_slow = POLLED_SLOW_DEFAULT,
              chunk = CMA_CHUNK_DEFAULT, cmax = 0,
              split = CMA_SPLIT_DEFAULT;
     int cma = 0, thp = NXLT_THP_AUTO;
@@ -158,6 +161,10 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
         ns = nxlt_param_uint(ctx, params, n, "am_write_max", 0, 1u << 20, &am_max);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_uint(ctx, params, n, "am_read_max", 0, 1u << 20, &am_rmax);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "polled_max", 0, 1u << 20, &polled);
+    if (ns == NXL_SUCCESS)
+        ns = nxlt_param_uint(ctx, params, n, "polled_slow", 0, 1000000, &polled_slow);
     if (ns == NXL_SUCCESS)
         ns = nxlt_param_choice(ctx, params, n, "cma", cma_words, &cma);
     if (ns == NXL_SUCCESS)
@@ -175,6 +182,8 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     u->net.stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
     u->am_write_max = (size_t)am_max;
     u->am_read_max = (size_t)am_rmax;
+    u->polled_max = (size_t)polled;
+    u->polled_slow_us = (unsigned)polled_slow;
     u->cma_mode = cma_modes[cma];
     u->cma_chunk = (size_t)chunk;
     u->cma_max = (size_t)cmax;
@@ -366,6 +375,11 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
         return ns;
     }
     nxl_ucx_cma_init(u);
+    /* our answers say how long we poll after them (am.c, "a peer that
+     * polls"); not polling: today's answers, without a header */
+    unsigned bp = nxlt_busy_poll_us(ctx);
+    ucx_ci_put(u->poll_hdr, bp, 4);
+    u->poll_hlen = bp ? 4 : 0;
     nxl_ucx_live_add(u);
     nxl_ucx_kick(u);
     nxlt_log(ctx, NXL_LOG_INFO, "UCX %s transport up; UCX transports: %s (%s); cross-memory "
@@ -643,6 +657,14 @@ static const nxl_param_info_t ucx_params[] = {
     {"am_read_max", PSTR(AM_READ_MAX_DEFAULT),
      "READs (without a notification) up to this many bytes go as a request the target "
      "answers with the bytes in one message (\"0\" off)"},
+    {"polled_max", PSTR(POLLED_MAX_DEFAULT),
+     "WRITEs and READs one at a time up to this many bytes (and am_write_max, am_read_max), "
+     "to a peer on this host that polls (its busy_poll_us), go as messages while it does, "
+     "not by cross-memory attach (\"0\" never)"},
+    {"polled_slow", PSTR(POLLED_SLOW_DEFAULT),
+     "microseconds: when such messages' answers take longer on average (the peer or this agent "
+     "not getting its CPU), small transfers go back to cross-memory attach for a while "
+     "(\"0\": never)"},
     {"cma", "auto", "cross-memory attach to peers on this host: auto (when tls includes shared "
      "memory), on, off"},
     {"cma_chunk", "1048576", "bytes one process_vm_writev/readv copies at most"},

@@ -114,6 +114,7 @@ typedef struct ucx_side {
     struct ucx_conn *hello;     /* the first message of a new endpoint (conn.c): its
                                  * completion says UCX resolved the peer's endpoint */
     LIST_ENTRY(ucx_side) link;
+    bool poll;                  /* an answer: it carries our busy_poll_us (am.c) */
     size_t len;
     unsigned char buf[];
 } ucx_side_t;
@@ -165,6 +166,9 @@ typedef struct ucx_state {
     unsigned in_ucx;            /* >0 inside a UCX call made for the engine (post, close...) */
     size_t am_write_max;        /* WRITEs with a notification up to this size go as one message */
     size_t am_read_max;         /* READs up to this size go as a request and its answer */
+    size_t polled_max;          /* ... and those one at a time, to a peer that polls, rather
+                                 * than by cross-memory attach (am.c) */
+    unsigned polled_slow_us;    /* ... unless their answers take longer on average (0: never) */
     uint64_t am_seq;            /* the last AM_WRITE's or AM_READ's number (its answer names it) */
     LIST_HEAD(, ucx_op) acks;   /* AM_WRITEs and AM_READs waiting for their answer */
     pthread_t thread;           /* the agent's reactor thread (where UCX logs for us) */
@@ -189,6 +193,10 @@ typedef struct ucx_state {
     bool cma_refusal_said;      /* the first refusal is a warning, later ones info */
     struct iovec *cma_liov, *cma_riov; /* IOV_MAX each */
     uint64_t cma_xfers, cma_bytes; /* statistics */
+    uint64_t poll_xfers;        /* statistics: small transfers sent as messages to a peer that
+                                 * polls, instead of cross-memory attach (am.c) */
+    unsigned char poll_hdr[4];  /* our busy_poll_us: the header of our answers (am.c) */
+    size_t poll_hlen;           /* 4, or 0 when we do not poll (today's messages) */
     size_t cma_split;           /* calls of this many bytes share the copy with a thread (0: never) */
     struct ucx_split *cma_split_state; /* cmasplit.c: its copy thread, started on first use */
     bool cma_split_failed;      /* no copy thread could be started: not tried again */
@@ -222,6 +230,20 @@ struct ucx_conn {
     bool am_read;               /* the peer answers AM_READ requests (CI_AM_READ) */
     bool am_bare;               /* ... and takes AM_WRITEs without a notification (CI_AM_BARE) */
     bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
+    /* the peer polls (am.c, "a peer that polls"): small transfers one at a
+     * time go as its messages while it does, not by cross-memory attach */
+    uint32_t peer_poll_us;      /* its busy_poll_us, as its messages say (0: it sleeps at once,
+                                 * or an older nxl) */
+    uint64_t peer_seen_us;      /* when its last answer came (nxlt_now_us): it polls for
+                                 * peer_poll_us after that */
+    uint64_t window_us;         /* when a transfer was last posted with others in flight */
+    uint64_t small_last_us;     /* when the last small transfer one at a time was posted... */
+    unsigned small_run;         /* ... and how many came in a row, each within peer_poll_us of
+                                 * the one before, outside its window */
+    unsigned poll_wake;         /* ... how many make a stream that wakes it (POLL_WAKE, doubled
+                                 * while its answers inside the window come slowly) */
+    uint64_t poll_rtt8;         /* 8 x the moving average of its answers' time inside the
+                                 * window (us) */
     bool forced;                /* its endpoint was closed by force: UCX 1.13 may never
                                  * complete a flush that was pending on it */
     bool torn;                  /* ... by the teardown, transfers in flight on it (init.c,
@@ -342,6 +364,8 @@ typedef struct ucx_op {
     LIST_ENTRY(ucx_op) ack_link; /* on u->acks while amw && !amw_acked */
     unsigned pieces;            /* striped over rails: pieces not completed yet (rails.c) */
     uint64_t t0;                /* posted (nxl_ucx_coarse_us): its main endpoint's stall */
+    uint64_t polled_us;         /* sent to a peer inside its polling window (am.c): when
+                                 * (nxlt_now_us); 0 otherwise */
     bool main_held;             /* moved off a stalled main endpoint onto the rails (rails.c):
                                  * UCX's request there still names it (freed at its callback) */
     bool moved_done;            /* ... and the rails completed it: freed at that callback */
@@ -404,8 +428,13 @@ void nxl_ucx_reconnects(ucx_t *u);
 void nxl_ucx_peer_renewed(ucx_t *u, const char *from);
 void nxl_ucx_peer_drained(ucx_t *u, const char *from);
 void nxl_ucx_side_send(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
+void nxl_ucx_side_answer(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m);
 void nxl_ucx_side_send_flags(ucx_t *u, ucp_ep_h ep, unsigned id, ucx_side_t *m,
                              uint32_t flags);
+ucs_status_ptr_t nxl_ucx_am_send_gather(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
+                                        const void *buf, size_t head, const nxlt_iov_t *iov,
+                                        size_t n, size_t len, uint32_t flags,
+                                        ucp_send_nbx_callback_t cb, void *arg, bool *sent);
 ucs_status_ptr_t nxl_ucx_am_send(ucp_ep_h ep, unsigned id, const void *hdr, size_t hlen,
                                  const void *buf, size_t len, uint32_t flags,
                                  ucp_send_nbx_callback_t cb, void *arg);
@@ -498,6 +527,7 @@ ucs_status_t nxl_ucx_am_recv_ack(void *arg, const void *header, size_t hlen, voi
                                  size_t len, const ucp_am_recv_param_t *param);
 int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
 int nxl_ucx_post_am_read(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
+int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x);
 ucs_status_t nxl_ucx_am_recv_read(void *arg, const void *header, size_t hlen, void *data,
                                   size_t len, const ucp_am_recv_param_t *param);
 ucs_status_t nxl_ucx_am_recv_read_reply(void *arg, const void *header, size_t hlen, void *data,
