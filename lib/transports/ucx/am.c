@@ -160,8 +160,10 @@ static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen,
 
 /* A small transfer one at a time, DRAM on both sides, without a
  * notification, to a peer that polls (above): 1 posted as a message (or
- * failed and reported), 0 not this way, -1 no memory */
-int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x)
+ * failed and reported), 0 not this way, -1 no memory. @p cma: whether
+ * cross-memory attach would take it (nxl_ucx_cma_usable(), which the
+ * caller has asked already) */
+int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_t *x, bool cma)
 {
     if (!c->peer_poll_us || !u->polled_max)
         return 0;
@@ -180,7 +182,7 @@ int nxl_ucx_post_polled(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfer_
         max = u->polled_max;
     for (size_t i = 0; i < x->n && total <= max; i++)
         total += x->iov[i].len;
-    if (total > max || !nxl_ucx_cma_usable(u, c, x))
+    if (total > max || !cma)
         return 0;
     uint64_t now = nxlt_now_us(), bp = c->peer_poll_us;
     if (c->window_us && now - c->window_us < bp)

@@ -341,9 +341,11 @@ nxl_status_t nxl_ucx_post(void *state, nxlt_op_t *op, const nxlt_xfer_t *x)
         return TAKEN(r);
     /* small, one at a time, to a peer that polls: as a message while it
      * polls, not by cross-memory attach (am.c, "a peer that polls") */
-    if (one && !x->notif && (r = nxl_ucx_post_polled(u, op, c, x)) != 0)
+    /* (asked once: it walks the elements and their keys) */
+    bool cma = !c->wiring && nxl_ucx_cma_usable(u, c, x);
+    if (one && !x->notif && (r = nxl_ucx_post_polled(u, op, c, x, cma)) != 0)
         return TAKEN(r);
-    if (!c->wiring && nxl_ucx_cma_usable(u, c, x))
+    if (cma)
         return nxl_ucx_post_cma(u, op, c, x);
     /* a small WRITE without a notification that cross-memory attach does
      * not take (cma=off, another host, TCP): one message, which the target
