@@ -179,6 +179,8 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
         return ns;
     u->thp = thp;
     u->thp_alloc = thp; /* as given: with or without cross-memory attach */
+    if (thp != NXLT_THP_OFF)
+        u->huge_unit = nxl_ucx_huge_unit(); /* not a read of /proc at each nxl_mem_alloc() */
     u->net.stall_us = stall_ms > UINT64_MAX / 1000 ? UINT64_MAX : stall_ms * 1000;
     u->am_write_max = (size_t)am_max;
     u->am_read_max = (size_t)am_rmax;

@@ -160,8 +160,9 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
 #define MADV_COLLAPSE 25
 #endif
 
-/* the system's default huge page size (/proc/meminfo), at least 2 MiB */
-static size_t ucx_huge_unit(void)
+/* the system's default huge page size (/proc/meminfo), at least 2 MiB:
+ * read once, at the transport's start (ucx_t.huge_unit) */
+size_t nxl_ucx_huge_unit(void)
 {
     size_t unit = UCX_HUGE;
     FILE *f = fopen("/proc/meminfo", "r");
@@ -184,7 +185,7 @@ static size_t ucx_huge_unit(void)
 static ucs_status_t ucx_alloc_huge(ucx_t *u, size_t len, ucx_md_t *m)
 {
     ucp_mem_h *memh = &m->memh;
-    size_t unit = ucx_huge_unit(), alen = (len + unit - 1) / unit * unit, span = alen + unit;
+    size_t unit = u->huge_unit, alen = (len + unit - 1) / unit * unit, span = alen + unit;
     char *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         return UCS_ERR_NO_MEMORY;

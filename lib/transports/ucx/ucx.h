@@ -203,6 +203,8 @@ typedef struct ucx_state {
     uint64_t cma_split_calls;   /* statistics: copies shared */
     int thp;                    /* NXLT_THP_*: registered DRAM onto 2 MiB pages (mr.c) */
     int thp_alloc;              /* NXLT_THP_*: nxl_mem_alloc's DRAM onto 2 MiB pages (mr.c) */
+    size_t huge_unit;           /* ... in units of this (nxl_ucx_huge_unit(); read at the start
+                                 * unless thp_alloc is off) */
     uint64_t huge_allocs, huge_bytes; /* statistics: allocations (bytes) collapsed at once */
     nxlt_thp_t *thp_state;      /* ../common/thp.c, made on first use */
     struct ucx_rails *rails;    /* the rails parameter's contexts and workers, or NULL (rails.c) */
@@ -474,6 +476,7 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
 nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t dev, void **ptr,
                                void **md);
 void nxl_ucx_mem_free(void *state, void *ptr, void *md);
+size_t nxl_ucx_huge_unit(void);
 nxl_status_t nxl_ucx_pack_key(void *state, void *md, void **buf, size_t *len);
 nxl_status_t nxl_ucx_load_key(void *state, void *conn, const void *buf, size_t len, void **rkey);
 void nxl_ucx_unload_key(void *state, void *rkey);
