@@ -61,6 +61,7 @@ static void future_free(nxl_future_t *f)
     deadline_remove(f);
     free(f->timeout_why);
     free(f->dl_what);
+    free(f->dl_peer);
     if (f->mt) {
         nxli_thread_settled(f); /* a waiter of a future released meanwhile */
         LIST_REMOVE(f, alink);
@@ -681,10 +682,9 @@ static void deadline_sentence(nxl_future_t *f, uint64_t now)
         const char *w = f->dl_what ? f->dl_what
                         : f->kind == NXLI_F_NOTIF ? "a notification"
                                                   : "a metadata request";
-        if (f->kind == NXLI_F_NOTIF && f->dl_what && f->dl_backend) {
-            /* dl_what is its agent's name (nxl_notif_send) */
+        if (f->kind == NXLI_F_NOTIF && f->dl_peer && f->dl_backend) {
             snprintf(what, sizeof(what), "a notification (nxl_notif_send) of %zu bytes to agent "
-                     "'%s' over %s", f->dl_len, f->dl_what, f->dl_backend->ops->name);
+                     "'%s' over %s", f->dl_len, f->dl_peer, f->dl_backend->ops->name);
             w = what;
         }
         snprintf(buf, sizeof(buf),

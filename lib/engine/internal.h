@@ -226,11 +226,12 @@ struct nxl_future {
     bool in_deadlines;      /* on the agent's deadlines list */
     char *timeout_why;      /* its deadline canceled it: completes with NXL_ERR_TIMEOUT */
     char *dl_what;          /* a metadata request's: what it waits for, for the deadline's
-                             * sentence (nxl_future_set_deadline); a notification's: the
-                             * name of its agent, the sentence made only when the deadline
-                             * passes (a vasprintf() per send cost ~150 ns of a ~400 ns
-                             * ping-pong's one-way trip) */
-    size_t dl_len;          /* a notification's length, and the transport it went over */
+                             * sentence (nxl_future_set_deadline) */
+    char *dl_peer;          /* a notification's: the name of its agent, its length and the
+                             * transport it went over, the sentence made of them only when
+                             * the deadline passes (a vasprintf() per send cost ~150 ns of
+                             * a ~400 ns ping-pong's one-way trip) */
+    size_t dl_len;
     const nxl_backend_t *dl_backend;
     uint64_t dl_set_us;     /* when nxl_future_set_deadline() set it (0: not) */
     bool cancel_grace;      /* canceled, and on the deadlines list until its grace ends

@@ -1256,7 +1256,7 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         return NXL_ERR_UNKNOWN;
     }
     /* for a deadline's sentence (nxl_future_set_deadline); NULL: a plainer one */
-    f->dl_what = nxli_strdup(remote);
+    f->dl_peer = nxli_strdup(remote);
     f->dl_len = len;
     f->dl_backend = b;
     a->err[0] = 0;
