@@ -1646,6 +1646,7 @@ static struct {
     size_t roff, len;
     int calls, wrong;
     nxl_status_t st;
+    char err[512]; /* its sentence when it failed */
 } PW;
 static int pw_hi;
 
@@ -1658,6 +1659,7 @@ static void pw_done(nxl_future_t *f, nxl_status_t st, void *arg)
 {
     PW.calls++;
     PW.st = st;
+    snprintf(PW.err, sizeof(PW.err), "%s", st ? nxl_future_error(f) : "");
     /* the moment completion is claimed: every byte of a WRITE at the target */
     if (st == NXL_SUCCESS && PW.want) {
         unsigned char got[4096];
@@ -1756,6 +1758,118 @@ START_TEST(t_polled)
 }
 END_TEST
 
+/* t_polled's start for the tests below: a target that polls (2 s after
+ * activity), an initiator with the UCX parameters @p prm and busy_poll_us
+ * @p bp that learnt so from the target's notification, then a stream of
+ * @p n 4 KiB WRITEs and READs one at a time, each right when it completes */
+static nxl_agent_t *pw_stream(peer_t *p, const nxl_param_t *prm, size_t np, unsigned bp,
+                              unsigned char *buf, size_t len, int n)
+{
+    peer_busy_us = 2000000;
+    *p = peer_start(len, 5);
+    peer_busy_us = 0;
+    nxl_agent_config_t c;
+    tl_config(&c, "I", 0);
+    c.log_level = NXL_LOG_DEBUG;
+    c.log_cb = log_cb;
+    c.busy_poll_us = bp;
+    nxl_agent_t *A = tl_agent_cfg(&c, 0);
+    ck_assert_msg(nxl_backend_create(A, "UCX", prm, np, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(A));
+    peer_learn(A, p);
+    tl_reg_dram(A, buf, len);
+    nxl_agent_on_notif(A, pw_notif, NULL);
+    peer_teach(A, p);
+    pw_hi = 0;
+    char h = 'h';
+    ck_assert(write(p->cmd, &h, 1) == 1);
+    ck_assert_msg(tl_run_until(A, &pw_hi, 1, 10000), "no notification from the target");
+    ck_assert_msg(strstr(logbuf, "agent 'T' polls for 2000000 us"),
+                  "the initiator did not learn that the target polls; log:\n%s", logbuf);
+    unsigned char got[4096];
+    for (int i = 0; i < n; i++) {
+        nxl_op_t op = i % 3 == 2 ? NXL_READ : NXL_WRITE;
+        size_t off = (size_t)(i % 16) * 4096;
+        if (op == NXL_WRITE)
+            tl_fill(buf + off, 4096, 100 + (uint32_t)i);
+        else
+            memset(buf + off, 0, 4096);
+        nxl_xfer_t *x = pw_post(A, p, op, buf, off);
+        ck_assert_msg(tl_run_until(A, &PW.calls, 1, 10000), "transfer %d not done", i);
+        ck_assert_msg(PW.st == NXL_SUCCESS, "transfer %d: %s", i, nxl_agent_last_error(A));
+        ck_assert_msg(!PW.wrong, "WRITE %d completed before its bytes were at the target", i);
+        if (op == NXL_READ) {
+            peek(p, off, got, 4096);
+            ck_assert_msg(!memcmp(buf + off, got, 4096), "READ %d brought other bytes", i);
+        }
+        nxl_xfer_release(x);
+    }
+    return A;
+}
+
+/* the target stopped: a 4 KiB @p op posted (left in flight, the target
+ * left stopped); whether it completed within 300 ms (by cross-memory
+ * attach; a message waits for the target) */
+static int pw_stopped(nxl_agent_t *A, const peer_t *p, nxl_op_t op, unsigned char *buf,
+                      nxl_xfer_t **x)
+{
+    size_t off = 20 * 4096;
+    tl_fill(buf + off, 4096, 300);
+    kill(p->pid, SIGSTOP);
+    *x = pw_post(A, p, op, buf, off);
+    tl_run_until(A, &PW.calls, 1, 300);
+    return PW.calls;
+}
+
+/* The target dies (SIGKILL) with a small transfer in flight to it as a
+ * message (_i 0: a WRITE, 1: a READ), both agents polling: the transfer
+ * fails once, its sentence names the target, and the agent goes on (a
+ * transfer to itself). One at a time is the path's rule: nothing else is
+ * in flight to the target. */
+START_TEST(t_polled_killed)
+{
+    size_t len = 1 << 20;
+    unsigned char *buf = malloc(len);
+    peer_t p;
+    /* (polled_slow=0: no going back to cross-memory attach on slow answers) */
+    nxl_param_t prm = {"polled_slow", "0"};
+    nxl_agent_t *A = pw_stream(&p, &prm, 1, 2000, buf, len, 30);
+    nxl_op_t op = _i ? NXL_READ : NXL_WRITE;
+    nxl_xfer_t *x;
+    ck_assert_msg(!pw_stopped(A, &p, op, buf, &x), "a 4 KiB %s to a stopped target that polls "
+                  "completed (cross-memory attach, not a message?): %s", _i ? "READ" : "WRITE",
+                  logbuf);
+    kill(p.pid, SIGKILL);
+    int ws;
+    ck_assert(waitpid(p.pid, &ws, 0) == p.pid);
+    ck_assert_msg(tl_run_until(A, &PW.calls, 1, 10000), "the %s to the killed target is still "
+                  "pending", _i ? "READ" : "WRITE");
+    run_both(A, NULL, 100); /* nothing more comes */
+    ck_assert_int_eq(PW.calls, 1);
+    ck_assert_msg(PW.st != NXL_SUCCESS && PW.st != NXL_IN_PROG, "%s", nxl_status_name(PW.st));
+    ck_sentence(PW.err, "agent 'T'");
+    nxl_xfer_release(x);
+    /* the agent goes on: a WRITE to itself */
+    tl_fill(buf, 4096, 7);
+    memset(buf + 8192, 0, 4096);
+    ck_assert_int_eq(tl_xfer1(A, NXL_WRITE, (uintptr_t)buf, (uintptr_t)buf + 8192, 4096, "I",
+                              NULL, &x),
+                     NXL_SUCCESS);
+    ndone = 0;
+    last_st = NXL_IN_PROG;
+    ck_assert_msg(nxl_xfer_post(x, st_cb, NULL, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(A));
+    ck_assert(tl_run_until(A, &ndone, 1, 10000));
+    ck_assert_msg(last_st == NXL_SUCCESS, "%s", last_err);
+    ck_assert(!memcmp(buf, buf + 8192, 4096));
+    nxl_xfer_release(x);
+    nxl_agent_destroy(A);
+    close(p.cmd);
+    close(p.ans);
+    free(buf);
+}
+END_TEST
+
 static void setup_shm(void) { tls = NULL; loglen = 0; ucx_lines = 0; }
 static void setup_tcp(void) { tls = "tcp"; loglen = 0; ucx_lines = 0; }
 
@@ -1793,5 +1907,6 @@ int main(void)
     tcase_add_loop_test(tm, t_pid_watched, 0, 3);
     tcase_add_loop_test(tm, t_thp, 0, 3);
     tcase_add_loop_test(tm, t_polled, 0, 2);
+    tcase_add_loop_test(tm, t_polled_killed, 0, 2);
     return tl_run(s);
 }
