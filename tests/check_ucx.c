@@ -1831,7 +1831,7 @@ START_TEST(t_polled_killed)
     size_t len = 1 << 20;
     unsigned char *buf = malloc(len);
     peer_t p;
-    /* (polled_slow=0: no going back to cross-memory attach on slow answers) */
+    /* (polled_slow=0: no going back to cross-memory attach, t_polled_slow) */
     nxl_param_t prm = {"polled_slow", "0"};
     nxl_agent_t *A = pw_stream(&p, &prm, 1, 2000, buf, len, 30);
     nxl_op_t op = _i ? NXL_READ : NXL_WRITE;
@@ -1867,6 +1867,44 @@ START_TEST(t_polled_killed)
     close(p.cmd);
     close(p.ans);
     free(buf);
+}
+END_TEST
+
+/* polled_slow: one answer of the target's that took 300 ms (stopped
+ * meanwhile) sends the next small transfer back to cross-memory attach
+ * (it completes while the target is stopped again); a stream longer
+ * than the first (twice POLL_WAKE, 32) goes as messages again */
+START_TEST(t_polled_slow)
+{
+    size_t len = 1 << 20;
+    unsigned char *buf = malloc(len);
+    peer_t p;
+    /* 30 ms: above any answer of a running target's here (this initiator
+     * does not poll), under the 300 ms of a stopped one's */
+    nxl_param_t prm = {"polled_slow", "30000"};
+    nxl_agent_t *A = pw_stream(&p, &prm, 1, 0, buf, len, 20);
+    nxl_xfer_t *x;
+    for (int k = 0; k < 3; k++) {
+        /* 0: a message; 1: after its slow answer, cross-memory attach;
+         * 2: after a longer stream, a message again */
+        int cma = k == 1;
+        ck_assert_msg(pw_stopped(A, &p, NXL_WRITE, buf, &x) == cma, "%d: a 4 KiB WRITE to a "
+                      "stopped target that polls %s: %s", k,
+                      cma ? "did not complete (not by cross-memory attach after a slow answer?)"
+                          : "completed (cross-memory attach, not a message?)",
+                      logbuf);
+        kill(p.pid, SIGCONT);
+        ck_assert(tl_run_until(A, &PW.calls, 1, 10000));
+        ck_assert_msg(PW.st == NXL_SUCCESS && !PW.wrong, "%s", nxl_agent_last_error(A));
+        nxl_xfer_release(x);
+        for (int i = 0; k == 1 && i < 40; i++) {
+            x = pw_post(A, &p, NXL_WRITE, buf, 0);
+            ck_assert(tl_run_until(A, &PW.calls, 1, 10000));
+            ck_assert_msg(PW.st == NXL_SUCCESS && !PW.wrong, "%s", nxl_agent_last_error(A));
+            nxl_xfer_release(x);
+        }
+    }
+    finish(A, &p, buf);
 }
 END_TEST
 
@@ -1908,5 +1946,6 @@ int main(void)
     tcase_add_loop_test(tm, t_thp, 0, 3);
     tcase_add_loop_test(tm, t_polled, 0, 2);
     tcase_add_loop_test(tm, t_polled_killed, 0, 2);
+    tcase_add_test(tm, t_polled_slow);
     return tl_run(s);
 }
