@@ -1527,6 +1527,22 @@ static long shm_pmd_kb(uint64_t addr, size_t len)
     return kb;
 }
 
+/* the mapping ending at addr (/proc/self/maps): its length if its
+ * permissions are perm, else 0 */
+static size_t vma_below(uint64_t addr, const char *perm)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_msg(f, "/proc/self/maps: %s", strerror(errno));
+    char line[512], p[8];
+    unsigned long a, e;
+    size_t len = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "%lx-%lx %7s", &a, &e, p) == 3 && e == addr && !strcmp(p, perm))
+            len = e - a;
+    fclose(f);
+    return len;
+}
+
 /* whether this kernel collapses a System V segment onto 2 MiB pages
  * (MADV_COLLAPSE, Linux 6.1; not where shmem_enabled says deny) */
 static int shm_collapses(void)
@@ -1555,7 +1571,10 @@ static int shm_collapses(void)
  * returns; background: soon after; the background's region freed at once
  * is no error), and the bytes of a WRITE and a READ between two agents
  * there; thp_collapse=off: as UCX allocates it (not asserted: where
- * shmem_enabled allows, its pages may be huge too) */
+ * shmem_enabled allows, its pages may be huge too). Below such a region,
+ * 2 MiB reserved (4 MiB where its size plus 2 MiB is a multiple of 256
+ * MiB: mr.c), gone with the region: a peer's segment mapped right below
+ * is then not a multiple of 256 MiB away from it */
 START_TEST(t_alloc_huge)
 {
     static const char *const modes[] = {NULL, "off", "background"};
@@ -1587,6 +1606,21 @@ START_TEST(t_alloc_huge)
         if (shm_collapses())
             ck_assert_msg(kb >= 8192, "thp_collapse=%s: %ld kB of the region on 2 MiB pages, "
                           "not 8192", modes[_i] ? modes[_i] : "auto", kb);
+        size_t gap = vma_below((uintptr_t)ta, "---p");
+        ck_assert_msg(gap >= (2u << 20), "%zu bytes reserved below the region, not 2 MiB", gap);
+    }
+    if (_i == 2) {
+        /* 254 MiB (a segment of 256 MiB right below would be 256 MiB
+         * away); in the background mode only its first 2 MiB is collapsed
+         * before the call returns, and it is freed at once */
+        void *big = NULL;
+        ck_assert_msg(nxl_mem_alloc(v, NXL_DRAM, (254u << 20) - 4096, 0, &big) == NXL_SUCCESS,
+                      "%s", nxl_agent_last_error(v));
+        size_t gap = vma_below((uintptr_t)big, "---p");
+        ck_assert_msg(gap >= (4u << 20), "%zu bytes reserved below 254 MiB, not 4 MiB", gap);
+        ck_assert_int_eq(nxl_mem_free(v, big), NXL_SUCCESS);
+        ck_assert_msg(!vma_below((uintptr_t)big, "---p"),
+                      "the reservation below a freed region is still there");
     }
     reg(w, src, len);
     reg(w, back, len);

@@ -154,8 +154,23 @@ ucs_status_t nxl_ucx_am_recv_revoke(void *arg, const void *header, size_t hlen, 
  * kernel declines (before 6.1, no 2 MiB page free, hugetlb pages already)
  * the memory is as it would have been. The peer maps the segment where
  * its kernel chooses, 2 MiB pages there mapped 4 KiB at a time unless
- * that address is aligned. */
+ * that address is aligned.
+ *
+ * A peer's segment mapped here lands where the kernel chooses: the top of
+ * the highest free gap that holds it, in practice right below this
+ * agent's last such region, ending where it begins. One thread's copy
+ * between two addresses a multiple of 256 MiB apart ran at 0.7-0.8 of the
+ * same copy at distances 2 MiB more or less (AMD's level-1 data cache
+ * tells lines apart by a hash of address bits 12-27: two lines that agree
+ * there evict each other), and a peer's region of 256 MiB, 512 MiB or
+ * 1 GiB ended right there: every byte of its puts and gets was copied at
+ * that distance (0.71-0.75 of memcpy per CPU second, doc/perf). So a
+ * region keeps 2 MiB of its hole reserved below it (PROT_NONE, no memory;
+ * 4 MiB where its own size plus 2 MiB is a multiple of 256 MiB) until
+ * nxl_mem_free: a segment of the same size then lands 2 MiB-aligned
+ * (mapped by 2 MiB pages) at a distance that is not such a multiple. */
 #define UCX_HUGE ((size_t)2 << 20)
+#define UCX_ALIAS ((size_t)256 << 20)
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
 #endif
@@ -185,11 +200,12 @@ size_t nxl_ucx_huge_unit(void)
 static ucs_status_t ucx_alloc_huge(ucx_t *u, size_t len, ucx_md_t *m)
 {
     ucp_mem_h *memh = &m->memh;
-    size_t unit = u->huge_unit, alen = (len + unit - 1) / unit * unit, span = alen + unit;
+    size_t unit = u->huge_unit, alen = (len + unit - 1) / unit * unit;
+    size_t gap = (alen + UCX_HUGE) % UCX_ALIAS ? UCX_HUGE : 2 * UCX_HUGE, span = gap + alen + unit;
     char *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         return UCS_ERR_NO_MEMORY;
-    char *a = (char *)(((uintptr_t)r + unit - 1) & ~(uintptr_t)(unit - 1));
+    char *a = (char *)(((uintptr_t)r + gap + unit - 1) & ~(uintptr_t)(unit - 1));
     ucp_mem_map_params_t mp = {
         .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                       UCP_MEM_MAP_PARAM_FIELD_FLAGS,
@@ -211,8 +227,10 @@ static ucs_status_t ucx_alloc_huge(ucx_t *u, size_t len, ucx_md_t *m)
                  "address: %s; allocated as before (4 KiB pages)", len, ucs_status_string(st));
         return st;
     }
-    if (a > r)
-        munmap(r, (size_t)(a - r));
+    if (a - gap > r)
+        munmap(r, (size_t)(a - gap - r));
+    m->gap = a - gap; /* the rest of the hole below: unmapped at nxl_mem_free */
+    m->gap_len = gap;
     if (a + attr.length < r + span)
         munmap(a + attr.length, (size_t)(r + span - (a + attr.length)));
     for (size_t o = 0; o < attr.length; o += UCX_HUGE)
@@ -278,7 +296,12 @@ nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t
 
 void nxl_ucx_mem_free(void *state, void *ptr, void *md)
 {
+    ucx_md_t *m = md;
+    void *gap = m ? m->gap : NULL;
+    size_t gap_len = m ? m->gap_len : 0;
     nxl_ucx_dereg(state, md); /* unmapping memory UCX allocated frees it */
+    if (gap)
+        munmap(gap, gap_len);
 }
 
 nxl_status_t nxl_ucx_pack_key(void *state, void *md, void **buf, size_t *len)

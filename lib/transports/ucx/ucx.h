@@ -331,6 +331,8 @@ typedef struct ucx_md {
     ucp_mem_h rail_memh[NXL_UCX_RAILS_MAX];
     uint64_t addr;              /* DRAM: the region, for thp_collapse (common/thp.c) */
     size_t len;
+    void *gap;                  /* nxl_mem_alloc: reserved below the region (mr.c), or NULL */
+    size_t gap_len;
 } ucx_md_t;
 
 typedef struct ucx_op {
