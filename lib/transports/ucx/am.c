@@ -137,7 +137,9 @@ static void poll_heard(ucx_t *u, ucx_conn_t *c, const void *header, size_t hlen,
     c->peer_poll_us = bp;
     if (!o || !bp)
         return;
-    uint64_t now = nxlt_now_us();
+    /* inside spin() (worker.c), its pass's reading (16 rounds old at most)
+     * rather than another; not one older than the op's post */
+    uint64_t now = u->now_ok && u->now_us >= o->polled_us ? u->now_us : nxlt_now_us();
     c->peer_seen_us = now;
     if (!o->polled_us)
         return;

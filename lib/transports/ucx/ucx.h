@@ -148,6 +148,11 @@ typedef struct ucx_state {
                                  * last progress activated (worker.c, chain) */
     uint64_t chain_end_us;      /* ... until then (a pass's spin slice) */
     bool chaining;              /* progress() runs from ev_chain */
+    uint64_t now_us;            /* busy polling: the clock as progress() or spin() last read
+                                 * it (worker.c) ... */
+    unsigned now_reused;        /* ... taken by this many chained passes since */
+    bool now_ok;                /* read in this pass or in the spin that runs now, 16 rounds
+                                 * ago at most: a handler it runs takes it (am.c, poll_heard) */
     LIST_HEAD(, ucx_conn) conns;
     LIST_HEAD(, ucx_op) ops;
     LIST_HEAD(, ucx_side) sides; /* own messages UCX still holds */

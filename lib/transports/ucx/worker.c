@@ -7,6 +7,7 @@
                       * this often in a row, then for the next turn */
 #define WATCH_MS 100
 #define SPIN_SLICE_US 50 /* busy polling: longest spin before the loop gets a turn */
+#define CHAIN_CLOCK 4    /* a chained pass takes the clock as last read, this many in a row */
 #define BUSY_SPIN_US 2000 /* arm answering BUSY, nothing moving: progressed at once this long */
 #define BUSY_BACKOFF_MIN_US 100 /* ... then from a timer, its delay doubling */
 #define BUSY_BACKOFF_MAX_US 5000 /* ... up to this */
@@ -213,10 +214,11 @@ void nxl_ucx_kick(ucx_t *u)
  * that found something is not followed by another here: the deliveries it
  * activated run first (a ping-pong's reply waits on them, and a progress
  * costs a poll of every transport), and the chain progresses again right
- * behind them. *now: the clock, read by the caller just before; on return
- * as last read (16 rounds ago at most), for the caller's bound: no read
- * between the message and its delivery (one costs ~30 ns here, a tenth of
- * a one-way trip). */
+ * behind them. *now: the clock, read by the caller just before (or by an
+ * earlier pass of its chain: progress); on return as last read (16 rounds
+ * ago at most, or the caller's), for the caller's bound: no read between
+ * the message and its delivery (one costs ~30 ns here, a tenth of a
+ * one-way trip). */
 static bool spin(ucx_t *u, unsigned bp, uint64_t end, uint64_t *now)
 {
     if (nxlt_loop_busy(u->ctx))
@@ -229,8 +231,13 @@ static bool spin(ucx_t *u, unsigned bp, uint64_t end, uint64_t *now)
             u->busy_until_us = *now + bp;
             return true;
         }
-        if (!(i & 15) && ((*now = nxlt_now_us()) >= end || nxlt_loop_busy(u->ctx)))
-            return false;
+        if (!(i & 15)) {
+            u->now_us = *now = nxlt_now_us();
+            u->now_ok = true; /* for a handler of this spin (am.c, poll_heard) */
+            u->now_reused = 0;
+            if (*now >= end || nxlt_loop_busy(u->ctx))
+                return false;
+        }
     }
 }
 
@@ -336,8 +343,23 @@ static void progress(ucx_t *u, bool chained)
         while ((k = ucp_worker_progress(u->w)))
             n += k;
         unsigned bp = nxlt_busy_poll_us(u->ctx);
-        /* one clock read for both */
-        uint64_t now = u->busy_until_us || (n && bp) ? nxlt_now_us() : 0;
+        /* one clock read for both. A chained pass (below) takes the last
+         * reading instead (a read costs ~26 ns here, a tenth of a message's
+         * way, once per message each way), older by the deliveries between
+         * them: CHAIN_CLOCK passes in a row at most, so that the chain
+         * still ends, its slice passed, a few passes late at most */
+        uint64_t now = 0;
+        bool fresh = false;
+        if (u->busy_until_us || (n && bp)) {
+            if (u->chaining && !tries && u->now_us && u->now_reused < CHAIN_CLOCK) {
+                now = u->now_us;
+                u->now_reused++;
+            } else {
+                now = u->now_us = nxlt_now_us();
+                u->now_reused = 0;
+                fresh = true;
+            }
+        }
         if (n && bp)
             u->busy_until_us = now + bp;
         if (u->busy_until_us && now < u->busy_until_us) {
@@ -347,14 +369,20 @@ static void progress(ucx_t *u, bool chained)
              * after them, activated behind them, rather than from the
              * kick on the next pass, whose epoll_wait() costs more than a
              * message over shared memory takes (a pass per message each
-             * way). A pass chains for SPIN_SLICE_US at most, as one spin
-             * does, then the loop gets its turn. Not while copies wait
+             * way). A pass chains for SPIN_SLICE_US at most (by the
+             * clock as last read: CHAIN_CLOCK passes late at most), as
+             * one spin does, then the loop gets its turn. Not while copies wait
              * for the next pass (a callback's post, cma.c): spinning in
              * this one would hold them back for the slice. */
             if (!u->chaining)
                 u->chain_end_us = now + SPIN_SLICE_US;
             bool cma_waits = !TAILQ_EMPTY(&u->cma_q) || nxlt_timer_pending(u->ev_cma);
-            bool got = n || (!(u->chaining && cma_waits) && spin(u, bp, u->chain_end_us, &now));
+            bool got = n;
+            if (!got && !(u->chaining && cma_waits)) {
+                u->now_ok = fresh;
+                got = spin(u, bp, u->chain_end_us, &now);
+                u->now_ok = false;
+            }
             if (got && !cma_waits && now < u->chain_end_us) {
                 u->chain_on = true;
                 nxlt_timer_activate(u->ev_chain);
