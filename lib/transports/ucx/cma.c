@@ -244,11 +244,18 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p, bool co
  * has landed, the notification goes out as a UCX message, as after a
  * flush. */
 
+static void cma_start(ucx_t *u)
+{
+    if (!u->cma_on) {
+        u->cma_on = true;
+        nxlt_timer_start(u->ev_cma, 0);
+    }
+}
+
 static void cma_kick(ucx_t *u)
 {
     u->cma_defer = true;
-    if (!nxlt_timer_pending(u->ev_cma))
-        nxlt_timer_start(u->ev_cma, 0);
+    cma_start(u);
 }
 
 /* Which transfers go this way: DRAM on both sides, to a peer reached by
@@ -494,6 +501,7 @@ static void cma_slice(ucx_t *u)
 void nxl_ucx_on_cma(nxlt_timer_t *t, void *arg)
 {
     ucx_t *u = arg;
+    u->cma_on = false;
     u->cma_defer = false;
     u->cma_now_used = false;
     cma_slice(u);
@@ -544,9 +552,8 @@ nxl_status_t nxl_ucx_post_cma(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt
             u->cma_wait_bytes += x->iov[i].len;
         u->cma_wait_pieces += x->n;
         if (u->cma_wait_bytes < u->cma_chunk && u->cma_wait_pieces < IOV_MAX) {
-            if (!nxlt_timer_pending(u->ev_cma))
-                nxlt_timer_start(u->ev_cma, 0); /* not activated: progress() would
-                                                   take it for work of this turn */
+            cma_start(u); /* started, not activated: progress() would take it
+                             for work of this turn */
             return NXL_SUCCESS;
         }
     }

@@ -189,6 +189,9 @@ typedef struct ucx_state {
     struct ucx_op *spare_ops;   /* done, for reuse (OP_SPARES) */
     unsigned nspare_ops;
     nxlt_timer_t *ev_cma;       /* continues the copies on the next turn */
+    bool cma_on;                /* ev_cma is started (cma_start()): a flag, as progress()
+                                 * asks on every busy-poll pass and libevent's
+                                 * event_pending() takes the base's lock */
     nxlt_timer_t *ev_cma_now;   /* copies posted by callbacks, after them in the same pass */
     bool cma_now_on;            /* ev_cma_now is active */
     bool cma_now_used;          /* ev_cma_now was activated since ev_cma last ran */

@@ -376,7 +376,7 @@ static void progress(ucx_t *u, bool chained)
              * this one would hold them back for the slice. */
             if (!u->chaining)
                 u->chain_end_us = now + SPIN_SLICE_US;
-            bool cma_waits = !TAILQ_EMPTY(&u->cma_q) || nxlt_timer_pending(u->ev_cma);
+            bool cma_waits = !TAILQ_EMPTY(&u->cma_q) || u->cma_on;
             bool got = n;
             if (!got && !(u->chaining && cma_waits)) {
                 u->now_ok = fresh;
