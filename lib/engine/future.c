@@ -61,7 +61,8 @@ static void future_free(nxl_future_t *f)
     deadline_remove(f);
     free(f->timeout_why);
     free(f->dl_what);
-    free(f->dl_peer);
+    if (f->dl_peer != f->dl_peer_in)
+        free(f->dl_peer);
     if (f->mt) {
         nxli_thread_settled(f); /* a waiter of a future released meanwhile */
         LIST_REMOVE(f, alink);

@@ -230,7 +230,9 @@ struct nxl_future {
     char *dl_peer;          /* a notification's: the name of its agent, its length and the
                              * transport it went over, the sentence made of them only when
                              * the deadline passes (a vasprintf() per send cost ~150 ns of
-                             * a ~400 ns ping-pong's one-way trip) */
+                             * a ~400 ns ping-pong's one-way trip); dl_peer_in when
+                             * the name fits there, else malloc'd */
+    char dl_peer_in[32];    /* a short name, without a malloc()/free() per send */
     size_t dl_len;
     const nxl_backend_t *dl_backend;
     uint64_t dl_set_us;     /* when nxl_future_set_deadline() set it (0: not) */
