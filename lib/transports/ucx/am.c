@@ -421,7 +421,11 @@ ucs_status_t nxl_ucx_am_recv_write(void *arg, const void *header, size_t hlen, v
         amw_ack(u, header, hlen, param, "it arrived by rendezvous", NULL, NULL);
         return UCS_OK;
     }
-    char from[256] = "?";
+    /* "?" until the name is read; not `= "?"`, which zeroes all 256 bytes
+     * on every message */
+    char from[256];
+    from[0] = '?';
+    from[1] = 0;
     const char *bad = NULL;
     size_t nk = nxl_ucx_name_get(b, len, from);
     ucx_conn_t *c = NULL;
@@ -593,7 +597,9 @@ ucs_status_t nxl_ucx_am_recv_read(void *arg, const void *header, size_t hlen, vo
 {
     ucx_t *u = arg;
     const unsigned char *b = data, *end = b + len;
-    char from[256] = "?";
+    char from[256]; /* as in nxl_ucx_am_recv_write */
+    from[0] = '?';
+    from[1] = 0;
     size_t nk = hlen == 8 && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
                     ? nxl_ucx_name_get(b, len, from)
                     : 0;
