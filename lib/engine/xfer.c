@@ -1255,12 +1255,13 @@ nxl_status_t nxl_notif_send(nxl_agent_t *a, const char *remote, const void *msg,
         nxli_err(a, "nxl_notif_send: out of memory");
         return NXL_ERR_UNKNOWN;
     }
-    /* for a deadline's sentence (nxl_future_set_deadline); NULL: a plainer one */
-    size_t rlen = strlen(remote);
-    if (rlen < sizeof(f->dl_peer_in))
-        f->dl_peer = memcpy(f->dl_peer_in, remote, rlen + 1);
-    else
-        f->dl_peer = nxli_strdup(remote);
+    /* for a deadline's sentence (nxl_future_set_deadline); NULL: a plainer
+     * one. Without @p out nobody can set one: not kept */
+    if (out) {
+        size_t rlen = strlen(remote);
+        f->dl_peer = rlen < sizeof(f->dl_peer_in) ? memcpy(f->dl_peer_in, remote, rlen + 1)
+                                                  : nxli_strdup(remote);
+    }
     f->dl_len = len;
     f->dl_backend = b;
     a->err[0] = 0;
