@@ -24,9 +24,11 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/shm.h>
@@ -1648,6 +1650,98 @@ START_TEST(t_alloc_huge)
 }
 END_TEST
 
+/* the mapping holding addr (/proc/self/maps): its length, 0 if none */
+static size_t vma_len(uint64_t addr)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    unsigned long a, e;
+    size_t len = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "%lx-%lx ", &a, &e) == 2 && a <= addr && addr < e)
+            len = e - a;
+    fclose(f);
+    return len;
+}
+
+/* A host whose default huge page size is 1 GiB (default_hugepagesz=1G,
+ * no such page reserved): nxl_mem_alloc of 2 MiB asked UCX for a segment
+ * of 1 GiB (its length rounded up to that unit), and collapsed it: 1 GiB
+ * of memory for 2 MiB. /proc/meminfo saying so is a file bound over it, in
+ * a mount namespace of a user namespace of a child's own (skipped where
+ * this kernel lets no one make those). Its segment is the length asked,
+ * rounded up to 2 MiB. */
+START_TEST(t_alloc_huge_unit)
+{
+    char fake[] = "/tmp/nxl_meminfo_XXXXXX";
+    int fd = mkstemp(fake);
+    ck_assert_msg(fd >= 0, "mkstemp: %s", strerror(errno));
+    static const char mi[] = "MemTotal:       16000000 kB\nHugepagesize:    1048576 kB\n";
+    ck_assert(write(fd, mi, sizeof(mi) - 1) == (ssize_t)(sizeof(mi) - 1));
+    close(fd);
+    fflush(stdout);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (!pid) {
+        /* the child: single-threaded, as a new user namespace needs */
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+            _exit(77);
+        char m[64];
+        int f = open("/proc/self/setgroups", O_WRONLY);
+        if (f >= 0) {
+            if (write(f, "deny", 4) < 0) {} /* absent before Linux 3.19 */
+            close(f);
+        }
+        snprintf(m, sizeof(m), "0 %u 1", (unsigned)uid);
+        f = open("/proc/self/uid_map", O_WRONLY);
+        if (f < 0 || write(f, m, strlen(m)) < 0)
+            _exit(77);
+        close(f);
+        snprintf(m, sizeof(m), "0 %u 1", (unsigned)gid);
+        f = open("/proc/self/gid_map", O_WRONLY);
+        if (f < 0 || write(f, m, strlen(m)) < 0)
+            _exit(77);
+        close(f);
+        if (mount(fake, "/proc/meminfo", NULL, MS_BIND, NULL) != 0)
+            _exit(77);
+        nxl_param_t p = {"thp_collapse", "background"}; /* nothing collapsed at once */
+        nxl_agent_config_t c;
+        tl_config(&c, "V", 0);
+        c.log_level = NXL_LOG_WARN;
+        nxl_agent_t *v = NULL;
+        if (nxl_agent_create(&c, &v) != NXL_SUCCESS ||
+            nxl_backend_create(v, "UCX", &p, 1, NULL) != NXL_SUCCESS)
+            _exit(2);
+        void *ta = NULL;
+        if (nxl_mem_alloc(v, NXL_DRAM, 2u << 20, 0, &ta) != NXL_SUCCESS)
+            _exit(3);
+        size_t seg = vma_len((uintptr_t)ta);
+        printf("Hugepagesize 1 GiB: nxl_mem_alloc of 2 MiB at %p: a mapping of %zu bytes\n",
+               ta, seg);
+        fflush(stdout);
+        int rc = seg && seg <= (4u << 20) ? 0 : 4;
+        nxl_mem_free(v, ta);
+        nxl_agent_destroy(v);
+        _exit(rc);
+    }
+    int ws = 0;
+    ck_assert(waitpid(pid, &ws, 0) == pid);
+    unlink(fake);
+    ck_assert_msg(WIFEXITED(ws), "the child died: signal %d", WTERMSIG(ws));
+    if (WEXITSTATUS(ws) == 77) {
+        printf("SKIP: alloc_huge_unit: no user and mount namespace of our own here\n");
+        return;
+    }
+    ck_assert_msg(WEXITSTATUS(ws) != 4, "a 2 MiB nxl_mem_alloc took a segment of the 1 GiB "
+                  "huge page size (more than 4 MiB mapped)");
+    ck_assert_msg(!WEXITSTATUS(ws), "the child failed: %d", WEXITSTATUS(ws));
+}
+END_TEST
+
 /* ---- small transfers one at a time to a target that polls */
 
 static struct {
@@ -1930,6 +2024,7 @@ int main(void)
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(tshm, t_ack_answered, 0, 2);
     tcase_add_loop_test(tshm, t_alloc_huge, 0, 3);
+    tcase_add_test(tshm, t_alloc_huge_unit);
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);

@@ -200,8 +200,14 @@ size_t nxl_ucx_huge_unit(void)
 static ucs_status_t ucx_alloc_huge(ucx_t *u, size_t len, ucx_md_t *m)
 {
     ucp_mem_h *memh = &m->memh;
-    size_t unit = u->huge_unit, alen = (len + unit - 1) / unit * unit;
-    size_t gap = (alen + UCX_HUGE) % UCX_ALIAS ? UCX_HUGE : 2 * UCX_HUGE, span = gap + alen + unit;
+    /* asked of UCX: whole 2 MiB pages; reserved: room for whole pages of
+     * the unit, where UCX gets hugetlb pages (it rounds up to them). Not
+     * the unit asked: with 1 GiB hugetlb pages by default and none free,
+     * 2 MiB was 1 GiB of shared memory, all of it collapsed (check_ucx
+     * t_alloc_huge_unit) */
+    size_t unit = u->huge_unit, alen = (len + UCX_HUGE - 1) / UCX_HUGE * UCX_HUGE,
+           ulen = (len + unit - 1) / unit * unit;
+    size_t gap = (alen + UCX_HUGE) % UCX_ALIAS ? UCX_HUGE : 2 * UCX_HUGE, span = gap + ulen + unit;
     char *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         return UCS_ERR_NO_MEMORY;
