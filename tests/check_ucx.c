@@ -19,6 +19,7 @@
 #include "testlib.h"
 
 #include <dirent.h>
+#include <sys/statvfs.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -1666,6 +1667,30 @@ static size_t vma_len(uint64_t addr)
     return len;
 }
 
+/* nxl_mem_alloc of more DRAM than the host has: refused at once with a
+ * sentence, before UCX writes /dev/shm full (a file left behind by a
+ * process killed meanwhile); the agent goes on allocating */
+START_TEST(t_alloc_too_much)
+{
+    nxl_agent_t *v = agent("V");
+    size_t ram = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    struct statvfs before, after;
+    int shm = statvfs("/dev/shm", &before);
+    void *p = NULL;
+    ck_assert_int_eq(nxl_mem_alloc(v, NXL_DRAM, 2 * ram, 0, &p), NXL_ERR_BACKEND);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(nxl_agent_last_error(v), "more than this host's memory"), "%s",
+                  nxl_agent_last_error(v));
+    if (!shm && !statvfs("/dev/shm", &after))
+        ck_assert_msg(after.f_bfree + (16u << 20) / after.f_bsize >= before.f_bfree,
+                      "/dev/shm lost %lu blocks", (unsigned long)(before.f_bfree - after.f_bfree));
+    ck_assert_msg(nxl_mem_alloc(v, NXL_DRAM, 4096, 0, &p) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    ck_assert_int_eq(nxl_mem_free(v, p), NXL_SUCCESS);
+    nxl_agent_destroy(v);
+}
+END_TEST
+
 /* A host whose default huge page size is 1 GiB (default_hugepagesz=1G,
  * no such page reserved): nxl_mem_alloc of 2 MiB asked UCX for a segment
  * of 1 GiB (its length rounded up to that unit), and collapsed it: 1 GiB
@@ -2025,6 +2050,7 @@ int main(void)
     tcase_add_loop_test(tshm, t_ack_answered, 0, 2);
     tcase_add_loop_test(tshm, t_alloc_huge, 0, 3);
     tcase_add_test(tshm, t_alloc_huge_unit);
+    tcase_add_test(tshm, t_alloc_too_much);
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);

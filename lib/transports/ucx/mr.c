@@ -270,6 +270,15 @@ nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t
                    "VRAM)", nxl_mem_name(type));
         return NXL_ERR_NOT_SUPPORTED;
     }
+    /* more than the host's memory cannot be had, and UCX would find that
+     * out only after writing /dev/shm full (a file a process killed
+     * meanwhile leaves behind), twice with the 2 MiB attempt first */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0 && len / (size_t)psz > (size_t)pages) {
+        nxlt_error(u->ctx, "UCX: %zu bytes of DRAM asked of nxl_mem_alloc: more than this "
+                   "host's memory (%zu bytes)", len, (size_t)pages * (size_t)psz);
+        return NXL_ERR_BACKEND;
+    }
     ucx_md_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NXL_ERR_UNKNOWN;
@@ -286,12 +295,17 @@ nxl_status_t nxl_ucx_mem_alloc(void *state, nxl_mem_t type, size_t len, uint64_t
     if (st != UCS_OK)
         st = ucp_mem_map(u->ucp, &mp, &m->memh);
     ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
-    if (st == UCS_OK)
+    bool mapped = st == UCS_OK;
+    if (mapped)
         st = ucp_mem_query(m->memh, &attr);
     if (st != UCS_OK) {
-        nxlt_error(u->ctx, "UCX: ucp_mem_map(ALLOCATE, %zu bytes) failed: %s", len,
+        nxlt_error(u->ctx, "UCX: %s(ALLOCATE, %zu bytes) failed: %s",
+                   mapped ? "ucp_mem_query of ucp_mem_map" : "ucp_mem_map", len,
                    ucs_status_string(st));
-        free(m);
+        if (mapped)
+            nxl_ucx_mem_free(u, NULL, m); /* UCX's memory, the gap below, a queued collapse */
+        else
+            free(m);
         return NXL_ERR_BACKEND;
     }
     nxl_ucx_rails_reg(u, m, attr.address, len);
