@@ -39,8 +39,9 @@
  * own endpoint to the sender, found by the name at the message's head; so
  * such a peer is sent them only once a message of its own arrived here
  * (c->heard: it holds an endpoint to us). Before that, and to a peer
- * without the flag, a WRITE goes the other ways (or, CI_AM_ACK only, with
- * the reply flag as before).
+ * without the flag, a WRITE goes the other ways: an older nxl with
+ * CI_AM_ACK alone, whose own default was never to send these, is not sent
+ * them with the reply flag either (conn.c).
  *
  * A WRITE without a notification goes this way too, where cross-memory
  * attach does not take it (rma.c), to a peer that says CI_AM_BARE (and
@@ -392,7 +393,7 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     o->amw_hdr[8] = AMW_BARE;
     LIST_INSERT_HEAD(&u->acks, o, ack_link);
     u->in_ucx++;
-    uint32_t fl = c->am_ack_name ? 0 : UCP_AM_SEND_FLAG_REPLY;
+    uint32_t fl = 0; /* the peer answers by our name (CI_AM_ACK_NAME), not on a reply endpoint */
     ucs_status_ptr_t r = NULL;
     bool sent = false;
     if (gather)

@@ -1007,9 +1007,14 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
     memcpy(addr, info, len);
     memset(addr + len, 0xff, UCX_ADDR_PAD);
     /* a peer that copies them but sends no acknowledgement (an older nxl)
-     * would leave the WRITE complete before its bytes are there: not those */
-    c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK);
-    c->am_ack_name = c->am_write && (flags & CI_AM_ACK_NAME);
+     * would leave the WRITE complete before its bytes are there: not those.
+     * Nor one that acknowledges only on UCX's reply endpoint (CI_AM_ACK
+     * without CI_AM_ACK_NAME, an older nxl whose own default never sent
+     * these): that endpoint is not valid where the peer replaced our
+     * metadata (am.c), and tests/interop's ping-pong against such a peer
+     * had every WRITE+notification of our target's go unacknowledged */
+    c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK) && (flags & CI_AM_ACK_NAME);
+    c->am_ack_name = c->am_write;
     c->am_read = c->am_ack_name && (flags & CI_AM_READ);
     c->am_bare = c->am_ack_name && (flags & CI_AM_BARE);
     c->u = u;
