@@ -1667,6 +1667,27 @@ static size_t vma_len(uint64_t addr)
     return len;
 }
 
+/* cma=auto follows the UCX transports asked for, UCX's alias "shm" (every
+ * shared-memory transport) among them: it was taken for a list without
+ * shared memory, and cross-memory attach turned off */
+START_TEST(t_cma_tls_alias)
+{
+    static const struct {
+        const char *tls, *cma;
+    } k[] = {{"shm,self", "auto"}, {"shm,tcp,self", "auto"}, {"tcp", "off"}, {"^shm", "off"}};
+    nxl_param_t p = {"tls", k[_i].tls};
+    nxl_agent_t *v = tl_agent_log("V", NXL_LOG_INFO, log_cb);
+    loglen = 0;
+    logbuf[0] = 0;
+    ck_assert_msg(nxl_backend_create(v, "UCX", &p, 1, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    char want[80];
+    snprintf(want, sizeof(want), "cross-memory attach to peers on this host: %s", k[_i].cma);
+    ck_assert_msg(strstr(logbuf, want), "tls=%s: no \"%s\" in:\n%s", k[_i].tls, want, logbuf);
+    nxl_agent_destroy(v);
+}
+END_TEST
+
 /* nxl_mem_alloc of more DRAM than the host has: refused at once with a
  * sentence, before UCX writes /dev/shm full (a file left behind by a
  * process killed meanwhile); the agent goes on allocating */
@@ -2051,6 +2072,7 @@ int main(void)
     tcase_add_loop_test(tshm, t_alloc_huge, 0, 3);
     tcase_add_test(tshm, t_alloc_huge_unit);
     tcase_add_test(tshm, t_alloc_too_much);
+    tcase_add_loop_test(tshm, t_cma_tls_alias, 0, 4);
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);

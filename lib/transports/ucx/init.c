@@ -98,8 +98,8 @@ static nxl_status_t params_shm(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
     if (!tl)
         tl = getenv("UCX_TLS");
     *tl_out = tl;
-    bool shm = !tl || strstr(tl, "all") || strstr(tl, "sm") || strstr(tl, "mm") ||
-               strstr(tl, "posix") || strstr(tl, "sysv");
+    bool shm = !tl || strstr(tl, "all") || strstr(tl, "sm") || strstr(tl, "shm") ||
+               strstr(tl, "mm") || strstr(tl, "posix") || strstr(tl, "sysv");
     if (shm && (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1"))) {
         setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
         setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
@@ -193,10 +193,12 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     /* cma=auto follows the UCX transports asked for: with shared memory
      * left out (tls=tcp: a network, or hosts in network namespaces, to go
      * through) nothing goes around it */
-    bool cma_tls = !tl || (tl[0] == '^' ? !strstr(tl, "sm") && !strstr(tl, "cma")
+    bool cma_tls = !tl || (tl[0] == '^' ? !strstr(tl, "sm") && !strstr(tl, "shm") &&
+                                              !strstr(tl, "cma")
                                         : strstr(tl, "all") || strstr(tl, "sm") ||
-                                              strstr(tl, "cma") || strstr(tl, "mm") ||
-                                              strstr(tl, "posix") || strstr(tl, "sysv"));
+                                              strstr(tl, "shm") || strstr(tl, "cma") ||
+                                              strstr(tl, "mm") || strstr(tl, "posix") ||
+                                              strstr(tl, "sysv"));
     if (u->cma_mode == CMA_AUTO && !cma_tls)
         u->cma_mode = CMA_OFF;
     /* thp_collapse=auto: for cross-memory attach, whose copies pin the
