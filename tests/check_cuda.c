@@ -1149,9 +1149,7 @@ START_TEST(t_ipc_peer_killed)
             }
         }
         if (!killed_at && KC.ok > 8 * DEPTH) {
-            kill(I.pid, SIGKILL);
-            waitpid(I.pid, NULL, 0);
-            I.pid = 0;
+            tl_kill(&I.pid);
             killed_at = tl_now_ms();
         }
         if (killed_at && refused && !inflight)

@@ -955,8 +955,7 @@ static void restarts(int ci, bool etcd)
         nxl_status_t st = nxl_md_fetch_etcd(a, "T", NULL, 10000, NULL, NULL, &f);
         if (st == NXL_ERR_NOT_SUPPORTED) {
             printf("SKIP: restarts: %s: %s\n", label, nxl_agent_last_error(a));
-            kill(R.pid, SIGKILL);
-            waitpid(R.pid, NULL, 0);
+            tl_kill_pid(R.pid);
             nxl_agent_destroy(a);
             tl_etcd_stop(&R.etcd);
             tl_rm_dir(R.etcd.dir);
@@ -998,8 +997,7 @@ static void restarts(int ci, bool etcd)
         while (R.ok < ok0 + 3 && tl_now_ms() < end)
             r_turn(1);
         ck_assert_msg(R.ok >= ok0 + 3, "%s: the stream stalled", R.c->label);
-        kill(R.pid, SIGKILL);
-        waitpid(R.pid, NULL, 0);
+        tl_kill_pid(R.pid);
         size_t downs = 0;
         end = tl_now_ms() + 20000;
         do {
@@ -1053,8 +1051,7 @@ static void restarts(int ci, bool etcd)
     ck_assert_msg(ms[n - 1] <= 5000, "%s: worst recovery %lld ms", label, (long long)ms[n - 1]);
     /* every callback once: every post accepted completed, once */
     nxl_xfer_release(R.x);
-    kill(R.pid, SIGKILL);
-    waitpid(R.pid, NULL, 0);
+    tl_kill_pid(R.pid);
     nxl_agent_destroy(a);
     ck_assert_int_eq(R.done, R.posted);
     free(ms);
@@ -1138,8 +1135,7 @@ START_TEST(t_threaded_killed)
     nxl_xfer_t *x;
     ck_assert(nxl_xfer_create(a, NXL_WRITE, &l, &r, "T", NULL, &x) == NXL_SUCCESS);
     ck_assert_int_ge(post_idle(x, three_ok, 10000), 3);
-    kill(R.pid, SIGKILL);
-    waitpid(R.pid, NULL, 0);
+    tl_kill_pid(R.pid);
     post_idle(x, down_seen, 20000);
     ck_assert_msg(events_seen() == 2, "events %s", E.seq);
     spawn(0);
@@ -1147,8 +1143,7 @@ START_TEST(t_threaded_killed)
     ck_assert_str_eq(E.seq, "UDB");
     ck_assert_int_eq(E.bad, 0);
     nxl_xfer_release(x);
-    kill(R.pid, SIGKILL);
-    waitpid(R.pid, NULL, 0);
+    tl_kill_pid(R.pid);
     nxl_agent_destroy(a);
     free(lbuf);
     close(R.rfd[0]);

@@ -1523,9 +1523,7 @@ START_TEST(t_stopped_teardown)
     usleep(500000);
     ck_assert_msg(sr_sum(I.buf, n * blk) == at_cb,
                   "%s: the READ's buffer changed after nxl_agent_destroy() returned", C->label);
-    kill(I.pid, SIGKILL);
-    waitpid(I.pid, NULL, 0);
-    I.pid = 0;
+    tl_kill(&I.pid);
 }
 END_TEST
 
@@ -1570,9 +1568,7 @@ START_TEST(t_teardown_inflight)
         ck_assert_msg(op_st[i] == NXL_ERR_CANCELED || (op_st[i] == NXL_SUCCESS && before),
                       "operation %d: %s", i, nxl_status_name(op_st[i]));
     }
-    kill(I.pid, SIGKILL);
-    waitpid(I.pid, NULL, 0);
-    I.pid = 0;
+    tl_kill(&I.pid);
 }
 END_TEST
 
@@ -1754,9 +1750,7 @@ static void killed_midway(void)
         if (!killed_at && K.ok > 3 * DEPTH) {
             /* killed and reaped, as its parent would: a zombie still looks
              * alive to UCX's shared-memory keepalive */
-            kill(I.pid, SIGKILL);
-            waitpid(I.pid, NULL, 0);
-            I.pid = 0;
+            tl_kill(&I.pid);
             killed_at = tl_now_ms();
         }
         if (killed_at && refused && !inflight)
@@ -1820,9 +1814,7 @@ START_TEST(t_killed_large)
     ck_assert_msg(nxl_xfer_post(x, op_done, (void *)0, NULL) == NXL_SUCCESS, "%s",
                   nxl_agent_last_error(k));
     nxl_agent_run_once(k, 0);
-    kill(I.pid, SIGKILL);
-    waitpid(I.pid, NULL, 0);
-    I.pid = 0;
+    tl_kill(&I.pid);
     uint64_t t0 = tl_now_ms();
     ck_assert_msg(tl_run_until(k, &op_calls[0], 1, 40000), "the transfer never completed");
     uint64_t took = tl_now_ms() - t0;
@@ -1868,9 +1860,7 @@ static void killed_quiet(int invalidate)
     nxl_xfer_t *w2 = make(NXL_WRITE, 1, 8, 8, NULL);
     ck_assert_int_eq(post_wait(w, 10000), NXL_SUCCESS);
     ck_assert_int_eq(post_wait(r, 10000), NXL_SUCCESS);
-    kill(I.pid, SIGKILL);
-    waitpid(I.pid, NULL, 0);
-    I.pid = 0;
+    tl_kill(&I.pid);
     usleep(300000); /* the kernel closes its sockets; we do not look */
     memset(op_calls, 0, sizeof(op_calls));
     int started[16] = {0}, n = 0;
@@ -2036,9 +2026,7 @@ START_TEST(t_am_read)
     for (int i = 0; i < 10; i++)
         nxl_agent_run_once(I.a, 5);
     ck_assert_int_eq(c_calls, 0);
-    kill(I.pid, SIGKILL);
-    waitpid(I.pid, NULL, 0);
-    I.pid = 0;
+    tl_kill(&I.pid);
     t0 = dl_now_us();
     while (!c_calls && dl_now_us() - t0 < 30000000u)
         nxl_agent_run_once(I.a, 5);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <glob.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -638,6 +639,34 @@ static inline long tl_first_diff(const void *a, const void *b, size_t n)
     return -1;
 }
 
+/* Kills a peer process (SIGKILL) and reaps it. The region libfabric's
+ * shm provider named after it (/dev/shm/PID:D:E), which only its own close
+ * removes, goes too: a killed test peer would leave 16 MiB of shared
+ * memory behind each time (nxl removes such a leftover only when a later
+ * process gets the same pid). */
+static inline void tl_kill_pid(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    char pat[64];
+    glob_t g;
+    snprintf(pat, sizeof(pat), "/dev/shm/%ld:*:*", (long)pid);
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            unlink(g.gl_pathv[i]);
+        globfree(&g);
+    }
+}
+
+/* ... and clears *pid */
+static inline void tl_kill(pid_t *pid)
+{
+    tl_kill_pid(*pid);
+    *pid = 0;
+}
+
 /* Ends a peer process and the agent that speaks to it: "quit" to the
  * agent peer (when the process lives), a turn of the reactor, the agent
  * destroyed; then up to 5 s for the process to exit before SIGKILL. Both
@@ -655,9 +684,7 @@ static inline void tl_stop_peer(nxl_agent_t **a, pid_t *pid, const char *peer)
         int status = 0;
         for (int i = 0; i < 100 && waitpid(*pid, &status, WNOHANG) == 0; i++)
             usleep(50000);
-        kill(*pid, SIGKILL);
-        waitpid(*pid, &status, 0);
-        *pid = 0;
+        tl_kill(pid);
     }
 }
 
