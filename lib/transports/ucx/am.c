@@ -359,7 +359,7 @@ int nxl_ucx_post_am_write(ucx_t *u, nxlt_op_t *op, ucx_conn_t *c, const nxlt_xfe
     const char *me = nxl_agent_name(nxlt_agent(u->ctx));
     size_t nl = strlen(me), data = 0;
     bool bare = !x->notif;
-    if ((c->am_ack_name && !c->heard) || (bare && !c->am_bare))
+    if ((c->am_write && !c->heard) || (bare && !c->am_bare))
         return 0; /* it may hold no endpoint to us to answer on; or it would deliver an
                    * empty notification */
     for (size_t i = 0; i < x->n; i++) {

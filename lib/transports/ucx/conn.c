@@ -1014,9 +1014,8 @@ nxl_status_t nxl_ucx_load_conn(void *state, const char *agent, const void *info,
      * metadata (am.c), and tests/interop's ping-pong against such a peer
      * had every WRITE+notification of our target's go unacknowledged */
     c->am_write = (flags & CI_AM_WRITE) && (flags & CI_AM_ACK) && (flags & CI_AM_ACK_NAME);
-    c->am_ack_name = c->am_write;
-    c->am_read = c->am_ack_name && (flags & CI_AM_READ);
-    c->am_bare = c->am_ack_name && (flags & CI_AM_BARE);
+    c->am_read = c->am_write && (flags & CI_AM_READ);
+    c->am_bare = c->am_write && (flags & CI_AM_BARE);
     c->u = u;
     c->refs = 1;
     c->pidfd = -1;

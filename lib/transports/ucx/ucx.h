@@ -235,8 +235,8 @@ struct ucx_conn {
     void *peer_addr;            /* local: its worker address (finds it on live_list) */
     bool peer_destroyed;        /* local: that agent was destroyed (local_gone) */
     size_t peer_addr_len;
-    bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them */
-    bool am_ack_name;           /* ... by our name, on its own endpoint to us (CI_AM_ACK_NAME) */
+    bool am_write;              /* the peer takes AM_WRITE messages and acknowledges them by
+                                 * our name, on its own endpoint to us (CI_AM_ACK_NAME) */
     bool am_read;               /* the peer answers AM_READ requests (CI_AM_READ) */
     bool am_bare;               /* ... and takes AM_WRITEs without a notification (CI_AM_BARE) */
     bool heard;                 /* a message of the peer's arrived: it has an endpoint to us */
