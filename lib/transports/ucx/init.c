@@ -85,6 +85,22 @@ static void query_cuda(ucx_t *u)
 
 static void destroy(void *state);
 
+/* whether a UCX_TLS-style list tl (NULL: all) asks for any of the
+ * transports named in in[]: a list naming them or "all" does; one that
+ * leaves transports out ("^...") does unless it names one of out[] (the
+ * aliases that take all of them away). By substring, as UCX's own aliases
+ * ("sm", "shm") cover the transports' names. */
+static bool tls_asks(const char *tl, const char *const in[], const char *const out[])
+{
+    if (!tl)
+        return true;
+    bool neg = tl[0] == '^';
+    for (const char *const *w = neg ? out : in; *w; w++)
+        if (strstr(tl, *w))
+            return !neg;
+    return neg || strstr(tl, "all");
+}
+
 /* The parameters UCX reads from the environment: shared memory's error
  * handling and receive FIFO. *tl: the UCX transports asked for (the tls
  * parameter, else UCX_TLS, else NULL: all). */
@@ -98,8 +114,9 @@ static nxl_status_t params_shm(nxlt_ctx_t *ctx, const nxl_param_t *params, size_
     if (!tl)
         tl = getenv("UCX_TLS");
     *tl_out = tl;
-    bool shm = !tl || strstr(tl, "all") || strstr(tl, "sm") || strstr(tl, "shm") ||
-               strstr(tl, "mm") || strstr(tl, "posix") || strstr(tl, "sysv");
+    static const char *const shm_in[] = {"sm", "shm", "mm", "posix", "sysv", NULL};
+    static const char *const shm_out[] = {"sm", "shm", NULL};
+    bool shm = tls_asks(tl, shm_in, shm_out);
     if (shm && (!seh || !strcmp(seh, "y") || !strcmp(seh, "yes") || !strcmp(seh, "1"))) {
         setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
         setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
@@ -193,12 +210,9 @@ static nxl_status_t params_read(ucx_t *u, const nxl_param_t *params, size_t n, c
     /* cma=auto follows the UCX transports asked for: with shared memory
      * left out (tls=tcp: a network, or hosts in network namespaces, to go
      * through) nothing goes around it */
-    bool cma_tls = !tl || (tl[0] == '^' ? !strstr(tl, "sm") && !strstr(tl, "shm") &&
-                                              !strstr(tl, "cma")
-                                        : strstr(tl, "all") || strstr(tl, "sm") ||
-                                              strstr(tl, "shm") || strstr(tl, "cma") ||
-                                              strstr(tl, "mm") || strstr(tl, "posix") ||
-                                              strstr(tl, "sysv"));
+    static const char *const cma_in[] = {"sm", "shm", "cma", "mm", "posix", "sysv", NULL};
+    static const char *const cma_out[] = {"sm", "shm", "cma", NULL};
+    bool cma_tls = tls_asks(tl, cma_in, cma_out);
     if (u->cma_mode == CMA_AUTO && !cma_tls)
         u->cma_mode = CMA_OFF;
     /* thp_collapse=auto: for cross-memory attach, whose copies pin the
