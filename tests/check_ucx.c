@@ -19,6 +19,7 @@
 #include "testlib.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <sys/statvfs.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1688,6 +1689,29 @@ START_TEST(t_cma_tls_alias)
 }
 END_TEST
 
+/* shared memory's error handling (UCX_POSIX/SYSV_ERROR_HANDLING, which
+ * UCX needs to offer those transports to endpoints that handle errors)
+ * is asked for whenever the tls list leaves shared memory in: "^tcp"
+ * (everything but TCP) does, "^shm" and "tcp" do not */
+START_TEST(t_shm_tls_list)
+{
+    static const struct {
+        const char *tls;
+        int set;
+    } k[] = {{"^tcp", 1}, {"posix,self", 1}, {"^shm", 0}, {"tcp", 0}};
+    unsetenv("UCX_POSIX_ERROR_HANDLING");
+    unsetenv("UCX_SYSV_ERROR_HANDLING");
+    nxl_param_t p = {"tls", k[_i].tls};
+    nxl_agent_t *v = tl_agent_bare("V", 0);
+    ck_assert_msg(nxl_backend_create(v, "UCX", &p, 1, NULL) == NXL_SUCCESS, "%s",
+                  nxl_agent_last_error(v));
+    const char *e = getenv("UCX_POSIX_ERROR_HANDLING");
+    ck_assert_msg((e && !strcmp(e, "y")) == k[_i].set, "tls=%s: UCX_POSIX_ERROR_HANDLING %s",
+                  k[_i].tls, e ? e : "unset");
+    nxl_agent_destroy(v);
+}
+END_TEST
+
 /* nxl_mem_alloc of more DRAM than the host has: refused at once with a
  * sentence, before UCX writes /dev/shm full (a file left behind by a
  * process killed meanwhile); the agent goes on allocating */
@@ -2069,13 +2093,27 @@ int main(void)
     TCase *tshm = TL_TCASE(s, "shm", 60, setup_shm, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(tshm, t_ack_answered, 0, 2);
-    tcase_add_loop_test(tshm, t_alloc_huge, 0, 3);
+    /* UCX_TLS from the environment (tests/sanitize's pass over TCP) applies
+     * to the shm case's agents too: what needs shared memory or the
+     * transport's cross-memory attach is left out where it leaves them out */
+    const char *etls = getenv("UCX_TLS");
+    bool no_shm = etls && etls[0] != '^' && !strstr(etls, "all") && !strstr(etls, "sm") &&
+                  !strstr(etls, "shm") && !strstr(etls, "mm") && !strstr(etls, "posix") &&
+                  !strstr(etls, "sysv") && !strstr(etls, "cma");
+    if (!no_shm)
+        tcase_add_loop_test(tshm, t_alloc_huge, 0, 3);
     tcase_add_test(tshm, t_alloc_huge_unit);
     tcase_add_test(tshm, t_alloc_too_much);
     tcase_add_loop_test(tshm, t_cma_tls_alias, 0, 4);
+    tcase_add_loop_test(tshm, t_shm_tls_list, 0, 4);
     TCase *ttcp = TL_TCASE(s, "tcp", 60, setup_tcp, NULL, t_destroy_inflight, t_log_routed,
                            t_bare_write, t_destroy_loopback);
     tcase_add_loop_test(ttcp, t_ack_answered, 0, 2);
+    if (no_shm) {
+        printf("check_ucx: case cma and t_alloc_huge skipped: UCX_TLS=%s leaves out shared "
+               "memory (no cross-memory attach; nxl_mem_alloc memory is not shared)\n", etls);
+        return tl_run(s);
+    }
     /* the transport's cross-memory attach needs pidfd_open, which valgrind
      * 3.19 does not know (ENOSYS): every test of the case would fail there */
     int pf = -1;
