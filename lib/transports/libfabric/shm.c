@@ -354,13 +354,15 @@ static bool lock_find(lf_t *u, lf_addr_t *e)
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
         return false;
-    unsigned long lo = 0, hi = 0;
+    unsigned long lo = 0, hi = 0, off = 1;
     size_t wl = (size_t)n;
     bool found = false;
     while (!found && fgets(line, sizeof(line), f)) {
         size_t ll = strlen(line);
+        /* the mapping of the region's start */
         found = ll >= wl && !memcmp(line + ll - wl, want, wl) &&
-                sscanf(line, "%lx-%lx", &lo, &hi) == 2 && hi - lo > SMR17_LOCK_OFF + 8;
+                sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &off) == 3 && off == 0 &&
+                hi - lo > SMR17_LOCK_OFF + 8;
     }
     fclose(f);
     if (!found)
