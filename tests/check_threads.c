@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -1155,6 +1156,114 @@ static kp_proc_t kp_fork(void)
     return (kp_proc_t){.pid = pid, .rfd = tp[0], .wfd = ip[1]};
 }
 
+/* the shm regions a killed process @p pid left in /dev/shm */
+static void kp_unlink_regions(pid_t pid)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    char pre[32];
+    int n = snprintf(pre, sizeof(pre), "%d:", (int)pid);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, pre, (size_t)n))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
+/* ---- a target killed holding its shm region's lock
+ *
+ * libfabric 1.17's shm provider takes a spinlock in the peer's region for
+ * every post to it, and the peer takes it in its own progress: a target
+ * killed inside that critical section leaves it held for good. This
+ * program wraps pthread_spin_lock (exported to libfabric, which the process
+ * loads later: -Wl,--export-dynamic-symbol in tests/Makefile.include): a
+ * target sent SIGUSR1 kills itself with SIGKILL right after it took a
+ * lock that lies in its own region (/dev/shm/PID:..., as /proc/self/maps
+ * shows it). Elsewhere the wrapper only passes the call on. Not under
+ * ThreadSanitizer, whose own wrapper of the function this one would
+ * replace. */
+#if defined(__SANITIZE_THREAD__)
+#define KP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KP_TSAN 1
+#endif
+#endif
+
+static volatile sig_atomic_t kp_die_locked;
+
+static void kp_on_usr1(int sig)
+{
+    (void)sig;
+    kp_die_locked = 1;
+}
+
+#ifndef KP_TSAN
+static bool kp_in_own_region(const volatile void *p)
+{
+    char pre[48], line[512];
+    snprintf(pre, sizeof(pre), " /dev/shm/%d:", (int)getpid());
+    FILE *f = fopen("/proc/self/maps", "re");
+    bool in = false;
+    while (f && !in && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        in = strstr(line, pre) && sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
+             (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    }
+    if (f)
+        fclose(f);
+    return in;
+}
+
+/* default visibility: the tests build with -fvisibility=hidden */
+__attribute__((visibility("default"))) int pthread_spin_lock(pthread_spinlock_t *l)
+{
+    static int (*real)(pthread_spinlock_t *);
+    int (*fn)(pthread_spinlock_t *) = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        *(void **)&fn = dlsym(RTLD_NEXT, "pthread_spin_lock");
+        __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+    }
+    int r = fn(l);
+    if (kp_die_locked && kp_in_own_region(l))
+        kill(getpid(), SIGKILL);
+    return r;
+}
+#endif
+
+/* libfabric 1.17, where the transport guards posts against a peer's
+ * lock held by a dead peer (its place in the region is that version's) */
+static bool kp_lf_117(void)
+{
+    void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    uint32_t (*ver)(void) = h ? (uint32_t(*)(void))dlsym(h, "fi_version") : NULL;
+    bool yes = ver && ver() == ((1u << 16) | 17u);
+    if (h)
+        dlclose(h);
+    return yes;
+}
+
+/* Ends p by SIGUSR1: it kills itself holding its region's lock (the
+ * wrapper above); true when it did so within 20 s */
+static bool kp_end_locked(kp_proc_t *p)
+{
+    kill(p->pid, SIGUSR1);
+    int ws = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 2000 && (r = waitpid(p->pid, &ws, WNOHANG)) == 0; i++)
+        usleep(10000);
+    if (r == 0) {
+        kill(p->pid, SIGKILL);
+        waitpid(p->pid, &ws, 0);
+    }
+    if (p->rfd >= 0)
+        close(p->rfd);
+    close(p->wfd);
+    kp_unlink_regions(p->pid);
+    return r == p->pid && WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL;
+}
+
 /* a target's main: "WFD RFD BACKEND [PROVIDER]" */
 static int kp_target_main(const char *spec)
 {
@@ -1165,6 +1274,7 @@ static int kp_target_main(const char *spec)
     kp_backend = backend;
     kp_param = (nxl_param_t){"provider", provider};
     kp_nparams = provider[0] != 0;
+    signal(SIGUSR1, kp_on_usr1); /* die holding the region lock (kp_end_locked) */
     kp_target(wfd, rfd);
     return 0;
 }
@@ -1214,16 +1324,8 @@ static void kp_end(kp_proc_t *p, bool killed)
         close(p->rfd);
     close(p->wfd);
     waitpid(p->pid, NULL, 0);
-    DIR *d = killed ? opendir("/dev/shm") : NULL;
-    if (!d)
-        return;
-    char pre[32];
-    int n = snprintf(pre, sizeof(pre), "%d:", (int)p->pid);
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, pre, (size_t)n))
-            unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
+    if (killed)
+        kp_unlink_regions(p->pid);
 }
 
 static void killed_peer(const char *tls)
@@ -1492,7 +1594,8 @@ static void *kn_thread(void *arg)
     return NULL;
 }
 
-static void killed_peer_notif_run(const char *backend, const char *provider)
+/* locked: the target dies holding its shm region's lock (kp_end_locked) */
+static void killed_peer_notif_run(const char *backend, const char *provider, bool locked)
 {
     memset(&KN, 0, sizeof(KN));
     unexpected_reset();
@@ -1519,7 +1622,11 @@ static void killed_peer_notif_run(const char *backend, const char *provider)
     tl_fill(KN.ib, (size_t)KN_THREADS * KN_WIN * KN_BLK, 5);
     pthread_t th[KN_THREADS];
     start_flowing(th, KN_THREADS, kn_thread, &KN.ok, &KN.bad, &KN.ready, 2000);
-    kp_end(&t1, true);
+    if (locked)
+        ck_assert_msg(kp_end_locked(&t1), "the target did not kill itself holding its region "
+                      "lock");
+    else
+        kp_end(&t1, true);
     uint64_t t0 = tl_now_ms();
     /* a thread that hangs cannot be joined: its count says so */
     ck_assert_msg(wait_count(&KN.done, KN_THREADS, KN_BOUND_MS + 10000),
@@ -1530,9 +1637,11 @@ static void killed_peer_notif_run(const char *backend, const char *provider)
     uint64_t took = tl_now_ms() - t0;
     for (int k = 0; k < KN_THREADS; k++)
         pthread_join(th[k], NULL);
-    printf("killed_peer_notif (%s%s%s): %d posts, %d ok, %d lost, %d refused at once; %d "
+    printf("killed_peer_notif (%s%s%s%s): %d posts, %d ok, %d lost, %d refused at once; %d "
            "notifications, %d lost; threads done %llu ms after the kill\n", backend,
-           provider ? " " : "", provider ? provider : "", load_int(&KN.posts), load_int(&KN.ok),
+           provider ? " " : "", provider ? provider : "",
+           locked ? ", the target killed holding its region lock" : "", load_int(&KN.posts),
+           load_int(&KN.ok),
            load_int(&KN.lost), load_int(&KN.refused), load_int(&KN.nsent), load_int(&KN.nlost),
            (unsigned long long)took);
     ck_assert_msg(load_int(&KN.bad) == 0, "%d bad; the first: %s", load_int(&KN.bad),
@@ -1587,13 +1696,32 @@ static void killed_peer_notif_run(const char *backend, const char *provider)
     kp_nparams = 0;
 }
 
-START_TEST(killed_peer_notif) { killed_peer_notif_run("UCX", NULL); }
+START_TEST(killed_peer_notif) { killed_peer_notif_run("UCX", NULL, false); }
 END_TEST
 
-START_TEST(killed_peer_notif_lf_tcp) { killed_peer_notif_run("LIBFABRIC", "tcp;ofi_rxm"); }
+START_TEST(killed_peer_notif_lf_tcp) { killed_peer_notif_run("LIBFABRIC", "tcp;ofi_rxm", false); }
 END_TEST
 
-START_TEST(killed_peer_notif_lf_shm) { killed_peer_notif_run("LIBFABRIC", "shm"); }
+START_TEST(killed_peer_notif_lf_shm) { killed_peer_notif_run("LIBFABRIC", "shm", false); }
+END_TEST
+
+/* The target killed inside its shm region lock's critical section: the
+ * lock stays held, and a post into the region would spin in the provider
+ * for ever (the reactor's thread, holding the agent: every thread blocked
+ * in its calls, no callback, no stall timeout). The transport holds such
+ * posts back, and the peer fails as any killed one. */
+START_TEST(killed_peer_locked_lf_shm)
+{
+#ifdef KP_TSAN
+    printf("SKIP: killed_peer_locked_lf_shm: under ThreadSanitizer (its pthread_spin_lock)\n");
+#else
+    if (!kp_lf_117()) {
+        printf("SKIP: killed_peer_locked_lf_shm: libfabric is not 1.17\n");
+        return;
+    }
+    killed_peer_notif_run("LIBFABRIC", "shm", true);
+#endif
+}
 END_TEST
 
 /* ---------------------------------------- a reactor that does not sleep
@@ -1868,7 +1996,8 @@ Suite *threads_suite(void)
     TL_TCASE(s, "threads", 600, NULL, NULL, many_threads, cycle_ucx, cycle_posix, cycle_libfabric,
              foreign_wait, queued_post, sleeping_reactor, timer_fires, killed_peer_shm,
              killed_peer_tcp, killed_peer_notif, killed_peer_notif_lf_tcp,
-             killed_peer_notif_lf_shm, busy_reactor, destroy_foreign, api_in_callback,
+             killed_peer_notif_lf_shm, killed_peer_locked_lf_shm, busy_reactor,
+             destroy_foreign, api_in_callback,
              default_mode, deadline_foreign);
     TL_TCASE(s, "handover", 600, handover_on, handover_off, many_threads, cycle_ucx, queued_post,
              sleeping_reactor, timer_fires, killed_peer_shm, killed_peer_notif, busy_reactor,

@@ -106,7 +106,6 @@ static const conf_t confs[] = {
       {0}}},
     {"lf_shm", "LIBFABRIC", {{"provider", "shm"}, {"stall_timeout", "3s"}}, 2, false,
      {{"am_write_drops", NOT_UCX},
-      {"killed_large", "shm notices a killed peer by stall_timeout only (nxl-libfabric(7))"},
       {"am_read", NOT_UCX_READ},
       {0}}},
     {"lf_sockets", "LIBFABRIC", {{"provider", "sockets"}, {"stall_timeout", "3s"}}, 2, false,

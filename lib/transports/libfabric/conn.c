@@ -22,6 +22,7 @@ void nxl_lf_conn_put(lf_conn_t *c)
         LIST_REMOVE(e, link);
         free(e);
     }
+    nxl_lf_shm_watch_end(c);
     LIST_REMOVE(c, link);
     free(c->name);
     free(c->why);
@@ -232,6 +233,7 @@ nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, 
     c->u = u;
     c->refs = 1;
     c->addr = FI_ADDR_UNSPEC;
+    c->pidfd = -1;
     c->am_write = ci.flags & CI_AMW;
     c->revokes = ci.flags & CI_REVOKE;
     if (ci.bell_len && u->bell_fd >= 0) {
@@ -259,6 +261,7 @@ nxl_status_t nxl_lf_load_conn(void *state, const char *agent, const void *info, 
         c->addr = e->fa;
         c->hold_until_us = hold_find(u, name, nl);
         nxl_lf_rails_connect(u, c, &ci);
+        nxl_lf_shm_watch_peer(u, c, name, nl);
     }
     LIST_INSERT_HEAD(&u->conns, c, link);
     *out = c;
@@ -604,6 +607,7 @@ void nxl_lf_conn_fail(lf_conn_t *c, int err, const char *text, bool stalled)
         return;
     c->failed = true;
     c->stalled = stalled;
+    nxl_lf_shm_watch_end(c); /* posted nothing more: its process no longer matters */
     if (!c->self)
         hold_start(u, c);
     c->err = err;

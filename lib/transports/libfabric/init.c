@@ -431,6 +431,7 @@ static void destroy(void *state)
     while (!LIST_EMPTY(&u->conns)) {
         lf_conn_t *c = LIST_FIRST(&u->conns);
         nxl_lf_probe_end(c);
+        nxl_lf_shm_watch_end(c);
         LIST_REMOVE(c, link);
         free(c->name);
         free(c->why);

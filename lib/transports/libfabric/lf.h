@@ -33,7 +33,9 @@
  * Failure. Error completions fail their transfer with fi_cq_strerror's
  * text; connection errors fail every operation to that peer at once. A
  * peer whose operations stop completing for `stall_timeout` is declared
- * lost (a dead shm peer or a cut TCP link says nothing). Reports happen
+ * lost (a cut TCP link says nothing, nor a dead shm peer whose process is
+ * not watched: shm.c watches an shm peer's process, and keeps posts out of
+ * the region of a peer that died holding its lock). Reports happen
  * only from the reactor's callbacks, never inside a call of the engine:
  * libfabric reports failures as completions, and the CQ is read only from
  * the loop. */
@@ -140,6 +142,9 @@ extern struct nxl_lf_sym {
                                                * were shut wait at most this long for the
                                                * aborted operations (conn.c) */
 #define LF_PEER_CLOSED "the agent, of this process, was destroyed (its endpoint closed)"
+#define LF_PEER_EXITED "its process exited"
+#define SHM_LOCK_WAIT_US 2000                 /* shm: a peer's region lock held longer: its
+                                               * holder is taken for dead (shm.c) */
 
 enum { CTX_OP = 0x6f70, CTX_RX = 0x7278 };
 
@@ -207,6 +212,12 @@ typedef struct lf_addr {
     unsigned shut_left;         /* sockets: provider operations of the ops aborted at a deadline
                                  * (conn.c, sock_abort) not handed back yet; posts to the
                                  * address wait for them (hold_until_us) */
+    /* shm, a peer in another process (shm.c): its region's lock, as
+     * libfabric 1.17 lays the region out, once found in our mapping of it */
+    long shm_pid;               /* 0: not such a peer, or libfabric not 1.17 */
+    pthread_spinlock_t *shm_lock;
+    uint64_t shm_look_us;       /* our mappings last searched for the region */
+    bool shm_stuck;             /* the lock was held past SHM_LOCK_WAIT_US: not waited for again */
     size_t len;
     LIST_ENTRY(lf_addr) link;
     unsigned char name[];
@@ -221,6 +232,8 @@ struct lf_conn {
     int refs;                   /* the engine's, plus one per op */
     bool failed, stalled, unloaded;
     bool peer_closed;           /* an agent of this process whose shm endpoint is gone */
+    int pidfd;                  /* shm: its process, proved to be the peer, or -1 (shm.c) */
+    nxlt_io_t *ev_pid;          /* ... watched in the loop */
     int fail_deferred;          /* a post was refused for a lost peer: fail it from the loop */
     int err;
     char *why;
@@ -370,6 +383,9 @@ void nxl_lf_shm_notice_closed(lf_t *u);
 bool nxl_lf_shm_unregister(lf_t *u, lf_shm_list_t *reap);
 void nxl_lf_shm_close_retired(lf_shm_list_t *reap);
 void nxl_lf_shm_clear_stale(lf_t *u);
+void nxl_lf_shm_watch_peer(lf_t *u, lf_conn_t *c, const unsigned char *name, size_t len);
+bool nxl_lf_shm_lock_stuck(lf_conn_t *c);
+void nxl_lf_shm_watch_end(lf_conn_t *c);
 
 /* conn.c */
 void nxl_lf_conn_put(lf_conn_t *c);

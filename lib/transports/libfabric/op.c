@@ -173,6 +173,10 @@ static nxl_status_t post_notif(lf_op_t *o, bool first)
         return NXL_SUCCESS;
     if (u->tx_inflight >= u->tx_cap || u->notif_inflight >= NOTIF_CAP)
         return NXL_IN_PROG;
+    if (nxl_lf_shm_lock_stuck(c)) {
+        nxl_lf_post_refused(c);
+        return NXL_IN_PROG;
+    }
     ssize_t r = fi_send(u->fids.ep, o->msg, o->msg_len, o->msg_mr ? fi_mr_desc(o->msg_mr) : NULL,
                         c->addr, o);
     if (r == -FI_EAGAIN) {
@@ -206,6 +210,10 @@ nxl_status_t nxl_lf_try_post(lf_op_t *o, bool first)
             return NXL_SUCCESS;
         if (u->tx_inflight >= u->tx_cap)
             return NXL_IN_PROG;
+        if (nxl_lf_shm_lock_stuck(c)) { /* shm: a dead peer's lock (shm.c) */
+            nxl_lf_post_refused(c);
+            return NXL_IN_PROG;
+        }
         lf_seg_t s;
         seg_at(o, o->next, &s);
         size_t piece = s.len - o->off;

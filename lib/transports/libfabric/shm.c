@@ -3,6 +3,9 @@
  * while another one is open) and shm's leftover regions */
 #include "lf.h"
 
+#include <sched.h>
+#include <sys/syscall.h>
+
 /* libfabric 1.17's shm provider reaches a peer of the same process through
  * that peer's own mapping of its region (smr_map_to_region finds the peer,
  * by name, in the provider's list of the process's endpoints), and closing
@@ -166,4 +169,256 @@ void nxl_lf_shm_clear_stale(lf_t *u)
         nxlt_log(u->ctx, NXL_LOG_INFO,
                  "LIBFABRIC: removed %s, left by a process that had this pid (killed before shm "
                  "could remove it)", path);
+}
+
+/* ---- an shm peer in another process: its process, held by a pidfd
+ *
+ * libfabric 1.17's shm provider takes a spinlock in the peer's region
+ * (shared memory) for every post to it (fi_writemsg, fi_readmsg, fi_send),
+ * and the peer takes the same lock in its own progress. A peer killed while
+ * it held the lock leaves it held for good: the next post to it spins in
+ * pthread_spin_lock for ever, on whichever thread made it — in a threaded
+ * agent the reactor or a thread acting for it, holding the agent's lock, so
+ * that every call of the agent waits too, and the stall timeout, a timer
+ * of that reactor, never fires. Posts are kept out of such a lock below
+ * (nxl_lf_shm_lock_stuck); the peer's process is watched here, so that its
+ * death fails the connection at once (NXL_ERR_REMOTE_DISCONNECT, "its
+ * process exited"), not after the stall timeout: its address names it
+ * ("fi_shm://PID:D:E"); a pidfd on that pid, whose process is proved to be
+ * the peer by mapping the peer's region (/dev/shm/PID:D:E in
+ * /proc/PID/maps: a peer in another pid namespace has a pid that names
+ * another process here, or none), is watched in the loop. A peer not
+ * proved keeps the stall timeout alone. The pidfd is not polled before
+ * each post: it reads exited only once the exit is through (a millisecond
+ * or more after SIGKILL), too late to keep posts out of a dead holder's
+ * lock, and a poll(2) every 20 us cost a few percent of a pipelined 4 KiB
+ * stream. */
+
+static int pidfd_open_(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* does process @p pid map /dev/shm/@p region? */
+static bool maps_region(long pid, const char *region)
+{
+    char path[64], line[512], want[300];
+    snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
+    int n = snprintf(want, sizeof(want), " /dev/shm/%s\n", region);
+    if (n <= 0 || (size_t)n >= sizeof(want))
+        return false;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    bool found = false;
+    size_t wl = (size_t)n;
+    while (!found && fgets(line, sizeof(line), f)) {
+        size_t ll = strlen(line);
+        found = ll >= wl && !memcmp(line + ll - wl, want, wl);
+    }
+    fclose(f);
+    return found;
+}
+
+static void on_pid_exit(nxlt_io_t *io, int fd, unsigned ready, void *arg)
+{
+    lf_conn_t *c = arg;
+    nxl_lf_shm_watch_end(c); /* frees io: allowed from its own callback */
+    if (!c->failed) {
+        c->refs++;
+        nxl_lf_conn_fail(c, FI_ESHUTDOWN, LF_PEER_EXITED, false);
+        nxl_lf_conn_put(c);
+    }
+}
+
+/* At load_conn: the process of the peer at shm address @p name, when it is
+ * another process of this host and proved to be the peer. */
+void nxl_lf_shm_watch_peer(lf_t *u, lf_conn_t *c, const unsigned char *name, size_t len)
+{
+    char region[256];
+    if (!u->shm_ep || shm_name_ours(name, len))
+        return;
+    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
+        name += 9;
+        len -= 9;
+    }
+    size_t rl = strnlen((const char *)name, len);
+    if (!rl || rl >= sizeof(region))
+        return;
+    memcpy(region, name, rl);
+    region[rl] = 0;
+    char *end;
+    long pid = strtol(region, &end, 10);
+    if (end == region || *end != ':' || pid <= 0 || strchr(region, '/'))
+        return;
+    if (c->av_entry && fi_version() == FI_VERSION(1, 17))
+        c->av_entry->shm_pid = pid; /* its lock is looked at before posts (below) */
+    int fd = pidfd_open_((pid_t)pid);
+    if (fd < 0)
+        return;
+    /* after the pidfd: the process it holds is the one that maps it */
+    if (!maps_region(pid, region) || !(c->ev_pid = nxlt_io_new(u->ctx, fd, on_pid_exit, c)) ||
+        nxlt_io_start(c->ev_pid, NXLT_IO_READ | NXLT_IO_ONCE)) {
+        nxlt_io_free(c->ev_pid);
+        c->ev_pid = NULL;
+        close(fd);
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: the process of agent '%s' (shm address "
+                 "%s) is not watched (another pid namespace, or /proc unreadable): its loss is "
+                 "noticed by stall_timeout", c->name, region);
+        return;
+    }
+    c->pidfd = fd;
+}
+
+void nxl_lf_shm_watch_end(lf_conn_t *c)
+{
+    nxlt_io_free(c->ev_pid);
+    c->ev_pid = NULL;
+    if (c->pidfd >= 0)
+        close(c->pidfd);
+    c->pidfd = -1;
+}
+
+/* ---- a peer's region lock, held by a dead peer
+ *
+ * The pidfd says a process exited only once its exit is through (its
+ * memory unmapped, its files closed: a millisecond or more after SIGKILL),
+ * and a post made meanwhile to a peer that died holding its region lock
+ * spins for good. So before each post to an shm peer of another process
+ * the transport reads that lock, and when it is held, waits for it up to
+ * SHM_LOCK_WAIT_US: spinning a little as the provider would, then yielding
+ * the CPU (the peer's critical sections last microseconds; a holder
+ * preempted on a busy host gets its turn). A lock held longer is taken for
+ * a dead holder's: the post is held back as a refused one (-FI_EAGAIN) and
+ * retried from the loop, without waiting again until the lock was seen
+ * free, while the pidfd or the stall timeout fails the connection. Left: a
+ * peer killed holding the lock while a post of ours already spins on it in
+ * the provider (the post came within the peer's critical section, a few
+ * microseconds). The lock's place is
+ * libfabric 1.17's layout of the region (struct smr_region: a version
+ * byte, 4, a reserved byte, 16 bits of flags, the owner's pid at offset 4,
+ * two bytes of cross-memory attach state, a pointer, then the lock at
+ * offset 24): looked at only under libfabric 1.17, in our own mapping of
+ * the region (/proc/self/maps), and only when its version byte and pid
+ * are those expected. */
+#define SMR17_VERSION 4
+#define SMR17_PID_OFF 4
+#define SMR17_LOCK_OFF 24
+#define SHM_LOOK_EVERY_US 100000 /* the region not mapped yet: searched again after */
+
+/* An unlocked pthread_spinlock_t's value here (glibc: 1 on x86, 0
+ * elsewhere): the lock is read, never written, so that the peer's cache
+ * line is not taken from it for nothing (an atomic add of 0 on it before
+ * each post, tried, slowed a pipelined stream of 4 KiB WRITEs, 16 in
+ * flight, by about a third) */
+static pthread_once_t unlocked_once = PTHREAD_ONCE_INIT;
+static int unlocked_value;
+
+static void unlocked_learn(void)
+{
+    pthread_spinlock_t l;
+    pthread_spin_init(&l, PTHREAD_PROCESS_SHARED);
+    unlocked_value = (int)*(volatile int *)&l;
+    pthread_spin_destroy(&l);
+}
+
+static bool lock_free(pthread_spinlock_t *l)
+{
+    return __atomic_load_n((int *)l, __ATOMIC_ACQUIRE) == unlocked_value;
+}
+
+/* our mapping of the peer's region, found and checked */
+static bool lock_find(lf_t *u, lf_addr_t *e)
+{
+    uint64_t now = nxlt_now_us();
+    if (e->shm_look_us && now - e->shm_look_us < SHM_LOOK_EVERY_US)
+        return false;
+    e->shm_look_us = now;
+    const unsigned char *name = e->name;
+    size_t len = e->len;
+    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
+        name += 9;
+        len -= 9;
+    }
+    char want[300], line[512];
+    int n = snprintf(want, sizeof(want), " /dev/shm/%.*s\n", (int)strnlen((const char *)name, len),
+                     (const char *)name);
+    if (n <= 0 || (size_t)n >= sizeof(want))
+        return false;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return false;
+    unsigned long lo = 0, hi = 0, off = 1;
+    size_t wl = (size_t)n;
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        size_t ll = strlen(line);
+        /* the mapping of the region's start */
+        found = ll >= wl && !memcmp(line + ll - wl, want, wl) &&
+                sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &off) == 3 && off == 0 &&
+                hi - lo > SMR17_LOCK_OFF + 8;
+    }
+    fclose(f);
+    if (!found)
+        return false;
+    const unsigned char *r = (const unsigned char *)lo;
+    int pid;
+    memcpy(&pid, r + SMR17_PID_OFF, sizeof(pid));
+    if (r[0] != SMR17_VERSION || pid != e->shm_pid) {
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: shm region %s is not laid out as expected "
+                 "(version %u, pid %d): its lock is not looked at", want + 1, r[0], pid);
+        e->shm_pid = 0;
+        return false;
+    }
+    pthread_once(&unlocked_once, unlocked_learn);
+    e->shm_lock = (pthread_spinlock_t *)(uintptr_t)(lo + SMR17_LOCK_OFF);
+    return true;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+#define SHM_LOCK_SPIN_US 20 /* held: spun on (as the provider would), then waited for yielding */
+
+/* true: hold the post back (the peer's region lock is held by a dead peer,
+ * as far as can be told) */
+bool nxl_lf_shm_lock_stuck(lf_conn_t *c)
+{
+    lf_addr_t *e = c->av_entry;
+    if (!e || !e->shm_pid || (!e->shm_lock && !lock_find(c->u, e)))
+        return false;
+    if (lock_free(e->shm_lock)) {
+        e->shm_stuck = false;
+        return false;
+    }
+    if (e->shm_stuck)
+        return true;
+    uint64_t t0 = nxlt_now_us(), t;
+    for (unsigned i = 1;; i++) {
+        cpu_relax();
+        if (lock_free(e->shm_lock))
+            return false;
+        if (i % 64)
+            continue;
+        t = nxlt_now_us() - t0;
+        if (t >= SHM_LOCK_WAIT_US)
+            break;
+        if (t >= SHM_LOCK_SPIN_US)
+            sched_yield();
+    }
+    e->shm_stuck = true;
+    nxlt_log(c->u->ctx, NXL_LOG_INFO, "LIBFABRIC: the shm region lock of agent '%s' (pid %ld) "
+             "was held for %d ms: its process died holding it, or hangs; posts to it are "
+             "held back", c->name, e->shm_pid, SHM_LOCK_WAIT_US / 1000);
+    return true;
 }
