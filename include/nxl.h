@@ -896,6 +896,10 @@ typedef struct nxl_stats {
     uint64_t autoreg_invalidated; /**< ranges dropped: their memory was unmapped, or (no
                                        memory events) they were idle */
     uint64_t autoreg_bytes;      /**< gauge: bytes the lazy registrations hold now */
+    /* Appended after the lazy registration's: a caller built before it
+     * passes the size that ends at deliveries_direct. */
+    uint64_t deliveries_direct;  /**< busy polling: delivery passes run right after a transport's
+                                      progress brought them, without a turn of the loop */
 } nxl_stats_t;
 
 /**

@@ -1401,6 +1401,17 @@ START_TEST(t_ack_answered)
         if (mode == CA_OTHER)
             ck_assert_int_eq(CA.c_notifs, rounds);
     }
+    /* busy polling: the transport delivers what its progress brought
+     * right after it (nxlt_deliver_hold), not through the loop; the
+     * answers above were posted from there */
+    nxl_stats_t sb = {.size = sizeof(sb)};
+    ck_assert(nxl_agent_stats(CA.b, NULL, &sb) == NXL_SUCCESS);
+    printf("%s: B's deliveries right after the progress: %llu\n", how,
+           (unsigned long long)sb.deliveries_direct);
+    if (_i)
+        ck_assert_msg(sb.deliveries_direct > 0, "%s: no delivery was direct", how);
+    else
+        ck_assert_uint_eq(sb.deliveries_direct, 0);
     nxl_xfer_release(x);
     if (CA.reply)
         nxl_xfer_release(CA.reply);

@@ -269,6 +269,25 @@ NXL_API uint64_t nxlt_now_us(void);
  * notifications): operations posted from there may be handed to the
  * system together at the end of this loop turn, as one batch. */
 NXL_API int nxlt_in_callback(nxlt_ctx_t *ctx);
+/**
+ * Direct delivery, for a transport that busy-polls (a turn of the loop
+ * costs more than a message over shared memory takes). From
+ * nxlt_deliver_hold() to nxlt_deliver_release(), what the transport
+ * completes or receives (nxlt_op_done, nxlt_notif_recv) is queued as
+ * always, but the delivery is not woken: nxlt_deliver_release(ctx, 1)
+ * then delivers everything queued at once, in order, as the loop's
+ * delivery would (the application's callbacks run inside it: call it
+ * only where they may post, cancel and release, never inside a library's
+ * callback such as UCX's progress, and hold no pointer across it that a
+ * callback may free); nxlt_deliver_release(ctx, 0) wakes the loop's
+ * delivery instead, as if nothing had been held. Hold only from the
+ * transport's own loop callbacks.
+ * @return hold: 1 when held, 0 where delivery cannot be direct (inside a
+ * callback or a delivery, a foreign thread's call, already held): then
+ * do not release. release: 1 when it delivered.
+ */
+NXL_API int nxlt_deliver_hold(nxlt_ctx_t *ctx);
+NXL_API int nxlt_deliver_release(nxlt_ctx_t *ctx, int now);
 /** Leaves a sentence in the agent's last error. */
 NXL_API void nxlt_error(nxlt_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 NXL_API void nxlt_log(nxlt_ctx_t *ctx, nxl_log_level_t lvl, const char *fmt, ...)

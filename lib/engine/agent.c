@@ -44,6 +44,35 @@ static void deliver_cb(nxlt_timer_t *t, void *arg)
         nxli_peer_deliver(a);
 }
 
+/* Direct delivery (include/nxl/transport.h). Not inside a callback or a
+ * delivery (the contract: never inside the call that started an
+ * operation; a delivery's own rules for what its callbacks complete), nor
+ * for a foreign thread's call (mt/act.c sorts out its own) */
+int nxlt_deliver_hold(nxlt_ctx_t *ctx)
+{
+    nxl_agent_t *a = ctx->agent;
+    if (a->direct || a->cb_depth > 0 || a->delivering || a->draining || a->acting)
+        return 0;
+    a->direct = true;
+    return 1;
+}
+
+int nxlt_deliver_release(nxlt_ctx_t *ctx, int now)
+{
+    nxl_agent_t *a = ctx->agent;
+    a->direct = false;
+    if (!a->direct_due)
+        return 0;
+    a->direct_due = false;
+    if (!now) {
+        nxlt_timer_activate(a->ev_deliver);
+        return 0;
+    }
+    a->st.deliveries_direct++;
+    deliver_cb(a->ev_deliver, a);
+    return 1;
+}
+
 #define CFG_HAS(f) (cfg->size >= offsetof(nxl_agent_config_t, f) + sizeof(cfg->f))
 #define CFG_OR(f, dflt) (CFG_HAS(f) && cfg->f ? (size_t)cfg->f : (size_t)(dflt))
 /* a configured string, else the environment's, NULL when empty */
@@ -656,7 +685,7 @@ void nxlt_notif_recv(nxlt_ctx_t *ctx, const char *from, const void *msg, size_t 
     STAILQ_INSERT_TAIL(&a->notifs, n, link);
     /* the first one wakes the delivery (a drain takes the rest with it) */
     if (a->notif_cb && was_empty)
-        nxlt_timer_activate(a->ev_deliver);
+        nxli_deliver_wake(a);
 }
 
 size_t nxl_notifs_drain(nxl_agent_t *a, nxl_notif_cb cb, void *arg)

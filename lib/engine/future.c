@@ -193,7 +193,7 @@ static void deliver_push(nxl_agent_t *a, nxl_future_t *f)
          * next one, after the loop polled its fds */
         nxlt_timer_start(a->ev_deliver_next, 0);
     } else {
-        nxlt_timer_activate(a->ev_deliver);
+        nxli_deliver_wake(a);
     }
 }
 

@@ -403,6 +403,8 @@ struct nxl_agent {
     bool delivering;               /* inside a turn's deliveries */
     bool draining;                 /* deliver_cb runs the notification callbacks... */
     bool drain_queued;             /* ... and they completed something: delivered after them */
+    bool direct;                   /* a transport's progress holds the delivery (nxlt_deliver_hold) */
+    bool direct_due;               /* ... and something waits for it: delivered at the release */
 
     nxl_notif_cb notif_cb;
     void *notif_arg;
@@ -421,6 +423,7 @@ struct nxl_agent {
         uint64_t notifs_sent, notifs_failed, notifs_received;
         uint64_t md_requests, md_failed, md_served, md_loaded, peers_lost;
         uint64_t notifs_dropped, md_refused, md_auth_refused;
+        uint64_t deliveries_direct;
     } st;
     /* bounds (nxl_agent_config_t) */
     size_t max_frame, max_clients, max_clients_per_host, max_peers, max_notifs;
@@ -479,6 +482,17 @@ void nxli_future_complete(nxl_future_t *f, nxl_status_t st, const char *why);
 void nxli_future_discard(nxl_future_t *f); /* a start that failed: no callbacks */
 void nxli_deliver(nxl_agent_t *a);
 void nxli_deliver_turn(nxl_agent_t *a);
+/* wakes the delivery of what was just queued (a future, a notification,
+ * a peer event): the delivery event, or the release of a transport's
+ * hold (nxlt_deliver_hold: busy polling delivers right after the progress) */
+static inline void nxli_deliver_wake(nxl_agent_t *a)
+{
+    if (a->direct)
+        a->direct_due = true;
+    else
+        nxlt_timer_activate(a->ev_deliver);
+}
+
 /* threaded, a foreign thread acting for the reactor (mt/act.c): settles
  * what its call completed that has no callbacks; true when the rest is
  * left to the reactor's delivery */

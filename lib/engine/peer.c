@@ -98,7 +98,7 @@ static void emit(nxl_agent_t *a, nxli_peer_t *p, nxl_peer_kind_t kind, const cha
     if (a->delivering || a->draining)
         nxlt_timer_start(a->ev_deliver_next, 0);
     else
-        nxlt_timer_activate(a->ev_deliver);
+        nxli_deliver_wake(a);
 }
 
 void nxli_peer_deliver(nxl_agent_t *a)

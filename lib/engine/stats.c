@@ -170,10 +170,12 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
             nxli_err(a, "nxl_agent_stats: an output struct is required");
         return NXL_ERR_INVALID_PARAM;
     }
-    /* the lazy registration's counters were appended: a caller built
-     * before them passes the size that ends before them */
+    /* the lazy registration's counters, then deliveries_direct, were
+     * appended: a caller built before them passes the size that ends
+     * before them */
     size_t size = out->size;
-    if (size != sizeof(*out) && size != offsetof(nxl_stats_t, autoreg_registered)) {
+    if (size != sizeof(*out) && size != offsetof(nxl_stats_t, autoreg_registered) &&
+        size != offsetof(nxl_stats_t, deliveries_direct)) {
         nxli_err(a, "nxl_agent_stats: stats size %zu is not one this library knows (%zu); set "
                     "size = sizeof(nxl_stats_t)", out->size, sizeof(*out));
         return NXL_ERR_INVALID_PARAM;
@@ -204,6 +206,7 @@ nxl_status_t nxl_agent_stats(nxl_agent_t *a, const char *transport, nxl_stats_t 
     out->md_clients_refused = a->st.md_refused;
     out->md_auth_refused = a->st.md_auth_refused;
     nxli_lazy_stats(a, out);
+    out->deliveries_direct = a->st.deliveries_direct;
     memcpy(caller, out, size);
     return NXL_SUCCESS;
 }

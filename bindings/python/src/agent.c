@@ -1038,6 +1038,7 @@ static PyObject *agent_stats(npy_agent_t *self, PyObject *args, PyObject *kw)
     U(md_requests_failed) U(md_served) U(md_loaded) U(peers_known) U(peers_lost)
     U(notifs_dropped) U(md_clients_refused) U(md_auth_refused) U(autoreg_registered)
     U(autoreg_reused) U(autoreg_evicted) U(autoreg_invalidated) U(autoreg_bytes)
+    U(deliveries_direct)
 #undef U
     for (int t = 0; t < NXL_MEM_TYPES; t++)
         if (put_u64(rb, nxl_mem_name((nxl_mem_t)t), s.read_bytes[t]) < 0 ||

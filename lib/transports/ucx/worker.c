@@ -322,7 +322,9 @@ static void busy_kick(ucx_t *u, unsigned n)
     }
 }
 
-static void progress(ucx_t *u, bool chained)
+/* One pass. true: chain on at once (the caller passes again, chaining):
+ * its deliveries ran here and nothing else waits in the loop */
+static bool progress_pass(ucx_t *u, bool chained)
 {
     unsigned n = 0;
     log_drain(u);
@@ -337,12 +339,17 @@ static void progress(ucx_t *u, bool chained)
     }
     if (u->reconnect_due)
         nxl_ucx_reconnects(u);
+    /* busy polling: what this progress brings is delivered right after it
+     * returns (nxlt_deliver_hold), not by an event of the loop behind this
+     * one. Not inside UCX's callbacks: the application's may post, send,
+     * cancel, release, which re-enters the worker */
+    unsigned bp = nxlt_busy_poll_us(u->ctx);
+    bool held = bp && nxlt_deliver_hold(u->ctx);
     /* backing off (busy_kick): one look, not ARM_TRIES */
     for (int tries = 0, max = u->backoff_us ? 1 : ARM_TRIES; tries < max; tries++) {
         unsigned k;
         while ((k = ucp_worker_progress(u->w)))
             n += k;
-        unsigned bp = nxlt_busy_poll_us(u->ctx);
         /* one clock read for both. A chained pass (below) takes the last
          * reading instead (a read costs ~26 ns here, a tenth of a message's
          * way, once per message each way), older by the deliveries between
@@ -383,12 +390,30 @@ static void progress(ucx_t *u, bool chained)
                 got = spin(u, bp, u->chain_end_us, &now);
                 u->now_ok = false;
             }
+            /* its deliveries now (a reply the callbacks send goes out
+             * here); the copies they post count for the chain below.
+             * Their posts do not kick meanwhile (chain_on): either the
+             * chain progresses behind them or the kick below does */
+            bool direct = false;
+            if (held) {
+                bool was = u->chain_on;
+                u->chain_on = true;
+                direct = nxlt_deliver_release(u->ctx, 1);
+                if (direct)
+                    cma_waits = !TAILQ_EMPTY(&u->cma_q) || u->cma_on;
+                u->chain_on = was;
+                held = false;
+            }
             if (got && !cma_waits && now < u->chain_end_us) {
+                /* delivered here, and the loop has nothing else to run
+                 * in this pass: the chain goes on without an event */
+                if (direct && !u->chain_on && !nxlt_loop_busy(u->ctx))
+                    return true;
                 u->chain_on = true;
                 nxlt_timer_activate(u->ev_chain);
             } else
                 nxl_ucx_kick(u);
-            return;
+            return false;
         }
         /* Something is ready for the loop (a completion or a notification
          * to deliver): let it run first. Arming costs several system calls
@@ -402,6 +427,9 @@ static void progress(ucx_t *u, bool chained)
          * for a turn without such work, a worker under steady traffic
          * never armed, its fd left readable (each turn then woke on it and
          * progressed the worker once more). */
+        if (held) /* out of the window: delivered by the loop, as without busy polling */
+            nxlt_deliver_release(u->ctx, 0);
+        held = false;
         if (u->net.hit || nxlt_loop_busy(u->ctx)) {
             bool quiet = !u->net.hit && !n;
             u->net.hit = false;
@@ -411,24 +439,36 @@ static void progress(ucx_t *u, bool chained)
                 nxlt_timer_activate(u->ev_arm);
             else
                 nxl_ucx_kick(u);
-            return;
+            return false;
         }
         ucs_status_t st = ucp_worker_arm(u->w);
         if (st == UCS_OK) {
             u->busy_idle_us = 0;
             u->backoff_us = 0;
-            return;
+            return false;
         }
         if (st != UCS_ERR_BUSY) {
             nxlt_log(u->ctx, NXL_LOG_ERROR, "UCX: ucp_worker_arm failed: %s",
                      ucs_status_string(st));
             nxl_ucx_kick(u);
-            return;
+            return false;
         }
     }
     /* still busy: hand back to the loop and continue on the next turn */
     u->busy_rounds++;
     busy_kick(u, n);
+    return false;
+}
+
+static void progress(ucx_t *u, bool chained)
+{
+    if (!progress_pass(u, chained))
+        return;
+    bool was = u->chaining;
+    u->chaining = true;
+    while (progress_pass(u, false))
+        ;
+    u->chaining = was;
 }
 
 void nxl_ucx_on_efd(nxlt_io_t *io, int fd, unsigned ready, void *arg) { progress(arg, false); }
