@@ -111,6 +111,8 @@ _Static_assert(NXL_TE_OPCODE_READ == OPCODE_READ && NXL_TE_OPCODE_WRITE == OPCOD
 #define ABORT_POLL_US 2000u         /* ... while their peer's connections are aborted */
 #define HOLD_US 1000000u            /* after an abort at a deadline: the engine's reconnect cooldown */
 #define THROTTLE_POLL_US 100u       /* polled at least this often while requests wait for a lane */
+#define QUEUE_PER_LANE 1u           /* without a deadline: requests queued in the engine per lane */
+#define ROUND_WAIT_US 100000u       /* a re-cut waits this long for the engine's round to fill */
 #define QUIESCE_MAX_US 10000000u    /* teardown waits this long for the engine, */
 #define QUIESCE_IDLE_US 1000000u    /* or this long without a request ending */
 #define SEG_MAX 128
@@ -217,6 +219,7 @@ typedef struct mc_conn {
     size_t dl_ops;      /* transfers to it posted with a deadline, not finished */
     struct mc_op *flush; /* after a dl_abort: the flush (flush_new) waiting or in the engine */
     uint64_t flush_raddr; /* an address of the peer's that a request last read or wrote */
+    uint64_t live_us;   /* while aborting: when a new connection to its engine was first seen */
     uint64_t dead_us;
     char dead_why[160];
     unsigned refs;      /* transfers holding it, and 1 while loaded */
@@ -285,6 +288,7 @@ struct mc {
     size_t window, inflight; /* requests in the engine at most, and now */
     size_t lanes;       /* the engine's connections per peer */
     size_t peer_max;    /* requests to one peer in the engine at most (peer_window) */
+    size_t peer_nodl;   /* the same without a deadline in flight to it (peer_window 0) */
     bool peer_fixed;    /* peer_window given: peer_max holds always, not only with deadlines */
     bool throttled;     /* requests wait for room among a peer's lanes (submit_more) */
     uint8_t scratch[8]; /* where the flushes' READs land */
@@ -456,6 +460,31 @@ static unsigned shut_if_peer(int fd, void *arg)
     return !shutdown(fd, SHUT_RDWR);
 }
 
+/* an engine connection of this process to the peer that is established
+ * (a new one: not one cut already, which is past ESTABLISHED) */
+static unsigned live_if_peer(int fd, void *arg)
+{
+    const peer_addr_t *p = arg;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct in_addr a;
+    uint16_t port;
+    struct tcp_info ti;
+    socklen_t tl = sizeof(ti);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !sa_v4(&ss, &a, &port) ||
+        port != p->port || a.s_addr != p->host.s_addr)
+        return 0;
+    return !getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) && ti.tcpi_state == TCP_ESTABLISHED;
+}
+
+static bool peer_addr(const mc_conn_t *c, peer_addr_t *p)
+{
+    char host[64];
+    p->port = c->dport;
+    seg_host(c->seg, host, sizeof(host));
+    return c->dport && inet_pton(AF_INET, host, &p->host) == 1;
+}
+
 /* Aborts the engine's connections to a peer given up (Mooncake's TCP
  * transport, tcp_transport_session_impl.h): it connects to the peer's data
  * port and keeps every socket it uses in asio. shutdown() of such a socket
@@ -469,14 +498,43 @@ static unsigned shut_if_peer(int fd, void *arg)
  * is not known. */
 static int conn_abort(mc_conn_t *c)
 {
-    if (!c->dport)
+    peer_addr_t p;
+    if (!peer_addr(c, &p))
         return -1;
-    peer_addr_t p = {.port = c->dport};
-    char host[64];
-    seg_host(c->seg, host, sizeof(host));
-    if (inet_pton(AF_INET, host, &p.host) != 1)
-        return -1;
+    c->live_us = 0;
     return (int)nxl_each_tcp_socket(shut_if_peer, &p);
+}
+
+/* Cuts again, on a poll while an aborted peer has requests in the engine:
+ * those that were queued there behind the connections cut. The engine
+ * hands them to new connections, one round of connections at a time
+ * (tcp_transport_lane_impl.h: runGroupPump connects its lanes one after
+ * the other, kMaxConcurrentLaneProbes, each taking a request). A lane cut
+ * while a sibling is still usable starts the engine's reconnect cooldown
+ * (1 s) before the next round: cutting on every poll caught rounds half
+ * filled, and each such cut could cost a cooldown, so that the queue
+ * drained a lane or two a second (t_stopped_cancel saw up to 4 s with 28
+ * requests queued). Cut when the round holds what is left (as many new
+ * connections as the requests left, or as the lanes), or when it has not
+ * filled within ROUND_WAIT_US. Nothing to cut while no new connection is
+ * up (the engine waits for its cooldown). */
+static void conn_recut(mc_t *m, mc_conn_t *c)
+{
+    peer_addr_t p;
+    if (!peer_addr(c, &p))
+        return;
+    size_t live = nxl_each_tcp_socket(live_if_peer, &p);
+    size_t want = c->inflight < m->lanes ? c->inflight : m->lanes;
+    uint64_t now = nxlt_now_us();
+    if (!live) {
+        c->live_us = 0;
+        return;
+    }
+    if (!c->live_us)
+        c->live_us = now;
+    if (live < want && now - c->live_us < ROUND_WAIT_US)
+        return;
+    conn_abort(c);
 }
 
 /* The engine's TCP connections per peer, read as its TcpTransport does
@@ -861,7 +919,7 @@ static void on_poll(nxlt_timer_t *t, void *arg)
                 o->conn->dport) {
                 if (!o->conn->aborting) {
                     o->conn->aborting = true;
-                    conn_abort(o->conn);
+                    conn_recut(m, o->conn);
                 }
                 aborting = true;
             }
@@ -1144,6 +1202,7 @@ static nxl_status_t create(nxlt_ctx_t *ctx, const nxl_param_t *params, size_t n,
     setenv("MC_TCP_ENABLE_CONNECTION_POOL", "1", 0);
     m->lanes = engine_lanes();
     m->peer_max = peer_window ? (size_t)peer_window : m->lanes;
+    m->peer_nodl = m->lanes * (1 + QUEUE_PER_LANE);
     m->peer_fixed = peer_window != 0;
     ports_t before = {.n = 0};
     nxl_each_tcp_socket(add_listener, &before);
@@ -1448,8 +1507,12 @@ static nxl_status_t make_notify(mc_t *m, const void *msg, size_t len, nxl_te_not
  * (dl_abort), the engine ends every request of that peer at once. A
  * request queued there behind them would wait for the engine's reconnect
  * cooldown (1 s, on no socket), then for the next cut. Transfers without
- * deadlines keep the engine's queue full (throughput); the peer_window
- * parameter sets a limit that holds always (m->peer_max). */
+ * deadlines keep a request queued behind each connection (m->peer_nodl:
+ * the engine starts it as the one before ends, without waiting for our
+ * poll), and no more: each request queued there to a stopped peer waits
+ * for a round of new connections (conn_recut), and up to window (512)
+ * queued held a cancel's or a lost peer's abort for seconds. The
+ * peer_window parameter sets a limit that holds always (m->peer_max). */
 static bool submit_more(mc_t *m)
 {
     bool any = false;
@@ -1474,14 +1537,20 @@ static bool submit_more(mc_t *m)
         size_t k = o->n - o->sub;
         if (k > m->window - m->inflight)
             k = m->window - m->inflight;
-        if (c->dport && (m->peer_fixed || c->dl_ops)) {
-            if (c->inflight >= m->peer_max) {
-                m->throttled = true;
+        if (c->dport) {
+            /* without a deadline a request waits queued behind each lane:
+             * the lanes do not idle until our next poll, which need not
+             * come sooner than usual (THROTTLE_POLL_US took the engine's
+             * CPU: READ of 4 MiB blocks 15% slower) */
+            bool tight = m->peer_fixed || c->dl_ops;
+            size_t max = tight ? m->peer_max : m->peer_nodl;
+            if (c->inflight >= max) {
+                m->throttled |= tight;
                 continue;
             }
-            if (k > m->peer_max - c->inflight) {
-                k = m->peer_max - c->inflight;
-                m->throttled = true;
+            if (k > max - c->inflight) {
+                k = max - c->inflight;
+                m->throttled |= tight;
             }
         }
         bool last = o->sub + k == o->n;
@@ -1690,8 +1759,8 @@ static const nxl_param_info_t mc_params[] = {
     {"peer_window", "0", "requests to one peer handed to the engine at once, at most (0: while a "
                          "transfer with a deadline is in flight to it, one per connection the "
                          "engine keeps to it, MC_TCP_LANES_PER_PEER, so that a deadline's abort "
-                         "ends them all at once, and the window otherwise; more: always that, and "
-                         "a deadline may come up to about 1 s late)"},
+                         "ends them all at once, and two per connection otherwise; more: always "
+                         "that, and a deadline may come up to about 1 s late)"},
     {"stall_timeout", "30s", "a transfer with no progress for this long is given up and its "
                              "peer considered lost (0: never)"},
 };
