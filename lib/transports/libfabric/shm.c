@@ -2,9 +2,9 @@
 /* LIBFABRIC: the shm endpoints of this process (retired, not closed,
  * while another one is open) and shm's leftover regions */
 #include "lf.h"
+#include "../common/pidfd.h"
 
 #include <sched.h>
-#include <sys/syscall.h>
 
 /* libfabric 1.17's shm provider reaches a peer of the same process through
  * that peer's own mapping of its region (smr_map_to_region finds the peer,
@@ -194,17 +194,6 @@ void nxl_lf_shm_clear_stale(lf_t *u)
  * lock, and a poll(2) every 20 us cost a few percent of a pipelined 4 KiB
  * stream. */
 
-static int pidfd_open_(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-    (void)pid;
-    errno = ENOSYS;
-    return -1;
-#endif
-}
-
 /* does process @p pid map /dev/shm/@p region? */
 static bool maps_region(long pid, const char *region)
 {
@@ -259,7 +248,7 @@ void nxl_lf_shm_watch_peer(lf_t *u, lf_conn_t *c, const unsigned char *name, siz
         return;
     if (c->av_entry && fi_version() == FI_VERSION(1, 17))
         c->av_entry->shm_pid = pid; /* its lock is looked at before posts (below) */
-    int fd = pidfd_open_((pid_t)pid);
+    int fd = nxl_pidfd_open((pid_t)pid);
     if (fd < 0)
         return;
     /* after the pidfd: the process it holds is the one that maps it */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include "config.h"
 #include "ucx.h"
+#include "../common/pidfd.h"
 
 #define CMA_SLICE_US 200 /* cross-memory attach: longest run of copies before the loop's turn */
 #define CMA_PID_CHECK_US 20 /* a peer's pidfd polled before a copy when older than this */
@@ -32,17 +33,6 @@ void nxl_ucx_cma_close(ucx_conn_t *c)
  * means the same process here. A pidfd on it, then a process_vm_readv of
  * the cookie, prove that the pid is that process (a recycled pid would
  * not hold the cookie there) and that the kernel lets us attach. */
-
-static int pidfd_open_(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-    (void)pid;
-    errno = ENOSYS;
-    return -1;
-#endif
-}
 
 /* has the process behind the pidfd exited? */
 bool nxl_ucx_pidfd_exited(int fd)
@@ -79,7 +69,7 @@ static bool cma_identity(ucx_ci_cma_t *me, char *why, size_t cap)
     me->ns_dev = (uint64_t)st.st_dev;
     me->ns_ino = (uint64_t)st.st_ino;
     me->pid = (uint32_t)getpid();
-    int pf = pidfd_open_(getpid());
+    int pf = nxl_pidfd_open(getpid());
     if (pf < 0) {
         snprintf(why, cap, "pidfd_open: %s", strerror(errno));
         return false;
@@ -190,7 +180,7 @@ void nxl_ucx_cma_connect(ucx_t *u, ucx_conn_t *c, const ucx_ci_cma_t *p, bool co
     c->pid = (pid_t)p->pid;
     if (c->pid <= 0 || c->pid == (pid_t)u->cma_me.pid)
         return; /* this process's own agents are live ones (c->local): a stale info */
-    int fd = pidfd_open_(c->pid);
+    int fd = nxl_pidfd_open(c->pid);
     if (fd < 0) {
         nxlt_log(u->ctx, NXL_LOG_INFO, "UCX: agent '%s': pidfd_open(%d): %s; its process is not "
                  "watched, no cross-memory attach (the process is gone?)", c->name, (int)c->pid,
