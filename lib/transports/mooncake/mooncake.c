@@ -447,34 +447,30 @@ typedef struct {
     uint16_t port;
 } peer_addr_t;
 
-static unsigned shut_if_peer(int fd, void *arg)
+/* is the socket fd connected to the peer's address? */
+static bool to_peer(int fd, const peer_addr_t *p)
 {
-    const peer_addr_t *p = arg;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     struct in_addr a;
     uint16_t port;
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !sa_v4(&ss, &a, &port) ||
-        port != p->port || a.s_addr != p->host.s_addr)
-        return 0;
-    return !shutdown(fd, SHUT_RDWR);
+    return !getpeername(fd, (struct sockaddr *)&ss, &sl) && sa_v4(&ss, &a, &port) &&
+           port == p->port && a.s_addr == p->host.s_addr;
+}
+
+static unsigned shut_if_peer(int fd, void *arg)
+{
+    return to_peer(fd, arg) && !shutdown(fd, SHUT_RDWR);
 }
 
 /* an engine connection of this process to the peer that is established
  * (a new one: not one cut already, which is past ESTABLISHED) */
 static unsigned live_if_peer(int fd, void *arg)
 {
-    const peer_addr_t *p = arg;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    struct in_addr a;
-    uint16_t port;
     struct tcp_info ti;
     socklen_t tl = sizeof(ti);
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) || !sa_v4(&ss, &a, &port) ||
-        port != p->port || a.s_addr != p->host.s_addr)
-        return 0;
-    return !getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) && ti.tcpi_state == TCP_ESTABLISHED;
+    return to_peer(fd, arg) && !getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) &&
+           ti.tcpi_state == TCP_ESTABLISHED;
 }
 
 static bool peer_addr(const mc_conn_t *c, peer_addr_t *p)
