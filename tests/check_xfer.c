@@ -1319,6 +1319,54 @@ START_TEST(t_deadline_idle)
 }
 END_TEST
 
+/* An abort that finds a lane idle its count says busy: a WRITE of a
+ * 32 MiB block and three of 4 KiB, with a deadline of 1 ms, the target
+ * running. The small ones end first on their own engine connections, which
+ * sit idle, while the large one still holds the first; the engine's status
+ * is read in order, so the abort at the deadline counted four requests in
+ * flight, one a lane, and flushed none of the connections it cut. The next
+ * transfer went to the idle ones cut and ended FAILED (NXL_ERR_BACKEND).
+ * Whether the deadline finds that state depends on timing (the WRITE may
+ * complete first: then nothing is aborted); either way the transfers
+ * posted after it move every byte. */
+START_TEST(t_deadline_mixed)
+{
+    SKIP_UNLESS_SUPPORTED();
+    need_raddr();
+    const size_t big = 32u << 20, small = 4096;
+    nxl_desc_t ld[4], rd[4];
+    for (size_t i = 0; i < 4; i++) {
+        size_t off = i ? big + (i - 1) * small : 0;
+        ld[i] = (nxl_desc_t){.addr = (uintptr_t)I.buf + off, .len = i ? small : big};
+        rd[i] = (nxl_desc_t){.addr = I.raddr + off, .len = i ? small : big};
+    }
+    nxl_dlist_t l = {NXL_DRAM, ld, 4}, r = {NXL_DRAM, rd, 4};
+    nxl_xfer_opts_t o;
+    nxl_xfer_opts_init(&o);
+    o.deadline_ms = 1;
+    nxl_xfer_t *x, *y = make(NXL_WRITE, 8, small, small, NULL);
+    ck_assert(nxl_xfer_create(I.a, NXL_WRITE, &l, &r, "T", &o, &x) == NXL_SUCCESS);
+    for (int k = 0; k < 2; k++) {
+        tl_fill(I.buf, big + 3 * small, 730 + k);
+        nxl_status_t st = post_wait(x, 20000);
+        ck_assert_msg(st == NXL_SUCCESS || st == NXL_ERR_TIMEOUT, "%s: %s (%s)", C->label,
+                      nxl_status_name(st), nxl_agent_last_error(I.a));
+        tl_fill(I.buf, 8 * small, 740 + k);
+        nxl_status_t st2 = post_wait(y, 20000);
+        printf("DEADLINE: %s: mixed WRITE with a 1 ms deadline: %s; the next WRITE: %s\n",
+               C->label, nxl_status_name(st), nxl_status_name(st2));
+        fflush(stdout);
+        ck_assert_msg(st2 == NXL_SUCCESS, "%s: the WRITE after %s: %s (%s)", C->label,
+                      nxl_status_name(st), nxl_status_name(st2), nxl_agent_last_error(I.a));
+        char q[64];
+        snprintf(q, sizeof(q), "chk %d 8 4096 4096", 740 + k);
+        ck_assert_str_eq(ask(q, 10000), "ok");
+    }
+    nxl_xfer_release(y);
+    nxl_xfer_release(x);
+}
+END_TEST
+
 /* The cancel rule when nxl gives a READ up (its deadline, then the
  * transport's stall timeout or its peer's loss), and at teardown: with the
  * target stopped (SIGSTOP) before a 32 MiB READ starts, the callback (or
@@ -2880,6 +2928,8 @@ int main(void)
             tcase_add_test(tc, t_notif_deadline);
         if (!strcmp(confs[i].transport, "MOONCAKE"))
             tcase_add_test(tc, t_deadline_idle);
+        if (!strcmp(confs[i].transport, "MOONCAKE"))
+            tcase_add_test(tc, t_deadline_mixed);
         tcase_add_test(tc, t_stopped_cancel);
         tcase_add_test(tc, t_stopped_read);
         tcase_add_test(tc, t_stopped_teardown);

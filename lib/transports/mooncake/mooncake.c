@@ -239,6 +239,7 @@ typedef struct mc_op {
     bool has_dl;        /* posted with a deadline (counted in conn->dl_ops) */
     bool read;
     bool is_flush;      /* nxl's own (flush_new): no op, no buffer of the application's */
+    bool some_ok;       /* a request of it completed in the engine */
     nxl_status_t st;    /* the first failure */
     char why[240];
     uint64_t post_us, moved_us;
@@ -692,8 +693,13 @@ static void op_finish(mc_t *m, mc_op_t *o)
         nxlt_op_done(o->op, o->st, o->st == NXL_SUCCESS ? NULL : o->why);
     if (o->is_flush && o->conn->flush == o) {
         o->conn->flush = NULL;
-        /* connections found cut: the engine's cooldown again */
-        if (o->st != NXL_SUCCESS && !o->conn->dead) {
+        /* connections found cut, and none of the flush got through: the
+         * engine's cooldown again. One that got through went on a lane
+         * usable after the cut, or on a new one, the cooldown over: a
+         * second hold (with the first, and the cooldown the flush waited
+         * for, 3 s) made the transfers waiting behind it see no progress
+         * for their stall_timeout (t_deadline_mixed) */
+        if (o->st != NXL_SUCCESS && !o->conn->dead && !o->some_ok) {
             o->conn->hold_us = nxlt_now_us() + HOLD_US;
             nxlt_log(m->ctx, NXL_LOG_INFO, "MOONCAKE: connections to '%s' cut while idle at a "
                      "deadline's abort are closed now; the next post to it waits %u ms more",
@@ -738,11 +744,16 @@ static mc_op_t *op_new(mc_t *m, nxlt_op_t *op, mc_conn_t *c);
  * a transfer used): the connections cut while idle take them and fail,
  * and close; the others, or new ones, complete them. Queued first, sent
  * after the hold (submit_more); the peer's transfers wait for its end,
- * and for the engine's cooldown again if one failed (op_finish). With one
- * connection per peer, one flush also after a cut that found it busy:
- * the engine fails the next request then (runGroupPump: every connection
- * of the round tried, none usable, no cooldown started), which starts the
- * cooldown. */
+ * and for the engine's cooldown again if one failed (op_finish). One per
+ * lane, whatever the cut found: our count of requests in flight says
+ * nothing of which lanes were busy (the engine's status is read in order:
+ * a request that ended behind one still running counts as in flight, its
+ * lane idle), nor of the lanes that a re-cut (conn_recut) finds idle; a
+ * lane cut while idle and not flushed failed the next transfer
+ * (t_deadline_mixed). With one connection per peer, the flush after a cut
+ * that found it busy also starts the engine's cooldown: the engine fails
+ * it (runGroupPump: every connection of the round tried, none usable, no
+ * cooldown started). */
 static mc_op_t *flush_new(mc_t *m, mc_conn_t *c, size_t k)
 {
     mc_op_t *o = op_new(m, NULL, c);
@@ -797,8 +808,8 @@ static void dl_abort(mc_t *m, mc_conn_t *c)
     }
     c->dl_abort = c->inflight > 0;
     c->aborting = true;
-    if ((c->inflight < m->lanes || m->lanes == 1) && !c->flush)
-        c->flush = flush_new(m, c, c->inflight < m->lanes ? m->lanes - c->inflight : 1);
+    if (!c->flush)
+        c->flush = flush_new(m, c, m->lanes);
     int cut = conn_abort(c);
     nxlt_log(m->ctx, NXL_LOG_INFO, "MOONCAKE: a deadline passed with %zu request%s to '%s' in "
              "the engine: %d connection%s to its engine cut, %u transfer%s to it end with them; "
@@ -851,6 +862,8 @@ static bool op_poll(mc_t *m, mc_op_t *o)
         }
         if (s.status == NXL_TE_WAITING || s.status == NXL_TE_PENDING)
             break;
+        if (s.status == NXL_TE_COMPLETED)
+            o->some_ok = true;
         if (s.status != NXL_TE_COMPLETED) {
             char b[sizeof(o->why)];
             /* once per op (its first failed request): a kill's end of stream
