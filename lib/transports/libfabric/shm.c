@@ -37,14 +37,21 @@ static lf_shm_list_t shm_eps = LIST_HEAD_INITIALIZER(shm_eps);
 static unsigned shm_live;   /* open (not retired) entries of shm_eps */
 static unsigned long shm_gen; /* bumped at every retirement */
 
+/* an shm address ("[fi_shm://]PID:D:E") without its scheme: the name of
+ * the region in /dev/shm */
+static void shm_addr_region(const unsigned char **name, size_t *len)
+{
+    if (*len >= 9 && !memcmp(*name, "fi_shm://", 9)) {
+        *name += 9;
+        *len -= 9;
+    }
+}
+
 /* Is this shm address ("[fi_shm://]PID:D:E") one of this process's? */
 static bool shm_name_ours(const unsigned char *name, size_t len)
 {
     char own[32];
-    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
-        name += 9;
-        len -= 9;
-    }
+    shm_addr_region(&name, &len);
     int k = snprintf(own, sizeof(own), "%ld:", (long)getpid());
     return k > 0 && len > (size_t)k && !memcmp(name, own, (size_t)k);
 }
@@ -194,24 +201,32 @@ void nxl_lf_shm_clear_stale(lf_t *u)
  * lock, and a poll(2) every 20 us cost a few percent of a pipelined 4 KiB
  * stream. */
 
-/* does process @p pid map /dev/shm/@p region? */
-static bool maps_region(long pid, const char *region)
+/* Does the maps file @p maps (/proc/PID/maps) list a mapping of
+ * /dev/shm/@p region (@p rl bytes)? With @p lo: the mapping of the region's
+ * start (offset 0) longer than @p min bytes, its address in *lo. */
+static bool region_mapped(const char *maps, const unsigned char *region, size_t rl, size_t min,
+                          unsigned long *lo)
 {
-    char path[64], line[512], want[300];
-    snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
-    int n = snprintf(want, sizeof(want), " /dev/shm/%s\n", region);
+    char line[512], want[300];
+    int n = snprintf(want, sizeof(want), " /dev/shm/%.*s\n",
+                     (int)strnlen((const char *)region, rl), (const char *)region);
     if (n <= 0 || (size_t)n >= sizeof(want))
         return false;
-    FILE *f = fopen(path, "re");
+    FILE *f = fopen(maps, "re");
     if (!f)
         return false;
-    bool found = false;
+    unsigned long start = 0, end = 0, off = 1;
     size_t wl = (size_t)n;
+    bool found = false;
     while (!found && fgets(line, sizeof(line), f)) {
         size_t ll = strlen(line);
-        found = ll >= wl && !memcmp(line + ll - wl, want, wl);
+        found = ll >= wl && !memcmp(line + ll - wl, want, wl) &&
+                (!lo || (sscanf(line, "%lx-%lx %*s %lx", &start, &end, &off) == 3 && off == 0 &&
+                         end - start > min));
     }
     fclose(f);
+    if (found && lo)
+        *lo = start;
     return found;
 }
 
@@ -233,10 +248,7 @@ void nxl_lf_shm_watch_peer(lf_t *u, lf_conn_t *c, const unsigned char *name, siz
     char region[256];
     if (!u->shm_ep || shm_name_ours(name, len))
         return;
-    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
-        name += 9;
-        len -= 9;
-    }
+    shm_addr_region(&name, &len);
     size_t rl = strnlen((const char *)name, len);
     if (!rl || rl >= sizeof(region))
         return;
@@ -252,7 +264,10 @@ void nxl_lf_shm_watch_peer(lf_t *u, lf_conn_t *c, const unsigned char *name, siz
     if (fd < 0)
         return;
     /* after the pidfd: the process it holds is the one that maps it */
-    if (!maps_region(pid, region) || !(c->ev_pid = nxlt_io_new(u->ctx, fd, on_pid_exit, c)) ||
+    char maps[64];
+    snprintf(maps, sizeof(maps), "/proc/%ld/maps", pid);
+    if (!region_mapped(maps, (const unsigned char *)region, rl, 0, NULL) ||
+        !(c->ev_pid = nxlt_io_new(u->ctx, fd, on_pid_exit, c)) ||
         nxlt_io_start(c->ev_pid, NXLT_IO_READ | NXLT_IO_ONCE)) {
         nxlt_io_free(c->ev_pid);
         c->ev_pid = NULL;
@@ -331,37 +346,18 @@ static bool lock_find(lf_t *u, lf_addr_t *e)
     e->shm_look_us = now;
     const unsigned char *name = e->name;
     size_t len = e->len;
-    if (len >= 9 && !memcmp(name, "fi_shm://", 9)) {
-        name += 9;
-        len -= 9;
-    }
-    char want[300], line[512];
-    int n = snprintf(want, sizeof(want), " /dev/shm/%.*s\n", (int)strnlen((const char *)name, len),
-                     (const char *)name);
-    if (n <= 0 || (size_t)n >= sizeof(want))
-        return false;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return false;
-    unsigned long lo = 0, hi = 0, off = 1;
-    size_t wl = (size_t)n;
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f)) {
-        size_t ll = strlen(line);
-        /* the mapping of the region's start */
-        found = ll >= wl && !memcmp(line + ll - wl, want, wl) &&
-                sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &off) == 3 && off == 0 &&
-                hi - lo > SMR17_LOCK_OFF + 8;
-    }
-    fclose(f);
-    if (!found)
+    shm_addr_region(&name, &len);
+    /* the mapping of the region's start */
+    unsigned long lo;
+    if (!region_mapped("/proc/self/maps", name, len, SMR17_LOCK_OFF + 8, &lo))
         return false;
     const unsigned char *r = (const unsigned char *)lo;
     int pid;
     memcpy(&pid, r + SMR17_PID_OFF, sizeof(pid));
     if (r[0] != SMR17_VERSION || pid != e->shm_pid) {
-        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: shm region %s is not laid out as expected "
-                 "(version %u, pid %d): its lock is not looked at", want + 1, r[0], pid);
+        nxlt_log(u->ctx, NXL_LOG_DEBUG, "LIBFABRIC: shm region /dev/shm/%.*s is not laid out as "
+                 "expected (version %u, pid %d): its lock is not looked at",
+                 (int)strnlen((const char *)name, len), (const char *)name, r[0], pid);
         e->shm_pid = 0;
         return false;
     }
